@@ -1,0 +1,1 @@
+//! In-memory implementation of the queue port. Filled in by the broker work.

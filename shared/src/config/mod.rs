@@ -1,0 +1,161 @@
+//! Configuration: the TOML file of SPEC section 2, resolved into one validated job table.
+//!
+//! Loading has two stages: [`raw`] is pure serde (what the file says), [`validate`] turns
+//! it into [`Config`], checking every rule and collecting every problem before it returns.
+//! Invariant: a [`Config`] value is always valid; nothing downstream re-checks it.
+
+mod error;
+mod raw;
+mod validate;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chrono_tz::Tz;
+
+pub use error::{ConfigError, Problem};
+
+use crate::names::{JobName, QueueName};
+use crate::schedule::Schedule;
+
+/// A loaded, validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file it was loaded from.
+    pub path: PathBuf,
+    /// The producer's leader lease.
+    pub leader: LeaderConfig,
+    /// Every job, in file order, names unique.
+    pub jobs: Vec<Job>,
+    /// Legal but risky combinations, to log at startup and show in `cronq check`.
+    pub warnings: Vec<Problem>,
+}
+
+/// `[leader]`: lease > renew_deadline > retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaderConfig {
+    /// How long an acquired lease lives without renewal.
+    pub lease: Duration,
+    /// A leader that has not renewed within this stops publishing.
+    pub renew_deadline: Duration,
+    /// How often the leader renews and a standby tries to acquire.
+    pub retry: Duration,
+}
+
+/// One job with every default applied.
+#[derive(Debug, Clone)]
+pub struct Job {
+    /// Unique name.
+    pub name: JobName,
+    /// When it fires, in its zone.
+    pub schedule: Schedule,
+    /// The job's IANA zone.
+    pub timezone: Tz,
+    /// Per-attempt time limit.
+    pub timeout: Duration,
+    /// What to do when an earlier occurrence still runs.
+    pub overlap: Overlap,
+    /// What a new leader publishes of the occurrences it missed.
+    pub catchup: Catchup,
+    /// How far back a new leader looks.
+    pub catchup_window: Duration,
+    /// Start deadline after the scheduled time, if any.
+    pub deadline: Option<Duration>,
+    /// Total tries before dead-lettering (>= 1).
+    pub max_attempts: u32,
+    /// First retry delay.
+    pub backoff: Duration,
+    /// Retry delay cap.
+    pub backoff_max: Duration,
+    /// Publish delay in `[0, jitter)`, derived from the key.
+    pub jitter: Duration,
+    /// The logical queue its occurrences go to.
+    pub queue: QueueName,
+    /// How long run and idempotency records are kept.
+    pub retention: Duration,
+    /// Delivered to the handler as JSON.
+    pub payload: serde_json::Value,
+    /// How it runs; `None` when an embedding program registers a handler.
+    pub handler: Option<Handler>,
+}
+
+/// SPEC section 4 overlap policies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Overlap {
+    /// Run concurrently.
+    Allow,
+    /// Record `skipped` while an earlier one runs.
+    Skip,
+    /// Wait for the earlier one to end.
+    Queue,
+    /// Cancel the earlier one (`cancelled`) and run.
+    Replace,
+}
+
+/// SPEC section 3 catch-up policies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Catchup {
+    /// Publish nothing that was missed.
+    None,
+    /// Publish only the most recent missed occurrence.
+    Latest,
+    /// Publish every missed occurrence inside the window.
+    All,
+}
+
+/// How a job runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handler {
+    /// argv, executed without a shell.
+    Command(Vec<String>),
+    /// An HTTP request with the message JSON as body.
+    Http(HttpHandler),
+}
+
+/// `http = { url, method, headers }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpHandler {
+    /// Target URL (http or https).
+    pub url: String,
+    /// HTTP method, upper case; default `POST`.
+    pub method: String,
+    /// Extra request headers.
+    pub headers: Vec<(String, String)>,
+}
+
+impl Config {
+    /// Reads, parses and validates the file at `path`.
+    ///
+    /// # Errors
+    /// [`ConfigError`] lists every problem, each naming the file, the job or section, and
+    /// the field.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_toml(&text, path)
+    }
+
+    /// Parses and validates config text; `path` is used in messages.
+    ///
+    /// # Errors
+    /// As [`Config::load`].
+    pub fn from_toml(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let raw = raw::RawConfig::parse(text, path)?;
+        validate::resolve(raw, path)
+    }
+
+    /// The job called `name`.
+    pub fn job(&self, name: &str) -> Option<&Job> {
+        self.jobs.iter().find(|j| j.name.as_str() == name)
+    }
+
+    /// Every logical queue some job publishes to.
+    pub fn queues(&self) -> BTreeSet<QueueName> {
+        self.jobs.iter().map(|j| j.queue.clone()).collect()
+    }
+}

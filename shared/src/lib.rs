@@ -1,0 +1,19 @@
+//! cronq's shared core.
+//!
+//! - [`config`]: the TOML config, loaded and validated into one job table.
+//! - [`schedule`]: cron expressions and `@every`, DST-correct, in a job's zone.
+//! - [`key`] and [`message`]: the occurrence key `JOB@SCHEDULED_UTC` and the wire message.
+//! - [`names`]: validated names, and the only place broker and Redis names are formatted.
+//! - [`broker`]: the queue port (RabbitMQ and in-memory).
+//! - [`connect`]: service endpoints and the Redis connection.
+//! - [`redacted`], [`shutdown`]: small shared mechanisms.
+
+pub mod broker;
+pub mod config;
+pub mod connect;
+pub mod key;
+pub mod message;
+pub mod names;
+pub mod redacted;
+pub mod schedule;
+pub mod shutdown;

@@ -1,0 +1,198 @@
+//! The wire message: one occurrence of one job, as JSON in a persistent AMQP message.
+//!
+//! Invariant: the body is an internally tagged, versioned enum (`"kind": "occurrence.v1"`);
+//! decoding tolerates unknown fields (newer producers may add some) but refuses a body whose
+//! key does not match its job and scheduled time, so a consumer never runs the wrong thing.
+
+use chrono::{DateTime, FixedOffset, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::key::{OccurrenceKey, Slot};
+use crate::names::JobName;
+
+/// Bodies larger than this are refused by the consumer and dead-lettered (G5).
+pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
+
+/// Every message kind cronq puts on the wire.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind")]
+pub enum Message {
+    /// Version 1 of an occurrence.
+    #[serde(rename = "occurrence.v1")]
+    OccurrenceV1(Occurrence),
+}
+
+/// Why an occurrence was published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Trigger {
+    /// A regular tick of the schedule.
+    Schedule,
+    /// Published late by a new leader, inside the catch-up window.
+    Catchup,
+    /// `cronq trigger`.
+    Manual,
+    /// `cronq backfill`.
+    Backfill,
+    /// `cronq dlq replay`.
+    Replay,
+}
+
+/// One occurrence of one job, as carried on the wire.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Occurrence {
+    /// `JOB@SCHEDULED_UTC` or `JOB@manual-ID`.
+    pub key: OccurrenceKey,
+    /// The job to run.
+    pub job: JobName,
+    /// The nominal scheduled instant (jitter never moves it); for a manual trigger, when
+    /// it was requested.
+    pub scheduled_at: DateTime<Utc>,
+    /// The same instant in the job's zone (`CRONQ_SCHEDULED_AT`).
+    pub scheduled_local: DateTime<FixedOffset>,
+    /// The job's IANA zone.
+    pub timezone: String,
+    /// Why it was published.
+    pub trigger: Trigger,
+    /// 1 for the first try, incremented by each retry.
+    pub attempt: u32,
+    /// The job's payload (or the one given to `cronq trigger --payload`).
+    #[serde(default)]
+    pub payload: serde_json::Value,
+    /// The publishing leader's epoch (fencing token); 0 when not published by a leader.
+    #[serde(default)]
+    pub epoch: u64,
+    /// When this copy was published.
+    pub published_at: DateTime<Utc>,
+    /// The instant after which the occurrence must not start (`missed`), if any.
+    #[serde(default)]
+    pub deadline: Option<DateTime<Utc>>,
+    /// The error of the previous attempt, carried along retries for the dead-letter record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// Why a body was refused; the text goes into the dead-letter record.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// Larger than [`MAX_MESSAGE_BYTES`].
+    #[error("message of {size} bytes is larger than the {max} byte limit")]
+    TooLarge {
+        /// The body's size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Not JSON, unknown `kind`, or a missing or mistyped field.
+    #[error("message is not a cronq occurrence")]
+    Malformed(#[source] serde_json::Error),
+    /// The key disagrees with the job or the scheduled time in the body.
+    #[error("message key {key} does not match its job {job:?} and scheduled time {scheduled_at}")]
+    KeyMismatch {
+        /// The key in the body.
+        key: String,
+        /// The job in the body.
+        job: String,
+        /// The scheduled time in the body.
+        scheduled_at: DateTime<Utc>,
+    },
+}
+
+impl Occurrence {
+    /// Encodes this occurrence as a wire body.
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(&Message::OccurrenceV1(self.clone()))
+            .expect("an occurrence always serialises: every field is plain data")
+    }
+
+    /// Decodes and checks a wire body.
+    ///
+    /// # Errors
+    /// [`DecodeError`] names why the body is not a usable occurrence.
+    pub fn decode(body: &[u8]) -> Result<Self, DecodeError> {
+        if body.len() > MAX_MESSAGE_BYTES {
+            return Err(DecodeError::TooLarge {
+                size: body.len(),
+                max: MAX_MESSAGE_BYTES,
+            });
+        }
+        let Message::OccurrenceV1(occ) =
+            serde_json::from_slice(body).map_err(DecodeError::Malformed)?;
+        let slot_ok = match occ.key.slot() {
+            Slot::Scheduled(at) => *at == occ.scheduled_at,
+            Slot::Manual(_) => true,
+        };
+        if occ.key.job() != &occ.job || !slot_ok {
+            return Err(DecodeError::KeyMismatch {
+                key: occ.key.to_string(),
+                job: occ.job.to_string(),
+                scheduled_at: occ.scheduled_at,
+            });
+        }
+        Ok(occ)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Occurrence {
+        let at: DateTime<Utc> = "2026-11-29T19:30:00Z".parse().unwrap();
+        let job = JobName::new("nightly-report").unwrap();
+        Occurrence {
+            key: OccurrenceKey::scheduled(job.clone(), at),
+            job,
+            scheduled_at: at,
+            scheduled_local: "2026-11-30T03:30:00+08:00".parse().unwrap(),
+            timezone: "Asia/Shanghai".into(),
+            trigger: Trigger::Schedule,
+            attempt: 1,
+            payload: serde_json::json!({"region": "cn"}),
+            epoch: 7,
+            published_at: at,
+            deadline: None,
+            last_error: None,
+        }
+    }
+
+    #[test]
+    fn round_trips_and_is_tagged() {
+        let occ = sample();
+        let body = occ.encode();
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(json["kind"], "occurrence.v1");
+        assert_eq!(json["key"], "nightly-report@2026-11-29T19:30:00Z");
+        assert_eq!(Occurrence::decode(&body).unwrap(), occ);
+    }
+
+    #[test]
+    fn tolerates_unknown_fields() {
+        let mut json: serde_json::Value = serde_json::from_slice(&sample().encode()).unwrap();
+        json["added_later"] = serde_json::json!(true);
+        assert!(Occurrence::decode(json.to_string().as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn refuses_bad_bodies_with_a_reason() {
+        let err = Occurrence::decode(b"not json").unwrap_err();
+        assert_eq!(err.to_string(), "message is not a cronq occurrence");
+        let mut json: serde_json::Value = serde_json::from_slice(&sample().encode()).unwrap();
+        json["kind"] = "occurrence.v9".into();
+        assert!(matches!(
+            Occurrence::decode(json.to_string().as_bytes()),
+            Err(DecodeError::Malformed(_))
+        ));
+        let mut json: serde_json::Value = serde_json::from_slice(&sample().encode()).unwrap();
+        json["job"] = "other".into();
+        assert!(matches!(
+            Occurrence::decode(json.to_string().as_bytes()),
+            Err(DecodeError::KeyMismatch { .. })
+        ));
+        let big = vec![b' '; MAX_MESSAGE_BYTES + 1];
+        assert!(matches!(
+            Occurrence::decode(&big),
+            Err(DecodeError::TooLarge { .. })
+        ));
+    }
+}

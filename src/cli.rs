@@ -1,0 +1,225 @@
+//! The command line (SPEC section 5): one binary, one subcommand per operation.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Distributed cron: each scheduled occurrence runs once across the whole fleet.
+#[derive(Debug, Parser)]
+#[command(name = "cronq", version, propagate_version = true)]
+pub struct Cli {
+    /// The config file (TOML).
+    #[arg(long, global = true, env = "CRONQ_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Human)]
+    pub log_format: LogFormat,
+
+    /// RabbitMQ URL (amqp:// or amqps://).
+    #[arg(long, global = true, env = "CRONQ_AMQP_URL", default_value = cronq_shared::connect::DEFAULT_AMQP_URL, hide_env_values = true, hide_default_value = true)]
+    pub amqp_url: String,
+
+    /// Redis URL (redis:// or rediss://).
+    #[arg(long, global = true, env = "CRONQ_REDIS_URL", default_value = cronq_shared::connect::DEFAULT_REDIS_URL, hide_env_values = true, hide_default_value = true)]
+    pub redis_url: String,
+
+    /// Prefix of every exchange, queue and Redis key: [a-z0-9_.-]{1,64}.
+    #[arg(long, global = true, env = "CRONQ_NAMESPACE", default_value = "cronq")]
+    pub namespace: String,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Human,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Validate the config: exit 0, or exit 2 with every problem listed.
+    Check,
+    /// Preview the next fire times per job, in the job's zone and UTC.
+    Next(NextArgs),
+    /// Join leader election; the leader publishes occurrences.
+    Producer(ServeArgs),
+    /// Execute occurrences from the queues.
+    Consumer(ConsumerArgs),
+    /// Producer and consumer in one process, in memory: no RabbitMQ, no Redis.
+    Standalone(StandaloneArgs),
+    /// Each job: schedule, zone, next fire, paused, last outcome.
+    Jobs(JsonArg),
+    /// Run history, newest first.
+    Runs(RunsArgs),
+    /// Stop publishing a job, fleet-wide.
+    Pause(PauseArgs),
+    /// Restart publishing a paused job (no catch-up: use backfill).
+    Resume(JobArg),
+    /// Run one occurrence now, under its own key JOB@manual-ID.
+    Trigger(TriggerArgs),
+    /// Publish every occurrence with from <= t <= to under its normal key.
+    Backfill(BackfillArgs),
+    /// Inspect or replay the dead-letter queue.
+    #[command(subcommand)]
+    Dlq(DlqCommand),
+}
+
+/// `--json`.
+#[derive(Debug, Args)]
+pub struct JsonArg {
+    /// Print one JSON document on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `cronq next`.
+#[derive(Debug, Args)]
+pub struct NextArgs {
+    /// Only this job.
+    #[arg(long)]
+    pub job: Option<String>,
+    /// How many fire times per job.
+    #[arg(long, default_value_t = 5)]
+    pub count: usize,
+    /// Start after this instant (RFC 3339); default now.
+    #[arg(long)]
+    pub from: Option<String>,
+    /// Print one JSON document on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Flags of every long-running command.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Serve /metrics, /healthz and /readyz here (port 0 = off).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub admin_addr: SocketAddr,
+}
+
+/// `cronq consumer`.
+#[derive(Debug, Args)]
+pub struct ConsumerArgs {
+    /// Serve only these queues (comma-separated); default every queue in the config.
+    #[arg(long, value_delimiter = ',')]
+    pub queues: Vec<String>,
+    /// How many attempts run at once (also the AMQP prefetch).
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: u16,
+    /// How long running attempts may finish after SIGTERM.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub grace: Duration,
+    /// A name for this consumer in the run history (default: host and pid).
+    #[arg(long)]
+    pub consumer_id: Option<String>,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub serve: ServeArgs,
+}
+
+/// `cronq standalone`.
+#[derive(Debug, Args)]
+pub struct StandaloneArgs {
+    /// How long running attempts may finish after SIGTERM.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub grace: Duration,
+    /// How many attempts run at once.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: u16,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub serve: ServeArgs,
+}
+
+/// `cronq runs`.
+#[derive(Debug, Args)]
+pub struct RunsArgs {
+    /// Only this job.
+    #[arg(long)]
+    pub job: Option<String>,
+    /// At most this many runs.
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+    /// Print one JSON document on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A job name.
+#[derive(Debug, Args)]
+pub struct JobArg {
+    /// The job.
+    pub job: String,
+}
+
+/// `cronq pause`.
+#[derive(Debug, Args)]
+pub struct PauseArgs {
+    /// The job.
+    pub job: String,
+    /// Why, shown by `cronq jobs`.
+    #[arg(long)]
+    pub note: Option<String>,
+}
+
+/// `cronq trigger`.
+#[derive(Debug, Args)]
+pub struct TriggerArgs {
+    /// The job.
+    pub job: String,
+    /// JSON that replaces the configured payload.
+    #[arg(long)]
+    pub payload: Option<String>,
+}
+
+/// `cronq backfill`.
+#[derive(Debug, Args)]
+pub struct BackfillArgs {
+    /// The job.
+    pub job: String,
+    /// First instant (RFC 3339), inclusive.
+    #[arg(long)]
+    pub from: String,
+    /// Last instant (RFC 3339), inclusive.
+    #[arg(long)]
+    pub to: String,
+    /// Allow more than 10,000 occurrences.
+    #[arg(long)]
+    pub yes: bool,
+}
+
+/// `cronq dlq`.
+#[derive(Debug, Subcommand)]
+pub enum DlqCommand {
+    /// Every dead-lettered occurrence, without consuming the queue.
+    List(JsonArg),
+    /// Send dead-lettered occurrences back for execution.
+    Replay(ReplayArgs),
+}
+
+/// `cronq dlq replay`.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// Only this job's letters.
+    #[arg(long)]
+    pub job: Option<String>,
+    /// Only this key.
+    #[arg(long)]
+    pub key: Option<String>,
+    /// Every letter.
+    #[arg(long)]
+    pub all: bool,
+    /// Show what would be replayed; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}

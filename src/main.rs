@@ -1,0 +1,39 @@
+//! The `cronq` binary: parse the command line, set up tracing and the root cancellation
+//! token, dispatch to a subcommand, and map errors to exit codes (0 ok, 1 runtime failure,
+//! 2 usage or config error).
+
+mod cli;
+mod cmd;
+mod telemetry;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::Cli;
+
+fn main() -> ExitCode {
+    // lapin and redis both use rustls; pin one crypto provider so neither panics choosing.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let cli = Cli::parse(); // clap exits 2 on usage errors
+    telemetry::init(cli.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("cronq: cannot start the async runtime: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    let root = CancellationToken::new();
+    match runtime.block_on(cmd::dispatch(cli, root)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("cronq: {err:#}");
+            ExitCode::from(cmd::exit_code(&err))
+        }
+    }
+}

@@ -1,0 +1,234 @@
+//! Test environment: a fresh namespace per test against the real RabbitMQ and Redis,
+//! cleaned up even when the test panics, plus helpers to run the real `cronq` binary.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lapin::options::{ExchangeDeleteOptions, QueueDeleteOptions};
+
+pub const AMQP_URL_DEFAULT: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+pub const REDIS_URL_DEFAULT: &str = "redis://127.0.0.1:6379";
+
+pub fn amqp_url() -> String {
+    std::env::var("CRONQ_AMQP_URL").unwrap_or_else(|_| AMQP_URL_DEFAULT.into())
+}
+
+pub fn redis_url() -> String {
+    std::env::var("CRONQ_REDIS_URL").unwrap_or_else(|_| REDIS_URL_DEFAULT.into())
+}
+
+/// One test's private world: namespace, temp dir, and the children it started.
+#[derive(Clone)]
+pub struct TestEnv {
+    pub namespace: String,
+    pub dir: PathBuf,
+    children: Arc<Mutex<Vec<Child>>>,
+    queues: Arc<Mutex<Vec<String>>>,
+}
+
+impl TestEnv {
+    fn new(test: &str) -> Self {
+        let namespace = format!("t-{test}-{:08x}", rand::random::<u32>());
+        let dir = std::env::temp_dir().join(&namespace);
+        std::fs::create_dir_all(&dir).expect("create test dir");
+        Self {
+            namespace,
+            dir,
+            children: Arc::default(),
+            queues: Arc::default(),
+        }
+    }
+
+    /// Remembers a logical queue name so clean-up deletes its broker queue.
+    pub fn track_queue(&self, queue: &str) {
+        self.queues.lock().unwrap().push(queue.to_owned());
+    }
+
+    /// Writes a config file into the test dir and returns its path.
+    pub fn write_config(&self, name: &str, toml: &str) -> PathBuf {
+        let path = self.dir.join(name);
+        std::fs::write(&path, toml).expect("write config");
+        path
+    }
+
+    /// A `cronq` command with this test's namespace and the service URLs set.
+    pub fn cronq(&self) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_cronq"));
+        cmd.env("CRONQ_NAMESPACE", &self.namespace)
+            .env("CRONQ_AMQP_URL", amqp_url())
+            .env("CRONQ_REDIS_URL", redis_url())
+            .env_remove("CRONQ_CONFIG")
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info,lapin=warn".into()),
+            )
+            .current_dir(&self.dir);
+        cmd
+    }
+
+    /// Runs `cronq ARGS` to completion.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cronq().args(args).output().expect("run cronq")
+    }
+
+    /// Starts `cronq ARGS` in the background; it is killed at clean-up. Its stderr goes to
+    /// `<dir>/<log>.log`.
+    pub fn spawn(&self, log: &str, args: &[&str]) -> u32 {
+        let file = std::fs::File::create(self.dir.join(format!("{log}.log"))).expect("log file");
+        let child = self
+            .cronq()
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("spawn cronq");
+        let pid = child.id();
+        self.children.lock().unwrap().push(child);
+        pid
+    }
+
+    /// The log a spawned child wrote.
+    pub fn log(&self, log: &str) -> String {
+        std::fs::read_to_string(self.dir.join(format!("{log}.log"))).unwrap_or_default()
+    }
+
+    /// Sends `sig` to a spawned child.
+    pub fn signal(&self, pid: u32, sig: nix::sys::signal::Signal) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig);
+    }
+
+    /// Waits for a spawned child to exit and returns its exit code.
+    pub fn wait(&self, pid: u32, timeout: Duration) -> Option<i32> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            {
+                let mut children = self.children.lock().unwrap();
+                if let Some(child) = children.iter_mut().find(|c| c.id() == pid) {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        return status.code();
+                    }
+                } else {
+                    return None;
+                }
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// A Redis connection.
+    pub async fn redis(&self) -> redis::aio::MultiplexedConnection {
+        let client = redis::Client::open(redis_url()).expect("redis url");
+        client
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot reach Redis at {}: {e}\nstart it with: redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save \"\" --appendonly no",
+                    redis_url()
+                )
+            })
+    }
+
+    /// An AMQP connection.
+    pub async fn amqp(&self) -> lapin::Connection {
+        lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default())
+            .await
+            .unwrap_or_else(|e| {
+                panic!("cannot reach RabbitMQ at 127.0.0.1:5672: {e}\nstart it with: rabbitmq-server -detached")
+            })
+    }
+
+    /// Deletes every queue, exchange and Redis key of the namespace, and kills children.
+    pub async fn delete_namespace(&self) {
+        for mut child in self.children.lock().unwrap().drain(..) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let mut conn = self.redis().await;
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}:*", self.namespace))
+            .query_async(&mut conn)
+            .await
+            .unwrap_or_default();
+        if !keys.is_empty() {
+            let _: Result<(), _> = redis::cmd("DEL").arg(&keys).query_async(&mut conn).await;
+        }
+        let amqp = self.amqp().await;
+        let ch = amqp.create_channel().await.expect("channel");
+        let ns = &self.namespace;
+        let mut queues: Vec<String> = self
+            .queues
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|q| format!("{ns}.q.{q}"))
+            .collect();
+        queues.push(format!("{ns}.dlq"));
+        for q in queues {
+            let _ = ch
+                .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+                .await;
+        }
+        for ex in [format!("{ns}.occurrences"), format!("{ns}.dlx")] {
+            let _ = ch
+                .exchange_delete(ex.as_str().into(), ExchangeDeleteOptions::default())
+                .await;
+        }
+        let _ = amqp.close(200, "test done".into()).await;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Runs `body` against live services under a fresh namespace; cleans up even if `body`
+/// panics.
+pub async fn scoped<F, Fut>(test: &str, body: F)
+where
+    F: FnOnce(TestEnv) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let env = TestEnv::new(test);
+    let outcome = tokio::spawn(body(env.clone())).await;
+    if outcome.is_err() {
+        eprintln!(
+            "test {test} failed in namespace {} (dir {})",
+            env.namespace,
+            env.dir.display()
+        );
+    }
+    env.delete_namespace().await;
+    if let Err(err) = outcome {
+        std::panic::resume_unwind(err.into_panic());
+    }
+}
+
+/// Polls `probe` every 50 ms until it returns `Some`, or panics after `timeout` with
+/// `what`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Path of a file in the repository.
+pub fn repo_path(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
