@@ -4,7 +4,7 @@
 ///
 /// The `Display` text is a user message that reads after the schedule text, without the
 /// file, job or field: the config layer prints
-/// `cronq.toml: job "x": schedule: "0 61 * * *" is not a cron expression: minute 61 is outside 0-59`.
+/// `cronq.toml: job "x": schedule: "61 0 * * *" is not a cron expression: minute 61 is outside 0-59`.
 /// The texts are stable (CLI tests assert them):
 ///
 /// | variant | message |

@@ -84,7 +84,7 @@ impl Schedule {
     /// assert_eq!(next.to_rfc3339(), "2026-11-29T19:30:00+00:00"); // 03:30 on the 30th, CST
     /// assert_eq!(schedule.next_after(next).unwrap().to_rfc3339(), "2026-11-30T19:30:00+00:00");
     ///
-    /// let err = Schedule::parse("0 61 * * *", chrono_tz::UTC).unwrap_err();
+    /// let err = Schedule::parse("61 0 * * *", chrono_tz::UTC).unwrap_err();
     /// assert_eq!(err.to_string(), "is not a cron expression: minute 61 is outside 0-59");
     /// ```
     ///
