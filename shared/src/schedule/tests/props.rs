@@ -386,53 +386,76 @@ fn start_near(tz: Tz, year: i32, within: i64, near: Option<(usize, i64)>) -> Dat
 
 /// The properties every run of fires must have (see the module docs).
 fn check_fires(g: &Generated, tz: Tz, start: DateTime<Utc>) -> Result<(), TestCaseError> {
-    {
-        let schedule = match Schedule::parse_at(&g.text, tz, now()) {
-            Ok(s) => s,
-            // Generated fields can combine into something that never fires (Feb 30).
-            Err(ScheduleError::NeverFires { .. }) => return Ok(()),
-            Err(e) => panic!("{:?} did not parse: {e}", g.text),
-        };
-        let mut prev = start;
-        for t in schedule.iter_after(start).take(6) {
-            prop_assert!(t > prev, "{:?} in {}: {t} after {prev}", g.text, tz.name());
-            let local = t.with_timezone(&tz).naive_local();
-            if !matches(&g, &schedule, local) {
-                prop_assert!(
-                    schedule.is_pinned() && is_gap_fire(&g, &schedule, tz, t),
-                    "{:?} in {}: {t} (local {local}) does not match",
+    let schedule = match Schedule::parse_at(&g.text, tz, now()) {
+        Ok(s) => s,
+        // Generated fields can combine into something that never fires (Feb 30).
+        Err(ScheduleError::NeverFires { .. }) => return Ok(()),
+        Err(e) => panic!("{:?} did not parse: {e}", g.text),
+    };
+    // cronie's rule, from what the generator wrote.
+    let pinned = !(g.min.starts_with_star || g.hour.starts_with_star);
+    prop_assert_eq!(schedule.is_pinned(), pinned, "{:?}", g.text);
+    let mut prev = start;
+    for t in schedule.iter_after(start).take(6) {
+        prop_assert!(t > prev, "{:?} in {}: {t} after {prev}", g.text, tz.name());
+        let local = t.with_timezone(&tz).naive_local();
+        if !matches(g, &schedule, local) {
+            prop_assert!(
+                pinned && is_gap_fire(g, &schedule, tz, t),
+                "{:?} in {}: {t} (local {local}) does not match",
+                g.text,
+                tz.name()
+            );
+        }
+        if pinned {
+            // A repeated local time runs at its first pass only.
+            if let LocalResult::Ambiguous(a, b) = tz.from_local_datetime(&local) {
+                prop_assert_eq!(
+                    t,
+                    a.min(b).with_timezone(&Utc),
+                    "{:?} in {}",
                     g.text,
                     tz.name()
                 );
             }
-            if schedule.is_pinned() {
-                // A repeated local time runs at its first pass only.
-                if let LocalResult::Ambiguous(a, b) = tz.from_local_datetime(&local) {
-                    prop_assert_eq!(
-                        t,
-                        a.min(b).with_timezone(&Utc),
-                        "{:?} in {}",
+        }
+        // Nothing was skipped: no whole minute between two fires matches (for a pinned
+        // schedule, unless it is the second pass of a repeated time).
+        if t - prev <= chrono::Duration::days(2) {
+            let next_minute = (prev.timestamp().div_euclid(60) + 1) * 60;
+            let mut u = DateTime::from_timestamp(next_minute, 0).unwrap_or(t);
+            while u < t {
+                let local_u = u.with_timezone(&tz).naive_local();
+                if u > prev && matches(g, &schedule, local_u) {
+                    let second_pass = matches!(
+                        tz.from_local_datetime(&local_u),
+                        LocalResult::Ambiguous(a, b) if a.min(b).with_timezone(&Utc) < u
+                    );
+                    prop_assert!(
+                        pinned && second_pass,
+                        "{:?} in {}: skipped {u} (local {local_u}) between {prev} and {t}",
                         g.text,
                         tz.name()
                     );
                 }
+                u += chrono::Duration::minutes(1);
             }
-            // Resuming anywhere between two fires gives the same next fire.
-            let mid = prev + (t - prev) / 2;
-            prop_assert_eq!(
-                schedule.next_after(mid),
-                Some(t),
-                "{:?} in {} from {}",
-                g.text,
-                tz.name(),
-                mid
-            );
-            prop_assert_eq!(
-                schedule.next_after(t - chrono::Duration::seconds(1)),
-                Some(t)
-            );
-            prev = t;
         }
+        // Resuming anywhere between two fires gives the same next fire.
+        let mid = prev + (t - prev) / 2;
+        prop_assert_eq!(
+            schedule.next_after(mid),
+            Some(t),
+            "{:?} in {} from {}",
+            g.text,
+            tz.name(),
+            mid
+        );
+        prop_assert_eq!(
+            schedule.next_after(t - chrono::Duration::seconds(1)),
+            Some(t)
+        );
+        prev = t;
     }
     Ok(())
 }
