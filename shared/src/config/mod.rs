@@ -6,15 +6,23 @@
 
 mod error;
 mod raw;
+mod suggest;
 mod validate;
+
+#[cfg(test)]
+mod proptests;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
 pub use error::{ConfigError, Problem};
+pub use suggest::did_you_mean;
 
 use crate::names::{JobName, QueueName};
 use crate::schedule::Schedule;
@@ -145,8 +153,16 @@ impl Config {
     /// # Errors
     /// As [`Config::load`].
     pub fn from_toml(text: &str, path: &Path) -> Result<Self, ConfigError> {
-        let raw = raw::RawConfig::parse(text, path)?;
-        validate::resolve(raw, path)
+        Self::from_toml_at(text, path, Utc::now())
+    }
+
+    /// As [`Config::from_toml`], with `now` anchoring the look-ahead warnings
+    /// (daylight-saving transitions in the next year). Validity never depends on `now`.
+    ///
+    /// # Errors
+    /// As [`Config::load`].
+    pub fn from_toml_at(text: &str, path: &Path, now: DateTime<Utc>) -> Result<Self, ConfigError> {
+        validate::resolve(raw::RawConfig::parse(text), path, now)
     }
 
     /// The job called `name`.
