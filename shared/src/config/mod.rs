@@ -156,8 +156,9 @@ impl Config {
         Self::from_toml_at(text, path, Utc::now())
     }
 
-    /// As [`Config::from_toml`], with `now` anchoring the look-ahead warnings
-    /// (daylight-saving transitions in the next year). Validity never depends on `now`.
+    /// As [`Config::from_toml`], with "now" given: a schedule must fire at least once after
+    /// `now`, and the look-ahead warnings (daylight-saving transitions in the next year)
+    /// start from it.
     ///
     /// # Errors
     /// As [`Config::load`].

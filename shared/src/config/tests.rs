@@ -337,3 +337,58 @@ fn top_level_mistakes() {
         ]
     );
 }
+
+#[test]
+fn schedule_errors_read_after_the_schedule() {
+    assert_eq!(
+        problems(
+            r#"
+            [[job]]
+            name = "nightly-report"
+            schedule = "0 61 * * *"
+            [[job]]
+            name = "fast"
+            schedule = "@every 5x"
+            [[job]]
+            name = "never"
+            schedule = "0 0 30 2 *"
+            [[job]]
+            name = "missing"
+            "#
+        ),
+        [
+            "job \"nightly-report\": schedule: \"0 61 * * *\" is not a cron expression: hour 61 is outside 0-23",
+            "job \"fast\": schedule: \"@every 5x\": \"5x\" is not a duration: use a number and a unit, such as \"90s\", \"5m\" or \"1h 30m\"",
+            "job \"never\": schedule: \"0 0 30 2 *\" can never fire: no date matches its day-of-month, month and day-of-week fields",
+            "job \"missing\": schedule: is required: a cron expression such as \"30 3 * * *\", or \"@every 5m\"",
+        ]
+    );
+}
+
+#[test]
+fn pinned_jobs_in_dst_transitions_are_warned_about() {
+    let config = load(
+        r#"
+        [defaults]
+        timezone = "America/New_York"
+        [[job]]
+        name = "spring"
+        schedule = "30 2 * * *"
+        [[job]]
+        name = "fall"
+        schedule = "30 1 * * *"
+        [[job]]
+        name = "elapsed"
+        schedule = "*/15 * * * *"
+        "#,
+    )
+    .unwrap();
+    let warnings: Vec<String> = config.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        warnings,
+        [
+            "job \"spring\": schedule: \"30 2 * * *\" fires at 02:30 which does not exist on 2026-03-08 in America/New_York (clocks spring forward): it runs at 03:00 EDT instead",
+            "job \"fall\": schedule: \"30 1 * * *\" fires at 01:30 which occurs twice on 2026-11-01 in America/New_York (clocks fall back): it runs once, at the first pass (01:30 EDT)",
+        ]
+    );
+}

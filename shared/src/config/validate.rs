@@ -17,7 +17,7 @@ use super::suggest::{did_you_mean, suggest_zone};
 use super::{Catchup, Config, Handler, HttpHandler, Job, LeaderConfig, Overlap};
 use crate::names::{JobName, QueueName};
 use crate::redacted::Redacted;
-use crate::schedule::Schedule;
+use crate::schedule::{Schedule, ScheduleError};
 
 /// How far ahead `cronq check` looks for daylight-saving transitions.
 const DST_HORIZON: Duration = Duration::from_secs(366 * 24 * 3600);
@@ -30,8 +30,8 @@ const HTTP_METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE",
 
 /// Turns the raw file into a valid [`Config`], or lists every problem.
 ///
-/// `now` only anchors warnings that look ahead (daylight-saving transitions, intervals);
-/// whether a config is valid never depends on it.
+/// `now` anchors what looks ahead: a schedule must fire at least once after it, and the
+/// warnings (daylight-saving transitions in the next year, intervals) start from it.
 pub(crate) fn resolve(
     raw: RawConfig,
     path: &Path,
@@ -379,14 +379,10 @@ fn resolve_job(
             );
             None
         }
-        Some(text) => match Schedule::parse(text, common.timezone) {
-            Ok(s) if s.next_after(DateTime::UNIX_EPOCH).is_none() => {
-                out.problem(scope, "schedule", format!("{text:?} never fires"));
-                None
-            }
+        Some(text) => match Schedule::parse_at(text, common.timezone, now) {
             Ok(s) => Some(s),
             Err(e) => {
-                out.problem(scope, "schedule", schedule_message(text, &e.to_string()));
+                out.problem(scope, "schedule", schedule_message(text, &e));
                 None
             }
         },
@@ -634,22 +630,26 @@ fn warn_risky(job: &Job, scope: &str, now: DateTime<Utc>, out: &mut Report) {
 
 /// Warnings for a pinned schedule whose wall-clock time falls into a daylight-saving
 /// transition within `horizon` after `from` (SPEC section 3: `cronq check` warns about
-/// them), each as `job "x": schedule: …`.
-///
-/// Wiring point for `Schedule::dst_warnings` (the schedule module computes the
-/// transitions); until that API is on this branch, no DST warning is produced.
-pub(crate) fn dst_warnings(
+/// them), each as `job "x": schedule: "30 2 * * *" fires at 02:30 which …`.
+fn dst_warnings(
     scope: &str,
     schedule: &Schedule,
     from: DateTime<Utc>,
     horizon: Duration,
 ) -> Vec<Problem> {
-    let _ = (scope, schedule, from, horizon);
-    Vec::new()
+    schedule
+        .dst_warnings(from, horizon)
+        .into_iter()
+        .map(|w| Problem::new(scope, "schedule", format!("{:?} {w}", schedule.as_str())))
+        .collect()
 }
 
-/// The shortest gap between upcoming fire times, sampled after `now`.
+/// The interval of an `@every` schedule, or the shortest gap between a cron schedule's
+/// upcoming fire times, sampled after `now`.
 fn shortest_interval(schedule: &Schedule, now: DateTime<Utc>) -> Option<Duration> {
+    if let Some(every) = schedule.is_every() {
+        return Some(every);
+    }
     let times: Vec<_> = schedule.iter_after(now).take(INTERVAL_SAMPLES).collect();
     times
         .windows(2)
@@ -657,14 +657,13 @@ fn shortest_interval(schedule: &Schedule, now: DateTime<Utc>) -> Option<Duration
         .min()
 }
 
-fn schedule_message(text: &str, error: &str) -> String {
-    let quoted = format!("{text:?}");
-    if error.starts_with(&quoted) {
-        error.to_owned()
-    } else if text.trim_start().starts_with('@') {
-        format!("{quoted} is not a valid schedule: {error}")
+/// `"TEXT" <error>`: the schedule error's text reads after the schedule as written.
+fn schedule_message(text: &str, error: &ScheduleError) -> String {
+    let message = error.to_string();
+    if message.starts_with('"') {
+        format!("{text:?}: {message}")
     } else {
-        format!("{quoted} is not a cron expression: {error}")
+        format!("{text:?} {message}")
     }
 }
 
