@@ -144,6 +144,9 @@ pub(crate) struct RawJob {
     pub(crate) common: RawDefaults,
     /// Its `http` table, read.
     pub(crate) http: Option<RawHttp>,
+    /// Fields that are present but had the wrong type (already reported), so stage two
+    /// does not also call them missing.
+    pub(crate) rejected: Vec<&'static str>,
 }
 
 /// The fields only a job has.
@@ -297,9 +300,14 @@ fn job(ordinal: usize, item: Value) -> Section<RawJob> {
     let mut common = Table::new();
     let mut problems = Vec::new();
     let mut http = None;
+    let mut rejected = Vec::new();
     for (key, value) in table {
         if let Some(spec) = JOB_FIELDS.iter().find(|f| f.name == key) {
-            match check_field::<RawJobOwn>(&key, &value, &scope, "", spec) {
+            let checked = check_field::<RawJobOwn>(&key, &value, &scope, "", spec);
+            if checked.is_err() {
+                rejected.push(spec.name);
+            }
+            match checked {
                 Ok(()) if key == "http" => {
                     if let Value::Table(t) = value {
                         let section: Section<RawHttp> = section(t, &scope, "http.", HTTP_FIELDS);
@@ -335,6 +343,7 @@ fn job(ordinal: usize, item: Value) -> Section<RawJob> {
             own: own.value,
             common: common.value,
             http,
+            rejected,
         },
         problems,
     }

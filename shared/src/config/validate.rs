@@ -55,7 +55,6 @@ pub(crate) fn resolve(
     let mut jobs = Vec::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
     for section in raw.jobs {
-        out.problems.extend(section.problems);
         let job = &section.value;
         if let Some(name) = job.own.name.as_deref() {
             if let Some(first) = seen.get(name) {
@@ -70,6 +69,7 @@ pub(crate) fn resolve(
                 seen.insert(name.to_owned(), job.ordinal);
             }
         }
+        out.problems.extend(section.problems.iter().cloned());
         if let Some(job) = resolve_job(job, &defaults, now, &mut out) {
             jobs.push(job);
         }
@@ -353,6 +353,7 @@ fn resolve_job(
     let scope = raw.scope.as_str();
     let before = out.problems.len();
     let name = match raw.own.name.as_deref() {
+        None if raw.rejected.contains(&"name") => None,
         None => {
             out.problem(
                 scope,
@@ -371,6 +372,7 @@ fn resolve_job(
     };
     let common = resolve_common(defaults, &raw.common, scope, false, out);
     let schedule = match raw.own.schedule.as_deref() {
+        None if raw.rejected.contains(&"schedule") => None,
         None => {
             out.problem(
                 scope,
@@ -549,7 +551,11 @@ fn toml_to_json(
         toml::Value::Float(f) => match serde_json::Number::from_f64(*f) {
             Some(n) => J::Number(n),
             None => {
-                out.problem(scope, field, format!("{f} cannot be represented in JSON"));
+                out.problem(
+                    scope,
+                    field,
+                    format!("{f} cannot be represented in JSON: use a finite number or a string"),
+                );
                 J::Null
             }
         },
