@@ -606,18 +606,19 @@ fn warn_risky(job: &Job, scope: &str, now: DateTime<Utc>, out: &mut Report) {
             );
         }
     }
-    if let Some(deadline) = job.deadline {
-        if !job.jitter.is_zero() && deadline <= job.jitter {
-            out.warn(
-                scope,
-                "deadline",
-                format!(
-                    "{} is not longer than jitter ({}): occurrences delayed by jitter will be recorded as missed",
-                    fmt(deadline),
-                    fmt(job.jitter)
-                ),
-            );
-        }
+    if let Some(deadline) = job.deadline
+        && !job.jitter.is_zero()
+        && deadline <= job.jitter
+    {
+        out.warn(
+            scope,
+            "deadline",
+            format!(
+                "{} is not longer than jitter ({}): occurrences delayed by jitter will be recorded as missed",
+                fmt(deadline),
+                fmt(job.jitter)
+            ),
+        );
     }
     if job.catchup != Catchup::None && job.retention < job.catchup_window {
         out.warn(
