@@ -1,8 +1,13 @@
 //! Configuration: the TOML file of SPEC section 2, resolved into one validated job table.
 //!
-//! Loading has two stages: [`raw`] is pure serde (what the file says), [`validate`] turns
-//! it into [`Config`], checking every rule and collecting every problem before it returns.
-//! Invariant: a [`Config`] value is always valid; nothing downstream re-checks it.
+//! Loading has two stages. `raw` parses the text into a TOML table and deserializes each
+//! section and each job on its own, field by field, so one wrong type or unknown field
+//! never hides the others. `validate` applies the built-in defaults, then `[defaults]`,
+//! then each job's overrides, checks every rule, and collects every problem (and every
+//! warning) before it returns. Loading never reads or changes the process environment.
+//!
+//! Invariant: a [`Config`] value is always valid; nothing downstream re-checks it. A
+//! [`ConfigError`] lists every problem, one line each: `FILE: SCOPE: FIELD: message`.
 
 mod error;
 mod raw;
