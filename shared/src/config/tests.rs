@@ -392,3 +392,14 @@ fn pinned_jobs_in_dst_transitions_are_warned_about() {
         ]
     );
 }
+
+#[test]
+fn absurd_durations_are_refused() {
+    assert_eq!(
+        problems("[defaults]\nretention = \"1000years\"\ndeadline = \"200y\"\n"),
+        [
+            "[defaults]: retention: \"1000years\" is too long: at most 100 years",
+            "[defaults]: deadline: \"200y\" is too long: at most 100 years",
+        ]
+    );
+}

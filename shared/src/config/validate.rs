@@ -25,6 +25,10 @@ const DST_HORIZON: Duration = Duration::from_secs(366 * 24 * 3600);
 /// How many upcoming fire times are sampled to find a cron schedule's shortest interval.
 const INTERVAL_SAMPLES: usize = 64;
 
+/// The longest duration accepted anywhere: 100 years. Longer values are typos, and would
+/// overflow date arithmetic downstream.
+const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// HTTP methods an `http` handler may use.
 const HTTP_METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
 
@@ -224,6 +228,11 @@ fn resolve_common(
         match text {
             "none" => c.deadline = None,
             text => match humantime::parse_duration(text) {
+                Ok(d) if d > MAX_DURATION => out.problem(
+                    scope,
+                    "deadline",
+                    format!("{text:?} is too long: at most 100 years"),
+                ),
                 Ok(d) if !d.is_zero() => c.deadline = Some(d),
                 Ok(_) => out.problem(
                     scope,
@@ -675,11 +684,15 @@ fn schedule_message(text: &str, error: &ScheduleError) -> String {
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text).map_err(|_| {
+    let d = humantime::parse_duration(text).map_err(|_| {
         format!(
             "{text:?} is not a duration: use humantime syntax such as \"90s\", \"5m\" or \"1h 30m\""
         )
-    })
+    })?;
+    if d > MAX_DURATION {
+        return Err(format!("{text:?} is too long: at most 100 years"));
+    }
+    Ok(d)
 }
 
 fn parse_zone(text: &str) -> Result<Tz, String> {
