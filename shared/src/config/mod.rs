@@ -10,9 +10,11 @@
 //! [`ConfigError`] lists every problem, one line each: `FILE: SCOPE: FIELD: message`.
 
 mod error;
+mod handler;
 mod raw;
 mod suggest;
 mod validate;
+mod warnings;
 
 #[cfg(test)]
 mod proptests;

@@ -12,25 +12,15 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
 use super::error::{ConfigError, Problem};
-use super::raw::{RawConfig, RawDefaults, RawHttp, RawJob, RawLeader};
+use super::raw::{RawConfig, RawDefaults, RawJob, RawLeader};
 use super::suggest::{did_you_mean, suggest_zone};
-use super::{Catchup, Config, Handler, HttpHandler, Job, LeaderConfig, Overlap};
+use super::{Catchup, Config, Job, LeaderConfig, Overlap};
 use crate::names::{JobName, QueueName};
-use crate::redacted::Redacted;
 use crate::schedule::{Schedule, ScheduleError};
-
-/// How far ahead `cronq check` looks for daylight-saving transitions.
-const DST_HORIZON: Duration = Duration::from_secs(366 * 24 * 3600);
-
-/// How many upcoming fire times are sampled to find a cron schedule's shortest interval.
-const INTERVAL_SAMPLES: usize = 64;
 
 /// The longest duration accepted anywhere: 100 years. Longer values are typos, and would
 /// overflow date arithmetic downstream.
 const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
-/// HTTP methods an `http` handler may use.
-const HTTP_METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
 
 /// Turns the raw file into a valid [`Config`], or lists every problem.
 ///
@@ -98,17 +88,17 @@ pub(crate) fn resolve(
 
 /// Problems and warnings, in the order found.
 #[derive(Default)]
-struct Report {
-    problems: Vec<Problem>,
-    warnings: Vec<Problem>,
+pub(super) struct Report {
+    pub(super) problems: Vec<Problem>,
+    pub(super) warnings: Vec<Problem>,
 }
 
 impl Report {
-    fn problem(&mut self, scope: &str, field: &str, message: impl Into<String>) {
+    pub(super) fn problem(&mut self, scope: &str, field: &str, message: impl Into<String>) {
         self.problems.push(Problem::new(scope, field, message));
     }
 
-    fn warn(&mut self, scope: &str, field: &str, message: impl Into<String>) {
+    pub(super) fn warn(&mut self, scope: &str, field: &str, message: impl Into<String>) {
         self.warnings.push(Problem::new(scope, field, message));
     }
 }
@@ -398,9 +388,11 @@ fn resolve_job(
             }
         },
     };
-    let handler = resolve_handler(raw, scope, out);
+    let handler = super::handler::resolve_handler(raw, scope, out);
     let payload = match &raw.own.payload {
-        Some(table) => toml_to_json(&toml::Value::Table(table.clone()), scope, "payload", out),
+        Some(table) => {
+            super::handler::toml_to_json(&toml::Value::Table(table.clone()), scope, "payload", out)
+        }
         None => serde_json::Value::Object(serde_json::Map::new()),
     };
     if out.problems.len() > before {
@@ -424,253 +416,8 @@ fn resolve_job(
         payload,
         handler,
     };
-    warn_risky(&job, scope, now, out);
+    super::warnings::warn_risky(&job, scope, now, out);
     Some(job)
-}
-
-fn resolve_handler(raw: &RawJob, scope: &str, out: &mut Report) -> Option<Handler> {
-    if raw.own.command.is_some() && raw.http.is_some() {
-        out.problem(
-            scope,
-            "http",
-            "is set together with command: a job has exactly one handler, so keep one of them (or neither, when an embedding program registers the handler)",
-        );
-        return None;
-    }
-    if let Some(argv) = &raw.own.command {
-        return match argv.first() {
-            None => {
-                out.problem(
-                    scope,
-                    "command",
-                    "is empty: give the program and its arguments, such as [\"/usr/local/bin/report\", \"--daily\"]",
-                );
-                None
-            }
-            Some(program) if program.trim().is_empty() => {
-                out.problem(
-                    scope,
-                    "command",
-                    "the program (first element) is empty: give a path such as \"/usr/local/bin/report\"",
-                );
-                None
-            }
-            Some(_) => Some(Handler::Command(argv.clone())),
-        };
-    }
-    raw.http
-        .as_ref()
-        .and_then(|http| resolve_http(http, scope, out))
-        .map(Handler::Http)
-}
-
-fn resolve_http(raw: &RawHttp, scope: &str, out: &mut Report) -> Option<HttpHandler> {
-    let before = out.problems.len();
-    match raw.url.as_deref() {
-        None => out.problem(
-            scope,
-            "http.url",
-            "is required: an http:// or https:// URL such as \"http://127.0.0.1:8080/sync\"",
-        ),
-        Some(url) if !is_http_url(url) => out.problem(
-            scope,
-            "http.url",
-            format!(
-                "\"{}\" is not an http:// or https:// URL with a host, such as \"http://127.0.0.1:8080/sync\"",
-                Redacted(url)
-            ),
-        ),
-        Some(_) => {}
-    }
-    let method = raw.method.as_deref().unwrap_or("POST").to_ascii_uppercase();
-    if !HTTP_METHODS.contains(&method.as_str()) {
-        out.problem(
-            scope,
-            "http.method",
-            format!(
-                "{:?} is not an HTTP method: use {}",
-                raw.method.as_deref().unwrap_or_default(),
-                HTTP_METHODS.join(", ")
-            ),
-        );
-    }
-    let mut headers = Vec::new();
-    for (name, value) in raw.headers.iter().flatten() {
-        let field = format!("http.headers.{}", super::raw::key_text(name));
-        let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
-        if name.is_empty() || !name.chars().all(token) {
-            out.problem(
-                scope,
-                "http.headers",
-                format!("{name:?} is not a valid header name: use letters, digits and -"),
-            );
-            continue;
-        }
-        match value {
-            toml::Value::String(v) if v.chars().any(|c| c.is_control() && c != '\t') => {
-                out.problem(
-                    scope,
-                    &field,
-                    "the value contains a line break or control character",
-                );
-            }
-            toml::Value::String(v) => headers.push((name.clone(), v.clone())),
-            other => out.problem(
-                scope,
-                &field,
-                format!("expected a string, got {}", super::raw::describe(other)),
-            ),
-        }
-    }
-    if out.problems.len() > before {
-        return None;
-    }
-    Some(HttpHandler {
-        url: raw.url.clone().unwrap_or_default(),
-        method,
-        headers,
-    })
-}
-
-fn is_http_url(url: &str) -> bool {
-    let rest = url
-        .strip_prefix("http://")
-        .or_else(|| url.strip_prefix("https://"));
-    match rest {
-        Some(rest) => {
-            let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-            let host = authority.rsplit('@').next().unwrap_or_default();
-            !host.is_empty() && !url.chars().any(|c| c.is_whitespace() || c.is_control())
-        }
-        None => false,
-    }
-}
-
-/// Converts a TOML value to JSON; date-times become RFC 3339 strings.
-fn toml_to_json(
-    value: &toml::Value,
-    scope: &str,
-    field: &str,
-    out: &mut Report,
-) -> serde_json::Value {
-    use serde_json::Value as J;
-    match value {
-        toml::Value::String(s) => J::String(s.clone()),
-        toml::Value::Integer(i) => J::from(*i),
-        toml::Value::Float(f) => match serde_json::Number::from_f64(*f) {
-            Some(n) => J::Number(n),
-            None => {
-                out.problem(
-                    scope,
-                    field,
-                    format!("{f} cannot be represented in JSON: use a finite number or a string"),
-                );
-                J::Null
-            }
-        },
-        toml::Value::Boolean(b) => J::Bool(*b),
-        toml::Value::Datetime(d) => J::String(d.to_string()),
-        toml::Value::Array(items) => J::Array(
-            items
-                .iter()
-                .enumerate()
-                .map(|(i, v)| toml_to_json(v, scope, &format!("{field}[{i}]"), out))
-                .collect(),
-        ),
-        toml::Value::Table(t) => J::Object(
-            t.iter()
-                .map(|(k, v)| {
-                    let path = format!("{field}.{}", super::raw::key_text(k));
-                    (k.clone(), toml_to_json(v, scope, &path, out))
-                })
-                .collect(),
-        ),
-    }
-}
-
-/// Legal but risky combinations of one job.
-fn warn_risky(job: &Job, scope: &str, now: DateTime<Utc>, out: &mut Report) {
-    let fmt = |d: Duration| humantime::format_duration(d).to_string();
-    if let Some(interval) = shortest_interval(&job.schedule, now) {
-        if !job.jitter.is_zero() && job.jitter >= interval {
-            out.warn(
-                scope,
-                "jitter",
-                format!(
-                    "{} is not shorter than the schedule's interval ({}): an occurrence may be published after the next one",
-                    fmt(job.jitter),
-                    fmt(interval)
-                ),
-            );
-        }
-        if job.catchup == Catchup::All && job.catchup_window < interval {
-            out.warn(
-                scope,
-                "catchup_window",
-                format!(
-                    "{} is shorter than the schedule's interval ({}): catchup = \"all\" can recover at most one missed occurrence",
-                    fmt(job.catchup_window),
-                    fmt(interval)
-                ),
-            );
-        }
-    }
-    if let Some(deadline) = job.deadline
-        && !job.jitter.is_zero()
-        && deadline <= job.jitter
-    {
-        out.warn(
-            scope,
-            "deadline",
-            format!(
-                "{} is not longer than jitter ({}): occurrences delayed by jitter will be recorded as missed",
-                fmt(deadline),
-                fmt(job.jitter)
-            ),
-        );
-    }
-    if job.catchup != Catchup::None && job.retention < job.catchup_window {
-        out.warn(
-            scope,
-            "retention",
-            format!(
-                "{} is shorter than catchup_window ({}): an occurrence published again by catch-up after its record expired would run again",
-                fmt(job.retention),
-                fmt(job.catchup_window)
-            ),
-        );
-    }
-    out.warnings
-        .extend(dst_warnings(scope, &job.schedule, now, DST_HORIZON));
-}
-
-/// Warnings for a pinned schedule whose wall-clock time falls into a daylight-saving
-/// transition within `horizon` after `from` (SPEC section 3: `cronq check` warns about
-/// them), each as `job "x": schedule: "30 2 * * *" fires at 02:30 which …`.
-fn dst_warnings(
-    scope: &str,
-    schedule: &Schedule,
-    from: DateTime<Utc>,
-    horizon: Duration,
-) -> Vec<Problem> {
-    schedule
-        .dst_warnings(from, horizon)
-        .into_iter()
-        .map(|w| Problem::new(scope, "schedule", format!("{:?} {w}", schedule.as_str())))
-        .collect()
-}
-
-/// The interval of an `@every` schedule, or the shortest gap between a cron schedule's
-/// upcoming fire times, sampled after `now`.
-fn shortest_interval(schedule: &Schedule, now: DateTime<Utc>) -> Option<Duration> {
-    if let Some(every) = schedule.is_every() {
-        return Some(every);
-    }
-    let times: Vec<_> = schedule.iter_after(now).take(INTERVAL_SAMPLES).collect();
-    times
-        .windows(2)
-        .filter_map(|w| (w[1] - w[0]).to_std().ok())
-        .min()
 }
 
 /// `"TEXT" <error>`: the schedule error's text reads after the schedule as written.
