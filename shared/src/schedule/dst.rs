@@ -29,7 +29,8 @@ pub enum DstChange {
 /// `fires at 02:00, 02:30 which do not exist on ...: they run once, at 03:00 EDT instead`,
 /// `fires at 01:30 which occurs twice on 2026-11-01 in America/New_York (clocks fall back): it runs once, at the first pass (01:30 EDT)`,
 /// `fires at 01:00, 01:30 which occur twice on ...: each runs once, at the first pass (EDT)`.
-/// More than three times are listed as `01:00, 01:01, 01:02 and 57 more times`.
+/// More than three times are listed as `01:00, 01:01, 01:02 and 57 more times`; seconds
+/// are shown when a time has them; the run time gets its date when it is on another day.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DstWarning {
     /// Which way the clocks moved.
@@ -65,7 +66,12 @@ impl fmt::Display for DstWarning {
             )?;
         }
         let one = self.count == 1;
-        let runs_at_format = format!("{time_format} %Z");
+        // A gap can swallow a whole day (Samoa, 2011-12-30): then the date is shown too.
+        let runs_at_format = if self.runs_at.date_naive() == self.date {
+            format!("{time_format} %Z")
+        } else {
+            format!("%Y-%m-%d {time_format} %Z")
+        };
         let runs_at = self.runs_at.format(&runs_at_format);
         match self.change {
             DstChange::SpringForward => write!(

@@ -37,7 +37,7 @@ pub use error::ScheduleError;
 
 use fields::{Field, FieldKind, parse_field};
 
-/// A parsed schedule in a zone.
+/// A parsed schedule in a zone. Two schedules are equal when their text and zone are.
 #[derive(Debug, Clone)]
 pub struct Schedule {
     text: String,
@@ -231,6 +231,14 @@ impl Schedule {
         }
     }
 }
+
+impl PartialEq for Schedule {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text && self.tz == other.tz
+    }
+}
+
+impl Eq for Schedule {}
 
 impl CronSchedule {
     /// The next fire of a pinned schedule: walk matching local times from the local time

@@ -739,3 +739,49 @@ fn sweep_around_unusual_transitions_never_goes_back() {
         }
     }
 }
+
+/// Samoa skipped 2011-12-30 entirely (UTC-10 to UTC+14 at 2011-12-30T10:00Z): a pinned
+/// time that day runs at the first instant after the gap; elapsed time skips the day.
+#[test]
+fn a_skipped_whole_day_runs_pinned_times_once_after_it() {
+    use chrono_tz::Pacific::Apia;
+    let pinned: Vec<_> = parse_in("0 9 * * *", Apia)
+        .iter_after(at("2011-12-29T00:00:00Z"))
+        .take(3)
+        .collect();
+    assert_eq!(
+        pinned,
+        [
+            at("2011-12-29T19:00:00Z"), // 12-29 09:00 -10
+            at("2011-12-30T10:00:00Z"), // 12-30 09:00 does not exist: 12-31 00:00 +14
+            at("2011-12-30T19:00:00Z"), // 12-31 09:00 +14
+        ]
+    );
+    let elapsed: Vec<_> = parse_in("0 */12 * * *", Apia)
+        .iter_after(at("2011-12-29T00:00:00Z"))
+        .take(4)
+        .collect();
+    assert_eq!(
+        elapsed,
+        [
+            at("2011-12-29T10:00:00Z"), // 12-29 00:00 -10
+            at("2011-12-29T22:00:00Z"), // 12-29 12:00 -10
+            at("2011-12-30T10:00:00Z"), // 12-31 00:00 +14
+            at("2011-12-30T22:00:00Z"), // 12-31 12:00 +14
+        ]
+    );
+    assert_eq!(
+        parse_in("0 9 * * *", Apia)
+            .dst_warnings(
+                at("2011-06-01T00:00:00Z"),
+                Duration::from_secs(300 * 86_400)
+            )
+            .iter()
+            .map(ToString::to_string)
+            .filter(|w| w.contains("2011-12-30"))
+            .collect::<Vec<_>>(),
+        [
+            "fires at 09:00 which does not exist on 2011-12-30 in Pacific/Apia (clocks spring forward): it runs at 2011-12-31 00:00 +14 instead"
+        ]
+    );
+}
