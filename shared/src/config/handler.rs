@@ -12,6 +12,8 @@ use crate::redacted::Redacted;
 /// HTTP methods an `http` handler may use.
 const HTTP_METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
 
+/// The job's one handler, `None` when it has none in the file (an embedding program
+/// registers it) or when it is invalid (then a problem is recorded).
 pub(super) fn resolve_handler(raw: &RawJob, scope: &str, out: &mut Report) -> Option<Handler> {
     if raw.own.command.is_some() && raw.http.is_some() {
         out.problem(
