@@ -190,7 +190,7 @@ pub async fn delayed_publish<B: Broker>(broker: &B, q: &QueueName) {
 
 pub async fn dead_letters_listed_in_order<B: Broker>(broker: &B, q: &QueueName) {
     declare(broker, &[q]).await;
-    let letters: Vec<DeadLetter> = (0..5)
+    let letters: Vec<DeadLetter> = (0..30)
         .map(|i| letter(q, i, if i % 2 == 0 { "failed" } else { "unknown job" }))
         .collect();
     for l in &letters {
@@ -207,11 +207,11 @@ pub async fn dead_letters_listed_in_order<B: Broker>(broker: &B, q: &QueueName) 
 
 pub async fn replay_selected<B: Broker>(broker: &B, q: &QueueName) {
     declare(broker, &[q]).await;
-    let letters: Vec<DeadLetter> = (0..5).map(|i| letter(q, i, "failed")).collect();
+    let letters: Vec<DeadLetter> = (0..8).map(|i| letter(q, i, "failed")).collect();
     for l in &letters {
         broker.dead_letter(l).await.unwrap();
     }
-    let chosen: BTreeSet<String> = [1, 3]
+    let chosen: BTreeSet<String> = [1, 3, 4, 7]
         .iter()
         .map(|i| letters[*i].key.clone().unwrap())
         .collect();
@@ -230,7 +230,7 @@ pub async fn replay_selected<B: Broker>(broker: &B, q: &QueueName) {
         })
         .await
         .unwrap();
-    assert_eq!(replayed, 2);
+    assert_eq!(replayed, 4);
     let left: Vec<_> = broker
         .dead_letters()
         .await
@@ -238,7 +238,7 @@ pub async fn replay_selected<B: Broker>(broker: &B, q: &QueueName) {
         .iter()
         .map(summary)
         .collect();
-    let expected: Vec<_> = [0, 2, 4].iter().map(|i| summary(&letters[*i])).collect();
+    let expected: Vec<_> = [0, 2, 5, 6].iter().map(|i| summary(&letters[*i])).collect();
     assert_eq!(left, expected);
     let token = CancellationToken::new();
     let mut rx = broker
@@ -246,7 +246,7 @@ pub async fn replay_selected<B: Broker>(broker: &B, q: &QueueName) {
         .await
         .unwrap();
     let mut got = BTreeSet::new();
-    for _ in 0..2 {
+    for _ in 0..4 {
         let d = next(&mut rx).await;
         let occ = Occurrence::decode(&d.body).unwrap();
         assert_eq!(occ.trigger, Trigger::Replay);
@@ -588,6 +588,10 @@ mod amqp {
 
     #[tokio::test]
     async fn survives_closed_connections_without_loss() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("cronq_shared=debug,lapin=warn")
+            .with_test_writer()
+            .try_init();
         run("brk-close-all", |b, q| async move {
             declare(&b, &[&q]).await;
             let seen: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
@@ -618,7 +622,6 @@ mod amqp {
                         .unwrap_or_else(|e| panic!("publish: {e:?}"));
                     published.extend(batch.iter().map(|o| o.occurrence.key.to_string()));
                     i += 1;
-                    tokio::time::sleep(Duration::from_millis(20)).await;
                 }
                 closer.join().unwrap();
             }

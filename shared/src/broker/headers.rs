@@ -10,8 +10,8 @@ use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 
 use super::topology::{
-    DELAY_HEADER, HEADER_ATTEMPT, HEADER_ATTEMPTS, HEADER_DEAD_LETTERED_AT, HEADER_ERROR,
-    HEADER_JOB, HEADER_QUEUE, HEADER_REASON, HEADER_SCHEDULED_AT, short,
+    DELAY_HEADER, DELIVERY_LIMIT, HEADER_ATTEMPT, HEADER_ATTEMPTS, HEADER_DEAD_LETTERED_AT,
+    HEADER_ERROR, HEADER_JOB, HEADER_QUEUE, HEADER_REASON, HEADER_SCHEDULED_AT, short,
 };
 use super::{BrokerError, DeadLetter};
 use crate::message::Occurrence;
@@ -171,7 +171,8 @@ pub fn read_dead_letter(names: &Names, props: &BasicProperties, body: &[u8]) -> 
         .map(ToString::to_string)
         .or(raw_queue)
         .unwrap_or_else(|| "(unknown)".to_owned());
-    let reason = match get_text("x-first-death-reason").as_deref() {
+    let death_reason = get_text("x-first-death-reason");
+    let reason = match death_reason.as_deref() {
         Some("delivery_limit") => format!("delivery limit reached in queue {label}"),
         Some("rejected") => format!("rejected in queue {label}"),
         Some("expired") => format!("expired in queue {label}"),
@@ -189,19 +190,17 @@ pub fn read_dead_letter(names: &Names, props: &BasicProperties, body: &[u8]) -> 
         .and_then(as_int)
         .and_then(|secs| Utc.timestamp_opt(secs, 0).single())
         .unwrap_or(DateTime::<Utc>::UNIX_EPOCH);
-    // Quorum queues count returns in x-delivery-count; the delivery that reached the limit
-    // is one more than the returns before it.
-    let deliveries = get("x-delivery-count")
-        .and_then(as_int)
-        .and_then(|n| u32::try_from(n).ok())
-        .map(|n| n.saturating_add(1));
     DeadLetter {
         key,
         job,
         queue,
-        attempts: deliveries
-            .or_else(|| occ.as_ref().map(|o| o.attempt))
-            .unwrap_or(0),
+        // The broker strips `x-delivery-count` when it dead-letters; a delivery-limit death
+        // means the limit plus the one delivery over it.
+        attempts: if death_reason.as_deref() == Some("delivery_limit") {
+            u32::try_from(DELIVERY_LIMIT).unwrap_or(0).saturating_add(1)
+        } else {
+            occ.as_ref().map_or(0, |o| o.attempt)
+        },
         reason,
         last_error: occ.and_then(|o| o.last_error),
         dead_lettered_at,
