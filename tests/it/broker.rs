@@ -1,6 +1,9 @@
 //! The queue port's behaviour, written once as generic suites over `B: Broker` and run
 //! against both the in-memory broker and RabbitMQ (one namespace per test).
 
+// Test helpers outside #[test] fns: clippy's allow-unwrap-in-tests does not cover them.
+#![allow(clippy::unwrap_used)]
+
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
@@ -393,9 +396,9 @@ mod amqp {
         scoped(test, move |env| async move {
             env.track_queue("a");
             let broker = connect(&env).await;
-            for d in [Duration::from_millis(1500)] {
-                env.track_raw_queue(&broker.names().delay_queue(quantize_delay(d)));
-            }
+            // The delay queue `delayed_publish` makes.
+            let delay = quantize_delay(Duration::from_millis(1500));
+            env.track_raw_queue(&broker.names().delay_queue(delay));
             suite(broker.clone(), queue("a")).await;
             broker.close().await;
         })
