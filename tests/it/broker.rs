@@ -159,6 +159,24 @@ pub async fn requeue_redelivers<B: Broker>(broker: &B, q: &QueueName) {
     token.cancel();
 }
 
+pub async fn dropped_delivery_is_requeued<B: Broker>(broker: &B, q: &QueueName) {
+    declare(broker, &[q]).await;
+    broker.publish(&[outgoing(q, "dropped", 1)]).await.unwrap();
+    let token = CancellationToken::new();
+    let mut rx = broker
+        .consume(std::slice::from_ref(q), 1, token.clone())
+        .await
+        .unwrap();
+    let first = next(&mut rx).await;
+    let key = key_of(&first);
+    drop(first); // a consumer that lost track of it, as if its channel closed
+    let again = next(&mut rx).await;
+    assert!(again.redelivered);
+    assert_eq!(key_of(&again), key);
+    again.acker.ack().await.unwrap();
+    token.cancel();
+}
+
 pub async fn delayed_publish<B: Broker>(broker: &B, q: &QueueName) {
     declare(broker, &[q]).await;
     let delay = Duration::from_millis(1500);
@@ -271,6 +289,17 @@ pub async fn unroutable_is_an_error<B: Broker>(broker: &B, q: &QueueName, nowher
         BrokerError::NotConfirmed { key, .. } => assert_eq!(key, out.occurrence.key.to_string()),
         other => panic!("expected NotConfirmed, got {other:?}"),
     }
+    // A delayed message for a queue nobody declared is refused too, not lost later.
+    let mut late = outgoing(nowhere, "unroutable", 2);
+    late.delay = Duration::from_millis(1500);
+    match broker
+        .publish(std::slice::from_ref(&late))
+        .await
+        .unwrap_err()
+    {
+        BrokerError::NotConfirmed { key, .. } => assert_eq!(key, late.occurrence.key.to_string()),
+        other => panic!("expected NotConfirmed, got {other:?}"),
+    }
 }
 
 pub async fn consume_stops_on_cancel<B: Broker>(broker: &B, q: &QueueName) {
@@ -341,6 +370,11 @@ mod memory {
     #[tokio::test]
     async fn delayed_publish() {
         super::delayed_publish(&MemoryBroker::new(), &queue("a")).await;
+    }
+
+    #[tokio::test]
+    async fn dropped_delivery_is_requeued() {
+        super::dropped_delivery_is_requeued(&MemoryBroker::new(), &queue("a")).await;
     }
 
     #[tokio::test]
@@ -425,6 +459,14 @@ mod amqp {
     async fn requeue_redelivers() {
         run("brk-requeue", |b, q| async move {
             super::requeue_redelivers(&b, &q).await
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn dropped_delivery_is_requeued() {
+        run("brk-dropped", |b, q| async move {
+            super::dropped_delivery_is_requeued(&b, &q).await
         })
         .await;
     }
@@ -572,6 +614,37 @@ mod amqp {
                 "poison: {deliveries} deliveries, attempts recorded {}",
                 l.attempts
             );
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn delay_queue_deleted_behind_the_cache_is_declared_again() {
+        run("brk-delay-gone", |b, q| async move {
+            declare(&b, &[&q]).await;
+            let mut late = outgoing(&q, "delay-gone", 1);
+            late.delay = Duration::from_millis(1500);
+            b.publish(std::slice::from_ref(&late)).await.unwrap();
+            let conn = lapin::Connection::connect(&amqp_url(), Default::default())
+                .await
+                .unwrap();
+            let ch = conn.create_channel().await.unwrap();
+            let delay_queue = b.names().delay_queue(quantize_delay(late.delay));
+            ch.queue_delete(delay_queue.as_str().into(), Default::default())
+                .await
+                .unwrap();
+            let _ = conn.close(200, "done".into()).await;
+            late.occurrence = occurrence("delay-gone", 2);
+            b.publish(std::slice::from_ref(&late)).await.unwrap();
+            let token = CancellationToken::new();
+            let mut rx = b
+                .consume(std::slice::from_ref(&q), 4, token.clone())
+                .await
+                .unwrap();
+            let d = next(&mut rx).await;
+            assert_eq!(key_of(&d), late.occurrence.key.to_string());
+            d.acker.ack().await.unwrap();
+            token.cancel();
         })
         .await;
     }

@@ -480,13 +480,29 @@ impl AmqpBroker {
             let outcome = match confirm.await {
                 Ok(Confirmation::Ack(None)) => continue,
                 Ok(Confirmation::Ack(Some(returned))) => {
-                    Failure::fatal(BrokerError::NotConfirmed {
-                        key: key.to_owned(),
-                        reason: format!(
-                            "unroutable ({} {}): no queue is bound for routing key {}",
-                            returned.reply_code, returned.reply_text, returned.delivery.routing_key
-                        ),
-                    })
+                    let delayed =
+                        returned.delivery.exchange.as_str() == self.inner.names.delay_exchange();
+                    if delayed {
+                        // Its delay queue vanished behind our cache (deleted by hand, or
+                        // expired): forget the cache so the retry declares it again.
+                        self.inner
+                            .delays
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .clear();
+                    }
+                    Failure {
+                        error: BrokerError::NotConfirmed {
+                            key: key.to_owned(),
+                            reason: format!(
+                                "unroutable ({} {}): no queue is bound for routing key {}",
+                                returned.reply_code,
+                                returned.reply_text,
+                                returned.delivery.routing_key
+                            ),
+                        },
+                        transient: delayed,
+                    }
                 }
                 Ok(Confirmation::Nack(_)) => Failure::fatal(BrokerError::NotConfirmed {
                     key: key.to_owned(),
