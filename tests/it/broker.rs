@@ -439,6 +439,27 @@ mod amqp {
         .await;
     }
 
+    /// Runs `op` on a channel of a fresh plain lapin connection until it succeeds with
+    /// `Some`: a concurrent `close_all_connections` (another test) may break any attempt.
+    async fn with_raw_channel<T, F, Fut>(what: &str, op: F) -> T
+    where
+        F: Fn(lapin::Channel) -> Fut,
+        Fut: std::future::Future<Output = lapin::Result<Option<T>>>,
+    {
+        eventually(WAIT, what, || async {
+            let conn = lapin::Connection::connect(&amqp_url(), Default::default())
+                .await
+                .ok()?;
+            let result = match conn.create_channel().await {
+                Ok(ch) => op(ch).await.ok().flatten(),
+                Err(_) => None,
+            };
+            let _ = conn.close(200, "done".into()).await;
+            result
+        })
+        .await
+    }
+
     #[tokio::test]
     async fn round_trip() {
         run("brk-round-trip", |b, q| async move {
@@ -517,22 +538,21 @@ mod amqp {
             declare(&b, &[&q]).await;
             let out = outgoing(&q, "props", 7);
             b.publish(std::slice::from_ref(&out)).await.unwrap();
-            let conn = lapin::Connection::connect(&amqp_url(), Default::default())
-                .await
-                .unwrap();
-            let ch = conn.create_channel().await.unwrap();
             let queue_name = b.names().queue(&q);
-            let msg = eventually(WAIT, "the message in its queue", || {
-                let ch = ch.clone();
+            let msg = with_raw_channel("the message in its queue", |ch| {
                 let queue_name = queue_name.clone();
                 async move {
-                    ch.basic_get(queue_name.as_str().into(), BasicGetOptions { no_ack: true })
-                        .await
-                        .unwrap()
+                    // Without ack: closing the channel puts it back.
+                    ch.basic_get(
+                        queue_name.as_str().into(),
+                        BasicGetOptions { no_ack: false },
+                    )
+                    .await
+                    .map(|m| m.map(|m| m.delivery))
                 }
             })
             .await;
-            let props = &msg.delivery.properties;
+            let props = &msg.properties;
             let key = out.occurrence.key.to_string();
             assert_eq!(*props.delivery_mode(), Some(2));
             assert_eq!(
@@ -558,7 +578,6 @@ mod amqp {
                 headers.inner().get("x-cronq-attempt"),
                 Some(&AMQPValue::LongLongInt(1))
             );
-            let _ = conn.close(200, "done".into()).await;
         })
         .await;
     }
@@ -625,15 +644,16 @@ mod amqp {
             let mut late = outgoing(&q, "delay-gone", 1);
             late.delay = Duration::from_millis(1500);
             b.publish(std::slice::from_ref(&late)).await.unwrap();
-            let conn = lapin::Connection::connect(&amqp_url(), Default::default())
-                .await
-                .unwrap();
-            let ch = conn.create_channel().await.unwrap();
             let delay_queue = b.names().delay_queue(quantize_delay(late.delay));
-            ch.queue_delete(delay_queue.as_str().into(), Default::default())
-                .await
-                .unwrap();
-            let _ = conn.close(200, "done".into()).await;
+            with_raw_channel("the delay queue deleted", |ch| {
+                let delay_queue = delay_queue.clone();
+                async move {
+                    ch.queue_delete(delay_queue.as_str().into(), Default::default())
+                        .await
+                        .map(Some)
+                }
+            })
+            .await;
             late.occurrence = occurrence("delay-gone", 2);
             b.publish(std::slice::from_ref(&late)).await.unwrap();
             let token = CancellationToken::new();
@@ -649,17 +669,53 @@ mod amqp {
         .await;
     }
 
-    /// Closes every connection of the broker (all tests' included), as an operator would.
-    fn close_all_connections() {
+    fn rabbitmqctl(args: &[&str]) {
         let out = std::process::Command::new("rabbitmqctl")
-            .args(["close_all_connections", "test"])
+            .args(args)
             .output()
             .expect("run rabbitmqctl (is RabbitMQ installed locally?)");
         assert!(
             out.status.success(),
-            "rabbitmqctl: {}",
+            "rabbitmqctl {args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+
+    /// A private vhost for a test that closes every connection: `close_all_connections`
+    /// acts per vhost, so the other tests (on `/`) keep their connections. Deleting the
+    /// vhost deletes everything declared in it.
+    struct Vhost {
+        name: String,
+        url: String,
+    }
+
+    impl Vhost {
+        fn create(name: &str) -> Self {
+            let base = amqp_url();
+            let uri: lapin::uri::AMQPUri = base.parse().unwrap();
+            let user = uri.authority.userinfo.username.clone();
+            rabbitmqctl(&["add_vhost", name]);
+            rabbitmqctl(&["set_permissions", "-p", name, &user, ".*", ".*", ".*"]);
+            let (prefix, _) = base.split_once('?').unwrap_or((&base, ""));
+            let (root, _) = prefix.rsplit_once('/').unwrap();
+            Self {
+                name: name.to_owned(),
+                url: format!("{root}/{name}"),
+            }
+        }
+
+        /// What an operator does: close every connection (of this vhost).
+        fn close_all_connections(&self) {
+            rabbitmqctl(&["close_all_connections", "-p", &self.name, "test"]);
+        }
+    }
+
+    impl Drop for Vhost {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("rabbitmqctl")
+                .args(["delete_vhost", &self.name])
+                .output();
+        }
     }
 
     #[tokio::test]
@@ -668,7 +724,15 @@ mod amqp {
             .with_env_filter("cronq_shared=debug,lapin=warn")
             .with_test_writer()
             .try_init();
-        run("brk-close-all", |b, q| async move {
+        let vhost = Arc::new(Vhost::create(&format!(
+            "t-brk-close-all-{:08x}",
+            rand::random::<u32>()
+        )));
+        let v = vhost.clone();
+        let body = tokio::spawn(async move {
+            let names = Names::new(&Namespace::new("t-brk-close-all").unwrap());
+            let b = AmqpBroker::connect(&v.url, names).await.unwrap();
+            let q = queue("a");
             declare(&b, &[&q]).await;
             let seen: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
             let token = CancellationToken::new();
@@ -686,7 +750,8 @@ mod amqp {
             });
             let mut published = BTreeSet::new();
             for round in 0..2 {
-                let closer = std::thread::spawn(close_all_connections);
+                let v = v.clone();
+                let closer = std::thread::spawn(move || v.close_all_connections());
                 let mut i = 0;
                 // Publish before, while and after the connections are closed.
                 while !closer.is_finished() || i < 20 {
@@ -714,6 +779,7 @@ mod amqp {
             .await;
             token.cancel();
             consumer.await.unwrap();
+            b.close().await;
             let seen = seen.lock().unwrap();
             let duplicates: u32 = seen.values().map(|n| n - 1).sum();
             eprintln!(
@@ -723,5 +789,9 @@ mod amqp {
             assert!(seen.keys().all(|k| published.contains(k)));
         })
         .await;
+        drop(vhost); // deletes the vhost with everything in it, even after a panic
+        if let Err(err) = body {
+            std::panic::resume_unwind(err.into_panic());
+        }
     }
 }
