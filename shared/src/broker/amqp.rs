@@ -330,7 +330,7 @@ impl AmqpBroker {
     }
 
     /// Runs `f` on the current link, reconnecting and retrying transient failures with
-    /// backoff until `deadline` has passed.
+    /// backoff until [`PUBLISH_DEADLINE`] has passed.
     async fn retrying<T, F, Fut>(&self, op: &'static str, mut f: F) -> Result<T, BrokerError>
     where
         F: FnMut(Arc<Link>) -> Fut,
