@@ -7,8 +7,8 @@
 
 use std::future::Future;
 
-use lapin::options::{BasicAckOptions, BasicGetOptions};
-use lapin::types::ShortString;
+use lapin::options::{BasicAckOptions, BasicGetOptions, QueueDeclareOptions};
+use lapin::types::{FieldTable, ShortString};
 
 use super::{AmqpBroker, Failure, Link, broker_failure, channel_gone, lapin_failure};
 use crate::broker::headers::read_dead_letter;
@@ -18,6 +18,8 @@ use crate::broker::{Broker, BrokerError, DeadLetter, Outgoing};
 impl AmqpBroker {
     /// One walk over the dead-letter queue on a dedicated channel: every message is got
     /// without ack, so closing the channel puts every message not acked back, in order.
+    /// The walk covers the letters present when it starts: letters arriving meanwhile
+    /// wait for the next walk, so a busy queue cannot keep it going forever.
     pub(super) async fn walk(
         &self,
         link: &Link,
@@ -32,11 +34,21 @@ impl AmqpBroker {
         let ch = link.channel().await?;
         let dlq = short("read dead letters", names.dead_letter_queue())?;
         let result = async {
-            while let Some(msg) = ch
-                .basic_get(dlq.clone(), BasicGetOptions { no_ack: false })
+            let passive = QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            };
+            let present = ch
+                .queue_declare(dlq.clone(), passive, FieldTable::default())
                 .await
-                .map_err(lapin_failure("read dead letters"))?
-            {
+                .map_err(lapin_failure("count dead letters"))?
+                .message_count();
+            for _ in 0..present {
+                let got = ch
+                    .basic_get(dlq.clone(), BasicGetOptions { no_ack: false })
+                    .await
+                    .map_err(lapin_failure("read dead letters"))?;
+                let Some(msg) = got else { break };
                 let letter = read_dead_letter(names, &msg.delivery.properties, &msg.delivery.data);
                 visit.visit(letter, &msg.delivery.acker).await?;
             }
