@@ -34,19 +34,39 @@ use crate::names::QueueName;
 const CANCEL_DRAIN: Duration = Duration::from_secs(2);
 
 impl AmqpBroker {
+    /// Declares `queues` and starts one consumer per queue on a new channel of `link`.
     pub(super) async fn subscribe(
         &self,
         link: &Link,
         queues: &[QueueName],
         prefetch: u16,
     ) -> Result<Subscription, Failure> {
-        let names = &self.inner.names;
         let ch = link.channel().await?;
-        topology::declare_base(&ch, names)
+        match self.start_consumers(&ch, queues, prefetch).await {
+            Ok(consumers) => Ok(Subscription {
+                guard: Arc::new(ChannelGuard(ch)),
+                consumers,
+            }),
+            Err(failure) => {
+                // Consumers already started on it must not hold messages unacked.
+                let _ = ch.close(200, ShortString::from("subscribe failed")).await;
+                Err(failure)
+            }
+        }
+    }
+
+    async fn start_consumers(
+        &self,
+        ch: &Channel,
+        queues: &[QueueName],
+        prefetch: u16,
+    ) -> Result<Vec<(QueueName, ShortString, lapin::Consumer)>, Failure> {
+        let names = &self.inner.names;
+        topology::declare_base(ch, names)
             .await
             .map_err(broker_failure)?;
         for q in queues {
-            topology::declare_queue(&ch, names, q)
+            topology::declare_queue(ch, names, q)
                 .await
                 .map_err(broker_failure)?;
         }
@@ -71,10 +91,7 @@ impl AmqpBroker {
                 .map_err(lapin_failure("consume"))?;
             consumers.push((q.clone(), tag, consumer));
         }
-        Ok(Subscription {
-            guard: Arc::new(ChannelGuard(ch)),
-            consumers,
-        })
+        Ok(consumers)
     }
 }
 
