@@ -669,6 +669,52 @@ mod amqp {
         .await;
     }
 
+    #[tokio::test]
+    async fn consume_resubscribes_after_a_broker_side_cancel() {
+        run("brk-resubscribe", |b, q| async move {
+            declare(&b, &[&q]).await;
+            let token = CancellationToken::new();
+            let mut rx = b
+                .consume(std::slice::from_ref(&q), 4, token.clone())
+                .await
+                .unwrap();
+            b.publish(&[outgoing(&q, "resubscribe", 1)]).await.unwrap();
+            let d = next(&mut rx).await;
+            d.acker.ack().await.unwrap();
+            // Deleting the queue cancels the consumer broker-side (the channel stays open).
+            let queue_name = b.names().queue(&q);
+            with_raw_channel("the queue deleted", |ch| {
+                let queue_name = queue_name.clone();
+                async move {
+                    ch.queue_delete(queue_name.as_str().into(), Default::default())
+                        .await
+                        .map(Some)
+                }
+            })
+            .await;
+            // The subscription declares the queue again and goes on feeding `rx`.
+            // Publishing is refused until the queue exists again, so keep trying.
+            let deadline = Instant::now() + WAIT;
+            let mut n = 1;
+            let d = loop {
+                assert!(
+                    Instant::now() < deadline,
+                    "no delivery after re-subscribing"
+                );
+                n += 1;
+                let _ = b.publish(&[outgoing(&q, "resubscribe", n)]).await;
+                if let Ok(Some(d)) =
+                    tokio::time::timeout(Duration::from_millis(200), rx.recv()).await
+                {
+                    break d;
+                }
+            };
+            d.acker.ack().await.unwrap();
+            token.cancel();
+        })
+        .await;
+    }
+
     fn rabbitmqctl(args: &[&str]) {
         let out = std::process::Command::new("rabbitmqctl")
             .args(args)
