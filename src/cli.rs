@@ -232,3 +232,119 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub dry_run: bool,
 }
+
+#[cfg(test)]
+mod tests {
+    //! The shipped `docker-compose.yml` must stay in step with this command line and with
+    //! the example config it mounts (no Docker engine is needed to check that).
+
+    use std::path::Path;
+
+    use clap::Parser as _;
+
+    use super::Cli;
+
+    /// A service of the compose file: its name, whether it runs cronq, its command.
+    struct Service {
+        name: String,
+        runs_cronq: bool,
+        command: Option<Vec<String>>,
+    }
+
+    fn compose() -> String {
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docker-compose.yml"))
+            .expect("docker-compose.yml is shipped at the repository root")
+    }
+
+    /// A JSON-style flow sequence (`["a", "b"]`) after `key:` on a line.
+    fn flow_list(line: &str, key: &str) -> Option<Vec<String>> {
+        let rest = line.trim().strip_prefix(key)?.trim();
+        serde_json::from_str(rest).ok()
+    }
+
+    fn services(text: &str) -> Vec<Service> {
+        let mut out: Vec<Service> = Vec::new();
+        let mut in_services = false;
+        for line in text.lines() {
+            if !line.starts_with(' ') && !line.trim().is_empty() {
+                in_services = line.trim_end() == "services:";
+                continue;
+            }
+            if !in_services {
+                continue;
+            }
+            let indent = line.len() - line.trim_start().len();
+            if indent == 2 && line.trim_end().ends_with(':') {
+                out.push(Service {
+                    name: line.trim().trim_end_matches(':').to_owned(),
+                    runs_cronq: false,
+                    command: None,
+                });
+            } else if let Some(service) = out.last_mut() {
+                if line.trim() == "<<: *cronq" {
+                    service.runs_cronq = true;
+                }
+                if let Some(cmd) = flow_list(line, "command:") {
+                    service.command = Some(cmd);
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_cronq_command_line_in_the_compose_file_parses() {
+        let text = compose();
+        let services = services(&text);
+        let cronq: Vec<&Service> = services.iter().filter(|s| s.runs_cronq).collect();
+        let names: Vec<&str> = cronq.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["producer-a", "producer-b", "consumer"]);
+        for service in cronq {
+            let command = service
+                .command
+                .as_ref()
+                .expect("every cronq service has a command");
+            let argv = std::iter::once("cronq".to_owned()).chain(command.iter().cloned());
+            if let Err(err) = Cli::try_parse_from(argv) {
+                panic!(
+                    "service {}: command {command:?} does not parse:\n{err}",
+                    service.name
+                );
+            }
+        }
+        // The health check runs the binary too.
+        let health = text
+            .lines()
+            .find_map(|l| {
+                flow_list(l, "test:").filter(|t| t.get(1).is_some_and(|a| a.ends_with("/cronq")))
+            })
+            .expect("the cronq services have a health check that runs cronq");
+        let argv = std::iter::once("cronq".to_owned()).chain(health[2..].iter().cloned());
+        assert!(
+            Cli::try_parse_from(argv).is_ok(),
+            "health check {health:?} does not parse"
+        );
+    }
+
+    #[test]
+    fn the_compose_file_mounts_a_config_that_passes_check() {
+        let text = compose();
+        let mount = text
+            .lines()
+            .find_map(|l| {
+                l.trim()
+                    .strip_prefix("- ./")
+                    .filter(|m| m.contains(":/etc/cronq/cronq.toml"))
+            })
+            .expect("the compose file mounts a config at /etc/cronq/cronq.toml");
+        assert!(
+            text.contains("CRONQ_CONFIG: /etc/cronq/cronq.toml"),
+            "CRONQ_CONFIG points at the mount"
+        );
+        let local = mount.split(':').next().expect("a mount has a source");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(local);
+        if let Err(err) = cronq_shared::config::Config::load(&path) {
+            panic!("the mounted config {local} does not pass check:\n{err}");
+        }
+    }
+}
