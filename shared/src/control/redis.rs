@@ -66,13 +66,14 @@ impl RedisControl {
             invocation.arg(id).arg(value);
         }
         let mut conn = self.conn.clone();
-        let moved: i64 = invocation
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|source| ControlError::Redis {
-                op: "commit",
-                source,
-            })?;
+        let moved: i64 =
+            invocation
+                .invoke_async(&mut conn)
+                .await
+                .map_err(|source| ControlError::Redis {
+                    op: "commit",
+                    source,
+                })?;
         if moved < 0 {
             return Err(ControlError::NotLeader { epoch: term.epoch });
         }
@@ -97,7 +98,10 @@ impl ControlStore for RedisControl {
         Ok(raw
             .into_iter()
             .filter_map(|(job, ms)| {
-                Some((JobName::new(job).ok()?, DateTime::from_timestamp_millis(ms)?))
+                Some((
+                    JobName::new(job).ok()?,
+                    DateTime::from_timestamp_millis(ms)?,
+                ))
             })
             .collect())
     }

@@ -24,7 +24,11 @@ struct State {
 
 impl State {
     fn current(&mut self) -> Option<&Term> {
-        if self.held.as_ref().is_some_and(|(_, until)| *until <= Instant::now()) {
+        if self
+            .held
+            .as_ref()
+            .is_some_and(|(_, until)| *until <= Instant::now())
+        {
             self.held = None;
         }
         self.held.as_ref().map(|(term, _)| term)
