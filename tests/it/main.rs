@@ -3,3 +3,4 @@
 
 mod broker;
 mod support;
+mod leader;
