@@ -30,7 +30,7 @@ pub const PUBLISH_BACKOFF: &[Duration] = &[
 
 /// One publish attempt may take this long before it counts as failed (a broker that
 /// accepts the TCP connection but never confirms).
-pub const PUBLISH_TIMEOUT: Duration = Duration::from_secs(15);
+pub const PUBLISH_TIMEOUT: Duration = Duration::from_secs(40);
 
 /// Why a batch was given up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
