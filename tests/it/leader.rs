@@ -26,27 +26,47 @@ fn at(s: &str) -> DateTime<Utc> {
 /// `a` and `b` are two producers' handles on one lease.
 async fn lease_suite<L: Lease>(a: L, b: L) {
     assert_eq!(a.holder().await.unwrap(), None);
-    let first = a.acquire("a", TTL).await.unwrap().expect("a free lease is acquired");
+    let first = a
+        .acquire("a", TTL)
+        .await
+        .unwrap()
+        .expect("a free lease is acquired");
     assert!(first.epoch >= 1);
-    assert_eq!(b.acquire("b", TTL).await.unwrap(), None, "a held lease is not acquired");
+    assert_eq!(
+        b.acquire("b", TTL).await.unwrap(),
+        None,
+        "a held lease is not acquired"
+    );
     let holder = b.holder().await.unwrap().expect("someone holds it");
     assert_eq!((holder.epoch, holder.instance.as_str()), (first.epoch, "a"));
     assert!(holder.remaining <= TTL && holder.remaining > Duration::from_secs(20));
 
     assert!(a.renew(&first, TTL).await.unwrap());
     let forged = Term::new(first.epoch, "a");
-    assert!(!b.renew(&forged, TTL).await.unwrap(), "another token cannot renew");
-    assert!(!b.release(&forged).await.unwrap(), "another token cannot release");
+    assert!(
+        !b.renew(&forged, TTL).await.unwrap(),
+        "another token cannot renew"
+    );
+    assert!(
+        !b.release(&forged).await.unwrap(),
+        "another token cannot release"
+    );
     assert!(a.holder().await.unwrap().is_some());
 
     assert!(a.release(&first).await.unwrap());
     assert_eq!(b.holder().await.unwrap(), None, "released at once");
-    assert!(!a.renew(&first, TTL).await.unwrap(), "a released term cannot renew");
+    assert!(
+        !a.renew(&first, TTL).await.unwrap(),
+        "a released term cannot renew"
+    );
 
     let second = b.acquire("b", TTL).await.unwrap().expect("free again");
     assert!(second.epoch > first.epoch, "epochs only grow");
     assert!(!a.renew(&first, TTL).await.unwrap());
-    assert!(!a.release(&first).await.unwrap(), "a stale term cannot release the new one");
+    assert!(
+        !a.release(&first).await.unwrap(),
+        "a stale term cannot release the new one"
+    );
     assert!(b.release(&second).await.unwrap());
 
     // Expiry: a short lease disappears by itself, and the next holder gets a new epoch.
@@ -55,11 +75,16 @@ async fn lease_suite<L: Lease>(a: L, b: L) {
         .await
         .unwrap()
         .unwrap();
-    eventually(Duration::from_secs(5), "the short lease to expire", || async {
-        a.holder().await.unwrap().is_none().then_some(())
-    })
+    eventually(
+        Duration::from_secs(5),
+        "the short lease to expire",
+        || async { a.holder().await.unwrap().is_none().then_some(()) },
+    )
     .await;
-    assert!(!b.renew(&short, TTL).await.unwrap(), "an expired term cannot renew");
+    assert!(
+        !b.renew(&short, TTL).await.unwrap(),
+        "an expired term cannot renew"
+    );
     let third = a.acquire("a", TTL).await.unwrap().unwrap();
     assert!(third.epoch > short.epoch);
     assert!(a.release(&third).await.unwrap());
@@ -78,7 +103,10 @@ async fn control_suite<L: Lease>(lease: L, control: Control) {
         control.commit(&nobody, &write).await,
         Err(ControlError::NotLeader { .. })
     ));
-    assert!(control.cursors().await.unwrap().is_empty(), "nothing written unfenced");
+    assert!(
+        control.cursors().await.unwrap().is_empty(),
+        "nothing written unfenced"
+    );
 
     let term = lease.acquire("a", TTL).await.unwrap().unwrap();
     control.commit(&term, &write).await.unwrap();
@@ -106,12 +134,18 @@ async fn control_suite<L: Lease>(lease: L, control: Control) {
     assert_eq!((cursors[&j], cursors.len()), (millis, 2));
 
     // Pause flags.
-    let paused = control.pause(&j, Some("db migration".into())).await.unwrap();
+    let paused = control
+        .pause(&j, Some("db migration".into()))
+        .await
+        .unwrap();
     assert!(control.paused().await.unwrap()[&j] == paused);
     assert_eq!(paused.note.as_deref(), Some("db migration"));
     assert!((Utc::now() - paused.since) < TimeDelta::seconds(60));
     assert!(control.resume(&j).await.unwrap());
-    assert!(!control.resume(&j).await.unwrap(), "resuming twice is a no-op");
+    assert!(
+        !control.resume(&j).await.unwrap(),
+        "resuming twice is a no-op"
+    );
     assert!(control.paused().await.unwrap().is_empty());
 
     // Requests: several triggers in one second are all kept, each under its own key.
@@ -168,19 +202,30 @@ async fn control_suite<L: Lease>(lease: L, control: Control) {
         control.commit(&term, &settle).await,
         Err(ControlError::NotLeader { .. })
     ));
-    assert_eq!(control.pending().await.unwrap().len(), 4, "a stale leader settles nothing");
+    assert_eq!(
+        control.pending().await.unwrap().len(),
+        4,
+        "a stale leader settles nothing"
+    );
     let stale_cursor = Commit {
         cursors: vec![(j.clone(), at("2027-01-01T00:00:00Z"))],
         settle: vec![],
     };
     assert!(control.commit(&term, &stale_cursor).await.is_err());
-    assert_eq!(control.cursors().await.unwrap()[&j], millis, "nor moves a cursor");
+    assert_eq!(
+        control.cursors().await.unwrap()[&j],
+        millis,
+        "nor moves a cursor"
+    );
 
     control.commit(&next, &settle).await.unwrap();
     let pending = control.pending().await.unwrap();
     assert_eq!(pending.len(), 3);
     assert!(pending.iter().all(|r| r.id != trigger_id));
-    assert_eq!(pending.iter().find(|r| r.id == backfill).unwrap(), &progress);
+    assert_eq!(
+        pending.iter().find(|r| r.id == backfill).unwrap(),
+        &progress
+    );
     // A settled request is never re-created by a late progress update.
     let late = Commit {
         cursors: vec![],
