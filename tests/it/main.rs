@@ -3,4 +3,5 @@
 
 mod broker;
 mod leader;
+mod producer;
 mod support;
