@@ -448,3 +448,85 @@ async fn sighup_adds_a_job_and_an_invalid_file_keeps_the_old_config() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_leader_carries_out_pause_trigger_and_backfill_requests() {
+    use cronq_shared::control::Control;
+    use cronq_shared::names::{JobName, Names, Namespace};
+
+    scoped("prod-requests", |env| async move {
+        env.track_queue("default");
+        let toml = format!(
+            "{LEADER}\n[[job]]\nname = \"tick\"\nschedule = \"@every 1s\"\n\n[[job]]\nname = \"yearly\"\nschedule = \"0 0 1 1 *\"\npayload = {{ from = \"config\" }}\n"
+        );
+        let config = env.write_config("cronq.toml", &toml).to_string_lossy().into_owned();
+        let a = producer(&env, "a", &config);
+        wait_leader(&env, 0).await;
+        let names = Names::new(&Namespace::new(&env.namespace).unwrap());
+        let redis = cronq_shared::connect::redis(&crate::support::redis_url()).await.unwrap();
+        let control = Control::redis(redis, &names);
+        let (tick, yearly) = (JobName::new("tick").unwrap(), JobName::new("yearly").unwrap());
+
+        // Two triggers in the same second are both honoured, each under its own key.
+        let k1 = control.request_trigger(&yearly, None).await.unwrap();
+        let k2 = control
+            .request_trigger(&yearly, Some(serde_json::json!({"from": "cli"})))
+            .await
+            .unwrap();
+        let (from, to) = ("2020-01-01T00:00:00Z".parse().unwrap(), "2022-01-01T00:00:00Z".parse().unwrap());
+        control.request_backfill(&yearly, from, to).await.unwrap();
+        eventually(WAIT, "the requests to be settled", || async {
+            control.pending().await.unwrap().is_empty().then_some(())
+        })
+        .await;
+
+        advance(&env, "tick", 1).await;
+        control.pause(&tick, Some("test".into())).await.unwrap();
+        eventually(WAIT, "the pause to be seen", || async {
+            env.log("a").contains("job paused").then_some(())
+        })
+        .await;
+        let paused_at = cursor(&env, "tick").await.unwrap();
+        let resumed_at = advance(&env, "tick", 2).await;
+        assert!(control.resume(&tick).await.unwrap());
+        eventually(WAIT, "the resume to be seen", || async {
+            env.log("a").contains("job resumed").then_some(())
+        })
+        .await;
+        advance(&env, "tick", 2).await;
+
+        let msgs = stop_and_drain(&env, &[a]).await;
+        let manual: Vec<&Occurrence> = msgs.iter().filter(|m| m.trigger == Trigger::Manual).collect();
+        assert_eq!(manual.len(), 2, "{:?}", keys(&msgs));
+        let m1 = manual.iter().find(|m| m.key == k1).expect("first trigger published");
+        let m2 = manual.iter().find(|m| m.key == k2).expect("second trigger published");
+        assert_eq!(m1.payload, serde_json::json!({"from": "config"}));
+        assert_eq!(m2.payload, serde_json::json!({"from": "cli"}));
+        let mut backfilled: Vec<String> = msgs
+            .iter()
+            .filter(|m| m.trigger == Trigger::Backfill)
+            .map(|m| m.key.to_string())
+            .collect();
+        backfilled.sort();
+        assert_eq!(
+            backfilled,
+            [
+                "yearly@2020-01-01T00:00:00Z",
+                "yearly@2021-01-01T00:00:00Z",
+                "yearly@2022-01-01T00:00:00Z"
+            ]
+        );
+        let ticks = seconds_once(&msgs, "tick");
+        let during: Vec<i64> = ticks
+            .keys()
+            .copied()
+            .filter(|s| *s * 1000 > paused_at && *s * 1000 <= resumed_at)
+            .collect();
+        assert!(during.is_empty(), "published while paused: {during:?}");
+        assert!(
+            ticks.keys().any(|s| *s * 1000 > resumed_at),
+            "publishing restarts after resume"
+        );
+    })
+    .await;
+}
