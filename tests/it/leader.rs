@@ -1,6 +1,9 @@
 //! The lease and control-store ports' behaviour, written once as generic suites and run
 //! against both the in-memory implementations and Redis (one namespace per test).
 
+// Test helpers are part of the tests: an unwrap that fails is a failing test.
+#![allow(clippy::unwrap_used)]
+
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};

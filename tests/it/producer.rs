@@ -2,6 +2,9 @@
 //! handover and config reload, asserted on what reaches the queue and on the cursor in
 //! Redis. Each test has its own namespace and a short lease.
 
+// Test helpers are part of the tests: an unwrap that fails is a failing test.
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
