@@ -2,6 +2,8 @@
 //! Redis (`CRONQ_AMQP_URL`, `CRONQ_REDIS_URL`) and the real `cronq` binary.
 
 mod broker;
+mod cli_config;
+mod cli_next;
 mod leader;
 mod producer;
 mod support;
