@@ -97,6 +97,7 @@ impl Elector {
     /// (compare-and-delete) so a standby takes over within one `retry`.
     pub async fn run(self, token: CancellationToken) {
         let mut held: Option<Leadership> = None;
+        metrics::gauge!("cronq_leader").set(0.0);
         loop {
             let leader = self.config.borrow().leader;
             let sent = Instant::now();

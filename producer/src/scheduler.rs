@@ -443,7 +443,11 @@ impl Leading {
         let mut batch = Vec::new();
         let mut settle = Vec::new();
         for request in requests.into_iter().take(REQUESTS_PER_POLL) {
-            let Some(job) = self.config.job(request.job.as_str()) else {
+            let job = self
+                .jobs
+                .get(&request.job)
+                .map(|s| &self.config.jobs[s.index]);
+            let Some(job) = job else {
                 warn!(job = %request.job, request = %request.id, "dropping request: no such job in the config");
                 settle.push((request.id, None));
                 continue;

@@ -533,3 +533,51 @@ async fn the_leader_carries_out_pause_trigger_and_backfill_requests() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn in_process_producer_on_memory_ports_publishes_and_releases_on_cancel() {
+    use std::sync::Arc;
+
+    use cronq_producer::{Producer, Reloader};
+    use cronq_shared::broker::memory::MemoryBroker;
+    use cronq_shared::config::Config;
+    use cronq_shared::control::Control;
+    use cronq_shared::lease::Lease;
+    use cronq_shared::lease::memory::MemoryLease;
+    use cronq_shared::names::QueueName;
+    use tokio_util::sync::CancellationToken;
+
+    let toml = format!("{LEADER}\n[[job]]\nname = \"tick\"\nschedule = \"@every 1s\"\n");
+    let config = Config::from_toml(&toml, std::path::Path::new("memory.toml")).unwrap();
+    let broker = MemoryBroker::new();
+    let lease = MemoryLease::new();
+    let control = Control::memory(&lease);
+    let (_hangups_tx, hangups) = tokio::sync::mpsc::channel(1);
+    let (reloader, config_rx) = Reloader::new(config, hangups);
+    let producer = Producer::new(
+        Arc::new(broker.clone()),
+        Arc::new(lease.clone()),
+        control.clone(),
+        config_rx,
+        "memory-1",
+    )
+    .with_reloader(reloader);
+    let token = CancellationToken::new();
+    let running = tokio::spawn(producer.run(token.clone()));
+    let queue = QueueName::new("default").unwrap();
+    eventually(WAIT, "two published occurrences", || async {
+        (broker.ready(&queue).unwrap_or(0) >= 2).then_some(())
+    })
+    .await;
+    let cursor =
+        control.cursors().await.unwrap()[&cronq_shared::names::JobName::new("tick").unwrap()];
+    assert!(Utc::now() - cursor < chrono::TimeDelta::seconds(5));
+    assert_eq!(lease.holder().await.unwrap().unwrap().instance, "memory-1");
+    token.cancel();
+    running.await.unwrap().unwrap();
+    assert_eq!(
+        lease.holder().await.unwrap(),
+        None,
+        "the lease is released on shutdown"
+    );
+}
