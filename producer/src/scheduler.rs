@@ -142,7 +142,7 @@ impl Scheduler {
             epoch,
             jobs = lead.jobs.len(),
             catchup = catchup.len(),
-            "leading: caught up, scheduling"
+            "taking over: publishing catch-up, then scheduling"
         );
         for chunk in catchup.chunks(PUBLISH_BATCH) {
             publish_confirmed(&self.broker, chunk, &self.leadership, epoch, token).await?;
@@ -151,6 +151,8 @@ impl Scheduler {
         self.commit(&mut lead).await?;
 
         let mut control_at = Instant::now();
+        // A closed config channel (no reloader) would make `changed()` ready forever.
+        let mut reloadable = true;
         loop {
             // One timer for all jobs: sleep until the earliest fire (1 ms late rather than
             // early, since wall clock and monotonic clock may disagree slightly).
@@ -163,8 +165,10 @@ impl Scheduler {
                 biased;
                 () = token.cancelled() => return Err(Abandoned::Cancelled),
                 () = lost(&mut leadership, epoch) => return Err(Abandoned::LostLeadership),
-                changed = self.config.changed() => {
-                    if changed.is_ok() {
+                changed = self.config.changed(), if reloadable => {
+                    if changed.is_err() {
+                        reloadable = false;
+                    } else {
                         let new = self.config.borrow_and_update().clone();
                         let queues = new.queues();
                         let broker = self.broker.clone();
