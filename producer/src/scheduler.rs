@@ -374,10 +374,21 @@ impl Leading {
         (lead, batch, moved)
     }
 
-    /// Pops what is due at `now` and schedules each job's next occurrence.
+    /// Pops everything due at `now` (several occurrences of one job when publishing was
+    /// held up) and schedules each job's next occurrence.
     fn take_due(&mut self, now: DateTime<Utc>) -> Vec<Due> {
         let mut due = Vec::new();
-        for e in self.timer.pop_due(now) {
+        loop {
+            let popped = self.timer.pop_due(now);
+            if popped.is_empty() {
+                return due;
+            }
+            self.schedule_next(popped, now, &mut due);
+        }
+    }
+
+    fn schedule_next(&mut self, popped: Vec<Entry>, now: DateTime<Utc>, due: &mut Vec<Due>) {
+        for e in popped {
             let Some(slot) = self.jobs.get(&e.job) else {
                 continue; // removed from the config
             };
@@ -396,7 +407,6 @@ impl Leading {
             }
             due.push((message, (e.job, e.at)));
         }
-        due
     }
 
     /// Applies a reloaded config: unchanged jobs keep their timer entry; new jobs and jobs
@@ -502,5 +512,176 @@ impl Leading {
             }
         }
         (batch, settle)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cronq_shared::control::RequestKind;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    fn config(jobs: &[(&str, &str)]) -> Arc<Config> {
+        let mut toml = String::new();
+        for (name, schedule) in jobs {
+            toml.push_str(&format!(
+                "[[job]]\nname = \"{name}\"\nschedule = \"{schedule}\"\n"
+            ));
+        }
+        Arc::new(Config::from_toml(&toml, std::path::Path::new("t.toml")).unwrap())
+    }
+
+    fn job(name: &str) -> JobName {
+        JobName::new(name).unwrap()
+    }
+
+    fn leading(config: Arc<Config>, now: DateTime<Utc>) -> Leading {
+        let (lead, catchup, moved) = Leading::take_over(
+            Term::new(4, "t"),
+            config,
+            &HashMap::new(),
+            HashSet::new(),
+            now,
+        );
+        assert!(catchup.is_empty(), "no cursor: nothing to catch up");
+        assert_eq!(
+            moved.len(),
+            lead.jobs.len(),
+            "every new job gets cursor = now"
+        );
+        lead
+    }
+
+    #[test]
+    fn due_occurrences_carry_the_epoch_and_paused_jobs_only_move_their_cursor() {
+        let now = t("2026-11-30T10:00:00.5Z");
+        let mut lead = leading(config(&[("a", "@every 1s"), ("b", "@every 1s")]), now);
+        lead.paused.insert(job("b"));
+        let due = lead.take_due(t("2026-11-30T10:00:02Z"));
+        assert_eq!(due.len(), 4, "a and b at :01 and :02");
+        for (message, (name, at)) in &due {
+            match message {
+                Some(out) => {
+                    assert_eq!(name.as_str(), "a");
+                    assert_eq!(out.occurrence.epoch, 4);
+                    assert_eq!(out.occurrence.scheduled_at, *at);
+                    assert_eq!(out.occurrence.trigger, Trigger::Schedule);
+                }
+                None => assert_eq!(name.as_str(), "b"),
+            }
+        }
+        assert_eq!(lead.timer.next_fire(), Some(t("2026-11-30T10:00:03Z")));
+    }
+
+    #[test]
+    fn reload_adds_changes_and_removes_jobs() {
+        let now = t("2026-11-30T10:00:00.5Z");
+        let mut lead = leading(
+            config(&[
+                ("keep", "@every 1s"),
+                ("change", "@every 1s"),
+                ("drop", "@every 1s"),
+            ]),
+            now,
+        );
+        let later = t("2026-11-30T10:00:10.5Z");
+        lead.reload(
+            config(&[
+                ("keep", "@every 1s"),
+                ("change", "@every 5s"),
+                ("new", "@every 2s"),
+            ]),
+            later,
+        );
+        let written: Vec<&str> = lead
+            .uncommitted
+            .cursors
+            .iter()
+            .map(|(j, _)| j.as_str())
+            .collect();
+        assert_eq!(
+            written,
+            ["change", "new"],
+            "changed and new jobs start from now"
+        );
+        assert!(lead.uncommitted.cursors.iter().all(|(_, at)| *at == later));
+        let due = lead.take_due(t("2026-11-30T10:00:12Z"));
+        let fired = |name: &str| -> Vec<DateTime<Utc>> {
+            due.iter()
+                .filter(|(_, (j, _))| j.as_str() == name)
+                .map(|(_, (_, at))| *at)
+                .collect()
+        };
+        assert_eq!(fired("keep").len(), 12, "an unchanged job keeps its timer");
+        assert_eq!(fired("new"), [t("2026-11-30T10:00:12Z")]);
+        assert!(fired("drop").is_empty(), "a removed job stops");
+        assert!(
+            fired("change").is_empty(),
+            "the old timing of a changed job is gone"
+        );
+        let due = lead.take_due(t("2026-11-30T10:00:15Z"));
+        assert!(
+            due.iter()
+                .any(|(_, (j, at))| j.as_str() == "change" && *at == t("2026-11-30T10:00:15Z"))
+        );
+    }
+
+    #[test]
+    fn requests_become_messages_and_settlements() {
+        let now = t("2026-11-30T10:00:00Z");
+        let lead = leading(config(&[("y", "0 0 1 1 *")]), now);
+        let trigger_key = cronq_shared::key::OccurrenceKey::manual(job("y"));
+        let base = |id: &str, name: &str, kind| Request {
+            id: id.into(),
+            job: job(name),
+            requested_at: now,
+            kind,
+        };
+        let requests = vec![
+            base(
+                "1",
+                "y",
+                RequestKind::Trigger {
+                    key: trigger_key.clone(),
+                    payload: Some(serde_json::json!({"x": 1})),
+                },
+            ),
+            base(
+                "2",
+                "gone",
+                RequestKind::Trigger {
+                    key: cronq_shared::key::OccurrenceKey::manual(job("gone")),
+                    payload: None,
+                },
+            ),
+            base(
+                "3",
+                "y",
+                RequestKind::Backfill {
+                    from: t("2000-01-01T00:00:00Z"),
+                    to: t("2026-01-01T00:00:00Z"),
+                    done_through: None,
+                },
+            ),
+        ];
+        let (batch, settle) = lead.requests(requests, now);
+        assert_eq!(batch[0].occurrence.key, trigger_key);
+        assert_eq!(batch[0].occurrence.payload, serde_json::json!({"x": 1}));
+        assert_eq!(batch.len(), 1 + 27, "one trigger and 27 new years");
+        assert!(
+            batch[1..]
+                .iter()
+                .all(|o| o.occurrence.trigger == Trigger::Backfill)
+        );
+        assert_eq!(settle[0], ("1".to_owned(), None));
+        assert_eq!(settle[1], ("2".to_owned(), None), "unknown job: dropped");
+        assert_eq!(
+            settle[2],
+            ("3".to_owned(), None),
+            "backfill finished in one chunk"
+        );
     }
 }
