@@ -39,7 +39,11 @@ impl Reloader {
         let loaded = match tokio::task::spawn_blocking(move || Config::load(&path)).await {
             Ok(loaded) => loaded,
             Err(err) => {
-                error!(path = %self.path.display(), error = %err, "config reload failed, keeping the previous config");
+                error!(
+                    path = %self.path.display(),
+                    error = %err,
+                    "config reload failed, keeping the previous config",
+                );
                 return false;
             }
         };
@@ -53,7 +57,11 @@ impl Reloader {
                 true
             }
             Err(err) => {
-                error!(path = %self.path.display(), error = %err, "config reload rejected, keeping the previous config");
+                error!(
+                    path = %self.path.display(),
+                    error = %err,
+                    "config reload rejected, keeping the previous config",
+                );
                 false
             }
         }

@@ -4,9 +4,10 @@
 //!
 //! Owns: the loop around one term's state (`term`: job table, timer, pauses, uncommitted
 //! cursors). Everything is rebuilt from the control store on each new term, so a producer
-//! that lost and regained leadership trusts nothing it remembered. Invariant: a cursor is committed only after the
-//! occurrences up to it were confirmed published (or deliberately skipped: paused, or
-//! outside the catch-up policy), and only by the current term (the store fences it).
+//! that lost and regained leadership trusts nothing it remembered. Invariant: a cursor is
+//! committed only after the occurrences up to it were confirmed published (or deliberately
+//! skipped: paused, or outside the catch-up policy), and only by the current term (the
+//! store fences it).
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -141,26 +142,12 @@ impl Scheduler {
                 biased;
                 () = token.cancelled() => return Err(Abandoned::Cancelled),
                 () = lost(&mut leadership, epoch) => return Err(Abandoned::LostLeadership),
-                changed = self.config.changed(), if reloadable => {
-                    if changed.is_err() {
-                        reloadable = false;
-                    } else {
-                        let new = self.config.borrow_and_update().clone();
-                        let queues = new.queues();
-                        let broker = self.broker.clone();
-                        self.retry("declare queues", epoch, token, || broker.declare(&queues)).await?;
-                        lead.reload(new, Utc::now());
-                        self.commit(&mut lead).await?;
-                    }
-                }
+                changed = self.config.changed(), if reloadable => match changed {
+                    Ok(()) => self.apply_reload(&mut lead, token).await?,
+                    Err(_) => reloadable = false,
+                },
                 () = sleep(fire_in.unwrap_or(Duration::from_secs(3600))), if fire_in.is_some() => {
-                    let due = lead.take_due(Utc::now());
-                    for chunk in due.chunks(PUBLISH_BATCH) {
-                        let batch: Vec<Outgoing> = chunk.iter().filter_map(|(o, _)| o.clone()).collect();
-                        publish_confirmed(&self.broker, &batch, &self.leadership, epoch, token).await?;
-                        lead.uncommitted.cursors.extend(chunk.iter().map(|(_, c)| c.clone()));
-                        self.commit(&mut lead).await?;
-                    }
+                    self.fire(&mut lead, token).await?;
                 }
                 () = sleep_until(control_at) => {
                     self.poll_control(&mut lead, token).await?;
@@ -168,6 +155,43 @@ impl Scheduler {
                 }
             }
         }
+    }
+
+    /// Applies the latest config: declares its queues, then updates the job table.
+    async fn apply_reload(
+        &mut self,
+        lead: &mut Leading,
+        token: &CancellationToken,
+    ) -> Result<(), Abandoned> {
+        let new = self.config.borrow_and_update().clone();
+        let queues = new.queues();
+        let broker = self.broker.clone();
+        self.retry("declare queues", lead.term.epoch, token, || {
+            broker.declare(&queues)
+        })
+        .await?;
+        lead.reload(new, Utc::now());
+        self.commit(lead).await
+    }
+
+    /// Publishes everything due now, batch by batch, committing each batch's cursors once
+    /// it is confirmed.
+    async fn fire(
+        &mut self,
+        lead: &mut Leading,
+        token: &CancellationToken,
+    ) -> Result<(), Abandoned> {
+        let epoch = lead.term.epoch;
+        let due = lead.take_due(Utc::now());
+        for chunk in due.chunks(PUBLISH_BATCH) {
+            let batch: Vec<Outgoing> = chunk.iter().filter_map(|(o, _)| o.clone()).collect();
+            publish_confirmed(&self.broker, &batch, &self.leadership, epoch, token).await?;
+            lead.uncommitted
+                .cursors
+                .extend(chunk.iter().map(|(_, c)| c.clone()));
+            self.commit(lead).await?;
+        }
+        Ok(())
     }
 
     /// Reads pause flags and carries out pending requests.
@@ -256,7 +280,12 @@ impl Scheduler {
                     Err(e) => e,
                 },
             };
-            warn!(operation = what, attempt = attempt + 1, error = %err, "leader operation failed, retrying");
+            warn!(
+                operation = what,
+                attempt = attempt + 1,
+                error = %err,
+                "leader operation failed, retrying",
+            );
             let delay = PUBLISH_BACKOFF[attempt.min(PUBLISH_BACKOFF.len() - 1)];
             tokio::select! {
                 biased;

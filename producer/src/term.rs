@@ -213,7 +213,11 @@ impl Leading {
                 .get(&request.job)
                 .map(|s| &self.config.jobs[s.index]);
             let Some(job) = job else {
-                warn!(job = %request.job, request = %request.id, "dropping request: no such job in the config");
+                warn!(
+                    job = %request.job,
+                    request = %request.id,
+                    "dropping request: no such job in the config",
+                );
                 settle.push((request.id, None));
                 continue;
             };
@@ -241,7 +245,13 @@ impl Leading {
                 } => {
                     let (chunk, finished) =
                         planner::backfill(&job.schedule, *from, *to, *done_through, BACKFILL_CHUNK);
-                    info!(job = %job.name, request = %request.id, occurrences = chunk.len(), finished, "publishing backfill");
+                    info!(
+                        job = %job.name,
+                        request = %request.id,
+                        occurrences = chunk.len(),
+                        finished,
+                        "publishing backfill",
+                    );
                     for at in &chunk {
                         batch.push(outgoing(job, *at, Trigger::Backfill, self.term.epoch, now));
                     }
