@@ -461,7 +461,7 @@ fn check_fires(g: &Generated, tz: Tz, start: DateTime<Utc>) -> Result<(), TestCa
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
 
     #[test]
     fn fires_increase_and_match_the_fields_in_local_time(
