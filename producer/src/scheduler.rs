@@ -1,0 +1,299 @@
+//! The leader's work: on taking over, catch up per job; then sleep on one timer until the
+//! next fire, publish what is due in one confirmed batch, and advance the cursors (fenced).
+//! Every `retry` it also reads pause flags and carries out trigger and backfill requests.
+//!
+//! Owns: the loop around one term's state (`term`: job table, timer, pauses, uncommitted
+//! cursors). Everything is rebuilt from the control store on each new term, so a producer
+//! that lost and regained leadership trusts nothing it remembered. Invariant: a cursor is
+//! committed only after the occurrences up to it were confirmed published (or deliberately
+//! skipped: paused, or outside the catch-up policy), and only by the current term (the
+//! store fences it).
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use cronq_shared::broker::{Broker, Outgoing};
+use cronq_shared::config::Config;
+use cronq_shared::control::{Commit, Control, ControlError};
+use cronq_shared::lease::Term;
+use cronq_shared::names::JobName;
+use tokio::sync::watch;
+use tokio::time::{Instant, sleep, sleep_until};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::leader::{Leadership, holds, lost};
+use crate::publisher::{Abandoned, PUBLISH_BACKOFF, publish_confirmed};
+use crate::term::Leading;
+
+/// At most this many messages go into one confirmed publish (and one cursor commit), so a
+/// million jobs firing together stream out in bounded batches.
+pub const PUBLISH_BATCH: usize = 1_000;
+
+/// A backfill publishes at most this many occurrences per control poll, so a year of
+/// `@every 1s` neither floods the broker nor blocks scheduled occurrences.
+pub const BACKFILL_CHUNK: usize = 1_000;
+
+/// At most this many requests are carried out per control poll.
+pub const REQUESTS_PER_POLL: usize = 100;
+
+/// The leader's loop; idle (waiting for leadership) on a standby.
+pub struct Scheduler {
+    broker: Arc<dyn Broker>,
+    control: Control,
+    config: watch::Receiver<Arc<Config>>,
+    leadership: watch::Receiver<Option<Leadership>>,
+}
+
+impl Scheduler {
+    /// A scheduler publishing through `broker`, led by `leadership`.
+    pub fn new(
+        broker: Arc<dyn Broker>,
+        control: Control,
+        config: watch::Receiver<Arc<Config>>,
+        leadership: watch::Receiver<Option<Leadership>>,
+    ) -> Self {
+        Self {
+            broker,
+            control,
+            config,
+            leadership,
+        }
+    }
+
+    /// Waits for leadership, leads until it ends, and again, until `token` is cancelled.
+    pub async fn run(mut self, token: CancellationToken) {
+        loop {
+            let term = loop {
+                let current = self.leadership.borrow_and_update().clone();
+                if let Some(l) = current.filter(|l| l.is_valid_at(Instant::now())) {
+                    break l.term;
+                }
+                tokio::select! {
+                    biased;
+                    () = token.cancelled() => return,
+                    changed = self.leadership.changed() => if changed.is_err() { return },
+                }
+            };
+            let epoch = term.epoch;
+            match self.lead(term, &token).await {
+                Abandoned::Cancelled => return,
+                Abandoned::LostLeadership => debug!(epoch, "scheduler stopped: leadership ended"),
+            }
+        }
+    }
+
+    /// Leads one term until it ends.
+    async fn lead(&mut self, term: Term, token: &CancellationToken) -> Abandoned {
+        match self.lead_inner(term, token).await {
+            Ok(never) => match never {},
+            Err(end) => end,
+        }
+    }
+
+    async fn lead_inner(
+        &mut self,
+        term: Term,
+        token: &CancellationToken,
+    ) -> Result<std::convert::Infallible, Abandoned> {
+        let epoch = term.epoch;
+        let config = self.config.borrow_and_update().clone();
+        let broker = self.broker.clone();
+        let queues = config.queues();
+        self.retry("declare queues", epoch, token, || broker.declare(&queues))
+            .await?;
+        let control = self.control.clone();
+        let cursors = self
+            .retry("read cursors", epoch, token, || control.cursors())
+            .await?;
+        let paused = self
+            .retry("read pauses", epoch, token, || control.paused())
+            .await?;
+        let now = Utc::now();
+        let (mut lead, catchup, moved) =
+            Leading::take_over(term, config, &cursors, paused.into_keys().collect(), now);
+        info!(
+            epoch,
+            jobs = lead.jobs.len(),
+            catchup = catchup.len(),
+            "taking over: publishing catch-up, then scheduling"
+        );
+        for chunk in catchup.chunks(PUBLISH_BATCH) {
+            publish_confirmed(&self.broker, chunk, &self.leadership, epoch, token).await?;
+        }
+        lead.uncommitted.cursors.extend(moved);
+        self.commit(&mut lead).await?;
+
+        let mut control_at = Instant::now();
+        // A closed config channel (no reloader) would make `changed()` ready forever.
+        let mut reloadable = true;
+        loop {
+            // One timer for all jobs: sleep until the earliest fire (1 ms late rather than
+            // early, since wall clock and monotonic clock may disagree slightly).
+            let fire_in = lead
+                .timer
+                .next_fire()
+                .map(|f| (f - Utc::now()).to_std().unwrap_or_default() + Duration::from_millis(1));
+            let mut leadership = self.leadership.clone();
+            tokio::select! {
+                biased;
+                () = token.cancelled() => return Err(Abandoned::Cancelled),
+                () = lost(&mut leadership, epoch) => return Err(Abandoned::LostLeadership),
+                changed = self.config.changed(), if reloadable => match changed {
+                    Ok(()) => self.apply_reload(&mut lead, token).await?,
+                    Err(_) => reloadable = false,
+                },
+                () = sleep(fire_in.unwrap_or(Duration::from_secs(3600))), if fire_in.is_some() => {
+                    self.fire(&mut lead, token).await?;
+                }
+                () = sleep_until(control_at) => {
+                    self.poll_control(&mut lead, token).await?;
+                    control_at = Instant::now() + lead.config.leader.retry;
+                }
+            }
+        }
+    }
+
+    /// Applies the latest config: declares its queues, then updates the job table.
+    async fn apply_reload(
+        &mut self,
+        lead: &mut Leading,
+        token: &CancellationToken,
+    ) -> Result<(), Abandoned> {
+        let new = self.config.borrow_and_update().clone();
+        let queues = new.queues();
+        let broker = self.broker.clone();
+        self.retry("declare queues", lead.term.epoch, token, || {
+            broker.declare(&queues)
+        })
+        .await?;
+        lead.reload(new, Utc::now());
+        self.commit(lead).await
+    }
+
+    /// Publishes everything due now, batch by batch, committing each batch's cursors once
+    /// it is confirmed.
+    async fn fire(
+        &mut self,
+        lead: &mut Leading,
+        token: &CancellationToken,
+    ) -> Result<(), Abandoned> {
+        let epoch = lead.term.epoch;
+        let due = lead.take_due(Utc::now());
+        for chunk in due.chunks(PUBLISH_BATCH) {
+            let batch: Vec<Outgoing> = chunk.iter().filter_map(|(o, _)| o.clone()).collect();
+            publish_confirmed(&self.broker, &batch, &self.leadership, epoch, token).await?;
+            lead.uncommitted
+                .cursors
+                .extend(chunk.iter().map(|(_, c)| c.clone()));
+            self.commit(lead).await?;
+        }
+        Ok(())
+    }
+
+    /// Reads pause flags and carries out pending requests.
+    async fn poll_control(
+        &mut self,
+        lead: &mut Leading,
+        token: &CancellationToken,
+    ) -> Result<(), Abandoned> {
+        match self.control.paused().await {
+            Ok(paused) => {
+                let paused: HashSet<JobName> = paused.into_keys().collect();
+                for job in paused.difference(&lead.paused) {
+                    info!(job = %job, "job paused: not publishing it");
+                }
+                for job in lead.paused.difference(&paused) {
+                    info!(job = %job, "job resumed");
+                }
+                lead.paused = paused;
+            }
+            Err(err) => warn!(error = %err, "cannot read pause flags, keeping the last known"),
+        }
+        let requests = match self.control.pending().await {
+            Ok(r) => r,
+            Err(err) => {
+                warn!(error = %err, "cannot read trigger and backfill requests, retrying");
+                Vec::new()
+            }
+        };
+        if !requests.is_empty() {
+            let (batch, settle) = lead.requests(requests, Utc::now());
+            let epoch = lead.term.epoch;
+            for chunk in batch.chunks(PUBLISH_BATCH) {
+                publish_confirmed(&self.broker, chunk, &self.leadership, epoch, token).await?;
+            }
+            lead.uncommitted.settle.extend(settle);
+        }
+        self.commit(lead).await
+    }
+
+    /// Writes the uncommitted cursors and settlements (fenced). A store error keeps them
+    /// for the next try; a refused fence ends the term.
+    async fn commit(&self, lead: &mut Leading) -> Result<(), Abandoned> {
+        if lead.uncommitted.is_empty() {
+            return Ok(());
+        }
+        match self.control.commit(&lead.term, &lead.uncommitted).await {
+            Ok(()) => {
+                lead.uncommitted = Commit::default();
+                Ok(())
+            }
+            Err(ControlError::NotLeader { epoch }) => {
+                info!(epoch, "cursor write refused: this producer no longer leads");
+                Err(Abandoned::LostLeadership)
+            }
+            Err(err) => {
+                warn!(error = %err, "cannot write cursors, keeping them for the next try");
+                Ok(())
+            }
+        }
+    }
+
+    /// Retries a store or broker operation per [`PUBLISH_BACKOFF`] while `epoch` leads.
+    async fn retry<T, E, F, Fut>(
+        &self,
+        what: &'static str,
+        epoch: u64,
+        token: &CancellationToken,
+        mut op: F,
+    ) -> Result<T, Abandoned>
+    where
+        E: std::fmt::Display,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let mut leadership = self.leadership.clone();
+        for attempt in 0usize.. {
+            if !holds(&leadership, epoch) {
+                return Err(Abandoned::LostLeadership);
+            }
+            let err = tokio::select! {
+                biased;
+                () = token.cancelled() => return Err(Abandoned::Cancelled),
+                () = lost(&mut leadership, epoch) => return Err(Abandoned::LostLeadership),
+                r = op() => match r {
+                    Ok(v) => return Ok(v),
+                    Err(e) => e,
+                },
+            };
+            warn!(
+                operation = what,
+                attempt = attempt + 1,
+                error = %err,
+                "leader operation failed, retrying",
+            );
+            let delay = PUBLISH_BACKOFF[attempt.min(PUBLISH_BACKOFF.len() - 1)];
+            tokio::select! {
+                biased;
+                () = token.cancelled() => return Err(Abandoned::Cancelled),
+                () = lost(&mut leadership, epoch) => return Err(Abandoned::LostLeadership),
+                () = sleep(delay) => {}
+            }
+        }
+        Err(Abandoned::LostLeadership)
+    }
+}
