@@ -8,11 +8,13 @@ use cronq_producer::{Producer, Reloader, instance_id};
 use cronq_shared::broker::amqp::AmqpBroker;
 use cronq_shared::connect;
 use cronq_shared::control::Control;
+use cronq_shared::lease::Lease as _;
 use cronq_shared::lease::redis::RedisLease;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::signals;
+use crate::admin::{self, ReadyProbe};
 use crate::cli::{Cli, ServeArgs};
 
 /// Runs until the root token is cancelled (SIGTERM/SIGINT), then releases leadership at
@@ -23,10 +25,8 @@ pub async fn run(cli: &Cli, args: &ServeArgs, root: CancellationToken) -> anyhow
     for warning in &config.warnings {
         warn!(warning = %warning, "config warning");
     }
-    if args.admin_addr.port() != 0 {
-        warn!(admin_addr = %args.admin_addr, "the admin endpoint is not served by `cronq producer` in this build");
-    }
     signals::cancel_on_signal(root.clone()).context("while installing signal handlers")?;
+    let metrics = admin::install_metrics()?;
     let hangups = signals::hangups().context("while installing the SIGHUP handler")?;
 
     let names = endpoints.names();
@@ -50,18 +50,34 @@ pub async fn run(cli: &Cli, args: &ServeArgs, root: CancellationToken) -> anyhow
         "producer configured"
     );
 
+    let lease = Arc::new(lease);
+    let ready = readiness(lease.clone(), instance.clone());
     let (reloader, config_rx) = Reloader::new(config, hangups);
-    Producer::new(
-        broker.clone(),
-        Arc::new(lease),
-        control,
-        config_rx,
-        instance,
-    )
-    .with_reloader(reloader)
-    .run(root.child_token())
-    .await
-    .context("while running the producer")?;
+    let producer =
+        Producer::new(broker.clone(), lease, control, config_rx, instance).with_reloader(reloader);
+    let (served, ran) = tokio::join!(
+        admin::serve(args.admin_addr, metrics, ready, root.clone()),
+        producer.run(root.child_token()),
+    );
     broker.close().await;
-    Ok(())
+    ran.context("while running the producer")?;
+    served
+}
+
+/// Ready while Redis answers the lease lookup; the detail says leader or standby.
+fn readiness(lease: Arc<RedisLease>, instance: String) -> ReadyProbe {
+    Arc::new(move || {
+        let (lease, instance) = (lease.clone(), instance.clone());
+        Box::pin(async move {
+            match lease.holder().await {
+                Ok(Some(h)) if h.instance == instance => Ok(format!("leader, epoch {}", h.epoch)),
+                Ok(Some(h)) => Ok(format!(
+                    "standby, leader {} (epoch {})",
+                    h.instance, h.epoch
+                )),
+                Ok(None) => Ok("standby, no leader yet".to_owned()),
+                Err(e) => Err(format!("redis: {e}")),
+            }
+        })
+    })
 }
