@@ -5,6 +5,8 @@
 //! - [`key`] and [`message`]: the occurrence key `JOB@SCHEDULED_UTC` and the wire message.
 //! - [`names`]: validated names, and the only place broker and Redis names are formatted.
 //! - [`broker`]: the queue port (RabbitMQ and in-memory).
+//! - [`ledger`]: idempotency records and per-job overlap locks (Redis and in-memory).
+//! - [`runlog`]: the run history (Redis stream and in-memory).
 //! - [`connect`]: service endpoints and the Redis connection.
 //! - [`redacted`], [`shutdown`]: small shared mechanisms.
 
@@ -12,8 +14,10 @@ pub mod broker;
 pub mod config;
 pub mod connect;
 pub mod key;
+pub mod ledger;
 pub mod message;
 pub mod names;
 pub mod redacted;
+pub mod runlog;
 pub mod schedule;
 pub mod shutdown;
