@@ -1,4 +1,5 @@
 //! Integration tests: one binary, a module per behaviour, against the real RabbitMQ and
 //! Redis (`CRONQ_AMQP_URL`, `CRONQ_REDIS_URL`) and the real `cronq` binary.
 
+mod broker;
 mod support;

@@ -175,6 +175,6 @@ pub trait Broker: Send + Sync + 'static {
     /// [`BrokerError`]; letters not yet removed stay in the dead-letter queue.
     async fn replay(
         &self,
-        select: &(dyn Fn(&DeadLetter) -> Option<Outgoing> + Send + Sync),
+        select: &(dyn for<'l> Fn(&'l DeadLetter) -> Option<Outgoing> + Send + Sync),
     ) -> Result<usize, BrokerError>;
 }

@@ -1,0 +1,362 @@
+//! The queue port's behaviour, written once as generic suites over `B: Broker` and run
+//! against both the in-memory broker and RabbitMQ (one namespace per test).
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, TimeZone, Utc};
+use cronq_shared::broker::memory::MemoryBroker;
+use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing};
+use cronq_shared::key::OccurrenceKey;
+use cronq_shared::message::{Occurrence, Trigger};
+use cronq_shared::names::{JobName, QueueName};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+pub fn queue(name: &str) -> QueueName {
+    QueueName::new(name).unwrap()
+}
+
+/// Occurrence number `i` of job `job`: scheduled `i` seconds after a fixed instant.
+pub fn occurrence(job: &str, i: u32) -> Occurrence {
+    let at =
+        Utc.with_ymd_and_hms(2026, 11, 29, 0, 0, 0).unwrap() + chrono::Duration::seconds(i.into());
+    let job = JobName::new(job).unwrap();
+    Occurrence {
+        key: OccurrenceKey::scheduled(job.clone(), at),
+        job,
+        scheduled_at: at,
+        scheduled_local: at.fixed_offset(),
+        timezone: "UTC".into(),
+        trigger: Trigger::Schedule,
+        attempt: 1,
+        payload: serde_json::json!({ "i": i }),
+        epoch: 0,
+        published_at: at,
+        deadline: None,
+        last_error: None,
+    }
+}
+
+pub fn outgoing(q: &QueueName, job: &str, i: u32) -> Outgoing {
+    Outgoing {
+        queue: q.clone(),
+        occurrence: occurrence(job, i),
+        delay: Duration::ZERO,
+    }
+}
+
+fn letter(q: &QueueName, i: u32, reason: &str) -> DeadLetter {
+    let occ = occurrence("dead", i);
+    DeadLetter {
+        key: Some(occ.key.to_string()),
+        job: Some(occ.job.to_string()),
+        queue: Some(q.clone()),
+        attempts: 3,
+        reason: reason.to_owned(),
+        last_error: Some(format!("exit status {i}")),
+        dead_lettered_at: DateTime::parse_from_rfc3339("2026-11-29T10:00:00.123Z")
+            .unwrap()
+            .with_timezone(&Utc)
+            + chrono::Duration::seconds(i.into()),
+        body: occ.encode(),
+    }
+}
+
+async fn declare<B: Broker>(broker: &B, queues: &[&QueueName]) {
+    let set: BTreeSet<QueueName> = queues.iter().map(|q| (*q).clone()).collect();
+    broker.declare(&set).await.unwrap();
+}
+
+async fn next(rx: &mut mpsc::Receiver<Delivery>) -> Delivery {
+    tokio::time::timeout(WAIT, rx.recv())
+        .await
+        .expect("timed out waiting for a delivery")
+        .expect("subscription ended while waiting for a delivery")
+}
+
+fn key_of(d: &Delivery) -> String {
+    Occurrence::decode(&d.body).unwrap().key.to_string()
+}
+
+/// Fields that survive a trip through any dead-letter queue, for comparisons.
+fn summary(l: &DeadLetter) -> (Option<String>, String, u32, Option<String>) {
+    (
+        l.key.clone(),
+        l.reason.clone(),
+        l.attempts,
+        l.last_error.clone(),
+    )
+}
+
+// ---------------------------------------------------------------------------------------
+// Generic suites
+// ---------------------------------------------------------------------------------------
+
+pub async fn round_trip<B: Broker>(broker: &B, q: &QueueName) {
+    declare(broker, &[q]).await;
+    let out = outgoing(q, "round-trip", 1);
+    broker.publish(std::slice::from_ref(&out)).await.unwrap();
+    let token = CancellationToken::new();
+    let mut rx = broker
+        .consume(std::slice::from_ref(q), 4, token.clone())
+        .await
+        .unwrap();
+    let d = next(&mut rx).await;
+    assert_eq!(&d.queue, q);
+    assert!(!d.redelivered);
+    assert_eq!(Occurrence::decode(&d.body).unwrap(), out.occurrence);
+    d.acker.ack().await.unwrap();
+    token.cancel();
+}
+
+pub async fn batch_exactly_once<B: Broker>(broker: &B, q: &QueueName) {
+    declare(broker, &[q]).await;
+    let batch: Vec<Outgoing> = (0..1000).map(|i| outgoing(q, "batch", i)).collect();
+    broker.publish(&batch).await.unwrap();
+    let token = CancellationToken::new();
+    let mut rx = broker
+        .consume(std::slice::from_ref(q), 50, token.clone())
+        .await
+        .unwrap();
+    let mut seen: HashMap<String, u32> = HashMap::new();
+    while seen.len() < 1000 {
+        let d = next(&mut rx).await;
+        assert!(
+            !d.redelivered,
+            "nothing was requeued, yet {} came back",
+            key_of(&d)
+        );
+        *seen.entry(key_of(&d)).or_default() += 1;
+        d.acker.ack().await.unwrap();
+    }
+    assert!(seen.values().all(|n| *n == 1), "duplicates: {seen:?}");
+    let expected: BTreeSet<String> = batch.iter().map(|o| o.occurrence.key.to_string()).collect();
+    assert_eq!(seen.keys().cloned().collect::<BTreeSet<_>>(), expected);
+    token.cancel();
+}
+
+pub async fn requeue_redelivers<B: Broker>(broker: &B, q: &QueueName) {
+    declare(broker, &[q]).await;
+    broker.publish(&[outgoing(q, "requeue", 1)]).await.unwrap();
+    let token = CancellationToken::new();
+    let mut rx = broker
+        .consume(std::slice::from_ref(q), 1, token.clone())
+        .await
+        .unwrap();
+    let first = next(&mut rx).await;
+    assert!(!first.redelivered);
+    first.acker.requeue().await.unwrap();
+    let second = next(&mut rx).await;
+    assert!(second.redelivered);
+    assert_eq!(key_of(&second), key_of(&first));
+    second.acker.ack().await.unwrap();
+    token.cancel();
+}
+
+pub async fn delayed_publish<B: Broker>(broker: &B, q: &QueueName) {
+    declare(broker, &[q]).await;
+    let delay = Duration::from_millis(1500);
+    let mut late = outgoing(q, "delayed", 1);
+    late.delay = delay;
+    let token = CancellationToken::new();
+    let mut rx = broker
+        .consume(std::slice::from_ref(q), 4, token.clone())
+        .await
+        .unwrap();
+    let sent = Instant::now();
+    broker
+        .publish(&[late.clone(), outgoing(q, "delayed", 2)])
+        .await
+        .unwrap();
+    let first = next(&mut rx).await;
+    assert_eq!(
+        key_of(&first),
+        outgoing(q, "delayed", 2).occurrence.key.to_string()
+    );
+    first.acker.ack().await.unwrap();
+    let second = next(&mut rx).await;
+    assert!(
+        sent.elapsed() >= delay,
+        "arrived after {:?}",
+        sent.elapsed()
+    );
+    assert_eq!(key_of(&second), late.occurrence.key.to_string());
+    second.acker.ack().await.unwrap();
+    token.cancel();
+}
+
+pub async fn dead_letters_listed_in_order<B: Broker>(broker: &B, q: &QueueName) {
+    declare(broker, &[q]).await;
+    let letters: Vec<DeadLetter> = (0..5)
+        .map(|i| letter(q, i, if i % 2 == 0 { "failed" } else { "unknown job" }))
+        .collect();
+    for l in &letters {
+        broker.dead_letter(l).await.unwrap();
+    }
+    let first = broker.dead_letters().await.unwrap();
+    assert_eq!(first, letters);
+    let second = broker.dead_letters().await.unwrap();
+    assert_eq!(
+        second, letters,
+        "listing consumed or reordered the dead letters"
+    );
+}
+
+pub async fn replay_selected<B: Broker>(broker: &B, q: &QueueName) {
+    declare(broker, &[q]).await;
+    let letters: Vec<DeadLetter> = (0..5).map(|i| letter(q, i, "failed")).collect();
+    for l in &letters {
+        broker.dead_letter(l).await.unwrap();
+    }
+    let chosen: BTreeSet<String> = [1, 3]
+        .iter()
+        .map(|i| letters[*i].key.clone().unwrap())
+        .collect();
+    let replayed = broker
+        .replay(&|l: &DeadLetter| {
+            let key = l.key.as_ref()?;
+            chosen.contains(key).then(|| {
+                let mut occ = Occurrence::decode(&l.body).unwrap();
+                occ.trigger = Trigger::Replay;
+                Outgoing {
+                    queue: q.clone(),
+                    occurrence: occ,
+                    delay: Duration::ZERO,
+                }
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(replayed, 2);
+    let left: Vec<_> = broker
+        .dead_letters()
+        .await
+        .unwrap()
+        .iter()
+        .map(summary)
+        .collect();
+    let expected: Vec<_> = [0, 2, 4].iter().map(|i| summary(&letters[*i])).collect();
+    assert_eq!(left, expected);
+    let token = CancellationToken::new();
+    let mut rx = broker
+        .consume(std::slice::from_ref(q), 4, token.clone())
+        .await
+        .unwrap();
+    let mut got = BTreeSet::new();
+    for _ in 0..2 {
+        let d = next(&mut rx).await;
+        let occ = Occurrence::decode(&d.body).unwrap();
+        assert_eq!(occ.trigger, Trigger::Replay);
+        got.insert(occ.key.to_string());
+        d.acker.ack().await.unwrap();
+    }
+    assert_eq!(got, chosen);
+    token.cancel();
+}
+
+pub async fn unroutable_is_an_error<B: Broker>(broker: &B, q: &QueueName, nowhere: &QueueName) {
+    declare(broker, &[q]).await;
+    let out = outgoing(nowhere, "unroutable", 1);
+    let err = broker
+        .publish(&[outgoing(q, "routable", 1), out.clone()])
+        .await
+        .unwrap_err();
+    match err {
+        BrokerError::NotConfirmed { key, .. } => assert_eq!(key, out.occurrence.key.to_string()),
+        other => panic!("expected NotConfirmed, got {other:?}"),
+    }
+}
+
+pub async fn consume_stops_on_cancel<B: Broker>(broker: &B, q: &QueueName) {
+    declare(broker, &[q]).await;
+    let token = CancellationToken::new();
+    let mut rx = broker
+        .consume(std::slice::from_ref(q), 2, token.clone())
+        .await
+        .unwrap();
+    broker.publish(&[outgoing(q, "cancel", 1)]).await.unwrap();
+    let d = next(&mut rx).await;
+    token.cancel();
+    // Settling after cancel still works: the delivery is not lost with the subscription.
+    d.acker.ack().await.unwrap();
+    let ended = tokio::time::timeout(WAIT, async {
+        while let Some(d) = rx.recv().await {
+            drop(d);
+        }
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the receiver did not close after the token was cancelled"
+    );
+    // Messages published afterwards stay in the queue for the next subscriber.
+    broker.publish(&[outgoing(q, "cancel", 2)]).await.unwrap();
+    let token = CancellationToken::new();
+    let mut rx = broker
+        .consume(std::slice::from_ref(q), 2, token.clone())
+        .await
+        .unwrap();
+    let d = next(&mut rx).await;
+    assert_eq!(
+        key_of(&d),
+        outgoing(q, "cancel", 2).occurrence.key.to_string()
+    );
+    d.acker.ack().await.unwrap();
+    token.cancel();
+    let ended = tokio::time::timeout(WAIT, rx.recv()).await;
+    assert!(
+        matches!(ended, Ok(None)),
+        "the second receiver did not close after cancel"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// In-memory backend
+// ---------------------------------------------------------------------------------------
+
+mod memory {
+    use super::*;
+
+    #[tokio::test]
+    async fn round_trip() {
+        super::round_trip(&MemoryBroker::new(), &queue("a")).await;
+    }
+
+    #[tokio::test]
+    async fn batch_exactly_once() {
+        super::batch_exactly_once(&MemoryBroker::new(), &queue("a")).await;
+    }
+
+    #[tokio::test]
+    async fn requeue_redelivers() {
+        super::requeue_redelivers(&MemoryBroker::new(), &queue("a")).await;
+    }
+
+    #[tokio::test]
+    async fn delayed_publish() {
+        super::delayed_publish(&MemoryBroker::new(), &queue("a")).await;
+    }
+
+    #[tokio::test]
+    async fn dead_letters_listed_in_order() {
+        super::dead_letters_listed_in_order(&MemoryBroker::new(), &queue("a")).await;
+    }
+
+    #[tokio::test]
+    async fn replay_selected() {
+        super::replay_selected(&MemoryBroker::new(), &queue("a")).await;
+    }
+
+    #[tokio::test]
+    async fn unroutable_is_an_error() {
+        super::unroutable_is_an_error(&MemoryBroker::new(), &queue("a"), &queue("nowhere")).await;
+    }
+
+    #[tokio::test]
+    async fn consume_stops_on_cancel() {
+        super::consume_stops_on_cancel(&MemoryBroker::new(), &queue("a")).await;
+    }
+}
