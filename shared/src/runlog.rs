@@ -130,7 +130,9 @@ pub struct RedisRunLog {
 
 impl std::fmt::Debug for RedisRunLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisRunLog").field("key", &self.key).finish()
+        f.debug_struct("RedisRunLog")
+            .field("key", &self.key)
+            .finish()
     }
 }
 

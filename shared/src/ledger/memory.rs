@@ -99,15 +99,15 @@ impl Ledger for MemoryLedger {
         let token = uuid::Uuid::new_v4().simple().to_string();
         let exclusive = claim.overlap != Overlap::Allow;
         if exclusive {
-            if let Some((holder, _)) = inner.live_lock(claim.job.as_str(), now) {
-                if holder != key {
-                    if claim.overlap == Overlap::Replace {
-                        if let Some(rec) = inner.live(&holder, now) {
-                            rec.cancel = true;
-                        }
-                    }
-                    return Ok(ClaimOutcome::Busy { holder });
+            if let Some((holder, _)) = inner.live_lock(claim.job.as_str(), now)
+                && holder != key
+            {
+                if claim.overlap == Overlap::Replace
+                    && let Some(rec) = inner.live(&holder, now)
+                {
+                    rec.cancel = true;
                 }
+                return Ok(ClaimOutcome::Busy { holder });
             }
             inner.locks.insert(
                 claim.job.to_string(),
