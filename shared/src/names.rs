@@ -168,6 +168,20 @@ impl Names {
         format!("{}.delay.", self.ns)
     }
 
+    /// The durable headers exchange delayed messages are published to: it routes on the
+    /// delay header to [`Names::delay_queue`], so the routing key (the logical queue) is
+    /// kept for when the message expires back into [`Names::exchange`].
+    pub fn delay_exchange(&self) -> String {
+        format!("{}.delayed", self.ns)
+    }
+
+    /// The logical queue behind a broker queue name made by [`Names::queue`], if it is one
+    /// of this namespace's.
+    pub fn logical_queue(&self, queue: &str) -> Option<QueueName> {
+        let rest = queue.strip_prefix(self.ns.as_str())?.strip_prefix(".q.")?;
+        QueueName::new(rest).ok()
+    }
+
     /// A Redis key under the namespace: `ns:part1:part2…`.
     pub fn redis_key(&self, parts: &[&str]) -> String {
         let mut key = self.ns.to_string();
@@ -201,6 +215,12 @@ mod tests {
             "t-x.delay.10000ms"
         );
         assert_eq!(names.redis_key(&["occ", "a@b"]), "t-x:occ:a@b");
+        assert_eq!(
+            names.logical_queue("t-x.q.reports"),
+            Some(QueueName::new("reports").unwrap())
+        );
+        assert_eq!(names.logical_queue("t-y.q.reports"), None);
+        assert_eq!(names.logical_queue("t-x.dlq"), None);
     }
 
     #[test]

@@ -190,7 +190,7 @@ pub async fn delayed_publish<B: Broker>(broker: &B, q: &QueueName) {
 
 pub async fn dead_letters_listed_in_order<B: Broker>(broker: &B, q: &QueueName) {
     declare(broker, &[q]).await;
-    let letters: Vec<DeadLetter> = (0..5)
+    let letters: Vec<DeadLetter> = (0..30)
         .map(|i| letter(q, i, if i % 2 == 0 { "failed" } else { "unknown job" }))
         .collect();
     for l in &letters {
@@ -207,11 +207,11 @@ pub async fn dead_letters_listed_in_order<B: Broker>(broker: &B, q: &QueueName) 
 
 pub async fn replay_selected<B: Broker>(broker: &B, q: &QueueName) {
     declare(broker, &[q]).await;
-    let letters: Vec<DeadLetter> = (0..5).map(|i| letter(q, i, "failed")).collect();
+    let letters: Vec<DeadLetter> = (0..8).map(|i| letter(q, i, "failed")).collect();
     for l in &letters {
         broker.dead_letter(l).await.unwrap();
     }
-    let chosen: BTreeSet<String> = [1, 3]
+    let chosen: BTreeSet<String> = [1, 3, 4, 7]
         .iter()
         .map(|i| letters[*i].key.clone().unwrap())
         .collect();
@@ -230,7 +230,7 @@ pub async fn replay_selected<B: Broker>(broker: &B, q: &QueueName) {
         })
         .await
         .unwrap();
-    assert_eq!(replayed, 2);
+    assert_eq!(replayed, 4);
     let left: Vec<_> = broker
         .dead_letters()
         .await
@@ -238,7 +238,7 @@ pub async fn replay_selected<B: Broker>(broker: &B, q: &QueueName) {
         .iter()
         .map(summary)
         .collect();
-    let expected: Vec<_> = [0, 2, 4].iter().map(|i| summary(&letters[*i])).collect();
+    let expected: Vec<_> = [0, 2, 5, 6].iter().map(|i| summary(&letters[*i])).collect();
     assert_eq!(left, expected);
     let token = CancellationToken::new();
     let mut rx = broker
@@ -246,7 +246,7 @@ pub async fn replay_selected<B: Broker>(broker: &B, q: &QueueName) {
         .await
         .unwrap();
     let mut got = BTreeSet::new();
-    for _ in 0..2 {
+    for _ in 0..4 {
         let d = next(&mut rx).await;
         let occ = Occurrence::decode(&d.body).unwrap();
         assert_eq!(occ.trigger, Trigger::Replay);
@@ -358,5 +358,294 @@ mod memory {
     #[tokio::test]
     async fn consume_stops_on_cancel() {
         super::consume_stops_on_cancel(&MemoryBroker::new(), &queue("a")).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// RabbitMQ backend
+// ---------------------------------------------------------------------------------------
+
+mod amqp {
+    use std::sync::{Arc, Mutex};
+
+    use cronq_shared::broker::amqp::AmqpBroker;
+    use cronq_shared::broker::topology::{DELIVERY_LIMIT, quantize_delay};
+    use cronq_shared::names::{Names, Namespace};
+    use lapin::options::BasicGetOptions;
+    use lapin::types::AMQPValue;
+
+    use super::*;
+    use crate::support::{TestEnv, amqp_url, eventually, scoped};
+
+    async fn connect(env: &TestEnv) -> AmqpBroker {
+        let names = Names::new(&Namespace::new(env.namespace.clone()).unwrap());
+        AmqpBroker::connect(&amqp_url(), names)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Runs a generic suite against RabbitMQ on queue `a` under a fresh namespace.
+    async fn run<F, Fut>(test: &'static str, suite: F)
+    where
+        F: FnOnce(AmqpBroker, QueueName) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        scoped(test, move |env| async move {
+            env.track_queue("a");
+            let broker = connect(&env).await;
+            for d in [Duration::from_millis(1500)] {
+                env.track_raw_queue(&broker.names().delay_queue(quantize_delay(d)));
+            }
+            suite(broker.clone(), queue("a")).await;
+            broker.close().await;
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn round_trip() {
+        run("brk-round-trip", |b, q| async move {
+            super::round_trip(&b, &q).await
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn batch_exactly_once() {
+        run("brk-batch", |b, q| async move {
+            super::batch_exactly_once(&b, &q).await
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn requeue_redelivers() {
+        run("brk-requeue", |b, q| async move {
+            super::requeue_redelivers(&b, &q).await
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn delayed_publish() {
+        run("brk-delayed", |b, q| async move {
+            super::delayed_publish(&b, &q).await
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn dead_letters_listed_in_order() {
+        run("brk-dlq-list", |b, q| async move {
+            super::dead_letters_listed_in_order(&b, &q).await
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn replay_selected() {
+        run("brk-replay", |b, q| async move {
+            super::replay_selected(&b, &q).await
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn unroutable_is_an_error() {
+        run("brk-unroutable", |b, q| async move {
+            super::unroutable_is_an_error(&b, &q, &queue("nowhere")).await
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn consume_stops_on_cancel() {
+        run("brk-cancel", |b, q| async move {
+            super::consume_stops_on_cancel(&b, &q).await
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn published_messages_carry_properties() {
+        run("brk-props", |b, q| async move {
+            declare(&b, &[&q]).await;
+            let out = outgoing(&q, "props", 7);
+            b.publish(std::slice::from_ref(&out)).await.unwrap();
+            let conn = lapin::Connection::connect(&amqp_url(), Default::default())
+                .await
+                .unwrap();
+            let ch = conn.create_channel().await.unwrap();
+            let queue_name = b.names().queue(&q);
+            let msg = eventually(WAIT, "the message in its queue", || {
+                let ch = ch.clone();
+                let queue_name = queue_name.clone();
+                async move {
+                    ch.basic_get(queue_name.as_str().into(), BasicGetOptions { no_ack: true })
+                        .await
+                        .unwrap()
+                }
+            })
+            .await;
+            let props = &msg.delivery.properties;
+            let key = out.occurrence.key.to_string();
+            assert_eq!(*props.delivery_mode(), Some(2));
+            assert_eq!(
+                props.message_id().as_ref().map(|m| m.to_string()),
+                Some(key)
+            );
+            assert_eq!(
+                props
+                    .content_type()
+                    .as_ref()
+                    .map(|m| m.to_string())
+                    .as_deref(),
+                Some("application/json")
+            );
+            let headers = props.headers().clone().unwrap();
+            let text = |k: &str| match headers.inner().get(k) {
+                Some(AMQPValue::LongString(s)) => s.to_string(),
+                other => panic!("header {k}: {other:?}"),
+            };
+            assert_eq!(text("x-cronq-job"), "props");
+            assert_eq!(text("x-cronq-scheduled-at"), "2026-11-29T00:00:07Z");
+            assert_eq!(
+                headers.inner().get("x-cronq-attempt"),
+                Some(&AMQPValue::LongLongInt(1))
+            );
+            let _ = conn.close(200, "done".into()).await;
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn connect_failure_names_the_redacted_url() {
+        let names = Names::new(&Namespace::new("t-brk-unreachable").unwrap());
+        let err = AmqpBroker::connect("amqp://guest:s3cret@127.0.0.1:1/%2f", names)
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("amqp://***@127.0.0.1:1/%2f"), "{text}");
+        assert!(text.contains("rabbitmq-server"), "{text}");
+        assert!(!text.contains("s3cret"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn poison_message_is_dead_lettered_by_the_delivery_limit() {
+        run("brk-poison", |b, q| async move {
+            declare(&b, &[&q]).await;
+            let out = outgoing(&q, "poison", 1);
+            b.publish(std::slice::from_ref(&out)).await.unwrap();
+            let token = CancellationToken::new();
+            let mut rx = b
+                .consume(std::slice::from_ref(&q), 1, token.clone())
+                .await
+                .unwrap();
+            let mut deliveries = 0;
+            let letters = loop {
+                let letters = b.dead_letters().await.unwrap();
+                if !letters.is_empty() {
+                    break letters;
+                }
+                match tokio::time::timeout(Duration::from_millis(200), rx.recv()).await {
+                    Ok(Some(d)) => {
+                        deliveries += 1;
+                        assert!(deliveries <= DELIVERY_LIMIT + 1, "requeued past the limit");
+                        d.acker.requeue().await.unwrap();
+                    }
+                    Ok(None) => panic!("subscription ended"),
+                    Err(_) => {}
+                }
+            };
+            token.cancel();
+            assert_eq!(letters.len(), 1, "{letters:?}");
+            let l = &letters[0];
+            assert_eq!(l.reason, "delivery limit reached in queue a");
+            assert_eq!(l.queue, Some(q.clone()));
+            assert_eq!(l.key, Some(out.occurrence.key.to_string()));
+            assert_eq!(l.job.as_deref(), Some("poison"));
+            assert_eq!(Occurrence::decode(&l.body).unwrap(), out.occurrence);
+            eprintln!(
+                "poison: {deliveries} deliveries, attempts recorded {}",
+                l.attempts
+            );
+        })
+        .await;
+    }
+
+    /// Closes every connection of the broker (all tests' included), as an operator would.
+    fn close_all_connections() {
+        let out = std::process::Command::new("rabbitmqctl")
+            .args(["close_all_connections", "test"])
+            .output()
+            .expect("run rabbitmqctl (is RabbitMQ installed locally?)");
+        assert!(
+            out.status.success(),
+            "rabbitmqctl: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    #[tokio::test]
+    async fn survives_closed_connections_without_loss() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("cronq_shared=debug,lapin=warn")
+            .with_test_writer()
+            .try_init();
+        run("brk-close-all", |b, q| async move {
+            declare(&b, &[&q]).await;
+            let seen: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+            let token = CancellationToken::new();
+            let mut rx = b
+                .consume(std::slice::from_ref(&q), 20, token.clone())
+                .await
+                .unwrap();
+            let counter = seen.clone();
+            let consumer = tokio::spawn(async move {
+                while let Some(d) = rx.recv().await {
+                    *counter.lock().unwrap().entry(key_of(&d)).or_default() += 1;
+                    // An ack on a channel that died is fine: the broker redelivers.
+                    let _ = d.acker.ack().await;
+                }
+            });
+            let mut published = BTreeSet::new();
+            for round in 0..2 {
+                let closer = std::thread::spawn(close_all_connections);
+                let mut i = 0;
+                // Publish before, while and after the connections are closed.
+                while !closer.is_finished() || i < 20 {
+                    let n = (round * 10_000 + i) * 5;
+                    let batch: Vec<Outgoing> =
+                        (n..n + 5).map(|k| outgoing(&q, "close-all", k)).collect();
+                    b.publish(&batch)
+                        .await
+                        .unwrap_or_else(|e| panic!("publish: {e:?}"));
+                    published.extend(batch.iter().map(|o| o.occurrence.key.to_string()));
+                    i += 1;
+                }
+                closer.join().unwrap();
+            }
+            let total = published.len();
+            eventually(
+                Duration::from_secs(60),
+                "every published message consumed",
+                || {
+                    let seen = seen.lock().unwrap();
+                    let done = published.iter().all(|k| seen.contains_key(k));
+                    async move { done.then_some(()) }
+                },
+            )
+            .await;
+            token.cancel();
+            consumer.await.unwrap();
+            let seen = seen.lock().unwrap();
+            let duplicates: u32 = seen.values().map(|n| n - 1).sum();
+            eprintln!(
+                "close-all: {total} published, {} consumed, {duplicates} duplicates",
+                seen.len()
+            );
+            assert!(seen.keys().all(|k| published.contains(k)));
+        })
+        .await;
     }
 }

@@ -7,7 +7,9 @@
 //! a success (G2).
 
 pub mod amqp;
+pub mod headers;
 pub mod memory;
+pub mod topology;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -94,7 +96,9 @@ pub struct DeadLetter {
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
     /// Could not connect, or the connection broke.
-    #[error("cannot reach the message broker at {url}")]
+    #[error(
+        "cannot reach the message broker at {url}: is RabbitMQ running? (start it with `rabbitmq-server -detached`, or set CRONQ_AMQP_URL)"
+    )]
     Connect {
         /// The redacted URL.
         url: String,

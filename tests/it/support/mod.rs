@@ -29,6 +29,7 @@ pub struct TestEnv {
     pub dir: PathBuf,
     children: Arc<Mutex<Vec<Child>>>,
     queues: Arc<Mutex<Vec<String>>>,
+    raw_queues: Arc<Mutex<Vec<String>>>,
 }
 
 impl TestEnv {
@@ -41,12 +42,18 @@ impl TestEnv {
             dir,
             children: Arc::default(),
             queues: Arc::default(),
+            raw_queues: Arc::default(),
         }
     }
 
     /// Remembers a logical queue name so clean-up deletes its broker queue.
     pub fn track_queue(&self, queue: &str) {
         self.queues.lock().unwrap().push(queue.to_owned());
+    }
+
+    /// Remembers a broker queue by its full name (e.g. a delay queue) for clean-up.
+    pub fn track_raw_queue(&self, queue: &str) {
+        self.raw_queues.lock().unwrap().push(queue.to_owned());
     }
 
     /// Writes a config file into the test dir and returns its path.
@@ -172,12 +179,17 @@ impl TestEnv {
             .map(|q| format!("{ns}.q.{q}"))
             .collect();
         queues.push(format!("{ns}.dlq"));
+        queues.extend(self.raw_queues.lock().unwrap().iter().cloned());
         for q in queues {
             let _ = ch
                 .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
                 .await;
         }
-        for ex in [format!("{ns}.occurrences"), format!("{ns}.dlx")] {
+        for ex in [
+            format!("{ns}.occurrences"),
+            format!("{ns}.dlx"),
+            format!("{ns}.delayed"),
+        ] {
             let _ = ch
                 .exchange_delete(ex.as_str().into(), ExchangeDeleteOptions::default())
                 .await;
