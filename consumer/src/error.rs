@@ -14,11 +14,14 @@ pub enum Error {
         /// The config's queues, comma-separated.
         known: String,
     },
+    /// The broker could not be reached.
+    #[error("cannot connect to the message broker")]
+    Connect(#[source] BrokerError),
     /// The broker refused to declare or subscribe.
     #[error("cannot subscribe to the job queues")]
     Broker(#[source] BrokerError),
     /// The idempotency store or run history could not be opened.
-    #[error("cannot open the idempotency store")]
+    #[error("cannot connect to the idempotency store")]
     Store(#[source] StoreError),
     /// The broker ended the subscription although no shutdown was asked for.
     #[error("the broker ended the subscription unexpectedly; restart the consumer")]

@@ -11,9 +11,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cronq_shared::broker::Broker;
+use cronq_shared::broker::amqp::AmqpBroker;
 use cronq_shared::config::Config;
+use cronq_shared::connect::{self, Endpoints};
 use cronq_shared::ledger::Ledger;
+use cronq_shared::ledger::redis::RedisLedger;
 use cronq_shared::names::{JobName, QueueName};
+use cronq_shared::runlog::RedisRunLog;
 use cronq_shared::runlog::RunLog;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -44,6 +48,38 @@ pub struct Options {
     pub lease: Duration,
     /// This consumer's name in the run history.
     pub consumer_id: String,
+}
+
+impl Options {
+    /// The logical queues of `config` these options select.
+    ///
+    /// # Errors
+    /// [`Error::UnknownQueue`] when `queues` names a queue no job of `config` uses.
+    pub fn select_queues(&self, config: &Config) -> Result<Vec<QueueName>, Error> {
+        let known = config.queues();
+        if self.queues.is_empty() {
+            return Ok(known.into_iter().collect());
+        }
+        let mut chosen = BTreeSet::new();
+        for name in &self.queues {
+            match QueueName::new(name.trim()) {
+                Ok(q) if known.contains(&q) => {
+                    chosen.insert(q);
+                }
+                _ => {
+                    return Err(Error::UnknownQueue {
+                        queue: name.clone(),
+                        known: known
+                            .iter()
+                            .map(QueueName::as_str)
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    });
+                }
+            }
+        }
+        Ok(chosen.into_iter().collect())
+    }
 }
 
 impl Default for Options {
@@ -120,34 +156,44 @@ impl Consumer {
         self
     }
 
+    /// Connects to RabbitMQ and Redis at `endpoints` and builds a consumer on them.
+    ///
+    /// # Errors
+    /// [`Error::Connect`] or [`Error::Store`] when a service cannot be reached within
+    /// [`cronq_shared::connect::CONNECT_TIMEOUT`].
+    pub async fn connect(
+        config: Config,
+        endpoints: &Endpoints,
+        options: Options,
+    ) -> Result<Self, Error> {
+        let names = endpoints.names();
+        let broker = AmqpBroker::connect(&endpoints.amqp_url, names.clone())
+            .await
+            .map_err(Error::Connect)?;
+        let conn = connect::redis(&endpoints.redis_url)
+            .await
+            .map_err(Error::Store)?;
+        let retention = config
+            .jobs
+            .iter()
+            .map(|j| j.retention)
+            .max()
+            .unwrap_or(Duration::from_secs(7 * 24 * 3600));
+        Ok(Self::new(
+            config,
+            Arc::new(broker),
+            Arc::new(RedisLedger::new(conn.clone(), names.clone())),
+            Arc::new(RedisRunLog::new(conn, &names, retention)),
+            options,
+        ))
+    }
+
     /// The logical queues this consumer serves.
     ///
     /// # Errors
     /// [`Error::UnknownQueue`] when `--queues` names a queue no job uses.
     pub fn queues(&self) -> Result<Vec<QueueName>, Error> {
-        let known = self.config.queues();
-        if self.options.queues.is_empty() {
-            return Ok(known.into_iter().collect());
-        }
-        let mut chosen = BTreeSet::new();
-        for name in &self.options.queues {
-            match QueueName::new(name.trim()) {
-                Ok(q) if known.contains(&q) => {
-                    chosen.insert(q);
-                }
-                _ => {
-                    return Err(Error::UnknownQueue {
-                        queue: name.clone(),
-                        known: known
-                            .iter()
-                            .map(QueueName::as_str)
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                    });
-                }
-            }
-        }
-        Ok(chosen.into_iter().collect())
+        self.options.select_queues(&self.config)
     }
 
     /// Runs until `shutdown` is cancelled, then drains (see the module docs).
