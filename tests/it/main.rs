@@ -2,4 +2,5 @@
 //! Redis (`CRONQ_AMQP_URL`, `CRONQ_REDIS_URL`) and the real `cronq` binary.
 
 mod broker;
+mod consumer_ledger;
 mod support;
