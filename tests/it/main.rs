@@ -2,5 +2,6 @@
 //! Redis (`CRONQ_AMQP_URL`, `CRONQ_REDIS_URL`) and the real `cronq` binary.
 
 mod broker;
+mod consumer;
 mod consumer_ledger;
 mod support;
