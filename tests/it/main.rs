@@ -4,4 +4,5 @@
 mod broker;
 mod consumer;
 mod consumer_ledger;
+mod consumer_process;
 mod support;
