@@ -5,7 +5,8 @@
 //! 2. Past its start deadline → `missed`, then ack.
 //! 3. [`Ledger::claim`] (idempotency + overlap, one atomic step): duplicate → ack without
 //!    running; busy → `skipped` (skip) or back to the broker with a short delay (queue,
-//!    replace); store unreachable → requeue and back off: nothing runs, nothing is acked.
+//!    replace); store unreachable → hold the delivery unacked and retry with backoff:
+//!    nothing runs, nothing is acked.
 //! 4. Claimed: the message body is stored in the claim, so the delivery is acked at once.
 //!    The broker's `consumer_timeout` can then never close the channel under a long job, and
 //!    the claim's lease (renewed by heartbeats) decides instead whether it must run again.
@@ -36,8 +37,10 @@ use crate::telemetry;
 /// it is looked at again.
 pub(crate) const OVERLAP_RECHECK: Duration = Duration::from_secs(1);
 
-/// How long a task waits after the idempotency store failed before it takes more work.
-const STORE_BACKOFF: Duration = Duration::from_secs(1);
+/// First wait after the idempotency store failed; doubled up to [`STORE_BACKOFF_MAX`].
+const STORE_BACKOFF: Duration = Duration::from_millis(500);
+/// See [`STORE_BACKOFF`].
+const STORE_BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 /// Delays between tries to record an attempt's end.
 const COMPLETE_BACKOFF: &[Duration] = &[
@@ -126,20 +129,31 @@ impl Worker {
             retention: job.retention,
             body: d.body.clone(),
         };
-        match self.ledger.claim(&claim).await {
-            Err(err) => {
-                tracing::warn!(job = %occ.job, key = %occ.key, error = %err, "cannot reach the idempotency store: requeueing, nothing runs until it is back");
-                requeue(&d).await;
-                shutdown
-                    .run_until_cancelled(tokio::time::sleep(STORE_BACKOFF))
-                    .await;
+        // While the store is unreachable nothing runs and nothing is acked: the delivery is
+        // held unacked (requeueing would spend the queue's delivery limit) and the claim is
+        // retried with backoff; at shutdown it is requeued.
+        let mut wait = STORE_BACKOFF;
+        let claimed = loop {
+            match self.ledger.claim(&claim).await {
+                Ok(outcome) => break outcome,
+                Err(err) => {
+                    tracing::warn!(job = %occ.job, key = %occ.key, error = %err, "cannot reach the idempotency store: holding the delivery unacked, nothing runs until it is back");
+                    let slept = shutdown.run_until_cancelled(tokio::time::sleep(wait)).await;
+                    if slept.is_none() {
+                        requeue(&d).await;
+                        return;
+                    }
+                    wait = (wait * 2).min(STORE_BACKOFF_MAX);
+                }
             }
-            Ok(ClaimOutcome::Duplicate { state, attempt }) => {
+        };
+        match claimed {
+            ClaimOutcome::Duplicate { state, attempt } => {
                 tracing::debug!(job = %occ.job, key = %occ.key, attempt = occ.attempt, state = %state, recorded_attempt = attempt, "duplicate delivery acked without running");
                 telemetry::duplicate(occ.job.as_str());
                 ack(&d, occ.job.as_str()).await;
             }
-            Ok(ClaimOutcome::Busy { holder }) => {
+            ClaimOutcome::Busy { holder } => {
                 if job.overlap == Overlap::Skip {
                     let why = format!("{holder} was still running");
                     self.settle(&d, &occ, job, State::Skipped, why, &shutdown)
@@ -149,7 +163,7 @@ impl Worker {
                     self.hold_back(&d, &occ).await;
                 }
             }
-            Ok(ClaimOutcome::Claimed { lease, takeover }) => {
+            ClaimOutcome::Claimed { lease, takeover } => {
                 if takeover {
                     tracing::info!(job = %occ.job, key = %occ.key, attempt = occ.attempt, "running an occurrence whose previous owner stopped");
                 }

@@ -676,3 +676,141 @@ deadline = "1m"
     })
     .await;
 }
+
+/// A memory ledger that can be made unreachable.
+#[derive(Default)]
+struct Flaky {
+    inner: cronq_shared::ledger::memory::MemoryLedger,
+    down: std::sync::atomic::AtomicBool,
+    refused: std::sync::atomic::AtomicUsize,
+}
+
+impl Flaky {
+    fn check(&self) -> Result<(), cronq_shared::connect::StoreError> {
+        use std::sync::atomic::Ordering;
+        if self.down.load(Ordering::SeqCst) {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+            return Err(cronq_shared::connect::StoreError::Unreachable {
+                url: "redis://test".into(),
+                source: None,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Ledger for Flaky {
+    async fn claim(
+        &self,
+        c: &cronq_shared::ledger::Claim,
+    ) -> Result<cronq_shared::ledger::ClaimOutcome, cronq_shared::connect::StoreError> {
+        self.check()?;
+        self.inner.claim(c).await
+    }
+    async fn heartbeat(
+        &self,
+        l: &cronq_shared::ledger::Lease,
+        d: Duration,
+    ) -> Result<cronq_shared::ledger::Heartbeat, cronq_shared::connect::StoreError> {
+        self.check()?;
+        self.inner.heartbeat(l, d).await
+    }
+    async fn complete(
+        &self,
+        l: &cronq_shared::ledger::Lease,
+        e: &cronq_shared::ledger::End,
+    ) -> Result<bool, cronq_shared::connect::StoreError> {
+        self.check()?;
+        self.inner.complete(l, e).await
+    }
+    async fn settle(
+        &self,
+        s: &cronq_shared::ledger::Settle,
+    ) -> Result<bool, cronq_shared::connect::StoreError> {
+        self.check()?;
+        self.inner.settle(s).await
+    }
+    async fn reap(
+        &self,
+        limit: usize,
+        hold: Duration,
+    ) -> Result<Vec<cronq_shared::ledger::Orphan>, cronq_shared::connect::StoreError> {
+        self.check()?;
+        self.inner.reap(limit, hold).await
+    }
+    async fn get(
+        &self,
+        key: &cronq_shared::key::OccurrenceKey,
+    ) -> Result<Option<cronq_shared::ledger::Record>, cronq_shared::connect::StoreError> {
+        self.check()?;
+        self.inner.get(key).await
+    }
+}
+
+/// In-memory ports (as `cronq standalone` uses them), with the store down at first:
+/// nothing runs and nothing is acked until it is back; then the occurrence runs once.
+#[tokio::test]
+async fn consumer_store_outage_runs_nothing_until_it_is_back() {
+    use cronq_shared::broker::memory::MemoryBroker;
+    use cronq_shared::runlog::MemoryRunLog;
+    use std::sync::atomic::Ordering;
+
+    let config =
+        Config::from_toml(&WORK.replace("OVERLAP", "skip"), Path::new("cronq.toml")).unwrap();
+    let broker = MemoryBroker::new();
+    broker.declare(&config.queues()).await.unwrap();
+    let ledger = Arc::new(Flaky::default());
+    ledger.down.store(true, Ordering::SeqCst);
+    let runlog = Arc::new(MemoryRunLog::default());
+    let (handlers, seen) = recording(Duration::from_millis(10));
+    let options = Options {
+        lease: LEASE,
+        consumer_id: "mem".into(),
+        ..Options::default()
+    };
+    let consumer = Consumer::new(
+        config,
+        Arc::new(broker.clone()),
+        ledger.clone(),
+        runlog.clone(),
+        options,
+    )
+    .with_handlers(handlers);
+    let token = CancellationToken::new();
+    let task = tokio::spawn(consumer.run(token.clone()));
+    let queue = QueueName::new("default").unwrap();
+    let out = Outgoing {
+        queue: queue.clone(),
+        occurrence: occurrence("work", 1),
+        delay: Duration::ZERO,
+    };
+    broker.publish(&[out.clone(), out]).await.unwrap();
+    eventually(
+        WAIT,
+        "claims to be refused while the store is down",
+        || async { (ledger.refused.load(Ordering::SeqCst) >= 3).then_some(()) },
+    )
+    .await;
+    assert!(seen.lock().unwrap().is_empty(), "nothing ran");
+    assert!(runlog.list(None, 10).await.unwrap().is_empty());
+    ledger.down.store(false, Ordering::SeqCst);
+    let runs = eventually(
+        WAIT,
+        "the occurrence to run once the store is back",
+        || async {
+            let runs = runlog.list(None, 10).await.unwrap();
+            (!runs.is_empty()).then_some(runs)
+        },
+    )
+    .await;
+    assert_eq!(runs[0].outcome, Outcome::Succeeded);
+    eventually(WAIT, "both deliveries settled", || async {
+        (broker.ready(&queue) == Some(0)).then_some(())
+    })
+    .await;
+    token.cancel();
+    task.await.unwrap().unwrap();
+    assert_eq!(seen.lock().unwrap().len(), 1, "the duplicate did not run");
+    assert_eq!(runlog.list(None, 10).await.unwrap().len(), 1);
+}
