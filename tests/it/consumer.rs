@@ -2,6 +2,9 @@
 //! retries and dead letters, rejects, overlap policies, handlers, and a 1,000-occurrence
 //! run across three consumers.
 
+// Test helpers are test code: a failed unwrap is a test failure with its location.
+#![allow(clippy::unwrap_used)]
+
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -144,9 +147,12 @@ impl Fleet {
     }
 }
 
+/// What [`recording`] saw: `(key, start, end)` per run.
+type Spans = Arc<Mutex<Vec<(String, Instant, Instant)>>>;
+
 /// A Rust handler that records `(key, start, end)` and sleeps `took` (stopping early when
 /// cancelled).
-fn recording(took: Duration) -> (Handlers, Arc<Mutex<Vec<(String, Instant, Instant)>>>) {
+fn recording(took: Duration) -> (Handlers, Spans) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let mut handlers = Handlers::new();
     let s = seen.clone();

@@ -1,6 +1,9 @@
 //! The real `cronq consumer` binary: crash safety (SIGKILL mid-job), long jobs past the
 //! broker's `consumer_timeout`, graceful shutdown, and usage errors.
 
+// Test helpers are test code: a failed unwrap is a test failure with its location.
+#![allow(clippy::unwrap_used)]
+
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
