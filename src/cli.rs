@@ -72,6 +72,15 @@ pub enum Command {
     /// Inspect or replay the dead-letter queue.
     #[command(subcommand)]
     Dlq(DlqCommand),
+    /// GET an admin URL and exit 0 when it answers 2xx (container health checks).
+    Probe(ProbeArgs),
+}
+
+/// `cronq probe`.
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// The URL, such as http://127.0.0.1:9090/healthz.
+    pub url: String,
 }
 
 /// `--json`.

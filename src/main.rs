@@ -2,6 +2,7 @@
 //! token, dispatch to a subcommand, and map errors to exit codes (0 ok, 1 runtime failure,
 //! 2 usage or config error).
 
+mod admin;
 mod cli;
 mod cmd;
 mod telemetry;

@@ -8,10 +8,10 @@ use tokio::task::JoinSet;
 pub async fn drain<T: 'static>(tasks: &mut JoinSet<T>, grace: Duration) -> usize {
     let finished = async {
         while let Some(res) = tasks.join_next().await {
-            if let Err(err) = res {
-                if !err.is_cancelled() {
-                    tracing::error!(error = %err, "task failed while draining");
-                }
+            if let Err(err) = res
+                && !err.is_cancelled()
+            {
+                tracing::error!(error = %err, "task failed while draining");
             }
         }
     };

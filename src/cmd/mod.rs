@@ -44,6 +44,7 @@ pub async fn dispatch(cli: Cli, root: CancellationToken) -> anyhow::Result<()> {
         Command::Backfill(args) => backfill::run(&cli, args).await,
         Command::Dlq(DlqCommand::List(args)) => dlq::list(&cli, args).await,
         Command::Dlq(DlqCommand::Replay(args)) => dlq::replay(&cli, args).await,
+        Command::Probe(args) => crate::admin::probe(&args.url).await,
     }
 }
 

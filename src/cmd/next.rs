@@ -1,9 +1,118 @@
-//! `cronq next`: preview fire times.
+//! `cronq next`: preview the next fire times of each job, strictly after `--from`
+//! (default now), in the job's zone and in UTC.
 
+use chrono::{DateTime, SecondsFormat, Utc};
+use cronq_shared::config::{Config, Job, did_you_mean};
+use serde_json::json;
+
+use super::UsageError;
 use crate::cli::{Cli, NextArgs};
 
-/// Prints the next fire times.
-pub fn run(cli: &Cli, _args: &NextArgs) -> anyhow::Result<()> {
-    let _config = super::load_config(cli)?;
-    super::unavailable("next")
+/// Prints the next `--count` fire times per job, as a table or one JSON document.
+///
+/// # Errors
+/// A config error, or a usage error for an unknown `--job`, a bad `--from` or `--count 0`.
+pub fn run(cli: &Cli, args: &NextArgs) -> anyhow::Result<()> {
+    let config = super::load_config(cli)?;
+    let from = match args.from.as_deref() {
+        None => Utc::now(),
+        Some(text) => DateTime::parse_from_rfc3339(text)
+            .map_err(|e| {
+                UsageError(format!(
+                    "--from {text:?} is not an RFC 3339 instant such as 2026-03-08T06:00:00Z: {e}"
+                ))
+            })?
+            .with_timezone(&Utc),
+    };
+    if args.count == 0 {
+        return Err(UsageError("--count must be at least 1".into()).into());
+    }
+    let jobs: Vec<&Job> = match args.job.as_deref() {
+        Some(name) => vec![find_job(&config, name)?],
+        None => config.jobs.iter().collect(),
+    };
+    let previews: Vec<(&Job, Vec<DateTime<Utc>>)> = jobs
+        .into_iter()
+        .map(|job| {
+            (
+                job,
+                job.schedule.iter_after(from).take(args.count).collect(),
+            )
+        })
+        .collect();
+    if args.json {
+        println!("{}", to_json(from, &previews));
+    } else {
+        print_table(&previews, args.count);
+    }
+    Ok(())
+}
+
+fn find_job<'a>(config: &'a Config, name: &str) -> Result<&'a Job, UsageError> {
+    if let Some(job) = config.job(name) {
+        return Ok(job);
+    }
+    let names = config.jobs.iter().map(|j| j.name.as_str());
+    let hint = match did_you_mean(name, names.clone()) {
+        Some(s) => format!("did you mean \"{s}\"?"),
+        None if config.jobs.is_empty() => "it defines no job".to_owned(),
+        None => format!("its jobs are {}", names.collect::<Vec<_>>().join(", ")),
+    };
+    Err(UsageError(format!(
+        "--job: no job {name:?} in {}; {hint}",
+        config.path.display()
+    )))
+}
+
+fn utc(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+fn to_json(from: DateTime<Utc>, previews: &[(&Job, Vec<DateTime<Utc>>)]) -> serde_json::Value {
+    let jobs: Vec<_> = previews
+        .iter()
+        .map(|(job, times)| {
+            let next: Vec<_> = times
+                .iter()
+                .map(|t| {
+                    json!({
+                        "utc": utc(*t),
+                        "local": t.with_timezone(&job.timezone).to_rfc3339_opts(SecondsFormat::Secs, false),
+                    })
+                })
+                .collect();
+            json!({
+                "job": job.name.as_str(),
+                "schedule": job.schedule.as_str(),
+                "timezone": job.timezone.name(),
+                "next": next,
+            })
+        })
+        .collect();
+    json!({ "from": utc(from), "jobs": jobs })
+}
+
+fn print_table(previews: &[(&Job, Vec<DateTime<Utc>>)], count: usize) {
+    for (i, (job, times)) in previews.iter().enumerate() {
+        if i > 0 {
+            println!();
+        }
+        println!(
+            "{} ({:?} in {})",
+            job.name,
+            job.schedule.as_str(),
+            job.timezone.name()
+        );
+        for t in times {
+            let local = t.with_timezone(&job.timezone);
+            println!(
+                "  {}  {}",
+                local.format("%Y-%m-%d %H:%M:%S %:z %Z"),
+                utc(*t)
+            );
+        }
+        if times.len() < count {
+            println!("  (no further fire times)");
+        }
+    }
 }

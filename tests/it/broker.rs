@@ -1,6 +1,9 @@
 //! The queue port's behaviour, written once as generic suites over `B: Broker` and run
 //! against both the in-memory broker and RabbitMQ (one namespace per test).
 
+// Test helpers outside #[test] fns: clippy's allow-unwrap-in-tests does not cover them.
+#![allow(clippy::unwrap_used)]
+
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
@@ -156,6 +159,24 @@ pub async fn requeue_redelivers<B: Broker>(broker: &B, q: &QueueName) {
     token.cancel();
 }
 
+pub async fn dropped_delivery_is_requeued<B: Broker>(broker: &B, q: &QueueName) {
+    declare(broker, &[q]).await;
+    broker.publish(&[outgoing(q, "dropped", 1)]).await.unwrap();
+    let token = CancellationToken::new();
+    let mut rx = broker
+        .consume(std::slice::from_ref(q), 1, token.clone())
+        .await
+        .unwrap();
+    let first = next(&mut rx).await;
+    let key = key_of(&first);
+    drop(first); // a consumer that lost track of it, as if its channel closed
+    let again = next(&mut rx).await;
+    assert!(again.redelivered);
+    assert_eq!(key_of(&again), key);
+    again.acker.ack().await.unwrap();
+    token.cancel();
+}
+
 pub async fn delayed_publish<B: Broker>(broker: &B, q: &QueueName) {
     declare(broker, &[q]).await;
     let delay = Duration::from_millis(1500);
@@ -268,6 +289,17 @@ pub async fn unroutable_is_an_error<B: Broker>(broker: &B, q: &QueueName, nowher
         BrokerError::NotConfirmed { key, .. } => assert_eq!(key, out.occurrence.key.to_string()),
         other => panic!("expected NotConfirmed, got {other:?}"),
     }
+    // A delayed message for a queue nobody declared is refused too, not lost later.
+    let mut late = outgoing(nowhere, "unroutable", 2);
+    late.delay = Duration::from_millis(1500);
+    match broker
+        .publish(std::slice::from_ref(&late))
+        .await
+        .unwrap_err()
+    {
+        BrokerError::NotConfirmed { key, .. } => assert_eq!(key, late.occurrence.key.to_string()),
+        other => panic!("expected NotConfirmed, got {other:?}"),
+    }
 }
 
 pub async fn consume_stops_on_cancel<B: Broker>(broker: &B, q: &QueueName) {
@@ -341,6 +373,11 @@ mod memory {
     }
 
     #[tokio::test]
+    async fn dropped_delivery_is_requeued() {
+        super::dropped_delivery_is_requeued(&MemoryBroker::new(), &queue("a")).await;
+    }
+
+    #[tokio::test]
     async fn dead_letters_listed_in_order() {
         super::dead_letters_listed_in_order(&MemoryBroker::new(), &queue("a")).await;
     }
@@ -393,13 +430,34 @@ mod amqp {
         scoped(test, move |env| async move {
             env.track_queue("a");
             let broker = connect(&env).await;
-            for d in [Duration::from_millis(1500)] {
-                env.track_raw_queue(&broker.names().delay_queue(quantize_delay(d)));
-            }
+            // The delay queue `delayed_publish` makes.
+            let delay = quantize_delay(Duration::from_millis(1500));
+            env.track_raw_queue(&broker.names().delay_queue(delay));
             suite(broker.clone(), queue("a")).await;
             broker.close().await;
         })
         .await;
+    }
+
+    /// Runs `op` on a channel of a fresh plain lapin connection until it succeeds with
+    /// `Some`: a concurrent `close_all_connections` (another test) may break any attempt.
+    async fn with_raw_channel<T, F, Fut>(what: &str, op: F) -> T
+    where
+        F: Fn(lapin::Channel) -> Fut,
+        Fut: std::future::Future<Output = lapin::Result<Option<T>>>,
+    {
+        eventually(WAIT, what, || async {
+            let conn = lapin::Connection::connect(&amqp_url(), Default::default())
+                .await
+                .ok()?;
+            let result = match conn.create_channel().await {
+                Ok(ch) => op(ch).await.ok().flatten(),
+                Err(_) => None,
+            };
+            let _ = conn.close(200, "done".into()).await;
+            result
+        })
+        .await
     }
 
     #[tokio::test]
@@ -422,6 +480,14 @@ mod amqp {
     async fn requeue_redelivers() {
         run("brk-requeue", |b, q| async move {
             super::requeue_redelivers(&b, &q).await
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn dropped_delivery_is_requeued() {
+        run("brk-dropped", |b, q| async move {
+            super::dropped_delivery_is_requeued(&b, &q).await
         })
         .await;
     }
@@ -472,22 +538,21 @@ mod amqp {
             declare(&b, &[&q]).await;
             let out = outgoing(&q, "props", 7);
             b.publish(std::slice::from_ref(&out)).await.unwrap();
-            let conn = lapin::Connection::connect(&amqp_url(), Default::default())
-                .await
-                .unwrap();
-            let ch = conn.create_channel().await.unwrap();
             let queue_name = b.names().queue(&q);
-            let msg = eventually(WAIT, "the message in its queue", || {
-                let ch = ch.clone();
+            let msg = with_raw_channel("the message in its queue", |ch| {
                 let queue_name = queue_name.clone();
                 async move {
-                    ch.basic_get(queue_name.as_str().into(), BasicGetOptions { no_ack: true })
-                        .await
-                        .unwrap()
+                    // Without ack: closing the channel puts it back.
+                    ch.basic_get(
+                        queue_name.as_str().into(),
+                        BasicGetOptions { no_ack: false },
+                    )
+                    .await
+                    .map(|m| m.map(|m| m.delivery))
                 }
             })
             .await;
-            let props = &msg.delivery.properties;
+            let props = &msg.properties;
             let key = out.occurrence.key.to_string();
             assert_eq!(*props.delivery_mode(), Some(2));
             assert_eq!(
@@ -513,7 +578,6 @@ mod amqp {
                 headers.inner().get("x-cronq-attempt"),
                 Some(&AMQPValue::LongLongInt(1))
             );
-            let _ = conn.close(200, "done".into()).await;
         })
         .await;
     }
@@ -573,17 +637,131 @@ mod amqp {
         .await;
     }
 
-    /// Closes every connection of the broker (all tests' included), as an operator would.
-    fn close_all_connections() {
+    #[tokio::test]
+    async fn delay_queue_deleted_behind_the_cache_is_declared_again() {
+        run("brk-delay-gone", |b, q| async move {
+            declare(&b, &[&q]).await;
+            let mut late = outgoing(&q, "delay-gone", 1);
+            late.delay = Duration::from_millis(1500);
+            b.publish(std::slice::from_ref(&late)).await.unwrap();
+            let delay_queue = b.names().delay_queue(quantize_delay(late.delay));
+            with_raw_channel("the delay queue deleted", |ch| {
+                let delay_queue = delay_queue.clone();
+                async move {
+                    ch.queue_delete(delay_queue.as_str().into(), Default::default())
+                        .await
+                        .map(Some)
+                }
+            })
+            .await;
+            late.occurrence = occurrence("delay-gone", 2);
+            b.publish(std::slice::from_ref(&late)).await.unwrap();
+            let token = CancellationToken::new();
+            let mut rx = b
+                .consume(std::slice::from_ref(&q), 4, token.clone())
+                .await
+                .unwrap();
+            let d = next(&mut rx).await;
+            assert_eq!(key_of(&d), late.occurrence.key.to_string());
+            d.acker.ack().await.unwrap();
+            token.cancel();
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn consume_resubscribes_after_a_broker_side_cancel() {
+        run("brk-resubscribe", |b, q| async move {
+            declare(&b, &[&q]).await;
+            let token = CancellationToken::new();
+            let mut rx = b
+                .consume(std::slice::from_ref(&q), 4, token.clone())
+                .await
+                .unwrap();
+            b.publish(&[outgoing(&q, "resubscribe", 1)]).await.unwrap();
+            let d = next(&mut rx).await;
+            d.acker.ack().await.unwrap();
+            // Deleting the queue cancels the consumer broker-side (the channel stays open).
+            let queue_name = b.names().queue(&q);
+            with_raw_channel("the queue deleted", |ch| {
+                let queue_name = queue_name.clone();
+                async move {
+                    ch.queue_delete(queue_name.as_str().into(), Default::default())
+                        .await
+                        .map(Some)
+                }
+            })
+            .await;
+            // The subscription declares the queue again and goes on feeding `rx`.
+            // Publishing is refused until the queue exists again, so keep trying.
+            let deadline = Instant::now() + WAIT;
+            let mut n = 1;
+            let d = loop {
+                assert!(
+                    Instant::now() < deadline,
+                    "no delivery after re-subscribing"
+                );
+                n += 1;
+                let _ = b.publish(&[outgoing(&q, "resubscribe", n)]).await;
+                if let Ok(Some(d)) =
+                    tokio::time::timeout(Duration::from_millis(200), rx.recv()).await
+                {
+                    break d;
+                }
+            };
+            d.acker.ack().await.unwrap();
+            token.cancel();
+        })
+        .await;
+    }
+
+    fn rabbitmqctl(args: &[&str]) {
         let out = std::process::Command::new("rabbitmqctl")
-            .args(["close_all_connections", "test"])
+            .args(args)
             .output()
             .expect("run rabbitmqctl (is RabbitMQ installed locally?)");
         assert!(
             out.status.success(),
-            "rabbitmqctl: {}",
+            "rabbitmqctl {args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+
+    /// A private vhost for a test that closes every connection: `close_all_connections`
+    /// acts per vhost, so the other tests (on `/`) keep their connections. Deleting the
+    /// vhost deletes everything declared in it.
+    struct Vhost {
+        name: String,
+        url: String,
+    }
+
+    impl Vhost {
+        fn create(name: &str) -> Self {
+            let base = amqp_url();
+            let uri: lapin::uri::AMQPUri = base.parse().unwrap();
+            let user = uri.authority.userinfo.username.clone();
+            rabbitmqctl(&["add_vhost", name]);
+            rabbitmqctl(&["set_permissions", "-p", name, &user, ".*", ".*", ".*"]);
+            let (prefix, _) = base.split_once('?').unwrap_or((&base, ""));
+            let (root, _) = prefix.rsplit_once('/').unwrap();
+            Self {
+                name: name.to_owned(),
+                url: format!("{root}/{name}"),
+            }
+        }
+
+        /// What an operator does: close every connection (of this vhost).
+        fn close_all_connections(&self) {
+            rabbitmqctl(&["close_all_connections", "-p", &self.name, "test"]);
+        }
+    }
+
+    impl Drop for Vhost {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("rabbitmqctl")
+                .args(["delete_vhost", &self.name])
+                .output();
+        }
     }
 
     #[tokio::test]
@@ -592,7 +770,15 @@ mod amqp {
             .with_env_filter("cronq_shared=debug,lapin=warn")
             .with_test_writer()
             .try_init();
-        run("brk-close-all", |b, q| async move {
+        let vhost = Arc::new(Vhost::create(&format!(
+            "t-brk-close-all-{:08x}",
+            rand::random::<u32>()
+        )));
+        let v = vhost.clone();
+        let body = tokio::spawn(async move {
+            let names = Names::new(&Namespace::new("t-brk-close-all").unwrap());
+            let b = AmqpBroker::connect(&v.url, names).await.unwrap();
+            let q = queue("a");
             declare(&b, &[&q]).await;
             let seen: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
             let token = CancellationToken::new();
@@ -610,7 +796,8 @@ mod amqp {
             });
             let mut published = BTreeSet::new();
             for round in 0..2 {
-                let closer = std::thread::spawn(close_all_connections);
+                let v = v.clone();
+                let closer = std::thread::spawn(move || v.close_all_connections());
                 let mut i = 0;
                 // Publish before, while and after the connections are closed.
                 while !closer.is_finished() || i < 20 {
@@ -638,6 +825,7 @@ mod amqp {
             .await;
             token.cancel();
             consumer.await.unwrap();
+            b.close().await;
             let seen = seen.lock().unwrap();
             let duplicates: u32 = seen.values().map(|n| n - 1).sum();
             eprintln!(
@@ -647,5 +835,9 @@ mod amqp {
             assert!(seen.keys().all(|k| published.contains(k)));
         })
         .await;
+        drop(vhost); // deletes the vhost with everything in it, even after a panic
+        if let Err(err) = body {
+            std::panic::resume_unwind(err.into_panic());
+        }
     }
 }

@@ -1,7 +1,11 @@
 //! Integration tests: one binary, a module per behaviour, against the real RabbitMQ and
 //! Redis (`CRONQ_AMQP_URL`, `CRONQ_REDIS_URL`) and the real `cronq` binary.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod broker;
+mod cli_config;
+mod cli_next;
 mod consumer;
 mod consumer_ledger;
 mod consumer_process;

@@ -13,6 +13,9 @@
 //! [`BrokerError::NotConfirmed`]. A dead letter leaves the dead-letter queue only after
 //! its replay was confirmed.
 
+mod consume;
+mod dead_letters;
+
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,20 +23,18 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use futures_util::StreamExt;
-use futures_util::stream::{self, BoxStream};
-use lapin::options::{
-    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions,
-    BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
-};
-use lapin::types::{FieldTable, LongString, ShortString};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::types::{LongString, ShortString};
+use lapin::uri::AMQPUri;
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use super::headers::{dead_letter_properties, occurrence_properties, read_dead_letter};
+use self::consume::Feeder;
+use self::dead_letters::{Collect, Replay};
+use super::headers::{dead_letter_properties, occurrence_properties};
 use super::topology::{self, DELAY_QUEUE_SLACK, quantize_delay, short};
-use super::{Acker, Broker, BrokerError, DeadLetter, Delivery, Outgoing};
+use super::{Broker, BrokerError, DeadLetter, Delivery, Outgoing};
 use crate::connect::CONNECT_TIMEOUT;
 use crate::names::{Names, QueueName};
 use crate::redacted::Redacted;
@@ -52,9 +53,21 @@ const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// ("unlimited" in AMQP).
 const UNLIMITED_PREFETCH: usize = 1024;
 
-/// How long a cancelled subscription waits for the broker's `cancel-ok` while it hands
-/// back messages that were already on their way.
-const CANCEL_DRAIN: Duration = Duration::from_secs(2);
+/// Heartbeat asked for when the URL sets none: a silently dead TCP connection is noticed
+/// within about twice this, instead of the server's default 60 s.
+const HEARTBEAT_SECS: u16 = 10;
+
+/// An error and its sources, `: `-separated, for log fields.
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
+}
 
 fn backoff(attempt: u32) -> Duration {
     let base = BACKOFF_FIRST
@@ -133,16 +146,15 @@ struct Link {
 }
 
 impl Link {
-    async fn open(url: &str, redacted: &str) -> Result<Self, BrokerError> {
+    async fn open(uri: &AMQPUri, redacted: &str) -> Result<Self, BrokerError> {
         let properties =
             ConnectionProperties::default().with_connection_name(LongString::from("cronq"));
-        let connection =
-            Connection::connect(url, properties)
-                .await
-                .map_err(|e| BrokerError::Connect {
-                    url: redacted.to_owned(),
-                    source: Box::new(e),
-                })?;
+        let connection = Connection::connect_uri(uri.clone(), properties)
+            .await
+            .map_err(|e| BrokerError::Connect {
+                url: redacted.to_owned(),
+                source: Box::new(e),
+            })?;
         Ok(Self {
             connection,
             publisher: tokio::sync::Mutex::new(None),
@@ -191,9 +203,15 @@ impl std::fmt::Debug for AmqpBroker {
     }
 }
 
+/// The URL is not an AMQP URL (its text is not repeated: it may hold credentials).
+#[derive(Debug, thiserror::Error)]
+#[error("not a valid AMQP URL: expected amqp://USER:PASSWORD@HOST:PORT/VHOST or amqps://…")]
+struct BadUrl;
+
 struct Inner {
     /// The URL with credentials: only ever given to lapin, never logged.
-    url: String,
+    uri: AMQPUri,
+    closed: AtomicBool,
     redacted: String,
     names: Names,
     link: tokio::sync::Mutex<Option<Arc<Link>>>,
@@ -212,11 +230,18 @@ impl AmqpBroker {
     /// within [`CONNECT_TIMEOUT`].
     pub async fn connect(url: &str, names: Names) -> Result<Self, BrokerError> {
         let redacted = Redacted(url).to_string();
+        let mut uri: AMQPUri = url.parse().map_err(|_| BrokerError::Connect {
+            url: redacted.clone(),
+            source: Box::new(BadUrl),
+        })?;
+        if uri.query.heartbeat.is_none() {
+            uri.query.heartbeat = Some(HEARTBEAT_SECS);
+        }
         let started = Instant::now();
         let mut attempt = 0;
         let link = loop {
             let left = CONNECT_TIMEOUT.saturating_sub(started.elapsed());
-            let error = match tokio::time::timeout(left, Link::open(url, &redacted)).await {
+            let error = match tokio::time::timeout(left, Link::open(&uri, &redacted)).await {
                 Ok(Ok(link)) => break link,
                 Ok(Err(e)) => e,
                 Err(_) => BrokerError::Connect {
@@ -235,7 +260,8 @@ impl AmqpBroker {
         tracing::info!(url = %redacted, namespace = %names.namespace(), "connected to the broker");
         Ok(Self {
             inner: Arc::new(Inner {
-                url: url.to_owned(),
+                uri,
+                closed: AtomicBool::new(false),
                 redacted,
                 names,
                 link: tokio::sync::Mutex::new(Some(Arc::new(link))),
@@ -250,9 +276,10 @@ impl AmqpBroker {
         &self.inner.names
     }
 
-    /// Closes the connection; unsettled deliveries return to their queues. Later calls
-    /// reconnect.
+    /// Closes the connection; unsettled deliveries return to their queues, subscriptions
+    /// end, and later calls fail with [`BrokerError::Closed`].
     pub async fn close(&self) {
+        self.inner.closed.store(true, Ordering::Release);
         let link = self.inner.link.lock().await.take();
         if let Some(link) = link {
             let _ = link
@@ -265,6 +292,9 @@ impl AmqpBroker {
     /// The current link, or a new one when it is gone (one attempt; callers back off).
     async fn link(&self) -> Result<Arc<Link>, Failure> {
         let mut slot = self.inner.link.lock().await;
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Failure::fatal(BrokerError::Closed));
+        }
         if let Some(link) = slot.as_ref().filter(|l| l.is_open()) {
             return Ok(link.clone());
         }
@@ -273,7 +303,7 @@ impl AmqpBroker {
         }
         let opened = tokio::time::timeout(
             CONNECT_TIMEOUT,
-            Link::open(&self.inner.url, &self.inner.redacted),
+            Link::open(&self.inner.uri, &self.inner.redacted),
         )
         .await;
         let link = match opened {
@@ -300,7 +330,7 @@ impl AmqpBroker {
     }
 
     /// Runs `f` on the current link, reconnecting and retrying transient failures with
-    /// backoff until `deadline` has passed.
+    /// backoff until [`PUBLISH_DEADLINE`] has passed.
     async fn retrying<T, F, Fut>(&self, op: &'static str, mut f: F) -> Result<T, BrokerError>
     where
         F: FnMut(Arc<Link>) -> Fut,
@@ -329,7 +359,7 @@ impl AmqpBroker {
                     }),
                 });
             }
-            tracing::warn!(error = %failure.error, elapsed_ms = started.elapsed().as_millis() as u64, "broker operation failed, retrying on a new connection");
+            tracing::warn!(error = %chain(&failure.error), elapsed_ms = started.elapsed().as_millis() as u64, "broker operation failed, retrying on a new connection");
             tokio::time::sleep(wait).await;
             attempt += 1;
         }
@@ -450,13 +480,29 @@ impl AmqpBroker {
             let outcome = match confirm.await {
                 Ok(Confirmation::Ack(None)) => continue,
                 Ok(Confirmation::Ack(Some(returned))) => {
-                    Failure::fatal(BrokerError::NotConfirmed {
-                        key: key.to_owned(),
-                        reason: format!(
-                            "unroutable ({} {}): no queue is bound for routing key {}",
-                            returned.reply_code, returned.reply_text, returned.delivery.routing_key
-                        ),
-                    })
+                    let delayed =
+                        returned.delivery.exchange.as_str() == self.inner.names.delay_exchange();
+                    if delayed {
+                        // Its delay queue vanished behind our cache (deleted by hand, or
+                        // expired): forget the cache so the retry declares it again.
+                        self.inner
+                            .delays
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .clear();
+                    }
+                    Failure {
+                        error: BrokerError::NotConfirmed {
+                            key: key.to_owned(),
+                            reason: format!(
+                                "unroutable ({} {}): no queue is bound for routing key {}",
+                                returned.reply_code,
+                                returned.reply_text,
+                                returned.delivery.routing_key
+                            ),
+                        },
+                        transient: delayed,
+                    }
                 }
                 Ok(Confirmation::Nack(_)) => Failure::fatal(BrokerError::NotConfirmed {
                     key: key.to_owned(),
@@ -480,124 +526,6 @@ impl AmqpBroker {
         }
         failure.map_or(Ok(()), Err)
     }
-
-    async fn subscribe(
-        &self,
-        link: &Link,
-        queues: &[QueueName],
-        prefetch: u16,
-    ) -> Result<Subscription, Failure> {
-        let names = &self.inner.names;
-        let ch = link.channel().await?;
-        topology::declare_base(&ch, names)
-            .await
-            .map_err(broker_failure)?;
-        for q in queues {
-            topology::declare_queue(&ch, names, q)
-                .await
-                .map_err(broker_failure)?;
-        }
-        // Per consumer, not global: RabbitMQ 4.3 rejects global QoS.
-        ch.basic_qos(prefetch, BasicQosOptions { global: false })
-            .await
-            .map_err(lapin_failure("set prefetch"))?;
-        let mut consumers = Vec::with_capacity(queues.len());
-        for q in queues {
-            let tag = short(
-                "consume",
-                format!("cronq-{}", uuid::Uuid::new_v4().simple()),
-            )?;
-            let consumer = ch
-                .basic_consume(
-                    short("consume", names.queue(q))?,
-                    tag.clone(),
-                    BasicConsumeOptions::default(),
-                    FieldTable::default(),
-                )
-                .await
-                .map_err(lapin_failure("consume"))?;
-            consumers.push((q.clone(), tag, consumer));
-        }
-        Ok(Subscription {
-            guard: Arc::new(ChannelGuard(ch)),
-            consumers,
-        })
-    }
-
-    /// One walk over the dead-letter queue on a dedicated channel: every message is got
-    /// without ack, so closing the channel puts every message not acked back, in order.
-    async fn walk(&self, link: &Link, mut visit: impl AsyncVisit) -> Result<(), Failure> {
-        let names = &self.inner.names;
-        let declare = link.channel().await?;
-        topology::declare_base(&declare, names)
-            .await
-            .map_err(broker_failure)?;
-        let _ = declare.close(200, ShortString::from("declared")).await;
-        let ch = link.channel().await?;
-        let dlq = short("read dead letters", names.dead_letter_queue())?;
-        let result = async {
-            while let Some(msg) = ch
-                .basic_get(dlq.clone(), BasicGetOptions { no_ack: false })
-                .await
-                .map_err(lapin_failure("read dead letters"))?
-            {
-                let letter = read_dead_letter(names, &msg.delivery.properties, &msg.delivery.data);
-                visit.visit(letter, &msg.delivery.acker).await?;
-            }
-            Ok(())
-        }
-        .await;
-        let _ = ch.close(200, ShortString::from("walked")).await;
-        result
-    }
-}
-
-/// What [`AmqpBroker::walk`] does with each letter.
-trait AsyncVisit {
-    fn visit(
-        &mut self,
-        letter: DeadLetter,
-        acker: &lapin::Acker,
-    ) -> impl Future<Output = Result<(), Failure>> + Send;
-}
-
-struct Collect<'a>(&'a mut Vec<DeadLetter>);
-
-impl AsyncVisit for Collect<'_> {
-    async fn visit(&mut self, letter: DeadLetter, _: &lapin::Acker) -> Result<(), Failure> {
-        self.0.push(letter);
-        Ok(())
-    }
-}
-
-struct Replay<'a> {
-    broker: &'a AmqpBroker,
-    select: &'a (dyn for<'l> Fn(&'l DeadLetter) -> Option<Outgoing> + Send + Sync),
-    replayed: usize,
-}
-
-impl AsyncVisit for Replay<'_> {
-    async fn visit(&mut self, letter: DeadLetter, acker: &lapin::Acker) -> Result<(), Failure> {
-        let Some(out) = (self.select)(&letter) else {
-            return Ok(());
-        };
-        self.broker
-            .publish(std::slice::from_ref(&out))
-            .await
-            .map_err(Failure::fatal)?;
-        // Only now, with the replay confirmed, may the letter leave the queue.
-        match acker.ack(BasicAckOptions::default()).await {
-            Ok(true) => {
-                self.replayed += 1;
-                Ok(())
-            }
-            Ok(false) => Err(Failure::fatal(channel_gone("ack replayed dead letter"))),
-            Err(e) => Err(Failure::fatal(BrokerError::Protocol {
-                op: "ack replayed dead letter",
-                source: Box::new(e),
-            })),
-        }
-    }
 }
 
 /// Retries ran out; carries the last error.
@@ -618,244 +546,6 @@ fn channel_gone(op: &'static str) -> BrokerError {
     BrokerError::Protocol {
         op,
         source: Box::new(ChannelGone),
-    }
-}
-
-/// Closes a consuming channel once the subscription and every delivery from it are done,
-/// so anything still unacked returns to its queue.
-struct ChannelGuard(Channel);
-
-impl Drop for ChannelGuard {
-    fn drop(&mut self) {
-        let ch = self.0.clone();
-        if ch.status().connected()
-            && let Ok(rt) = tokio::runtime::Handle::try_current()
-        {
-            rt.spawn(async move {
-                let _ = ch.close(200, ShortString::from("subscription done")).await;
-            });
-        }
-    }
-}
-
-struct Subscription {
-    guard: Arc<ChannelGuard>,
-    consumers: Vec<(QueueName, ShortString, lapin::Consumer)>,
-}
-
-/// Settles one AMQP delivery; requeues it when dropped unsettled.
-struct AmqpAcker {
-    acker: lapin::Acker,
-    settled: AtomicBool,
-    permit: Mutex<Option<OwnedSemaphorePermit>>,
-    guard: Arc<ChannelGuard>,
-}
-
-impl AmqpAcker {
-    async fn settle(&self, op: &'static str, requeue: bool) -> Result<(), BrokerError> {
-        if self.settled.swap(true, Ordering::AcqRel) {
-            return Err(BrokerError::Protocol {
-                op,
-                source: "the delivery was already acked or requeued".into(),
-            });
-        }
-        let result = if requeue {
-            self.acker
-                .nack(BasicNackOptions {
-                    requeue: true,
-                    ..BasicNackOptions::default()
-                })
-                .await
-        } else {
-            self.acker.ack(BasicAckOptions::default()).await
-        };
-        drop(
-            self.permit
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take(),
-        );
-        match result {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(channel_gone(op)),
-            Err(e) => Err(BrokerError::Protocol {
-                op,
-                source: Box::new(e),
-            }),
-        }
-    }
-}
-
-#[async_trait]
-impl Acker for AmqpAcker {
-    async fn ack(&self) -> Result<(), BrokerError> {
-        self.settle("ack", false).await
-    }
-
-    async fn requeue(&self) -> Result<(), BrokerError> {
-        self.settle("requeue", true).await
-    }
-}
-
-impl Drop for AmqpAcker {
-    fn drop(&mut self) {
-        if self.settled.swap(true, Ordering::AcqRel) || !self.acker.usable() {
-            return;
-        }
-        let (acker, guard) = (self.acker.clone(), self.guard.clone());
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let requeue = BasicNackOptions {
-                    requeue: true,
-                    ..BasicNackOptions::default()
-                };
-                let _ = acker.nack(requeue).await;
-                drop(guard);
-            });
-        }
-    }
-}
-
-/// Feeds one subscription's deliveries into the receiver, re-subscribing after a lost
-/// connection or a broker-side cancel, until the token is cancelled or the receiver is
-/// dropped.
-struct Feeder {
-    broker: AmqpBroker,
-    queues: Vec<QueueName>,
-    prefetch: u16,
-    permits: Arc<Semaphore>,
-    tx: mpsc::Sender<Delivery>,
-    token: CancellationToken,
-}
-
-enum End {
-    /// Stop for good: token cancelled or receiver dropped.
-    Stop,
-    /// The subscription broke: subscribe again.
-    Lost,
-}
-
-type Item = (QueueName, Option<lapin::Result<lapin::message::Delivery>>);
-
-impl Feeder {
-    async fn run(self, mut sub: Subscription) {
-        loop {
-            match self.feed(sub).await {
-                End::Stop => return,
-                End::Lost => {}
-            }
-            sub = match self.resubscribe().await {
-                Some(sub) => sub,
-                None => return,
-            };
-            tracing::info!(queues = ?self.queues, "re-subscribed to the broker");
-        }
-    }
-
-    async fn resubscribe(&self) -> Option<Subscription> {
-        let mut attempt = 0;
-        loop {
-            let result = match self.broker.link().await {
-                Ok(link) => {
-                    self.broker
-                        .subscribe(&link, &self.queues, self.prefetch)
-                        .await
-                }
-                Err(f) => Err(f),
-            };
-            match result {
-                Ok(sub) => return Some(sub),
-                Err(f) => {
-                    tracing::warn!(error = %f.error, queues = ?self.queues, "cannot re-subscribe yet, retrying");
-                }
-            }
-            let wait = backoff(attempt);
-            attempt += 1;
-            self.token
-                .run_until_cancelled(tokio::time::sleep(wait))
-                .await?;
-        }
-    }
-
-    async fn feed(&self, sub: Subscription) -> End {
-        let Subscription { guard, consumers } = sub;
-        let tags: Vec<ShortString> = consumers.iter().map(|(_, t, _)| t.clone()).collect();
-        // Each stream ends with one `None` item, so the end of any one consumer (a
-        // broker-side cancel) is seen, not silently dropped from the merge.
-        let streams: Vec<BoxStream<'static, Item>> = consumers
-            .into_iter()
-            .map(|(q, _, c)| {
-                let q2 = q.clone();
-                c.map(move |d| (q.clone(), Some(d)))
-                    .chain(stream::once(async move { (q2, None) }))
-                    .boxed()
-            })
-            .collect();
-        let mut merged = stream::select_all(streams);
-        let end = loop {
-            let permit = tokio::select! {
-                biased;
-                () = self.token.cancelled() => break End::Stop,
-                permit = self.permits.clone().acquire_owned() => match permit {
-                    Ok(p) => p,
-                    Err(_) => break End::Stop,
-                },
-            };
-            let item = tokio::select! {
-                biased;
-                () = self.token.cancelled() => break End::Stop,
-                item = merged.next() => item,
-            };
-            match item {
-                Some((queue, Some(Ok(d)))) => {
-                    let delivery = Delivery {
-                        queue,
-                        body: d.data,
-                        redelivered: d.redelivered,
-                        acker: Box::new(AmqpAcker {
-                            acker: d.acker,
-                            settled: AtomicBool::new(false),
-                            permit: Mutex::new(Some(permit)),
-                            guard: guard.clone(),
-                        }),
-                    };
-                    if self.tx.send(delivery).await.is_err() {
-                        break End::Stop;
-                    }
-                }
-                Some((queue, Some(Err(e)))) => {
-                    tracing::warn!(queue = %queue, error = %e, "consumer failed, re-subscribing");
-                    break End::Lost;
-                }
-                Some((queue, None)) => {
-                    tracing::warn!(queue = %queue, "consumer ended by the broker, re-subscribing");
-                    break End::Lost;
-                }
-                None => break End::Lost,
-            }
-        };
-        // Stop intake on this channel; deliveries already handed out stay unacked until
-        // settled (the guard keeps the channel open for them).
-        for tag in tags {
-            let _ = guard
-                .0
-                .basic_cancel(tag, BasicCancelOptions::default())
-                .await;
-        }
-        // Hand back what was already on its way to us.
-        let drain = async {
-            while let Some((_, item)) = merged.next().await {
-                if let Some(Ok(d)) = item {
-                    let requeue = BasicNackOptions {
-                        requeue: true,
-                        ..BasicNackOptions::default()
-                    };
-                    let _ = d.acker.nack(requeue).await;
-                }
-            }
-        };
-        let _ = tokio::time::timeout(CANCEL_DRAIN, drain).await;
-        end
     }
 }
 
@@ -986,15 +676,5 @@ impl Broker for AmqpBroker {
         };
         self.walk(&link, &mut replay).await.map_err(|f| f.error)?;
         Ok(replay.replayed)
-    }
-}
-
-impl<T: AsyncVisit + Send> AsyncVisit for &mut T {
-    fn visit(
-        &mut self,
-        letter: DeadLetter,
-        acker: &lapin::Acker,
-    ) -> impl Future<Output = Result<(), Failure>> + Send {
-        (**self).visit(letter, acker)
     }
 }

@@ -5,6 +5,15 @@
 //! Invariant: `publish` returns only after the broker confirmed every message of the
 //! batch as routed and stored; an unroutable (returned) or nacked message is an error, never
 //! a success (G2).
+//!
+//! Semantics both implementations share (one behaviour suite, `tests/it/broker.rs`):
+//! per-queue FIFO; a requeued message comes back with `redelivered`; a delivery whose
+//! [`Acker`] is dropped unsettled is requeued; `consume` declares the queues it serves;
+//! prefetch 0 means "no limit" (capped at 1024); delayed messages never arrive before
+//! their delay; the dead-letter queue lists oldest first and listing does not consume it.
+//! RabbitMQ also dead-letters by itself a message delivered more than
+//! [`topology::DELIVERY_LIMIT`] times (a poison message), with the reason
+//! `delivery limit reached in queue Q`.
 
 pub mod amqp;
 pub mod headers;
@@ -82,7 +91,8 @@ pub struct DeadLetter {
     pub queue: Option<QueueName>,
     /// Attempts made before it was dead-lettered.
     pub attempts: u32,
-    /// Why: `failed`, `malformed: …`, `unknown job`, `delivery limit`, …
+    /// Why: `failed`, `malformed: …`, `unknown job`, or, when the broker dead-lettered it,
+    /// `delivery limit reached in queue Q`.
     pub reason: String,
     /// The last attempt's error, if any.
     pub last_error: Option<String>,
@@ -146,9 +156,10 @@ pub trait Broker: Send + Sync + 'static {
     /// about the others, so the caller retries the whole batch (consumers deduplicate).
     async fn publish(&self, batch: &[Outgoing]) -> Result<(), BrokerError>;
 
-    /// Subscribes to `queues` with at most `prefetch` unsettled deliveries. Deliveries
-    /// arrive on the receiver; the subscription survives reconnects and ends (the
-    /// receiver closes) when `token` is cancelled.
+    /// Subscribes to `queues` (declaring them) with at most `prefetch` unsettled
+    /// deliveries in all. Deliveries arrive on the receiver; the subscription survives
+    /// reconnects and ends (the receiver closes) when `token` is cancelled. Deliveries
+    /// already handed out stay settleable after that; one dropped unsettled is requeued.
     ///
     /// # Errors
     /// [`BrokerError`] when the first subscription fails.
@@ -166,6 +177,8 @@ pub trait Broker: Send + Sync + 'static {
     async fn dead_letter(&self, letter: &DeadLetter) -> Result<(), BrokerError>;
 
     /// Lists the dead-letter queue, oldest first, without consuming or reordering it.
+    /// (On RabbitMQ the letters are briefly held unacked while listing: a concurrent
+    /// listing or replay may see fewer.)
     ///
     /// # Errors
     /// [`BrokerError`] when the broker cannot be read.

@@ -1,20 +1,35 @@
 //! Configuration: the TOML file of SPEC section 2, resolved into one validated job table.
 //!
-//! Loading has two stages: [`raw`] is pure serde (what the file says), [`validate`] turns
-//! it into [`Config`], checking every rule and collecting every problem before it returns.
-//! Invariant: a [`Config`] value is always valid; nothing downstream re-checks it.
+//! Loading has two stages. `raw` parses the text into a TOML table and deserializes each
+//! section and each job on its own, field by field, so one wrong type or unknown field
+//! never hides the others. `validate` applies the built-in defaults, then `[defaults]`,
+//! then each job's overrides, checks every rule, and collects every problem (and every
+//! warning) before it returns. Loading never reads or changes the process environment.
+//!
+//! Invariant: a [`Config`] value is always valid; nothing downstream re-checks it. A
+//! [`ConfigError`] lists every problem, one line each: `FILE: SCOPE: FIELD: message`.
 
 mod error;
+mod handler;
 mod raw;
+mod suggest;
 mod validate;
+mod warnings;
+
+#[cfg(test)]
+mod proptests;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
 pub use error::{ConfigError, Problem};
+pub use suggest::did_you_mean;
 
 use crate::names::{JobName, QueueName};
 use crate::schedule::Schedule;
@@ -145,8 +160,17 @@ impl Config {
     /// # Errors
     /// As [`Config::load`].
     pub fn from_toml(text: &str, path: &Path) -> Result<Self, ConfigError> {
-        let raw = raw::RawConfig::parse(text, path)?;
-        validate::resolve(raw, path)
+        Self::from_toml_at(text, path, Utc::now())
+    }
+
+    /// As [`Config::from_toml`], with "now" given: a schedule must fire at least once after
+    /// `now`, and the look-ahead warnings (daylight-saving transitions in the next year)
+    /// start from it.
+    ///
+    /// # Errors
+    /// As [`Config::load`].
+    pub fn from_toml_at(text: &str, path: &Path, now: DateTime<Utc>) -> Result<Self, ConfigError> {
+        validate::resolve(raw::RawConfig::parse(text), path, now)
     }
 
     /// The job called `name`.

@@ -1,27 +1,111 @@
-//! Stage one of loading: what the file says, as plain serde structs. No rule is checked
-//! here beyond TOML syntax and types.
-
-use std::collections::BTreeMap;
-use std::path::Path;
+//! Stage one of loading: what the file says, as plain serde structs, section by section.
+//!
+//! The text is parsed into a [`toml::Table`] first, then every section and every job is
+//! deserialized on its own, field by field, so one bad value never hides the others: each
+//! unknown field (with a "did you mean") and each wrong type is recorded as a [`Problem`]
+//! against its section, the bad field is dropped, and the rest still goes to stage two.
+//! No rule beyond TOML syntax and types is checked here.
 
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use toml::{Table, Value};
 
-use super::error::{ConfigError, Problem};
+use super::error::Problem;
+use super::suggest::did_you_mean;
+use crate::names::JobName;
 
-/// The whole file.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawConfig {
-    #[serde(default)]
-    pub(crate) defaults: RawDefaults,
-    #[serde(default)]
-    pub(crate) leader: RawLeader,
-    #[serde(default, rename = "job")]
-    pub(crate) jobs: Vec<RawJob>,
+/// A config field: its TOML key and the form it must have, for type errors.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Field {
+    pub(crate) name: &'static str,
+    pub(crate) expected: &'static str,
 }
 
-/// `[defaults]`: every field optional.
-#[derive(Debug, Default, Deserialize)]
+const fn field(name: &'static str, expected: &'static str) -> Field {
+    Field { name, expected }
+}
+
+/// The fields of `[defaults]`, which a `[[job]]` may override.
+pub(crate) const COMMON_FIELDS: &[Field] = &[
+    field(
+        "timezone",
+        "a string naming an IANA zone, such as \"Europe/Berlin\"",
+    ),
+    field("timeout", "a duration string such as \"10m\""),
+    field(
+        "overlap",
+        "one of \"allow\", \"skip\", \"queue\", \"replace\"",
+    ),
+    field("catchup", "one of \"none\", \"latest\", \"all\""),
+    field("catchup_window", "a duration string such as \"1h\""),
+    field("deadline", "a duration string such as \"5m\", or \"none\""),
+    field("max_attempts", "an integer such as 3"),
+    field("backoff", "a duration string such as \"10s\""),
+    field("backoff_max", "a duration string such as \"10m\""),
+    field("jitter", "a duration string such as \"30s\""),
+    field("queue", "a string such as \"default\""),
+    field("retention", "a duration string such as \"7d\""),
+];
+
+/// The fields only a `[[job]]` has.
+pub(crate) const JOB_FIELDS: &[Field] = &[
+    field("name", "a string such as \"nightly-report\""),
+    field(
+        "schedule",
+        "a string such as \"30 3 * * *\" or \"@every 5m\"",
+    ),
+    field("payload", "a table such as { region = \"cn\" }"),
+    field(
+        "command",
+        "an array of strings such as [\"/usr/local/bin/report\", \"--daily\"]",
+    ),
+    field(
+        "http",
+        "a table such as { url = \"http://127.0.0.1:8080/sync\", method = \"POST\" }",
+    ),
+];
+
+/// The fields of `[leader]`.
+pub(crate) const LEADER_FIELDS: &[Field] = &[
+    field("lease", "a duration string such as \"15s\""),
+    field("renew_deadline", "a duration string such as \"10s\""),
+    field("retry", "a duration string such as \"2s\""),
+];
+
+/// The fields of a job's `http = { … }`.
+pub(crate) const HTTP_FIELDS: &[Field] = &[
+    field("url", "a string such as \"http://127.0.0.1:8080/sync\""),
+    field("method", "a string such as \"POST\""),
+    field(
+        "headers",
+        "a table of strings such as { \"X-Token\" = \"...\" }",
+    ),
+];
+
+/// The whole file, every section read as far as it could be.
+#[derive(Debug, Default)]
+pub(crate) struct RawConfig {
+    /// Problems outside any section: syntax, unknown top-level keys.
+    pub(crate) problems: Vec<Problem>,
+    /// `[defaults]`.
+    pub(crate) defaults: Section<RawDefaults>,
+    /// `[leader]`.
+    pub(crate) leader: Section<RawLeader>,
+    /// Every `[[job]]`, in file order.
+    pub(crate) jobs: Vec<Section<RawJob>>,
+}
+
+/// One section's values and the problems met while reading it.
+#[derive(Debug, Default)]
+pub(crate) struct Section<T> {
+    /// What could be read; bad fields are absent.
+    pub(crate) value: T,
+    /// Unknown fields and type errors.
+    pub(crate) problems: Vec<Problem>,
+}
+
+/// `[defaults]`, and the same fields in a `[[job]]`: every field optional.
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawDefaults {
     pub(crate) timezone: Option<String>,
@@ -47,17 +131,37 @@ pub(crate) struct RawLeader {
     pub(crate) retry: Option<String>,
 }
 
-/// One `[[job]]`: the defaults' fields plus the job's own.
+/// One `[[job]]`.
+#[derive(Debug, Default)]
+pub(crate) struct RawJob {
+    /// 1-based position in the file, for `job #3`.
+    pub(crate) ordinal: usize,
+    /// `job "name"` when the name is valid, else `job #N`.
+    pub(crate) scope: String,
+    /// The job's own fields.
+    pub(crate) own: RawJobOwn,
+    /// Its overrides of `[defaults]`.
+    pub(crate) common: RawDefaults,
+    /// Its `http` table, read.
+    pub(crate) http: Option<RawHttp>,
+    /// Fields that are present but had the wrong type (already reported), so stage two
+    /// does not also call them missing.
+    pub(crate) rejected: Vec<&'static str>,
+}
+
+/// The fields only a job has.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RawJob {
+pub(crate) struct RawJobOwn {
     pub(crate) name: Option<String>,
     pub(crate) schedule: Option<String>,
-    #[serde(flatten)]
-    pub(crate) common: RawDefaults,
-    pub(crate) payload: Option<toml::Table>,
+    pub(crate) payload: Option<Table>,
     pub(crate) command: Option<Vec<String>>,
-    pub(crate) http: Option<RawHttp>,
+    #[expect(
+        dead_code,
+        reason = "only type-checked here; the table is read into RawHttp"
+    )]
+    pub(crate) http: Option<Table>,
 }
 
 /// `http = { … }`.
@@ -66,16 +170,339 @@ pub(crate) struct RawJob {
 pub(crate) struct RawHttp {
     pub(crate) url: Option<String>,
     pub(crate) method: Option<String>,
-    #[serde(default)]
-    pub(crate) headers: BTreeMap<String, String>,
+    pub(crate) headers: Option<Table>,
 }
 
 impl RawConfig {
-    /// Parses TOML text into the raw structs.
-    pub(crate) fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError::Invalid {
-            path: path.to_owned(),
-            problems: vec![Problem::new("", "", e.message().to_owned())],
-        })
+    /// Reads TOML text section by section; never fails, problems are recorded inside.
+    pub(crate) fn parse(text: &str) -> Self {
+        let mut raw = RawConfig::default();
+        let table = match text.parse::<Table>() {
+            Ok(table) => table,
+            Err(err) => {
+                raw.problems.push(syntax_problem(text, &err));
+                return raw;
+            }
+        };
+        for (key, value) in table {
+            match key.as_str() {
+                "defaults" => match value {
+                    Value::Table(t) => {
+                        raw.defaults = section(t, "[defaults]", "", COMMON_FIELDS);
+                    }
+                    other => raw.problems.push(not_a_table(&key, "[defaults]", &other)),
+                },
+                "leader" => match value {
+                    Value::Table(t) => raw.leader = section(t, "[leader]", "", LEADER_FIELDS),
+                    other => raw.problems.push(not_a_table(&key, "[leader]", &other)),
+                },
+                "job" => match value {
+                    Value::Array(items) => {
+                        for (i, item) in items.into_iter().enumerate() {
+                            raw.jobs.push(job(i + 1, item));
+                        }
+                    }
+                    other => raw.problems.push(Problem::new(
+                        "",
+                        "job",
+                        format!(
+                            "expected an array of tables, written [[job]], got {}",
+                            describe(&other)
+                        ),
+                    )),
+                },
+                _ => raw.problems.push(unknown_top_level(&key)),
+            }
+        }
+        raw
+    }
+}
+
+fn syntax_problem(text: &str, err: &toml::de::Error) -> Problem {
+    let message = err
+        .message()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    let scope = match err.span() {
+        Some(span) => {
+            let (line, column) = line_column(text, span.start);
+            format!("line {line}, column {column}")
+        }
+        None => String::new(),
+    };
+    Problem::new(scope, "", format!("not valid TOML: {message}"))
+}
+
+/// 1-based line and column (in characters) of byte `offset`.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let mut end = offset.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let before = &text[..end];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (line, before[line_start..].chars().count() + 1)
+}
+
+fn not_a_table(key: &str, header: &str, value: &Value) -> Problem {
+    Problem::new(
+        "",
+        key,
+        format!(
+            "expected a table, written {header}, got {}",
+            describe(value)
+        ),
+    )
+}
+
+fn unknown_top_level(key: &str) -> Problem {
+    let message = if COMMON_FIELDS.iter().any(|f| f.name == key) {
+        "unknown top-level key; it belongs in [defaults] or in a [[job]]".to_owned()
+    } else if JOB_FIELDS.iter().any(|f| f.name == key) {
+        "unknown top-level key; it belongs in a [[job]]".to_owned()
+    } else if LEADER_FIELDS.iter().any(|f| f.name == key) {
+        "unknown top-level key; it belongs in [leader]".to_owned()
+    } else {
+        match did_you_mean(key, ["defaults", "leader", "job"]) {
+            Some(s) => format!("unknown section; did you mean \"{s}\"?"),
+            None => "unknown section; allowed: [defaults], [leader], [[job]]".to_owned(),
+        }
+    };
+    Problem::new("", key_text(key), message)
+}
+
+fn job(ordinal: usize, item: Value) -> Section<RawJob> {
+    let Value::Table(table) = item else {
+        return Section {
+            value: RawJob {
+                ordinal,
+                scope: format!("job #{ordinal}"),
+                ..RawJob::default()
+            },
+            problems: vec![Problem::new(
+                format!("job #{ordinal}"),
+                "",
+                format!("expected a table, written [[job]], got {}", describe(&item)),
+            )],
+        };
+    };
+    let scope = match table.get("name") {
+        Some(Value::String(name)) if JobName::new(name.as_str()).is_ok() => {
+            format!("job {name:?}")
+        }
+        _ => format!("job #{ordinal}"),
+    };
+    let mut own = Table::new();
+    let mut common = Table::new();
+    let mut problems = Vec::new();
+    let mut http = None;
+    let mut rejected = Vec::new();
+    for (key, value) in table {
+        if let Some(spec) = JOB_FIELDS.iter().find(|f| f.name == key) {
+            let checked = check_field::<RawJobOwn>(&key, &value, &scope, "", spec);
+            if checked.is_err() {
+                rejected.push(spec.name);
+            }
+            match checked {
+                Ok(()) if key == "http" => {
+                    if let Value::Table(t) = value {
+                        let section: Section<RawHttp> = section(t, &scope, "http.", HTTP_FIELDS);
+                        problems.extend(section.problems);
+                        http = Some(section.value);
+                    }
+                }
+                Ok(()) => {
+                    own.insert(key, value);
+                }
+                Err(problem) => problems.push(problem),
+            }
+        } else if let Some(spec) = COMMON_FIELDS.iter().find(|f| f.name == key) {
+            match check_field::<RawDefaults>(&key, &value, &scope, "", spec) {
+                Ok(()) => {
+                    common.insert(key, value);
+                }
+                Err(problem) => problems.push(problem),
+            }
+        } else {
+            let names = JOB_FIELDS.iter().chain(COMMON_FIELDS).map(|f| f.name);
+            problems.push(unknown_field(&scope, "", &key, names));
+        }
+    }
+    let own: Section<RawJobOwn> = section(own, &scope, "", JOB_FIELDS);
+    let common: Section<RawDefaults> = section(common, &scope, "", COMMON_FIELDS);
+    problems.extend(own.problems);
+    problems.extend(common.problems);
+    Section {
+        value: RawJob {
+            ordinal,
+            scope,
+            own: own.value,
+            common: common.value,
+            http,
+            rejected,
+        },
+        problems,
+    }
+}
+
+/// Checks that `key = value` alone deserializes into `T`.
+fn check_field<T: DeserializeOwned>(
+    key: &str,
+    value: &Value,
+    scope: &str,
+    prefix: &str,
+    spec: &Field,
+) -> Result<(), Problem> {
+    let mut single = Table::new();
+    single.insert(key.to_owned(), value.clone());
+    match Value::Table(single).try_into::<T>() {
+        Ok(_) => Ok(()),
+        Err(_) => Err(Problem::new(
+            scope,
+            format!("{prefix}{key}"),
+            format!("expected {}, got {}", spec.expected, describe(value)),
+        )),
+    }
+}
+
+/// Deserializes `table` into `T` one field at a time, so every unknown field and every
+/// type error is reported, and the good fields are kept.
+fn section<T: DeserializeOwned + Default>(
+    table: Table,
+    scope: &str,
+    prefix: &str,
+    fields: &[Field],
+) -> Section<T> {
+    let mut problems = Vec::new();
+    let mut clean = Table::new();
+    for (key, value) in table {
+        let Some(spec) = fields.iter().find(|f| f.name == key) else {
+            problems.push(unknown_field(
+                scope,
+                prefix,
+                &key,
+                fields.iter().map(|f| f.name),
+            ));
+            continue;
+        };
+        match check_field::<T>(&key, &value, scope, prefix, spec) {
+            Ok(()) => {
+                clean.insert(key, value);
+            }
+            Err(problem) => problems.push(problem),
+        }
+    }
+    let value = match Value::Table(clean).try_into::<T>() {
+        Ok(value) => value,
+        Err(err) => {
+            // Each field was checked alone above, so this is not expected; still say so.
+            problems.push(Problem::new(scope, "", err.message().to_owned()));
+            T::default()
+        }
+    };
+    Section { value, problems }
+}
+
+fn unknown_field<'a>(
+    scope: &str,
+    prefix: &str,
+    key: &str,
+    allowed: impl Iterator<Item = &'a str> + Clone,
+) -> Problem {
+    let message = match did_you_mean(key, allowed.clone()) {
+        Some(s) => format!("unknown field; did you mean \"{s}\"?"),
+        None => format!(
+            "unknown field; allowed: {}",
+            allowed.collect::<Vec<_>>().join(", ")
+        ),
+    };
+    Problem::new(scope, format!("{prefix}{}", key_text(key)), message)
+}
+
+/// A key as written in TOML: bare when it can be, quoted otherwise (so a problem stays
+/// one line).
+pub(crate) fn key_text(key: &str) -> String {
+    let bare = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    if !key.is_empty() && key.chars().all(bare) {
+        key.to_owned()
+    } else {
+        format!("{key:?}")
+    }
+}
+
+/// A short description of a TOML value for "expected …, got …".
+pub(crate) fn describe(value: &Value) -> String {
+    match value {
+        Value::String(s) => format!("the string {}", shorten(&format!("{s:?}"))),
+        Value::Integer(i) => format!("the integer {i}"),
+        Value::Float(f) => format!("the number {f}"),
+        Value::Boolean(b) => format!("the boolean {b}"),
+        Value::Datetime(d) => format!("the date-time {d}"),
+        Value::Array(_) => format!("the array {}", shorten(&value.to_string())),
+        Value::Table(_) => "a table".to_owned(),
+    }
+}
+
+fn shorten(text: &str) -> String {
+    const MAX: usize = 60;
+    if text.chars().count() <= MAX {
+        return text.to_owned();
+    }
+    let cut: String = text.chars().take(MAX).collect();
+    format!("{cut}…")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_bad_field_is_reported_and_good_ones_kept() {
+        let raw = RawConfig::parse(
+            r#"
+            [[job]]
+            name = "a"
+            schedual = "x"
+            max_attempts = "3"
+            timeout = "5m"
+            command = "ls"
+            http = { url = 1, methd = "GET" }
+            "#,
+        );
+        let job = &raw.jobs[0];
+        let lines: Vec<String> = job.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            lines,
+            [
+                "job \"a\": schedual: unknown field; did you mean \"schedule\"?",
+                "job \"a\": max_attempts: expected an integer such as 3, got the string \"3\"",
+                "job \"a\": command: expected an array of strings such as [\"/usr/local/bin/report\", \"--daily\"], got the string \"ls\"",
+                "job \"a\": http.url: expected a string such as \"http://127.0.0.1:8080/sync\", got the integer 1",
+                "job \"a\": http.methd: unknown field; did you mean \"method\"?",
+            ]
+        );
+        assert_eq!(job.value.common.timeout.as_deref(), Some("5m"));
+        assert_eq!(job.value.own.name.as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn syntax_errors_have_line_and_column() {
+        let raw = RawConfig::parse("[defaults]\ntimeout = \n");
+        assert_eq!(raw.problems.len(), 1);
+        let line = raw.problems[0].to_string();
+        assert!(
+            line.starts_with("line 2, column 11: not valid TOML: "),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn line_column_counts_characters() {
+        assert_eq!(line_column("ab\ncé=", 6), (2, 3));
+        assert_eq!(line_column("", 10), (1, 1));
     }
 }

@@ -1,319 +1,472 @@
-//! Stage two of loading: apply defaults, check every rule, collect every problem.
+//! Stage two of loading: apply the built-in defaults, then `[defaults]`, then each job's
+//! overrides; check every rule; collect every problem and every warning.
+//!
+//! Invariant: a problem is reported once, where the bad value is written: a bad value in
+//! `[defaults]` is reported under `[defaults]`, not again for every job that inherits it.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
 use super::error::{ConfigError, Problem};
-use super::raw::{RawConfig, RawDefaults, RawJob};
-use super::{Catchup, Config, Handler, HttpHandler, Job, LeaderConfig, Overlap};
+use super::raw::{RawConfig, RawDefaults, RawJob, RawLeader};
+use super::suggest::{did_you_mean, suggest_zone};
+use super::{Catchup, Config, Job, LeaderConfig, Overlap};
 use crate::names::{JobName, QueueName};
-use crate::schedule::Schedule;
+use crate::schedule::{Schedule, ScheduleError};
+
+/// The longest duration accepted anywhere: 100 years. Longer values are typos, and would
+/// overflow date arithmetic downstream.
+const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// Turns the raw file into a valid [`Config`], or lists every problem.
-pub(crate) fn resolve(raw: RawConfig, path: &Path) -> Result<Config, ConfigError> {
-    let mut problems = Vec::new();
-    let leader = resolve_leader(&raw, &mut problems);
+///
+/// `now` anchors what looks ahead: a schedule must fire at least once after it, and the
+/// warnings (daylight-saving transitions in the next year, intervals) start from it.
+pub(crate) fn resolve(
+    raw: RawConfig,
+    path: &Path,
+    now: DateTime<Utc>,
+) -> Result<Config, ConfigError> {
+    let mut out = Report::default();
+    out.problems.extend(raw.problems);
+
+    out.problems.extend(raw.defaults.problems);
+    let defaults = resolve_common(
+        &Common::builtin(),
+        &raw.defaults.value,
+        "[defaults]",
+        true,
+        &mut out,
+    );
+
+    out.problems.extend(raw.leader.problems);
+    let leader = resolve_leader(&raw.leader.value, &mut out);
+
     let mut jobs = Vec::new();
-    let mut seen = HashSet::new();
-    for (i, rj) in raw.jobs.iter().enumerate() {
-        if let Some(job) = resolve_job(i, rj, &raw.defaults, &mut problems) {
-            if !seen.insert(job.name.clone()) {
-                problems.push(Problem::new(
-                    format!("job {:?}", job.name.as_str()),
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for section in raw.jobs {
+        let job = &section.value;
+        if let Some(name) = job.own.name.as_deref() {
+            if let Some(first) = seen.get(name) {
+                out.problem(
+                    &job.scope,
                     "name",
-                    "is used by an earlier job: job names must be unique",
-                ));
+                    format!(
+                        "{name:?} is already the name of job #{first}: job names must be unique"
+                    ),
+                );
+            } else {
+                seen.insert(name.to_owned(), job.ordinal);
             }
+        }
+        out.problems.extend(section.problems.iter().cloned());
+        if let Some(job) = resolve_job(job, &defaults, now, &mut out) {
             jobs.push(job);
         }
     }
-    if !problems.is_empty() {
+    if out.problems.is_empty() && jobs.is_empty() {
+        out.warn("", "", "no [[job]] is defined: nothing will be scheduled");
+    }
+
+    if !out.problems.is_empty() {
         return Err(ConfigError::Invalid {
             path: path.to_owned(),
-            problems,
+            problems: out.problems,
         });
     }
     Ok(Config {
         path: path.to_owned(),
         leader,
         jobs,
-        warnings: Vec::new(),
+        warnings: out.warnings,
     })
 }
 
-fn duration(
-    scope: &str,
-    field: &str,
-    value: Option<&str>,
-    default: &str,
-    problems: &mut Vec<Problem>,
-) -> Duration {
-    let text = value.unwrap_or(default);
-    match humantime::parse_duration(text) {
-        Ok(d) => d,
-        Err(_) => {
-            problems.push(Problem::new(
-                scope,
-                field,
-                format!("{text:?} is not a duration: use humantime syntax such as \"90s\", \"5m\" or \"1h 30m\""),
-            ));
-            humantime::parse_duration(default).unwrap_or_default()
+/// Problems and warnings, in the order found.
+#[derive(Default)]
+pub(super) struct Report {
+    pub(super) problems: Vec<Problem>,
+    pub(super) warnings: Vec<Problem>,
+}
+
+impl Report {
+    pub(super) fn problem(&mut self, scope: &str, field: &str, message: impl Into<String>) {
+        self.problems.push(Problem::new(scope, field, message));
+    }
+
+    pub(super) fn warn(&mut self, scope: &str, field: &str, message: impl Into<String>) {
+        self.warnings.push(Problem::new(scope, field, message));
+    }
+}
+
+/// The fields `[defaults]` sets and a job may override, resolved.
+#[derive(Debug, Clone)]
+struct Common {
+    timezone: Tz,
+    timeout: Duration,
+    overlap: Overlap,
+    catchup: Catchup,
+    catchup_window: Duration,
+    deadline: Option<Duration>,
+    max_attempts: u32,
+    backoff: Duration,
+    backoff_max: Duration,
+    jitter: Duration,
+    queue: QueueName,
+    retention: Duration,
+}
+
+impl Common {
+    /// SPEC section 2's defaults.
+    fn builtin() -> Self {
+        Self {
+            timezone: Tz::UTC,
+            timeout: Duration::from_secs(600),
+            overlap: Overlap::Skip,
+            catchup: Catchup::Latest,
+            catchup_window: Duration::from_secs(3600),
+            deadline: None,
+            max_attempts: 3,
+            backoff: Duration::from_secs(10),
+            backoff_max: Duration::from_secs(600),
+            jitter: Duration::ZERO,
+            queue: QueueName::new("default").expect("\"default\" is a valid queue name"),
+            retention: Duration::from_secs(7 * 24 * 3600),
         }
     }
 }
 
-fn resolve_leader(raw: &RawConfig, problems: &mut Vec<Problem>) -> LeaderConfig {
+/// `base` with the values `raw` sets. Bad values are reported and `base`'s value is kept,
+/// so later checks still run. `own_section` is true for `[defaults]`; for a job, checks
+/// between two fields only run when the job sets one of them.
+fn resolve_common(
+    base: &Common,
+    raw: &RawDefaults,
+    scope: &str,
+    own_section: bool,
+    out: &mut Report,
+) -> Common {
+    let mut c = base.clone();
+    if let Some(text) = raw.timezone.as_deref() {
+        match parse_zone(text) {
+            Ok(tz) => c.timezone = tz,
+            Err(message) => out.problem(scope, "timezone", message),
+        }
+    }
+    let mut positive = |field: &str, value: &Option<String>, slot: &mut Duration| {
+        if let Some(text) = value.as_deref() {
+            match parse_duration(text) {
+                Ok(d) if d.is_zero() => out.problem(
+                    scope,
+                    field,
+                    format!("must be longer than 0s, got {text:?}"),
+                ),
+                Ok(d) => *slot = d,
+                Err(message) => out.problem(scope, field, message),
+            }
+        }
+    };
+    positive("timeout", &raw.timeout, &mut c.timeout);
+    positive("retention", &raw.retention, &mut c.retention);
+    for (field, value, slot) in [
+        ("catchup_window", &raw.catchup_window, &mut c.catchup_window),
+        ("backoff", &raw.backoff, &mut c.backoff),
+        ("backoff_max", &raw.backoff_max, &mut c.backoff_max),
+        ("jitter", &raw.jitter, &mut c.jitter),
+    ] {
+        if let Some(text) = value.as_deref() {
+            match parse_duration(text) {
+                Ok(d) => *slot = d,
+                Err(message) => out.problem(scope, field, message),
+            }
+        }
+    }
+    if let Some(text) = raw.overlap.as_deref() {
+        match text {
+            "allow" => c.overlap = Overlap::Allow,
+            "skip" => c.overlap = Overlap::Skip,
+            "queue" => c.overlap = Overlap::Queue,
+            "replace" => c.overlap = Overlap::Replace,
+            other => out.problem(
+                scope,
+                "overlap",
+                enum_message(
+                    other,
+                    "an overlap policy",
+                    &["allow", "skip", "queue", "replace"],
+                ),
+            ),
+        }
+    }
+    if let Some(text) = raw.catchup.as_deref() {
+        match text {
+            "none" => c.catchup = Catchup::None,
+            "latest" => c.catchup = Catchup::Latest,
+            "all" => c.catchup = Catchup::All,
+            other => out.problem(
+                scope,
+                "catchup",
+                enum_message(other, "a catch-up policy", &["none", "latest", "all"]),
+            ),
+        }
+    }
+    if let Some(text) = raw.deadline.as_deref() {
+        match text {
+            "none" => c.deadline = None,
+            text => match humantime::parse_duration(text) {
+                Ok(d) if d > MAX_DURATION => out.problem(
+                    scope,
+                    "deadline",
+                    format!("{text:?} is too long: at most 100 years"),
+                ),
+                Ok(d) if !d.is_zero() => c.deadline = Some(d),
+                Ok(_) => out.problem(
+                    scope,
+                    "deadline",
+                    format!("must be longer than 0s, got {text:?}; use \"none\" for no deadline"),
+                ),
+                Err(_) => out.problem(
+                    scope,
+                    "deadline",
+                    format!(
+                        "{text:?} is neither a duration nor \"none\": use humantime syntax such as \"90s\", \"5m\" or \"1h 30m\", or \"none\""
+                    ),
+                ),
+            },
+        }
+    }
+    if let Some(n) = raw.max_attempts {
+        match u32::try_from(n) {
+            Ok(n) if n >= 1 => c.max_attempts = n,
+            _ if n < 1 => out.problem(
+                scope,
+                "max_attempts",
+                format!("must be at least 1 (the first try counts), got {n}"),
+            ),
+            _ => out.problem(
+                scope,
+                "max_attempts",
+                format!("must be at most {}, got {n}", u32::MAX),
+            ),
+        }
+    }
+    if let Some(text) = raw.queue.as_deref() {
+        match QueueName::new(text) {
+            Ok(q) => c.queue = q,
+            Err(e) => out.problem(scope, "queue", e.to_string()),
+        }
+    }
+    let touches_backoff = raw.backoff.is_some() || raw.backoff_max.is_some();
+    if (own_section || touches_backoff) && c.backoff > c.backoff_max {
+        out.problem(
+            scope,
+            "backoff",
+            format!(
+                "must not be longer than backoff_max ({}), got {:?}",
+                humantime::format_duration(c.backoff_max),
+                humantime::format_duration(c.backoff).to_string()
+            ),
+        );
+    }
+    c
+}
+
+fn resolve_leader(raw: &RawLeader, out: &mut Report) -> LeaderConfig {
     let scope = "[leader]";
-    let lease = duration(scope, "lease", raw.leader.lease.as_deref(), "15s", problems);
-    let renew_deadline = duration(
-        scope,
-        "renew_deadline",
-        raw.leader.renew_deadline.as_deref(),
-        "10s",
-        problems,
-    );
-    let retry = duration(scope, "retry", raw.leader.retry.as_deref(), "2s", problems);
-    if renew_deadline >= lease {
-        problems.push(Problem::new(
+    let mut leader = LeaderConfig {
+        lease: Duration::from_secs(15),
+        renew_deadline: Duration::from_secs(10),
+        retry: Duration::from_secs(2),
+    };
+    let mut ok = true;
+    for (field, value, slot) in [
+        ("lease", &raw.lease, &mut leader.lease),
+        (
+            "renew_deadline",
+            &raw.renew_deadline,
+            &mut leader.renew_deadline,
+        ),
+        ("retry", &raw.retry, &mut leader.retry),
+    ] {
+        if let Some(text) = value.as_deref() {
+            match parse_duration(text) {
+                Ok(d) if d.is_zero() => {
+                    ok = false;
+                    out.problem(
+                        scope,
+                        field,
+                        format!("must be longer than 0s, got {text:?}"),
+                    );
+                }
+                Ok(d) => *slot = d,
+                Err(message) => {
+                    ok = false;
+                    out.problem(scope, field, message);
+                }
+            }
+        }
+    }
+    if !ok {
+        return leader;
+    }
+    let shown = |value: &Option<String>, d: Duration| {
+        value
+            .clone()
+            .unwrap_or_else(|| humantime::format_duration(d).to_string())
+    };
+    if leader.renew_deadline >= leader.lease {
+        out.problem(
             scope,
             "renew_deadline",
             format!(
                 "must be shorter than lease ({}), got {:?}",
-                humantime::format_duration(lease),
-                humantime::format_duration(renew_deadline).to_string()
+                shown(&raw.lease, leader.lease),
+                shown(&raw.renew_deadline, leader.renew_deadline)
             ),
-        ));
+        );
     }
-    if retry >= renew_deadline {
-        problems.push(Problem::new(
+    if leader.retry >= leader.renew_deadline {
+        out.problem(
             scope,
             "retry",
             format!(
                 "must be shorter than renew_deadline ({}), got {:?}",
-                humantime::format_duration(renew_deadline),
-                humantime::format_duration(retry).to_string()
+                shown(&raw.renew_deadline, leader.renew_deadline),
+                shown(&raw.retry, leader.retry)
             ),
-        ));
+        );
     }
-    LeaderConfig {
-        lease,
-        renew_deadline,
-        retry,
+    leader
+}
+
+fn resolve_job(
+    raw: &RawJob,
+    defaults: &Common,
+    now: DateTime<Utc>,
+    out: &mut Report,
+) -> Option<Job> {
+    let scope = raw.scope.as_str();
+    let before = out.problems.len();
+    let name = match raw.own.name.as_deref() {
+        None if raw.rejected.contains(&"name") => None,
+        None => {
+            out.problem(
+                scope,
+                "name",
+                "is required: 1 to 128 characters from A-Z a-z 0-9 _ . -",
+            );
+            None
+        }
+        Some(text) => match JobName::new(text) {
+            Ok(name) => Some(name),
+            Err(e) => {
+                out.problem(scope, "name", e.to_string());
+                None
+            }
+        },
+    };
+    let common = resolve_common(defaults, &raw.common, scope, false, out);
+    let schedule = match raw.own.schedule.as_deref() {
+        None if raw.rejected.contains(&"schedule") => None,
+        None => {
+            out.problem(
+                scope,
+                "schedule",
+                "is required: a cron expression such as \"30 3 * * *\", or \"@every 5m\"",
+            );
+            None
+        }
+        Some(text) => match Schedule::parse_at(text, common.timezone, now) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                out.problem(scope, "schedule", schedule_message(text, &e));
+                None
+            }
+        },
+    };
+    let handler = super::handler::resolve_handler(raw, scope, out);
+    let payload = match &raw.own.payload {
+        Some(table) => {
+            super::handler::toml_to_json(&toml::Value::Table(table.clone()), scope, "payload", out)
+        }
+        None => serde_json::Value::Object(serde_json::Map::new()),
+    };
+    if out.problems.len() > before {
+        return None;
+    }
+    let job = Job {
+        name: name?,
+        schedule: schedule?,
+        timezone: common.timezone,
+        timeout: common.timeout,
+        overlap: common.overlap,
+        catchup: common.catchup,
+        catchup_window: common.catchup_window,
+        deadline: common.deadline,
+        max_attempts: common.max_attempts,
+        backoff: common.backoff,
+        backoff_max: common.backoff_max,
+        jitter: common.jitter,
+        queue: common.queue,
+        retention: common.retention,
+        payload,
+        handler,
+    };
+    super::warnings::warn_risky(&job, scope, now, out);
+    Some(job)
+}
+
+/// `"TEXT" <error>`: the schedule error's text reads after the schedule as written.
+fn schedule_message(text: &str, error: &ScheduleError) -> String {
+    let message = error.to_string();
+    if message.starts_with('"') {
+        format!("{text:?}: {message}")
+    } else {
+        format!("{text:?} {message}")
     }
 }
 
-fn resolve_job(i: usize, rj: &RawJob, d: &RawDefaults, problems: &mut Vec<Problem>) -> Option<Job> {
-    let Some(name_text) = rj.name.as_deref() else {
-        problems.push(Problem::new(
-            format!("job #{}", i + 1),
-            "name",
-            "is missing: every [[job]] needs a name",
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(text).map_err(|_| {
+        format!(
+            "{text:?} is not a duration: use humantime syntax such as \"90s\", \"5m\" or \"1h 30m\""
+        )
+    })?;
+    if d > MAX_DURATION {
+        return Err(format!("{text:?} is too long: at most 100 years"));
+    }
+    Ok(d)
+}
+
+fn parse_zone(text: &str) -> Result<Tz, String> {
+    if let Ok(tz) = text.parse::<Tz>() {
+        return Ok(tz);
+    }
+    let lower = text.to_ascii_lowercase();
+    if lower == "local" || lower == "localtime" || lower.is_empty() {
+        return Err(format!(
+            "{text:?} is not an IANA time zone name: cronq never uses the machine's local zone; name one such as \"Europe/Berlin\" or \"UTC\""
         ));
-        return None;
-    };
-    let scope = format!("job {name_text:?}");
-    let name = match JobName::new(name_text) {
-        Ok(n) => n,
-        Err(e) => {
-            problems.push(Problem::new(&scope, "name", e.to_string()));
-            return None;
-        }
-    };
-    let c = &rj.common;
-    let tz_text = c
-        .timezone
-        .as_deref()
-        .or(d.timezone.as_deref())
-        .unwrap_or("UTC");
-    let timezone: Tz = match tz_text.parse() {
-        Ok(tz) => tz,
-        Err(_) => {
-            problems.push(Problem::new(
-                &scope,
-                "timezone",
-                format!("{tz_text:?} is not an IANA time zone name, such as \"Europe/Berlin\""),
-            ));
-            Tz::UTC
-        }
-    };
-    let schedule = match rj.schedule.as_deref() {
-        None => {
-            problems.push(Problem::new(
-                &scope,
-                "schedule",
-                "is missing: give a cron expression or \"@every 5m\"",
-            ));
-            None
-        }
-        Some(text) => match Schedule::parse(text, timezone) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                problems.push(Problem::new(&scope, "schedule", format!("{text:?}: {e}")));
-                None
-            }
-        },
-    };
-    let pick = |own: &Option<String>, def: &Option<String>| own.clone().or_else(|| def.clone());
-    let timeout = duration(
-        &scope,
-        "timeout",
-        pick(&c.timeout, &d.timeout).as_deref(),
-        "10m",
-        problems,
-    );
-    let catchup_window = duration(
-        &scope,
-        "catchup_window",
-        pick(&c.catchup_window, &d.catchup_window).as_deref(),
-        "1h",
-        problems,
-    );
-    let backoff = duration(
-        &scope,
-        "backoff",
-        pick(&c.backoff, &d.backoff).as_deref(),
-        "10s",
-        problems,
-    );
-    let backoff_max = duration(
-        &scope,
-        "backoff_max",
-        pick(&c.backoff_max, &d.backoff_max).as_deref(),
-        "10m",
-        problems,
-    );
-    let jitter = duration(
-        &scope,
-        "jitter",
-        pick(&c.jitter, &d.jitter).as_deref(),
-        "0s",
-        problems,
-    );
-    let retention = duration(
-        &scope,
-        "retention",
-        pick(&c.retention, &d.retention).as_deref(),
-        "7d",
-        problems,
-    );
-    let deadline = match pick(&c.deadline, &d.deadline).as_deref() {
-        None | Some("none") => None,
-        Some(text) => Some(duration(&scope, "deadline", Some(text), "0s", problems)),
-    };
-    let overlap = match pick(&c.overlap, &d.overlap).as_deref().unwrap_or("skip") {
-        "allow" => Overlap::Allow,
-        "skip" => Overlap::Skip,
-        "queue" => Overlap::Queue,
-        "replace" => Overlap::Replace,
-        other => {
-            problems.push(Problem::new(
-                &scope,
-                "overlap",
-                format!("{other:?} is not an overlap policy: use allow, skip, queue or replace"),
-            ));
-            Overlap::Skip
-        }
-    };
-    let catchup = match pick(&c.catchup, &d.catchup).as_deref().unwrap_or("latest") {
-        "none" => Catchup::None,
-        "latest" => Catchup::Latest,
-        "all" => Catchup::All,
-        other => {
-            problems.push(Problem::new(
-                &scope,
-                "catchup",
-                format!("{other:?} is not a catch-up policy: use none, latest or all"),
-            ));
-            Catchup::Latest
-        }
-    };
-    let max_attempts = match c.max_attempts.or(d.max_attempts).unwrap_or(3) {
-        n if (1..=1000).contains(&n) => n as u32,
-        n => {
-            problems.push(Problem::new(
-                &scope,
-                "max_attempts",
-                format!("{n} is out of range: use 1 to 1000"),
-            ));
-            1
-        }
-    };
-    let queue_text = pick(&c.queue, &d.queue).unwrap_or_else(|| "default".to_owned());
-    let queue = match QueueName::new(&queue_text) {
-        Ok(q) => q,
-        Err(e) => {
-            problems.push(Problem::new(&scope, "queue", e.to_string()));
-            QueueName::new("default").expect("\"default\" is a valid queue name")
-        }
-    };
-    let handler = match (&rj.command, &rj.http) {
-        (Some(_), Some(_)) => {
-            problems.push(Problem::new(
-                &scope,
-                "command",
-                "and http are both set: a job has exactly one handler",
-            ));
-            None
-        }
-        (Some(argv), None) if argv.is_empty() => {
-            problems.push(Problem::new(&scope, "command", "is empty: give the program and its arguments, such as [\"/usr/local/bin/report\", \"--daily\"]"));
-            None
-        }
-        (Some(argv), None) => Some(Handler::Command(argv.clone())),
-        (None, Some(h)) => match &h.url {
-            Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
-                Some(Handler::Http(HttpHandler {
-                    url: url.clone(),
-                    method: h
-                        .method
-                        .clone()
-                        .unwrap_or_else(|| "POST".to_owned())
-                        .to_uppercase(),
-                    headers: h
-                        .headers
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect(),
-                }))
-            }
-            Some(url) => {
-                problems.push(Problem::new(
-                    &scope,
-                    "http.url",
-                    format!("{url:?} is not an http:// or https:// URL"),
-                ));
-                None
-            }
-            None => {
-                problems.push(Problem::new(&scope, "http.url", "is missing"));
-                None
-            }
-        },
-        (None, None) => None,
-    };
-    let payload = match &rj.payload {
-        Some(table) => serde_json::to_value(table).unwrap_or(serde_json::Value::Null),
-        None => serde_json::Value::Object(Default::default()),
-    };
-    Some(Job {
-        name,
-        schedule: schedule?,
-        timezone,
-        timeout,
-        overlap,
-        catchup,
-        catchup_window,
-        deadline,
-        max_attempts,
-        backoff,
-        backoff_max,
-        jitter,
-        queue,
-        retention,
-        payload,
-        handler,
+    }
+    Err(match suggest_zone(text) {
+        Some(s) => format!("{text:?} is not an IANA time zone name; did you mean \"{s}\"?"),
+        None => format!(
+            "{text:?} is not an IANA time zone name: use one such as \"Europe/Berlin\", \"America/New_York\" or \"UTC\""
+        ),
     })
+}
+
+fn enum_message(value: &str, what: &str, allowed: &[&str]) -> String {
+    let list = match allowed {
+        [init @ .., last] => format!("{} or {last}", init.join(", ")),
+        [] => String::new(),
+    };
+    match did_you_mean(value, allowed.iter().copied()) {
+        Some(s) => format!("{value:?} is not {what}: use {list}; did you mean \"{s}\"?"),
+        None => format!("{value:?} is not {what}: use {list}"),
+    }
 }

@@ -53,7 +53,10 @@ impl TestEnv {
 
     /// Remembers a broker queue by its full name (e.g. a delay queue) for clean-up.
     pub fn track_raw_queue(&self, queue: &str) {
-        self.raw_queues.lock().unwrap().push(queue.to_owned());
+        self.raw_queues
+            .lock()
+            .expect("raw queue list lock")
+            .push(queue.to_owned());
     }
 
     /// Writes a config file into the test dir and returns its path.
@@ -179,7 +182,13 @@ impl TestEnv {
             .map(|q| format!("{ns}.q.{q}"))
             .collect();
         queues.push(format!("{ns}.dlq"));
-        queues.extend(self.raw_queues.lock().unwrap().iter().cloned());
+        queues.extend(
+            self.raw_queues
+                .lock()
+                .expect("raw queue list lock")
+                .iter()
+                .cloned(),
+        );
         for q in queues {
             let _ = ch
                 .queue_delete(q.as_str().into(), QueueDeleteOptions::default())

@@ -1,0 +1,175 @@
+//! A job's handler (`command` or `http`, or none for an embedded one) and its payload,
+//! checked and resolved.
+//!
+//! Invariant: a resolved [`Handler`] is runnable as is: argv non-empty, URL http(s) with a
+//! host, method known, header names and values legal. URLs in messages are redacted.
+
+use super::raw::{RawHttp, RawJob, describe};
+use super::validate::Report;
+use super::{Handler, HttpHandler};
+use crate::redacted::Redacted;
+
+/// HTTP methods an `http` handler may use.
+const HTTP_METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
+
+/// The job's one handler, `None` when it has none in the file (an embedding program
+/// registers it) or when it is invalid (then a problem is recorded).
+pub(super) fn resolve_handler(raw: &RawJob, scope: &str, out: &mut Report) -> Option<Handler> {
+    if raw.own.command.is_some() && raw.http.is_some() {
+        out.problem(
+            scope,
+            "http",
+            "is set together with command: a job has exactly one handler, so keep one of them (or neither, when an embedding program registers the handler)",
+        );
+        return None;
+    }
+    if let Some(argv) = &raw.own.command {
+        return match argv.first() {
+            None => {
+                out.problem(
+                    scope,
+                    "command",
+                    "is empty: give the program and its arguments, such as [\"/usr/local/bin/report\", \"--daily\"]",
+                );
+                None
+            }
+            Some(program) if program.trim().is_empty() => {
+                out.problem(
+                    scope,
+                    "command",
+                    "the program (first element) is empty: give a path such as \"/usr/local/bin/report\"",
+                );
+                None
+            }
+            Some(_) => Some(Handler::Command(argv.clone())),
+        };
+    }
+    raw.http
+        .as_ref()
+        .and_then(|http| resolve_http(http, scope, out))
+        .map(Handler::Http)
+}
+
+fn resolve_http(raw: &RawHttp, scope: &str, out: &mut Report) -> Option<HttpHandler> {
+    let before = out.problems.len();
+    match raw.url.as_deref() {
+        None => out.problem(
+            scope,
+            "http.url",
+            "is required: an http:// or https:// URL such as \"http://127.0.0.1:8080/sync\"",
+        ),
+        Some(url) if !is_http_url(url) => out.problem(
+            scope,
+            "http.url",
+            format!(
+                "\"{}\" is not an http:// or https:// URL with a host, such as \"http://127.0.0.1:8080/sync\"",
+                Redacted(url)
+            ),
+        ),
+        Some(_) => {}
+    }
+    let method = raw.method.as_deref().unwrap_or("POST").to_ascii_uppercase();
+    if !HTTP_METHODS.contains(&method.as_str()) {
+        out.problem(
+            scope,
+            "http.method",
+            format!(
+                "{:?} is not an HTTP method: use {}",
+                raw.method.as_deref().unwrap_or_default(),
+                HTTP_METHODS.join(", ")
+            ),
+        );
+    }
+    let mut headers = Vec::new();
+    for (name, value) in raw.headers.iter().flatten() {
+        let field = format!("http.headers.{}", super::raw::key_text(name));
+        let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+        if name.is_empty() || !name.chars().all(token) {
+            out.problem(
+                scope,
+                "http.headers",
+                format!("{name:?} is not a valid header name: use letters, digits and -"),
+            );
+            continue;
+        }
+        match value {
+            toml::Value::String(v) if v.chars().any(|c| c.is_control() && c != '\t') => {
+                out.problem(
+                    scope,
+                    &field,
+                    "the value contains a line break or control character",
+                );
+            }
+            toml::Value::String(v) => headers.push((name.clone(), v.clone())),
+            other => out.problem(
+                scope,
+                &field,
+                format!("expected a string, got {}", describe(other)),
+            ),
+        }
+    }
+    if out.problems.len() > before {
+        return None;
+    }
+    Some(HttpHandler {
+        url: raw.url.clone().unwrap_or_default(),
+        method,
+        headers,
+    })
+}
+
+fn is_http_url(url: &str) -> bool {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
+    match rest {
+        Some(rest) => {
+            let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+            let host = authority.rsplit('@').next().unwrap_or_default();
+            !host.is_empty() && !url.chars().any(|c| c.is_whitespace() || c.is_control())
+        }
+        None => false,
+    }
+}
+
+/// Converts a TOML value to JSON; date-times become RFC 3339 strings.
+pub(super) fn toml_to_json(
+    value: &toml::Value,
+    scope: &str,
+    field: &str,
+    out: &mut Report,
+) -> serde_json::Value {
+    use serde_json::Value as J;
+    match value {
+        toml::Value::String(s) => J::String(s.clone()),
+        toml::Value::Integer(i) => J::from(*i),
+        toml::Value::Float(f) => match serde_json::Number::from_f64(*f) {
+            Some(n) => J::Number(n),
+            None => {
+                out.problem(
+                    scope,
+                    field,
+                    format!("{f} cannot be represented in JSON: use a finite number or a string"),
+                );
+                J::Null
+            }
+        },
+        toml::Value::Boolean(b) => J::Bool(*b),
+        toml::Value::Datetime(d) => J::String(d.to_string()),
+        toml::Value::Array(items) => J::Array(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| toml_to_json(v, scope, &format!("{field}[{i}]"), out))
+                .collect(),
+        ),
+        toml::Value::Table(t) => J::Object(
+            t.iter()
+                .map(|(k, v)| {
+                    let path = format!("{field}.{}", super::raw::key_text(k));
+                    (k.clone(), toml_to_json(v, scope, &path, out))
+                })
+                .collect(),
+        ),
+    }
+}

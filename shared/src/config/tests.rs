@@ -1,0 +1,405 @@
+//! Unit tests of loading: defaults, overrides, and the exact text of problems.
+
+use std::path::Path;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::*;
+
+fn now() -> DateTime<Utc> {
+    "2026-01-15T00:00:00Z".parse().expect("valid instant")
+}
+
+fn load(text: &str) -> Result<Config, ConfigError> {
+    Config::from_toml_at(text, Path::new("cronq.toml"), now())
+}
+
+fn problems(text: &str) -> Vec<String> {
+    match load(text) {
+        Ok(_) => panic!("config was accepted:\n{text}"),
+        Err(ConfigError::Invalid { path, problems }) => {
+            assert_eq!(path, Path::new("cronq.toml"));
+            problems.iter().map(ToString::to_string).collect()
+        }
+        Err(other) => panic!("unexpected error {other}"),
+    }
+}
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+#[test]
+fn builtin_defaults_apply_to_a_bare_job() {
+    let config = load("[[job]]\nname = \"a\"\nschedule = \"@every 5m\"\n").unwrap();
+    assert_eq!(
+        config.leader,
+        LeaderConfig {
+            lease: secs(15),
+            renew_deadline: secs(10),
+            retry: secs(2)
+        }
+    );
+    let job = &config.jobs[0];
+    assert_eq!(job.name.as_str(), "a");
+    assert_eq!(job.timezone, Tz::UTC);
+    assert_eq!(job.timeout, secs(600));
+    assert_eq!(job.overlap, Overlap::Skip);
+    assert_eq!(job.catchup, Catchup::Latest);
+    assert_eq!(job.catchup_window, secs(3600));
+    assert_eq!(job.deadline, None);
+    assert_eq!(job.max_attempts, 3);
+    assert_eq!(job.backoff, secs(10));
+    assert_eq!(job.backoff_max, secs(600));
+    assert_eq!(job.jitter, Duration::ZERO);
+    assert_eq!(job.queue.as_str(), "default");
+    assert_eq!(job.retention, secs(7 * 24 * 3600));
+    assert_eq!(job.payload, serde_json::json!({}));
+    assert_eq!(job.handler, None);
+    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+}
+
+#[test]
+fn defaults_section_then_job_overrides() {
+    let config = load(
+        r#"
+        [defaults]
+        timezone = "Europe/Berlin"
+        timeout = "1m"
+        overlap = "queue"
+        catchup = "all"
+        catchup_window = "2h"
+        deadline = "5m"
+        max_attempts = 5
+        backoff = "1s"
+        backoff_max = "1m"
+        queue = "reports"
+        retention = "3d"
+
+        [leader]
+        lease = "30s"
+        renew_deadline = "20s"
+        retry = "5s"
+
+        [[job]]
+        name = "inherits"
+        schedule = "0 3 * * *"
+
+        [[job]]
+        name = "overrides"
+        schedule = "@every 1h"
+        timezone = "Asia/Shanghai"
+        timeout = "2h"
+        overlap = "replace"
+        catchup = "none"
+        deadline = "none"
+        max_attempts = 1
+        queue = "fast"
+        jitter = "30s"
+        payload = { region = "cn", n = [1, 2.5], when = 2026-01-01T00:00:00Z }
+        command = ["/bin/echo", "hi"]
+        "#,
+    )
+    .unwrap();
+    assert_eq!(config.leader.lease, secs(30));
+    assert_eq!(config.leader.renew_deadline, secs(20));
+    assert_eq!(config.leader.retry, secs(5));
+
+    let a = config.job("inherits").unwrap();
+    assert_eq!(a.timezone, chrono_tz::Europe::Berlin);
+    assert_eq!(a.schedule.timezone(), chrono_tz::Europe::Berlin);
+    assert_eq!(a.timeout, secs(60));
+    assert_eq!(a.overlap, Overlap::Queue);
+    assert_eq!(a.catchup, Catchup::All);
+    assert_eq!(a.catchup_window, secs(7200));
+    assert_eq!(a.deadline, Some(secs(300)));
+    assert_eq!(a.max_attempts, 5);
+    assert_eq!(a.backoff, secs(1));
+    assert_eq!(a.backoff_max, secs(60));
+    assert_eq!(a.queue.as_str(), "reports");
+    assert_eq!(a.retention, secs(3 * 24 * 3600));
+
+    let b = config.job("overrides").unwrap();
+    assert_eq!(b.timezone, chrono_tz::Asia::Shanghai);
+    assert_eq!(b.timeout, secs(7200));
+    assert_eq!(b.overlap, Overlap::Replace);
+    assert_eq!(b.catchup, Catchup::None);
+    assert_eq!(b.deadline, None);
+    assert_eq!(b.max_attempts, 1);
+    assert_eq!(b.jitter, secs(30));
+    assert_eq!(b.queue.as_str(), "fast");
+    // Not overridden: still from [defaults].
+    assert_eq!(b.backoff, secs(1));
+    assert_eq!(b.retention, secs(3 * 24 * 3600));
+    assert_eq!(
+        b.payload,
+        serde_json::json!({"region": "cn", "n": [1, 2.5], "when": "2026-01-01T00:00:00Z"})
+    );
+    assert_eq!(
+        b.handler,
+        Some(Handler::Command(vec!["/bin/echo".into(), "hi".into()]))
+    );
+    let queues: Vec<_> = config.queues().into_iter().map(|q| q.to_string()).collect();
+    assert_eq!(queues, ["fast", "reports"]);
+}
+
+#[test]
+fn http_handler_defaults_to_post() {
+    let config = load(
+        r#"
+        [[job]]
+        name = "sync"
+        schedule = "@every 5m"
+        http = { url = "https://example.com/sync", headers = { "X-Token" = "t" } }
+        "#,
+    )
+    .unwrap();
+    assert_eq!(
+        config.jobs[0].handler,
+        Some(Handler::Http(HttpHandler {
+            url: "https://example.com/sync".into(),
+            method: "POST".into(),
+            headers: vec![("X-Token".into(), "t".into())],
+        }))
+    );
+}
+
+#[test]
+fn a_bad_default_is_reported_once_under_defaults() {
+    assert_eq!(
+        problems(
+            r#"
+            [defaults]
+            timeout = "ten minutes"
+            [[job]]
+            name = "a"
+            schedule = "@every 1m"
+            [[job]]
+            name = "b"
+            schedule = "@every 1m"
+            "#
+        ),
+        [
+            "[defaults]: timeout: \"ten minutes\" is not a duration: use humantime syntax such as \"90s\", \"5m\" or \"1h 30m\""
+        ]
+    );
+}
+
+#[test]
+fn backoff_order_is_checked_where_it_is_set() {
+    assert_eq!(
+        problems(
+            r#"
+            [defaults]
+            backoff_max = "30s"
+            [[job]]
+            name = "a"
+            schedule = "@every 1m"
+            backoff = "1m"
+            "#
+        ),
+        ["job \"a\": backoff: must not be longer than backoff_max (30s), got \"1m\""]
+    );
+}
+
+#[test]
+fn leader_order() {
+    assert_eq!(
+        problems("[leader]\nrenew_deadline = \"20s\"\n"),
+        ["[leader]: renew_deadline: must be shorter than lease (15s), got \"20s\""]
+    );
+    assert_eq!(
+        problems("[leader]\nlease = \"1m\"\nrenew_deadline = \"30s\"\nretry = \"30s\"\n"),
+        ["[leader]: retry: must be shorter than renew_deadline (30s), got \"30s\""]
+    );
+}
+
+#[test]
+fn every_problem_of_every_job_is_listed() {
+    assert_eq!(
+        problems(
+            r#"
+            [defaults]
+            overlap = "skipp"
+            [[job]]
+            schedule = "@every 1m"
+            [[job]]
+            name = "bad name"
+            schedule = "@every 1m"
+            [[job]]
+            name = "x"
+            schedule = "@every 1m"
+            timezone = "Asia/Shangai"
+            max_attempts = 0
+            catchup = "some"
+            deadline = "soon"
+            queue = "a b"
+            command = []
+            [[job]]
+            name = "x"
+            schedule = "@every 1m"
+            command = ["a"]
+            http = { url = "ftp://user:pw@host/x", method = "FETCH" }
+            "#
+        ),
+        [
+            "[defaults]: overlap: \"skipp\" is not an overlap policy: use allow, skip, queue or replace; did you mean \"skip\"?",
+            "job #1: name: is required: 1 to 128 characters from A-Z a-z 0-9 _ . -",
+            "job #2: name: \"bad name\" is not a valid job name: expected 1 to 128 characters from A-Z a-z 0-9 _ . -",
+            "job \"x\": timezone: \"Asia/Shangai\" is not an IANA time zone name; did you mean \"Asia/Shanghai\"?",
+            "job \"x\": catchup: \"some\" is not a catch-up policy: use none, latest or all",
+            "job \"x\": deadline: \"soon\" is neither a duration nor \"none\": use humantime syntax such as \"90s\", \"5m\" or \"1h 30m\", or \"none\"",
+            "job \"x\": max_attempts: must be at least 1 (the first try counts), got 0",
+            "job \"x\": queue: \"a b\" is not a valid queue name: expected 1 to 64 characters from A-Z a-z 0-9 _ . -",
+            "job \"x\": command: is empty: give the program and its arguments, such as [\"/usr/local/bin/report\", \"--daily\"]",
+            "job \"x\": name: \"x\" is already the name of job #3: job names must be unique",
+            "job \"x\": http: is set together with command: a job has exactly one handler, so keep one of them (or neither, when an embedding program registers the handler)",
+        ]
+    );
+}
+
+#[test]
+fn http_problems_hide_credentials() {
+    assert_eq!(
+        problems(
+            r#"
+            [[job]]
+            name = "h"
+            schedule = "@every 1m"
+            http = { url = "ftp://user:pw@host/x", method = "FETCH", headers = { "X Y" = "v", "Z" = 1 } }
+            "#
+        ),
+        [
+            "job \"h\": http.url: \"ftp://***@host/x\" is not an http:// or https:// URL with a host, such as \"http://127.0.0.1:8080/sync\"",
+            "job \"h\": http.method: \"FETCH\" is not an HTTP method: use GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS",
+            "job \"h\": http.headers: \"X Y\" is not a valid header name: use letters, digits and -",
+            "job \"h\": http.headers.Z: expected a string, got the integer 1",
+        ]
+    );
+}
+
+#[test]
+fn local_zone_is_refused() {
+    assert_eq!(
+        problems("[defaults]\ntimezone = \"local\"\n"),
+        [
+            "[defaults]: timezone: \"local\" is not an IANA time zone name: cronq never uses the machine's local zone; name one such as \"Europe/Berlin\" or \"UTC\""
+        ]
+    );
+}
+
+#[test]
+fn risky_combinations_are_warnings() {
+    let config = load(
+        r#"
+        [[job]]
+        name = "w"
+        schedule = "@every 10s"
+        jitter = "10s"
+        deadline = "5s"
+        catchup = "all"
+        catchup_window = "5s"
+        retention = "1s"
+        "#,
+    )
+    .unwrap();
+    let warnings: Vec<String> = config.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        warnings,
+        [
+            "job \"w\": jitter: 10s is not shorter than the schedule's interval (10s): an occurrence may be published after the next one",
+            "job \"w\": catchup_window: 5s is shorter than the schedule's interval (10s): catchup = \"all\" can recover at most one missed occurrence",
+            "job \"w\": deadline: 5s is not longer than jitter (10s): occurrences delayed by jitter will be recorded as missed",
+            "job \"w\": retention: 1s is shorter than catchup_window (5s): an occurrence published again by catch-up after its record expired would run again",
+        ]
+    );
+}
+
+#[test]
+fn no_jobs_is_a_warning() {
+    let config = load("").unwrap();
+    assert!(config.jobs.is_empty());
+    assert_eq!(
+        config.warnings[0].to_string(),
+        "no [[job]] is defined: nothing will be scheduled"
+    );
+}
+
+#[test]
+fn top_level_mistakes() {
+    assert_eq!(
+        problems("timezone = \"UTC\"\n[jobs]\n[job]\nname = \"a\"\n"),
+        [
+            "timezone: unknown top-level key; it belongs in [defaults] or in a [[job]]",
+            "jobs: unknown section; did you mean \"job\"?",
+            "job: expected an array of tables, written [[job]], got a table",
+        ]
+    );
+}
+
+#[test]
+fn schedule_errors_read_after_the_schedule() {
+    assert_eq!(
+        problems(
+            r#"
+            [[job]]
+            name = "nightly-report"
+            schedule = "0 61 * * *"
+            [[job]]
+            name = "fast"
+            schedule = "@every 5x"
+            [[job]]
+            name = "never"
+            schedule = "0 0 30 2 *"
+            [[job]]
+            name = "missing"
+            "#
+        ),
+        [
+            "job \"nightly-report\": schedule: \"0 61 * * *\" is not a cron expression: hour 61 is outside 0-23",
+            "job \"fast\": schedule: \"@every 5x\": \"5x\" is not a duration: use a number and a unit, such as \"90s\", \"5m\" or \"1h 30m\"",
+            "job \"never\": schedule: \"0 0 30 2 *\" can never fire: no date matches its day-of-month, month and day-of-week fields",
+            "job \"missing\": schedule: is required: a cron expression such as \"30 3 * * *\", or \"@every 5m\"",
+        ]
+    );
+}
+
+#[test]
+fn pinned_jobs_in_dst_transitions_are_warned_about() {
+    let config = load(
+        r#"
+        [defaults]
+        timezone = "America/New_York"
+        [[job]]
+        name = "spring"
+        schedule = "30 2 * * *"
+        [[job]]
+        name = "fall"
+        schedule = "30 1 * * *"
+        [[job]]
+        name = "elapsed"
+        schedule = "*/15 * * * *"
+        "#,
+    )
+    .unwrap();
+    let warnings: Vec<String> = config.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        warnings,
+        [
+            "job \"spring\": schedule: \"30 2 * * *\" fires at 02:30 which does not exist on 2026-03-08 in America/New_York (clocks spring forward): it runs at 03:00 EDT instead",
+            "job \"fall\": schedule: \"30 1 * * *\" fires at 01:30 which occurs twice on 2026-11-01 in America/New_York (clocks fall back): it runs once, at the first pass (01:30 EDT)",
+        ]
+    );
+}
+
+#[test]
+fn absurd_durations_are_refused() {
+    assert_eq!(
+        problems("[defaults]\nretention = \"1000years\"\ndeadline = \"200y\"\n"),
+        [
+            "[defaults]: retention: \"1000years\" is too long: at most 100 years",
+            "[defaults]: deadline: \"200y\" is too long: at most 100 years",
+        ]
+    );
+}

@@ -1,0 +1,103 @@
+//! Warnings: legal but risky settings of one job, collected into `Config::warnings`.
+//!
+//! Invariant: a warning never makes a config invalid; only `now` anchors the look-ahead.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::error::Problem;
+use super::validate::Report;
+use super::{Catchup, Job};
+use crate::schedule::Schedule;
+
+/// How far ahead `cronq check` looks for daylight-saving transitions.
+const DST_HORIZON: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// How many upcoming fire times are sampled to find a cron schedule's shortest interval.
+const INTERVAL_SAMPLES: usize = 64;
+
+/// Legal but risky combinations of one job.
+pub(super) fn warn_risky(job: &Job, scope: &str, now: DateTime<Utc>, out: &mut Report) {
+    let fmt = |d: Duration| humantime::format_duration(d).to_string();
+    if let Some(interval) = shortest_interval(&job.schedule, now) {
+        if !job.jitter.is_zero() && job.jitter >= interval {
+            out.warn(
+                scope,
+                "jitter",
+                format!(
+                    "{} is not shorter than the schedule's interval ({}): an occurrence may be published after the next one",
+                    fmt(job.jitter),
+                    fmt(interval)
+                ),
+            );
+        }
+        if job.catchup == Catchup::All && job.catchup_window < interval {
+            out.warn(
+                scope,
+                "catchup_window",
+                format!(
+                    "{} is shorter than the schedule's interval ({}): catchup = \"all\" can recover at most one missed occurrence",
+                    fmt(job.catchup_window),
+                    fmt(interval)
+                ),
+            );
+        }
+    }
+    if let Some(deadline) = job.deadline
+        && !job.jitter.is_zero()
+        && deadline <= job.jitter
+    {
+        out.warn(
+            scope,
+            "deadline",
+            format!(
+                "{} is not longer than jitter ({}): occurrences delayed by jitter will be recorded as missed",
+                fmt(deadline),
+                fmt(job.jitter)
+            ),
+        );
+    }
+    if job.catchup != Catchup::None && job.retention < job.catchup_window {
+        out.warn(
+            scope,
+            "retention",
+            format!(
+                "{} is shorter than catchup_window ({}): an occurrence published again by catch-up after its record expired would run again",
+                fmt(job.retention),
+                fmt(job.catchup_window)
+            ),
+        );
+    }
+    out.warnings
+        .extend(dst_warnings(scope, &job.schedule, now, DST_HORIZON));
+}
+
+/// Warnings for a pinned schedule whose wall-clock time falls into a daylight-saving
+/// transition within `horizon` after `from` (SPEC section 3: `cronq check` warns about
+/// them), each as `job "x": schedule: "30 2 * * *" fires at 02:30 which …`.
+fn dst_warnings(
+    scope: &str,
+    schedule: &Schedule,
+    from: DateTime<Utc>,
+    horizon: Duration,
+) -> Vec<Problem> {
+    schedule
+        .dst_warnings(from, horizon)
+        .into_iter()
+        .map(|w| Problem::new(scope, "schedule", format!("{:?} {w}", schedule.as_str())))
+        .collect()
+}
+
+/// The interval of an `@every` schedule, or the shortest gap between a cron schedule's
+/// upcoming fire times, sampled after `now`.
+fn shortest_interval(schedule: &Schedule, now: DateTime<Utc>) -> Option<Duration> {
+    if let Some(every) = schedule.is_every() {
+        return Some(every);
+    }
+    let times: Vec<_> = schedule.iter_after(now).take(INTERVAL_SAMPLES).collect();
+    times
+        .windows(2)
+        .filter_map(|w| (w[1] - w[0]).to_std().ok())
+        .min()
+}

@@ -1,0 +1,455 @@
+//! Schedules: cron expressions (via `croner`) and epoch-aligned `@every`, evaluated in a
+//! job's IANA zone with cronie's daylight-saving rules (SPEC section 3).
+//!
+//! Owns: parsing a schedule string (with messages that name the field) and computing fire
+//! instants. Leaves to the producer: deciding which instants are due. Invariant:
+//! [`Schedule::next_after`] is a pure function of the schedule and its argument (no clock,
+//! no process start), strictly increasing, so every producer computes the same keys (G4).
+//!
+//! Daylight saving, as cronie does it:
+//! - a schedule whose minute or hour field starts with `*` (`*`, `*/15`; `@hourly` too)
+//!   runs by elapsed time: through both passes of a repeated hour, not at all inside a
+//!   skipped one. croner's own zone-aware search does exactly this for such patterns;
+//! - every other schedule is *pinned* to wall-clock times: it is evaluated on the naive
+//!   local time (croner against the naive time as if it were UTC), and each matching
+//!   local time maps to one instant: itself, the first of two passes, or the first instant
+//!   after a gap. That mapping is monotone, so equal instants collapse into one fire;
+//! - `@every D` fires when `unix_seconds % D == 0`, in UTC, with no DST at all.
+
+mod dst;
+mod error;
+mod fields;
+#[cfg(test)]
+mod tests;
+mod zone;
+
+use std::time::Duration;
+
+use chrono::{
+    DateTime, Datelike as _, NaiveDate, NaiveDateTime, SubsecRound as _, TimeZone as _, Utc,
+};
+use chrono_tz::Tz;
+use croner::Cron;
+use croner::parser::{CronParser, Seconds, Year};
+
+pub use dst::{DstChange, DstWarning};
+pub use error::ScheduleError;
+
+use fields::{Field, FieldKind, parse_field};
+
+/// A parsed schedule in a zone. Two schedules are equal when their text and zone are.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    text: String,
+    tz: Tz,
+    kind: Kind,
+}
+
+#[derive(Debug, Clone)]
+enum Kind {
+    /// `@every`: the duration and the same in whole seconds (>= 1).
+    Every {
+        every: Duration,
+        secs: i64,
+    },
+    Cron(Box<CronSchedule>),
+}
+
+#[derive(Debug, Clone)]
+struct CronSchedule {
+    cron: Cron,
+    /// cronie's rule: neither the minute nor the hour field starts with `*`.
+    pinned: bool,
+    /// The last fire instant, for a year field with a last year.
+    last: Option<DateTime<Utc>>,
+    /// The last year the year field names, if it is not a plain `*`.
+    last_year: Option<i32>,
+}
+
+impl Schedule {
+    /// Parses `text` for zone `tz`, and checks that it fires at least once from now on.
+    ///
+    /// Accepts 5 fields (`min hour dom month dow`), 6 (seconds first) or 7 (trailing year);
+    /// names, ranges, lists, steps, `L`, `W`, `#`; the descriptors `@yearly`, `@annually`,
+    /// `@monthly`, `@weekly`, `@daily`, `@midnight`, `@hourly` (any case); and
+    /// `@every DURATION` in whole seconds.
+    ///
+    /// ```
+    /// use chrono::{DateTime, Utc};
+    /// use cronq_shared::schedule::Schedule;
+    ///
+    /// let schedule = Schedule::parse("30 3 * * *", chrono_tz::Asia::Shanghai).unwrap();
+    /// let from: DateTime<Utc> = "2026-11-29T00:00:00Z".parse().unwrap();
+    /// let next = schedule.next_after(from).unwrap();
+    /// assert_eq!(next.to_rfc3339(), "2026-11-29T19:30:00+00:00"); // 03:30 on the 30th, CST
+    /// assert_eq!(schedule.next_after(next).unwrap().to_rfc3339(), "2026-11-30T19:30:00+00:00");
+    ///
+    /// let err = Schedule::parse("61 0 * * *", chrono_tz::UTC).unwrap_err();
+    /// assert_eq!(err.to_string(), "is not a cron expression: minute 61 is outside 0-59");
+    /// ```
+    ///
+    /// # Errors
+    /// When the text is not a schedule, or one that can never fire from now on; see
+    /// [`ScheduleError`] for every message.
+    pub fn parse(text: &str, tz: Tz) -> Result<Self, ScheduleError> {
+        Self::parse_at(text, tz, Utc::now())
+    }
+
+    /// [`Schedule::parse`], with "now" given: the never-fires check looks from `now` on.
+    ///
+    /// # Errors
+    /// As [`Schedule::parse`].
+    pub fn parse_at(text: &str, tz: Tz, now: DateTime<Utc>) -> Result<Self, ScheduleError> {
+        let trimmed = text.trim();
+        if trimmed.is_empty() {
+            return Err(ScheduleError::Empty);
+        }
+        let kind = if trimmed.starts_with('@') {
+            descriptor(trimmed, tz)?
+        } else {
+            Kind::Cron(Box::new(cron(trimmed, tz)?))
+        };
+        let schedule = Self {
+            text: text.to_owned(),
+            tz,
+            kind,
+        };
+        schedule.check_fires(now)?;
+        Ok(schedule)
+    }
+
+    /// The first fire instant strictly after `after`, or `None` when the schedule has no
+    /// more (a 7-field expression whose years are past). Pure: no clock is read.
+    pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        match &self.kind {
+            Kind::Every { secs, .. } => {
+                let next = after
+                    .timestamp()
+                    .div_euclid(*secs)
+                    .checked_add(1)?
+                    .checked_mul(*secs)?;
+                DateTime::from_timestamp(next, 0)
+            }
+            Kind::Cron(c) => {
+                if c.last.is_some_and(|last| after >= last) {
+                    return None;
+                }
+                // Fires are on whole seconds: strictly after `after` is strictly after
+                // its whole second.
+                let after = after.trunc_subsecs(0);
+                if c.pinned {
+                    c.next_pinned(self.tz, after)
+                } else {
+                    c.cron
+                        .find_next_occurrence(&after.with_timezone(&self.tz), false)
+                        .ok()
+                        .map(|t| t.with_timezone(&Utc))
+                }
+            }
+        }
+    }
+
+    /// The fire instants strictly after `after`, in order.
+    pub fn iter_after(&self, after: DateTime<Utc>) -> impl Iterator<Item = DateTime<Utc>> + '_ {
+        std::iter::successors(self.next_after(after), move |t| self.next_after(*t))
+    }
+
+    /// The schedule as written in the config.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The zone the schedule is evaluated in.
+    pub fn timezone(&self) -> Tz {
+        self.tz
+    }
+
+    /// Whether the schedule is pinned to wall-clock times (cronie's rule: a cron
+    /// expression whose minute and hour fields both do not start with `*`). Pinned
+    /// schedules run once for a time a DST change skips or repeats; the others run by
+    /// elapsed time. `@every` is not pinned.
+    pub fn is_pinned(&self) -> bool {
+        matches!(&self.kind, Kind::Cron(c) if c.pinned)
+    }
+
+    /// The interval of an `@every` schedule.
+    pub fn is_every(&self) -> Option<Duration> {
+        match &self.kind {
+            Kind::Every { every, .. } => Some(*every),
+            Kind::Cron(_) => None,
+        }
+    }
+
+    /// The daylight-saving changes in `(from, from + horizon]` that move or merge a fire
+    /// time of this schedule: a local time skipped by a spring-forward, or repeated by a
+    /// fall-back. Empty for schedules that are not pinned (they run by elapsed time).
+    pub fn dst_warnings(&self, from: DateTime<Utc>, horizon: Duration) -> Vec<DstWarning> {
+        match &self.kind {
+            Kind::Cron(c) if c.pinned => dst::warnings(&c.cron, self.tz, from, horizon),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Fails when the schedule has no fire time after `now`.
+    fn check_fires(&self, now: DateTime<Utc>) -> Result<(), ScheduleError> {
+        let never = |reason: String| Err(ScheduleError::NeverFires { reason });
+        let c = match &self.kind {
+            Kind::Every { .. } => {
+                return match self.next_after(now) {
+                    Some(_) => Ok(()),
+                    None => never("its next time is out of range".to_owned()),
+                };
+            }
+            Kind::Cron(c) => c,
+        };
+        let today = now.with_timezone(&self.tz).date_naive();
+        if let Some(year) = c.last_year.filter(|y| *y < today.year()) {
+            return never(format!("its last year, {year}, is past"));
+        }
+        // A cheap date-level search first: an impossible date (February 30) would
+        // otherwise make croner walk to the year 5000.
+        if !c.has_date_from(today) {
+            return never(if c.last_year.is_some() {
+                "no date from now on matches its day-of-month, month, day-of-week and year fields"
+                    .to_owned()
+            } else {
+                "no date matches its day-of-month, month and day-of-week fields".to_owned()
+            });
+        }
+        if self.next_after(now).is_some() {
+            return Ok(());
+        }
+        match c.last {
+            Some(last) if last <= now => never(format!(
+                "its last time, {}, is past",
+                last.with_timezone(&self.tz).to_rfc3339()
+            )),
+            _ => never(format!(
+                "none of its times from now on exist in {}",
+                self.tz.name()
+            )),
+        }
+    }
+}
+
+impl PartialEq for Schedule {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text && self.tz == other.tz
+    }
+}
+
+impl Eq for Schedule {}
+
+impl CronSchedule {
+    /// The next fire of a pinned schedule: walk matching local times from the local time
+    /// of `after`, map each to its instant, and return the first one past `after`.
+    ///
+    /// Local times at or before `after`'s own map to instants at or before `after`
+    /// (monotone mapping); the only skipped candidates are the rest of a repeated hour
+    /// when `after` lies in its second pass, and times in a gap mapped onto `after`.
+    fn next_pinned(&self, tz: Tz, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let mut cursor = naive_as_utc(after.with_timezone(&tz).naive_local());
+        loop {
+            let candidate = self.cron.find_next_occurrence(&cursor, false).ok()?;
+            let instant = zone::pinned_instant(tz, candidate.naive_utc());
+            if instant > after {
+                return Some(instant);
+            }
+            cursor = candidate;
+        }
+    }
+
+    /// Whether some date on or after `from` matches the date fields (year, month, day).
+    /// Searches 401 years at most: the Gregorian calendar, weekdays included, repeats
+    /// every 400 years.
+    fn has_date_from(&self, from: NaiveDate) -> bool {
+        let p = &self.cron.pattern;
+        let end = from.year() + 401;
+        let end = self.last_year.map_or(end, |y| y.min(end));
+        for year in from.year()..=end {
+            if !p.year_match(year).unwrap_or(false) {
+                continue;
+            }
+            for month in 1..=12u32 {
+                if !p.month_match(month).unwrap_or(false) {
+                    continue;
+                }
+                let Some(first) = NaiveDate::from_ymd_opt(year, month, 1) else {
+                    continue;
+                };
+                let first_weekday = first.weekday().num_days_from_sunday();
+                for day in 1..=croner::time::days_in_month(year, month) {
+                    if (year, month) == (from.year(), from.month()) && day < from.day() {
+                        continue;
+                    }
+                    let weekday =
+                        croner::Weekday::from_days_from_sunday((first_weekday + day - 1) % 7);
+                    if p.day_match(year, month, day, weekday).unwrap_or(false) {
+                        return true;
+                    }
+                }
+            }
+        }
+        false
+    }
+
+    /// The last fire instant of a schedule whose year field ends at `last_year`.
+    fn last_fire(&self, tz: Tz, last_year: i32) -> Option<DateTime<Utc>> {
+        let end = NaiveDate::from_ymd_opt(last_year, 12, 31)?.and_hms_opt(23, 59, 59)?;
+        let mut candidate = self
+            .cron
+            .find_previous_occurrence(&naive_as_utc(end), true)
+            .ok()?;
+        if self.pinned {
+            return Some(zone::pinned_instant(tz, candidate.naive_utc()));
+        }
+        // Elapsed time: the later pass of a repeated time; a time in a gap never fires.
+        loop {
+            match tz.from_local_datetime(&candidate.naive_utc()) {
+                chrono::LocalResult::Single(t) => return Some(t.with_timezone(&Utc)),
+                chrono::LocalResult::Ambiguous(a, b) => return Some(a.max(b).with_timezone(&Utc)),
+                chrono::LocalResult::None => {
+                    candidate = self.cron.find_previous_occurrence(&candidate, false).ok()?;
+                }
+            }
+        }
+    }
+}
+
+/// A naive local time as a UTC value, so croner evaluates it as a plain calendar time.
+fn naive_as_utc(local: NaiveDateTime) -> DateTime<Utc> {
+    Utc.from_utc_datetime(&local)
+}
+
+/// Parses an `@` form: a descriptor or `@every`.
+fn descriptor(text: &str, tz: Tz) -> Result<Kind, ScheduleError> {
+    let (word, rest) = text
+        .split_once(char::is_whitespace)
+        .map_or((text, ""), |(w, r)| (w, r.trim()));
+    let word = word.to_ascii_lowercase();
+    if word == "@every" {
+        return every(rest);
+    }
+    let expansion = match word.as_str() {
+        _ if !rest.is_empty() => None,
+        "@yearly" | "@annually" => Some("0 0 1 1 *"),
+        "@monthly" => Some("0 0 1 * *"),
+        "@weekly" => Some("0 0 * * 0"),
+        "@daily" | "@midnight" => Some("0 0 * * *"),
+        "@hourly" => Some("0 * * * *"),
+        _ => None,
+    };
+    match expansion {
+        Some(expansion) => Ok(Kind::Cron(Box::new(cron(expansion, tz)?))),
+        None => Err(ScheduleError::UnknownDescriptor {
+            descriptor: text.to_owned(),
+        }),
+    }
+}
+
+/// Parses the duration of `@every`.
+fn every(text: &str) -> Result<Kind, ScheduleError> {
+    if text.is_empty() {
+        return Err(ScheduleError::MissingDuration);
+    }
+    let every = humantime::parse_duration(text).map_err(|_| ScheduleError::NotADuration {
+        text: text.to_owned(),
+    })?;
+    if every < Duration::from_secs(1) {
+        return Err(ScheduleError::TooShort {
+            text: text.to_owned(),
+        });
+    }
+    if every.subsec_nanos() != 0 {
+        return Err(ScheduleError::Fractional {
+            text: text.to_owned(),
+        });
+    }
+    let secs = i64::try_from(every.as_secs()).map_err(|_| ScheduleError::NeverFires {
+        reason: "its next time is out of range".to_owned(),
+    })?;
+    Ok(Kind::Every { every, secs })
+}
+
+/// Parses a 5, 6 or 7-field cron expression.
+fn cron(text: &str, tz: Tz) -> Result<CronSchedule, ScheduleError> {
+    use FieldKind::{DayOfMonth, DayOfWeek, Hour, Minute, Month, Second, Year as YearField};
+
+    let parts: Vec<&str> = text.split_whitespace().collect();
+    let kinds: &[FieldKind] = match parts.len() {
+        5 => &[Minute, Hour, DayOfMonth, Month, DayOfWeek],
+        6 => &[Second, Minute, Hour, DayOfMonth, Month, DayOfWeek],
+        7 => &[
+            Second, Minute, Hour, DayOfMonth, Month, DayOfWeek, YearField,
+        ],
+        got => return Err(ScheduleError::FieldCount { got }),
+    };
+    let mut parsed: [Option<Field>; 7] = Default::default();
+    for (kind, part) in kinds.iter().zip(&parts) {
+        let field = parse_field(*kind, part).map_err(|detail| ScheduleError::Field {
+            field: kind.name(),
+            detail,
+        })?;
+        parsed[*kind as usize] = Some(field);
+    }
+    let default = |kind: FieldKind, text: &str| {
+        parse_field(kind, text).map_err(|detail| ScheduleError::Field {
+            field: kind.name(),
+            detail,
+        })
+    };
+    let [sec, min, hour, dom, month, dow, year] = parsed;
+    let sec = match sec {
+        Some(f) => f,
+        None => default(Second, "0")?,
+    };
+    let year = match year {
+        Some(f) => f,
+        None => default(YearField, "*")?,
+    };
+    let missing = || ScheduleError::FieldCount { got: parts.len() };
+    let (min, hour, dom, month, dow) = (
+        min.ok_or_else(missing)?,
+        hour.ok_or_else(missing)?,
+        dom.ok_or_else(missing)?,
+        month.ok_or_else(missing)?,
+        dow.ok_or_else(missing)?,
+    );
+
+    // crontab(5): when either day field starts with `*`, a day must match both; croner
+    // only knows a bare `*` as unrestricted, so `+` (croner's AND) makes it agree.
+    let and = (dom.starts_with_star || dow.starts_with_star)
+        && dom.canonical != "*"
+        && dow.canonical != "*";
+    let pattern = format!(
+        "{} {} {} {} {} {}{} {}",
+        sec.canonical,
+        min.canonical,
+        hour.canonical,
+        dom.canonical,
+        month.canonical,
+        if and { "+" } else { "" },
+        dow.canonical,
+        year.canonical,
+    );
+    let cron = CronParser::builder()
+        .seconds(Seconds::Optional)
+        .year(Year::Optional)
+        .build()
+        .parse(&pattern)
+        .map_err(|e| ScheduleError::Field {
+            field: "pattern",
+            detail: e.to_string(),
+        })?;
+    let last_year = year.largest.and_then(|y| i32::try_from(y).ok());
+    let mut schedule = CronSchedule {
+        cron,
+        pinned: !(min.starts_with_star || hour.starts_with_star),
+        last: None,
+        last_year,
+    };
+    if let Some(y) = last_year {
+        schedule.last = schedule.last_fire(tz, y);
+    }
+    Ok(schedule)
+}

@@ -1,0 +1,114 @@
+//! The admin HTTP endpoints (SPEC section 6): `/metrics` (Prometheus text), `/healthz`
+//! (the process is up) and `/readyz` (its connections are up; the producer also says
+//! whether it leads). Served only when `--admin-addr` has a non-zero port.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tokio_util::sync::CancellationToken;
+
+/// Answers `/readyz`: `Ok(detail)` when ready (e.g. `leader epoch 7` or `standby`),
+/// `Err(reason)` when not.
+pub type ReadyProbe =
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<String, String>> + Send>> + Send + Sync>;
+
+/// Seconds-valued histogram buckets: from 1 ms (publish lateness) to 1 h (long runs).
+const SECONDS_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    300.0, 900.0, 3600.0,
+];
+
+/// Installs the global metrics recorder once per process and returns its handle.
+///
+/// # Errors
+/// When a recorder is already installed.
+pub fn install_metrics() -> anyhow::Result<PrometheusHandle> {
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)
+        .context("while configuring metric buckets")?
+        .install_recorder()
+        .context("while installing the metrics recorder")
+}
+
+#[derive(Clone)]
+struct AdminState {
+    metrics: PrometheusHandle,
+    ready: ReadyProbe,
+}
+
+/// Serves the admin endpoints on `addr` until `token` is cancelled. A port of 0 means
+/// off: returns at once.
+///
+/// # Errors
+/// When the address cannot be bound.
+pub async fn serve(
+    addr: SocketAddr,
+    metrics: PrometheusHandle,
+    ready: ReadyProbe,
+    token: CancellationToken,
+) -> anyhow::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+        format!("cannot bind the admin address {addr}: choose a free one with --admin-addr")
+    })?;
+    tracing::info!(addr = %listener.local_addr().unwrap_or(addr), "admin endpoints listening");
+    let app = Router::new()
+        .route("/metrics", get(render_metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .with_state(AdminState { metrics, ready });
+    axum::serve(listener, app)
+        .with_graceful_shutdown(token.cancelled_owned())
+        .await
+        .context("admin server failed")
+}
+
+async fn render_metrics(State(state): State<AdminState>) -> String {
+    state.metrics.run_upkeep();
+    state.metrics.render()
+}
+
+async fn readyz(State(state): State<AdminState>) -> (StatusCode, String) {
+    match tokio::time::timeout(Duration::from_secs(3), (state.ready)()).await {
+        Ok(Ok(detail)) => (StatusCode::OK, format!("ready: {detail}\n")),
+        Ok(Err(reason)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {reason}\n"),
+        ),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: probe timed out\n".into(),
+        ),
+    }
+}
+
+/// `cronq probe URL`: GET the URL; success when it answers 2xx within 5 s. For container
+/// health checks, where the runtime image has no curl.
+///
+/// # Errors
+/// When the request fails or the status is not 2xx.
+pub async fn probe(url: &str) -> anyhow::Result<()> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .context("while building the HTTP client")?;
+    let resp = client
+        .get(url)
+        .send()
+        .await
+        .with_context(|| format!("GET {url} failed"))?;
+    let status = resp.status();
+    anyhow::ensure!(status.is_success(), "GET {url} answered {status}");
+    Ok(())
+}
