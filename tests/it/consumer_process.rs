@@ -59,6 +59,12 @@ async fn started(env: &TestEnv, log: &str) {
     .await;
 }
 
+/// A loopback address with a port that was free a moment ago.
+fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
 fn consumer_args<'a>(config: &'a str, id: &'a str, lease: &'a str) -> Vec<&'a str> {
     vec![
         "consumer",
@@ -168,7 +174,10 @@ command = ["sh", "-c", "echo start >> {}; sleep 9"]
                 starts.display()
             ),
         );
-        env.spawn("c", &consumer_args(config.to_str().unwrap(), "c", "2s"));
+        let admin = free_addr();
+        let mut args = consumer_args(config.to_str().unwrap(), "c", "2s");
+        args.extend(["--admin-addr", admin.as_str()]);
+        env.spawn("c", &args);
         started(&env, "c").await;
         publish(&env, occurrence("long", 1)).await;
         let done = eventually(WAIT, "the long job to complete", || async {
@@ -184,6 +193,22 @@ command = ["sh", "-c", "echo start >> {}; sleep 9"]
         assert!(
             !log.contains("WARN") && !log.contains("ERROR"),
             "channel trouble:\n{log}"
+        );
+        // The broker never redelivered it (a closed channel would have), nothing was a dup.
+        let metrics = reqwest::get(format!("http://{admin}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            metrics.contains(r#"cronq_attempts_total{job="long",outcome="succeeded"} 1"#),
+            "{metrics}"
+        );
+        assert!(!metrics.contains("cronq_redeliveries_total"), "{metrics}");
+        assert!(
+            !metrics.contains("cronq_duplicates_acked_total"),
+            "{metrics}"
         );
     })
     .await;
