@@ -2,9 +2,6 @@
 //! retries and dead letters, rejects, overlap policies, handlers, and a 1,000-occurrence
 //! run across three consumers.
 
-// Test helpers are test code: a failed unwrap is a test failure with its location.
-#![allow(clippy::unwrap_used)]
-
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex};

@@ -1,9 +1,6 @@
 //! The ledger and run-log ports' behaviour, written once as generic suites and run against
 //! both the in-memory implementations and Redis (one namespace per test).
 
-// Test helpers are test code: a failed unwrap is a test failure with its location.
-#![allow(clippy::unwrap_used)]
-
 use std::time::Duration;
 
 use chrono::Utc;

@@ -1,9 +1,6 @@
 //! The real `cronq consumer` binary: crash safety (SIGKILL mid-job), long jobs past the
 //! broker's `consumer_timeout`, graceful shutdown, and usage errors.
 
-// Test helpers are test code: a failed unwrap is a test failure with its location.
-#![allow(clippy::unwrap_used)]
-
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -159,6 +156,40 @@ async fn consumer_long_job_outlives_the_broker_consumer_timeout_and_runs_once() 
         // checked every minute). Channels read the timeout when they open, so set it first.
         let _timeout = BrokerSetting::set("consumer_timeout", "5000", "1800000");
         let _tick = BrokerSetting::set("channel_tick_interval", "1000", "60000");
+        // Control: a plain consumer that holds a delivery unacked has its channel closed
+        // by the broker within the test, so the setting is really in force.
+        let control = env.amqp().await;
+        let ctl = control.create_channel().await.unwrap();
+        let q = ctl
+            .queue_declare(
+                "".into(),
+                lapin::options::QueueDeclareOptions {
+                    exclusive: true,
+                    ..Default::default()
+                },
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        ctl.basic_publish(
+            "".into(),
+            q.name().clone(),
+            Default::default(),
+            b"hold me",
+            Default::default(),
+        )
+        .await
+        .unwrap();
+        let mut held = ctl
+            .basic_consume(
+                q.name().clone(),
+                "control".into(),
+                Default::default(),
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        let _delivery = futures_util::StreamExt::next(&mut held).await.unwrap().unwrap();
         env.track_queue("default");
         let starts = env.dir.join("starts");
         let config = env.write_config(
@@ -210,6 +241,11 @@ command = ["sh", "-c", "echo start >> {}; sleep 9"]
             !metrics.contains("cronq_duplicates_acked_total"),
             "{metrics}"
         );
+        assert!(
+            !ctl.status().connected(),
+            "the control channel holding a delivery for 9 s was not closed: the lowered consumer_timeout was not in force"
+        );
+        let _ = control.close(200, "test done".into()).await;
     })
     .await;
 }
