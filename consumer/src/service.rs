@@ -257,7 +257,11 @@ impl Consumer {
         let permits = Arc::new(Semaphore::new(usize::from(concurrency)));
         let mut tasks = JoinSet::new();
         let ended = loop {
-            while tasks.try_join_next().is_some() {}
+            while let Some(done) = tasks.try_join_next() {
+                if let Err(err) = done {
+                    tracing::error!(error = %err, "a delivery task failed");
+                }
+            }
             let permit = tokio::select! {
                 biased;
                 () = shutdown.cancelled() => break false,

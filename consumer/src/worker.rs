@@ -277,7 +277,19 @@ impl Worker {
         let took = t0.elapsed();
         telemetry::duration(occ.job.as_str(), took);
         let verdict = executor::classify(job, occ.attempt, ending);
-        let (outcome, error) = self.conclude(&occ, job, &lease, verdict).await;
+        // Keep the claim alive while the end is recorded and followed up (a dead letter may
+        // wait for a broker reconnect), so the reaper does not hand it out meanwhile.
+        let keepalive = async {
+            let every = (self.lease / 3).max(Duration::from_millis(50));
+            loop {
+                tokio::time::sleep(every).await;
+                let _ = self.ledger.heartbeat(&lease, self.lease).await;
+            }
+        };
+        let (outcome, error) = tokio::select! {
+            r = self.conclude(&occ, job, &lease, verdict) => r,
+            _ = keepalive => unreachable!("the keepalive loop never ends"),
+        };
         match outcome {
             Outcome::Succeeded => {
                 tracing::debug!(job = %occ.job, key = %occ.key, attempt = occ.attempt, elapsed_ms = took.as_millis() as u64, "attempt succeeded");
