@@ -96,6 +96,31 @@ impl Fleet {
         token
     }
 
+    /// Waits until `n` consumers are subscribed to the default queue.
+    pub async fn subscribed(&self, n: u32) {
+        let conn = lapin::Connection::connect(&amqp_url(), Default::default())
+            .await
+            .unwrap();
+        let ch = conn.create_channel().await.unwrap();
+        let queue = self.names.queue(&QueueName::new("default").unwrap());
+        eventually(WAIT, &format!("{n} consumers on {queue}"), || async {
+            let q = ch
+                .queue_declare(
+                    queue.as_str().into(),
+                    lapin::options::QueueDeclareOptions {
+                        passive: true,
+                        ..Default::default()
+                    },
+                    Default::default(),
+                )
+                .await
+                .unwrap();
+            (q.consumer_count() >= n).then_some(())
+        })
+        .await;
+        let _ = conn.close(200, "done".into()).await;
+    }
+
     pub async fn publish(&self, occs: impl IntoIterator<Item = Occurrence>) {
         let queue = QueueName::new("default").unwrap();
         let batch: Vec<Outgoing> = occs
@@ -246,6 +271,7 @@ async fn consumer_thousand_occurrences_three_consumers_none_twice() {
             });
             fleet.start(id, handlers, 8).await;
         }
+        fleet.subscribed(3).await;
         let occs: Vec<Occurrence> = (0..1000).map(|i| occurrence("work", i)).collect();
         for chunk in occs.chunks(100) {
             fleet.publish(chunk.to_vec()).await;
@@ -401,6 +427,7 @@ async fn consumer_overlap_skip_two_consumers() {
         });
         fleet.start("c1", h1, 2).await;
         fleet.start("c2", h2, 2).await;
+        fleet.subscribed(2).await;
         for i in 0..4 {
             fleet.publish([occurrence("work", i)]).await;
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -429,6 +456,7 @@ async fn consumer_overlap_queue_runs_all_in_turn() {
         let (h1, seen) = recording(Duration::from_millis(500));
         fleet.start("c1", h1.clone(), 2).await;
         fleet.start("c2", h1, 2).await;
+        fleet.subscribed(2).await;
         fleet.publish((0..3).map(|i| occurrence("work", i))).await;
         let runs = fleet.settled("work", 3).await;
         assert!(
@@ -449,6 +477,7 @@ async fn consumer_overlap_replace_cancels_the_running_one() {
         let (h1, seen) = recording(Duration::from_secs(20));
         fleet.start("c1", h1.clone(), 2).await;
         fleet.start("c2", h1, 2).await;
+        fleet.subscribed(2).await;
         fleet.publish([occurrence("work", 0)]).await;
         let key0 = occurrence("work", 0).key;
         eventually(WAIT, "the first occurrence to run", || async {
