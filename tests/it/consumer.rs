@@ -846,3 +846,82 @@ async fn consumer_store_outage_runs_nothing_until_it_is_back() {
     assert_eq!(seen.lock().unwrap().len(), 1, "the duplicate did not run");
     assert_eq!(runlog.list(None, 10).await.unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn consumer_serves_only_the_queues_it_is_given() {
+    scoped("consumer_queues", |env| async move {
+        let toml = r#"
+[[job]]
+name = "work"
+schedule = "@every 1s"
+
+[[job]]
+name = "report"
+schedule = "@every 1s"
+queue = "reports"
+command = ["true"]
+"#;
+        let fleet = Fleet::new(&env, toml).await;
+        let broker = AmqpBroker::connect(&amqp_url(), fleet.names.clone())
+            .await
+            .unwrap();
+        let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+        let options = Options {
+            queues: vec!["reports".into()],
+            lease: LEASE,
+            consumer_id: "r".into(),
+            ..Options::default()
+        };
+        let consumer = Consumer::new(
+            fleet.config.clone(),
+            Arc::new(broker),
+            Arc::new(RedisLedger::new(conn.clone(), fleet.names.clone())),
+            Arc::new(RedisRunLog::new(
+                conn,
+                &fleet.names,
+                Duration::from_secs(3600),
+            )),
+            options,
+        );
+        let token = CancellationToken::new();
+        let task = tokio::spawn(consumer.run(token.clone()));
+        let reports = QueueName::new("reports").unwrap();
+        fleet.publish([occurrence("work", 1)]).await;
+        fleet
+            .broker
+            .publish(&[Outgoing {
+                queue: reports,
+                occurrence: occurrence("report", 1),
+                delay: Duration::ZERO,
+            }])
+            .await
+            .unwrap();
+        let runs = fleet.settled("report", 1).await;
+        assert_eq!(runs[0].outcome, Outcome::Succeeded);
+        token.cancel();
+        task.await.unwrap().unwrap();
+        assert!(
+            fleet.runs("work").await.is_empty(),
+            "the default queue is not served"
+        );
+        let ch = env.amqp().await.create_channel().await.unwrap();
+        let q = ch
+            .queue_declare(
+                fleet
+                    .names
+                    .queue(&QueueName::new("default").unwrap())
+                    .as_str()
+                    .into(),
+                lapin::options::QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(q.message_count(), 1, "the default queue's message waits");
+        fleet.stop().await;
+    })
+    .await;
+}
