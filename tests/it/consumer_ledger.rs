@@ -204,6 +204,23 @@ async fn overlap_suite(ledger: impl Ledger) {
 
     claimed(&ledger, &claim("all", 1, 1, Overlap::Allow, LONG)).await;
     claimed(&ledger, &claim("all", 2, 1, Overlap::Allow, LONG)).await;
+
+    // A holder whose job lock lapsed and was taken stops at its next heartbeat.
+    let short = Duration::from_millis(300);
+    let x = claimed(&ledger, &claim("lapse", 1, 1, Overlap::Queue, short)).await;
+    let y = eventually(WAIT, "the lapsed job lock to be taken", || async {
+        match ledger
+            .claim(&claim("lapse", 2, 1, Overlap::Queue, LONG))
+            .await
+            .unwrap()
+        {
+            ClaimOutcome::Claimed { lease, .. } => Some(lease),
+            _ => None,
+        }
+    })
+    .await;
+    assert_eq!(ledger.heartbeat(&x, short).await.unwrap(), Heartbeat::Lost);
+    assert_eq!(ledger.heartbeat(&y, LONG).await.unwrap(), Heartbeat::Held);
 }
 
 /// Settling without running; retention expiry.

@@ -159,12 +159,14 @@ impl Ledger for MemoryLedger {
                 None => true,
                 Some((k, t)) => k == key && t == lease.token,
             };
-            if mine {
-                inner.locks.insert(
-                    lease.job.to_string(),
-                    (key, lease.token.clone(), now + duration),
-                );
+            if !mine {
+                // Another occurrence took the lapsed job lock: stop (see heartbeat.lua).
+                return Ok(Heartbeat::Lost);
             }
+            inner.locks.insert(
+                lease.job.to_string(),
+                (key, lease.token.clone(), now + duration),
+            );
         }
         Ok(if cancel {
             Heartbeat::CancelRequested
