@@ -18,7 +18,8 @@ fn main() -> ExitCode {
     // lapin and redis both use rustls; pin one crypto provider so neither panics choosing.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let cli = Cli::parse(); // clap exits 2 on usage errors
-    telemetry::init(cli.log_format);
+    let standalone = matches!(cli.command, cli::Command::Standalone(_));
+    telemetry::init(cli.log_format, telemetry::default_filter(standalone));
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -1,15 +1,88 @@
-//! `cronq standalone`.
+//! `cronq standalone`: producer and consumer in one process over the in-memory queue and
+//! stores, with the same semantics for one instance: no RabbitMQ, no Redis. Nothing
+//! survives the process: it is for one machine, development and demos.
 
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use cronq_consumer::{Consumer, DEFAULT_LEASE, Options};
+use cronq_producer::{Producer, Reloader, instance_id};
+use cronq_shared::broker::memory::MemoryBroker;
+use cronq_shared::control::Control;
+use cronq_shared::lease::memory::MemoryLease;
+use cronq_shared::ledger::memory::MemoryLedger;
+use cronq_shared::runlog::MemoryRunLog;
 use tokio_util::sync::CancellationToken;
 
+use crate::admin::{self, ReadyProbe};
 use crate::cli::{Cli, StandaloneArgs};
 
-/// Runs until the root token is cancelled.
-pub async fn run(
-    cli: &Cli,
-    _args: &StandaloneArgs,
-    _root: CancellationToken,
-) -> anyhow::Result<()> {
-    let _config = super::load_config(cli)?;
-    super::unavailable("standalone")
+/// Run records kept in memory; the oldest are dropped first.
+const MAX_RUNS: usize = 10_000;
+
+/// Runs until the root token is cancelled, then stops publishing and drains within
+/// `--grace`.
+pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> anyhow::Result<()> {
+    let config = super::load_config(cli)?;
+    for warning in &config.warnings {
+        tracing::warn!(warning = %warning, "config");
+    }
+    super::signals::cancel_on_signal(root.clone()).context("while installing signal handlers")?;
+    let hangups = super::signals::hangups().context("while installing the SIGHUP handler")?;
+    let metrics = admin::install_metrics()?;
+
+    let broker = MemoryBroker::new();
+    let lease = MemoryLease::new();
+    let control = Control::memory(&lease);
+    let instance = instance_id();
+    let options = Options {
+        queues: Vec::new(),
+        concurrency: args.concurrency.max(1),
+        grace: args.grace,
+        lease: DEFAULT_LEASE,
+        consumer_id: format!("standalone-{instance}"),
+    };
+    let consumer = Consumer::new(
+        config.clone(),
+        Arc::new(broker.clone()),
+        Arc::new(MemoryLedger::new()),
+        Arc::new(MemoryRunLog::new(MAX_RUNS)),
+        options,
+    );
+    let (reloader, config_rx) = Reloader::new(config, hangups);
+    let producer = Producer::new(
+        Arc::new(broker),
+        Arc::new(lease),
+        control,
+        config_rx,
+        instance,
+    )
+    .with_reloader(reloader);
+    tracing::info!("standalone: producer and consumer in one process, in memory");
+
+    let ready: ReadyProbe = Arc::new(|| Box::pin(async { Ok("standalone".to_owned()) }));
+    // The producer stops at once on shutdown; the consumer drains within --grace. If one
+    // half fails, the other is stopped too: half a standalone is no use.
+    let token = root.child_token();
+    let stop_all = |failed: bool| {
+        if failed {
+            token.cancel();
+        }
+    };
+    let (served, produced, consumed) = tokio::join!(
+        admin::serve(args.serve.admin_addr, metrics, ready, token.clone()),
+        async {
+            let r = producer.run(token.child_token()).await;
+            stop_all(r.is_err());
+            r
+        },
+        async {
+            let r = consumer.run(token.child_token()).await;
+            stop_all(r.is_err());
+            r
+        },
+    );
+    produced.context("while running the producer")?;
+    consumed.context("while running the consumer")?;
+    served
 }
