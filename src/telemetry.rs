@@ -1,13 +1,22 @@
-//! Tracing set-up: human or JSON lines on stderr, filtered by `RUST_LOG` (default `info`).
+//! Tracing set-up: human or JSON lines on stderr, filtered by `RUST_LOG` (default below).
 
 use tracing_subscriber::EnvFilter;
 
 use crate::cli::LogFormat;
 
+/// The filter when `RUST_LOG` is unset: lifecycle at info for the daemons; `standalone`,
+/// a one-machine and demo tool, also shows each attempt and a command's output.
+pub fn default_filter(standalone: bool) -> &'static str {
+    if standalone {
+        "info,lapin=warn,cronq_consumer::worker=debug,cronq_consumer::handler=debug"
+    } else {
+        "info,lapin=warn"
+    }
+}
+
 /// Installs the global subscriber once.
-pub fn init(format: LogFormat) {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,lapin=warn"));
+pub fn init(format: LogFormat, default: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
