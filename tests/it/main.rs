@@ -11,4 +11,5 @@ mod consumer_ledger;
 mod consumer_process;
 mod leader;
 mod producer;
+mod standalone;
 mod support;

@@ -102,6 +102,20 @@ impl TestEnv {
         pid
     }
 
+    /// Starts a prepared `cronq` command (see [`TestEnv::cronq`]) in the background, like
+    /// [`TestEnv::spawn`].
+    pub fn spawn_command(&self, log: &str, mut cmd: Command) -> u32 {
+        let file = std::fs::File::create(self.dir.join(format!("{log}.log"))).expect("log file");
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("spawn cronq");
+        let pid = child.id();
+        self.children.lock().unwrap().push(child);
+        pid
+    }
+
     /// The log a spawned child wrote.
     pub fn log(&self, log: &str) -> String {
         std::fs::read_to_string(self.dir.join(format!("{log}.log"))).unwrap_or_default()

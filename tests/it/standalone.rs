@@ -1,0 +1,173 @@
+//! `cronq standalone`: producer and consumer in one process, in memory. It must work with
+//! RabbitMQ and Redis unreachable, run an `@every 1s` job every second, expose moving
+//! counters on `/metrics`, and exit 0 on SIGTERM within its grace period.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use crate::support::{TestEnv, eventually, scoped};
+
+/// A port that was free a moment ago.
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// Keys the job's command wrote, one per run.
+fn keys(env: &TestEnv) -> Vec<String> {
+    std::fs::read_to_string(env.dir.join("runs.txt"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The value of an unlabelled-or-labelled counter line in Prometheus text.
+fn counter(metrics: &str, prefix: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn scrape(port: u16) -> Option<String> {
+    let resp = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+        .await
+        .ok()?;
+    resp.text().await.ok()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn standalone_runs_every_second_without_services_and_stops_on_sigterm() {
+    scoped("standalone_every_second", |env| async move {
+        let config = env.write_config(
+            "cronq.toml",
+            r#"
+[[job]]
+name = "tick"
+schedule = "@every 1s"
+command = ["/bin/sh", "-c", "echo \"$CRONQ_KEY\" >> runs.txt"]
+"#,
+        );
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let pid = {
+            // Unreachable services: standalone must not need them.
+            let mut cmd = env.cronq();
+            cmd.env("CRONQ_AMQP_URL", "amqp://guest:guest@127.0.0.1:1/%2f")
+                .env("CRONQ_REDIS_URL", "redis://127.0.0.1:1")
+                .args(["standalone", "--config"])
+                .arg(&config)
+                .args(["--grace", "5s", "--admin-addr", &addr]);
+            env.spawn_command("standalone", cmd)
+        };
+
+        // Counters move while it runs.
+        let first = eventually(
+            Duration::from_secs(15),
+            "a first successful attempt in /metrics",
+            || async {
+                let m = scrape(port).await?;
+                let n = counter(
+                    &m,
+                    "cronq_attempts_total{job=\"tick\",outcome=\"succeeded\"}",
+                );
+                (n >= 1.0).then_some(n)
+            },
+        )
+        .await;
+        let later = eventually(
+            Duration::from_secs(15),
+            "the success counter to grow",
+            || async {
+                let m = scrape(port).await?;
+                let n = counter(
+                    &m,
+                    "cronq_attempts_total{job=\"tick\",outcome=\"succeeded\"}",
+                );
+                (n >= first + 2.0).then_some(m)
+            },
+        )
+        .await;
+        assert!(counter(&later, "cronq_occurrences_published_total{job=\"tick\"}") >= first + 2.0);
+
+        // One run per second: distinct, consecutive keys.
+        let runs = eventually(Duration::from_secs(15), "four runs", || async {
+            let k = keys(&env);
+            (k.len() >= 4).then_some(k)
+        })
+        .await;
+        let unique: BTreeSet<&String> = runs.iter().collect();
+        assert_eq!(unique.len(), runs.len(), "a key ran twice: {runs:?}");
+        let seconds: Vec<i64> = runs
+            .iter()
+            .map(|k| {
+                let at = k.strip_prefix("tick@").expect("key of job tick");
+                chrono::DateTime::parse_from_rfc3339(at)
+                    .expect("RFC 3339")
+                    .timestamp()
+            })
+            .collect();
+        for pair in seconds.windows(2) {
+            assert_eq!(
+                pair[1] - pair[0],
+                1,
+                "runs are not one per second: {runs:?}"
+            );
+        }
+
+        // SIGTERM: exit 0 well within the grace period.
+        let stopping = Instant::now();
+        env.signal(pid, Signal::SIGTERM);
+        let code = env.wait(pid, Duration::from_secs(10));
+        assert_eq!(code, Some(0), "standalone log:\n{}", env.log("standalone"));
+        assert!(
+            stopping.elapsed() < Duration::from_secs(6),
+            "took {:?} to stop",
+            stopping.elapsed()
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn standalone_lets_a_running_attempt_finish_on_sigterm() {
+    scoped("standalone_grace", |env| async move {
+        let config = env.write_config(
+            "cronq.toml",
+            r#"
+[[job]]
+name = "slow"
+schedule = "@every 1s"
+overlap = "skip"
+command = ["/bin/sh", "-c", "echo start >> runs.txt; sleep 2; echo \"$CRONQ_KEY\" >> done.txt"]
+"#,
+        );
+        let pid = env.spawn(
+            "standalone",
+            &[
+                "standalone",
+                "--config",
+                config.to_str().unwrap(),
+                "--grace",
+                "10s",
+            ],
+        );
+        eventually(Duration::from_secs(15), "an attempt to start", || async {
+            (!keys(&env).is_empty()).then_some(())
+        })
+        .await;
+        env.signal(pid, Signal::SIGTERM);
+        let code = env.wait(pid, Duration::from_secs(15));
+        assert_eq!(code, Some(0), "standalone log:\n{}", env.log("standalone"));
+        let done = std::fs::read_to_string(env.dir.join("done.txt")).unwrap_or_default();
+        assert!(
+            !done.trim().is_empty(),
+            "the running attempt was not let finish"
+        );
+    })
+    .await;
+}
