@@ -925,3 +925,46 @@ command = ["true"]
     })
     .await;
 }
+
+#[tokio::test]
+async fn consumer_replay_of_a_failed_occurrence_runs_it_again_once() {
+    scoped("consumer_replay", |env| async move {
+        let toml = r#"
+[[job]]
+name = "work"
+schedule = "@every 1s"
+max_attempts = 1
+"#;
+        let mut fleet = Fleet::new(&env, toml).await;
+        let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let c = calls.clone();
+        let mut handlers = Handlers::new();
+        handlers.register(JobName::new("work").unwrap(), move |_occ, _token| {
+            let n = c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                if n == 0 {
+                    Err("first try fails".to_owned())
+                } else {
+                    Ok(())
+                }
+            }
+        });
+        fleet.start("c1", handlers, 2).await;
+        fleet.publish([occurrence("work", 1)]).await;
+        let runs = fleet.settled("work", 1).await;
+        assert_eq!(runs[0].outcome, Outcome::Failed);
+        let mut replay = occurrence("work", 1);
+        replay.trigger = cronq_shared::message::Trigger::Replay;
+        fleet.publish([replay.clone()]).await;
+        let runs = fleet.settled("work", 2).await;
+        assert_eq!(runs[0].outcome, Outcome::Succeeded, "{runs:?}");
+        assert_eq!(runs[0].attempt, 2);
+        // Succeeded is final: neither a schedule duplicate nor another replay runs it again.
+        fleet.publish([occurrence("work", 1), replay]).await;
+        fleet.publish([occurrence("work", 2)]).await;
+        fleet.settled("work", 3).await;
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
+        fleet.stop().await;
+    })
+    .await;
+}

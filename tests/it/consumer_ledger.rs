@@ -136,6 +136,35 @@ async fn attempts_suite(ledger: impl Ledger) {
     }
     let record = ledger.get(&first.key).await.unwrap().unwrap();
     assert_eq!((record.state, record.attempt), (State::Failed, 2));
+    // A dead-letter replay (a higher attempt) may run a failed occurrence again.
+    assert!(matches!(
+        ledger.claim(&retry).await.unwrap(),
+        ClaimOutcome::Duplicate {
+            state: State::Failed,
+            attempt: 2
+        }
+    ));
+    let replay = claim("att", 1, 3, Overlap::Allow, LONG);
+    match ledger.claim(&replay).await.unwrap() {
+        ClaimOutcome::Claimed { lease, takeover } => {
+            assert!(!takeover);
+            assert!(
+                ledger
+                    .complete(&lease, &end(State::Succeeded))
+                    .await
+                    .unwrap()
+            );
+        }
+        other => panic!("replay not claimed: {other:?}"),
+    }
+    let replay_again = claim("att", 1, 4, Overlap::Allow, LONG);
+    assert!(matches!(
+        ledger.claim(&replay_again).await.unwrap(),
+        ClaimOutcome::Duplicate {
+            state: State::Succeeded,
+            ..
+        }
+    ));
 }
 
 /// A lapsed lease: reaped once per hold, then claimable again; the old owner is fenced.
