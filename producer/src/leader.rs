@@ -120,11 +120,11 @@ impl Elector {
                 () = token.cancelled() => break,
                 () = sleep_until(wake) => {}
             }
-            if let Some(l) = &held {
-                if !l.is_valid_at(Instant::now()) {
-                    self.step_down(l, "no renewal confirmed within renew_deadline");
-                    held = None;
-                }
+            if let Some(l) = &held
+                && !l.is_valid_at(Instant::now())
+            {
+                self.step_down(l, "no renewal confirmed within renew_deadline");
+                held = None;
             }
         }
         if let Some(l) = held {
