@@ -147,6 +147,10 @@ impl Leading {
                 continue; // superseded by a reload
             }
             let job = &self.config.jobs[slot.index];
+            // Every tick the schedule produced while leading; `published` lags it by the
+            // paused and the not-yet-confirmed ones.
+            metrics::counter!("cronq_occurrences_expected_total", "job" => job.name.to_string())
+                .increment(1);
             let message = if self.paused.contains(&job.name) {
                 debug!(job = %job.name, at = %e.at, "not publishing: job is paused");
                 None
