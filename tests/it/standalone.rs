@@ -94,7 +94,10 @@ command = ["/bin/sh", "-c", "echo \"$CRONQ_KEY\" >> runs.txt"]
         .await;
         assert!(counter(&later, "cronq_occurrences_published_total{job=\"tick\"}") >= first + 2.0);
         assert!(counter(&later, "cronq_occurrences_expected_total{job=\"tick\"}") >= first + 2.0);
-        assert!(counter(&later, "cronq_attempt_duration_seconds_count") >= first + 2.0, "{later}");
+        assert!(
+            counter(&later, "cronq_attempt_duration_seconds_count") >= first + 2.0,
+            "{later}"
+        );
         assert!(later.contains("cronq_leader 1"), "{later}");
 
         // One run per second: distinct, consecutive keys.
