@@ -89,17 +89,9 @@ impl TestEnv {
     /// Starts `cronq ARGS` in the background; it is killed at clean-up. Its stderr goes to
     /// `<dir>/<log>.log`.
     pub fn spawn(&self, log: &str, args: &[&str]) -> u32 {
-        let file = std::fs::File::create(self.dir.join(format!("{log}.log"))).expect("log file");
-        let child = self
-            .cronq()
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(file)
-            .spawn()
-            .expect("spawn cronq");
-        let pid = child.id();
-        self.children.lock().unwrap().push(child);
-        pid
+        let mut cmd = self.cronq();
+        cmd.args(args);
+        self.spawn_command(log, cmd)
     }
 
     /// Starts a prepared `cronq` command (see [`TestEnv::cronq`]) in the background, like
