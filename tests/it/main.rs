@@ -11,5 +11,6 @@ mod consumer_ledger;
 mod consumer_process;
 mod leader;
 mod producer;
+mod producer_behaviour;
 mod standalone;
 mod support;
