@@ -87,6 +87,9 @@ enum Ports {
     Real(AmqpBroker),
 }
 
+/// The three ports a consumer runs on.
+type PortSet = (Arc<dyn Broker>, Arc<dyn Ledger>, Arc<dyn RunLog>);
+
 /// A running fleet of in-process consumers on one config, plus a publisher and readers.
 pub struct Fleet {
     pub config: Config,
@@ -103,19 +106,16 @@ impl Fleet {
     pub async fn new(backend: Backend, env: &TestEnv, toml: &str) -> Self {
         let config = Config::from_toml(toml, Path::new("cronq.toml")).unwrap();
         let names = Names::new(&Namespace::new(&env.namespace).unwrap());
-        let (ports, broker, ledger, runlog): (
-            _,
-            Arc<dyn Broker>,
-            Arc<dyn Ledger>,
-            Arc<dyn RunLog>,
-        ) = match backend {
+        let (ports, (broker, ledger, runlog)): (_, PortSet) = match backend {
             Backend::Memory => {
                 let broker = MemoryBroker::new();
                 (
                     Ports::Memory(broker.clone()),
-                    Arc::new(broker),
-                    Arc::new(MemoryLedger::new()),
-                    Arc::new(MemoryRunLog::default()),
+                    (
+                        Arc::new(broker),
+                        Arc::new(MemoryLedger::new()),
+                        Arc::new(MemoryRunLog::default()),
+                    ),
                 )
             }
             Backend::Real => {
@@ -128,9 +128,11 @@ impl Fleet {
                 let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
                 (
                     Ports::Real(broker.clone()),
-                    Arc::new(broker),
-                    Arc::new(RedisLedger::new(conn.clone(), names.clone())),
-                    Arc::new(RedisRunLog::new(conn, &names, Duration::from_secs(3600))),
+                    (
+                        Arc::new(broker),
+                        Arc::new(RedisLedger::new(conn.clone(), names.clone())),
+                        Arc::new(RedisRunLog::new(conn, &names, Duration::from_secs(3600))),
+                    ),
                 )
             }
         };
@@ -171,29 +173,28 @@ impl Fleet {
         handlers: Handlers,
         ledger: Option<Arc<dyn Ledger>>,
     ) -> CancellationToken {
-        let (broker, own_ledger, runlog): (Arc<dyn Broker>, Arc<dyn Ledger>, Arc<dyn RunLog>) =
-            match &self.ports {
-                Ports::Memory(_) => (
-                    self.broker.clone(),
-                    self.ledger.clone(),
-                    self.runlog.clone(),
-                ),
-                Ports::Real(_) => {
-                    let broker = AmqpBroker::connect(&amqp_url(), self.names.clone())
-                        .await
-                        .unwrap();
-                    let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
-                    (
-                        Arc::new(broker),
-                        Arc::new(RedisLedger::new(conn.clone(), self.names.clone())),
-                        Arc::new(RedisRunLog::new(
-                            conn,
-                            &self.names,
-                            Duration::from_secs(3600),
-                        )),
-                    )
-                }
-            };
+        let (broker, own_ledger, runlog): PortSet = match &self.ports {
+            Ports::Memory(_) => (
+                self.broker.clone(),
+                self.ledger.clone(),
+                self.runlog.clone(),
+            ),
+            Ports::Real(_) => {
+                let broker = AmqpBroker::connect(&amqp_url(), self.names.clone())
+                    .await
+                    .unwrap();
+                let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+                (
+                    Arc::new(broker),
+                    Arc::new(RedisLedger::new(conn.clone(), self.names.clone())),
+                    Arc::new(RedisRunLog::new(
+                        conn,
+                        &self.names,
+                        Duration::from_secs(3600),
+                    )),
+                )
+            }
+        };
         let consumer = Consumer::new(
             self.config.clone(),
             broker,
