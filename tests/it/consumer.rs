@@ -1,6 +1,12 @@
-//! The consumer end to end, in process, against the real RabbitMQ and Redis: deduplication,
-//! retries and dead letters, rejects, overlap policies, handlers, and a 1,000-occurrence
-//! run across three consumers.
+//! The consumer end to end, in process: deduplication, retries and dead letters, rejects,
+//! overlap policies, handlers, store outages, queue selection, replays, and a
+//! 1,000-occurrence run across three consumers.
+//!
+//! Every behaviour is written once as a plain async fn over a [`Backend`] and run twice:
+//! `_memory` on the in-memory ports `cronq standalone` uses (the consumers of a fleet share
+//! one `MemoryBroker`, `MemoryLedger` and `MemoryRunLog`), and `_real` on RabbitMQ and
+//! Redis (each consumer with its own connections, as separate processes). So the in-memory
+//! backend cannot drift from the real one.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
@@ -9,13 +15,15 @@ use std::time::{Duration, Instant};
 
 use cronq_consumer::{Consumer, Handlers, Options};
 use cronq_shared::broker::amqp::AmqpBroker;
+use cronq_shared::broker::memory::MemoryBroker;
 use cronq_shared::broker::{Broker, Outgoing};
 use cronq_shared::config::Config;
 use cronq_shared::ledger::Ledger;
+use cronq_shared::ledger::memory::MemoryLedger;
 use cronq_shared::ledger::redis::RedisLedger;
 use cronq_shared::message::Occurrence;
 use cronq_shared::names::{JobName, Names, Namespace, QueueName};
-use cronq_shared::runlog::{Outcome, RedisRunLog, Run, RunLog};
+use cronq_shared::runlog::{MemoryRunLog, Outcome, RedisRunLog, Run, RunLog};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -25,35 +33,117 @@ use crate::support::{TestEnv, amqp_url, eventually, redis_url, scoped};
 const WAIT: Duration = Duration::from_secs(30);
 const LEASE: Duration = Duration::from_secs(2);
 
+/// Which implementation of the ports a test runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// `MemoryBroker`, `MemoryLedger`, `MemoryRunLog` (what `cronq standalone` runs on).
+    Memory,
+    /// `AmqpBroker` on RabbitMQ, `RedisLedger` and `RedisRunLog` on Redis.
+    Real,
+}
+
+impl Backend {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Real => "real",
+        }
+    }
+}
+
+/// Runs one behaviour (`suite`) under a fresh [`TestEnv`] on `backend`.
+pub async fn on<F, Fut>(backend: Backend, test: &str, suite: F)
+where
+    F: FnOnce(Backend, TestEnv) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    scoped(&format!("{test}-{}", backend.label()), |env| {
+        suite(backend, env)
+    })
+    .await;
+}
+
+/// Instantiates a behaviour written once as `async fn(Backend, TestEnv)` as two tests;
+/// `$short` names the test's namespace (at most 64 characters in all).
+macro_rules! on_both_backends {
+    ($suite:ident, $short:literal, $memory:ident, $real:ident) => {
+        #[tokio::test]
+        async fn $memory() {
+            on(Backend::Memory, $short, $suite).await;
+        }
+
+        #[tokio::test]
+        async fn $real() {
+            on(Backend::Real, $short, $suite).await;
+        }
+    };
+}
+
+/// The concrete broker behind a fleet, for what the port does not expose.
+enum Ports {
+    /// One in-memory broker whose clones every consumer of the fleet shares.
+    Memory(MemoryBroker),
+    /// RabbitMQ: each consumer opens its own connections, as separate processes would.
+    Real(AmqpBroker),
+}
+
+/// The three ports a consumer runs on.
+type PortSet = (Arc<dyn Broker>, Arc<dyn Ledger>, Arc<dyn RunLog>);
+
 /// A running fleet of in-process consumers on one config, plus a publisher and readers.
 pub struct Fleet {
     pub config: Config,
     pub names: Names,
-    pub broker: AmqpBroker,
-    pub ledger: RedisLedger,
-    pub runlog: RedisRunLog,
+    pub broker: Arc<dyn Broker>,
+    pub ledger: Arc<dyn Ledger>,
+    pub runlog: Arc<dyn RunLog>,
+    ports: Ports,
     token: CancellationToken,
     tasks: JoinSet<()>,
 }
 
 impl Fleet {
-    pub async fn new(env: &TestEnv, toml: &str) -> Self {
+    pub async fn new(backend: Backend, env: &TestEnv, toml: &str) -> Self {
         let config = Config::from_toml(toml, Path::new("cronq.toml")).unwrap();
-        for q in config.queues() {
-            env.track_queue(q.as_str());
-        }
         let names = Names::new(&Namespace::new(&env.namespace).unwrap());
-        let broker = AmqpBroker::connect(&amqp_url(), names.clone())
-            .await
-            .unwrap();
+        let (ports, (broker, ledger, runlog)): (_, PortSet) = match backend {
+            Backend::Memory => {
+                let broker = MemoryBroker::new();
+                (
+                    Ports::Memory(broker.clone()),
+                    (
+                        Arc::new(broker),
+                        Arc::new(MemoryLedger::new()),
+                        Arc::new(MemoryRunLog::default()),
+                    ),
+                )
+            }
+            Backend::Real => {
+                for q in config.queues() {
+                    env.track_queue(q.as_str());
+                }
+                let broker = AmqpBroker::connect(&amqp_url(), names.clone())
+                    .await
+                    .unwrap();
+                let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+                (
+                    Ports::Real(broker.clone()),
+                    (
+                        Arc::new(broker),
+                        Arc::new(RedisLedger::new(conn.clone(), names.clone())),
+                        Arc::new(RedisRunLog::new(conn, &names, Duration::from_secs(3600))),
+                    ),
+                )
+            }
+        };
         broker.declare(&config.queues()).await.unwrap();
-        let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
         Self {
-            ledger: RedisLedger::new(conn.clone(), names.clone()),
-            runlog: RedisRunLog::new(conn, &names, Duration::from_secs(3600)),
             config,
             names,
             broker,
+            ledger,
+            runlog,
+            ports,
             token: CancellationToken::new(),
             tasks: JoinSet::new(),
         }
@@ -66,10 +156,6 @@ impl Fleet {
         handlers: Handlers,
         concurrency: u16,
     ) -> CancellationToken {
-        let broker = AmqpBroker::connect(&amqp_url(), self.names.clone())
-            .await
-            .unwrap();
-        let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
         let options = Options {
             queues: Vec::new(),
             concurrency,
@@ -77,15 +163,43 @@ impl Fleet {
             lease: LEASE,
             consumer_id: id.to_owned(),
         };
+        self.start_with(options, handlers, None).await
+    }
+
+    /// Starts one consumer with `options`, on the fleet's ledger unless `ledger` is given.
+    pub async fn start_with(
+        &mut self,
+        options: Options,
+        handlers: Handlers,
+        ledger: Option<Arc<dyn Ledger>>,
+    ) -> CancellationToken {
+        let (broker, own_ledger, runlog): PortSet = match &self.ports {
+            Ports::Memory(_) => (
+                self.broker.clone(),
+                self.ledger.clone(),
+                self.runlog.clone(),
+            ),
+            Ports::Real(_) => {
+                let broker = AmqpBroker::connect(&amqp_url(), self.names.clone())
+                    .await
+                    .unwrap();
+                let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+                (
+                    Arc::new(broker),
+                    Arc::new(RedisLedger::new(conn.clone(), self.names.clone())),
+                    Arc::new(RedisRunLog::new(
+                        conn,
+                        &self.names,
+                        Duration::from_secs(3600),
+                    )),
+                )
+            }
+        };
         let consumer = Consumer::new(
             self.config.clone(),
-            Arc::new(broker),
-            Arc::new(RedisLedger::new(conn.clone(), self.names.clone())),
-            Arc::new(RedisRunLog::new(
-                conn,
-                &self.names,
-                Duration::from_secs(3600),
-            )),
+            broker,
+            ledger.unwrap_or(own_ledger),
+            runlog,
             options,
         )
         .with_handlers(handlers);
@@ -98,27 +212,75 @@ impl Fleet {
 
     /// Waits until `n` consumers are subscribed to the default queue.
     pub async fn subscribed(&self, n: u32) {
-        let conn = lapin::Connection::connect(&amqp_url(), Default::default())
-            .await
-            .unwrap();
-        let ch = conn.create_channel().await.unwrap();
-        let queue = self.names.queue(&QueueName::new("default").unwrap());
-        eventually(WAIT, &format!("{n} consumers on {queue}"), || async {
-            let q = ch
-                .queue_declare(
-                    queue.as_str().into(),
-                    lapin::options::QueueDeclareOptions {
-                        passive: true,
-                        ..Default::default()
-                    },
+        let queue = QueueName::new("default").unwrap();
+        match &self.ports {
+            Ports::Memory(broker) => {
+                eventually(WAIT, &format!("{n} consumers on {queue}"), || async {
+                    (broker.subscribers(&queue) >= n as usize).then_some(())
+                })
+                .await;
+            }
+            Ports::Real(_) => {
+                let conn = lapin::Connection::connect(&amqp_url(), Default::default())
+                    .await
+                    .unwrap();
+                let ch = conn.create_channel().await.unwrap();
+                let queue = self.names.queue(&queue);
+                eventually(WAIT, &format!("{n} consumers on {queue}"), || async {
+                    let q = passive(&ch, queue.as_str()).await;
+                    (q.consumer_count() >= n).then_some(())
+                })
+                .await;
+                let _ = conn.close(200, "done".into()).await;
+            }
+        }
+    }
+
+    /// How many messages are ready (not delivered) in the logical queue `queue`.
+    pub async fn queued(&self, queue: &str) -> u32 {
+        let queue = QueueName::new(queue).unwrap();
+        match &self.ports {
+            Ports::Memory(broker) => u32::try_from(broker.ready(&queue).unwrap()).unwrap(),
+            Ports::Real(_) => {
+                let conn = lapin::Connection::connect(&amqp_url(), Default::default())
+                    .await
+                    .unwrap();
+                let ch = conn.create_channel().await.unwrap();
+                let count = passive(&ch, self.names.queue(&queue).as_str())
+                    .await
+                    .message_count();
+                let _ = conn.close(200, "done".into()).await;
+                count
+            }
+        }
+    }
+
+    /// Puts `body` (not necessarily an occurrence) on the logical queue `queue`, as a
+    /// foreign publisher could.
+    pub async fn publish_raw(&self, queue: &str, body: &[u8]) {
+        match &self.ports {
+            Ports::Memory(broker) => {
+                assert!(broker.publish_raw(&QueueName::new(queue).unwrap(), body.to_vec()));
+            }
+            Ports::Real(_) => {
+                let conn = lapin::Connection::connect(&amqp_url(), Default::default())
+                    .await
+                    .unwrap();
+                let ch = conn.create_channel().await.unwrap();
+                ch.basic_publish(
+                    self.names.exchange().as_str().into(),
+                    queue.into(),
+                    Default::default(),
+                    body,
                     Default::default(),
                 )
                 .await
+                .unwrap()
+                .await
                 .unwrap();
-            (q.consumer_count() >= n).then_some(())
-        })
-        .await;
-        let _ = conn.close(200, "done".into()).await;
+                let _ = conn.close(200, "done".into()).await;
+            }
+        }
     }
 
     pub async fn publish(&self, occs: impl IntoIterator<Item = Occurrence>) {
@@ -159,14 +321,35 @@ impl Fleet {
         .await
     }
 
-    /// Stops every consumer and waits for them.
-    pub async fn stop(mut self) {
+    /// Stops every consumer and waits for them; the fleet's ports stay open.
+    pub async fn halt(&mut self) {
         self.token.cancel();
         while let Some(res) = self.tasks.join_next().await {
             res.unwrap();
         }
-        self.broker.close().await;
     }
+
+    /// Stops every consumer, waits for them and closes the fleet's ports.
+    pub async fn stop(mut self) {
+        self.halt().await;
+        if let Ports::Real(broker) = &self.ports {
+            broker.close().await;
+        }
+    }
+}
+
+/// A passive declare of the broker queue `queue` (its counts), on RabbitMQ.
+async fn passive(ch: &lapin::Channel, queue: &str) -> lapin::Queue {
+    ch.queue_declare(
+        queue.into(),
+        lapin::options::QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        },
+        Default::default(),
+    )
+    .await
+    .unwrap()
 }
 
 /// What [`recording`] saw: `(key, start, end)` per run.
@@ -218,83 +401,80 @@ overlap = "OVERLAP"
 max_attempts = 1
 "#;
 
-#[tokio::test]
-async fn consumer_same_occurrence_five_times_runs_once() {
-    scoped("consumer_dup", |env| async move {
-        let mut fleet = Fleet::new(&env, &WORK.replace("OVERLAP", "allow")).await;
-        let (handlers, seen) = recording(Duration::from_millis(200));
-        let stop = fleet.start("c1", handlers, 4).await;
-        fleet
-            .publish(std::iter::repeat_n(occurrence("work", 1), 5))
-            .await;
-        let runs = fleet.settled("work", 1).await;
-        assert_eq!(runs[0].outcome, Outcome::Succeeded);
-        // Stop the consumer; anything not acked would go back to the queue.
-        stop.cancel();
-        fleet.stop().await;
-        let ch = env.amqp().await.create_channel().await.unwrap();
-        let q = ch
-            .queue_declare(
-                format!("{}.q.default", env.namespace).as_str().into(),
-                lapin::options::QueueDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                },
-                Default::default(),
-            )
-            .await
-            .unwrap();
-        assert_eq!(q.message_count(), 0, "all five deliveries were acked");
-        assert_eq!(
-            seen.lock().unwrap().len(),
-            1,
-            "one run, four duplicates acked"
-        );
-    })
-    .await;
+async fn same_occurrence_five_times_runs_once(backend: Backend, env: TestEnv) {
+    let mut fleet = Fleet::new(backend, &env, &WORK.replace("OVERLAP", "allow")).await;
+    let (handlers, seen) = recording(Duration::from_millis(200));
+    let stop = fleet.start("c1", handlers, 4).await;
+    fleet
+        .publish(std::iter::repeat_n(occurrence("work", 1), 5))
+        .await;
+    let runs = fleet.settled("work", 1).await;
+    assert_eq!(runs[0].outcome, Outcome::Succeeded);
+    // Stop the consumer; anything not acked would go back to the queue.
+    stop.cancel();
+    fleet.halt().await;
+    assert_eq!(
+        fleet.queued("default").await,
+        0,
+        "all five deliveries were acked"
+    );
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        1,
+        "one run, four duplicates acked"
+    );
+    fleet.stop().await;
 }
 
-#[tokio::test]
-async fn consumer_thousand_occurrences_three_consumers_none_twice() {
-    scoped("consumer_1000", |env| async move {
-        let mut fleet = Fleet::new(&env, &WORK.replace("OVERLAP", "allow")).await;
-        let counts: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
-        for id in ["c1", "c2", "c3"] {
-            let mut handlers = Handlers::new();
-            let c = counts.clone();
-            handlers.register(JobName::new("work").unwrap(), move |occ: Occurrence, _t| {
-                let c = c.clone();
-                async move {
-                    *c.lock().unwrap().entry(occ.key.to_string()).or_default() += 1;
-                    Ok::<(), String>(())
-                }
-            });
-            fleet.start(id, handlers, 8).await;
-        }
-        fleet.subscribed(3).await;
-        let occs: Vec<Occurrence> = (0..1000).map(|i| occurrence("work", i)).collect();
-        for chunk in occs.chunks(100) {
-            fleet.publish(chunk.to_vec()).await;
-        }
-        // Publish a second copy of the first 100: duplicates must not run again.
-        fleet.publish(occs[..100].to_vec()).await;
-        let runs = fleet.settled("work", 1000).await;
-        let counts = counts.lock().unwrap().clone();
-        assert_eq!(counts.len(), 1000);
-        assert!(counts.values().all(|&n| n == 1), "an occurrence ran twice");
-        assert_eq!(runs.len(), 1000);
-        assert!(runs.iter().all(|r| r.outcome == Outcome::Succeeded));
-        let consumers: BTreeSet<_> = runs.iter().map(|r| r.consumer.clone()).collect();
-        assert!(consumers.len() >= 2, "work was shared: {consumers:?}");
-        fleet.stop().await;
-    })
-    .await;
+on_both_backends!(
+    same_occurrence_five_times_runs_once,
+    "consumer_dup",
+    consumer_same_occurrence_five_times_runs_once_memory,
+    consumer_same_occurrence_five_times_runs_once_real
+);
+
+async fn thousand_occurrences_three_consumers_none_twice(backend: Backend, env: TestEnv) {
+    let mut fleet = Fleet::new(backend, &env, &WORK.replace("OVERLAP", "allow")).await;
+    let counts: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    for id in ["c1", "c2", "c3"] {
+        let mut handlers = Handlers::new();
+        let c = counts.clone();
+        handlers.register(JobName::new("work").unwrap(), move |occ: Occurrence, _t| {
+            let c = c.clone();
+            async move {
+                *c.lock().unwrap().entry(occ.key.to_string()).or_default() += 1;
+                Ok::<(), String>(())
+            }
+        });
+        fleet.start(id, handlers, 8).await;
+    }
+    fleet.subscribed(3).await;
+    let occs: Vec<Occurrence> = (0..1000).map(|i| occurrence("work", i)).collect();
+    for chunk in occs.chunks(100) {
+        fleet.publish(chunk.to_vec()).await;
+    }
+    // Publish a second copy of the first 100: duplicates must not run again.
+    fleet.publish(occs[..100].to_vec()).await;
+    let runs = fleet.settled("work", 1000).await;
+    let counts = counts.lock().unwrap().clone();
+    assert_eq!(counts.len(), 1000);
+    assert!(counts.values().all(|&n| n == 1), "an occurrence ran twice");
+    assert_eq!(runs.len(), 1000);
+    assert!(runs.iter().all(|r| r.outcome == Outcome::Succeeded));
+    let consumers: BTreeSet<_> = runs.iter().map(|r| r.consumer.clone()).collect();
+    assert!(consumers.len() >= 2, "work was shared: {consumers:?}");
+    fleet.stop().await;
 }
 
-#[tokio::test]
-async fn consumer_failing_job_retries_with_backoff_then_dead_letters() {
-    scoped("consumer_retry", |env| async move {
-        let toml = r#"
+on_both_backends!(
+    thousand_occurrences_three_consumers_none_twice,
+    "consumer_1000",
+    consumer_thousand_occurrences_three_consumers_none_twice_memory,
+    consumer_thousand_occurrences_three_consumers_none_twice_real
+);
+
+async fn failing_job_retries_with_backoff_then_dead_letters(backend: Backend, env: TestEnv) {
+    let toml = r#"
 [[job]]
 name = "flaky"
 schedule = "@every 1s"
@@ -303,53 +483,56 @@ max_attempts = 3
 backoff = "200ms"
 backoff_max = "10s"
 "#;
-        let mut fleet = Fleet::new(&env, toml).await;
-        fleet.start("c1", Handlers::new(), 2).await;
-        fleet.publish([occurrence("flaky", 1)]).await;
-        let mut runs = fleet.settled("flaky", 1).await;
-        runs.reverse(); // oldest first
-        let summary: Vec<_> = runs.iter().map(|r| (r.attempt, r.outcome)).collect();
-        assert_eq!(
-            summary,
-            [
-                (1, Outcome::Retrying),
-                (2, Outcome::Retrying),
-                (3, Outcome::Failed)
-            ]
-        );
-        assert!(
-            runs[2].error.as_deref().unwrap().contains("boom-3"),
-            "{runs:?}"
-        );
-        // Retry delays grow: at least backoff, then at least twice that.
-        let gap = |a: usize| {
-            (runs[a + 1].started_at - runs[a].started_at)
-                .to_std()
-                .unwrap()
-        };
-        assert!(gap(0) >= Duration::from_millis(200), "{:?}", gap(0));
-        assert!(gap(1) >= Duration::from_millis(400), "{:?}", gap(1));
-        let letters = eventually(WAIT, "the dead letter", || async {
-            Some(fleet.broker.dead_letters().await.unwrap()).filter(|l| !l.is_empty())
-        })
-        .await;
-        assert_eq!(letters.len(), 1);
-        assert_eq!(letters[0].reason, "failed");
-        assert_eq!(letters[0].attempts, 3);
-        assert_eq!(
-            letters[0].key.as_deref(),
-            Some(occurrence("flaky", 1).key.to_string().as_str())
-        );
-        assert!(letters[0].last_error.as_deref().unwrap().contains("boom-3"));
-        fleet.stop().await;
+    let mut fleet = Fleet::new(backend, &env, toml).await;
+    fleet.start("c1", Handlers::new(), 2).await;
+    fleet.publish([occurrence("flaky", 1)]).await;
+    let mut runs = fleet.settled("flaky", 1).await;
+    runs.reverse(); // oldest first
+    let summary: Vec<_> = runs.iter().map(|r| (r.attempt, r.outcome)).collect();
+    assert_eq!(
+        summary,
+        [
+            (1, Outcome::Retrying),
+            (2, Outcome::Retrying),
+            (3, Outcome::Failed)
+        ]
+    );
+    assert!(
+        runs[2].error.as_deref().unwrap().contains("boom-3"),
+        "{runs:?}"
+    );
+    // Retry delays grow: at least backoff, then at least twice that.
+    let gap = |a: usize| {
+        (runs[a + 1].started_at - runs[a].started_at)
+            .to_std()
+            .unwrap()
+    };
+    assert!(gap(0) >= Duration::from_millis(200), "{:?}", gap(0));
+    assert!(gap(1) >= Duration::from_millis(400), "{:?}", gap(1));
+    let letters = eventually(WAIT, "the dead letter", || async {
+        Some(fleet.broker.dead_letters().await.unwrap()).filter(|l| !l.is_empty())
     })
     .await;
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].reason, "failed");
+    assert_eq!(letters[0].attempts, 3);
+    assert_eq!(
+        letters[0].key.as_deref(),
+        Some(occurrence("flaky", 1).key.to_string().as_str())
+    );
+    assert!(letters[0].last_error.as_deref().unwrap().contains("boom-3"));
+    fleet.stop().await;
 }
 
-#[tokio::test]
-async fn consumer_rejects_malformed_and_unknown_messages_and_stays_up() {
-    scoped("consumer_reject", |env| async move {
-        let toml = r#"
+on_both_backends!(
+    failing_job_retries_with_backoff_then_dead_letters,
+    "consumer_retry",
+    consumer_failing_job_retries_with_backoff_then_dead_letters_memory,
+    consumer_failing_job_retries_with_backoff_then_dead_letters_real
+);
+
+async fn rejects_malformed_and_unknown_messages_and_stays_up(backend: Backend, env: TestEnv) {
+    let toml = r#"
 [[job]]
 name = "work"
 schedule = "@every 1s"
@@ -358,161 +541,161 @@ schedule = "@every 1s"
 name = "orphan"
 schedule = "@every 1s"
 "#;
-        let mut fleet = Fleet::new(&env, toml).await;
-        let (handlers, seen) = recording(Duration::from_millis(10));
-        fleet.start("c1", handlers, 2).await;
-        // A body that is not an occurrence, straight onto the queue's exchange.
-        let conn = env.amqp().await;
-        let ch = conn.create_channel().await.unwrap();
-        ch.basic_publish(
-            fleet.names.exchange().as_str().into(),
-            "default".into(),
-            Default::default(),
-            b"{not json",
-            Default::default(),
-        )
-        .await
-        .unwrap()
-        .await
-        .unwrap();
-        fleet
-            .publish([occurrence("ghost", 1), occurrence("orphan", 1)])
-            .await;
-        let letters = eventually(WAIT, "three dead letters", || async {
-            Some(fleet.broker.dead_letters().await.unwrap()).filter(|l| l.len() == 3)
-        })
+    let mut fleet = Fleet::new(backend, &env, toml).await;
+    let (handlers, seen) = recording(Duration::from_millis(10));
+    fleet.start("c1", handlers, 2).await;
+    // A body that is not an occurrence, straight onto the queue.
+    fleet.publish_raw("default", b"{not json").await;
+    fleet
+        .publish([occurrence("ghost", 1), occurrence("orphan", 1)])
         .await;
-        let reasons: BTreeSet<_> = letters.iter().map(|l| l.reason.clone()).collect();
-        assert!(
-            reasons
-                .iter()
-                .any(|r| r.starts_with("malformed: message is not a cronq occurrence")),
-            "{reasons:?}"
-        );
-        assert!(
-            reasons.contains("unknown job ghost: it is not in this consumer's config"),
-            "{reasons:?}"
-        );
-        assert!(
-            reasons.contains("no handler registered for job orphan"),
-            "{reasons:?}"
-        );
-        // Still alive: a good occurrence runs.
-        fleet.publish([occurrence("work", 1)]).await;
-        fleet.settled("work", 1).await;
-        assert_eq!(seen.lock().unwrap().len(), 1);
-        fleet.stop().await;
+    let letters = eventually(WAIT, "three dead letters", || async {
+        Some(fleet.broker.dead_letters().await.unwrap()).filter(|l| l.len() == 3)
     })
     .await;
+    let reasons: BTreeSet<_> = letters.iter().map(|l| l.reason.clone()).collect();
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.starts_with("malformed: message is not a cronq occurrence")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.contains("unknown job ghost: it is not in this consumer's config"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.contains("no handler registered for job orphan"),
+        "{reasons:?}"
+    );
+    // Still alive: a good occurrence runs.
+    fleet.publish([occurrence("work", 1)]).await;
+    fleet.settled("work", 1).await;
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    fleet.stop().await;
 }
 
-#[tokio::test]
-async fn consumer_overlap_skip_two_consumers() {
-    scoped("consumer_skip", |env| async move {
-        let mut fleet = Fleet::new(&env, &WORK.replace("OVERLAP", "skip")).await;
-        let (h1, seen) = recording(Duration::from_millis(1500));
-        let mut h2 = Handlers::new();
-        // Both consumers share one recorder.
-        let s = seen.clone();
-        h2.register(JobName::new("work").unwrap(), move |occ: Occurrence, _t| {
-            let s = s.clone();
-            async move {
-                let start = Instant::now();
-                tokio::time::sleep(Duration::from_millis(1500)).await;
-                s.lock()
-                    .unwrap()
-                    .push((occ.key.to_string(), start, Instant::now()));
-                Ok::<(), String>(())
-            }
-        });
-        fleet.start("c1", h1, 2).await;
-        fleet.start("c2", h2, 2).await;
-        fleet.subscribed(2).await;
-        for i in 0..4 {
-            fleet.publish([occurrence("work", i)]).await;
-            tokio::time::sleep(Duration::from_millis(500)).await;
+on_both_backends!(
+    rejects_malformed_and_unknown_messages_and_stays_up,
+    "consumer_reject",
+    consumer_rejects_malformed_and_unknown_messages_and_stays_up_memory,
+    consumer_rejects_malformed_and_unknown_messages_and_stays_up_real
+);
+
+async fn overlap_skip_two_consumers(backend: Backend, env: TestEnv) {
+    let mut fleet = Fleet::new(backend, &env, &WORK.replace("OVERLAP", "skip")).await;
+    let (h1, seen) = recording(Duration::from_millis(1500));
+    let mut h2 = Handlers::new();
+    // Both consumers share one recorder.
+    let s = seen.clone();
+    h2.register(JobName::new("work").unwrap(), move |occ: Occurrence, _t| {
+        let s = s.clone();
+        async move {
+            let start = Instant::now();
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            s.lock()
+                .unwrap()
+                .push((occ.key.to_string(), start, Instant::now()));
+            Ok::<(), String>(())
         }
-        let runs = fleet.settled("work", 4).await;
-        let skipped = runs
-            .iter()
-            .filter(|r| r.outcome == Outcome::Skipped)
-            .count();
-        let succeeded = runs
-            .iter()
-            .filter(|r| r.outcome == Outcome::Succeeded)
-            .count();
-        assert!(skipped >= 1, "{runs:?}");
-        assert_eq!(skipped + succeeded, 4, "{runs:?}");
-        assert_no_overlap(&seen.lock().unwrap());
-        fleet.stop().await;
-    })
-    .await;
+    });
+    fleet.start("c1", h1, 2).await;
+    fleet.start("c2", h2, 2).await;
+    fleet.subscribed(2).await;
+    for i in 0..4 {
+        fleet.publish([occurrence("work", i)]).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let runs = fleet.settled("work", 4).await;
+    let skipped = runs
+        .iter()
+        .filter(|r| r.outcome == Outcome::Skipped)
+        .count();
+    let succeeded = runs
+        .iter()
+        .filter(|r| r.outcome == Outcome::Succeeded)
+        .count();
+    assert!(skipped >= 1, "{runs:?}");
+    assert_eq!(skipped + succeeded, 4, "{runs:?}");
+    assert_no_overlap(&seen.lock().unwrap());
+    fleet.stop().await;
 }
 
-#[tokio::test]
-async fn consumer_overlap_queue_runs_all_in_turn() {
-    scoped("consumer_queue", |env| async move {
-        let mut fleet = Fleet::new(&env, &WORK.replace("OVERLAP", "queue")).await;
-        let (h1, seen) = recording(Duration::from_millis(500));
-        fleet.start("c1", h1.clone(), 2).await;
-        fleet.start("c2", h1, 2).await;
-        fleet.subscribed(2).await;
-        fleet.publish((0..3).map(|i| occurrence("work", i))).await;
-        let runs = fleet.settled("work", 3).await;
-        assert!(
-            runs.iter().all(|r| r.outcome == Outcome::Succeeded),
-            "{runs:?}"
-        );
-        assert_eq!(seen.lock().unwrap().len(), 3);
-        assert_no_overlap(&seen.lock().unwrap());
-        fleet.stop().await;
-    })
-    .await;
+on_both_backends!(
+    overlap_skip_two_consumers,
+    "consumer_skip",
+    consumer_overlap_skip_two_consumers_memory,
+    consumer_overlap_skip_two_consumers_real
+);
+
+async fn overlap_queue_runs_all_in_turn(backend: Backend, env: TestEnv) {
+    let mut fleet = Fleet::new(backend, &env, &WORK.replace("OVERLAP", "queue")).await;
+    let (h1, seen) = recording(Duration::from_millis(500));
+    fleet.start("c1", h1.clone(), 2).await;
+    fleet.start("c2", h1, 2).await;
+    fleet.subscribed(2).await;
+    fleet.publish((0..3).map(|i| occurrence("work", i))).await;
+    let runs = fleet.settled("work", 3).await;
+    assert!(
+        runs.iter().all(|r| r.outcome == Outcome::Succeeded),
+        "{runs:?}"
+    );
+    assert_eq!(seen.lock().unwrap().len(), 3);
+    assert_no_overlap(&seen.lock().unwrap());
+    fleet.stop().await;
 }
 
-#[tokio::test]
-async fn consumer_overlap_replace_cancels_the_running_one() {
-    scoped("consumer_replace", |env| async move {
-        let mut fleet = Fleet::new(&env, &WORK.replace("OVERLAP", "replace")).await;
-        let (h1, seen) = recording(Duration::from_secs(20));
-        fleet.start("c1", h1.clone(), 2).await;
-        fleet.start("c2", h1, 2).await;
-        fleet.subscribed(2).await;
-        fleet.publish([occurrence("work", 0)]).await;
-        let key0 = occurrence("work", 0).key;
-        eventually(WAIT, "the first occurrence to run", || async {
-            let rec = fleet.ledger.get(&key0).await.unwrap();
-            rec.filter(|r| r.state == cronq_shared::ledger::State::Running)
-        })
-        .await;
-        fleet.publish([occurrence("work", 1)]).await;
-        let runs = eventually(WAIT, "the first occurrence to be cancelled", || async {
-            let runs = fleet.runs("work").await;
-            runs.iter()
-                .any(|r| r.outcome == Outcome::Cancelled)
-                .then_some(runs)
-        })
-        .await;
-        assert_eq!(runs.len(), 1, "{runs:?}");
-        assert_eq!(runs[0].key, key0);
-        let key1 = occurrence("work", 1).key;
-        eventually(WAIT, "the second occurrence to run", || async {
-            let rec = fleet.ledger.get(&key1).await.unwrap();
-            rec.filter(|r| r.state == cronq_shared::ledger::State::Running)
-        })
-        .await;
-        fleet.stop().await;
-        assert_no_overlap(&seen.lock().unwrap());
+on_both_backends!(
+    overlap_queue_runs_all_in_turn,
+    "consumer_queue",
+    consumer_overlap_queue_runs_all_in_turn_memory,
+    consumer_overlap_queue_runs_all_in_turn_real
+);
+
+async fn overlap_replace_cancels_the_running_one(backend: Backend, env: TestEnv) {
+    let mut fleet = Fleet::new(backend, &env, &WORK.replace("OVERLAP", "replace")).await;
+    let (h1, seen) = recording(Duration::from_secs(20));
+    fleet.start("c1", h1.clone(), 2).await;
+    fleet.start("c2", h1, 2).await;
+    fleet.subscribed(2).await;
+    fleet.publish([occurrence("work", 0)]).await;
+    let key0 = occurrence("work", 0).key;
+    eventually(WAIT, "the first occurrence to run", || async {
+        let rec = fleet.ledger.get(&key0).await.unwrap();
+        rec.filter(|r| r.state == cronq_shared::ledger::State::Running)
     })
     .await;
+    fleet.publish([occurrence("work", 1)]).await;
+    let runs = eventually(WAIT, "the first occurrence to be cancelled", || async {
+        let runs = fleet.runs("work").await;
+        runs.iter()
+            .any(|r| r.outcome == Outcome::Cancelled)
+            .then_some(runs)
+    })
+    .await;
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0].key, key0);
+    let key1 = occurrence("work", 1).key;
+    eventually(WAIT, "the second occurrence to run", || async {
+        let rec = fleet.ledger.get(&key1).await.unwrap();
+        rec.filter(|r| r.state == cronq_shared::ledger::State::Running)
+    })
+    .await;
+    fleet.stop().await;
+    assert_no_overlap(&seen.lock().unwrap());
 }
 
-#[tokio::test]
-async fn consumer_command_timeout_kills_the_whole_process_group() {
-    scoped("consumer_timeout", |env| async move {
-        let pidfile = env.dir.join("grandchild.pid");
-        let toml = format!(
-            r#"
+on_both_backends!(
+    overlap_replace_cancels_the_running_one,
+    "consumer_replace",
+    consumer_overlap_replace_cancels_the_running_one_memory,
+    consumer_overlap_replace_cancels_the_running_one_real
+);
+
+async fn command_timeout_kills_the_whole_process_group(backend: Backend, env: TestEnv) {
+    let pidfile = env.dir.join("grandchild.pid");
+    let toml = format!(
+        r#"
 [[job]]
 name = "hang"
 schedule = "@every 1s"
@@ -520,44 +703,47 @@ timeout = "1s"
 max_attempts = 1
 command = ["sh", "-c", "sleep 60 & echo $! > {}; wait"]
 "#,
-            pidfile.display()
-        );
-        let mut fleet = Fleet::new(&env, &toml).await;
-        fleet.start("c1", Handlers::new(), 2).await;
-        fleet.publish([occurrence("hang", 1)]).await;
-        let runs = fleet.settled("hang", 1).await;
-        assert_eq!(runs[0].outcome, Outcome::Failed);
-        assert!(
-            runs[0]
-                .error
-                .as_deref()
-                .unwrap()
-                .starts_with("timed out after 1s"),
-            "{runs:?}"
-        );
-        let pid: i32 = std::fs::read_to_string(&pidfile)
+        pidfile.display()
+    );
+    let mut fleet = Fleet::new(backend, &env, &toml).await;
+    fleet.start("c1", Handlers::new(), 2).await;
+    fleet.publish([occurrence("hang", 1)]).await;
+    let runs = fleet.settled("hang", 1).await;
+    assert_eq!(runs[0].outcome, Outcome::Failed);
+    assert!(
+        runs[0]
+            .error
+            .as_deref()
             .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        eventually(WAIT, "the grandchild `sleep 60` to be killed", || async {
-            let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err()
-                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                    .is_ok_and(|s| s.contains(") Z "));
-            gone.then_some(())
-        })
-        .await;
-        fleet.stop().await;
+            .starts_with("timed out after 1s"),
+        "{runs:?}"
+    );
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    eventually(WAIT, "the grandchild `sleep 60` to be killed", || async {
+        let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s.contains(") Z "));
+        gone.then_some(())
     })
     .await;
+    fleet.stop().await;
 }
 
-#[tokio::test]
-async fn consumer_command_gets_env_and_payload() {
-    scoped("consumer_env", |env| async move {
-        let out = env.dir.join("out.txt");
-        let toml = format!(
-            r#"
+on_both_backends!(
+    command_timeout_kills_the_whole_process_group,
+    "consumer_timeout",
+    consumer_command_timeout_kills_the_whole_process_group_memory,
+    consumer_command_timeout_kills_the_whole_process_group_real
+);
+
+async fn command_gets_env_and_payload(backend: Backend, env: TestEnv) {
+    let out = env.dir.join("out.txt");
+    let toml = format!(
+        r#"
 [[job]]
 name = "envy"
 schedule = "@every 1s"
@@ -565,54 +751,60 @@ timezone = "Asia/Shanghai"
 payload = {{ region = "cn" }}
 command = ["sh", "-c", "echo $CRONQ_JOB $CRONQ_KEY $CRONQ_ATTEMPT $CRONQ_SCHEDULED_AT > {0}; cat >> {0}"]
 "#,
-            out.display()
-        );
-        let mut fleet = Fleet::new(&env, &toml).await;
-        fleet.start("c1", Handlers::new(), 2).await;
-        let mut occ = occurrence("envy", 1);
-        occ.scheduled_local = occ.scheduled_at.with_timezone(&chrono_tz::Asia::Shanghai).fixed_offset();
-        occ.payload = serde_json::json!({"region": "cn"});
-        fleet.publish([occ]).await;
-        let runs = fleet.settled("envy", 1).await;
-        assert_eq!(runs[0].outcome, Outcome::Succeeded, "{runs:?}");
-        let text = std::fs::read_to_string(&out).unwrap();
-        assert_eq!(
-            text,
-            "envy envy@2026-11-29T00:00:01Z 1 2026-11-29T08:00:01+08:00\n{\"region\":\"cn\"}"
-        );
-        fleet.stop().await;
-    })
-    .await;
+        out.display()
+    );
+    let mut fleet = Fleet::new(backend, &env, &toml).await;
+    fleet.start("c1", Handlers::new(), 2).await;
+    let mut occ = occurrence("envy", 1);
+    occ.scheduled_local = occ
+        .scheduled_at
+        .with_timezone(&chrono_tz::Asia::Shanghai)
+        .fixed_offset();
+    occ.payload = serde_json::json!({"region": "cn"});
+    fleet.publish([occ]).await;
+    let runs = fleet.settled("envy", 1).await;
+    assert_eq!(runs[0].outcome, Outcome::Succeeded, "{runs:?}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(
+        text,
+        "envy envy@2026-11-29T00:00:01Z 1 2026-11-29T08:00:01+08:00\n{\"region\":\"cn\"}"
+    );
+    fleet.stop().await;
 }
 
-#[tokio::test]
-async fn consumer_http_handler_success_and_failure() {
+on_both_backends!(
+    command_gets_env_and_payload,
+    "consumer_env",
+    consumer_command_gets_env_and_payload_memory,
+    consumer_command_gets_env_and_payload_real
+);
+
+async fn http_handler_success_and_failure(backend: Backend, env: TestEnv) {
     use axum::routing::post;
-    scoped("consumer_http", |env| async move {
-        let bodies: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
-        let b = bodies.clone();
-        let app = axum::Router::new()
-            .route(
-                "/ok",
-                post(move |body: axum::body::Bytes| {
-                    let b = b.clone();
-                    async move {
-                        b.lock()
-                            .unwrap()
-                            .push(serde_json::from_slice(&body).unwrap());
-                        "fine"
-                    }
-                }),
-            )
-            .route(
-                "/fail",
-                post(|| async { (axum::http::StatusCode::SERVICE_UNAVAILABLE, "try later") }),
-            );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        let toml = format!(
-            r#"
+    let bodies: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let b = bodies.clone();
+    let app = axum::Router::new()
+        .route(
+            "/ok",
+            post(move |body: axum::body::Bytes| {
+                let b = b.clone();
+                async move {
+                    b.lock()
+                        .unwrap()
+                        .push(serde_json::from_slice(&body).unwrap());
+                    "fine"
+                }
+            }),
+        )
+        .route(
+            "/fail",
+            post(|| async { (axum::http::StatusCode::SERVICE_UNAVAILABLE, "try later") }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let toml = format!(
+        r#"
 [[job]]
 name = "hook-ok"
 schedule = "@every 1s"
@@ -624,36 +816,38 @@ schedule = "@every 1s"
 max_attempts = 1
 http = {{ url = "http://{addr}/fail" }}
 "#
-        );
-        let mut fleet = Fleet::new(&env, &toml).await;
-        fleet.start("c1", Handlers::new(), 2).await;
-        fleet
-            .publish([occurrence("hook-ok", 1), occurrence("hook-fail", 1)])
-            .await;
-        let ok = fleet.settled("hook-ok", 1).await;
-        assert_eq!(ok[0].outcome, Outcome::Succeeded, "{ok:?}");
-        let body = bodies.lock().unwrap()[0].clone();
-        assert_eq!(body["kind"], "occurrence.v1");
-        assert_eq!(body["key"], occurrence("hook-ok", 1).key.to_string());
-        let failed = fleet.settled("hook-fail", 1).await;
-        assert_eq!(failed[0].outcome, Outcome::Failed);
-        assert_eq!(
-            failed[0].error.as_deref(),
-            Some(
-                format!("POST http://{addr}/fail answered 503 Service Unavailable: try later")
-                    .as_str()
-            )
-        );
-        server.abort();
-        fleet.stop().await;
-    })
-    .await;
+    );
+    let mut fleet = Fleet::new(backend, &env, &toml).await;
+    fleet.start("c1", Handlers::new(), 2).await;
+    fleet
+        .publish([occurrence("hook-ok", 1), occurrence("hook-fail", 1)])
+        .await;
+    let ok = fleet.settled("hook-ok", 1).await;
+    assert_eq!(ok[0].outcome, Outcome::Succeeded, "{ok:?}");
+    let body = bodies.lock().unwrap()[0].clone();
+    assert_eq!(body["kind"], "occurrence.v1");
+    assert_eq!(body["key"], occurrence("hook-ok", 1).key.to_string());
+    let failed = fleet.settled("hook-fail", 1).await;
+    assert_eq!(failed[0].outcome, Outcome::Failed);
+    assert_eq!(
+        failed[0].error.as_deref(),
+        Some(
+            format!("POST http://{addr}/fail answered 503 Service Unavailable: try later").as_str()
+        )
+    );
+    server.abort();
+    fleet.stop().await;
 }
 
-#[tokio::test]
-async fn consumer_panicking_rust_handler_is_a_failed_attempt() {
-    scoped("consumer_panic", |env| async move {
-        let toml = r#"
+on_both_backends!(
+    http_handler_success_and_failure,
+    "consumer_http",
+    consumer_http_handler_success_and_failure_memory,
+    consumer_http_handler_success_and_failure_real
+);
+
+async fn panicking_rust_handler_is_a_failed_attempt(backend: Backend, env: TestEnv) {
+    let toml = r#"
 [[job]]
 name = "boom"
 schedule = "@every 1s"
@@ -663,61 +857,76 @@ max_attempts = 1
 name = "work"
 schedule = "@every 1s"
 "#;
-        let mut fleet = Fleet::new(&env, toml).await;
-        let (mut handlers, seen) = recording(Duration::from_millis(10));
-        handlers.register(
-            JobName::new("boom").unwrap(),
-            |_occ: Occurrence, _t| async move {
-                if true {
-                    panic!("kaboom");
-                }
-                Ok::<(), String>(())
-            },
-        );
-        fleet.start("c1", handlers, 2).await;
-        fleet.publish([occurrence("boom", 1)]).await;
-        let runs = fleet.settled("boom", 1).await;
-        assert_eq!(runs[0].outcome, Outcome::Failed);
-        assert_eq!(runs[0].error.as_deref(), Some("handler panicked: kaboom"));
-        fleet.publish([occurrence("work", 1)]).await;
-        fleet.settled("work", 1).await;
-        assert_eq!(seen.lock().unwrap().len(), 1, "the consumer carried on");
-        fleet.stop().await;
-    })
-    .await;
+    let mut fleet = Fleet::new(backend, &env, toml).await;
+    let (mut handlers, seen) = recording(Duration::from_millis(10));
+    handlers.register(
+        JobName::new("boom").unwrap(),
+        |_occ: Occurrence, _t| async move {
+            if true {
+                panic!("kaboom");
+            }
+            Ok::<(), String>(())
+        },
+    );
+    fleet.start("c1", handlers, 2).await;
+    fleet.publish([occurrence("boom", 1)]).await;
+    let runs = fleet.settled("boom", 1).await;
+    assert_eq!(runs[0].outcome, Outcome::Failed);
+    assert_eq!(runs[0].error.as_deref(), Some("handler panicked: kaboom"));
+    fleet.publish([occurrence("work", 1)]).await;
+    fleet.settled("work", 1).await;
+    assert_eq!(seen.lock().unwrap().len(), 1, "the consumer carried on");
+    fleet.stop().await;
 }
 
-#[tokio::test]
-async fn consumer_records_missed_past_the_deadline() {
-    scoped("consumer_missed", |env| async move {
-        let toml = r#"
+on_both_backends!(
+    panicking_rust_handler_is_a_failed_attempt,
+    "consumer_panic",
+    consumer_panicking_rust_handler_is_a_failed_attempt_memory,
+    consumer_panicking_rust_handler_is_a_failed_attempt_real
+);
+
+async fn records_missed_past_the_deadline(backend: Backend, env: TestEnv) {
+    let toml = r#"
 [[job]]
 name = "work"
 schedule = "@every 1s"
 deadline = "1m"
 "#;
-        let mut fleet = Fleet::new(&env, toml).await;
-        let (handlers, seen) = recording(Duration::from_millis(10));
-        fleet.start("c1", handlers, 2).await;
-        // Scheduled in 2026-11-29 00:00, long before now + 1 minute.
-        fleet.publish([occurrence("work", 1)]).await;
-        let runs = fleet.settled("work", 1).await;
-        assert_eq!(runs[0].outcome, Outcome::Missed, "{runs:?}");
-        assert!(seen.lock().unwrap().is_empty());
-        fleet.stop().await;
-    })
-    .await;
+    let mut fleet = Fleet::new(backend, &env, toml).await;
+    let (handlers, seen) = recording(Duration::from_millis(10));
+    fleet.start("c1", handlers, 2).await;
+    // Scheduled in 2026-11-29 00:00, long before now + 1 minute.
+    fleet.publish([occurrence("work", 1)]).await;
+    let runs = fleet.settled("work", 1).await;
+    assert_eq!(runs[0].outcome, Outcome::Missed, "{runs:?}");
+    assert!(seen.lock().unwrap().is_empty());
+    fleet.stop().await;
 }
 
-/// A memory ledger that can be made unreachable.
-#[derive(Default)]
+on_both_backends!(
+    records_missed_past_the_deadline,
+    "consumer_missed",
+    consumer_records_missed_past_the_deadline_memory,
+    consumer_records_missed_past_the_deadline_real
+);
+
+/// A ledger that can be made unreachable.
 struct Flaky {
-    inner: cronq_shared::ledger::memory::MemoryLedger,
+    inner: Arc<dyn Ledger>,
     down: std::sync::atomic::AtomicBool,
     refused: std::sync::atomic::AtomicUsize,
 }
 
 impl Flaky {
+    fn new(inner: Arc<dyn Ledger>) -> Self {
+        Self {
+            inner,
+            down: std::sync::atomic::AtomicBool::new(false),
+            refused: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
     fn check(&self) -> Result<(), cronq_shared::connect::StoreError> {
         use std::sync::atomic::Ordering;
         if self.down.load(Ordering::SeqCst) {
@@ -780,44 +989,30 @@ impl Ledger for Flaky {
     }
 }
 
-/// In-memory ports (as `cronq standalone` uses them), with the store down at first:
-/// nothing runs and nothing is acked until it is back; then the occurrence runs once.
-#[tokio::test]
-async fn consumer_store_outage_runs_nothing_until_it_is_back() {
-    use cronq_shared::broker::memory::MemoryBroker;
-    use cronq_shared::runlog::MemoryRunLog;
+/// The store down at first: nothing runs and nothing is acked until it is back; then the
+/// occurrence runs once.
+async fn store_outage_runs_nothing_until_it_is_back(backend: Backend, env: TestEnv) {
     use std::sync::atomic::Ordering;
 
-    let config =
-        Config::from_toml(&WORK.replace("OVERLAP", "skip"), Path::new("cronq.toml")).unwrap();
-    let broker = MemoryBroker::new();
-    broker.declare(&config.queues()).await.unwrap();
-    let ledger = Arc::new(Flaky::default());
+    let mut fleet = Fleet::new(backend, &env, &WORK.replace("OVERLAP", "skip")).await;
+    let ledger = Arc::new(Flaky::new(fleet.ledger.clone()));
     ledger.down.store(true, Ordering::SeqCst);
-    let runlog = Arc::new(MemoryRunLog::default());
     let (handlers, seen) = recording(Duration::from_millis(10));
     let options = Options {
         lease: LEASE,
         consumer_id: "mem".into(),
         ..Options::default()
     };
-    let consumer = Consumer::new(
-        config,
-        Arc::new(broker.clone()),
-        ledger.clone(),
-        runlog.clone(),
-        options,
-    )
-    .with_handlers(handlers);
-    let token = CancellationToken::new();
-    let task = tokio::spawn(consumer.run(token.clone()));
+    fleet
+        .start_with(options, handlers, Some(ledger.clone()))
+        .await;
     let queue = QueueName::new("default").unwrap();
     let out = Outgoing {
         queue: queue.clone(),
         occurrence: occurrence("work", 1),
         delay: Duration::ZERO,
     };
-    broker.publish(&[out.clone(), out]).await.unwrap();
+    fleet.broker.publish(&[out.clone(), out]).await.unwrap();
     eventually(
         WAIT,
         "claims to be refused while the store is down",
@@ -825,32 +1020,37 @@ async fn consumer_store_outage_runs_nothing_until_it_is_back() {
     )
     .await;
     assert!(seen.lock().unwrap().is_empty(), "nothing ran");
-    assert!(runlog.list(None, 10).await.unwrap().is_empty());
+    assert!(fleet.runlog.list(None, 10).await.unwrap().is_empty());
     ledger.down.store(false, Ordering::SeqCst);
     let runs = eventually(
         WAIT,
         "the occurrence to run once the store is back",
         || async {
-            let runs = runlog.list(None, 10).await.unwrap();
+            let runs = fleet.runlog.list(None, 10).await.unwrap();
             (!runs.is_empty()).then_some(runs)
         },
     )
     .await;
     assert_eq!(runs[0].outcome, Outcome::Succeeded);
     eventually(WAIT, "both deliveries settled", || async {
-        (broker.ready(&queue) == Some(0)).then_some(())
+        (fleet.queued("default").await == 0).then_some(())
     })
     .await;
-    token.cancel();
-    task.await.unwrap().unwrap();
+    fleet.halt().await;
     assert_eq!(seen.lock().unwrap().len(), 1, "the duplicate did not run");
-    assert_eq!(runlog.list(None, 10).await.unwrap().len(), 1);
+    assert_eq!(fleet.runlog.list(None, 10).await.unwrap().len(), 1);
+    fleet.stop().await;
 }
 
-#[tokio::test]
-async fn consumer_serves_only_the_queues_it_is_given() {
-    scoped("consumer_queues", |env| async move {
-        let toml = r#"
+on_both_backends!(
+    store_outage_runs_nothing_until_it_is_back,
+    "consumer_outage",
+    consumer_store_outage_runs_nothing_until_it_is_back_memory,
+    consumer_store_outage_runs_nothing_until_it_is_back_real
+);
+
+async fn serves_only_the_queues_it_is_given(backend: Backend, env: TestEnv) {
+    let toml = r#"
 [[job]]
 name = "work"
 schedule = "@every 1s"
@@ -861,110 +1061,89 @@ schedule = "@every 1s"
 queue = "reports"
 command = ["true"]
 "#;
-        let fleet = Fleet::new(&env, toml).await;
-        let broker = AmqpBroker::connect(&amqp_url(), fleet.names.clone())
-            .await
-            .unwrap();
-        let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
-        let options = Options {
-            queues: vec!["reports".into()],
-            lease: LEASE,
-            consumer_id: "r".into(),
-            ..Options::default()
-        };
-        let consumer = Consumer::new(
-            fleet.config.clone(),
-            Arc::new(broker),
-            Arc::new(RedisLedger::new(conn.clone(), fleet.names.clone())),
-            Arc::new(RedisRunLog::new(
-                conn,
-                &fleet.names,
-                Duration::from_secs(3600),
-            )),
-            options,
-        );
-        let token = CancellationToken::new();
-        let task = tokio::spawn(consumer.run(token.clone()));
-        let reports = QueueName::new("reports").unwrap();
-        fleet.publish([occurrence("work", 1)]).await;
-        fleet
-            .broker
-            .publish(&[Outgoing {
-                queue: reports,
-                occurrence: occurrence("report", 1),
-                delay: Duration::ZERO,
-            }])
-            .await
-            .unwrap();
-        let runs = fleet.settled("report", 1).await;
-        assert_eq!(runs[0].outcome, Outcome::Succeeded);
-        token.cancel();
-        task.await.unwrap().unwrap();
-        assert!(
-            fleet.runs("work").await.is_empty(),
-            "the default queue is not served"
-        );
-        let ch = env.amqp().await.create_channel().await.unwrap();
-        let q = ch
-            .queue_declare(
-                fleet
-                    .names
-                    .queue(&QueueName::new("default").unwrap())
-                    .as_str()
-                    .into(),
-                lapin::options::QueueDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                },
-                Default::default(),
-            )
-            .await
-            .unwrap();
-        assert_eq!(q.message_count(), 1, "the default queue's message waits");
-        fleet.stop().await;
-    })
-    .await;
+    let mut fleet = Fleet::new(backend, &env, toml).await;
+    let options = Options {
+        queues: vec!["reports".into()],
+        lease: LEASE,
+        consumer_id: "r".into(),
+        ..Options::default()
+    };
+    fleet.start_with(options, Handlers::new(), None).await;
+    let reports = QueueName::new("reports").unwrap();
+    fleet.publish([occurrence("work", 1)]).await;
+    fleet
+        .broker
+        .publish(&[Outgoing {
+            queue: reports,
+            occurrence: occurrence("report", 1),
+            delay: Duration::ZERO,
+        }])
+        .await
+        .unwrap();
+    let runs = fleet.settled("report", 1).await;
+    assert_eq!(runs[0].outcome, Outcome::Succeeded);
+    fleet.halt().await;
+    assert!(
+        fleet.runs("work").await.is_empty(),
+        "the default queue is not served"
+    );
+    assert_eq!(
+        fleet.queued("default").await,
+        1,
+        "the default queue's message waits"
+    );
+    fleet.stop().await;
 }
 
-#[tokio::test]
-async fn consumer_replay_of_a_failed_occurrence_runs_it_again_once() {
-    scoped("consumer_replay", |env| async move {
-        let toml = r#"
+on_both_backends!(
+    serves_only_the_queues_it_is_given,
+    "consumer_queues",
+    consumer_serves_only_the_queues_it_is_given_memory,
+    consumer_serves_only_the_queues_it_is_given_real
+);
+
+async fn replay_of_a_failed_occurrence_runs_it_again_once(backend: Backend, env: TestEnv) {
+    let toml = r#"
 [[job]]
 name = "work"
 schedule = "@every 1s"
 max_attempts = 1
 "#;
-        let mut fleet = Fleet::new(&env, toml).await;
-        let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
-        let c = calls.clone();
-        let mut handlers = Handlers::new();
-        handlers.register(JobName::new("work").unwrap(), move |_occ, _token| {
-            let n = c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            async move {
-                if n == 0 {
-                    Err("first try fails".to_owned())
-                } else {
-                    Ok(())
-                }
+    let mut fleet = Fleet::new(backend, &env, toml).await;
+    let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let c = calls.clone();
+    let mut handlers = Handlers::new();
+    handlers.register(JobName::new("work").unwrap(), move |_occ, _token| {
+        let n = c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        async move {
+            if n == 0 {
+                Err("first try fails".to_owned())
+            } else {
+                Ok(())
             }
-        });
-        fleet.start("c1", handlers, 2).await;
-        fleet.publish([occurrence("work", 1)]).await;
-        let runs = fleet.settled("work", 1).await;
-        assert_eq!(runs[0].outcome, Outcome::Failed);
-        let mut replay = occurrence("work", 1);
-        replay.trigger = cronq_shared::message::Trigger::Replay;
-        fleet.publish([replay.clone()]).await;
-        let runs = fleet.settled("work", 2).await;
-        assert_eq!(runs[0].outcome, Outcome::Succeeded, "{runs:?}");
-        assert_eq!(runs[0].attempt, 2);
-        // Succeeded is final: neither a schedule duplicate nor another replay runs it again.
-        fleet.publish([occurrence("work", 1), replay]).await;
-        fleet.publish([occurrence("work", 2)]).await;
-        fleet.settled("work", 3).await;
-        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
-        fleet.stop().await;
-    })
-    .await;
+        }
+    });
+    fleet.start("c1", handlers, 2).await;
+    fleet.publish([occurrence("work", 1)]).await;
+    let runs = fleet.settled("work", 1).await;
+    assert_eq!(runs[0].outcome, Outcome::Failed);
+    let mut replay = occurrence("work", 1);
+    replay.trigger = cronq_shared::message::Trigger::Replay;
+    fleet.publish([replay.clone()]).await;
+    let runs = fleet.settled("work", 2).await;
+    assert_eq!(runs[0].outcome, Outcome::Succeeded, "{runs:?}");
+    assert_eq!(runs[0].attempt, 2);
+    // Succeeded is final: neither a schedule duplicate nor another replay runs it again.
+    fleet.publish([occurrence("work", 1), replay]).await;
+    fleet.publish([occurrence("work", 2)]).await;
+    fleet.settled("work", 3).await;
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
+    fleet.stop().await;
 }
+
+on_both_backends!(
+    replay_of_a_failed_occurrence_runs_it_again_once,
+    "consumer_replay",
+    consumer_replay_of_a_failed_occurrence_runs_it_again_once_memory,
+    consumer_replay_of_a_failed_occurrence_runs_it_again_once_real
+);

@@ -97,6 +97,24 @@ impl MemoryBroker {
         let state = self.inner.lock();
         state.queues.get(queue).map(VecDeque::len)
     }
+
+    /// How many live subscriptions include a logical queue (RabbitMQ's consumer count).
+    /// For tests that wait until a fleet is subscribed.
+    pub fn subscribers(&self, queue: &QueueName) -> usize {
+        let state = self.inner.lock();
+        state
+            .subscriptions
+            .iter()
+            .filter(|s| !s.tx.is_closed() && s.queues.contains(queue))
+            .count()
+    }
+
+    /// Puts a raw body on a declared queue as a foreign publisher could on RabbitMQ (not
+    /// necessarily an occurrence). Returns `false` when the queue was never declared. For
+    /// tests of how consumers treat malformed messages.
+    pub fn publish_raw(&self, queue: &QueueName, body: Vec<u8>) -> bool {
+        self.inner.with_state(|state, _| state.enqueue(queue, body))
+    }
 }
 
 impl Inner {

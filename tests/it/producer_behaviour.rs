@@ -1,0 +1,526 @@
+//! The producer in process (`Producer::new(..).run(token)`): every second once, one leader
+//! among two, failover with catch-up, pause and resume, trigger and backfill requests, and
+//! a config reload through the watch channel.
+//!
+//! Every behaviour is written once as a plain async fn over a [`Backend`] and run twice:
+//! `_memory` on the in-memory ports `cronq standalone` uses (the producers share one
+//! `MemoryBroker`, `MemoryLease` and control store) and `_real` on RabbitMQ and Redis (each
+//! producer with its own connections, as separate processes). What reaches the queue is
+//! drained through the `Broker` port.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use cronq_producer::Producer;
+use cronq_shared::broker::Broker;
+use cronq_shared::broker::amqp::AmqpBroker;
+use cronq_shared::broker::memory::MemoryBroker;
+use cronq_shared::config::Config;
+use cronq_shared::control::Control;
+use cronq_shared::lease::Lease;
+use cronq_shared::lease::memory::MemoryLease;
+use cronq_shared::lease::redis::RedisLease;
+use cronq_shared::message::{Occurrence, Trigger};
+use cronq_shared::names::{JobName, Names, Namespace, QueueName};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::consumer::{Backend, on};
+use crate::support::{TestEnv, amqp_url, eventually, redis_url};
+
+const WAIT: Duration = Duration::from_secs(20);
+const LEADER: &str = "[leader]\nlease = \"2s\"\nrenew_deadline = \"1500ms\"\nretry = \"300ms\"\n";
+
+/// `LEADER` plus one `@every 1s` job per name, each with `catchup`.
+fn every_second(jobs: &[&str], catchup: &str) -> Config {
+    let mut toml = LEADER.to_owned();
+    for job in jobs {
+        toml.push_str(&format!(
+            "\n[[job]]\nname = \"{job}\"\nschedule = \"@every 1s\"\ncatchup = \"{catchup}\"\n"
+        ));
+    }
+    Config::from_toml(&toml, Path::new("cronq.toml")).unwrap()
+}
+
+fn job(name: &str) -> JobName {
+    JobName::new(name).unwrap()
+}
+
+/// One test's ports, and what reached the `default` queue so far.
+struct World {
+    names: Names,
+    /// The in-memory ports every producer shares (clones share state).
+    memory: Option<(MemoryBroker, MemoryLease, Control)>,
+    /// For reading: the lease holder, pause flags and requests.
+    lease: Arc<dyn Lease>,
+    control: Control,
+    seen: Arc<Mutex<Vec<Occurrence>>>,
+    drain: CancellationToken,
+}
+
+/// A producer running in this process.
+struct Running {
+    instance: String,
+    token: CancellationToken,
+    task: JoinHandle<Result<(), cronq_producer::Error>>,
+}
+
+impl Running {
+    /// Cancels it and waits until it has stopped (and released the lease).
+    async fn stop(self) {
+        self.token.cancel();
+        self.task.await.unwrap().unwrap();
+    }
+}
+
+impl World {
+    async fn new(backend: Backend, env: &TestEnv) -> Self {
+        let names = Names::new(&Namespace::new(&env.namespace).unwrap());
+        let (memory, lease, control): (_, Arc<dyn Lease>, _) = match backend {
+            Backend::Memory => {
+                let lease = MemoryLease::new();
+                let control = Control::memory(&lease);
+                (
+                    Some((MemoryBroker::new(), lease.clone(), control.clone())),
+                    Arc::new(lease),
+                    control,
+                )
+            }
+            Backend::Real => {
+                env.track_queue("default");
+                let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+                (
+                    None,
+                    Arc::new(RedisLease::new(conn.clone(), &names)),
+                    Control::redis(conn, &names),
+                )
+            }
+        };
+        let mut world = Self {
+            names,
+            memory,
+            lease,
+            control,
+            seen: Arc::default(),
+            drain: CancellationToken::new(),
+        };
+        world.start_drain().await;
+        world
+    }
+
+    /// A broker handle: the shared one in memory, a fresh connection on RabbitMQ.
+    async fn broker(&self) -> Arc<dyn Broker> {
+        match &self.memory {
+            Some((broker, _, _)) => Arc::new(broker.clone()),
+            None => Arc::new(
+                AmqpBroker::connect(&amqp_url(), self.names.clone())
+                    .await
+                    .unwrap(),
+            ),
+        }
+    }
+
+    /// Consumes the `default` queue through the `Broker` port into `seen`, acking each.
+    async fn start_drain(&mut self) {
+        let broker = self.broker().await;
+        let default = QueueName::new("default").unwrap();
+        broker
+            .declare(&BTreeSet::from([default.clone()]))
+            .await
+            .unwrap();
+        let mut rx = broker
+            .consume(&[default], 0, self.drain.clone())
+            .await
+            .unwrap();
+        let seen = self.seen.clone();
+        tokio::spawn(async move {
+            while let Some(delivery) = rx.recv().await {
+                let occ = Occurrence::decode(&delivery.body).unwrap();
+                delivery.acker.ack().await.unwrap();
+                seen.lock().unwrap().push(occ);
+            }
+            drop(broker);
+        });
+    }
+
+    /// Starts a producer `instance` reading its config from `config`.
+    async fn start(&self, instance: &str, config: watch::Receiver<Arc<Config>>) -> Running {
+        let (lease, control): (Arc<dyn Lease>, Control) = match &self.memory {
+            Some((_, lease, control)) => (Arc::new(lease.clone()), control.clone()),
+            None => {
+                let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+                (
+                    Arc::new(RedisLease::new(conn.clone(), &self.names)),
+                    Control::redis(conn, &self.names),
+                )
+            }
+        };
+        let producer = Producer::new(self.broker().await, lease, control, config, instance);
+        let token = CancellationToken::new();
+        let task = tokio::spawn(producer.run(token.clone()));
+        Running {
+            instance: instance.to_owned(),
+            token,
+            task,
+        }
+    }
+
+    fn seen(&self) -> Vec<Occurrence> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// Waits until a scheduled occurrence of `job` at or after `at` has been received.
+    async fn reached(&self, job: &str, at: DateTime<Utc>) {
+        eventually(WAIT, &format!("{job} to reach {at}"), || async {
+            self.seen()
+                .iter()
+                .any(|m| {
+                    m.job.as_str() == job && m.trigger != Trigger::Manual && m.scheduled_at >= at
+                })
+                .then_some(())
+        })
+        .await;
+    }
+
+    /// Waits until `job` has `n` more scheduled seconds than now.
+    async fn advance(&self, job: &str, n: usize) {
+        let before = self.scheduled(job).len();
+        eventually(WAIT, &format!("{n} more occurrences of {job}"), || async {
+            (self.scheduled(job).len() >= before + n).then_some(())
+        })
+        .await;
+    }
+
+    /// The seconds of `job`'s scheduled (not manual) occurrences received so far.
+    fn scheduled(&self, job: &str) -> Vec<i64> {
+        self.seen()
+            .iter()
+            .filter(|m| m.job.as_str() == job && m.trigger != Trigger::Manual)
+            .map(|m| m.scheduled_at.timestamp())
+            .collect()
+    }
+
+    /// The current leader: (epoch, instance).
+    async fn leader(&self) -> Option<(u64, String)> {
+        self.lease
+            .holder()
+            .await
+            .unwrap()
+            .map(|h| (h.epoch, h.instance))
+    }
+
+    async fn wait_leader(&self, newer_than: u64) -> (u64, String) {
+        eventually(WAIT, "a leader", || async {
+            self.leader().await.filter(|(e, _)| *e > newer_than)
+        })
+        .await
+    }
+
+    /// Stops draining; returns everything received.
+    fn finish(self) -> Vec<Occurrence> {
+        self.drain.cancel();
+        self.seen()
+    }
+}
+
+/// Instantiates a behaviour written once as `async fn(Backend, TestEnv)` as two tests;
+/// `$short` names the test's namespace.
+macro_rules! on_both_backends {
+    ($suite:ident, $short:literal, $memory:ident, $real:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $memory() {
+            on(Backend::Memory, $short, $suite).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $real() {
+            on(Backend::Real, $short, $suite).await;
+        }
+    };
+}
+
+fn keys(msgs: &[Occurrence]) -> Vec<String> {
+    msgs.iter().map(|m| m.key.to_string()).collect()
+}
+
+/// `job`'s scheduled seconds, asserting none was published twice.
+fn seconds_once(msgs: &[Occurrence], job: &str) -> BTreeMap<i64, Trigger> {
+    let mut seen = BTreeMap::new();
+    for m in msgs
+        .iter()
+        .filter(|m| m.job.as_str() == job && m.trigger != Trigger::Manual)
+    {
+        assert!(
+            seen.insert(m.scheduled_at.timestamp(), m.trigger).is_none(),
+            "key {} published twice; all: {:?}",
+            m.key,
+            keys(msgs)
+        );
+    }
+    seen
+}
+
+/// Asserts there is no second missing between the first and the last.
+fn assert_contiguous(seconds: &BTreeMap<i64, Trigger>, msgs: &[Occurrence]) {
+    let (first, last) = (
+        *seconds.keys().next().unwrap(),
+        *seconds.keys().last().unwrap(),
+    );
+    let missing: Vec<i64> = (first..=last)
+        .filter(|s| !seconds.contains_key(s))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "missing seconds {missing:?}; all: {:?}",
+        keys(msgs)
+    );
+}
+
+async fn every_second_once(backend: Backend, env: TestEnv) {
+    let world = World::new(backend, &env).await;
+    let (_tx, rx) = watch::channel(Arc::new(every_second(&["tick"], "latest")));
+    let p = world.start("p1", rx).await;
+    world.advance("tick", 4).await;
+    assert_eq!(world.leader().await.unwrap().1, "p1");
+    p.stop().await;
+    assert_eq!(world.leader().await, None, "released on shutdown");
+    let msgs = world.finish();
+    let seconds = seconds_once(&msgs, "tick");
+    assert!(seconds.len() >= 4, "{:?}", keys(&msgs));
+    assert_contiguous(&seconds, &msgs);
+    assert!(
+        msgs.iter().all(|m| m.key.to_string()
+            == format!("tick@{}", m.scheduled_at.format("%Y-%m-%dT%H:%M:%SZ"))),
+        "{:?}",
+        keys(&msgs)
+    );
+}
+
+on_both_backends!(
+    every_second_once,
+    "pb-every",
+    producer_every_second_once_memory,
+    producer_every_second_once_real
+);
+
+async fn two_producers_one_leader(backend: Backend, env: TestEnv) {
+    let world = World::new(backend, &env).await;
+    let (_tx, rx) = watch::channel(Arc::new(every_second(&["tick"], "all")));
+    let a = world.start("a", rx.clone()).await;
+    let b = world.start("b", rx).await;
+    let (epoch, leader) = world.wait_leader(0).await;
+    world.advance("tick", 4).await;
+    assert_eq!(
+        world.leader().await,
+        Some((epoch, leader.clone())),
+        "one leader all along"
+    );
+    a.stop().await;
+    b.stop().await;
+    let msgs = world.finish();
+    let epochs: BTreeSet<u64> = msgs.iter().map(|m| m.epoch).collect();
+    assert_eq!(epochs, BTreeSet::from([epoch]), "only the leader published");
+    let seconds = seconds_once(&msgs, "tick");
+    assert!(seconds.len() >= 4, "{:?}", keys(&msgs));
+    assert_contiguous(&seconds, &msgs);
+}
+
+on_both_backends!(
+    two_producers_one_leader,
+    "pb-two",
+    producer_two_producers_one_leader_memory,
+    producer_two_producers_one_leader_real
+);
+
+async fn cancelled_leader_hands_over_without_gap(backend: Backend, env: TestEnv) {
+    let world = World::new(backend, &env).await;
+    let (_tx, rx) = watch::channel(Arc::new(every_second(&["tick"], "all")));
+    let mut standby = vec![
+        world.start("a", rx.clone()).await,
+        world.start("b", rx).await,
+    ];
+    let (epoch, first) = world.wait_leader(0).await;
+    world.advance("tick", 2).await;
+    let idx = standby.iter().position(|p| p.instance == first).unwrap();
+    let leader = standby.remove(idx);
+    leader.stop().await;
+    let (next, second) = world.wait_leader(epoch).await;
+    assert_ne!(second, first, "the standby took over");
+    eventually(WAIT, "the new leader to publish", || async {
+        world.seen().iter().any(|m| m.epoch == next).then_some(())
+    })
+    .await;
+    world.advance("tick", 2).await;
+    standby.pop().unwrap().stop().await;
+    let msgs = world.finish();
+    let epochs: BTreeSet<u64> = msgs.iter().map(|m| m.epoch).collect();
+    assert_eq!(epochs, BTreeSet::from([epoch, next]), "{:?}", keys(&msgs));
+    let seconds = seconds_once(&msgs, "tick");
+    assert_contiguous(&seconds, &msgs);
+}
+
+on_both_backends!(
+    cancelled_leader_hands_over_without_gap,
+    "pb-handover",
+    producer_cancelled_leader_hands_over_without_gap_memory,
+    producer_cancelled_leader_hands_over_without_gap_real
+);
+
+async fn pause_stops_and_resume_restarts(backend: Backend, env: TestEnv) {
+    let world = World::new(backend, &env).await;
+    let (_tx, rx) = watch::channel(Arc::new(every_second(&["tick", "tock"], "all")));
+    let p = world.start("p1", rx).await;
+    world.advance("tick", 1).await;
+    let (tick, tock) = (job("tick"), job("tock"));
+    assert!(world.control.paused().await.unwrap().is_empty());
+    world
+        .control
+        .pause(&tick, Some("test".into()))
+        .await
+        .unwrap();
+    // The leader reads pause flags before requests in each control poll: once this
+    // request is carried out, the pause is known.
+    world.control.request_trigger(&tock, None).await.unwrap();
+    eventually(WAIT, "the request to be carried out", || async {
+        world
+            .control
+            .pending()
+            .await
+            .unwrap()
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    let known = Utc::now();
+    world
+        .reached("tock", known + chrono::TimeDelta::seconds(2))
+        .await;
+    let resumed = Utc::now();
+    assert!(world.control.resume(&tick).await.unwrap());
+    world.reached("tick", resumed).await;
+    world.advance("tick", 1).await;
+    p.stop().await;
+    let msgs = world.finish();
+    let ticks = seconds_once(&msgs, "tick");
+    let during: Vec<i64> = ticks
+        .keys()
+        .copied()
+        .filter(|s| *s > known.timestamp() && *s <= resumed.timestamp())
+        .collect();
+    assert!(during.is_empty(), "published while paused: {during:?}");
+    assert!(
+        ticks.keys().any(|s| *s >= resumed.timestamp()),
+        "publishing restarts after resume"
+    );
+    assert_contiguous(&seconds_once(&msgs, "tock"), &msgs);
+}
+
+on_both_backends!(
+    pause_stops_and_resume_restarts,
+    "pb-pause",
+    producer_pause_stops_and_resume_restarts_memory,
+    producer_pause_stops_and_resume_restarts_real
+);
+
+async fn trigger_and_backfill_requests_are_honoured(backend: Backend, env: TestEnv) {
+    let world = World::new(backend, &env).await;
+    let toml = format!(
+        "{LEADER}\n[[job]]\nname = \"yearly\"\nschedule = \"0 0 1 1 *\"\npayload = {{ from = \"config\" }}\n"
+    );
+    let config = Config::from_toml(&toml, Path::new("cronq.toml")).unwrap();
+    let (_tx, rx) = watch::channel(Arc::new(config));
+    let p = world.start("p1", rx).await;
+    world.wait_leader(0).await;
+    let yearly = job("yearly");
+    // Two triggers in the same second are both honoured, each under its own key.
+    let k1 = world.control.request_trigger(&yearly, None).await.unwrap();
+    let k2 = world
+        .control
+        .request_trigger(&yearly, Some(serde_json::json!({"from": "cli"})))
+        .await
+        .unwrap();
+    assert_ne!(k1, k2);
+    let from = "2020-01-01T00:00:00Z".parse().unwrap();
+    let to = "2022-01-01T00:00:00Z".parse().unwrap();
+    world
+        .control
+        .request_backfill(&yearly, from, to)
+        .await
+        .unwrap();
+    eventually(WAIT, "the requests to be settled", || async {
+        world
+            .control
+            .pending()
+            .await
+            .unwrap()
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    eventually(WAIT, "five occurrences", || async {
+        (world.seen().len() >= 5).then_some(())
+    })
+    .await;
+    p.stop().await;
+    let msgs = world.finish();
+    assert_eq!(msgs.len(), 5, "{:?}", keys(&msgs));
+    let manual: Vec<&Occurrence> = msgs
+        .iter()
+        .filter(|m| m.trigger == Trigger::Manual)
+        .collect();
+    assert_eq!(manual.len(), 2, "{:?}", keys(&msgs));
+    let m1 = manual.iter().find(|m| m.key == k1).expect("first trigger");
+    let m2 = manual.iter().find(|m| m.key == k2).expect("second trigger");
+    assert_eq!(m1.payload, serde_json::json!({"from": "config"}));
+    assert_eq!(m2.payload, serde_json::json!({"from": "cli"}));
+    let mut backfilled: Vec<String> = msgs
+        .iter()
+        .filter(|m| m.trigger == Trigger::Backfill)
+        .map(|m| m.key.to_string())
+        .collect();
+    backfilled.sort();
+    assert_eq!(
+        backfilled,
+        [
+            "yearly@2020-01-01T00:00:00Z",
+            "yearly@2021-01-01T00:00:00Z",
+            "yearly@2022-01-01T00:00:00Z"
+        ]
+    );
+}
+
+on_both_backends!(
+    trigger_and_backfill_requests_are_honoured,
+    "pb-requests",
+    producer_trigger_and_backfill_requests_are_honoured_memory,
+    producer_trigger_and_backfill_requests_are_honoured_real
+);
+
+async fn reload_through_the_watch_channel_adds_a_job(backend: Backend, env: TestEnv) {
+    let world = World::new(backend, &env).await;
+    let (tx, rx) = watch::channel(Arc::new(every_second(&["tick"], "all")));
+    let p = world.start("p1", rx).await;
+    world.advance("tick", 1).await;
+    assert!(world.scheduled("tock").is_empty());
+    tx.send(Arc::new(every_second(&["tick", "tock"], "all")))
+        .unwrap();
+    world.advance("tock", 3).await;
+    world.advance("tick", 1).await;
+    p.stop().await;
+    let msgs = world.finish();
+    let tock = seconds_once(&msgs, "tock");
+    assert!(tock.len() >= 3, "{:?}", keys(&msgs));
+    assert_contiguous(&tock, &msgs);
+    assert_contiguous(&seconds_once(&msgs, "tick"), &msgs);
+}
+
+on_both_backends!(
+    reload_through_the_watch_channel_adds_a_job,
+    "pb-reload",
+    producer_reload_through_the_watch_channel_adds_a_job_memory,
+    producer_reload_through_the_watch_channel_adds_a_job_real
+);
