@@ -91,6 +91,8 @@ pub(crate) fn resolve(
 pub(super) struct Report {
     pub(super) problems: Vec<Problem>,
     pub(super) warnings: Vec<Problem>,
+    /// Look-ahead results shared by every job with the same schedule and zone.
+    pub(super) memo: super::warnings::Memo,
 }
 
 impl Report {

@@ -1,10 +1,16 @@
 //! Warnings: legal but risky settings of one job, collected into `Config::warnings`.
 //!
 //! Invariant: a warning never makes a config invalid; only `now` anchors the look-ahead.
+//!
+//! The look-ahead (fire-time sampling, DST transitions) is the costly part of loading a
+//! large config, and it depends only on the schedule text and zone: it is memoised per
+//! load in [`Memo`], and the interval is sampled only for jobs whose settings need it.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
 
 use super::error::Problem;
 use super::validate::Report;
@@ -17,10 +23,29 @@ const DST_HORIZON: Duration = Duration::from_secs(366 * 24 * 3600);
 /// How many upcoming fire times are sampled to find a cron schedule's shortest interval.
 const INTERVAL_SAMPLES: usize = 64;
 
+/// Look-ahead results of one load, by schedule text and zone.
+#[derive(Default)]
+pub(super) struct Memo {
+    intervals: HashMap<(String, Tz), Option<Duration>>,
+    /// DST warning texts (without the scope), shared by jobs of the same schedule.
+    dst: HashMap<(String, Tz), Vec<String>>,
+}
+
 /// Legal but risky combinations of one job.
 pub(super) fn warn_risky(job: &Job, scope: &str, now: DateTime<Utc>, out: &mut Report) {
     let fmt = |d: Duration| humantime::format_duration(d).to_string();
-    if let Some(interval) = shortest_interval(&job.schedule, now) {
+    let memo_key = || (job.schedule.as_str().to_owned(), job.schedule.timezone());
+    // Only these two warnings need the interval: skip the sampling for everyone else.
+    let needs_interval = !job.jitter.is_zero() || job.catchup == Catchup::All;
+    let interval = if needs_interval {
+        *out.memo
+            .intervals
+            .entry(memo_key())
+            .or_insert_with(|| shortest_interval(&job.schedule, now))
+    } else {
+        None
+    };
+    if let Some(interval) = interval {
         if !job.jitter.is_zero() && job.jitter >= interval {
             out.warn(
                 scope,
@@ -69,23 +94,26 @@ pub(super) fn warn_risky(job: &Job, scope: &str, now: DateTime<Utc>, out: &mut R
             ),
         );
     }
-    out.warnings
-        .extend(dst_warnings(scope, &job.schedule, now, DST_HORIZON));
+    let texts = out
+        .memo
+        .dst
+        .entry(memo_key())
+        .or_insert_with(|| dst_warnings(&job.schedule, now, DST_HORIZON));
+    let found: Vec<Problem> = texts
+        .iter()
+        .map(|text| Problem::new(scope, "schedule", text.clone()))
+        .collect();
+    out.warnings.extend(found);
 }
 
 /// Warnings for a pinned schedule whose wall-clock time falls into a daylight-saving
 /// transition within `horizon` after `from` (SPEC section 3: `cronq check` warns about
-/// them), each as `job "x": schedule: "30 2 * * *" fires at 02:30 which …`.
-fn dst_warnings(
-    scope: &str,
-    schedule: &Schedule,
-    from: DateTime<Utc>,
-    horizon: Duration,
-) -> Vec<Problem> {
+/// them), each as `"30 2 * * *" fires at 02:30 which …` (the caller adds the scope).
+fn dst_warnings(schedule: &Schedule, from: DateTime<Utc>, horizon: Duration) -> Vec<String> {
     schedule
         .dst_warnings(from, horizon)
         .into_iter()
-        .map(|w| Problem::new(scope, "schedule", format!("{:?} {w}", schedule.as_str())))
+        .map(|w| format!("{:?} {w}", schedule.as_str()))
         .collect()
 }
 
