@@ -290,12 +290,13 @@ impl Consumer {
                     None => break !shutdown.is_cancelled(),
                 },
             };
-            tasks.spawn(Arc::clone(&worker).process(
+            // Boxed so the spawn moves a pointer, not the whole (large) state machine.
+            tasks.spawn(Box::pin(Arc::clone(&worker).process(
                 delivery,
                 permit,
                 abort.clone(),
                 shutdown.clone(),
-            ));
+            )));
         };
         // 1. Stop intake; give back what was prefetched but not started.
         intake.cancel();

@@ -46,9 +46,12 @@ impl Runner {
         timeout: std::time::Duration,
         token: CancellationToken,
     ) -> Result<(), String> {
+        // Each arm's future is boxed: inline, the http and command states would make this
+        // future kilobytes large, copied on every spawn (half the consumer's own CPU per
+        // message for a no-op handler, docs/benchmarks.md).
         match self {
-            Self::Command(argv) => command::run(&argv, &occ, token).await,
-            Self::Http(h, client) => http::run(&h, &client, &occ, timeout, token).await,
+            Self::Command(argv) => Box::pin(command::run(&argv, &occ, token)).await,
+            Self::Http(h, client) => Box::pin(http::run(&h, &client, &occ, timeout, token)).await,
             Self::Rust(h) => h.call(occ, token).await,
         }
     }
