@@ -6,4 +6,6 @@
 mod broker;
 mod cli_config;
 mod cli_next;
+mod leader;
+mod producer;
 mod support;
