@@ -35,7 +35,7 @@ pub async fn run(cli: &Cli, args: &BackfillArgs) -> anyhow::Result<()> {
         .into());
     }
     let count = count(&job.schedule, from, to);
-    let shown = if count > COUNT_CAP {
+    let shown = if count > COUNT_CAP && job.schedule.is_every().is_none() {
         format!("more than {COUNT_CAP}")
     } else {
         count.to_string()
@@ -77,8 +77,8 @@ pub async fn run(cli: &Cli, args: &BackfillArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Occurrences with `from <= t <= to`, counted up to just past [`COUNT_CAP`] (the same
-/// range the producer's backfill walks).
+/// Occurrences with `from <= t <= to` (the range the producer's backfill walks): exact for
+/// `@every`, counted up to just past [`COUNT_CAP`] for cron schedules.
 fn count(schedule: &Schedule, from: DateTime<Utc>, to: DateTime<Utc>) -> usize {
     if let Some(every) = schedule.is_every() {
         // Epoch-aligned: k * every for every k with from <= k * every <= to.

@@ -12,3 +12,4 @@ mod consumer_process;
 mod leader;
 mod producer;
 mod support;
+mod ops;
