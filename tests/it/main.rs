@@ -10,6 +10,7 @@ mod consumer;
 mod consumer_ledger;
 mod consumer_process;
 mod leader;
+mod ops;
+mod ops_replay;
 mod producer;
 mod support;
-mod ops;

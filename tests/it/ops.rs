@@ -62,21 +62,27 @@ pub fn at(key: &str) -> DateTime<Utc> {
 pub fn start_consumer(env: &TestEnv, config: &str, id: &str) -> u32 {
     env.spawn(
         id,
-        &["consumer", "--config", config, "--consumer-id", id, "--lease", "3s"],
+        &[
+            "consumer",
+            "--config",
+            config,
+            "--consumer-id",
+            id,
+            "--lease",
+            "3s",
+        ],
     )
-}
-
-pub async fn started(env: &TestEnv, log: &str) {
-    eventually(WAIT, &format!("consumer {log} to start"), || async {
-        env.log(log).contains("consumer started").then_some(())
-    })
-    .await;
 }
 
 /// Runs `cronq ARGS`, asserting exit 0, and returns stdout.
 pub fn ok(env: &TestEnv, args: &[&str]) -> String {
     let out = env.run(args);
-    assert_eq!(out.status.code(), Some(0), "cronq {args:?}: {}", describe(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "cronq {args:?}: {}",
+        describe(&out)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -89,7 +95,12 @@ pub fn json(env: &TestEnv, args: &[&str]) -> Value {
 /// Runs `cronq ARGS`, asserting exit `code`, and returns stderr.
 pub fn fails(env: &TestEnv, code: i32, args: &[&str]) -> String {
     let out = env.run(args);
-    assert_eq!(out.status.code(), Some(code), "cronq {args:?}: {}", describe(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "cronq {args:?}: {}",
+        describe(&out)
+    );
     String::from_utf8(out.stderr).unwrap()
 }
 
@@ -108,7 +119,7 @@ async fn ops_commands_against_a_running_producer_and_consumer() {
         let jobs = format!(
             "{}\n{}",
             job(&env, "tick", "@every 1s", ""),
-            job(&env, "manual", "0 0 1 1 *", "")
+            job(&env, "manual", "0 0 1 1 *", "overlap = \"allow\"")
         );
         let cfg = config(&env, &jobs);
         let cfg = cfg.as_str();
@@ -124,17 +135,29 @@ async fn ops_commands_against_a_running_producer_and_consumer() {
         let runs = json(&env, &["runs", "--json", "--limit", "3"]);
         let runs = runs["runs"].as_array().unwrap();
         assert_eq!(runs.len(), 3, "{runs:?}");
-        let starts: Vec<&str> = runs.iter().map(|r| r["started_at"].as_str().unwrap()).collect();
-        assert!(starts.windows(2).all(|w| w[0] >= w[1]), "newest first: {starts:?}");
+        let starts: Vec<&str> = runs
+            .iter()
+            .map(|r| r["started_at"].as_str().unwrap())
+            .collect();
+        assert!(
+            starts.windows(2).all(|w| w[0] >= w[1]),
+            "newest first: {starts:?}"
+        );
         for r in runs {
             assert_eq!(r["job"], "tick");
             assert_eq!(r["outcome"], "succeeded");
             assert_eq!(r["attempt"], 1);
-            assert!(["c1", "c2"].contains(&r["consumer"].as_str().unwrap()), "{r}");
+            assert!(
+                ["c1", "c2"].contains(&r["consumer"].as_str().unwrap()),
+                "{r}"
+            );
             assert!(r["key"].as_str().unwrap().starts_with("tick@"));
             assert!(r["duration_ms"].is_u64());
         }
-        let table = ok(&env, &["runs", "--job", "tick", "--limit", "2", "--config", cfg]);
+        let table = ok(
+            &env,
+            &["runs", "--job", "tick", "--limit", "2", "--config", cfg],
+        );
         assert!(table.starts_with("KEY"), "{table}");
         assert_eq!(table.lines().count(), 3, "{table}");
         let none = json(&env, &["runs", "--job", "manual", "--json"]);
@@ -152,7 +175,10 @@ async fn ops_commands_against_a_running_producer_and_consumer() {
         assert_eq!(jobs["jobs"][1]["last"], Value::Null);
 
         // pause / resume through the control store, shown by `jobs`.
-        let out = ok(&env, &["pause", "tick", "--note", "db upgrade", "--config", cfg]);
+        let out = ok(
+            &env,
+            &["pause", "tick", "--note", "db upgrade", "--config", cfg],
+        );
         assert!(out.contains("paused job \"tick\""), "{out}");
         let jobs = json(&env, &["jobs", "--json", "--config", cfg]);
         assert_eq!(jobs["jobs"][0]["paused"]["note"], "db upgrade");
@@ -168,7 +194,10 @@ async fn ops_commands_against_a_running_producer_and_consumer() {
         let mut keys = Vec::new();
         for i in 0..4 {
             let payload = format!("{{\"i\": {i}}}");
-            let out = ok(&env, &["trigger", "manual", "--payload", &payload, "--config", cfg]);
+            let out = ok(
+                &env,
+                &["trigger", "manual", "--payload", &payload, "--config", cfg],
+            );
             keys.push(out.trim().to_owned());
         }
         for k in &keys {
@@ -182,13 +211,19 @@ async fn ops_commands_against_a_running_producer_and_consumer() {
         .await;
         let c = counts(&ran(&env, "manual"));
         assert!(c.values().all(|n| *n == 1), "each trigger ran once: {c:?}");
-        let runs = json(&env, &["runs", "--job", "manual", "--json", "--config", cfg]);
+        let runs = json(
+            &env,
+            &["runs", "--job", "manual", "--json", "--config", cfg],
+        );
         assert_eq!(runs["runs"].as_array().unwrap().len(), 4);
 
         // dlq list on an empty queue.
         let dlq = json(&env, &["dlq", "list", "--json"]);
         assert_eq!(dlq["count"], 0);
-        assert_eq!(ok(&env, &["dlq", "list"]).trim(), "the dead-letter queue is empty");
+        assert_eq!(
+            ok(&env, &["dlq", "list"]).trim(),
+            "the dead-letter queue is empty"
+        );
     })
     .await;
 }
@@ -204,7 +239,16 @@ async fn ops_usage_errors_exit_2_and_unreachable_services_exit_1() {
             vec!["trigger", "tik", "--config", cfg],
             vec!["runs", "--job", "tik", "--config", cfg],
             vec!["dlq", "replay", "--job", "tik", "--config", cfg],
-            vec!["backfill", "tik", "--from", "2026-01-01T00:00:00Z", "--to", "2026-01-01T00:01:00Z", "--config", cfg],
+            vec![
+                "backfill",
+                "tik",
+                "--from",
+                "2026-01-01T00:00:00Z",
+                "--to",
+                "2026-01-01T00:01:00Z",
+                "--config",
+                cfg,
+            ],
         ] {
             let err = fails(&env, 2, &args);
             assert!(
@@ -213,16 +257,72 @@ async fn ops_usage_errors_exit_2_and_unreachable_services_exit_1() {
             );
         }
         let err = fails(&env, 2, &["dlq", "replay", "--config", cfg]);
-        assert!(err.contains("needs a selector: --job JOB, --key KEY or --all"), "{err}");
-        let err = fails(&env, 2, &["dlq", "replay", "--key", "nope", "--config", cfg]);
-        assert!(err.contains("--key: \"nope\" is not an occurrence key"), "{err}");
-        let err = fails(&env, 2, &["trigger", "tick", "--payload", "{x", "--config", cfg]);
+        assert!(
+            err.contains("needs a selector: --job JOB, --key KEY or --all"),
+            "{err}"
+        );
+        let err = fails(
+            &env,
+            2,
+            &["dlq", "replay", "--key", "nope", "--config", cfg],
+        );
+        assert!(
+            err.contains("--key: \"nope\" is not an occurrence key"),
+            "{err}"
+        );
+        let err = fails(
+            &env,
+            2,
+            &["trigger", "tick", "--payload", "{x", "--config", cfg],
+        );
         assert!(err.contains("--payload is not valid JSON"), "{err}");
-        let err = fails(&env, 2, &["backfill", "tick", "--from", "yesterday", "--to", "2026-01-01T00:00:00Z", "--config", cfg]);
-        assert!(err.contains("--from \"yesterday\" is not an RFC 3339 instant"), "{err}");
-        let err = fails(&env, 2, &["backfill", "tick", "--from", "2026-01-02T00:00:00Z", "--to", "2026-01-01T00:00:00Z", "--config", cfg]);
+        let err = fails(
+            &env,
+            2,
+            &[
+                "backfill",
+                "tick",
+                "--from",
+                "yesterday",
+                "--to",
+                "2026-01-01T00:00:00Z",
+                "--config",
+                cfg,
+            ],
+        );
+        assert!(
+            err.contains("--from \"yesterday\" is not an RFC 3339 instant"),
+            "{err}"
+        );
+        let err = fails(
+            &env,
+            2,
+            &[
+                "backfill",
+                "tick",
+                "--from",
+                "2026-01-02T00:00:00Z",
+                "--to",
+                "2026-01-01T00:00:00Z",
+                "--config",
+                cfg,
+            ],
+        );
         assert!(err.contains("is after --to"), "{err}");
-        let err = fails(&env, 2, &["backfill", "tick", "--from", "2026-01-01T00:00:00Z", "--to", "2026-01-01T03:00:00Z", "--config", cfg]);
+        let err = fails(
+            &env,
+            2,
+            &[
+                "backfill",
+                "tick",
+                "--from",
+                "2026-01-01T00:00:00Z",
+                "--to",
+                "2026-01-01T03:00:00Z",
+                "--config",
+                cfg,
+            ],
+        );
         assert!(
             err.contains("covers 10801 occurrences, more than 10000: pass --yes"),
             "{err}"
@@ -241,7 +341,10 @@ async fn ops_usage_errors_exit_2_and_unreachable_services_exit_1() {
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{err}");
-        assert!(err.contains("cannot reach Redis at redis://***@127.0.0.1:1"), "{err}");
+        assert!(
+            err.contains("cannot reach Redis at redis://***@127.0.0.1:1"),
+            "{err}"
+        );
         assert!(!err.contains("s3cret"), "{err}");
         let out = env
             .cronq()
@@ -271,7 +374,9 @@ async fn leader(env: &TestEnv) -> Option<(u64, u32)> {
 
 async fn cursor(env: &TestEnv, job: &str) -> Option<i64> {
     let mut conn = env.redis().await;
-    conn.hget(format!("{}:cursor", env.namespace), job).await.unwrap()
+    conn.hget(format!("{}:cursor", env.namespace), job)
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -292,7 +397,9 @@ async fn pause_survives_a_leader_sigkill_and_resume_publishes_again() {
         let log = if pid == pids[0] { "p1" } else { "p2" };
         ok(&env, &["pause", "tick", "--config", cfg]);
         eventually(WAIT, "the leader to honour the pause", || async {
-            env.log(log).contains("job paused: not publishing it").then_some(())
+            env.log(log)
+                .contains("job paused: not publishing it")
+                .then_some(())
         })
         .await;
         let paused_seen = Utc::now();
@@ -310,7 +417,10 @@ async fn pause_survives_a_leader_sigkill_and_resume_publishes_again() {
         let resumed_at = Utc::now();
         ok(&env, &["resume", "tick", "--config", cfg]);
         eventually(WAIT, "a run after resume", || async {
-            ran(&env, "tick").iter().any(|k| at(k) > resumed_at).then_some(())
+            ran(&env, "tick")
+                .iter()
+                .any(|k| at(k) > resumed_at)
+                .then_some(())
         })
         .await;
         let during: Vec<String> = ran(&env, "tick")
@@ -325,7 +435,15 @@ async fn pause_survives_a_leader_sigkill_and_resume_publishes_again() {
 #[tokio::test]
 async fn backfill_over_a_partly_run_range_yields_one_success_per_key() {
     scoped("ops_backfill", |env| async move {
-        let cfg = config(&env, &job(&env, "tick", "@every 1s", "catchup = \"none\""));
+        let cfg = config(
+            &env,
+            &job(
+                &env,
+                "tick",
+                "@every 1s",
+                "catchup = \"none\"\noverlap = \"allow\"",
+            ),
+        );
         let cfg = cfg.as_str();
         let before = Utc::now() - chrono::Duration::seconds(6);
         env.spawn("p", &["producer", "--config", cfg]);
@@ -339,7 +457,12 @@ async fn backfill_over_a_partly_run_range_yields_one_success_per_key() {
         let from = before.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         let to = at(&first);
         let to_text = to.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-        let out = ok(&env, &["backfill", "tick", "--from", &from, "--to", &to_text, "--config", cfg]);
+        let out = ok(
+            &env,
+            &[
+                "backfill", "tick", "--from", &from, "--to", &to_text, "--config", cfg,
+            ],
+        );
         assert!(out.contains("requested backfill"), "{out}");
         let from_t: DateTime<Utc> = from.parse().unwrap();
         let want: Vec<i64> = (from_t.timestamp()..=to.timestamp()).collect();
