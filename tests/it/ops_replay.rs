@@ -183,7 +183,7 @@ async fn replay_rules_on_memory_ports() {
     assert_eq!(broker.dead_letters().await.unwrap().len(), 2);
 }
 
-const N: u32 = 30;
+const N: u32 = 200;
 
 async fn broker(env: &TestEnv) -> AmqpBroker {
     let names = Names::new(&Namespace::new(&env.namespace).unwrap());
@@ -223,6 +223,7 @@ async fn dlq_replay_interrupted_by_sigkill_and_run_again_runs_every_letter_once(
         })
         .await;
 
+        eprintln!("dead-lettered: {}", dlq_count(&env));
         // list: every field, without consuming.
         let list = json(&env, &["dlq", "list", "--json"]);
         let letters = list["letters"].as_array().unwrap();
@@ -252,6 +253,7 @@ async fn dlq_replay_interrupted_by_sigkill_and_run_again_runs_every_letter_once(
         })
         .await;
         env.signal(pid, Signal::SIGKILL);
+        eprintln!("letters left after the killed replay: {}", dlq_count(&env));
         let out = ok(&env, &["dlq", "replay", "--job", "flaky", "--config", cfg]);
         assert!(out.contains("kept in the dead-letter queue"), "{out}");
         let c = eventually(WAIT, "every letter to run", || async {

@@ -208,6 +208,12 @@ pub async fn replay(
             listed,
         });
     }
+    // The job's queue may not exist yet (no consumer or producer declared it): a publish
+    // to it would be returned as unroutable.
+    broker
+        .declare(&config.queues())
+        .await
+        .map_err(ReplayError::Replay)?;
     // Reset first: a record reset without its replay is harmless (the letter is still
     // there for the next run); a replay before the reset would be acked as a duplicate.
     let mut before = std::collections::HashMap::new();
