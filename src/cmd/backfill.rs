@@ -102,3 +102,32 @@ fn count(schedule: &Schedule, from: DateTime<Utc>, to: DateTime<Utc>) -> usize {
         .take(COUNT_CAP + 1)
         .count()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_count_matches_walking_the_schedule() {
+        let walk = |s: &Schedule, from: DateTime<Utc>, to: DateTime<Utc>| {
+            s.iter_after(from - TimeDelta::nanoseconds(1))
+                .take_while(|t| *t <= to)
+                .count()
+        };
+        for spec in ["@every 1s", "@every 7s", "@every 90s"] {
+            let s = Schedule::parse(spec, chrono_tz::UTC).unwrap();
+            let base: DateTime<Utc> = "2026-01-01T00:00:00Z".parse().unwrap();
+            for (a, b) in [(0, 0), (0, 1), (3, 200), (1, 1000), (5, 4)] {
+                let from = base + TimeDelta::seconds(a) + TimeDelta::milliseconds(a * 100 % 1000);
+                let to = base + TimeDelta::seconds(b);
+                if from <= to {
+                    assert_eq!(
+                        count(&s, from, to),
+                        walk(&s, from, to),
+                        "{spec} {from} {to}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -3,6 +3,7 @@
 
 use cronq_shared::broker::{Broker as _, DeadLetter};
 use cronq_shared::key::OccurrenceKey;
+use cronq_shared::ledger::State;
 use cronq_shared::ops::{self, Plan, RedisResets, Selector};
 use serde_json::json;
 
@@ -110,7 +111,7 @@ pub async fn replay(cli: &Cli, args: &ReplayArgs) -> anyhow::Result<()> {
         let result = match &e.plan {
             Plan::WouldReplay => "would replay".to_owned(),
             Plan::Replayed => match e.record {
-                Some(s) if s.as_str() == "succeeded" => {
+                Some(State::Succeeded) => {
                     "replayed (already succeeded: will not run again)".to_owned()
                 }
                 _ => "replayed".to_owned(),

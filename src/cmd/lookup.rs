@@ -44,7 +44,7 @@ pub fn job_filter(cli: &Cli, name: &str) -> anyhow::Result<JobName> {
         let config = super::load_config(cli)?;
         return Ok(job(&config, name)?.name.clone());
     }
-    Ok(JobName::new(name).context("--job")?)
+    JobName::new(name).context("--job")
 }
 
 /// An RFC 3339 instant given to `flag`.
