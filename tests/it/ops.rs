@@ -332,6 +332,27 @@ async fn ops_usage_errors_exit_2_and_unreachable_services_exit_1() {
         let err = fails(&env, 2, &["jobs"]);
         assert!(err.contains("no config file: pass --config FILE"), "{err}");
 
+        // With no producer running, a trigger is stored and waits; the command says so.
+        let out = env.run(&["trigger", "tick", "--config", cfg]);
+        assert_eq!(out.status.code(), Some(0));
+        assert!(String::from_utf8_lossy(&out.stdout).starts_with("tick@manual-"));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("no producer leads namespace"), "{err}");
+        let out = ok(
+            &env,
+            &[
+                "backfill",
+                "tick",
+                "--from",
+                "2026-01-01T00:00:00.500Z",
+                "--to",
+                "2026-01-01T00:00:00.900Z",
+                "--config",
+                cfg,
+            ],
+        );
+        assert!(out.contains("nothing to backfill"), "{out}");
+
         // Unreachable services: exit 1, the URL named without its password.
         let out = env
             .cronq()
@@ -408,6 +429,8 @@ async fn pause_survives_a_leader_sigkill_and_resume_publishes_again() {
             leader(&env).await.filter(|(e, _)| *e > epoch)
         })
         .await;
+        let jobs = json(&env, &["jobs", "--json", "--config", cfg]);
+        assert!(jobs["jobs"][0]["paused"]["since"].is_string(), "{jobs}");
         // The new leader keeps skipping the paused job: its cursor moves on, nothing runs.
         let start = eventually(WAIT, "a cursor", || cursor(&env, "tick")).await;
         eventually(WAIT, "the new leader to pass 3 paused ticks", || async {
