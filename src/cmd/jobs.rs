@@ -1,17 +1,22 @@
 //! `cronq jobs`: each job of the config with its schedule, zone, next fire (in its zone and
 //! UTC), pause flag (from the control store) and last outcome (from the run log).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use chrono::Utc;
 use cronq_shared::control::Control;
-use cronq_shared::runlog::{RedisRunLog, RunLog};
+use cronq_shared::names::JobName;
+use cronq_shared::runlog::{RedisRunLog, Run, RunLog};
 use serde_json::json;
 
 use super::lookup;
 use crate::cli::{Cli, JsonArg};
 use crate::output::{self, Table};
+
+/// How many of the newest runs are read at once to find each job's last outcome.
+const RECENT_RUNS: usize = 2_000;
 
 /// Only for trimming on write, which `jobs` never does.
 const UNUSED_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -31,14 +36,27 @@ pub async fn run(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
         .context("while reading pause flags")?;
     let log = RedisRunLog::new(conn, &names, UNUSED_RETENTION);
     let now = Utc::now();
+    // One read of the recent history covers the jobs that ran lately; only the others
+    // need a search of their own.
+    let mut latest: HashMap<JobName, Run> = HashMap::new();
+    for run in log
+        .list(None, RECENT_RUNS)
+        .await
+        .context("while reading the run history")?
+    {
+        latest.entry(run.job.clone()).or_insert(run);
+    }
     let mut rows = Vec::new();
     for job in &config.jobs {
-        let last = log
-            .list(Some(&job.name), 1)
-            .await
-            .context("while reading the run history")?
-            .into_iter()
-            .next();
+        let last = match latest.remove(&job.name) {
+            Some(run) => Some(run),
+            None => log
+                .list(Some(&job.name), 1)
+                .await
+                .context("while reading the run history")?
+                .into_iter()
+                .next(),
+        };
         let next = job.schedule.next_after(now);
         rows.push((job, next, paused.get(&job.name), last));
     }
