@@ -15,4 +15,6 @@ mod leader;
 mod producer;
 mod producer_behaviour;
 mod standalone;
+mod ops;
+mod ops_replay;
 mod support;
