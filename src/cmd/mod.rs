@@ -74,8 +74,3 @@ pub fn endpoints(cli: &Cli) -> anyhow::Result<Endpoints> {
         namespace,
     })
 }
-
-/// For subcommands whose implementation lands in a later change.
-fn unavailable(what: &str) -> anyhow::Result<()> {
-    anyhow::bail!("`cronq {what}` is not available in this build yet")
-}
