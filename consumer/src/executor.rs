@@ -10,8 +10,8 @@
 
 use std::time::Duration;
 
-use cronq_shared::config::{Config, Job};
-use cronq_shared::message::{DecodeError, Occurrence};
+use cronq_shared::config::{Config, Job, Overlap};
+use cronq_shared::message::{DecodeError, Occurrence, Trigger};
 use cronq_shared::names::JobName;
 
 /// Why a message is dead-lettered without running.
@@ -142,6 +142,21 @@ pub fn classify(job: &Job, attempt: u32, ending: Ending) -> Verdict {
     }
 }
 
+/// The overlap policy that applies to one occurrence.
+///
+/// The configured policy governs scheduled ticks. Occurrences an operator asked for
+/// explicitly (`cronq trigger`, `backfill`, `dlq replay`) are never dropped by `skip`:
+/// they wait their turn (`queue`); and backfilled or replayed ones, which are for past
+/// times, never cancel a running occurrence (`replace` also becomes `queue`). Otherwise a
+/// backfill of a `skip` job would record all but one of its occurrences as skipped.
+pub fn effective_overlap(configured: Overlap, trigger: Trigger) -> Overlap {
+    match (configured, trigger) {
+        (Overlap::Skip, Trigger::Manual | Trigger::Backfill | Trigger::Replay) => Overlap::Queue,
+        (Overlap::Replace, Trigger::Backfill | Trigger::Replay) => Overlap::Queue,
+        (policy, _) => policy,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,5 +283,24 @@ schedule = "@every 1s"
             "no handler registered for job b"
         );
         assert!(admit(&occ("a"), &cfg, |j| j.handler.is_some()).is_ok());
+    }
+
+    #[test]
+    fn operator_requested_occurrences_wait_instead_of_being_skipped() {
+        use cronq_shared::config::Overlap::{Allow, Queue, Replace, Skip};
+        use cronq_shared::message::Trigger::{Backfill, Catchup, Manual, Replay, Schedule};
+        for trigger in [Schedule, Catchup] {
+            for policy in [Allow, Skip, Queue, Replace] {
+                assert_eq!(super::effective_overlap(policy, trigger), policy);
+            }
+        }
+        for trigger in [Manual, Backfill, Replay] {
+            assert_eq!(super::effective_overlap(Skip, trigger), Queue);
+            assert_eq!(super::effective_overlap(Allow, trigger), Allow);
+            assert_eq!(super::effective_overlap(Queue, trigger), Queue);
+        }
+        assert_eq!(super::effective_overlap(Replace, Manual), Replace);
+        assert_eq!(super::effective_overlap(Replace, Backfill), Queue);
+        assert_eq!(super::effective_overlap(Replace, Replay), Queue);
     }
 }

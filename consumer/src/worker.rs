@@ -119,12 +119,13 @@ impl Worker {
                 .settle(&d, &occ, job, State::Missed, why, &shutdown)
                 .await;
         }
+        let overlap = executor::effective_overlap(job.overlap, occ.trigger);
         let mut claim = Claim {
             key: occ.key.clone(),
             job: occ.job.clone(),
             queue: job.queue.clone(),
             attempt: occ.attempt,
-            overlap: job.overlap,
+            overlap,
             lease: self.lease,
             retention: job.retention,
             body: d.body.clone(),
@@ -156,7 +157,7 @@ impl Worker {
                 ack(&d, occ.job.as_str()).await;
             }
             ClaimOutcome::Busy { holder } => {
-                if job.overlap == Overlap::Skip {
+                if overlap == Overlap::Skip {
                     let why = format!("{holder} was still running");
                     self.settle(&d, &occ, job, State::Skipped, why, &shutdown)
                         .await;

@@ -21,7 +21,7 @@ use cronq_shared::config::Config;
 use cronq_shared::ledger::Ledger;
 use cronq_shared::ledger::memory::MemoryLedger;
 use cronq_shared::ledger::redis::RedisLedger;
-use cronq_shared::message::Occurrence;
+use cronq_shared::message::{Occurrence, Trigger};
 use cronq_shared::names::{JobName, Names, Namespace, QueueName};
 use cronq_shared::runlog::{MemoryRunLog, Outcome, RedisRunLog, Run, RunLog};
 use tokio::task::JoinSet;
@@ -626,6 +626,37 @@ on_both_backends!(
     "consumer_skip",
     consumer_overlap_skip_two_consumers_memory,
     consumer_overlap_skip_two_consumers_real
+);
+
+/// A backfill or replay of a `skip` job asks for every occurrence to run: each waits its
+/// turn instead of being recorded as skipped, and they still never overlap.
+async fn operator_requested_occurrences_of_a_skip_job_all_run(backend: Backend, env: TestEnv) {
+    let mut fleet = Fleet::new(backend, &env, &WORK.replace("OVERLAP", "skip")).await;
+    let (handlers, seen) = recording(Duration::from_millis(400));
+    fleet.start("c1", handlers, 4).await;
+    fleet.subscribed(1).await;
+    let requested = [Trigger::Backfill, Trigger::Backfill, Trigger::Replay];
+    fleet
+        .publish(requested.iter().enumerate().map(|(i, trigger)| {
+            let mut occ = occurrence("work", i as u32);
+            occ.trigger = *trigger;
+            occ
+        }))
+        .await;
+    let runs = fleet.settled("work", 3).await;
+    assert!(
+        runs.iter().all(|r| r.outcome == Outcome::Succeeded),
+        "every requested occurrence must run: {runs:?}"
+    );
+    assert_no_overlap(&seen.lock().unwrap());
+    fleet.stop().await;
+}
+
+on_both_backends!(
+    operator_requested_occurrences_of_a_skip_job_all_run,
+    "consumer_req_skip",
+    consumer_operator_requested_occurrences_of_a_skip_job_all_run_memory,
+    consumer_operator_requested_occurrences_of_a_skip_job_all_run_real
 );
 
 async fn overlap_queue_runs_all_in_turn(backend: Backend, env: TestEnv) {
