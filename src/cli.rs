@@ -131,6 +131,10 @@ pub struct ConsumerArgs {
     /// A name for this consumer in the run history (default: host and pid).
     #[arg(long)]
     pub consumer_id: Option<String>,
+    /// Execution lease: a claim lapses this long after its consumer's last heartbeat, and
+    /// the occurrence runs again elsewhere (tests use short leases).
+    #[arg(long, env = "CRONQ_LEASE", default_value = "30s", value_parser = humantime::parse_duration, hide = true)]
+    pub lease: Duration,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub serve: ServeArgs,

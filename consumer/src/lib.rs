@@ -1,1 +1,41 @@
-//! placeholder
+//! cronq's consumer: runs the occurrences on the job queues, each at most once successfully
+//! across the fleet (G1), none lost (G2, G3), bad messages dead-lettered (G5).
+//!
+//! - [`Consumer`] ([`service`]): subscribe with prefetch = concurrency, bound concurrency
+//!   with a semaphore, reap orphaned claims, drain on shutdown.
+//! - `worker`: one delivery's life: admit, deadline, claim (idempotency + overlap), ack
+//!   early, run, record the outcome, then retry or dead-letter.
+//! - [`executor`]: the one place outcomes are classified (`Retry { after }`, `Fail`,
+//!   `Reject(reason)`), pure and unit-tested.
+//! - `attempt`: supervising a running handler: heartbeats, timeout, panic catching.
+//! - `handler`: `command` (own process group, killed as a whole) and `http`; [`registry`]:
+//!   Rust handlers registered by job name by an embedding program.
+//! - `reaper`: republishes the stored message of a claim whose owner died.
+//!
+//! The idempotency records and job locks are [`cronq_shared::ledger`]; the run history is
+//! [`cronq_shared::runlog`].
+//!
+//! ```no_run
+//! # async fn demo(consumer: &mut cronq_consumer::Consumer) -> Result<(), Box<dyn std::error::Error>> {
+//! use cronq_shared::names::JobName;
+//! consumer.register(JobName::new("sync-orders")?, |occ, _token| async move {
+//!     println!("running {}", occ.key);
+//!     Ok::<(), String>(())
+//! });
+//! # Ok(()) }
+//! ```
+
+mod attempt;
+mod dead_letter;
+mod error;
+pub mod executor;
+mod handler;
+mod reaper;
+pub mod registry;
+pub mod service;
+mod telemetry;
+mod worker;
+
+pub use error::Error;
+pub use registry::{HandlerFuture, Handlers, JobHandler};
+pub use service::{Consumer, DEFAULT_LEASE, Options, default_consumer_id};

@@ -1,1 +1,33 @@
-//! placeholder
+//! cronq's producer: a leader-locked publisher of cron occurrences.
+//!
+//! Several producers run; the one holding the leader lease publishes. Pieces:
+//! - [`leader`]: acquires and renews the lease, steps down before it can expire, releases
+//!   it on shutdown; publishes [`Leadership`] on a `watch` channel.
+//! - [`planner`]: pure rules: catch-up on taking over, due occurrences, backfill chunks,
+//!   deterministic jitter, deadlines, the wire message.
+//! - [`timer`]: one min-heap of every job's next fire, so the leader sleeps until the
+//!   earliest one and never polls.
+//! - [`publisher`]: confirmed publishing, retried while the leadership lasts.
+//! - [`scheduler`]: the leader's loop: take over, fire, commit cursors (fenced), carry out
+//!   pause flags and trigger/backfill requests, apply reloaded configs.
+//! - [`reload`]: SIGHUP → reload the file → `watch` channel of `Arc<Config>`.
+//! - [`Producer`]: all of it as one `run(self, shutdown)`.
+//!
+//! Guarantees: a cursor moves only after the occurrences before it were confirmed
+//! published, and only by the current leader (G2, G3); keys and jitter come from scheduled
+//! instants only (G4).
+
+mod error;
+pub mod leader;
+pub mod planner;
+pub mod publisher;
+pub mod reload;
+pub mod scheduler;
+mod service;
+pub mod timer;
+
+pub use error::Error;
+pub use leader::{Elector, Leadership};
+pub use reload::Reloader;
+pub use scheduler::Scheduler;
+pub use service::{Producer, instance_id, is_leading};

@@ -6,4 +6,9 @@
 mod broker;
 mod cli_config;
 mod cli_next;
+mod leader;
+mod producer;
+mod consumer;
+mod consumer_ledger;
+mod consumer_process;
 mod support;

@@ -34,6 +34,8 @@
 /// - `day-of-month "L5" is not valid: use L (last day), LW (last weekday) or a day with W, such as 15W`
 /// - `day-of-week "L" needs a weekday before L, such as 5L for the last Friday of the month`
 /// - `day-of-week "5#6": the number after # must be 1-5`
+/// - (never expected) croner's own message, with `field` = `pattern`, should croner refuse
+///   a pattern these checks let through
 ///
 /// Never-fire reasons:
 /// - `no date matches its day-of-month, month and day-of-week fields` (such as February 30)

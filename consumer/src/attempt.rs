@@ -1,0 +1,120 @@
+//! Supervising one running attempt: the handler runs in its own task (so a panic is caught
+//! as a `JoinError`), while this loop renews the claim's lease, enforces the job's timeout,
+//! and stops the handler when the claim is lost, a replacing occurrence asks, or the
+//! shutdown grace is over.
+
+use std::time::Duration;
+
+use cronq_shared::ledger::{Heartbeat, Lease, Ledger};
+use cronq_shared::message::Occurrence;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::executor::{Ending, Stop};
+use crate::handler::{KILL_GRACE, Runner};
+
+/// How long after asking a handler to stop it is aborted: the command handler's own
+/// SIGTERM → SIGKILL grace, plus slack.
+const ABORT_AFTER: Duration = Duration::from_secs(KILL_GRACE.as_secs() + 1);
+
+/// Aborts the handler task when the attempt is dropped (e.g. the consumer is torn down).
+struct AbortOnDrop(JoinHandle<Result<(), String>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn panic_message(err: tokio::task::JoinError) -> String {
+    match err.try_into_panic() {
+        Ok(payload) => payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a non-text panic payload".to_owned()),
+        Err(err) => err.to_string(),
+    }
+}
+
+/// What the supervisor needs besides the handler.
+pub(crate) struct Supervision<'a> {
+    pub(crate) ledger: &'a dyn Ledger,
+    pub(crate) lease: &'a Lease,
+    /// Execution lease length; heartbeats every third of it.
+    pub(crate) lease_for: Duration,
+    /// The job's per-attempt timeout.
+    pub(crate) timeout: Duration,
+    /// Cancelled when the shutdown grace is over.
+    pub(crate) abort: &'a CancellationToken,
+}
+
+/// Runs `runner` for `occ` to its end.
+pub(crate) async fn supervise(runner: Runner, occ: Occurrence, sup: Supervision<'_>) -> Ending {
+    let (job, key) = (occ.job.clone(), occ.key.clone());
+    let token = CancellationToken::new();
+    let mut task = AbortOnDrop(tokio::spawn(runner.run(occ, sup.timeout, token.clone())));
+    let every = (sup.lease_for / 3).max(Duration::from_millis(50));
+    let mut beat = tokio::time::interval_at(Instant::now() + every, every);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut renewed = Instant::now();
+    let deadline = tokio::time::sleep(sup.timeout);
+    tokio::pin!(deadline);
+    // Re-armed when a stop is requested; disabled until then.
+    let kill = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(kill);
+    let mut stop: Option<Stop> = None;
+    let request =
+        |stop: &mut Option<Stop>, why: Stop, kill: std::pin::Pin<&mut tokio::time::Sleep>| {
+            // `Lost` overrides any earlier reason: nothing may be recorded for this attempt.
+            if stop.is_none() || (why == Stop::Lost && *stop != Some(Stop::Lost)) {
+                if stop.is_none() {
+                    kill.reset(Instant::now() + ABORT_AFTER);
+                }
+                *stop = Some(why);
+                token.cancel();
+                tracing::info!(job = %job, key = %key, reason = ?why, "stopping attempt");
+            }
+        };
+    let joined = loop {
+        tokio::select! {
+            biased;
+            res = &mut task.0 => break res,
+            () = &mut kill, if stop.is_some() => {
+                task.0.abort();
+                break (&mut task.0).await;
+            }
+            () = &mut deadline, if stop.is_none() => {
+                request(&mut stop, Stop::Timeout(sup.timeout), kill.as_mut());
+            }
+            () = sup.abort.cancelled(), if stop.is_none() => {
+                request(&mut stop, Stop::Shutdown, kill.as_mut());
+            }
+            _ = beat.tick() => match sup.ledger.heartbeat(sup.lease, sup.lease_for).await {
+                Ok(Heartbeat::Held) => renewed = Instant::now(),
+                Ok(Heartbeat::CancelRequested) => {
+                    renewed = Instant::now();
+                    request(&mut stop, Stop::Replaced, kill.as_mut());
+                }
+                Ok(Heartbeat::Lost) => request(&mut stop, Stop::Lost, kill.as_mut()),
+                Err(err) => {
+                    tracing::warn!(job = %job, key = %key, error = %err, "cannot renew the execution lease");
+                    if renewed.elapsed() >= sup.lease_for {
+                        request(&mut stop, Stop::Lost, kill.as_mut());
+                    }
+                }
+            },
+        }
+    };
+    match (joined, stop) {
+        (Ok(Ok(())), None | Some(Stop::Shutdown)) => Ending::Returned(Ok(())),
+        (Ok(res), None) => Ending::Returned(res),
+        (Ok(res), Some(why)) => Ending::Stopped(why, res.err()),
+        (Err(err), Some(why)) if !err.is_panic() => Ending::Stopped(why, None),
+        (Err(err), Some(why @ (Stop::Lost | Stop::Replaced | Stop::Shutdown))) => {
+            Ending::Stopped(why, Some(panic_message(err)))
+        }
+        (Err(err), _) => Ending::Panicked(panic_message(err)),
+    }
+}

@@ -1,0 +1,146 @@
+//! The `command` handler: argv executed without a shell, in its own process group.
+//!
+//! Environment: `CRONQ_JOB`, `CRONQ_KEY`, `CRONQ_SCHEDULED_AT` (RFC 3339 in the job's zone),
+//! `CRONQ_ATTEMPT`; the payload JSON on stdin; exit 0 is success. On cancellation the whole
+//! process group gets SIGTERM, then SIGKILL after [`super::KILL_GRACE`], so grandchildren
+//! (`sh -c 'sleep 100'`) die too. The last [`TAIL_BYTES`] of stdout and stderr are kept;
+//! the stderr tail is the attempt's error.
+
+use std::process::Stdio;
+
+use cronq_shared::message::Occurrence;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+use super::KILL_GRACE;
+
+/// How much of stdout and stderr is kept.
+pub(crate) const TAIL_BYTES: usize = 4096;
+
+/// How long to wait for the pipes to close after SIGKILL (a grandchild that left the group
+/// could hold them open forever).
+const AFTER_KILL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Kills the process group on drop unless disarmed: an attempt aborted mid-run leaves no
+/// processes behind.
+struct GroupGuard(Option<Pid>);
+
+impl GroupGuard {
+    fn signal(&self, sig: Signal) {
+        if let Some(pgid) = self.0 {
+            // ESRCH (the group is gone) is the expected outcome once it exited.
+            let _ = killpg(pgid, sig);
+        }
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        self.signal(Signal::SIGKILL);
+    }
+}
+
+async fn tail(reader: Option<impl AsyncRead + Unpin>) -> Vec<u8> {
+    let Some(mut reader) = reader else {
+        return Vec::new();
+    };
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match reader.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                kept.extend_from_slice(&buf[..n]);
+                if kept.len() > TAIL_BYTES {
+                    kept.drain(..kept.len() - TAIL_BYTES);
+                }
+            }
+        }
+    }
+    kept
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).trim().to_owned()
+}
+
+/// Runs `argv` for `occ` until it exits or `token` is cancelled.
+pub(crate) async fn run(
+    argv: &[String],
+    occ: &Occurrence,
+    token: CancellationToken,
+) -> Result<(), String> {
+    let (program, args) = argv
+        .split_first()
+        .ok_or_else(|| "the command is empty".to_owned())?;
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .env("CRONQ_JOB", occ.job.as_str())
+        .env("CRONQ_KEY", occ.key.to_string())
+        .env("CRONQ_SCHEDULED_AT", occ.scheduled_local.to_rfc3339())
+        .env("CRONQ_ATTEMPT", occ.attempt.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, so a timeout can signal every process it started.
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {program:?}: {e}: check the job's command"))?;
+    let guard = GroupGuard(
+        child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .map(Pid::from_raw),
+    );
+    let payload = serde_json::to_vec(&occ.payload).unwrap_or_default();
+    let stdin = child.stdin.take();
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let io = async {
+        let write = async move {
+            if let Some(mut stdin) = stdin {
+                // A command that does not read its stdin closes the pipe: not an error.
+                let _ = stdin.write_all(&payload).await;
+            }
+        };
+        let ((), out, err, status) = tokio::join!(write, tail(stdout), tail(stderr), child.wait());
+        (out, err, status)
+    };
+    let mut io = std::pin::pin!(io);
+    let finished = tokio::select! {
+        r = &mut io => Some(r),
+        () = token.cancelled() => None,
+    };
+    let (out, err, status) = match finished {
+        Some(r) => r,
+        None => {
+            guard.signal(Signal::SIGTERM);
+            match tokio::time::timeout(KILL_GRACE, &mut io).await {
+                Ok(r) => r,
+                Err(_) => {
+                    guard.signal(Signal::SIGKILL);
+                    tokio::time::timeout(AFTER_KILL, &mut io)
+                        .await
+                        .map_err(|_| format!("{program:?} did not exit after SIGKILL"))?
+                }
+            }
+        }
+    };
+    if !out.is_empty() {
+        tracing::debug!(job = %occ.job, key = %occ.key, stdout = %text(&out), "command output");
+    }
+    let status = status.map_err(|e| format!("cannot wait for {program:?}: {e}"))?;
+    drop(guard); // also reaps any process the command left behind in its group
+    if status.success() {
+        return Ok(());
+    }
+    let err = text(&err);
+    Err(if err.is_empty() {
+        format!("{program:?} {status}")
+    } else {
+        format!("{program:?} {status}: {err}")
+    })
+}

@@ -1,0 +1,55 @@
+//! The three ways a job runs: a command, an HTTP request, or a registered Rust handler.
+//!
+//! Every handler gets the occurrence and a cancellation token, and returns `Err(text)` for a
+//! failed attempt. Time limits, panics and classification belong to [`crate::executor`].
+
+pub(crate) mod command;
+pub(crate) mod http;
+
+use std::sync::Arc;
+
+use cronq_shared::config::{Handler, Job};
+use cronq_shared::message::Occurrence;
+use tokio_util::sync::CancellationToken;
+
+use crate::registry::{Handlers, JobHandler};
+
+/// How long a handler may take to stop after its token is cancelled before it is killed
+/// (SIGKILL for a command's process group, task abort for Rust).
+pub(crate) const KILL_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A resolved handler, ready to run one attempt.
+#[derive(Clone)]
+pub(crate) enum Runner {
+    Command(Arc<[String]>),
+    Http(Arc<cronq_shared::config::HttpHandler>, reqwest::Client),
+    Rust(Arc<dyn JobHandler>),
+}
+
+impl Runner {
+    /// The handler for `job`: a registered Rust handler first, then the config's.
+    pub(crate) fn resolve(job: &Job, handlers: &Handlers, http: &reqwest::Client) -> Option<Self> {
+        if let Some(h) = handlers.get(&job.name) {
+            return Some(Self::Rust(h));
+        }
+        match &job.handler {
+            Some(Handler::Command(argv)) => Some(Self::Command(argv.clone().into())),
+            Some(Handler::Http(h)) => Some(Self::Http(Arc::new(h.clone()), http.clone())),
+            None => None,
+        }
+    }
+
+    /// Runs one attempt until it ends or `token` is cancelled.
+    pub(crate) async fn run(
+        self,
+        occ: Occurrence,
+        timeout: std::time::Duration,
+        token: CancellationToken,
+    ) -> Result<(), String> {
+        match self {
+            Self::Command(argv) => command::run(&argv, &occ, token).await,
+            Self::Http(h, client) => http::run(&h, &client, &occ, timeout, token).await,
+            Self::Rust(h) => h.call(occ, token).await,
+        }
+    }
+}

@@ -1,0 +1,328 @@
+//! The consumer as a long-running part: subscribe, run deliveries under a concurrency bound,
+//! reap orphaned claims, and shut down gracefully.
+//!
+//! Shutdown (SPEC section 4): stop intake (cancel the subscription, requeue what was
+//! prefetched but not started), let running attempts finish within the grace period, then
+//! stop the rest; each stopped attempt releases its claim and republishes its occurrence so
+//! it runs again at once elsewhere (the delivery was acked early, so redelivery cannot do it).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cronq_shared::broker::Broker;
+use cronq_shared::broker::amqp::AmqpBroker;
+use cronq_shared::config::Config;
+use cronq_shared::connect::{self, Endpoints};
+use cronq_shared::ledger::Ledger;
+use cronq_shared::ledger::redis::RedisLedger;
+use cronq_shared::names::{JobName, QueueName};
+use cronq_shared::runlog::RedisRunLog;
+use cronq_shared::runlog::RunLog;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Error;
+use crate::handler::KILL_GRACE;
+use crate::reaper::Reaper;
+use crate::registry::{Handlers, JobHandler};
+use crate::worker::Worker;
+
+/// The default execution lease (SPEC G3).
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// How long stopped attempts get to release their claims after the grace period.
+const RELEASE_WAIT: Duration = Duration::from_secs(KILL_GRACE.as_secs() * 2 + 10);
+
+/// How the consumer runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Serve only these logical queues; empty = every queue of the config.
+    pub queues: Vec<String>,
+    /// Attempts running at once; also the broker prefetch.
+    pub concurrency: u16,
+    /// How long running attempts may finish after shutdown is asked.
+    pub grace: Duration,
+    /// Execution lease: a claim lapses this long after its owner's last heartbeat.
+    pub lease: Duration,
+    /// This consumer's name in the run history.
+    pub consumer_id: String,
+}
+
+impl Options {
+    /// The logical queues of `config` these options select.
+    ///
+    /// # Errors
+    /// [`Error::UnknownQueue`] when `queues` names a queue no job of `config` uses.
+    pub fn select_queues(&self, config: &Config) -> Result<Vec<QueueName>, Error> {
+        let known = config.queues();
+        if self.queues.is_empty() {
+            return Ok(known.into_iter().collect());
+        }
+        let mut chosen = BTreeSet::new();
+        for name in &self.queues {
+            match QueueName::new(name.trim()) {
+                Ok(q) if known.contains(&q) => {
+                    chosen.insert(q);
+                }
+                _ => {
+                    return Err(Error::UnknownQueue {
+                        queue: name.clone(),
+                        known: known
+                            .iter()
+                            .map(QueueName::as_str)
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    });
+                }
+            }
+        }
+        Ok(chosen.into_iter().collect())
+    }
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            queues: Vec::new(),
+            concurrency: 4,
+            grace: Duration::from_secs(30),
+            lease: DEFAULT_LEASE,
+            consumer_id: default_consumer_id(),
+        }
+    }
+}
+
+/// `HOST-PID`, the default consumer id.
+pub fn default_consumer_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "consumer".to_owned());
+    format!("{host}-{}", std::process::id())
+}
+
+/// A consumer: a config, the ports it runs on, and its Rust handlers.
+pub struct Consumer {
+    config: Arc<Config>,
+    broker: Arc<dyn Broker>,
+    ledger: Arc<dyn Ledger>,
+    runlog: Arc<dyn RunLog>,
+    handlers: Handlers,
+    options: Options,
+}
+
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("config", &self.config.path)
+            .field("handlers", &self.handlers)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Consumer {
+    /// A consumer over the given ports (RabbitMQ + Redis, or in-memory for `standalone`).
+    pub fn new(
+        config: Config,
+        broker: Arc<dyn Broker>,
+        ledger: Arc<dyn Ledger>,
+        runlog: Arc<dyn RunLog>,
+        options: Options,
+    ) -> Self {
+        Self {
+            config: Arc::new(config),
+            broker,
+            ledger,
+            runlog,
+            handlers: Handlers::new(),
+            options,
+        }
+    }
+
+    /// Registers a Rust handler for `job` (see [`JobHandler`]).
+    pub fn register(&mut self, job: JobName, handler: impl JobHandler) -> &mut Self {
+        self.handlers.register(job, handler);
+        self
+    }
+
+    /// Replaces every registered handler.
+    pub fn with_handlers(mut self, handlers: Handlers) -> Self {
+        self.handlers = handlers;
+        self
+    }
+
+    /// Connects to RabbitMQ and Redis at `endpoints` and builds a consumer on them.
+    ///
+    /// # Errors
+    /// [`Error::Connect`] or [`Error::Store`] when a service cannot be reached within
+    /// [`cronq_shared::connect::CONNECT_TIMEOUT`].
+    pub async fn connect(
+        config: Config,
+        endpoints: &Endpoints,
+        options: Options,
+    ) -> Result<Self, Error> {
+        let names = endpoints.names();
+        let broker = AmqpBroker::connect(&endpoints.amqp_url, names.clone())
+            .await
+            .map_err(Error::Connect)?;
+        let conn = connect::redis(&endpoints.redis_url)
+            .await
+            .map_err(Error::Store)?;
+        let retention = config
+            .jobs
+            .iter()
+            .map(|j| j.retention)
+            .max()
+            .unwrap_or(Duration::from_secs(7 * 24 * 3600));
+        Ok(Self::new(
+            config,
+            Arc::new(broker),
+            Arc::new(RedisLedger::new(conn.clone(), names.clone())),
+            Arc::new(RedisRunLog::new(conn, &names, retention)),
+            options,
+        ))
+    }
+
+    /// The logical queues this consumer serves.
+    ///
+    /// # Errors
+    /// [`Error::UnknownQueue`] when `--queues` names a queue no job uses.
+    pub fn queues(&self) -> Result<Vec<QueueName>, Error> {
+        self.options.select_queues(&self.config)
+    }
+
+    /// Runs until `shutdown` is cancelled, then drains (see the module docs).
+    ///
+    /// # Errors
+    /// [`Error`] when the queues are wrong, the broker refuses the subscription, or it
+    /// ends unexpectedly.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
+        let queues = self.queues()?;
+        for job in &self.config.jobs {
+            if queues.contains(&job.queue)
+                && job.handler.is_none()
+                && !self.handlers.contains(&job.name)
+            {
+                tracing::warn!(job = %job.name, "job has no handler in the config and none is registered: its occurrences will be dead-lettered");
+            }
+        }
+        self.broker
+            .declare(&self.config.queues())
+            .await
+            .map_err(Error::Broker)?;
+        let concurrency = self.options.concurrency.max(1);
+        let intake = shutdown.child_token();
+        let mut rx = self
+            .broker
+            .consume(&queues, concurrency, intake.clone())
+            .await
+            .map_err(Error::Broker)?;
+        let lease = self.options.lease.max(Duration::from_millis(300));
+        let hold = lease * 2;
+        tracing::info!(
+            queues = %queues.iter().map(QueueName::as_str).collect::<Vec<_>>().join(","),
+            concurrency,
+            lease_ms = lease.as_millis() as u64,
+            instance_id = %self.options.consumer_id,
+            "consumer started"
+        );
+        let mut reaper = JoinSet::new();
+        reaper.spawn(
+            Reaper {
+                config: Arc::clone(&self.config),
+                broker: Arc::clone(&self.broker),
+                ledger: Arc::clone(&self.ledger),
+                every: (lease / 2).clamp(Duration::from_millis(100), Duration::from_secs(5)),
+                hold,
+            }
+            .run(shutdown.clone()),
+        );
+        let worker = Arc::new(Worker {
+            config: Arc::clone(&self.config),
+            broker: Arc::clone(&self.broker),
+            ledger: Arc::clone(&self.ledger),
+            runlog: Arc::clone(&self.runlog),
+            handlers: self.handlers.clone(),
+            http: reqwest::Client::new(),
+            lease,
+            hold,
+            consumer_id: self.options.consumer_id.clone(),
+        });
+        let abort = CancellationToken::new();
+        let permits = Arc::new(Semaphore::new(usize::from(concurrency)));
+        let mut tasks = JoinSet::new();
+        let ended = loop {
+            while tasks.try_join_next().is_some() {}
+            let permit = tokio::select! {
+                biased;
+                () = shutdown.cancelled() => break false,
+                p = Arc::clone(&permits).acquire_owned() => p.expect("the semaphore is never closed"),
+            };
+            let delivery = tokio::select! {
+                biased;
+                () = shutdown.cancelled() => break false,
+                d = rx.recv() => match d {
+                    Some(d) => d,
+                    None => break !shutdown.is_cancelled(),
+                },
+            };
+            tasks.spawn(Arc::clone(&worker).process(
+                delivery,
+                permit,
+                abort.clone(),
+                shutdown.clone(),
+            ));
+        };
+        // 1. Stop intake; give back what was prefetched but not started.
+        intake.cancel();
+        rx.close();
+        while let Ok(d) = rx.try_recv() {
+            let _ = d.acker.requeue().await;
+        }
+        // 2. Let running attempts finish within the grace period.
+        let running = tasks.len();
+        if running > 0 {
+            tracing::info!(
+                running,
+                grace_ms = self.options.grace.as_millis() as u64,
+                "waiting for running attempts"
+            );
+        }
+        let drained = tokio::time::timeout(self.options.grace, async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await
+        .is_ok();
+        // 3. Stop the rest: each releases its claim and republishes its occurrence.
+        if !drained {
+            tracing::warn!(
+                left = tasks.len(),
+                "grace period over: stopping attempts and releasing their claims"
+            );
+            abort.cancel();
+            let released = tokio::time::timeout(RELEASE_WAIT, async {
+                while tasks.join_next().await.is_some() {}
+            })
+            .await
+            .is_ok();
+            if !released {
+                tracing::error!(
+                    left = tasks.len(),
+                    "attempts did not stop: aborting them; their claims lapse after the lease"
+                );
+                tasks.shutdown().await;
+            }
+        }
+        reaper.shutdown().await;
+        tracing::info!("consumer stopped");
+        if ended {
+            return Err(Error::SubscriptionEnded);
+        }
+        Ok(())
+    }
+}

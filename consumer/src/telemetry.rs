@@ -1,0 +1,35 @@
+//! The consumer's metrics, through the `metrics` facade (served by the binary's admin
+//! address). Labels are low-cardinality only: job names from the config, outcomes; never a
+//! key, never a job name taken from an unknown message.
+
+use std::time::Duration;
+
+/// Label for messages whose job is not in the config (or unreadable).
+pub(crate) const UNKNOWN_JOB: &str = "unknown";
+
+/// `cronq_attempts_total{job,outcome}`.
+pub(crate) fn attempt(job: &str, outcome: &str) {
+    metrics::counter!("cronq_attempts_total", "job" => job.to_owned(), "outcome" => outcome.to_owned())
+        .increment(1);
+}
+
+/// `cronq_attempt_duration_seconds{job}`.
+pub(crate) fn duration(job: &str, took: Duration) {
+    metrics::histogram!("cronq_attempt_duration_seconds", "job" => job.to_owned())
+        .record(took.as_secs_f64());
+}
+
+/// `cronq_duplicates_acked_total{job}`.
+pub(crate) fn duplicate(job: &str) {
+    metrics::counter!("cronq_duplicates_acked_total", "job" => job.to_owned()).increment(1);
+}
+
+/// `cronq_dead_lettered_total{job}`.
+pub(crate) fn dead_lettered(job: &str) {
+    metrics::counter!("cronq_dead_lettered_total", "job" => job.to_owned()).increment(1);
+}
+
+/// `cronq_redeliveries_total`.
+pub(crate) fn redelivery() {
+    metrics::counter!("cronq_redeliveries_total").increment(1);
+}

@@ -1,0 +1,464 @@
+//! Processing one delivery, from decode to the recorded outcome.
+//!
+//! Order of a delivery's life (ack-early, SPEC section 4):
+//! 1. [`executor::admit`]: malformed, unknown job, no handler → dead-letter, then ack.
+//! 2. Past its start deadline → `missed`, then ack.
+//! 3. [`Ledger::claim`] (idempotency + overlap, one atomic step): duplicate → ack without
+//!    running; busy → `skipped` (skip) or back to the broker with a short delay (queue,
+//!    replace); store unreachable → hold the delivery unacked and retry with backoff:
+//!    nothing runs, nothing is acked.
+//! 4. Claimed: the message body is stored in the claim, so the delivery is acked at once.
+//!    The broker's `consumer_timeout` can then never close the channel under a long job, and
+//!    the claim's lease (renewed by heartbeats) decides instead whether it must run again.
+//! 5. The outcome is recorded (fenced by the claim) before anything that follows it: the
+//!    retry message, the dead letter's ledger record, the release at shutdown. A follow-up
+//!    message is stored in the record, so the reaper republishes it if this consumer dies.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use cronq_shared::broker::{Broker, Delivery, Outgoing};
+use cronq_shared::config::{Config, Job, Overlap};
+use cronq_shared::ledger::{Claim, ClaimOutcome, End, FollowUp, Lease, Ledger, Settle, State};
+use cronq_shared::message::Occurrence;
+use cronq_shared::runlog::{Outcome, Run, RunLog};
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
+
+use crate::attempt::{Supervision, supervise};
+use crate::dead_letter::{self, publish};
+use crate::executor::{self, Reject, Verdict};
+use crate::handler::Runner;
+use crate::registry::Handlers;
+use crate::telemetry;
+
+/// How long an occurrence held back by overlap `queue`/`replace` waits broker-side before
+/// it is looked at again.
+pub(crate) const OVERLAP_RECHECK: Duration = Duration::from_secs(1);
+
+/// First wait after the idempotency store failed; doubled up to [`STORE_BACKOFF_MAX`].
+const STORE_BACKOFF: Duration = Duration::from_millis(500);
+/// See [`STORE_BACKOFF`].
+const STORE_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// Delays between tries to record an attempt's end.
+const COMPLETE_BACKOFF: &[Duration] = &[
+    Duration::from_millis(200),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+];
+
+/// Everything a delivery's processing needs; shared by all tasks of a consumer.
+pub(crate) struct Worker {
+    pub(crate) config: Arc<Config>,
+    pub(crate) broker: Arc<dyn Broker>,
+    pub(crate) ledger: Arc<dyn Ledger>,
+    pub(crate) runlog: Arc<dyn RunLog>,
+    pub(crate) handlers: Handlers,
+    pub(crate) http: reqwest::Client,
+    /// Execution lease.
+    pub(crate) lease: Duration,
+    /// How long a follow-up message may stay unclaimed before the reaper republishes it.
+    pub(crate) hold: Duration,
+    /// This consumer's name in the run history.
+    pub(crate) consumer_id: String,
+}
+
+async fn ack(d: &Delivery, job: &str) {
+    if let Err(err) = d.acker.ack().await {
+        tracing::warn!(job, queue = %d.queue, error = %err, "ack failed; the broker will redeliver and the ledger deduplicates");
+    }
+}
+
+async fn requeue(d: &Delivery) {
+    if let Err(err) = d.acker.requeue().await {
+        tracing::warn!(queue = %d.queue, error = %err, "requeue failed; the broker redelivers when the channel closes");
+    }
+}
+
+impl Worker {
+    /// Whether `job` can run here.
+    pub(crate) fn has_handler(&self, job: &Job) -> bool {
+        self.handlers.contains(&job.name) || job.handler.is_some()
+    }
+
+    /// Processes one delivery; `permit` bounds concurrency and is held to the end.
+    pub(crate) async fn process(
+        self: Arc<Self>,
+        d: Delivery,
+        permit: OwnedSemaphorePermit,
+        abort: CancellationToken,
+        shutdown: CancellationToken,
+    ) {
+        let _permit = permit;
+        if d.redelivered {
+            telemetry::redelivery();
+        }
+        let config = Arc::clone(&self.config);
+        let admitted = executor::admit(&d.body, &config, |job| self.has_handler(job)).and_then(
+            |(occ, job)| match Runner::resolve(job, &self.handlers, &self.http) {
+                Some(runner) => Ok((occ, job, runner)),
+                None => Err(Reject::NoHandler(job.name.clone())),
+            },
+        );
+        let (occ, job, runner) = match admitted {
+            Ok(x) => x,
+            Err(reject) => return self.reject(&d, &reject).await,
+        };
+        if occ.attempt <= 1
+            && let Some(deadline) = start_deadline(&occ, job)
+            && Utc::now() > deadline
+        {
+            let why = format!(
+                "could not start before its deadline {}",
+                deadline.to_rfc3339()
+            );
+            return self
+                .settle(&d, &occ, job, State::Missed, why, &shutdown)
+                .await;
+        }
+        let claim = Claim {
+            key: occ.key.clone(),
+            job: occ.job.clone(),
+            queue: job.queue.clone(),
+            attempt: occ.attempt,
+            overlap: job.overlap,
+            lease: self.lease,
+            retention: job.retention,
+            body: d.body.clone(),
+        };
+        // While the store is unreachable nothing runs and nothing is acked: the delivery is
+        // held unacked (requeueing would spend the queue's delivery limit) and the claim is
+        // retried with backoff; at shutdown it is requeued.
+        let mut wait = STORE_BACKOFF;
+        let claimed = loop {
+            match self.ledger.claim(&claim).await {
+                Ok(outcome) => break outcome,
+                Err(err) => {
+                    tracing::warn!(job = %occ.job, key = %occ.key, error = %err, "cannot reach the idempotency store: holding the delivery unacked, nothing runs until it is back");
+                    let slept = shutdown.run_until_cancelled(tokio::time::sleep(wait)).await;
+                    if slept.is_none() {
+                        requeue(&d).await;
+                        return;
+                    }
+                    wait = (wait * 2).min(STORE_BACKOFF_MAX);
+                }
+            }
+        };
+        match claimed {
+            ClaimOutcome::Duplicate { state, attempt } => {
+                tracing::debug!(job = %occ.job, key = %occ.key, attempt = occ.attempt, state = %state, recorded_attempt = attempt, "duplicate delivery acked without running");
+                telemetry::duplicate(occ.job.as_str());
+                ack(&d, occ.job.as_str()).await;
+            }
+            ClaimOutcome::Busy { holder } => {
+                if job.overlap == Overlap::Skip {
+                    let why = format!("{holder} was still running");
+                    self.settle(&d, &occ, job, State::Skipped, why, &shutdown)
+                        .await;
+                } else {
+                    tracing::debug!(job = %occ.job, key = %occ.key, holder = %holder, "held back until the earlier occurrence ends");
+                    self.hold_back(&d, &occ).await;
+                }
+            }
+            ClaimOutcome::Claimed { lease, takeover } => {
+                if takeover {
+                    tracing::info!(job = %occ.job, key = %occ.key, attempt = occ.attempt, "running an occurrence whose previous owner stopped");
+                }
+                ack(&d, occ.job.as_str()).await;
+                drop(d);
+                self.execute(runner, occ, job, lease, &abort).await;
+            }
+        }
+    }
+
+    async fn reject(&self, d: &Delivery, reject: &Reject) {
+        let occ = Occurrence::decode(&d.body).ok();
+        let label = occ
+            .as_ref()
+            .filter(|o| self.config.job(o.job.as_str()).is_some())
+            .map_or(telemetry::UNKNOWN_JOB.to_owned(), |o| o.job.to_string());
+        let letter = dead_letter::letter(&d.body, occ.as_ref(), &d.queue, 0, reject.reason(), None);
+        match dead_letter::send(&*self.broker, &letter).await {
+            Ok(()) => {
+                tracing::warn!(job = %label, key = letter.key.as_deref().unwrap_or(""), queue = %d.queue, reason = %letter.reason, "dead-lettered a message that cannot run");
+                telemetry::dead_lettered(&label);
+                ack(d, &label).await;
+            }
+            Err(err) => {
+                tracing::error!(job = %label, queue = %d.queue, error = %err, "cannot dead-letter a message that cannot run: requeueing it");
+                requeue(d).await;
+            }
+        }
+    }
+
+    /// Records `state` (missed, skipped) without running, then acks.
+    async fn settle(
+        &self,
+        d: &Delivery,
+        occ: &Occurrence,
+        job: &Job,
+        state: State,
+        why: String,
+        shutdown: &CancellationToken,
+    ) {
+        let settle = Settle {
+            key: occ.key.clone(),
+            job: occ.job.clone(),
+            attempt: occ.attempt,
+            state,
+            error: Some(why.clone()),
+            retention: job.retention,
+        };
+        match self.ledger.settle(&settle).await {
+            Ok(true) => {
+                let outcome = if state == State::Missed {
+                    Outcome::Missed
+                } else {
+                    Outcome::Skipped
+                };
+                tracing::info!(job = %occ.job, key = %occ.key, outcome = %outcome, reason = %why, "occurrence not run");
+                self.record(occ, Utc::now(), Duration::ZERO, outcome, Some(why))
+                    .await;
+                ack(d, occ.job.as_str()).await;
+            }
+            Ok(false) => {
+                telemetry::duplicate(occ.job.as_str());
+                ack(d, occ.job.as_str()).await;
+            }
+            Err(err) => {
+                tracing::warn!(job = %occ.job, key = %occ.key, error = %err, "cannot reach the idempotency store: requeueing");
+                requeue(d).await;
+                shutdown
+                    .run_until_cancelled(tokio::time::sleep(STORE_BACKOFF))
+                    .await;
+            }
+        }
+    }
+
+    /// Sends the occurrence back through a broker-side delay (overlap queue/replace): the
+    /// delivery is never held while waiting.
+    async fn hold_back(&self, d: &Delivery, occ: &Occurrence) {
+        let out = Outgoing {
+            queue: d.queue.clone(),
+            occurrence: occ.clone(),
+            delay: OVERLAP_RECHECK,
+        };
+        match self.broker.publish(&[out]).await {
+            Ok(()) => ack(d, occ.job.as_str()).await,
+            Err(err) => {
+                tracing::warn!(job = %occ.job, key = %occ.key, error = %err, "cannot hold the occurrence back: requeueing");
+                requeue(d).await;
+            }
+        }
+    }
+
+    async fn execute(
+        &self,
+        runner: Runner,
+        occ: Occurrence,
+        job: &Job,
+        lease: Lease,
+        abort: &CancellationToken,
+    ) {
+        let started_at = Utc::now();
+        let t0 = Instant::now();
+        tracing::debug!(job = %occ.job, key = %occ.key, attempt = occ.attempt, "attempt started");
+        let sup = Supervision {
+            ledger: &*self.ledger,
+            lease: &lease,
+            lease_for: self.lease,
+            timeout: job.timeout,
+            abort,
+        };
+        let ending = supervise(runner, occ.clone(), sup).await;
+        let took = t0.elapsed();
+        telemetry::duration(occ.job.as_str(), took);
+        let verdict = executor::classify(job, occ.attempt, ending);
+        let (outcome, error) = self.conclude(&occ, job, &lease, verdict).await;
+        match outcome {
+            Outcome::Succeeded => {
+                tracing::debug!(job = %occ.job, key = %occ.key, attempt = occ.attempt, elapsed_ms = took.as_millis() as u64, "attempt succeeded");
+            }
+            _ => {
+                tracing::warn!(job = %occ.job, key = %occ.key, attempt = occ.attempt, elapsed_ms = took.as_millis() as u64, outcome = %outcome, error = error.as_deref().unwrap_or(""), "attempt did not succeed");
+            }
+        }
+        self.record(&occ, started_at, took, outcome, error).await;
+    }
+
+    /// Acts on a verdict; returns what the run history shows.
+    async fn conclude(
+        &self,
+        occ: &Occurrence,
+        job: &Job,
+        lease: &Lease,
+        verdict: Verdict,
+    ) -> (Outcome, Option<String>) {
+        let end = |state, error: Option<String>, next| End {
+            state,
+            error,
+            retention: job.retention,
+            next,
+        };
+        let (done, outcome, error) = match verdict {
+            Verdict::Succeeded => {
+                let done = self
+                    .complete(lease, &end(State::Succeeded, None, None))
+                    .await;
+                (done, Outcome::Succeeded, None)
+            }
+            Verdict::Retry { after, error } => {
+                let next = Occurrence {
+                    attempt: occ.attempt + 1,
+                    last_error: Some(error.clone()),
+                    published_at: Utc::now(),
+                    ..occ.clone()
+                };
+                let follow = FollowUp {
+                    attempt: next.attempt,
+                    body: next.encode(),
+                    within: after + self.hold,
+                };
+                let state = end(State::Retrying, Some(error.clone()), Some(follow));
+                let done = self.complete(lease, &state).await;
+                if done == Some(true) {
+                    let out = Outgoing {
+                        queue: job.queue.clone(),
+                        occurrence: next,
+                        delay: after,
+                    };
+                    if let Err(err) = publish(&*self.broker, out).await {
+                        tracing::warn!(job = %occ.job, key = %occ.key, error = %err, "cannot publish the retry; the reaper republishes it later");
+                    }
+                }
+                (done, Outcome::Retrying, Some(error))
+            }
+            Verdict::Fail { error } => {
+                // Dead-letter first: a crash in between reruns the attempt (at-least-once)
+                // instead of losing the letter.
+                let letter = dead_letter::letter(
+                    &occ.encode(),
+                    Some(occ),
+                    &job.queue,
+                    occ.attempt,
+                    "failed".to_owned(),
+                    Some(error.clone()),
+                );
+                if let Err(err) = dead_letter::send(&*self.broker, &letter).await {
+                    tracing::error!(job = %occ.job, key = %occ.key, error = %err, "cannot dead-letter a failed occurrence: leaving its claim to lapse so it runs again");
+                    return (Outcome::Lost, Some(error));
+                }
+                telemetry::dead_lettered(occ.job.as_str());
+                let done = self
+                    .complete(lease, &end(State::Failed, Some(error.clone()), None))
+                    .await;
+                (done, Outcome::Failed, Some(error))
+            }
+            Verdict::Cancelled => {
+                let why = "replaced by a newer occurrence".to_owned();
+                let done = self
+                    .complete(lease, &end(State::Cancelled, Some(why.clone()), None))
+                    .await;
+                (done, Outcome::Cancelled, Some(why))
+            }
+            Verdict::Interrupted => {
+                let follow = FollowUp {
+                    attempt: occ.attempt,
+                    body: occ.encode(),
+                    within: self.hold,
+                };
+                let why = "consumer shut down".to_owned();
+                let done = self
+                    .complete(lease, &end(State::Pending, Some(why.clone()), Some(follow)))
+                    .await;
+                if done == Some(true) {
+                    let out = Outgoing {
+                        queue: job.queue.clone(),
+                        occurrence: occ.clone(),
+                        delay: Duration::ZERO,
+                    };
+                    if let Err(err) = publish(&*self.broker, out).await {
+                        tracing::warn!(job = %occ.job, key = %occ.key, error = %err, "cannot republish an interrupted occurrence; the reaper does it later");
+                    }
+                }
+                (done, Outcome::Interrupted, Some(why))
+            }
+            Verdict::Lost => (None, Outcome::Lost, None),
+        };
+        let (outcome, error) = match done {
+            Some(true) => (outcome, error),
+            Some(false) | None if outcome != Outcome::Lost => {
+                tracing::warn!(job = %occ.job, key = %occ.key, attempt = occ.attempt, "this consumer lost its claim: another consumer runs the occurrence again; outcome not recorded");
+                (Outcome::Lost, error)
+            }
+            _ => (Outcome::Lost, error),
+        };
+        let error = match (outcome, error) {
+            (Outcome::Lost, e) => Some(e.map_or_else(
+                || "lost the claim: the lease lapsed and another consumer took over".to_owned(),
+                |e| format!("lost the claim after: {e}"),
+            )),
+            (_, e) => e,
+        };
+        (outcome, error)
+    }
+
+    /// Records an attempt's end, retrying while the store is unreachable. `Some(false)`
+    /// when fenced, `None` when the store stayed unreachable (the lease then lapses and the
+    /// reaper hands the occurrence to another consumer).
+    async fn complete(&self, lease: &Lease, end: &End) -> Option<bool> {
+        let mut delays = COMPLETE_BACKOFF.iter();
+        loop {
+            match self.ledger.complete(lease, end).await {
+                Ok(done) => return Some(done),
+                Err(err) => match delays.next() {
+                    Some(d) => {
+                        tracing::warn!(job = %lease.job, key = %lease.key, error = %err, "cannot record the attempt's end, retrying");
+                        tokio::time::sleep(*d).await;
+                    }
+                    None => {
+                        tracing::error!(job = %lease.job, key = %lease.key, error = %err, "cannot record the attempt's end: the occurrence runs again after its lease lapses");
+                        return None;
+                    }
+                },
+            }
+        }
+    }
+
+    async fn record(
+        &self,
+        occ: &Occurrence,
+        started_at: DateTime<Utc>,
+        took: Duration,
+        outcome: Outcome,
+        error: Option<String>,
+    ) {
+        telemetry::attempt(occ.job.as_str(), outcome.as_str());
+        let run = Run {
+            key: occ.key.clone(),
+            job: occ.job.clone(),
+            attempt: occ.attempt,
+            consumer: self.consumer_id.clone(),
+            started_at,
+            duration: took,
+            outcome,
+            error,
+        };
+        if let Err(err) = self.runlog.record(&run).await {
+            tracing::warn!(job = %occ.job, key = %occ.key, error = %err, "cannot write the run history");
+        }
+    }
+}
+
+/// The instant after which `occ` must not start: the message's, else the job's `deadline`
+/// after the scheduled time.
+fn start_deadline(occ: &Occurrence, job: &Job) -> Option<DateTime<Utc>> {
+    occ.deadline.or_else(|| {
+        job.deadline
+            .and_then(|d| chrono::Duration::from_std(d).ok())
+            .map(|d| occ.scheduled_at + d)
+    })
+}

@@ -1,0 +1,122 @@
+//! The producer as one long-running part: an elector, a scheduler and (optionally) a
+//! config reloader, owned in one `JoinSet`, stopped by one token.
+
+use std::sync::Arc;
+
+use cronq_shared::broker::Broker;
+use cronq_shared::config::Config;
+use cronq_shared::control::Control;
+use cronq_shared::lease::Lease;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use crate::error::Error;
+use crate::leader::{Elector, Leadership};
+use crate::reload::Reloader;
+use crate::scheduler::Scheduler;
+
+/// A producer: joins leader election; while leading, publishes occurrences.
+pub struct Producer {
+    broker: Arc<dyn Broker>,
+    lease: Arc<dyn Lease>,
+    control: Control,
+    config: watch::Receiver<Arc<Config>>,
+    reloader: Option<Reloader>,
+    instance: String,
+}
+
+impl Producer {
+    /// A producer with id `instance` (see [`instance_id`]) reading its config from `config`.
+    pub fn new(
+        broker: Arc<dyn Broker>,
+        lease: Arc<dyn Lease>,
+        control: Control,
+        config: watch::Receiver<Arc<Config>>,
+        instance: impl Into<String>,
+    ) -> Self {
+        Self {
+            broker,
+            lease,
+            control,
+            config,
+            reloader: None,
+            instance: instance.into(),
+        }
+    }
+
+    /// Also runs `reloader` (SIGHUP handling) for the producer's lifetime.
+    pub fn with_reloader(mut self, reloader: Reloader) -> Self {
+        self.reloader = Some(reloader);
+        self
+    }
+
+    /// Runs until `shutdown` is cancelled; then stops publishing and releases the lease at
+    /// once (a standby takes over within one `retry`).
+    ///
+    /// # Errors
+    /// [`Error::Task`] when a task panicked.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
+        let (elector, leadership) = Elector::new(
+            self.lease.clone(),
+            self.instance.clone(),
+            self.config.clone(),
+        );
+        let scheduler = Scheduler::new(self.broker, self.control, self.config, leadership.clone());
+        info!(instance_id = %self.instance, "producer started: joining leader election");
+        let mut tasks = JoinSet::new();
+        // If the elector or the scheduler ends (or panics) the others stop too.
+        let token = shutdown.child_token();
+        {
+            let (t, stop_others) = (token.clone(), token.clone().drop_guard());
+            tasks.spawn(async move {
+                let _stop_others = stop_others; // cancels siblings even on panic
+                elector.run(t).await;
+            });
+        }
+        {
+            let (t, stop_others) = (token.clone(), token.clone().drop_guard());
+            tasks.spawn(async move {
+                let _stop_others = stop_others;
+                scheduler.run(t).await;
+            });
+        }
+        if let Some(reloader) = self.reloader {
+            let t = token.clone();
+            tasks.spawn(async move { reloader.run(t).await });
+        }
+        let mut failure = None;
+        while let Some(joined) = tasks.join_next().await {
+            if let Err(source) = joined {
+                token.cancel();
+                failure.get_or_insert(Error::Task {
+                    task: "producer",
+                    source,
+                });
+            }
+        }
+        drop(leadership);
+        info!(instance_id = %self.instance, "producer stopped");
+        failure.map_or(Ok(()), Err)
+    }
+}
+
+/// Whether `rx` says this producer leads now (for `/readyz`-style probes).
+pub fn is_leading(rx: &watch::Receiver<Option<Leadership>>) -> bool {
+    rx.borrow().is_some()
+}
+
+/// A fresh instance id: host name, process id and a random suffix (no spaces).
+pub fn instance_id() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().replace(char::is_whitespace, "-"))
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".to_owned());
+    format!(
+        "{host}-{}-{:04x}",
+        std::process::id(),
+        rand::random::<u16>()
+    )
+}

@@ -1,0 +1,33 @@
+-- Ends a claimed attempt, fenced by its token: a consumer that lost its claim (its lease
+-- expired and the reaper took the key over) changes nothing.
+-- KEYS[1] record hash   KEYS[2] lease zset   KEYS[3] job lock
+-- ARGV[1] key   ARGV[2] token   ARGV[3] state   ARGV[4] error ('' = none)
+-- ARGV[5] retention ms
+-- ARGV[6] next attempt allowed to claim ('' when the state is terminal)
+-- ARGV[7] body of the message that must follow (retry or release)
+-- ARGV[8] ms after which the reaper republishes that body if no one claimed it
+-- Returns 1, or 0 when fenced.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if redis.call('HGET', KEYS[1], 'state') ~= 'running'
+  or redis.call('HGET', KEYS[1], 'token') ~= ARGV[2] then
+  return 0
+end
+if redis.call('GET', KEYS[3]) == ARGV[1] .. '|' .. ARGV[2] then
+  redis.call('DEL', KEYS[3])
+end
+redis.call('HSET', KEYS[1], 'state', ARGV[3], 'token', '', 'updated', now)
+if ARGV[4] ~= '' then
+  redis.call('HSET', KEYS[1], 'error', ARGV[4])
+else
+  redis.call('HDEL', KEYS[1], 'error')
+end
+if ARGV[6] ~= '' then
+  redis.call('HSET', KEYS[1], 'next', ARGV[6], 'body', ARGV[7])
+  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[8]), ARGV[1])
+else
+  redis.call('HDEL', KEYS[1], 'body')
+  redis.call('ZREM', KEYS[2], ARGV[1])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 1

@@ -1,0 +1,24 @@
+-- Renews the execution lease of a claim, and the job lock of an exclusive job.
+-- KEYS[1] record hash   KEYS[2] lease zset   KEYS[3] job lock
+-- ARGV[1] key   ARGV[2] token   ARGV[3] lease ms
+-- Returns "held" | "cancel" (a replacing occurrence asked this one to stop) | "lost"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if redis.call('HGET', KEYS[1], 'state') ~= 'running'
+  or redis.call('HGET', KEYS[1], 'token') ~= ARGV[2] then
+  return 'lost'
+end
+local lease = tonumber(ARGV[3])
+redis.call('HSET', KEYS[1], 'lease_until', now + lease)
+redis.call('ZADD', KEYS[2], now + lease, ARGV[1])
+if redis.call('HGET', KEYS[1], 'exclusive') == '1' then
+  local mine = ARGV[1] .. '|' .. ARGV[2]
+  local holder = redis.call('GET', KEYS[3])
+  if not holder or holder == mine then
+    redis.call('SET', KEYS[3], mine, 'PX', lease)
+  end
+end
+if redis.call('HGET', KEYS[1], 'cancel') == '1' then
+  return 'cancel'
+end
+return 'held'

@@ -1,0 +1,247 @@
+//! The ledger on Redis: one hash per occurrence key, one sorted set of lease expiries, one
+//! string lock per exclusive job. Every operation is one Lua script (loaded with
+//! `include_str!`, run with EVALSHA and reloaded on `NOSCRIPT` by the `redis` crate), so it
+//! is atomic; lease times come from the Redis server's clock (`TIME`), never from the
+//! consumers', so clock skew between hosts cannot shorten or stretch a lease.
+//!
+//! Key layout (all through [`Names::redis_key`]): `ns:occ:KEY` (hash: state, attempt,
+//! next, token, job, queue, body, lease_until, cancel, exclusive, error, updated),
+//! `ns:leases` (zset KEY → lease expiry ms), `ns:joblock:JOB` (`KEY|TOKEN`, PX lease).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::Script;
+use redis::aio::ConnectionManager;
+
+use super::{
+    Claim, ClaimOutcome, End, Heartbeat, Lease, Ledger, Orphan, Record, Settle, State, millis,
+};
+use crate::connect::StoreError;
+use crate::key::OccurrenceKey;
+use crate::names::{JobName, Names};
+
+/// The Redis ledger. Cheap to clone.
+#[derive(Clone)]
+pub struct RedisLedger {
+    conn: ConnectionManager,
+    names: Names,
+    scripts: Scripts,
+}
+
+#[derive(Clone)]
+struct Scripts {
+    claim: Script,
+    heartbeat: Script,
+    complete: Script,
+    settle: Script,
+    reap: Script,
+}
+
+impl std::fmt::Debug for RedisLedger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisLedger")
+            .field("namespace", self.names.namespace())
+            .finish()
+    }
+}
+
+impl RedisLedger {
+    /// A ledger over an open connection (see [`crate::connect::redis`]).
+    pub fn new(conn: ConnectionManager, names: Names) -> Self {
+        Self {
+            conn,
+            names,
+            scripts: Scripts {
+                claim: Script::new(include_str!("claim.lua")),
+                heartbeat: Script::new(include_str!("heartbeat.lua")),
+                complete: Script::new(include_str!("complete.lua")),
+                settle: Script::new(include_str!("settle.lua")),
+                reap: Script::new(include_str!("reap.lua")),
+            },
+        }
+    }
+
+    fn record_key(&self, key: &str) -> String {
+        self.names.redis_key(&["occ", key])
+    }
+
+    fn record_prefix(&self) -> String {
+        self.names.redis_key(&["occ", ""])
+    }
+
+    fn leases_key(&self) -> String {
+        self.names.redis_key(&["leases"])
+    }
+
+    fn job_lock_key(&self, job: &JobName) -> String {
+        self.names.redis_key(&["joblock", job.as_str()])
+    }
+}
+
+fn new_token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+fn overlap_arg(overlap: crate::config::Overlap) -> &'static str {
+    use crate::config::Overlap;
+    match overlap {
+        Overlap::Allow => "allow",
+        Overlap::Skip => "skip",
+        Overlap::Queue => "queue",
+        Overlap::Replace => "replace",
+    }
+}
+
+fn unexpected(what: &str) -> StoreError {
+    StoreError::Corrupt {
+        key: "a ledger script reply".to_owned(),
+        source: serde::de::Error::custom(format!("unexpected reply {what:?}")),
+    }
+}
+
+#[async_trait]
+impl Ledger for RedisLedger {
+    async fn claim(&self, claim: &Claim) -> Result<ClaimOutcome, StoreError> {
+        let key = claim.key.to_string();
+        let token = new_token();
+        let reply: Vec<String> = self
+            .scripts
+            .claim
+            .key(self.record_key(&key))
+            .key(self.leases_key())
+            .key(self.job_lock_key(&claim.job))
+            .arg(&key)
+            .arg(claim.job.as_str())
+            .arg(claim.queue.as_str())
+            .arg(claim.attempt)
+            .arg(&token)
+            .arg(millis(claim.lease))
+            .arg(millis(claim.retention))
+            .arg(overlap_arg(claim.overlap))
+            .arg(&claim.body[..])
+            .arg(self.record_prefix())
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        match reply.as_slice() {
+            [tag, takeover] if tag == "claimed" => Ok(ClaimOutcome::Claimed {
+                lease: Lease {
+                    key: claim.key.clone(),
+                    job: claim.job.clone(),
+                    token,
+                },
+                takeover: takeover == "1",
+            }),
+            [tag, state, attempt] if tag == "duplicate" => Ok(ClaimOutcome::Duplicate {
+                state: State::parse(state).ok_or_else(|| unexpected(state))?,
+                attempt: attempt.parse().unwrap_or(0),
+            }),
+            [tag, holder] if tag == "busy" => Ok(ClaimOutcome::Busy {
+                holder: holder.clone(),
+            }),
+            other => Err(unexpected(&other.join(" "))),
+        }
+    }
+
+    async fn heartbeat(&self, lease: &Lease, duration: Duration) -> Result<Heartbeat, StoreError> {
+        let key = lease.key.to_string();
+        let reply: String = self
+            .scripts
+            .heartbeat
+            .key(self.record_key(&key))
+            .key(self.leases_key())
+            .key(self.job_lock_key(&lease.job))
+            .arg(&key)
+            .arg(&lease.token)
+            .arg(millis(duration))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        match reply.as_str() {
+            "held" => Ok(Heartbeat::Held),
+            "cancel" => Ok(Heartbeat::CancelRequested),
+            "lost" => Ok(Heartbeat::Lost),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn complete(&self, lease: &Lease, end: &End) -> Result<bool, StoreError> {
+        let key = lease.key.to_string();
+        let (next, body, within) = match &end.next {
+            Some(f) => (f.attempt.to_string(), f.body.clone(), millis(f.within)),
+            None => (String::new(), Vec::new(), 1),
+        };
+        let done: i64 = self
+            .scripts
+            .complete
+            .key(self.record_key(&key))
+            .key(self.leases_key())
+            .key(self.job_lock_key(&lease.job))
+            .arg(&key)
+            .arg(&lease.token)
+            .arg(end.state.as_str())
+            .arg(end.error.as_deref().unwrap_or(""))
+            .arg(millis(end.retention))
+            .arg(next)
+            .arg(body)
+            .arg(within)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(done == 1)
+    }
+
+    async fn settle(&self, settle: &Settle) -> Result<bool, StoreError> {
+        let key = settle.key.to_string();
+        let done: i64 = self
+            .scripts
+            .settle
+            .key(self.record_key(&key))
+            .key(self.leases_key())
+            .arg(&key)
+            .arg(settle.job.as_str())
+            .arg(settle.attempt)
+            .arg(settle.state.as_str())
+            .arg(settle.error.as_deref().unwrap_or(""))
+            .arg(millis(settle.retention))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(done == 1)
+    }
+
+    async fn reap(&self, limit: usize, hold: Duration) -> Result<Vec<Orphan>, StoreError> {
+        let flat: Vec<Vec<u8>> = self
+            .scripts
+            .reap
+            .key(self.leases_key())
+            .arg(self.record_prefix())
+            .arg(limit.max(1))
+            .arg(millis(hold))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(flat
+            .chunks_exact(3)
+            .map(|c| Orphan {
+                key: String::from_utf8_lossy(&c[0]).into_owned(),
+                queue: String::from_utf8_lossy(&c[1]).into_owned(),
+                body: c[2].clone(),
+            })
+            .collect())
+    }
+
+    async fn get(&self, key: &OccurrenceKey) -> Result<Option<Record>, StoreError> {
+        let fields: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(self.record_key(&key.to_string()))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        let Some(state) = fields.get("state") else {
+            return Ok(None);
+        };
+        Ok(Some(Record {
+            state: State::parse(state).ok_or_else(|| unexpected(state))?,
+            attempt: fields
+                .get("attempt")
+                .and_then(|a| a.parse().ok())
+                .unwrap_or(0),
+            error: fields.get("error").cloned(),
+        }))
+    }
+}

@@ -1,0 +1,816 @@
+//! The consumer end to end, in process, against the real RabbitMQ and Redis: deduplication,
+//! retries and dead letters, rejects, overlap policies, handlers, and a 1,000-occurrence
+//! run across three consumers.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cronq_consumer::{Consumer, Handlers, Options};
+use cronq_shared::broker::amqp::AmqpBroker;
+use cronq_shared::broker::{Broker, Outgoing};
+use cronq_shared::config::Config;
+use cronq_shared::ledger::Ledger;
+use cronq_shared::ledger::redis::RedisLedger;
+use cronq_shared::message::Occurrence;
+use cronq_shared::names::{JobName, Names, Namespace, QueueName};
+use cronq_shared::runlog::{Outcome, RedisRunLog, Run, RunLog};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::broker::occurrence;
+use crate::support::{TestEnv, amqp_url, eventually, redis_url, scoped};
+
+const WAIT: Duration = Duration::from_secs(30);
+const LEASE: Duration = Duration::from_secs(2);
+
+/// A running fleet of in-process consumers on one config, plus a publisher and readers.
+pub struct Fleet {
+    pub config: Config,
+    pub names: Names,
+    pub broker: AmqpBroker,
+    pub ledger: RedisLedger,
+    pub runlog: RedisRunLog,
+    token: CancellationToken,
+    tasks: JoinSet<()>,
+}
+
+impl Fleet {
+    pub async fn new(env: &TestEnv, toml: &str) -> Self {
+        let config = Config::from_toml(toml, Path::new("cronq.toml")).unwrap();
+        for q in config.queues() {
+            env.track_queue(q.as_str());
+        }
+        let names = Names::new(&Namespace::new(&env.namespace).unwrap());
+        let broker = AmqpBroker::connect(&amqp_url(), names.clone())
+            .await
+            .unwrap();
+        broker.declare(&config.queues()).await.unwrap();
+        let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+        Self {
+            ledger: RedisLedger::new(conn.clone(), names.clone()),
+            runlog: RedisRunLog::new(conn, &names, Duration::from_secs(3600)),
+            config,
+            names,
+            broker,
+            token: CancellationToken::new(),
+            tasks: JoinSet::new(),
+        }
+    }
+
+    /// Starts one consumer named `id` with `handlers`; returns its own stop token.
+    pub async fn start(
+        &mut self,
+        id: &str,
+        handlers: Handlers,
+        concurrency: u16,
+    ) -> CancellationToken {
+        let broker = AmqpBroker::connect(&amqp_url(), self.names.clone())
+            .await
+            .unwrap();
+        let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+        let options = Options {
+            queues: Vec::new(),
+            concurrency,
+            grace: Duration::from_secs(5),
+            lease: LEASE,
+            consumer_id: id.to_owned(),
+        };
+        let consumer = Consumer::new(
+            self.config.clone(),
+            Arc::new(broker),
+            Arc::new(RedisLedger::new(conn.clone(), self.names.clone())),
+            Arc::new(RedisRunLog::new(
+                conn,
+                &self.names,
+                Duration::from_secs(3600),
+            )),
+            options,
+        )
+        .with_handlers(handlers);
+        let token = self.token.child_token();
+        let t = token.clone();
+        self.tasks
+            .spawn(async move { consumer.run(t).await.unwrap() });
+        token
+    }
+
+    pub async fn publish(&self, occs: impl IntoIterator<Item = Occurrence>) {
+        let queue = QueueName::new("default").unwrap();
+        let batch: Vec<Outgoing> = occs
+            .into_iter()
+            .map(|occurrence| Outgoing {
+                queue: queue.clone(),
+                occurrence,
+                delay: Duration::ZERO,
+            })
+            .collect();
+        self.broker.publish(&batch).await.unwrap();
+    }
+
+    pub async fn runs(&self, job: &str) -> Vec<Run> {
+        self.runlog
+            .list(Some(&JobName::new(job).unwrap()), 10_000)
+            .await
+            .unwrap()
+    }
+
+    /// Waits until `job` has `n` runs with a terminal outcome, and returns all its runs.
+    pub async fn settled(&self, job: &str, n: usize) -> Vec<Run> {
+        eventually(WAIT, &format!("{n} terminal runs of {job}"), || async {
+            let runs = self.runs(job).await;
+            let done = runs
+                .iter()
+                .filter(|r| {
+                    !matches!(
+                        r.outcome,
+                        Outcome::Retrying | Outcome::Lost | Outcome::Interrupted
+                    )
+                })
+                .count();
+            (done >= n).then_some(runs)
+        })
+        .await
+    }
+
+    /// Stops every consumer and waits for them.
+    pub async fn stop(mut self) {
+        self.token.cancel();
+        while let Some(res) = self.tasks.join_next().await {
+            res.unwrap();
+        }
+        self.broker.close().await;
+    }
+}
+
+/// A Rust handler that records `(key, start, end)` and sleeps `took` (stopping early when
+/// cancelled).
+fn recording(took: Duration) -> (Handlers, Arc<Mutex<Vec<(String, Instant, Instant)>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut handlers = Handlers::new();
+    let s = seen.clone();
+    handlers.register(
+        JobName::new("work").unwrap(),
+        move |occ: Occurrence, token: tokio_util::sync::CancellationToken| {
+            let s = s.clone();
+            async move {
+                let start = Instant::now();
+                let cancelled = tokio::select! {
+                    () = tokio::time::sleep(took) => false,
+                    () = token.cancelled() => true,
+                };
+                s.lock()
+                    .unwrap()
+                    .push((occ.key.to_string(), start, Instant::now()));
+                if cancelled {
+                    Err("cancelled".to_owned())
+                } else {
+                    Ok(())
+                }
+            }
+        },
+    );
+    (handlers, seen)
+}
+
+fn assert_no_overlap(seen: &[(String, Instant, Instant)]) {
+    let mut spans: Vec<_> = seen.iter().map(|(k, s, e)| (*s, *e, k.clone())).collect();
+    spans.sort();
+    for w in spans.windows(2) {
+        assert!(w[0].1 <= w[1].0, "runs overlap: {} and {}", w[0].2, w[1].2);
+    }
+}
+
+const WORK: &str = r#"
+[[job]]
+name = "work"
+schedule = "@every 1s"
+overlap = "OVERLAP"
+max_attempts = 1
+"#;
+
+#[tokio::test]
+async fn consumer_same_occurrence_five_times_runs_once() {
+    scoped("consumer_dup", |env| async move {
+        let mut fleet = Fleet::new(&env, &WORK.replace("OVERLAP", "allow")).await;
+        let (handlers, seen) = recording(Duration::from_millis(200));
+        let stop = fleet.start("c1", handlers, 4).await;
+        fleet
+            .publish(std::iter::repeat_n(occurrence("work", 1), 5))
+            .await;
+        let runs = fleet.settled("work", 1).await;
+        assert_eq!(runs[0].outcome, Outcome::Succeeded);
+        // Stop the consumer; anything not acked would go back to the queue.
+        stop.cancel();
+        fleet.stop().await;
+        let ch = env.amqp().await.create_channel().await.unwrap();
+        let q = ch
+            .queue_declare(
+                format!("{}.q.default", env.namespace).as_str().into(),
+                lapin::options::QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(q.message_count(), 0, "all five deliveries were acked");
+        assert_eq!(
+            seen.lock().unwrap().len(),
+            1,
+            "one run, four duplicates acked"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn consumer_thousand_occurrences_three_consumers_none_twice() {
+    scoped("consumer_1000", |env| async move {
+        let mut fleet = Fleet::new(&env, &WORK.replace("OVERLAP", "allow")).await;
+        let counts: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+        for id in ["c1", "c2", "c3"] {
+            let mut handlers = Handlers::new();
+            let c = counts.clone();
+            handlers.register(JobName::new("work").unwrap(), move |occ: Occurrence, _t| {
+                let c = c.clone();
+                async move {
+                    *c.lock().unwrap().entry(occ.key.to_string()).or_default() += 1;
+                    Ok::<(), String>(())
+                }
+            });
+            fleet.start(id, handlers, 8).await;
+        }
+        let occs: Vec<Occurrence> = (0..1000).map(|i| occurrence("work", i)).collect();
+        for chunk in occs.chunks(100) {
+            fleet.publish(chunk.to_vec()).await;
+        }
+        // Publish a second copy of the first 100: duplicates must not run again.
+        fleet.publish(occs[..100].to_vec()).await;
+        let runs = fleet.settled("work", 1000).await;
+        let counts = counts.lock().unwrap().clone();
+        assert_eq!(counts.len(), 1000);
+        assert!(counts.values().all(|&n| n == 1), "an occurrence ran twice");
+        assert_eq!(runs.len(), 1000);
+        assert!(runs.iter().all(|r| r.outcome == Outcome::Succeeded));
+        let consumers: BTreeSet<_> = runs.iter().map(|r| r.consumer.clone()).collect();
+        assert!(consumers.len() >= 2, "work was shared: {consumers:?}");
+        fleet.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn consumer_failing_job_retries_with_backoff_then_dead_letters() {
+    scoped("consumer_retry", |env| async move {
+        let toml = r#"
+[[job]]
+name = "flaky"
+schedule = "@every 1s"
+command = ["sh", "-c", "echo boom-$CRONQ_ATTEMPT >&2; exit 3"]
+max_attempts = 3
+backoff = "200ms"
+backoff_max = "10s"
+"#;
+        let mut fleet = Fleet::new(&env, toml).await;
+        fleet.start("c1", Handlers::new(), 2).await;
+        fleet.publish([occurrence("flaky", 1)]).await;
+        let mut runs = fleet.settled("flaky", 1).await;
+        runs.reverse(); // oldest first
+        let summary: Vec<_> = runs.iter().map(|r| (r.attempt, r.outcome)).collect();
+        assert_eq!(
+            summary,
+            [
+                (1, Outcome::Retrying),
+                (2, Outcome::Retrying),
+                (3, Outcome::Failed)
+            ]
+        );
+        assert!(
+            runs[2].error.as_deref().unwrap().contains("boom-3"),
+            "{runs:?}"
+        );
+        // Retry delays grow: at least backoff, then at least twice that.
+        let gap = |a: usize| {
+            (runs[a + 1].started_at - runs[a].started_at)
+                .to_std()
+                .unwrap()
+        };
+        assert!(gap(0) >= Duration::from_millis(200), "{:?}", gap(0));
+        assert!(gap(1) >= Duration::from_millis(400), "{:?}", gap(1));
+        let letters = eventually(WAIT, "the dead letter", || async {
+            Some(fleet.broker.dead_letters().await.unwrap()).filter(|l| !l.is_empty())
+        })
+        .await;
+        assert_eq!(letters.len(), 1);
+        assert_eq!(letters[0].reason, "failed");
+        assert_eq!(letters[0].attempts, 3);
+        assert_eq!(
+            letters[0].key.as_deref(),
+            Some(occurrence("flaky", 1).key.to_string().as_str())
+        );
+        assert!(letters[0].last_error.as_deref().unwrap().contains("boom-3"));
+        fleet.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn consumer_rejects_malformed_and_unknown_messages_and_stays_up() {
+    scoped("consumer_reject", |env| async move {
+        let toml = r#"
+[[job]]
+name = "work"
+schedule = "@every 1s"
+
+[[job]]
+name = "orphan"
+schedule = "@every 1s"
+"#;
+        let mut fleet = Fleet::new(&env, toml).await;
+        let (handlers, seen) = recording(Duration::from_millis(10));
+        fleet.start("c1", handlers, 2).await;
+        // A body that is not an occurrence, straight onto the queue's exchange.
+        let conn = env.amqp().await;
+        let ch = conn.create_channel().await.unwrap();
+        ch.basic_publish(
+            fleet.names.exchange().as_str().into(),
+            "default".into(),
+            Default::default(),
+            b"{not json",
+            Default::default(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+        fleet
+            .publish([occurrence("ghost", 1), occurrence("orphan", 1)])
+            .await;
+        let letters = eventually(WAIT, "three dead letters", || async {
+            Some(fleet.broker.dead_letters().await.unwrap()).filter(|l| l.len() == 3)
+        })
+        .await;
+        let reasons: BTreeSet<_> = letters.iter().map(|l| l.reason.clone()).collect();
+        assert!(
+            reasons
+                .iter()
+                .any(|r| r.starts_with("malformed: message is not a cronq occurrence")),
+            "{reasons:?}"
+        );
+        assert!(
+            reasons.contains("unknown job ghost: it is not in this consumer's config"),
+            "{reasons:?}"
+        );
+        assert!(
+            reasons.contains("no handler registered for job orphan"),
+            "{reasons:?}"
+        );
+        // Still alive: a good occurrence runs.
+        fleet.publish([occurrence("work", 1)]).await;
+        fleet.settled("work", 1).await;
+        assert_eq!(seen.lock().unwrap().len(), 1);
+        fleet.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn consumer_overlap_skip_two_consumers() {
+    scoped("consumer_skip", |env| async move {
+        let mut fleet = Fleet::new(&env, &WORK.replace("OVERLAP", "skip")).await;
+        let (h1, seen) = recording(Duration::from_millis(1500));
+        let mut h2 = Handlers::new();
+        // Both consumers share one recorder.
+        let s = seen.clone();
+        h2.register(JobName::new("work").unwrap(), move |occ: Occurrence, _t| {
+            let s = s.clone();
+            async move {
+                let start = Instant::now();
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                s.lock()
+                    .unwrap()
+                    .push((occ.key.to_string(), start, Instant::now()));
+                Ok::<(), String>(())
+            }
+        });
+        fleet.start("c1", h1, 2).await;
+        fleet.start("c2", h2, 2).await;
+        for i in 0..4 {
+            fleet.publish([occurrence("work", i)]).await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let runs = fleet.settled("work", 4).await;
+        let skipped = runs
+            .iter()
+            .filter(|r| r.outcome == Outcome::Skipped)
+            .count();
+        let succeeded = runs
+            .iter()
+            .filter(|r| r.outcome == Outcome::Succeeded)
+            .count();
+        assert!(skipped >= 1, "{runs:?}");
+        assert_eq!(skipped + succeeded, 4, "{runs:?}");
+        assert_no_overlap(&seen.lock().unwrap());
+        fleet.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn consumer_overlap_queue_runs_all_in_turn() {
+    scoped("consumer_queue", |env| async move {
+        let mut fleet = Fleet::new(&env, &WORK.replace("OVERLAP", "queue")).await;
+        let (h1, seen) = recording(Duration::from_millis(500));
+        fleet.start("c1", h1.clone(), 2).await;
+        fleet.start("c2", h1, 2).await;
+        fleet.publish((0..3).map(|i| occurrence("work", i))).await;
+        let runs = fleet.settled("work", 3).await;
+        assert!(
+            runs.iter().all(|r| r.outcome == Outcome::Succeeded),
+            "{runs:?}"
+        );
+        assert_eq!(seen.lock().unwrap().len(), 3);
+        assert_no_overlap(&seen.lock().unwrap());
+        fleet.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn consumer_overlap_replace_cancels_the_running_one() {
+    scoped("consumer_replace", |env| async move {
+        let mut fleet = Fleet::new(&env, &WORK.replace("OVERLAP", "replace")).await;
+        let (h1, seen) = recording(Duration::from_secs(20));
+        fleet.start("c1", h1.clone(), 2).await;
+        fleet.start("c2", h1, 2).await;
+        fleet.publish([occurrence("work", 0)]).await;
+        let key0 = occurrence("work", 0).key;
+        eventually(WAIT, "the first occurrence to run", || async {
+            let rec = fleet.ledger.get(&key0).await.unwrap();
+            rec.filter(|r| r.state == cronq_shared::ledger::State::Running)
+        })
+        .await;
+        fleet.publish([occurrence("work", 1)]).await;
+        let runs = eventually(WAIT, "the first occurrence to be cancelled", || async {
+            let runs = fleet.runs("work").await;
+            runs.iter()
+                .any(|r| r.outcome == Outcome::Cancelled)
+                .then_some(runs)
+        })
+        .await;
+        assert_eq!(runs.len(), 1, "{runs:?}");
+        assert_eq!(runs[0].key, key0);
+        let key1 = occurrence("work", 1).key;
+        eventually(WAIT, "the second occurrence to run", || async {
+            let rec = fleet.ledger.get(&key1).await.unwrap();
+            rec.filter(|r| r.state == cronq_shared::ledger::State::Running)
+        })
+        .await;
+        fleet.stop().await;
+        assert_no_overlap(&seen.lock().unwrap());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn consumer_command_timeout_kills_the_whole_process_group() {
+    scoped("consumer_timeout", |env| async move {
+        let pidfile = env.dir.join("grandchild.pid");
+        let toml = format!(
+            r#"
+[[job]]
+name = "hang"
+schedule = "@every 1s"
+timeout = "1s"
+max_attempts = 1
+command = ["sh", "-c", "sleep 60 & echo $! > {}; wait"]
+"#,
+            pidfile.display()
+        );
+        let mut fleet = Fleet::new(&env, &toml).await;
+        fleet.start("c1", Handlers::new(), 2).await;
+        fleet.publish([occurrence("hang", 1)]).await;
+        let runs = fleet.settled("hang", 1).await;
+        assert_eq!(runs[0].outcome, Outcome::Failed);
+        assert!(
+            runs[0]
+                .error
+                .as_deref()
+                .unwrap()
+                .starts_with("timed out after 1s"),
+            "{runs:?}"
+        );
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        eventually(WAIT, "the grandchild `sleep 60` to be killed", || async {
+            let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err()
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| s.contains(") Z "));
+            gone.then_some(())
+        })
+        .await;
+        fleet.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn consumer_command_gets_env_and_payload() {
+    scoped("consumer_env", |env| async move {
+        let out = env.dir.join("out.txt");
+        let toml = format!(
+            r#"
+[[job]]
+name = "envy"
+schedule = "@every 1s"
+timezone = "Asia/Shanghai"
+payload = {{ region = "cn" }}
+command = ["sh", "-c", "echo $CRONQ_JOB $CRONQ_KEY $CRONQ_ATTEMPT $CRONQ_SCHEDULED_AT > {0}; cat >> {0}"]
+"#,
+            out.display()
+        );
+        let mut fleet = Fleet::new(&env, &toml).await;
+        fleet.start("c1", Handlers::new(), 2).await;
+        let mut occ = occurrence("envy", 1);
+        occ.scheduled_local = occ.scheduled_at.with_timezone(&chrono_tz::Asia::Shanghai).fixed_offset();
+        occ.payload = serde_json::json!({"region": "cn"});
+        fleet.publish([occ]).await;
+        let runs = fleet.settled("envy", 1).await;
+        assert_eq!(runs[0].outcome, Outcome::Succeeded, "{runs:?}");
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert_eq!(
+            text,
+            "envy envy@2026-11-29T00:00:01Z 1 2026-11-29T08:00:01+08:00\n{\"region\":\"cn\"}"
+        );
+        fleet.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn consumer_http_handler_success_and_failure() {
+    use axum::routing::post;
+    scoped("consumer_http", |env| async move {
+        let bodies: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+        let b = bodies.clone();
+        let app = axum::Router::new()
+            .route(
+                "/ok",
+                post(move |body: axum::body::Bytes| {
+                    let b = b.clone();
+                    async move {
+                        b.lock()
+                            .unwrap()
+                            .push(serde_json::from_slice(&body).unwrap());
+                        "fine"
+                    }
+                }),
+            )
+            .route(
+                "/fail",
+                post(|| async { (axum::http::StatusCode::SERVICE_UNAVAILABLE, "try later") }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let toml = format!(
+            r#"
+[[job]]
+name = "hook-ok"
+schedule = "@every 1s"
+http = {{ url = "http://{addr}/ok", headers = {{ "X-Token" = "t" }} }}
+
+[[job]]
+name = "hook-fail"
+schedule = "@every 1s"
+max_attempts = 1
+http = {{ url = "http://{addr}/fail" }}
+"#
+        );
+        let mut fleet = Fleet::new(&env, &toml).await;
+        fleet.start("c1", Handlers::new(), 2).await;
+        fleet
+            .publish([occurrence("hook-ok", 1), occurrence("hook-fail", 1)])
+            .await;
+        let ok = fleet.settled("hook-ok", 1).await;
+        assert_eq!(ok[0].outcome, Outcome::Succeeded, "{ok:?}");
+        let body = bodies.lock().unwrap()[0].clone();
+        assert_eq!(body["kind"], "occurrence.v1");
+        assert_eq!(body["key"], occurrence("hook-ok", 1).key.to_string());
+        let failed = fleet.settled("hook-fail", 1).await;
+        assert_eq!(failed[0].outcome, Outcome::Failed);
+        assert_eq!(
+            failed[0].error.as_deref(),
+            Some(
+                format!("POST http://{addr}/fail answered 503 Service Unavailable: try later")
+                    .as_str()
+            )
+        );
+        server.abort();
+        fleet.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn consumer_panicking_rust_handler_is_a_failed_attempt() {
+    scoped("consumer_panic", |env| async move {
+        let toml = r#"
+[[job]]
+name = "boom"
+schedule = "@every 1s"
+max_attempts = 1
+
+[[job]]
+name = "work"
+schedule = "@every 1s"
+"#;
+        let mut fleet = Fleet::new(&env, toml).await;
+        let (mut handlers, seen) = recording(Duration::from_millis(10));
+        handlers.register(
+            JobName::new("boom").unwrap(),
+            |_occ: Occurrence, _t| async move {
+                if true {
+                    panic!("kaboom");
+                }
+                Ok::<(), String>(())
+            },
+        );
+        fleet.start("c1", handlers, 2).await;
+        fleet.publish([occurrence("boom", 1)]).await;
+        let runs = fleet.settled("boom", 1).await;
+        assert_eq!(runs[0].outcome, Outcome::Failed);
+        assert_eq!(runs[0].error.as_deref(), Some("handler panicked: kaboom"));
+        fleet.publish([occurrence("work", 1)]).await;
+        fleet.settled("work", 1).await;
+        assert_eq!(seen.lock().unwrap().len(), 1, "the consumer carried on");
+        fleet.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn consumer_records_missed_past_the_deadline() {
+    scoped("consumer_missed", |env| async move {
+        let toml = r#"
+[[job]]
+name = "work"
+schedule = "@every 1s"
+deadline = "1m"
+"#;
+        let mut fleet = Fleet::new(&env, toml).await;
+        let (handlers, seen) = recording(Duration::from_millis(10));
+        fleet.start("c1", handlers, 2).await;
+        // Scheduled in 2026-11-29 00:00, long before now + 1 minute.
+        fleet.publish([occurrence("work", 1)]).await;
+        let runs = fleet.settled("work", 1).await;
+        assert_eq!(runs[0].outcome, Outcome::Missed, "{runs:?}");
+        assert!(seen.lock().unwrap().is_empty());
+        fleet.stop().await;
+    })
+    .await;
+}
+
+/// A memory ledger that can be made unreachable.
+#[derive(Default)]
+struct Flaky {
+    inner: cronq_shared::ledger::memory::MemoryLedger,
+    down: std::sync::atomic::AtomicBool,
+    refused: std::sync::atomic::AtomicUsize,
+}
+
+impl Flaky {
+    fn check(&self) -> Result<(), cronq_shared::connect::StoreError> {
+        use std::sync::atomic::Ordering;
+        if self.down.load(Ordering::SeqCst) {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+            return Err(cronq_shared::connect::StoreError::Unreachable {
+                url: "redis://test".into(),
+                source: None,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Ledger for Flaky {
+    async fn claim(
+        &self,
+        c: &cronq_shared::ledger::Claim,
+    ) -> Result<cronq_shared::ledger::ClaimOutcome, cronq_shared::connect::StoreError> {
+        self.check()?;
+        self.inner.claim(c).await
+    }
+    async fn heartbeat(
+        &self,
+        l: &cronq_shared::ledger::Lease,
+        d: Duration,
+    ) -> Result<cronq_shared::ledger::Heartbeat, cronq_shared::connect::StoreError> {
+        self.check()?;
+        self.inner.heartbeat(l, d).await
+    }
+    async fn complete(
+        &self,
+        l: &cronq_shared::ledger::Lease,
+        e: &cronq_shared::ledger::End,
+    ) -> Result<bool, cronq_shared::connect::StoreError> {
+        self.check()?;
+        self.inner.complete(l, e).await
+    }
+    async fn settle(
+        &self,
+        s: &cronq_shared::ledger::Settle,
+    ) -> Result<bool, cronq_shared::connect::StoreError> {
+        self.check()?;
+        self.inner.settle(s).await
+    }
+    async fn reap(
+        &self,
+        limit: usize,
+        hold: Duration,
+    ) -> Result<Vec<cronq_shared::ledger::Orphan>, cronq_shared::connect::StoreError> {
+        self.check()?;
+        self.inner.reap(limit, hold).await
+    }
+    async fn get(
+        &self,
+        key: &cronq_shared::key::OccurrenceKey,
+    ) -> Result<Option<cronq_shared::ledger::Record>, cronq_shared::connect::StoreError> {
+        self.check()?;
+        self.inner.get(key).await
+    }
+}
+
+/// In-memory ports (as `cronq standalone` uses them), with the store down at first:
+/// nothing runs and nothing is acked until it is back; then the occurrence runs once.
+#[tokio::test]
+async fn consumer_store_outage_runs_nothing_until_it_is_back() {
+    use cronq_shared::broker::memory::MemoryBroker;
+    use cronq_shared::runlog::MemoryRunLog;
+    use std::sync::atomic::Ordering;
+
+    let config =
+        Config::from_toml(&WORK.replace("OVERLAP", "skip"), Path::new("cronq.toml")).unwrap();
+    let broker = MemoryBroker::new();
+    broker.declare(&config.queues()).await.unwrap();
+    let ledger = Arc::new(Flaky::default());
+    ledger.down.store(true, Ordering::SeqCst);
+    let runlog = Arc::new(MemoryRunLog::default());
+    let (handlers, seen) = recording(Duration::from_millis(10));
+    let options = Options {
+        lease: LEASE,
+        consumer_id: "mem".into(),
+        ..Options::default()
+    };
+    let consumer = Consumer::new(
+        config,
+        Arc::new(broker.clone()),
+        ledger.clone(),
+        runlog.clone(),
+        options,
+    )
+    .with_handlers(handlers);
+    let token = CancellationToken::new();
+    let task = tokio::spawn(consumer.run(token.clone()));
+    let queue = QueueName::new("default").unwrap();
+    let out = Outgoing {
+        queue: queue.clone(),
+        occurrence: occurrence("work", 1),
+        delay: Duration::ZERO,
+    };
+    broker.publish(&[out.clone(), out]).await.unwrap();
+    eventually(
+        WAIT,
+        "claims to be refused while the store is down",
+        || async { (ledger.refused.load(Ordering::SeqCst) >= 3).then_some(()) },
+    )
+    .await;
+    assert!(seen.lock().unwrap().is_empty(), "nothing ran");
+    assert!(runlog.list(None, 10).await.unwrap().is_empty());
+    ledger.down.store(false, Ordering::SeqCst);
+    let runs = eventually(
+        WAIT,
+        "the occurrence to run once the store is back",
+        || async {
+            let runs = runlog.list(None, 10).await.unwrap();
+            (!runs.is_empty()).then_some(runs)
+        },
+    )
+    .await;
+    assert_eq!(runs[0].outcome, Outcome::Succeeded);
+    eventually(WAIT, "both deliveries settled", || async {
+        (broker.ready(&queue) == Some(0)).then_some(())
+    })
+    .await;
+    token.cancel();
+    task.await.unwrap().unwrap();
+    assert_eq!(seen.lock().unwrap().len(), 1, "the duplicate did not run");
+    assert_eq!(runlog.list(None, 10).await.unwrap().len(), 1);
+}

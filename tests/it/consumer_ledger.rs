@@ -1,0 +1,332 @@
+//! The ledger and run-log ports' behaviour, written once as generic suites and run against
+//! both the in-memory implementations and Redis (one namespace per test).
+
+use std::time::Duration;
+
+use chrono::Utc;
+use cronq_shared::config::Overlap;
+use cronq_shared::ledger::memory::MemoryLedger;
+use cronq_shared::ledger::redis::RedisLedger;
+use cronq_shared::ledger::{
+    Claim, ClaimOutcome, End, FollowUp, Heartbeat, Lease, Ledger, Settle, State,
+};
+use cronq_shared::names::{JobName, Names, Namespace, QueueName};
+use cronq_shared::runlog::{MemoryRunLog, Outcome, RedisRunLog, Run, RunLog};
+
+use crate::broker::occurrence;
+use crate::support::{TestEnv, eventually, redis_url, scoped};
+
+const WAIT: Duration = Duration::from_secs(10);
+const LONG: Duration = Duration::from_secs(60);
+
+fn claim(job: &str, i: u32, attempt: u32, overlap: Overlap, lease: Duration) -> Claim {
+    let occ = occurrence(job, i);
+    Claim {
+        key: occ.key.clone(),
+        job: occ.job.clone(),
+        queue: QueueName::new("default").unwrap(),
+        attempt,
+        overlap,
+        lease,
+        retention: LONG,
+        body: occ.encode(),
+    }
+}
+
+fn end(state: State) -> End {
+    End {
+        state,
+        error: None,
+        retention: LONG,
+        next: None,
+    }
+}
+
+async fn claimed(ledger: &impl Ledger, c: &Claim) -> Lease {
+    match ledger.claim(c).await.unwrap() {
+        ClaimOutcome::Claimed { lease, .. } => lease,
+        other => panic!("expected a claim of {}, got {other:?}", c.key),
+    }
+}
+
+/// Claim, duplicate while running, complete, duplicate when terminal; fencing.
+async fn idempotency_suite(ledger: impl Ledger) {
+    let c = claim("idem", 1, 1, Overlap::Allow, LONG);
+    let lease = claimed(&ledger, &c).await;
+    assert_eq!(
+        ledger.claim(&c).await.unwrap(),
+        ClaimOutcome::Duplicate {
+            state: State::Running,
+            attempt: 1
+        }
+    );
+    assert_eq!(
+        ledger.heartbeat(&lease, LONG).await.unwrap(),
+        Heartbeat::Held
+    );
+    let stranger = Lease {
+        token: "not-mine".into(),
+        ..lease.clone()
+    };
+    assert!(
+        !ledger
+            .complete(&stranger, &end(State::Failed))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        ledger.heartbeat(&stranger, LONG).await.unwrap(),
+        Heartbeat::Lost
+    );
+    assert!(
+        ledger
+            .complete(&lease, &end(State::Succeeded))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        ledger.claim(&c).await.unwrap(),
+        ClaimOutcome::Duplicate {
+            state: State::Succeeded,
+            attempt: 1
+        }
+    );
+    assert!(!ledger.complete(&lease, &end(State::Failed)).await.unwrap());
+    let record = ledger.get(&c.key).await.unwrap().unwrap();
+    assert_eq!(record.state, State::Succeeded);
+    assert!(
+        ledger
+            .get(&occurrence("idem", 2).key)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+/// Retry attempts: only a higher attempt may claim a retrying key; stale ones are dups.
+async fn attempts_suite(ledger: impl Ledger) {
+    let first = claim("att", 1, 1, Overlap::Allow, LONG);
+    let lease = claimed(&ledger, &first).await;
+    let retry = claim("att", 1, 2, Overlap::Allow, LONG);
+    let follow = FollowUp {
+        attempt: 2,
+        body: retry.body.clone(),
+        within: LONG,
+    };
+    let retrying = End {
+        state: State::Retrying,
+        error: Some("boom".into()),
+        retention: LONG,
+        next: Some(follow),
+    };
+    assert!(ledger.complete(&lease, &retrying).await.unwrap());
+    assert!(matches!(
+        ledger.claim(&first).await.unwrap(),
+        ClaimOutcome::Duplicate {
+            state: State::Retrying,
+            ..
+        }
+    ));
+    match ledger.claim(&retry).await.unwrap() {
+        ClaimOutcome::Claimed { takeover, lease } => {
+            assert!(!takeover);
+            assert!(ledger.complete(&lease, &end(State::Failed)).await.unwrap());
+        }
+        other => panic!("retry not claimed: {other:?}"),
+    }
+    let record = ledger.get(&first.key).await.unwrap().unwrap();
+    assert_eq!((record.state, record.attempt), (State::Failed, 2));
+}
+
+/// A lapsed lease: reaped once per hold, then claimable again; the old owner is fenced.
+async fn lease_suite(ledger: impl Ledger) {
+    let short = Duration::from_millis(300);
+    let c = claim("lease", 1, 1, Overlap::Skip, short);
+    let old = claimed(&ledger, &c).await;
+    let orphans = eventually(WAIT, "the lapsed claim to be reaped", || async {
+        Some(ledger.reap(10, LONG).await.unwrap()).filter(|o| !o.is_empty())
+    })
+    .await;
+    assert_eq!(orphans.len(), 1);
+    assert_eq!(orphans[0].key, c.key.to_string());
+    assert_eq!(orphans[0].queue, "default");
+    assert_eq!(orphans[0].body, c.body);
+    assert!(
+        ledger.reap(10, LONG).await.unwrap().is_empty(),
+        "a reaped claim is handed out once per hold"
+    );
+    assert_eq!(
+        ledger.heartbeat(&old, short).await.unwrap(),
+        Heartbeat::Lost
+    );
+    let new = match ledger.claim(&c).await.unwrap() {
+        ClaimOutcome::Claimed { lease, takeover } => {
+            assert!(takeover);
+            lease
+        }
+        other => panic!("reaped key not claimable: {other:?}"),
+    };
+    assert!(!ledger.complete(&old, &end(State::Succeeded)).await.unwrap());
+    assert!(ledger.complete(&new, &end(State::Succeeded)).await.unwrap());
+    assert!(ledger.reap(10, LONG).await.unwrap().is_empty());
+}
+
+/// Overlap locks: skip/queue exclude, replace flags the holder, allow does not lock.
+async fn overlap_suite(ledger: impl Ledger) {
+    let a = claimed(&ledger, &claim("ov", 1, 1, Overlap::Skip, LONG)).await;
+    assert_eq!(
+        ledger
+            .claim(&claim("ov", 2, 1, Overlap::Skip, LONG))
+            .await
+            .unwrap(),
+        ClaimOutcome::Busy {
+            holder: a.key.to_string()
+        }
+    );
+    assert!(ledger.complete(&a, &end(State::Succeeded)).await.unwrap());
+    let b = claimed(&ledger, &claim("ov", 2, 1, Overlap::Skip, LONG)).await;
+    assert!(ledger.complete(&b, &end(State::Succeeded)).await.unwrap());
+
+    let r1 = claimed(&ledger, &claim("rep", 1, 1, Overlap::Replace, LONG)).await;
+    assert!(matches!(
+        ledger
+            .claim(&claim("rep", 2, 1, Overlap::Replace, LONG))
+            .await
+            .unwrap(),
+        ClaimOutcome::Busy { .. }
+    ));
+    assert_eq!(
+        ledger.heartbeat(&r1, LONG).await.unwrap(),
+        Heartbeat::CancelRequested
+    );
+    assert!(ledger.complete(&r1, &end(State::Cancelled)).await.unwrap());
+    claimed(&ledger, &claim("rep", 2, 1, Overlap::Replace, LONG)).await;
+
+    claimed(&ledger, &claim("all", 1, 1, Overlap::Allow, LONG)).await;
+    claimed(&ledger, &claim("all", 2, 1, Overlap::Allow, LONG)).await;
+}
+
+/// Settling without running; retention expiry.
+async fn settle_suite(ledger: impl Ledger) {
+    let occ = occurrence("set", 1);
+    let settle = Settle {
+        key: occ.key.clone(),
+        job: occ.job.clone(),
+        attempt: 1,
+        state: State::Missed,
+        error: Some("late".into()),
+        retention: Duration::from_millis(500),
+    };
+    assert!(ledger.settle(&settle).await.unwrap());
+    assert!(!ledger.settle(&settle).await.unwrap());
+    assert_eq!(
+        ledger
+            .claim(&claim("set", 1, 1, Overlap::Allow, LONG))
+            .await
+            .unwrap(),
+        ClaimOutcome::Duplicate {
+            state: State::Missed,
+            attempt: 1
+        }
+    );
+    claimed(&ledger, &claim("set", 2, 1, Overlap::Allow, LONG)).await;
+    let running = Settle {
+        key: occurrence("set", 2).key,
+        state: State::Skipped,
+        ..settle.clone()
+    };
+    assert!(!ledger.settle(&running).await.unwrap());
+    eventually(WAIT, "the record to expire after its retention", || async {
+        ledger.get(&occ.key).await.unwrap().is_none().then_some(())
+    })
+    .await;
+}
+
+async fn redis_ledger(env: &TestEnv) -> RedisLedger {
+    let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+    RedisLedger::new(conn, Names::new(&Namespace::new(&env.namespace).unwrap()))
+}
+
+macro_rules! both {
+    ($suite:ident, $memory:ident, $redis:ident) => {
+        #[tokio::test]
+        async fn $memory() {
+            $suite(MemoryLedger::new()).await;
+        }
+
+        #[tokio::test]
+        async fn $redis() {
+            scoped(stringify!($redis), |env| async move {
+                $suite(redis_ledger(&env).await).await;
+            })
+            .await;
+        }
+    };
+}
+
+both!(
+    idempotency_suite,
+    ledger_idempotency_memory,
+    ledger_idempotency_redis
+);
+both!(
+    attempts_suite,
+    ledger_attempts_memory,
+    ledger_attempts_redis
+);
+both!(lease_suite, ledger_lease_memory, ledger_lease_redis);
+both!(overlap_suite, ledger_overlap_memory, ledger_overlap_redis);
+both!(settle_suite, ledger_settle_memory, ledger_settle_redis);
+
+fn run(job: &str, i: u32, outcome: Outcome) -> Run {
+    let occ = occurrence(job, i);
+    Run {
+        key: occ.key,
+        job: occ.job,
+        attempt: 1,
+        consumer: "c1".into(),
+        started_at: Utc::now(),
+        duration: Duration::from_millis(1500),
+        outcome,
+        error: (outcome != Outcome::Succeeded).then(|| "boom".to_owned()),
+    }
+}
+
+async fn runlog_suite(log: impl RunLog) {
+    let runs = [
+        run("a", 1, Outcome::Succeeded),
+        run("b", 1, Outcome::Failed),
+        run("a", 2, Outcome::Skipped),
+    ];
+    for r in &runs {
+        log.record(r).await.unwrap();
+    }
+    let all = log.list(None, 10).await.unwrap();
+    assert_eq!(all.len(), 3);
+    assert_eq!(all[0].key, runs[2].key, "newest first");
+    assert_eq!(all[2].key, runs[0].key);
+    let a = JobName::new("a").unwrap();
+    let only_a = log.list(Some(&a), 10).await.unwrap();
+    assert_eq!(only_a.len(), 2);
+    assert!(only_a.iter().all(|r| r.job == a));
+    assert_eq!(only_a[0].outcome, Outcome::Skipped);
+    assert_eq!(only_a[1].duration, Duration::from_millis(1500));
+    assert_eq!(only_a[0].error.as_deref(), Some("boom"));
+    assert_eq!(only_a[1].error, None);
+    assert_eq!(log.list(None, 1).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn runlog_memory() {
+    runlog_suite(MemoryRunLog::default()).await;
+}
+
+#[tokio::test]
+async fn runlog_redis() {
+    scoped("runlog_redis", |env| async move {
+        let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+        let names = Names::new(&Namespace::new(&env.namespace).unwrap());
+        runlog_suite(RedisRunLog::new(conn, &names, LONG)).await;
+    })
+    .await;
+}

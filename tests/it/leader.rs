@@ -1,0 +1,276 @@
+//! The lease and control-store ports' behaviour, written once as generic suites and run
+//! against both the in-memory implementations and Redis (one namespace per test).
+
+// Test helpers are part of the tests: an unwrap that fails is a failing test.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use cronq_shared::connect;
+use cronq_shared::control::{Commit, Control, ControlError, RequestKind};
+use cronq_shared::lease::memory::MemoryLease;
+use cronq_shared::lease::redis::RedisLease;
+use cronq_shared::lease::{Lease, Term};
+use cronq_shared::names::{JobName, Names, Namespace};
+
+use crate::support::{eventually, redis_url, scoped};
+
+const TTL: Duration = Duration::from_secs(30);
+
+fn job(name: &str) -> JobName {
+    JobName::new(name).unwrap()
+}
+
+fn at(s: &str) -> DateTime<Utc> {
+    s.parse().unwrap()
+}
+
+/// `a` and `b` are two producers' handles on one lease.
+async fn lease_suite<L: Lease>(a: L, b: L) {
+    assert_eq!(a.holder().await.unwrap(), None);
+    let first = a
+        .acquire("a", TTL)
+        .await
+        .unwrap()
+        .expect("a free lease is acquired");
+    assert!(first.epoch >= 1);
+    assert_eq!(
+        b.acquire("b", TTL).await.unwrap(),
+        None,
+        "a held lease is not acquired"
+    );
+    let holder = b.holder().await.unwrap().expect("someone holds it");
+    assert_eq!((holder.epoch, holder.instance.as_str()), (first.epoch, "a"));
+    assert!(holder.remaining <= TTL && holder.remaining > Duration::from_secs(20));
+
+    assert!(a.renew(&first, TTL).await.unwrap());
+    let forged = Term::new(first.epoch, "a");
+    assert!(
+        !b.renew(&forged, TTL).await.unwrap(),
+        "another token cannot renew"
+    );
+    assert!(
+        !b.release(&forged).await.unwrap(),
+        "another token cannot release"
+    );
+    assert!(a.holder().await.unwrap().is_some());
+
+    assert!(a.release(&first).await.unwrap());
+    assert_eq!(b.holder().await.unwrap(), None, "released at once");
+    assert!(
+        !a.renew(&first, TTL).await.unwrap(),
+        "a released term cannot renew"
+    );
+
+    let second = b.acquire("b", TTL).await.unwrap().expect("free again");
+    assert!(second.epoch > first.epoch, "epochs only grow");
+    assert!(!a.renew(&first, TTL).await.unwrap());
+    assert!(
+        !a.release(&first).await.unwrap(),
+        "a stale term cannot release the new one"
+    );
+    assert!(b.release(&second).await.unwrap());
+
+    // Expiry: a short lease disappears by itself, and the next holder gets a new epoch.
+    let short = b
+        .acquire("b", Duration::from_millis(300))
+        .await
+        .unwrap()
+        .unwrap();
+    eventually(
+        Duration::from_secs(5),
+        "the short lease to expire",
+        || async { a.holder().await.unwrap().is_none().then_some(()) },
+    )
+    .await;
+    assert!(
+        !b.renew(&short, TTL).await.unwrap(),
+        "an expired term cannot renew"
+    );
+    let third = a.acquire("a", TTL).await.unwrap().unwrap();
+    assert!(third.epoch > short.epoch);
+    assert!(a.release(&third).await.unwrap());
+}
+
+/// `control` is fenced by `lease`.
+async fn control_suite<L: Lease>(lease: L, control: Control) {
+    let j = job("j");
+    assert!(control.cursors().await.unwrap().is_empty());
+    let nobody = Term::new(1, "nobody");
+    let write = Commit {
+        cursors: vec![(j.clone(), at("2026-11-30T10:00:01Z"))],
+        settle: vec![],
+    };
+    assert!(matches!(
+        control.commit(&nobody, &write).await,
+        Err(ControlError::NotLeader { .. })
+    ));
+    assert!(
+        control.cursors().await.unwrap().is_empty(),
+        "nothing written unfenced"
+    );
+
+    let term = lease.acquire("a", TTL).await.unwrap().unwrap();
+    control.commit(&term, &write).await.unwrap();
+    assert_eq!(
+        control.cursors().await.unwrap().get(&j),
+        Some(&at("2026-11-30T10:00:01Z"))
+    );
+    let back = Commit {
+        cursors: vec![(j.clone(), at("2026-11-30T10:00:00Z"))],
+        settle: vec![],
+    };
+    control.commit(&term, &back).await.unwrap();
+    assert_eq!(
+        control.cursors().await.unwrap()[&j],
+        at("2026-11-30T10:00:01Z"),
+        "a cursor never moves backwards"
+    );
+    let millis = at("2026-11-30T10:00:02.250Z");
+    let forward = Commit {
+        cursors: vec![(j.clone(), millis), (job("k"), at("2026-11-30T09:00:00Z"))],
+        settle: vec![],
+    };
+    control.commit(&term, &forward).await.unwrap();
+    let cursors = control.cursors().await.unwrap();
+    assert_eq!((cursors[&j], cursors.len()), (millis, 2));
+
+    // Pause flags.
+    let paused = control
+        .pause(&j, Some("db migration".into()))
+        .await
+        .unwrap();
+    assert!(control.paused().await.unwrap()[&j] == paused);
+    assert_eq!(paused.note.as_deref(), Some("db migration"));
+    assert!((Utc::now() - paused.since) < TimeDelta::seconds(60));
+    assert!(control.resume(&j).await.unwrap());
+    assert!(
+        !control.resume(&j).await.unwrap(),
+        "resuming twice is a no-op"
+    );
+    assert!(control.paused().await.unwrap().is_empty());
+
+    // Requests: several triggers in one second are all kept, each under its own key.
+    let k1 = control.request_trigger(&j, None).await.unwrap();
+    let k2 = control
+        .request_trigger(&j, Some(serde_json::json!({"x": 1})))
+        .await
+        .unwrap();
+    let k3 = control.request_trigger(&j, None).await.unwrap();
+    assert!(k1 != k2 && k2 != k3 && k1 != k3);
+    assert!(k1.to_string().starts_with("j@manual-"));
+    let (from, to) = (at("2026-11-30T08:00:00Z"), at("2026-11-30T09:00:00Z"));
+    assert!(matches!(
+        control.request_backfill(&j, to, from).await,
+        Err(ControlError::EmptyRange { .. })
+    ));
+    let backfill = control.request_backfill(&j, from, to).await.unwrap();
+    let pending = control.pending().await.unwrap();
+    assert_eq!(pending.len(), 4);
+    let keys: Vec<String> = pending
+        .iter()
+        .filter_map(|r| match &r.kind {
+            RequestKind::Trigger { key, .. } => Some(key.to_string()),
+            RequestKind::Backfill { .. } => None,
+        })
+        .collect();
+    for k in [&k1, &k2, &k3] {
+        assert!(keys.contains(&k.to_string()), "{k} pending");
+    }
+
+    // Settling: only by the current term; progress replaces, done removes.
+    let mut progress = pending.iter().find(|r| r.id == backfill).unwrap().clone();
+    progress.kind = RequestKind::Backfill {
+        from,
+        to,
+        done_through: Some(at("2026-11-30T08:30:00Z")),
+    };
+    let trigger_id = pending
+        .iter()
+        .find(|r| matches!(&r.kind, RequestKind::Trigger { key, .. } if *key == k1))
+        .unwrap()
+        .id
+        .clone();
+    let settle = Commit {
+        cursors: vec![],
+        settle: vec![
+            (trigger_id.clone(), None),
+            (backfill.clone(), Some(progress.clone())),
+        ],
+    };
+    lease.release(&term).await.unwrap();
+    let next = lease.acquire("b", TTL).await.unwrap().unwrap();
+    assert!(matches!(
+        control.commit(&term, &settle).await,
+        Err(ControlError::NotLeader { .. })
+    ));
+    assert_eq!(
+        control.pending().await.unwrap().len(),
+        4,
+        "a stale leader settles nothing"
+    );
+    let stale_cursor = Commit {
+        cursors: vec![(j.clone(), at("2027-01-01T00:00:00Z"))],
+        settle: vec![],
+    };
+    assert!(control.commit(&term, &stale_cursor).await.is_err());
+    assert_eq!(
+        control.cursors().await.unwrap()[&j],
+        millis,
+        "nor moves a cursor"
+    );
+
+    control.commit(&next, &settle).await.unwrap();
+    let pending = control.pending().await.unwrap();
+    assert_eq!(pending.len(), 3);
+    assert!(pending.iter().all(|r| r.id != trigger_id));
+    assert_eq!(
+        pending.iter().find(|r| r.id == backfill).unwrap(),
+        &progress
+    );
+    // A settled request is never re-created by a late progress update.
+    let late = Commit {
+        cursors: vec![],
+        settle: vec![(trigger_id.clone(), Some(progress.clone()))],
+    };
+    control.commit(&next, &late).await.unwrap();
+    assert_eq!(control.pending().await.unwrap().len(), 3);
+    lease.release(&next).await.unwrap();
+}
+
+async fn redis_lease(names: &Names) -> RedisLease {
+    RedisLease::new(connect::redis(&redis_url()).await.unwrap(), names)
+}
+
+#[tokio::test]
+async fn lease_memory() {
+    let lease = MemoryLease::new();
+    lease_suite(lease.clone(), lease).await;
+}
+
+#[tokio::test]
+async fn lease_redis() {
+    scoped("lease-redis", |env| async move {
+        let names = Names::new(&Namespace::new(&env.namespace).unwrap());
+        lease_suite(redis_lease(&names).await, redis_lease(&names).await).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn control_memory() {
+    let lease = MemoryLease::new();
+    let control = Control::memory(&lease);
+    control_suite(lease, control).await;
+}
+
+#[tokio::test]
+async fn control_redis() {
+    scoped("control-redis", |env| async move {
+        let names = Names::new(&Namespace::new(&env.namespace).unwrap());
+        let conn = connect::redis(&redis_url()).await.unwrap();
+        control_suite(redis_lease(&names).await, Control::redis(conn, &names)).await;
+    })
+    .await;
+}
