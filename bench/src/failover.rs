@@ -43,11 +43,14 @@ pub struct FailoverArgs {
 }
 
 /// A lease setting under test: (label, `[leader]` TOML section).
-const LEASES: &[(&str, &str)] = &[
-    ("default lease 15s/10s/2s", ""),
+/// The third field is the bound a failover should stay under: the killed leader's lease
+/// runs out (at most `lease` after its last renewal), then a standby tries within `retry`.
+const LEASES: &[(&str, &str, &str)] = &[
+    ("default lease 15s/10s/2s", "", "<= lease + retry = 17 s"),
     (
         "short lease 2s/1.5s/500ms",
         "[leader]\nlease = \"2s\"\nrenew_deadline = \"1500ms\"\nretry = \"500ms\"\n",
+        "<= lease + retry = 2.5 s",
     ),
 ];
 
@@ -68,7 +71,7 @@ struct Seen {
 /// When a producer cannot be started or a failover never completes.
 pub async fn run(args: &FailoverArgs, cronq: &Path) -> anyhow::Result<Vec<Figure>> {
     let mut figures = Vec::new();
-    for (i, (label, leader)) in LEASES.iter().enumerate() {
+    for (i, (label, leader, bound)) in LEASES.iter().enumerate() {
         let kills = if i == 0 {
             args.kills_default_lease.unwrap_or(args.kills)
         } else {
@@ -93,6 +96,7 @@ pub async fn run(args: &FailoverArgs, cronq: &Path) -> anyhow::Result<Vec<Figure
             Unit::Seconds,
         );
         time.runs = m.times.clone();
+        time.goal = Some((*bound).to_owned());
         let mut lost = Figure::new(
             "failover",
             format!("occurrences lost over {kills} kills, {label}"),
@@ -236,7 +240,7 @@ async fn steady_leader(lease: &RedisLease, seen: &Mutex<Vec<Seen>>) -> anyhow::R
             if published >= 2 {
                 let pid = holder
                     .instance
-                    .rsplitn(3, '-')
+                    .rsplit('-')
                     .nth(1)
                     .and_then(|p| p.parse().ok())
                     .with_context(|| format!("no pid in instance id {:?}", holder.instance))?;

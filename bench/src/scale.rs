@@ -30,7 +30,7 @@ use crate::stats::{Unit, ratio};
 #[derive(Debug, Clone, clap::Args, serde::Serialize)]
 pub struct ScaleArgs {
     /// Jobs loaded into one producer.
-    #[arg(long = "scale-jobs", default_value_t = 1_000_000)]
+    #[arg(id = "scale_jobs", long = "scale-jobs", default_value_t = 1_000_000)]
     pub jobs: usize,
     /// How long CPU is measured while nothing is due.
     #[arg(long = "idle", default_value = "10s", value_parser = humantime::parse_duration)]
@@ -298,10 +298,10 @@ async fn producer_process(
         let mut lines = BufReader::new(stderr).lines();
         let mut tail = Vec::new();
         while let Ok(Some(line)) = lines.next_line().await {
-            if line.contains("leading: caught up") {
-                if let Some(tx) = tx.take() {
-                    let _ = tx.send(());
-                }
+            if line.contains("leading: caught up")
+                && let Some(tx) = tx.take()
+            {
+                let _ = tx.send(());
             }
             if tail.len() < 20 {
                 tail.push(line);

@@ -40,7 +40,7 @@ pub struct ThroughputArgs {
     #[arg(long = "concurrency", default_value_t = 32)]
     pub concurrency: u16,
     /// Jobs the occurrences are spread over (overlap = allow).
-    #[arg(long = "throughput-jobs", default_value_t = 16)]
+    #[arg(id = "throughput_jobs", long = "throughput-jobs", default_value_t = 16)]
     pub jobs: usize,
 }
 
