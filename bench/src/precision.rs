@@ -20,6 +20,7 @@ use cronq_shared::config::Config;
 use cronq_shared::connect;
 use cronq_shared::control::Control;
 use cronq_shared::lease::redis::RedisLease;
+use futures_util::future::join_all;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -43,6 +44,11 @@ pub struct PrecisionArgs {
     #[arg(long = "warmup", default_value = "3s", value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_secs")]
     pub warmup: Duration,
+    /// How long the second baseline (a bare burst of N publishes per second) runs, after
+    /// the producer stopped.
+    #[arg(long = "burst", default_value = "5s", value_parser = humantime::parse_duration)]
+    #[serde(with = "humantime_secs")]
+    pub burst: Duration,
 }
 
 /// Serialises a duration as whole-ish seconds in the JSON report.
@@ -96,6 +102,19 @@ pub async fn run(
             Unit::Seconds,
         )
         .baseline(base);
+        let burst = format!("bare lapin burst of {label} pipelined publishes+confirms/s");
+        let mut burst_p50 = Figure::new(
+            "precision",
+            format!("publish lateness p50, {label} jobs (vs burst)"),
+            Unit::Seconds,
+        )
+        .baseline(burst.clone());
+        let mut burst_p99 = Figure::new(
+            "precision",
+            format!("publish lateness p99, {label} jobs (vs burst)"),
+            Unit::Seconds,
+        )
+        .baseline(burst);
         for run in 1..=runs {
             eprintln!(
                 "precision: {jobs} jobs, run {run}/{runs} ({}s)",
@@ -103,8 +122,14 @@ pub async fn run(
             );
             let env = BenchEnv::new()?;
             let measured = measure(&env, jobs, args, samples).await;
+            let bursts = match &measured {
+                Ok(_) => burst_baseline(&env, jobs, args.burst).await,
+                Err(_) => Ok(Vec::new()),
+            };
             env.cleanup().await;
             let m = measured?;
+            let bursts =
+                Distribution::of(&bursts?).context("the burst baseline recorded nothing")?;
             let (Some(d), Some(b)) = (Distribution::of(&m.lateness), Distribution::of(&m.baseline))
             else {
                 bail!("precision run with {jobs} jobs recorded no samples");
@@ -125,8 +150,17 @@ pub async fn run(
             p99.push_baseline(b.p99);
             max.runs.push(d.max);
             max.push_baseline(b.max);
+            burst_p50.runs.push(d.p50);
+            burst_p50.push_baseline(bursts.p50);
+            burst_p99.runs.push(d.p99);
+            burst_p99.push_baseline(bursts.p99);
+            eprintln!(
+                "  burst baseline: p50 {:.2} ms p99 {:.2} ms",
+                bursts.p50 * 1e3,
+                bursts.p99 * 1e3
+            );
         }
-        figures.extend([p50, p99, max]);
+        figures.extend([p50, p99, max, burst_p50, burst_p99]);
     }
     Ok(figures)
 }
@@ -270,4 +304,67 @@ async fn baseline_loop(
             .unwrap_or_else(PoisonError::into_inner)
             .push(late.as_secs_f64());
     }
+}
+
+/// The second baseline: at each whole second (woken 1 ms after it), `jobs` persistent
+/// messages published pipelined on one confirm channel, each message's lateness taken when
+/// its confirm arrives. What the broker alone allows for a burst of that size.
+async fn burst_baseline(
+    env: &BenchEnv,
+    jobs: usize,
+    duration: Duration,
+) -> anyhow::Result<Vec<f64>> {
+    let conn = env.amqp().await?;
+    let queue = env.raw_queue("burst");
+    let ch = crate::raw::confirm_channel(&conn).await?;
+    crate::raw::declare_quorum(&ch, &queue).await?;
+    let token = CancellationToken::new();
+    let drain = {
+        let (ch, q, t) = (conn.create_channel().await?, queue.clone(), token.clone());
+        tokio::spawn(async move { crate::raw::observe(ch, &q, t, |_| {}).await })
+    };
+    let body = br#"{"kind":"baseline-burst"}"#.to_vec();
+    let mut out = Vec::new();
+    let until = tokio::time::Instant::now() + duration;
+    let outcome = async {
+        while tokio::time::Instant::now() < until {
+            let now = Utc::now();
+            let second = now.duration_trunc(TimeDelta::seconds(1))? + TimeDelta::seconds(1);
+            tokio::time::sleep(
+                (second - now).to_std().unwrap_or_default() + Duration::from_millis(1),
+            )
+            .await;
+            let mut confirms = Vec::with_capacity(jobs);
+            for _ in 0..jobs {
+                confirms.push(
+                    ch.basic_publish(
+                        "".into(),
+                        queue.as_str().into(),
+                        lapin::options::BasicPublishOptions::default(),
+                        &body,
+                        lapin::BasicProperties::default().with_delivery_mode(2),
+                    )
+                    .await?,
+                );
+            }
+            let confirmed = join_all(confirms.into_iter().map(|c| async move {
+                let r = c.await;
+                (r, Utc::now())
+            }))
+            .await;
+            for (r, at) in confirmed {
+                match r? {
+                    lapin::Confirmation::Ack(None) => {}
+                    other => bail!("burst baseline publish not confirmed: {other:?}"),
+                }
+                out.push((at - second).to_std().unwrap_or_default().as_secs_f64());
+            }
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    token.cancel();
+    let _ = drain.await;
+    let _ = conn.close(200, "burst done".into()).await;
+    outcome.map(|()| out)
 }
