@@ -44,7 +44,9 @@ async fn greet(occ: Occurrence, token: CancellationToken) -> Result<(), String> 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    tracing_subscriber::fmt().with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .init();
     let config = match std::env::args_os().nth(1) {
         Some(path) => Config::load(&PathBuf::from(path))?,
         None => Config::from_toml(DEMO_CONFIG, std::path::Path::new("demo.toml"))?,

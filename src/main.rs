@@ -5,6 +5,7 @@
 mod admin;
 mod cli;
 mod cmd;
+mod output;
 mod telemetry;
 
 use std::process::ExitCode;

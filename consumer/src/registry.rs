@@ -55,9 +55,20 @@ impl Handlers {
         Self::default()
     }
 
-    /// Registers `handler` for `job`, replacing an earlier registration. A registered handler
-    /// takes precedence over a `command` or `http` handler in the config.
-    pub fn register(&mut self, job: JobName, handler: impl JobHandler) -> &mut Self {
+    /// Registers an async closure or fn `handler(occurrence, token)` for `job`, replacing an
+    /// earlier registration. A registered handler takes precedence over a `command` or
+    /// `http` handler in the config.
+    pub fn register<F, Fut, E>(&mut self, job: JobName, handler: F) -> &mut Self
+    where
+        F: Fn(Occurrence, CancellationToken) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Display,
+    {
+        self.register_handler(job, handler)
+    }
+
+    /// Registers any [`JobHandler`] (e.g. a struct holding a connection pool) for `job`.
+    pub fn register_handler(&mut self, job: JobName, handler: impl JobHandler) -> &mut Self {
         self.map.insert(job, Arc::new(handler));
         self
     }

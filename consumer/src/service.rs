@@ -7,6 +7,8 @@
 //! it runs again at once elsewhere (the delivery was acked early, so redelivery cannot do it).
 
 use std::collections::BTreeSet;
+use std::fmt::Display;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +18,7 @@ use cronq_shared::config::Config;
 use cronq_shared::connect::{self, Endpoints};
 use cronq_shared::ledger::Ledger;
 use cronq_shared::ledger::redis::RedisLedger;
+use cronq_shared::message::Occurrence;
 use cronq_shared::names::{JobName, QueueName};
 use cronq_shared::runlog::RedisRunLog;
 use cronq_shared::runlog::RunLog;
@@ -144,9 +147,21 @@ impl Consumer {
         }
     }
 
-    /// Registers a Rust handler for `job` (see [`JobHandler`]).
-    pub fn register(&mut self, job: JobName, handler: impl JobHandler) -> &mut Self {
+    /// Registers an async closure or fn `handler(occurrence, token)` for `job` (see
+    /// [`Handlers::register`]).
+    pub fn register<F, Fut, E>(&mut self, job: JobName, handler: F) -> &mut Self
+    where
+        F: Fn(Occurrence, CancellationToken) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Display,
+    {
         self.handlers.register(job, handler);
+        self
+    }
+
+    /// Registers any [`JobHandler`] for `job`.
+    pub fn register_handler(&mut self, job: JobName, handler: impl JobHandler) -> &mut Self {
+        self.handlers.register_handler(job, handler);
         self
     }
 
@@ -257,7 +272,11 @@ impl Consumer {
         let permits = Arc::new(Semaphore::new(usize::from(concurrency)));
         let mut tasks = JoinSet::new();
         let ended = loop {
-            while tasks.try_join_next().is_some() {}
+            while let Some(done) = tasks.try_join_next() {
+                if let Err(err) = done {
+                    tracing::error!(error = %err, "a delivery task failed");
+                }
+            }
             let permit = tokio::select! {
                 biased;
                 () = shutdown.cancelled() => break false,

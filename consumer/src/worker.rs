@@ -21,7 +21,7 @@ use chrono::{DateTime, Utc};
 use cronq_shared::broker::{Broker, Delivery, Outgoing};
 use cronq_shared::config::{Config, Job, Overlap};
 use cronq_shared::ledger::{Claim, ClaimOutcome, End, FollowUp, Lease, Ledger, Settle, State};
-use cronq_shared::message::Occurrence;
+use cronq_shared::message::{Occurrence, Trigger};
 use cronq_shared::runlog::{Outcome, Run, RunLog};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
@@ -103,7 +103,7 @@ impl Worker {
                 None => Err(Reject::NoHandler(job.name.clone())),
             },
         );
-        let (occ, job, runner) = match admitted {
+        let (mut occ, job, runner) = match admitted {
             Ok(x) => x,
             Err(reject) => return self.reject(&d, &reject).await,
         };
@@ -119,7 +119,7 @@ impl Worker {
                 .settle(&d, &occ, job, State::Missed, why, &shutdown)
                 .await;
         }
-        let claim = Claim {
+        let mut claim = Claim {
             key: occ.key.clone(),
             job: occ.job.clone(),
             queue: job.queue.clone(),
@@ -129,24 +129,26 @@ impl Worker {
             retention: job.retention,
             body: d.body.clone(),
         };
-        // While the store is unreachable nothing runs and nothing is acked: the delivery is
-        // held unacked (requeueing would spend the queue's delivery limit) and the claim is
-        // retried with backoff; at shutdown it is requeued.
-        let mut wait = STORE_BACKOFF;
-        let claimed = loop {
-            match self.ledger.claim(&claim).await {
-                Ok(outcome) => break outcome,
-                Err(err) => {
-                    tracing::warn!(job = %occ.job, key = %occ.key, error = %err, "cannot reach the idempotency store: holding the delivery unacked, nothing runs until it is back");
-                    let slept = shutdown.run_until_cancelled(tokio::time::sleep(wait)).await;
-                    if slept.is_none() {
-                        requeue(&d).await;
-                        return;
-                    }
-                    wait = (wait * 2).min(STORE_BACKOFF_MAX);
-                }
-            }
+        let Some(mut claimed) = self.claim(&claim, &d, &shutdown).await else {
+            return;
         };
+        // A dead-letter replay of a failed occurrence runs as its next attempt, whatever
+        // attempt the replaying tool wrote (the ledger admits only higher attempts).
+        if let ClaimOutcome::Duplicate {
+            state: State::Failed,
+            attempt,
+        } = claimed
+            && occ.trigger == Trigger::Replay
+            && occ.attempt <= attempt
+        {
+            occ.attempt = attempt + 1;
+            claim.attempt = occ.attempt;
+            claim.body = occ.encode();
+            let Some(again) = self.claim(&claim, &d, &shutdown).await else {
+                return;
+            };
+            claimed = again;
+        }
         match claimed {
             ClaimOutcome::Duplicate { state, attempt } => {
                 tracing::debug!(job = %occ.job, key = %occ.key, attempt = occ.attempt, state = %state, recorded_attempt = attempt, "duplicate delivery acked without running");
@@ -170,6 +172,32 @@ impl Worker {
                 ack(&d, occ.job.as_str()).await;
                 drop(d);
                 self.execute(runner, occ, job, lease, &abort).await;
+            }
+        }
+    }
+
+    /// Claims, retrying while the store is unreachable. While it is, nothing runs and
+    /// nothing is acked: the delivery is held unacked (requeueing would spend the queue's
+    /// delivery limit). `None` when shutdown came first (the delivery was requeued).
+    async fn claim(
+        &self,
+        claim: &Claim,
+        d: &Delivery,
+        shutdown: &CancellationToken,
+    ) -> Option<ClaimOutcome> {
+        let mut wait = STORE_BACKOFF;
+        loop {
+            match self.ledger.claim(claim).await {
+                Ok(outcome) => return Some(outcome),
+                Err(err) => {
+                    tracing::warn!(job = %claim.job, key = %claim.key, error = %err, "cannot reach the idempotency store: holding the delivery unacked, nothing runs until it is back");
+                    let slept = shutdown.run_until_cancelled(tokio::time::sleep(wait)).await;
+                    if slept.is_none() {
+                        requeue(d).await;
+                        return None;
+                    }
+                    wait = (wait * 2).min(STORE_BACKOFF_MAX);
+                }
             }
         }
     }
@@ -277,7 +305,19 @@ impl Worker {
         let took = t0.elapsed();
         telemetry::duration(occ.job.as_str(), took);
         let verdict = executor::classify(job, occ.attempt, ending);
-        let (outcome, error) = self.conclude(&occ, job, &lease, verdict).await;
+        // Keep the claim alive while the end is recorded and followed up (a dead letter may
+        // wait for a broker reconnect), so the reaper does not hand it out meanwhile.
+        let keepalive = async {
+            let every = (self.lease / 3).max(Duration::from_millis(50));
+            loop {
+                tokio::time::sleep(every).await;
+                let _ = self.ledger.heartbeat(&lease, self.lease).await;
+            }
+        };
+        let (outcome, error) = tokio::select! {
+            r = self.conclude(&occ, job, &lease, verdict) => r,
+            _ = keepalive => unreachable!("the keepalive loop never ends"),
+        };
         match outcome {
             Outcome::Succeeded => {
                 tracing::debug!(job = %occ.job, key = %occ.key, attempt = occ.attempt, elapsed_ms = took.as_millis() as u64, "attempt succeeded");

@@ -176,7 +176,11 @@ impl Elector {
             }
             Ok(Ok(None)) => None,
             Ok(Err(err)) => {
-                warn!(instance_id = %self.instance, error = %err, "cannot try for leadership, retrying");
+                warn!(
+                    instance_id = %self.instance,
+                    error = %err,
+                    "cannot try for leadership, retrying",
+                );
                 None
             }
             Err(_) => {
@@ -209,7 +213,11 @@ impl Elector {
                 None
             }
             Ok(Err(err)) => {
-                warn!(epoch = current.term.epoch, error = %err, "lease renewal failed, retrying until renew_deadline");
+                warn!(
+                    epoch = current.term.epoch,
+                    error = %err,
+                    "lease renewal failed, retrying until renew_deadline",
+                );
                 Some(current)
             }
             Err(_) => Some(current), // the deadline check after the sleep steps down

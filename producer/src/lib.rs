@@ -10,6 +10,7 @@
 //! - [`publisher`]: confirmed publishing, retried while the leadership lasts.
 //! - [`scheduler`]: the leader's loop: take over, fire, commit cursors (fenced), carry out
 //!   pause flags and trigger/backfill requests, apply reloaded configs.
+//! - `term`: one term's bookkeeping (job table, timer, pauses, uncommitted cursors).
 //! - [`reload`]: SIGHUP → reload the file → `watch` channel of `Arc<Config>`.
 //! - [`Producer`]: all of it as one `run(self, shutdown)`.
 //!
@@ -24,6 +25,7 @@ pub mod publisher;
 pub mod reload;
 pub mod scheduler;
 mod service;
+mod term;
 pub mod timer;
 
 pub use error::Error;

@@ -82,7 +82,12 @@ pub async fn publish_confirmed(
             }
             Ok(Err(err)) => {
                 metrics::counter!("cronq_publish_failures_total").increment(1);
-                warn!(attempt = attempt + 1, messages = batch.len(), error = %err, "publish not confirmed, retrying");
+                warn!(
+                    attempt = attempt + 1,
+                    messages = batch.len(),
+                    error = %err,
+                    "publish not confirmed, retrying",
+                );
             }
             Err(_) => {
                 metrics::counter!("cronq_publish_failures_total").increment(1);
@@ -115,6 +120,12 @@ fn record(batch: &[Outgoing]) {
             let late = (now - occ.scheduled_at).to_std().unwrap_or_default();
             metrics::histogram!("cronq_publish_lateness_seconds").record(late.as_secs_f64());
         }
-        debug!(job = %occ.job, key = %occ.key, trigger = ?occ.trigger, epoch = occ.epoch, "published occurrence");
+        debug!(
+            job = %occ.job,
+            key = %occ.key,
+            trigger = ?occ.trigger,
+            epoch = occ.epoch,
+            "published occurrence",
+        );
     }
 }

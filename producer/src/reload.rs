@@ -32,9 +32,22 @@ impl Reloader {
     }
 
     /// Reloads once: publishes the new config, or logs why it was rejected. Returns
-    /// whether it was accepted.
-    pub fn reload(&self) -> bool {
-        match Config::load(&self.path) {
+    /// whether it was accepted. Parsing runs on the blocking pool: a config with a
+    /// million jobs takes a while and must not stall the leader's timers.
+    pub async fn reload(&self) -> bool {
+        let path = self.path.clone();
+        let loaded = match tokio::task::spawn_blocking(move || Config::load(&path)).await {
+            Ok(loaded) => loaded,
+            Err(err) => {
+                error!(
+                    path = %self.path.display(),
+                    error = %err,
+                    "config reload failed, keeping the previous config",
+                );
+                return false;
+            }
+        };
+        match loaded {
             Ok(config) => {
                 for warning in &config.warnings {
                     tracing::warn!(warning = %warning, "config warning");
@@ -44,7 +57,11 @@ impl Reloader {
                 true
             }
             Err(err) => {
-                error!(path = %self.path.display(), error = %err, "config reload rejected, keeping the previous config");
+                error!(
+                    path = %self.path.display(),
+                    error = %err,
+                    "config reload rejected, keeping the previous config",
+                );
                 false
             }
         }
@@ -59,7 +76,7 @@ impl Reloader {
                 hup = self.hangups.recv() => match hup {
                     Some(()) => {
                         info!(path = %self.path.display(), "SIGHUP: reloading config");
-                        self.reload();
+                        self.reload().await;
                     }
                     None => return,
                 },

@@ -10,6 +10,10 @@
 //! the lease, and it never moves backwards. Requests are removed only by a fenced commit
 //! after what they asked for was published, so a leader crash re-publishes (under the same
 //! key, deduplicated by consumers) rather than loses them.
+//!
+//! Redis layout (all under the namespace): `NS:cursor` (hash job -> unix ms),
+//! `NS:paused` (hash job -> JSON [`Pause`]), `NS:requests` (hash id -> JSON [`Request`]);
+//! the lease is `NS:leader` with its epoch counter `NS:leader:epoch` ([`crate::lease`]).
 
 mod memory;
 mod redis;

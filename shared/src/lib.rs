@@ -11,6 +11,7 @@
 //! - [`lease`]: the producer's leader lease (Redis and in-memory), with fencing epochs.
 //! - [`control`]: the producer's persistent state: cursors, pauses, trigger and backfill
 //!   requests (Redis and in-memory).
+//! - [`ops`]: operator actions across ports (dead-letter replay).
 //! - [`redacted`], [`shutdown`]: small shared mechanisms.
 
 pub mod broker;
@@ -22,6 +23,7 @@ pub mod lease;
 pub mod ledger;
 pub mod message;
 pub mod names;
+pub mod ops;
 pub mod redacted;
 pub mod runlog;
 pub mod schedule;

@@ -1,10 +1,14 @@
-//! `cronq consumer`: glue from flags to [`cronq_consumer::Consumer`].
+//! `cronq consumer`: glue from flags to [`cronq_consumer::Consumer`], plus the admin
+//! endpoints.
+
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use cronq_consumer::{Consumer, Options, default_consumer_id};
 use tokio_util::sync::CancellationToken;
 
 use super::UsageError;
+use crate::admin::{self, ReadyProbe};
 use crate::cli::{Cli, ConsumerArgs};
 
 /// Runs until the root token is cancelled (SIGTERM/SIGINT), then drains within `--grace`.
@@ -26,12 +30,26 @@ pub async fn run(cli: &Cli, args: &ConsumerArgs, root: CancellationToken) -> any
         tracing::warn!(warning = %warning, "config");
     }
     super::signals::cancel_on_signal(root.clone()).context("while installing signal handlers")?;
+    let metrics = admin::install_metrics()?;
     let consumer = Consumer::connect(config, &endpoints, options)
         .await
         .context("while starting the consumer")?;
-    consumer
-        .run(root)
-        .await
-        .context("while running the consumer")?;
-    Ok(())
+    // Ready while Redis answers (the broker reconnects by itself and holds no state here).
+    let redis = cronq_shared::connect::redis(&endpoints.redis_url).await?;
+    let ready: ReadyProbe = Arc::new(move || {
+        let mut conn = redis.clone();
+        Box::pin(async move {
+            redis::cmd("PING")
+                .query_async::<String>(&mut conn)
+                .await
+                .map(|_| "consuming".to_owned())
+                .map_err(|e| format!("redis: {e}"))
+        })
+    });
+    let (served, ran) = tokio::join!(
+        admin::serve(args.serve.admin_addr, metrics, ready, root.clone()),
+        consumer.run(root.clone()),
+    );
+    ran.context("while running the consumer")?;
+    served
 }

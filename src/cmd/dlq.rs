@@ -1,13 +1,154 @@
-//! `cronq dlq list` and `cronq dlq replay`.
+//! `cronq dlq list` and `cronq dlq replay`: glue over the broker's dead-letter queue and
+//! [`cronq_shared::ops::replay`], which holds the replay rules.
 
+use cronq_shared::broker::{Broker as _, DeadLetter};
+use cronq_shared::key::OccurrenceKey;
+use cronq_shared::ledger::State;
+use cronq_shared::ops::{self, Plan, RedisResets, Selector};
+use serde_json::json;
+
+use super::{UsageError, lookup};
 use crate::cli::{Cli, JsonArg, ReplayArgs};
+use crate::output::{self, Table};
 
-/// Lists the dead-letter queue.
-pub async fn list(_cli: &Cli, _args: &JsonArg) -> anyhow::Result<()> {
-    super::unavailable("dlq list")
+/// Lists every dead letter, oldest first, without consuming or reordering the queue.
+///
+/// # Errors
+/// RabbitMQ unreachable.
+pub async fn list(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
+    let endpoints = super::endpoints(cli)?;
+    let broker = lookup::broker(&endpoints).await?;
+    let letters = broker.dead_letters().await;
+    broker.close().await;
+    let letters = letters
+        .map_err(|e| anyhow::Error::new(e).context("while listing the dead-letter queue"))?;
+    if args.json {
+        let letters: Vec<_> = letters.iter().map(to_json).collect();
+        output::print_json(&json!({ "count": letters.len(), "letters": letters }));
+        return Ok(());
+    }
+    if letters.is_empty() {
+        println!("the dead-letter queue is empty");
+        return Ok(());
+    }
+    let mut table = Table::new(&[
+        "KEY",
+        "JOB",
+        "ATTEMPTS",
+        "REASON",
+        "LAST ERROR",
+        "DEAD-LETTERED AT",
+    ]);
+    for l in &letters {
+        table.row(vec![
+            output::or_dash(l.key.as_deref()),
+            output::or_dash(l.job.as_deref()),
+            l.attempts.to_string(),
+            l.reason.clone(),
+            output::or_dash(l.last_error.as_deref()),
+            output::utc(l.dead_lettered_at),
+        ]);
+    }
+    print!("{}", table.render());
+    println!(
+        "{} dead letters; replay with `cronq dlq replay --job JOB | --key KEY | --all`",
+        letters.len()
+    );
+    Ok(())
 }
 
-/// Replays dead letters.
-pub async fn replay(_cli: &Cli, _args: &ReplayArgs) -> anyhow::Result<()> {
-    super::unavailable("dlq replay")
+fn to_json(l: &DeadLetter) -> serde_json::Value {
+    json!({
+        "key": l.key,
+        "job": l.job,
+        "queue": l.queue.as_ref().map(|q| q.as_str()),
+        "attempts": l.attempts,
+        "reason": l.reason,
+        "last_error": l.last_error,
+        "dead_lettered_at": output::utc(l.dead_lettered_at),
+    })
+}
+
+/// Replays the selected dead letters (or, with `--dry-run`, shows which would be).
+///
+/// # Errors
+/// A usage error without a selector, for an unknown `--job` or a malformed `--key`;
+/// RabbitMQ or Redis unreachable; an interrupted replay (run it again).
+pub async fn replay(cli: &Cli, args: &ReplayArgs) -> anyhow::Result<()> {
+    if !args.all && args.job.is_none() && args.key.is_none() {
+        return Err(UsageError(
+            "dlq replay needs a selector: --job JOB, --key KEY or --all (add --dry-run to preview; `cronq dlq list` shows the letters)".into(),
+        )
+        .into());
+    }
+    let config = super::load_config(cli)?;
+    let job = match &args.job {
+        Some(name) => Some(lookup::job(&config, name)?.name.clone()),
+        None => None,
+    };
+    let key = match &args.key {
+        Some(text) => Some(
+            text.parse::<OccurrenceKey>()
+                .map_err(|e| UsageError(format!("--key: {e}")))?,
+        ),
+        None => None,
+    };
+    let selector = Selector {
+        job,
+        key,
+        all: args.all,
+    };
+    let endpoints = super::endpoints(cli)?;
+    let conn = lookup::redis(&endpoints).await?;
+    let broker = lookup::broker(&endpoints).await?;
+    let resets = RedisResets::new(conn, endpoints.names());
+    let report = ops::replay(&broker, &resets, &config, &selector, args.dry_run).await;
+    broker.close().await;
+    let report = report?;
+    let mut table = Table::new(&["KEY", "JOB", "REASON", "RESULT"]);
+    let mut kept = 0;
+    for e in &report.entries {
+        let result = match &e.plan {
+            Plan::WouldReplay => "would replay".to_owned(),
+            Plan::Replayed => match e.record {
+                Some(State::Succeeded) => {
+                    "replayed (already succeeded: will not run again)".to_owned()
+                }
+                _ => "replayed".to_owned(),
+            },
+            Plan::Kept(why) => {
+                kept += 1;
+                format!("kept: {why}")
+            }
+            Plan::Gone => "gone (taken by another replay)".to_owned(),
+        };
+        table.row(vec![
+            output::or_dash(e.key.as_deref()),
+            output::or_dash(e.job.as_deref()),
+            e.reason.clone(),
+            result,
+        ]);
+    }
+    if table.is_empty() {
+        println!(
+            "no dead letter matches ({} in the dead-letter queue)",
+            report.listed
+        );
+        return Ok(());
+    }
+    print!("{}", table.render());
+    if args.dry_run {
+        println!(
+            "dry run: {} of {} selected letters would be replayed; nothing was changed",
+            report.entries.len() - kept,
+            report.entries.len()
+        );
+    } else {
+        println!(
+            "replayed {} of {} selected letters; {kept} kept in the dead-letter queue",
+            report.replayed,
+            report.entries.len()
+        );
+    }
+    Ok(())
 }

@@ -1,9 +1,129 @@
-//! `cronq jobs`.
+//! `cronq jobs`: each job of the config with its schedule, zone, next fire (in its zone and
+//! UTC), pause flag (from the control store) and last outcome (from the run log).
 
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use chrono::Utc;
+use cronq_shared::control::Control;
+use cronq_shared::names::JobName;
+use cronq_shared::runlog::{RedisRunLog, Run, RunLog};
+use serde_json::json;
+
+use super::lookup;
 use crate::cli::{Cli, JsonArg};
+use crate::output::{self, Table};
 
-/// Prints each job's status.
-pub async fn run(cli: &Cli, _args: &JsonArg) -> anyhow::Result<()> {
-    let _config = super::load_config(cli)?;
-    super::unavailable("jobs")
+/// How many of the newest runs are read at once to find each job's last outcome.
+const RECENT_RUNS: usize = 2_000;
+
+/// Only for trimming on write, which `jobs` never does.
+const UNUSED_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Prints each job's status as a table or one JSON document.
+///
+/// # Errors
+/// A config error; Redis unreachable.
+pub async fn run(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
+    let config = super::load_config(cli)?;
+    let endpoints = super::endpoints(cli)?;
+    let conn = lookup::redis(&endpoints).await?;
+    let names = endpoints.names();
+    let paused = Control::redis(conn.clone(), &names)
+        .paused()
+        .await
+        .context("while reading pause flags")?;
+    let log = RedisRunLog::new(conn, &names, UNUSED_RETENTION);
+    let now = Utc::now();
+    // One read of the recent history covers the jobs that ran lately; only the others
+    // need a search of their own.
+    let mut latest: HashMap<JobName, Run> = HashMap::new();
+    for run in log
+        .list(None, RECENT_RUNS)
+        .await
+        .context("while reading the run history")?
+    {
+        latest.entry(run.job.clone()).or_insert(run);
+    }
+    let mut rows = Vec::new();
+    for job in &config.jobs {
+        let last = match latest.remove(&job.name) {
+            Some(run) => Some(run),
+            None => log
+                .list(Some(&job.name), 1)
+                .await
+                .context("while reading the run history")?
+                .into_iter()
+                .next(),
+        };
+        let next = job.schedule.next_after(now);
+        rows.push((job, next, paused.get(&job.name), last));
+    }
+    if args.json {
+        let jobs: Vec<_> = rows
+            .iter()
+            .map(|(job, next, pause, last)| {
+                json!({
+                    "job": job.name.as_str(),
+                    "schedule": job.schedule.as_str(),
+                    "timezone": job.timezone.name(),
+                    "queue": job.queue.as_str(),
+                    "next": next.map(|t| json!({
+                        "utc": output::utc(t),
+                        "local": output::local(&t.with_timezone(&job.timezone)),
+                    })),
+                    "paused": pause.map(|p| json!({ "since": output::utc(p.since), "note": p.note })),
+                    "last": last.as_ref().map(|r| json!({
+                        "key": r.key.to_string(),
+                        "outcome": r.outcome.as_str(),
+                        "at": output::utc(r.started_at),
+                        "error": r.error,
+                    })),
+                })
+            })
+            .collect();
+        output::print_json(&json!({ "jobs": jobs }));
+        return Ok(());
+    }
+    let mut table = Table::new(&[
+        "JOB",
+        "SCHEDULE",
+        "ZONE",
+        "NEXT (ZONE)",
+        "NEXT (UTC)",
+        "PAUSED",
+        "LAST",
+    ]);
+    for (job, next, pause, last) in &rows {
+        let paused = pause.map_or_else(
+            || "no".to_owned(),
+            |p| match &p.note {
+                Some(n) => format!("since {} ({n})", output::utc(p.since)),
+                None => format!("since {}", output::utc(p.since)),
+            },
+        );
+        let last = last.as_ref().map_or_else(
+            || "-".to_owned(),
+            |r| format!("{} at {}", r.outcome, output::utc(r.started_at)),
+        );
+        table.row(vec![
+            job.name.to_string(),
+            job.schedule.as_str().to_owned(),
+            job.timezone.name().to_owned(),
+            next.map_or_else(
+                || "never".into(),
+                |t| output::local(&t.with_timezone(&job.timezone)),
+            ),
+            next.map_or_else(|| "never".into(), output::utc),
+            paused,
+            last,
+        ]);
+    }
+    if table.is_empty() {
+        println!("{} defines no job", config.path.display());
+    } else {
+        print!("{}", table.render());
+    }
+    Ok(())
 }

@@ -5,6 +5,7 @@ mod check;
 mod consumer;
 mod dlq;
 mod jobs;
+mod lookup;
 mod next;
 mod pause;
 mod producer;

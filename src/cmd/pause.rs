@@ -1,13 +1,62 @@
-//! `cronq pause` and `cronq resume`.
+//! `cronq pause` and `cronq resume`: set or clear a job's pause flag in the control store,
+//! which every producer reads, so it holds fleet-wide and across failover.
 
+use anyhow::Context as _;
+use cronq_shared::control::Control;
+
+use super::lookup;
 use crate::cli::{Cli, JobArg, PauseArgs};
+use crate::output;
 
-/// Pauses a job fleet-wide.
-pub async fn pause(_cli: &Cli, _args: &PauseArgs) -> anyhow::Result<()> {
-    super::unavailable("pause")
+/// Pauses a job fleet-wide: the leading producer stops publishing it within one `retry`.
+///
+/// # Errors
+/// A config or unknown-job usage error; Redis unreachable.
+pub async fn pause(cli: &Cli, args: &PauseArgs) -> anyhow::Result<()> {
+    let config = super::load_config(cli)?;
+    let job = lookup::job(&config, &args.job)?;
+    let endpoints = super::endpoints(cli)?;
+    let conn = lookup::redis(&endpoints).await?;
+    let control = Control::redis(conn, &endpoints.names());
+    let pause = control
+        .pause(&job.name, args.note.clone())
+        .await
+        .with_context(|| format!("while pausing job {:?}", job.name.as_str()))?;
+    let note = pause
+        .note
+        .as_deref()
+        .map(|n| format!(" (note: {n})"))
+        .unwrap_or_default();
+    println!(
+        "paused job {:?} fleet-wide since {}{note}; its occurrences are not published until `cronq resume {}`",
+        job.name.as_str(),
+        output::utc(pause.since),
+        job.name
+    );
+    Ok(())
 }
 
-/// Resumes a paused job.
-pub async fn resume(_cli: &Cli, _args: &JobArg) -> anyhow::Result<()> {
-    super::unavailable("resume")
+/// Resumes a paused job; missed occurrences are not caught up (use `cronq backfill`).
+///
+/// # Errors
+/// A config or unknown-job usage error; Redis unreachable.
+pub async fn resume(cli: &Cli, args: &JobArg) -> anyhow::Result<()> {
+    let config = super::load_config(cli)?;
+    let job = lookup::job(&config, &args.job)?;
+    let endpoints = super::endpoints(cli)?;
+    let conn = lookup::redis(&endpoints).await?;
+    let control = Control::redis(conn, &endpoints.names());
+    let was = control
+        .resume(&job.name)
+        .await
+        .with_context(|| format!("while resuming job {:?}", job.name.as_str()))?;
+    if was {
+        println!(
+            "resumed job {:?}; occurrences missed while paused are not caught up (use `cronq backfill`)",
+            job.name.as_str()
+        );
+    } else {
+        println!("job {:?} was not paused", job.name.as_str());
+    }
+    Ok(())
 }

@@ -1,8 +1,73 @@
-//! `cronq runs`.
+//! `cronq runs`: the run history, newest first, from the run log in Redis.
 
+use std::time::Duration;
+
+use anyhow::Context as _;
+use cronq_shared::runlog::{RedisRunLog, Run, RunLog};
+use serde_json::json;
+
+use super::{UsageError, lookup};
 use crate::cli::{Cli, RunsArgs};
+use crate::output::{self, Table};
 
-/// Prints the run history.
-pub async fn run(_cli: &Cli, _args: &RunsArgs) -> anyhow::Result<()> {
-    super::unavailable("runs")
+/// Only for trimming on write, which `runs` never does.
+const UNUSED_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Prints up to `--limit` runs, newest first, as a table or one JSON document.
+///
+/// # Errors
+/// A usage error for `--limit 0` or an unknown `--job`; Redis unreachable.
+pub async fn run(cli: &Cli, args: &RunsArgs) -> anyhow::Result<()> {
+    if args.limit == 0 {
+        return Err(UsageError("--limit must be at least 1".into()).into());
+    }
+    let endpoints = super::endpoints(cli)?;
+    let job = match &args.job {
+        Some(name) => Some(lookup::job_filter(cli, name)?),
+        None => None,
+    };
+    let conn = lookup::redis(&endpoints).await?;
+    let log = RedisRunLog::new(conn, &endpoints.names(), UNUSED_RETENTION);
+    let runs = log
+        .list(job.as_ref(), args.limit)
+        .await
+        .context("while reading the run history")?;
+    if args.json {
+        let runs: Vec<_> = runs.iter().map(to_json).collect();
+        output::print_json(&json!({ "runs": runs }));
+        return Ok(());
+    }
+    if runs.is_empty() {
+        println!("no runs recorded yet");
+        return Ok(());
+    }
+    let mut table = Table::new(&[
+        "KEY", "ATTEMPT", "CONSUMER", "STARTED", "DURATION", "OUTCOME", "ERROR",
+    ]);
+    for r in &runs {
+        table.row(vec![
+            r.key.to_string(),
+            r.attempt.to_string(),
+            r.consumer.clone(),
+            output::utc(r.started_at),
+            output::duration(r.duration),
+            r.outcome.to_string(),
+            output::or_dash(r.error.as_deref()),
+        ]);
+    }
+    print!("{}", table.render());
+    Ok(())
+}
+
+fn to_json(r: &Run) -> serde_json::Value {
+    json!({
+        "key": r.key.to_string(),
+        "job": r.job.as_str(),
+        "attempt": r.attempt,
+        "consumer": r.consumer,
+        "started_at": output::utc(r.started_at),
+        "duration_ms": u64::try_from(r.duration.as_millis()).unwrap_or(u64::MAX),
+        "outcome": r.outcome.as_str(),
+        "error": r.error,
+    })
 }

@@ -1,8 +1,37 @@
-//! `cronq trigger`.
+//! `cronq trigger`: ask the leading producer (through the control store) to publish one
+//! occurrence now, under a fresh key `JOB@manual-ID`, and print that key.
 
+use anyhow::Context as _;
+use cronq_shared::control::Control;
+
+use super::{UsageError, lookup};
 use crate::cli::{Cli, TriggerArgs};
 
-/// Requests one manual occurrence.
-pub async fn run(_cli: &Cli, _args: &TriggerArgs) -> anyhow::Result<()> {
-    super::unavailable("trigger")
+/// Requests one manual occurrence and prints its key on stdout.
+///
+/// # Errors
+/// A config, unknown-job or bad `--payload` usage error; Redis unreachable.
+pub async fn run(cli: &Cli, args: &TriggerArgs) -> anyhow::Result<()> {
+    let config = super::load_config(cli)?;
+    let job = lookup::job(&config, &args.job)?;
+    let payload = match args.payload.as_deref() {
+        None => None,
+        Some(text) => Some(serde_json::from_str::<serde_json::Value>(text).map_err(|e| {
+            UsageError(format!(
+                "--payload is not valid JSON ({e}); pass a JSON value such as '{{\"region\": \"cn\"}}'"
+            ))
+        })?),
+    };
+    let endpoints = super::endpoints(cli)?;
+    let conn = lookup::redis(&endpoints).await?;
+    let control = Control::redis(conn.clone(), &endpoints.names());
+    let key = control
+        .request_trigger(&job.name, payload)
+        .await
+        .with_context(|| format!("while requesting a trigger of job {:?}", job.name.as_str()))?;
+    println!("{key}");
+    if let Some(note) = lookup::no_leader_note(&conn, &endpoints).await {
+        eprintln!("{note}");
+    }
+    Ok(())
 }

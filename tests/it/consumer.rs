@@ -96,6 +96,31 @@ impl Fleet {
         token
     }
 
+    /// Waits until `n` consumers are subscribed to the default queue.
+    pub async fn subscribed(&self, n: u32) {
+        let conn = lapin::Connection::connect(&amqp_url(), Default::default())
+            .await
+            .unwrap();
+        let ch = conn.create_channel().await.unwrap();
+        let queue = self.names.queue(&QueueName::new("default").unwrap());
+        eventually(WAIT, &format!("{n} consumers on {queue}"), || async {
+            let q = ch
+                .queue_declare(
+                    queue.as_str().into(),
+                    lapin::options::QueueDeclareOptions {
+                        passive: true,
+                        ..Default::default()
+                    },
+                    Default::default(),
+                )
+                .await
+                .unwrap();
+            (q.consumer_count() >= n).then_some(())
+        })
+        .await;
+        let _ = conn.close(200, "done".into()).await;
+    }
+
     pub async fn publish(&self, occs: impl IntoIterator<Item = Occurrence>) {
         let queue = QueueName::new("default").unwrap();
         let batch: Vec<Outgoing> = occs
@@ -144,9 +169,12 @@ impl Fleet {
     }
 }
 
+/// What [`recording`] saw: `(key, start, end)` per run.
+type Spans = Arc<Mutex<Vec<(String, Instant, Instant)>>>;
+
 /// A Rust handler that records `(key, start, end)` and sleeps `took` (stopping early when
 /// cancelled).
-fn recording(took: Duration) -> (Handlers, Arc<Mutex<Vec<(String, Instant, Instant)>>>) {
+fn recording(took: Duration) -> (Handlers, Spans) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let mut handlers = Handlers::new();
     let s = seen.clone();
@@ -243,6 +271,7 @@ async fn consumer_thousand_occurrences_three_consumers_none_twice() {
             });
             fleet.start(id, handlers, 8).await;
         }
+        fleet.subscribed(3).await;
         let occs: Vec<Occurrence> = (0..1000).map(|i| occurrence("work", i)).collect();
         for chunk in occs.chunks(100) {
             fleet.publish(chunk.to_vec()).await;
@@ -398,6 +427,7 @@ async fn consumer_overlap_skip_two_consumers() {
         });
         fleet.start("c1", h1, 2).await;
         fleet.start("c2", h2, 2).await;
+        fleet.subscribed(2).await;
         for i in 0..4 {
             fleet.publish([occurrence("work", i)]).await;
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -426,6 +456,7 @@ async fn consumer_overlap_queue_runs_all_in_turn() {
         let (h1, seen) = recording(Duration::from_millis(500));
         fleet.start("c1", h1.clone(), 2).await;
         fleet.start("c2", h1, 2).await;
+        fleet.subscribed(2).await;
         fleet.publish((0..3).map(|i| occurrence("work", i))).await;
         let runs = fleet.settled("work", 3).await;
         assert!(
@@ -446,6 +477,7 @@ async fn consumer_overlap_replace_cancels_the_running_one() {
         let (h1, seen) = recording(Duration::from_secs(20));
         fleet.start("c1", h1.clone(), 2).await;
         fleet.start("c2", h1, 2).await;
+        fleet.subscribed(2).await;
         fleet.publish([occurrence("work", 0)]).await;
         let key0 = occurrence("work", 0).key;
         eventually(WAIT, "the first occurrence to run", || async {
@@ -813,4 +845,126 @@ async fn consumer_store_outage_runs_nothing_until_it_is_back() {
     task.await.unwrap().unwrap();
     assert_eq!(seen.lock().unwrap().len(), 1, "the duplicate did not run");
     assert_eq!(runlog.list(None, 10).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn consumer_serves_only_the_queues_it_is_given() {
+    scoped("consumer_queues", |env| async move {
+        let toml = r#"
+[[job]]
+name = "work"
+schedule = "@every 1s"
+
+[[job]]
+name = "report"
+schedule = "@every 1s"
+queue = "reports"
+command = ["true"]
+"#;
+        let fleet = Fleet::new(&env, toml).await;
+        let broker = AmqpBroker::connect(&amqp_url(), fleet.names.clone())
+            .await
+            .unwrap();
+        let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+        let options = Options {
+            queues: vec!["reports".into()],
+            lease: LEASE,
+            consumer_id: "r".into(),
+            ..Options::default()
+        };
+        let consumer = Consumer::new(
+            fleet.config.clone(),
+            Arc::new(broker),
+            Arc::new(RedisLedger::new(conn.clone(), fleet.names.clone())),
+            Arc::new(RedisRunLog::new(
+                conn,
+                &fleet.names,
+                Duration::from_secs(3600),
+            )),
+            options,
+        );
+        let token = CancellationToken::new();
+        let task = tokio::spawn(consumer.run(token.clone()));
+        let reports = QueueName::new("reports").unwrap();
+        fleet.publish([occurrence("work", 1)]).await;
+        fleet
+            .broker
+            .publish(&[Outgoing {
+                queue: reports,
+                occurrence: occurrence("report", 1),
+                delay: Duration::ZERO,
+            }])
+            .await
+            .unwrap();
+        let runs = fleet.settled("report", 1).await;
+        assert_eq!(runs[0].outcome, Outcome::Succeeded);
+        token.cancel();
+        task.await.unwrap().unwrap();
+        assert!(
+            fleet.runs("work").await.is_empty(),
+            "the default queue is not served"
+        );
+        let ch = env.amqp().await.create_channel().await.unwrap();
+        let q = ch
+            .queue_declare(
+                fleet
+                    .names
+                    .queue(&QueueName::new("default").unwrap())
+                    .as_str()
+                    .into(),
+                lapin::options::QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(q.message_count(), 1, "the default queue's message waits");
+        fleet.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn consumer_replay_of_a_failed_occurrence_runs_it_again_once() {
+    scoped("consumer_replay", |env| async move {
+        let toml = r#"
+[[job]]
+name = "work"
+schedule = "@every 1s"
+max_attempts = 1
+"#;
+        let mut fleet = Fleet::new(&env, toml).await;
+        let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let c = calls.clone();
+        let mut handlers = Handlers::new();
+        handlers.register(JobName::new("work").unwrap(), move |_occ, _token| {
+            let n = c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                if n == 0 {
+                    Err("first try fails".to_owned())
+                } else {
+                    Ok(())
+                }
+            }
+        });
+        fleet.start("c1", handlers, 2).await;
+        fleet.publish([occurrence("work", 1)]).await;
+        let runs = fleet.settled("work", 1).await;
+        assert_eq!(runs[0].outcome, Outcome::Failed);
+        let mut replay = occurrence("work", 1);
+        replay.trigger = cronq_shared::message::Trigger::Replay;
+        fleet.publish([replay.clone()]).await;
+        let runs = fleet.settled("work", 2).await;
+        assert_eq!(runs[0].outcome, Outcome::Succeeded, "{runs:?}");
+        assert_eq!(runs[0].attempt, 2);
+        // Succeeded is final: neither a schedule duplicate nor another replay runs it again.
+        fleet.publish([occurrence("work", 1), replay]).await;
+        fleet.publish([occurrence("work", 2)]).await;
+        fleet.settled("work", 3).await;
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
+        fleet.stop().await;
+    })
+    .await;
 }

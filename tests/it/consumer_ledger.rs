@@ -136,6 +136,35 @@ async fn attempts_suite(ledger: impl Ledger) {
     }
     let record = ledger.get(&first.key).await.unwrap().unwrap();
     assert_eq!((record.state, record.attempt), (State::Failed, 2));
+    // A dead-letter replay (a higher attempt) may run a failed occurrence again.
+    assert!(matches!(
+        ledger.claim(&retry).await.unwrap(),
+        ClaimOutcome::Duplicate {
+            state: State::Failed,
+            attempt: 2
+        }
+    ));
+    let replay = claim("att", 1, 3, Overlap::Allow, LONG);
+    match ledger.claim(&replay).await.unwrap() {
+        ClaimOutcome::Claimed { lease, takeover } => {
+            assert!(!takeover);
+            assert!(
+                ledger
+                    .complete(&lease, &end(State::Succeeded))
+                    .await
+                    .unwrap()
+            );
+        }
+        other => panic!("replay not claimed: {other:?}"),
+    }
+    let replay_again = claim("att", 1, 4, Overlap::Allow, LONG);
+    assert!(matches!(
+        ledger.claim(&replay_again).await.unwrap(),
+        ClaimOutcome::Duplicate {
+            state: State::Succeeded,
+            ..
+        }
+    ));
 }
 
 /// A lapsed lease: reaped once per hold, then claimable again; the old owner is fenced.
@@ -204,6 +233,23 @@ async fn overlap_suite(ledger: impl Ledger) {
 
     claimed(&ledger, &claim("all", 1, 1, Overlap::Allow, LONG)).await;
     claimed(&ledger, &claim("all", 2, 1, Overlap::Allow, LONG)).await;
+
+    // A holder whose job lock lapsed and was taken stops at its next heartbeat.
+    let short = Duration::from_millis(300);
+    let x = claimed(&ledger, &claim("lapse", 1, 1, Overlap::Queue, short)).await;
+    let y = eventually(WAIT, "the lapsed job lock to be taken", || async {
+        match ledger
+            .claim(&claim("lapse", 2, 1, Overlap::Queue, LONG))
+            .await
+            .unwrap()
+        {
+            ClaimOutcome::Claimed { lease, .. } => Some(lease),
+            _ => None,
+        }
+    })
+    .await;
+    assert_eq!(ledger.heartbeat(&x, short).await.unwrap(), Heartbeat::Lost);
+    assert_eq!(ledger.heartbeat(&y, LONG).await.unwrap(), Heartbeat::Held);
 }
 
 /// Settling without running; retention expiry.

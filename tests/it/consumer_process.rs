@@ -56,6 +56,12 @@ async fn started(env: &TestEnv, log: &str) {
     .await;
 }
 
+/// A loopback address with a port that was free a moment ago.
+fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
 fn consumer_args<'a>(config: &'a str, id: &'a str, lease: &'a str) -> Vec<&'a str> {
     vec![
         "consumer",
@@ -150,6 +156,40 @@ async fn consumer_long_job_outlives_the_broker_consumer_timeout_and_runs_once() 
         // checked every minute). Channels read the timeout when they open, so set it first.
         let _timeout = BrokerSetting::set("consumer_timeout", "5000", "1800000");
         let _tick = BrokerSetting::set("channel_tick_interval", "1000", "60000");
+        // Control: a plain consumer that holds a delivery unacked has its channel closed
+        // by the broker within the test, so the setting is really in force.
+        let control = env.amqp().await;
+        let ctl = control.create_channel().await.unwrap();
+        let q = ctl
+            .queue_declare(
+                "".into(),
+                lapin::options::QueueDeclareOptions {
+                    exclusive: true,
+                    ..Default::default()
+                },
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        ctl.basic_publish(
+            "".into(),
+            q.name().clone(),
+            Default::default(),
+            b"hold me",
+            Default::default(),
+        )
+        .await
+        .unwrap();
+        let mut held = ctl
+            .basic_consume(
+                q.name().clone(),
+                "control".into(),
+                Default::default(),
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        let _delivery = futures_util::StreamExt::next(&mut held).await.unwrap().unwrap();
         env.track_queue("default");
         let starts = env.dir.join("starts");
         let config = env.write_config(
@@ -165,7 +205,10 @@ command = ["sh", "-c", "echo start >> {}; sleep 9"]
                 starts.display()
             ),
         );
-        env.spawn("c", &consumer_args(config.to_str().unwrap(), "c", "2s"));
+        let admin = free_addr();
+        let mut args = consumer_args(config.to_str().unwrap(), "c", "2s");
+        args.extend(["--admin-addr", admin.as_str()]);
+        env.spawn("c", &args);
         started(&env, "c").await;
         publish(&env, occurrence("long", 1)).await;
         let done = eventually(WAIT, "the long job to complete", || async {
@@ -182,6 +225,27 @@ command = ["sh", "-c", "echo start >> {}; sleep 9"]
             !log.contains("WARN") && !log.contains("ERROR"),
             "channel trouble:\n{log}"
         );
+        // The broker never redelivered it (a closed channel would have), nothing was a dup.
+        let metrics = reqwest::get(format!("http://{admin}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            metrics.contains(r#"cronq_attempts_total{job="long",outcome="succeeded"} 1"#),
+            "{metrics}"
+        );
+        assert!(!metrics.contains("cronq_redeliveries_total"), "{metrics}");
+        assert!(
+            !metrics.contains("cronq_duplicates_acked_total"),
+            "{metrics}"
+        );
+        assert!(
+            !ctl.status().connected(),
+            "the control channel holding a delivery for 9 s was not closed: the lowered consumer_timeout was not in force"
+        );
+        let _ = control.close(200, "test done".into()).await;
     })
     .await;
 }

@@ -6,9 +6,11 @@
 mod broker;
 mod cli_config;
 mod cli_next;
-mod leader;
-mod producer;
 mod consumer;
 mod consumer_ledger;
 mod consumer_process;
+mod leader;
+mod ops;
+mod ops_replay;
+mod producer;
 mod support;

@@ -538,7 +538,7 @@ async fn the_leader_carries_out_pause_trigger_and_backfill_requests() {
 async fn in_process_producer_on_memory_ports_publishes_and_releases_on_cancel() {
     use std::sync::Arc;
 
-    use cronq_producer::{Producer, Reloader};
+    use cronq_producer::Producer;
     use cronq_shared::broker::memory::MemoryBroker;
     use cronq_shared::config::Config;
     use cronq_shared::control::Control;
@@ -552,16 +552,15 @@ async fn in_process_producer_on_memory_ports_publishes_and_releases_on_cancel() 
     let broker = MemoryBroker::new();
     let lease = MemoryLease::new();
     let control = Control::memory(&lease);
-    let (_hangups_tx, hangups) = tokio::sync::mpsc::channel(1);
-    let (reloader, config_rx) = Reloader::new(config, hangups);
+    // No reloader: the config sender is dropped at once, which must not upset the leader.
+    let (_, config_rx) = tokio::sync::watch::channel(Arc::new(config));
     let producer = Producer::new(
         Arc::new(broker.clone()),
         Arc::new(lease.clone()),
         control.clone(),
         config_rx,
         "memory-1",
-    )
-    .with_reloader(reloader);
+    );
     let token = CancellationToken::new();
     let running = tokio::spawn(producer.run(token.clone()));
     let queue = QueueName::new("default").unwrap();

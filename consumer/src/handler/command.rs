@@ -4,7 +4,7 @@
 //! `CRONQ_ATTEMPT`; the payload JSON on stdin; exit 0 is success. On cancellation the whole
 //! process group gets SIGTERM, then SIGKILL after [`super::KILL_GRACE`], so grandchildren
 //! (`sh -c 'sleep 100'`) die too. The last [`TAIL_BYTES`] of stdout and stderr are kept;
-//! the stderr tail is the attempt's error.
+//! the stderr tail (or the stdout tail when stderr is empty) is the attempt's error.
 
 use std::process::Stdio;
 
@@ -137,10 +137,13 @@ pub(crate) async fn run(
     if status.success() {
         return Ok(());
     }
-    let err = text(&err);
-    Err(if err.is_empty() {
+    // The stderr tail is the error; a command that reports on stdout only gets that tail.
+    let tail = Some(text(&err))
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| text(&out));
+    Err(if tail.is_empty() {
         format!("{program:?} {status}")
     } else {
-        format!("{program:?} {status}: {err}")
+        format!("{program:?} {status}: {tail}")
     })
 }

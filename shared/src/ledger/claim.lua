@@ -14,7 +14,13 @@ local st = redis.call('HGET', KEYS[1], 'state')
 local takeover = 0
 if st then
   local rec_attempt = tonumber(redis.call('HGET', KEYS[1], 'attempt') or '0')
-  if st ~= 'running' and st ~= 'retrying' and st ~= 'pending' then
+  -- A failed (dead-lettered) occurrence may be claimed again by a later attempt: a
+  -- replay from the dead-letter queue. Every other terminal state is final.
+  if st == 'failed' then
+    if attempt <= rec_attempt then
+      return {'duplicate', st, tostring(rec_attempt)}
+    end
+  elseif st ~= 'running' and st ~= 'retrying' and st ~= 'pending' then
     return {'duplicate', st, tostring(rec_attempt)}
   end
   if st == 'running' and tonumber(redis.call('HGET', KEYS[1], 'lease_until') or '0') > now then
@@ -23,7 +29,7 @@ if st then
   if attempt < tonumber(redis.call('HGET', KEYS[1], 'next') or '0') then
     return {'duplicate', st, tostring(rec_attempt)}
   end
-  if st ~= 'retrying' then takeover = 1 end
+  if st == 'running' or st == 'pending' then takeover = 1 end
 end
 local exclusive = ARGV[8] ~= 'allow'
 if exclusive then

@@ -1,7 +1,8 @@
 -- Renews the execution lease of a claim, and the job lock of an exclusive job.
 -- KEYS[1] record hash   KEYS[2] lease zset   KEYS[3] job lock
 -- ARGV[1] key   ARGV[2] token   ARGV[3] lease ms
--- Returns "held" | "cancel" (a replacing occurrence asked this one to stop) | "lost"
+-- Returns "held" | "cancel" (a replacing occurrence asked this one to stop) | "lost" (the
+-- claim, or an exclusive job's lock, belongs to someone else now)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if redis.call('HGET', KEYS[1], 'state') ~= 'running'
@@ -14,9 +15,13 @@ redis.call('ZADD', KEYS[2], now + lease, ARGV[1])
 if redis.call('HGET', KEYS[1], 'exclusive') == '1' then
   local mine = ARGV[1] .. '|' .. ARGV[2]
   local holder = redis.call('GET', KEYS[3])
-  if not holder or holder == mine then
-    redis.call('SET', KEYS[3], mine, 'PX', lease)
+  if holder and holder ~= mine then
+    -- The job lock lapsed (heartbeats were late) and another occurrence took it: stop,
+    -- so that two occurrences of an exclusive job never keep running together. The claim
+    -- is left to lapse and be reaped (run again later).
+    return 'lost'
   end
+  redis.call('SET', KEYS[3], mine, 'PX', lease)
 end
 if redis.call('HGET', KEYS[1], 'cancel') == '1' then
   return 'cancel'

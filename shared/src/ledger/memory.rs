@@ -77,7 +77,12 @@ impl Inner {
     fn blocked(&mut self, key: &str, attempt: u32, now: Instant) -> Option<(State, u32)> {
         let rec = self.live(key, now)?;
         let live_run = rec.state == State::Running && rec.lease_until > now;
-        if rec.state.is_terminal() || live_run || attempt < rec.next {
+        // A failed occurrence may be claimed by a later attempt (a dead-letter replay).
+        let final_state = match rec.state {
+            State::Failed => attempt <= rec.attempt,
+            s => s.is_terminal(),
+        };
+        if final_state || live_run || attempt < rec.next {
             return Some((rec.state, rec.attempt));
         }
         None
@@ -95,7 +100,7 @@ impl Ledger for MemoryLedger {
         }
         let takeover = inner
             .live(&key, now)
-            .is_some_and(|r| r.state != State::Retrying);
+            .is_some_and(|r| matches!(r.state, State::Running | State::Pending));
         let token = uuid::Uuid::new_v4().simple().to_string();
         let exclusive = claim.overlap != Overlap::Allow;
         if exclusive {
@@ -159,12 +164,14 @@ impl Ledger for MemoryLedger {
                 None => true,
                 Some((k, t)) => k == key && t == lease.token,
             };
-            if mine {
-                inner.locks.insert(
-                    lease.job.to_string(),
-                    (key, lease.token.clone(), now + duration),
-                );
+            if !mine {
+                // Another occurrence took the lapsed job lock: stop (see heartbeat.lua).
+                return Ok(Heartbeat::Lost);
             }
+            inner.locks.insert(
+                lease.job.to_string(),
+                (key, lease.token.clone(), now + duration),
+            );
         }
         Ok(if cancel {
             Heartbeat::CancelRequested

@@ -7,9 +7,11 @@
 //! running handlers, the broker, the run history.
 //!
 //! Invariants (G1, G3):
-//! - At most one live claim per key. A key in a terminal state (`succeeded`, `failed`,
-//!   `skipped`, `cancelled`, `missed`) is never claimed again within its retention; a
-//!   message older than the record's attempt is a stale duplicate.
+//! - At most one live claim per key. A key in a terminal state (`succeeded`, `skipped`,
+//!   `cancelled`, `missed`) is never claimed again within its retention; a message older
+//!   than the record's attempt is a stale duplicate. A `failed` key (dead-lettered) may be
+//!   claimed by a higher attempt only: a dead-letter replay publishes the occurrence with
+//!   `attempt` = the letter's attempts + 1.
 //! - A claim lives as long as its lease, renewed by [`Ledger::heartbeat`]. When it lapses
 //!   (the owner died), [`Ledger::reap`] hands the stored message back exactly once per
 //!   hold period, across all reapers, so it can be republished (at-least-once).

@@ -9,7 +9,11 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local attempt = tonumber(ARGV[3])
 local st = redis.call('HGET', KEYS[1], 'state')
 if st then
-  if st ~= 'running' and st ~= 'retrying' and st ~= 'pending' then
+  if st == 'failed' then
+    if attempt <= tonumber(redis.call('HGET', KEYS[1], 'attempt') or '0') then
+      return 0
+    end
+  elseif st ~= 'running' and st ~= 'retrying' and st ~= 'pending' then
     return 0
   end
   if st == 'running' and tonumber(redis.call('HGET', KEYS[1], 'lease_until') or '0') > now then

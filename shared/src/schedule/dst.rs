@@ -10,6 +10,9 @@ use croner::Cron;
 
 use super::zone::{self, Transition};
 
+/// The longest horizon looked at, in years.
+const MAX_YEARS: i64 = 100;
+
 /// How many local times a warning lists before "and N more".
 const LISTED: usize = 3;
 
@@ -113,6 +116,10 @@ pub(super) fn warnings(
 ) -> Vec<DstWarning> {
     let start = from.timestamp();
     let end = start.saturating_add(i64::try_from(horizon.as_secs()).unwrap_or(i64::MAX));
+    // Probing is hourly: look at most MAX_YEARS ahead, and only within 1900-3000
+    // (-2208988800 and 32503680000), past any year field.
+    let end = end.min(start.saturating_add(MAX_YEARS * 366 * 86_400));
+    let (start, end) = (start.max(-2_208_988_800), end.min(32_503_680_000));
     zone::transitions(tz, start, end)
         .into_iter()
         .filter_map(|t| warning(cron, tz, t))

@@ -129,12 +129,13 @@ impl Schedule {
                 DateTime::from_timestamp(next, 0)
             }
             Kind::Cron(c) => {
-                if c.last.is_some_and(|last| after >= last) {
+                if c.last.is_some_and(|last| after >= last) || after.timestamp() >= CRON_END {
                     return None;
                 }
                 // Fires are on whole seconds: strictly after `after` is strictly after
-                // its whole second.
-                let after = after.trunc_subsecs(0);
+                // its whole second. Before year 2 the zone arithmetic could leave chrono's
+                // range; no schedule is asked about such times, so they start at year 2.
+                let after = after.trunc_subsecs(0).max(cron_start());
                 if c.pinned {
                     c.next_pinned(self.tz, after)
                 } else {
@@ -181,6 +182,8 @@ impl Schedule {
     /// The daylight-saving changes in `(from, from + horizon]` that move or merge a fire
     /// time of this schedule: a local time skipped by a spring-forward, or repeated by a
     /// fall-back. Empty for schedules that are not pinned (they run by elapsed time).
+    /// Looks at most 100 years ahead, within the years 1900-3000; costs one zone lookup
+    /// per hour of horizon.
     pub fn dst_warnings(&self, from: DateTime<Utc>, horizon: Duration) -> Vec<DstWarning> {
         match &self.kind {
             Kind::Cron(c) if c.pinned => dst::warnings(&c.cron, self.tz, from, horizon),
@@ -258,15 +261,23 @@ impl CronSchedule {
     }
 
     /// Whether some date on or after `from` matches the date fields (year, month, day).
-    /// Searches 401 years at most: the Gregorian calendar, weekdays included, repeats
-    /// every 400 years.
+    /// The Gregorian calendar, weekdays included, repeats every 400 years, so a year is
+    /// only searched if no year of its class modulo 400 was (the first, partial year
+    /// aside): at most 401 years are searched.
     fn has_date_from(&self, from: NaiveDate) -> bool {
         let p = &self.cron.pattern;
-        let end = from.year() + 401;
-        let end = self.last_year.map_or(end, |y| y.min(end));
+        let end = self.last_year.unwrap_or(from.year() + 401);
+        let mut searched = [false; 400];
         for year in from.year()..=end {
             if !p.year_match(year).unwrap_or(false) {
                 continue;
+            }
+            if year != from.year() {
+                let class = &mut searched[year.rem_euclid(400) as usize];
+                if *class {
+                    continue;
+                }
+                *class = true;
             }
             for month in 1..=12u32 {
                 if !p.month_match(month).unwrap_or(false) {
@@ -312,6 +323,15 @@ impl CronSchedule {
             }
         }
     }
+}
+
+/// croner searches up to the year 5000; a cron schedule has no fires from 4999 on.
+/// (4999-01-01T00:00:00Z)
+const CRON_END: i64 = 95_586_048_000;
+
+/// The earliest instant a cron search starts from: 0002-01-01T00:00:00Z.
+fn cron_start() -> DateTime<Utc> {
+    DateTime::from_timestamp(-62_104_060_800, 0).unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
 /// A naive local time as a UTC value, so croner evaluates it as a plain calendar time.

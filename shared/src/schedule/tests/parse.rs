@@ -448,10 +448,27 @@ fn schedules_that_can_never_fire_are_refused() {
             "0 0 0 1 1 * 2026",
             "can never fire: its last time, 2026-01-01T00:00:00+00:00, is past",
         ),
+        (
+            "0 0 0 30 2 * 2026-2999",
+            "can never fire: no date from now on matches its day-of-month, month, day-of-week and year fields",
+        ),
     ];
     for (text, want) in cases {
         assert_eq!(error(text), want, "{text:?}");
     }
+    // Far years are searched too (past the 400-year calendar cycle from now).
+    assert_eq!(
+        fires(&parse("0 0 0 1 1 * 2990"), "2026-01-01T00:00:00Z", 2),
+        ["2990-01-01T00:00:00Z"]
+    );
+    assert_eq!(
+        fires(
+            &parse("0 0 0 29 2 * 2100,2500,2800"),
+            "2026-01-01T00:00:00Z",
+            2
+        ),
+        ["2800-02-29T00:00:00Z"]
+    );
     // Rare but possible: February 29, or the 31st combined with a weekday.
     assert_eq!(
         fires(&parse("0 0 29 2 *"), "2026-01-01T00:00:00Z", 2),

@@ -461,7 +461,7 @@ fn check_fires(g: &Generated, tz: Tz, start: DateTime<Utc>) -> Result<(), TestCa
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
 
     #[test]
     fn fires_increase_and_match_the_fields_in_local_time(
@@ -543,4 +543,26 @@ fn at_secs(year: i32) -> i64 {
     Utc.with_ymd_and_hms(year, 1, 1, 0, 0, 0)
         .single()
         .map_or(0, |t| t.timestamp())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// Any instant chrono can hold, any schedule kind, any zone: no panic, and a result is
+    /// always later than the start.
+    #[test]
+    fn next_after_never_panics_on_extreme_instants(
+        secs in DateTime::<Utc>::MIN_UTC.timestamp()..=DateTime::<Utc>::MAX_UTC.timestamp(),
+        which in 0..5usize,
+        zone in 0..ZONES.len(),
+    ) {
+        let text = ["30 2 * * *", "*/15 * * * *", "@every 7s", "0 0 0 1 1 * 2990", "0 0 L * *"][which];
+        let schedule = Schedule::parse_at(text, ZONES[zone], now())
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let start = DateTime::from_timestamp(secs, 0).unwrap_or_default();
+        if let Some(t) = schedule.next_after(start) {
+            prop_assert!(t > start);
+        }
+        let _ = schedule.dst_warnings(start, std::time::Duration::from_secs(u64::MAX));
+    }
 }

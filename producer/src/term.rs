@@ -1,0 +1,448 @@
+//! One term's state: what a leader knows between taking over and losing the lease: the job
+//! table, the timer, the pause set, and the cursors and settlements not yet written.
+//!
+//! Pure bookkeeping (no I/O, no clock: `now` is passed in), so the scheduler's rules are
+//! unit-tested here. Invariant: each due occurrence is handed out together with the cursor
+//! it moves, so the caller can commit exactly what it had confirmed.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use cronq_shared::broker::Outgoing;
+use cronq_shared::config::{Config, Job};
+use cronq_shared::control::{Commit, Request, RequestKind};
+use cronq_shared::lease::Term;
+use cronq_shared::message::Trigger;
+use cronq_shared::names::JobName;
+use tracing::{debug, info, warn};
+
+use crate::planner;
+use crate::scheduler::{BACKFILL_CHUNK, REQUESTS_PER_POLL};
+use crate::timer::{Entry, Timer};
+
+pub(crate) struct JobSlot {
+    index: usize,
+    generation: u64,
+}
+
+/// One term's state.
+pub(crate) struct Leading {
+    pub(crate) term: Term,
+    pub(crate) config: Arc<Config>,
+    pub(crate) jobs: HashMap<JobName, JobSlot>,
+    pub(crate) timer: Timer,
+    pub(crate) paused: HashSet<JobName>,
+    pub(crate) uncommitted: Commit,
+    generations: u64,
+}
+
+/// A job's cursor position.
+pub(crate) type Cursor = (JobName, DateTime<Utc>);
+
+/// One due occurrence: the message (none when the job is paused) and the cursor it moves.
+pub(crate) type Due = (Option<Outgoing>, Cursor);
+
+fn same_timing(a: &Job, b: &Job) -> bool {
+    a.schedule.as_str() == b.schedule.as_str() && a.timezone == b.timezone && a.jitter == b.jitter
+}
+
+fn outgoing(
+    job: &Job,
+    at: DateTime<Utc>,
+    trigger: Trigger,
+    epoch: u64,
+    now: DateTime<Utc>,
+) -> Outgoing {
+    Outgoing {
+        queue: job.queue.clone(),
+        occurrence: planner::occurrence(job, at, trigger, epoch, now),
+        delay: Duration::ZERO,
+    }
+}
+
+fn entry(job: &Job, at: DateTime<Utc>, generation: u64) -> Entry {
+    Entry {
+        fire: planner::fire_at(job, at),
+        at,
+        job: job.name.clone(),
+        generation,
+    }
+}
+
+impl Leading {
+    /// Builds the job table and the timer for a new term, with the catch-up messages to
+    /// publish first and the cursors to write once they are confirmed.
+    pub(crate) fn take_over(
+        term: Term,
+        config: Arc<Config>,
+        cursors: &HashMap<JobName, DateTime<Utc>>,
+        paused: HashSet<JobName>,
+        now: DateTime<Utc>,
+    ) -> (Self, Vec<Outgoing>, Vec<Cursor>) {
+        let mut jobs = HashMap::with_capacity(config.jobs.len());
+        let mut entries = Vec::with_capacity(config.jobs.len());
+        let mut batch = Vec::new();
+        let mut moved = Vec::new();
+        for (index, job) in config.jobs.iter().enumerate() {
+            let plan = planner::take_over(
+                &job.schedule,
+                job.catchup,
+                job.catchup_window,
+                job.jitter,
+                cursors.get(&job.name).copied(),
+                now,
+            );
+            if !paused.contains(&job.name) {
+                for at in plan.catchup {
+                    batch.push(outgoing(job, at, Trigger::Catchup, term.epoch, now));
+                }
+            }
+            if plan.moved {
+                moved.push((job.name.clone(), plan.cursor));
+            }
+            if let Some(next) = plan.next {
+                entries.push(entry(job, next, 0));
+            }
+            jobs.insert(
+                job.name.clone(),
+                JobSlot {
+                    index,
+                    generation: 0,
+                },
+            );
+        }
+        let lead = Self {
+            term,
+            config,
+            jobs,
+            timer: Timer::from_entries(entries),
+            paused,
+            uncommitted: Commit::default(),
+            generations: 0,
+        };
+        (lead, batch, moved)
+    }
+
+    /// Pops everything due at `now` (several occurrences of one job when publishing was
+    /// held up) and schedules each job's next occurrence.
+    pub(crate) fn take_due(&mut self, now: DateTime<Utc>) -> Vec<Due> {
+        let mut due = Vec::new();
+        loop {
+            let popped = self.timer.pop_due(now);
+            if popped.is_empty() {
+                return due;
+            }
+            self.schedule_next(popped, now, &mut due);
+        }
+    }
+
+    fn schedule_next(&mut self, popped: Vec<Entry>, now: DateTime<Utc>, due: &mut Vec<Due>) {
+        for e in popped {
+            let Some(slot) = self.jobs.get(&e.job) else {
+                continue; // removed from the config
+            };
+            if slot.generation != e.generation {
+                continue; // superseded by a reload
+            }
+            let job = &self.config.jobs[slot.index];
+            let message = if self.paused.contains(&job.name) {
+                debug!(job = %job.name, at = %e.at, "not publishing: job is paused");
+                None
+            } else {
+                Some(outgoing(job, e.at, Trigger::Schedule, self.term.epoch, now))
+            };
+            if let Some(next) = job.schedule.next_after(e.at) {
+                self.timer.push(entry(job, next, slot.generation));
+            }
+            due.push((message, (e.job, e.at)));
+        }
+    }
+
+    /// Applies a reloaded config: unchanged jobs keep their timer entry; new jobs and jobs
+    /// whose timing changed start from `now` (cursor written); removed jobs are dropped.
+    pub(crate) fn reload(&mut self, config: Arc<Config>, now: DateTime<Utc>) {
+        let (mut added, mut changed) = (0usize, 0usize);
+        let mut jobs = HashMap::with_capacity(config.jobs.len());
+        for (index, job) in config.jobs.iter().enumerate() {
+            let old = self.jobs.get(&job.name);
+            if let Some(slot) = old.filter(|s| same_timing(&self.config.jobs[s.index], job)) {
+                jobs.insert(
+                    job.name.clone(),
+                    JobSlot {
+                        index,
+                        generation: slot.generation,
+                    },
+                );
+                continue;
+            }
+            if old.is_some() {
+                changed += 1;
+            } else {
+                added += 1;
+            }
+            self.generations += 1;
+            let generation = self.generations;
+            if let Some(next) = job.schedule.next_after(now) {
+                self.timer.push(entry(job, next, generation));
+            }
+            self.uncommitted.cursors.push((job.name.clone(), now));
+            jobs.insert(job.name.clone(), JobSlot { index, generation });
+        }
+        let removed = self.jobs.keys().filter(|j| !jobs.contains_key(*j)).count();
+        info!(
+            jobs = config.jobs.len(),
+            added, changed, removed, "leader applied reloaded config"
+        );
+        self.jobs = jobs;
+        self.config = config;
+    }
+
+    /// Turns requests into messages, and says how to settle each once they are confirmed.
+    pub(crate) fn requests(
+        &self,
+        requests: Vec<Request>,
+        now: DateTime<Utc>,
+    ) -> (Vec<Outgoing>, Vec<(String, Option<Request>)>) {
+        let mut batch = Vec::new();
+        let mut settle = Vec::new();
+        for request in requests.into_iter().take(REQUESTS_PER_POLL) {
+            let job = self
+                .jobs
+                .get(&request.job)
+                .map(|s| &self.config.jobs[s.index]);
+            let Some(job) = job else {
+                warn!(
+                    job = %request.job,
+                    request = %request.id,
+                    "dropping request: no such job in the config",
+                );
+                settle.push((request.id, None));
+                continue;
+            };
+            match &request.kind {
+                RequestKind::Trigger { key, payload } => {
+                    info!(job = %job.name, key = %key, "publishing manual trigger");
+                    batch.push(Outgoing {
+                        queue: job.queue.clone(),
+                        occurrence: planner::manual(
+                            job,
+                            key.clone(),
+                            request.requested_at,
+                            payload.clone(),
+                            self.term.epoch,
+                            now,
+                        ),
+                        delay: Duration::ZERO,
+                    });
+                    settle.push((request.id, None));
+                }
+                RequestKind::Backfill {
+                    from,
+                    to,
+                    done_through,
+                } => {
+                    let (chunk, finished) =
+                        planner::backfill(&job.schedule, *from, *to, *done_through, BACKFILL_CHUNK);
+                    info!(
+                        job = %job.name,
+                        request = %request.id,
+                        occurrences = chunk.len(),
+                        finished,
+                        "publishing backfill",
+                    );
+                    for at in &chunk {
+                        batch.push(outgoing(job, *at, Trigger::Backfill, self.term.epoch, now));
+                    }
+                    let progress =
+                        chunk
+                            .last()
+                            .copied()
+                            .filter(|_| !finished)
+                            .map(|last| Request {
+                                kind: RequestKind::Backfill {
+                                    from: *from,
+                                    to: *to,
+                                    done_through: Some(last),
+                                },
+                                ..request.clone()
+                            });
+                    settle.push((request.id, progress));
+                }
+            }
+        }
+        (batch, settle)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cronq_shared::control::RequestKind;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    fn config(jobs: &[(&str, &str)]) -> Arc<Config> {
+        let mut toml = String::new();
+        for (name, schedule) in jobs {
+            toml.push_str(&format!(
+                "[[job]]\nname = \"{name}\"\nschedule = \"{schedule}\"\n"
+            ));
+        }
+        Arc::new(Config::from_toml(&toml, std::path::Path::new("t.toml")).unwrap())
+    }
+
+    fn job(name: &str) -> JobName {
+        JobName::new(name).unwrap()
+    }
+
+    fn leading(config: Arc<Config>, now: DateTime<Utc>) -> Leading {
+        let (lead, catchup, moved) = Leading::take_over(
+            Term::new(4, "t"),
+            config,
+            &HashMap::new(),
+            HashSet::new(),
+            now,
+        );
+        assert!(catchup.is_empty(), "no cursor: nothing to catch up");
+        assert_eq!(
+            moved.len(),
+            lead.jobs.len(),
+            "every new job gets cursor = now"
+        );
+        lead
+    }
+
+    #[test]
+    fn due_occurrences_carry_the_epoch_and_paused_jobs_only_move_their_cursor() {
+        let now = t("2026-11-30T10:00:00.5Z");
+        let mut lead = leading(config(&[("a", "@every 1s"), ("b", "@every 1s")]), now);
+        lead.paused.insert(job("b"));
+        let due = lead.take_due(t("2026-11-30T10:00:02Z"));
+        assert_eq!(due.len(), 4, "a and b at :01 and :02");
+        for (message, (name, at)) in &due {
+            match message {
+                Some(out) => {
+                    assert_eq!(name.as_str(), "a");
+                    assert_eq!(out.occurrence.epoch, 4);
+                    assert_eq!(out.occurrence.scheduled_at, *at);
+                    assert_eq!(out.occurrence.trigger, Trigger::Schedule);
+                }
+                None => assert_eq!(name.as_str(), "b"),
+            }
+        }
+        assert_eq!(lead.timer.next_fire(), Some(t("2026-11-30T10:00:03Z")));
+    }
+
+    #[test]
+    fn reload_adds_changes_and_removes_jobs() {
+        let now = t("2026-11-30T10:00:00.5Z");
+        let mut lead = leading(
+            config(&[
+                ("keep", "@every 1s"),
+                ("change", "@every 1s"),
+                ("drop", "@every 1s"),
+            ]),
+            now,
+        );
+        let later = t("2026-11-30T10:00:10.5Z");
+        lead.reload(
+            config(&[
+                ("keep", "@every 1s"),
+                ("change", "@every 5s"),
+                ("new", "@every 2s"),
+            ]),
+            later,
+        );
+        let written: Vec<&str> = lead
+            .uncommitted
+            .cursors
+            .iter()
+            .map(|(j, _)| j.as_str())
+            .collect();
+        assert_eq!(
+            written,
+            ["change", "new"],
+            "changed and new jobs start from now"
+        );
+        assert!(lead.uncommitted.cursors.iter().all(|(_, at)| *at == later));
+        let due = lead.take_due(t("2026-11-30T10:00:12Z"));
+        let fired = |name: &str| -> Vec<DateTime<Utc>> {
+            due.iter()
+                .filter(|(_, (j, _))| j.as_str() == name)
+                .map(|(_, (_, at))| *at)
+                .collect()
+        };
+        assert_eq!(fired("keep").len(), 12, "an unchanged job keeps its timer");
+        assert_eq!(fired("new"), [t("2026-11-30T10:00:12Z")]);
+        assert!(fired("drop").is_empty(), "a removed job stops");
+        assert!(
+            fired("change").is_empty(),
+            "the old timing of a changed job is gone"
+        );
+        let due = lead.take_due(t("2026-11-30T10:00:15Z"));
+        assert!(
+            due.iter()
+                .any(|(_, (j, at))| j.as_str() == "change" && *at == t("2026-11-30T10:00:15Z"))
+        );
+    }
+
+    #[test]
+    fn requests_become_messages_and_settlements() {
+        let now = t("2026-11-30T10:00:00Z");
+        let lead = leading(config(&[("y", "0 0 1 1 *")]), now);
+        let trigger_key = cronq_shared::key::OccurrenceKey::manual(job("y"));
+        let base = |id: &str, name: &str, kind| Request {
+            id: id.into(),
+            job: job(name),
+            requested_at: now,
+            kind,
+        };
+        let requests = vec![
+            base(
+                "1",
+                "y",
+                RequestKind::Trigger {
+                    key: trigger_key.clone(),
+                    payload: Some(serde_json::json!({"x": 1})),
+                },
+            ),
+            base(
+                "2",
+                "gone",
+                RequestKind::Trigger {
+                    key: cronq_shared::key::OccurrenceKey::manual(job("gone")),
+                    payload: None,
+                },
+            ),
+            base(
+                "3",
+                "y",
+                RequestKind::Backfill {
+                    from: t("2000-01-01T00:00:00Z"),
+                    to: t("2026-01-01T00:00:00Z"),
+                    done_through: None,
+                },
+            ),
+        ];
+        let (batch, settle) = lead.requests(requests, now);
+        assert_eq!(batch[0].occurrence.key, trigger_key);
+        assert_eq!(batch[0].occurrence.payload, serde_json::json!({"x": 1}));
+        assert_eq!(batch.len(), 1 + 27, "one trigger and 27 new years");
+        assert!(
+            batch[1..]
+                .iter()
+                .all(|o| o.occurrence.trigger == Trigger::Backfill)
+        );
+        assert_eq!(settle[0], ("1".to_owned(), None));
+        assert_eq!(settle[1], ("2".to_owned(), None), "unknown job: dropped");
+        assert_eq!(
+            settle[2],
+            ("3".to_owned(), None),
+            "backfill finished in one chunk"
+        );
+    }
+}
