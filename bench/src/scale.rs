@@ -308,7 +308,8 @@ async fn producer_process(
         let mut lines = BufReader::new(stderr).lines();
         let mut tail = Vec::new();
         while let Ok(Some(line)) = lines.next_line().await {
-            if line.contains("leading: caught up")
+            // The scheduler's take-over line (its wording changed once; accept both).
+            if (line.contains("taking over:") || line.contains("leading: caught up"))
                 && let Some(tx) = tx.take()
             {
                 let _ = tx.send(());
