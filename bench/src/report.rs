@@ -181,7 +181,11 @@ impl Report {
             m.memory as f64 / (1024.0 * 1024.0 * 1024.0),
             m.kernel
         );
-        let _ = writeln!(out, "Command:\n\n```sh\n{}\n```\n", self.command);
+        let _ = writeln!(
+            out,
+            "Command (`scripts/bench ARGS` runs `cronq-bench --cronq target/release/cronq ARGS` after building both in release):\n\n```sh\n{}\n```\n",
+            self.command
+        );
         let _ = writeln!(
             out,
             "Sizes: `{}`\n",
