@@ -100,6 +100,23 @@ pub async fn run(args: &ScaleArgs, runs: usize, cronq: &Path) -> anyhow::Result<
         Unit::Bytes,
     )
     .baseline("same, 1 job");
+    let mut per_job = Figure::new(
+        "scale",
+        format!("`cronq producer` RSS per job (above the 1-job process), {n} jobs"),
+        Unit::Bytes,
+    );
+    let mut projected = Figure::new(
+        "scale",
+        format!("`cronq producer` RSS projected linearly to 1,000,000 jobs (from {n})"),
+        Unit::Bytes,
+    )
+    .goal("< 1 GB");
+    let mut load_per_job = Figure::new(
+        "scale",
+        format!("config load per job, {n} jobs"),
+        Unit::Seconds,
+    )
+    .baseline("plain TOML parse, per job");
     let mut cpu = Figure::new(
         "scale",
         format!("`cronq producer` CPU while none due, {n} jobs"),
@@ -205,9 +222,21 @@ pub async fn run(args: &ScaleArgs, runs: usize, cronq: &Path) -> anyhow::Result<
         peak.push_baseline(one.peak as f64);
         cpu.runs.push(many.cpu);
         cpu.push_baseline(one.cpu);
+        let jobs = args.jobs.max(1) as f64;
+        let growth = (many.rss as f64 - one.rss as f64).max(0.0) / jobs;
+        per_job.runs.push(growth);
+        projected.runs.push(one.rss as f64 + growth * 1e6);
+        load_per_job.runs.push(load.runs[run - 1] / jobs);
+        if let Some(b) = load.baseline.as_ref().and_then(|b| b.runs.last()) {
+            load_per_job.push_baseline(b / jobs);
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
-    let mut figures = vec![load, timer, ready, rss, peak, cpu, mixed];
+    let mut figures = vec![load, load_per_job, timer, ready, rss, peak, per_job];
+    if args.jobs < 1_000_000 {
+        figures.push(projected);
+    }
+    figures.extend([cpu, mixed]);
     figures.extend(next);
     Ok(figures)
 }
