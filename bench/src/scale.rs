@@ -430,3 +430,27 @@ pub fn default_cronq() -> PathBuf {
         .and_then(|p| p.parent().map(|d| d.join("cronq")))
         .unwrap_or_else(|| PathBuf::from("target/release/cronq"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_configs_load_and_every_job_gets_a_timer_entry() {
+        let text = config_text(8);
+        let config = Config::from_toml(&text, Path::new("scale.toml")).unwrap();
+        assert_eq!(config.jobs.len(), 8);
+        assert_eq!(build_timer(&config).len(), 8);
+        let precision =
+            Config::from_toml(&crate::precision::config_text(3), Path::new("p.toml")).unwrap();
+        assert_eq!(precision.jobs.len(), 3);
+    }
+
+    #[test]
+    fn next_after_cost_times_both_sides_for_cron_only() {
+        let (ours, theirs) = next_after_cost("0 0 1 1 *", "UTC", 10).unwrap();
+        assert!(ours > 0.0 && theirs.is_some());
+        let (_, none) = next_after_cost("@every 1d", "UTC", 10).unwrap();
+        assert!(none.is_none());
+    }
+}
