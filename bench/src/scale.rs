@@ -66,7 +66,7 @@ pub const TIMED: &[(&str, &str)] = &[
 ];
 
 /// How long the child producer may take to lead with all its jobs.
-const READY_TIMEOUT: Duration = Duration::from_secs(300);
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Runs the bench `runs` times; returns its figures.
 ///
