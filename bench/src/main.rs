@@ -1,0 +1,180 @@
+//! `cronq-bench`: cronq's benchmarks against the real RabbitMQ and Redis.
+//!
+//! Every figure is measured in one run beside a baseline from the same run (the machines
+//! are shared and noisy), repeated `--runs` times and reported as min / median / max.
+//! Each run works in its own namespace `bench-<random>`, deleted afterwards. None of this
+//! is a test: nothing here asserts a time.
+//!
+//! - [`precision`]: publish lateness of the real producer vs a bare publish-with-confirm.
+//! - [`throughput`]: occurrences executed per second by 2 consumers vs the raw broker loop.
+//! - [`scale`]: a million jobs in one producer: load time, memory, idle CPU, `next_after`.
+//! - [`failover`]: SIGKILL of the leading producer: time to the standby's first publish,
+//!   losses and duplicates.
+//! - [`footprint`]: idle memory of the `cronq` processes.
+//!
+//! Results: a table on stdout, a JSON file, and with `--markdown` a section of
+//! `docs/benchmarks.md` ([`report`]).
+
+mod env;
+mod failover;
+mod footprint;
+mod precision;
+mod procfs;
+mod raw;
+mod recorder;
+mod report;
+mod scale;
+mod stats;
+mod throughput;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Parser, ValueEnum};
+
+use crate::report::Report;
+
+/// cronq benchmarks against the real RabbitMQ (CRONQ_AMQP_URL) and Redis (CRONQ_REDIS_URL).
+#[derive(Debug, Parser)]
+#[command(name = "cronq-bench", version)]
+struct Cli {
+    /// Which benchmark to run.
+    which: Which,
+    /// Repetitions of each benchmark (failover repeats per kill instead).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Where the JSON report goes.
+    #[arg(long, default_value = "target/bench/results.json")]
+    json: PathBuf,
+    /// Also write the results section into this Markdown file (e.g. docs/benchmarks.md).
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+    /// The `cronq` binary run by scale, failover and footprint (default: next to this one).
+    #[arg(long)]
+    cronq: Option<PathBuf>,
+    #[command(flatten)]
+    precision: precision::PrecisionArgs,
+    #[command(flatten)]
+    throughput: throughput::ThroughputArgs,
+    #[command(flatten)]
+    scale: scale::ScaleArgs,
+    #[command(flatten)]
+    failover: failover::FailoverArgs,
+    #[command(flatten)]
+    footprint: footprint::FootprintArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Which {
+    Precision,
+    Throughput,
+    Scale,
+    Failover,
+    Footprint,
+    /// Every benchmark, in the order above.
+    All,
+}
+
+fn main() -> ExitCode {
+    // lapin and redis both use rustls; pin one crypto provider so neither panics choosing.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("cronq-bench: cannot start the async runtime: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("cronq-bench: {err:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let samples = recorder::install()?;
+    let runs = cli.runs.max(1);
+    let cronq = cli.cronq.clone().unwrap_or_else(scale::default_cronq);
+    let command = std::iter::once("cronq-bench".to_owned())
+        .chain(std::env::args().skip(1))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut report = Report::new(command);
+    report.sizes.insert("runs".into(), runs.into());
+    let all = cli.which == Which::All;
+    let mut failures = Vec::new();
+    if all || cli.which == Which::Precision {
+        report
+            .sizes
+            .insert("precision".into(), serde_json::to_value(&cli.precision)?);
+        match precision::run(&cli.precision, runs, &samples).await {
+            Ok(f) => report.figures.extend(f),
+            Err(e) => failures.push(format!("precision failed: {e:#}")),
+        }
+    }
+    if all || cli.which == Which::Throughput {
+        report
+            .sizes
+            .insert("throughput".into(), serde_json::to_value(&cli.throughput)?);
+        match throughput::run(&cli.throughput, runs).await {
+            Ok(f) => report.figures.extend(f),
+            Err(e) => failures.push(format!("throughput failed: {e:#}")),
+        }
+    }
+    if all || cli.which == Which::Scale {
+        report
+            .sizes
+            .insert("scale".into(), serde_json::to_value(&cli.scale)?);
+        match scale::run(&cli.scale, runs, &cronq).await {
+            Ok(f) => report.figures.extend(f),
+            Err(e) => failures.push(format!("scale failed: {e:#}")),
+        }
+    }
+    if all || cli.which == Which::Failover {
+        report
+            .sizes
+            .insert("failover".into(), serde_json::to_value(&cli.failover)?);
+        match failover::run(&cli.failover, &cronq).await {
+            Ok(f) => report.figures.extend(f),
+            Err(e) => failures.push(format!("failover failed: {e:#}")),
+        }
+    }
+    if all || cli.which == Which::Footprint {
+        report
+            .sizes
+            .insert("footprint".into(), serde_json::to_value(&cli.footprint)?);
+        match footprint::run(&cli.footprint, runs, &cronq).await {
+            Ok((f, notes)) => {
+                report.figures.extend(f);
+                report.notes.extend(notes);
+            }
+            Err(e) => failures.push(format!("footprint failed: {e:#}")),
+        }
+    }
+    report.notes.extend(failures.iter().cloned());
+    print!("{}", report.table());
+    report.save_json(&cli.json)?;
+    eprintln!("cronq-bench: JSON report in {}", cli.json.display());
+    if let Some(path) = &cli.markdown {
+        report
+            .write_markdown(path)
+            .with_context(|| format!("while writing the Markdown section to {}", path.display()))?;
+        eprintln!("cronq-bench: results section written to {}", path.display());
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        anyhow::bail!(
+            "{} benchmark(s) failed (see the notes above)",
+            failures.len()
+        )
+    }
+}

@@ -1,0 +1,370 @@
+//! `precision`: how late the real producer publishes, from an occurrence's scheduled
+//! instant to its publisher confirm, with N jobs `@every 1s`.
+//!
+//! The producer runs in-process (leader lease in Redis, `AmqpBroker`) and records
+//! `cronq_publish_lateness_seconds` per occurrence; [`crate::recorder`] keeps the samples.
+//! Baseline, same run and same seconds: a bare lapin publish-with-confirm of one message
+//! at each whole second (waking 1 ms after it, as the producer's timer does). A no-ack
+//! observer drains the job queue so the broker is not slowed by a growing backlog.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use chrono::{DurationRound as _, TimeDelta, Utc};
+use cronq_producer::{Producer, instance_id};
+use cronq_shared::broker::Broker as _;
+use cronq_shared::broker::amqp::AmqpBroker;
+use cronq_shared::config::Config;
+use cronq_shared::connect;
+use cronq_shared::control::Control;
+use cronq_shared::lease::redis::RedisLease;
+use futures_util::future::join_all;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::env::BenchEnv;
+use crate::recorder::Samples;
+use crate::report::Figure;
+use crate::stats::{Distribution, Unit};
+
+/// Sizes of the precision bench.
+#[derive(Debug, Clone, clap::Args, serde::Serialize)]
+pub struct PrecisionArgs {
+    /// Job counts to measure, each `@every 1s` (comma-separated).
+    #[arg(long = "jobs", value_delimiter = ',', default_value = "1000,10000")]
+    pub jobs: Vec<usize>,
+    /// How long each measurement lasts, after the warm-up.
+    #[arg(long = "duration", default_value = "30s", value_parser = humantime::parse_duration)]
+    #[serde(with = "humantime_secs")]
+    pub duration: Duration,
+    /// Seconds of publishing discarded first (take-over, connection warm-up).
+    #[arg(long = "warmup", default_value = "3s", value_parser = humantime::parse_duration)]
+    #[serde(with = "humantime_secs")]
+    pub warmup: Duration,
+    /// How long the second baseline (a bare burst of N publishes per second) runs, after
+    /// the producer stopped.
+    #[arg(long = "burst", default_value = "5s", value_parser = humantime::parse_duration)]
+    #[serde(with = "humantime_secs")]
+    pub burst: Duration,
+}
+
+/// Serialises a duration as whole-ish seconds in the JSON report.
+mod humantime_secs {
+    pub(crate) fn serialize<S: serde::Serializer>(
+        d: &std::time::Duration,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+}
+
+/// How long a fresh producer may take to publish its first occurrence.
+const FIRST_PUBLISH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One measurement: the producer's lateness samples and the baseline's.
+struct Measured {
+    lateness: Vec<f64>,
+    baseline: Vec<f64>,
+}
+
+/// Runs the bench `runs` times per job count; returns its figures.
+///
+/// # Errors
+/// When a service is unreachable or the producer never publishes.
+pub async fn run(
+    args: &PrecisionArgs,
+    runs: usize,
+    samples: &Samples,
+) -> anyhow::Result<Vec<Figure>> {
+    let mut figures = Vec::new();
+    for &jobs in &args.jobs {
+        let label = crate::stats::format(jobs as f64, Unit::Count);
+        let base = "bare lapin publish+confirm, 1 msg/s";
+        let mut p50 = Figure::new(
+            "precision",
+            format!("publish lateness p50, {label} jobs"),
+            Unit::Seconds,
+        )
+        .baseline(base);
+        let mut p99 = Figure::new(
+            "precision",
+            format!("publish lateness p99, {label} jobs"),
+            Unit::Seconds,
+        )
+        .baseline(base)
+        .goal("p99 < 5 ms");
+        let mut max = Figure::new(
+            "precision",
+            format!("publish lateness max, {label} jobs"),
+            Unit::Seconds,
+        )
+        .baseline(base);
+        let burst = format!("bare lapin burst of {label} pipelined publishes+confirms/s");
+        let mut burst_p50 = Figure::new(
+            "precision",
+            format!("publish lateness p50, {label} jobs (vs burst)"),
+            Unit::Seconds,
+        )
+        .baseline(burst.clone());
+        let mut burst_p99 = Figure::new(
+            "precision",
+            format!("publish lateness p99, {label} jobs (vs burst)"),
+            Unit::Seconds,
+        )
+        .baseline(burst);
+        for run in 1..=runs {
+            eprintln!(
+                "precision: {jobs} jobs, run {run}/{runs} ({}s)",
+                args.duration.as_secs()
+            );
+            let env = BenchEnv::new()?;
+            let measured = measure(&env, jobs, args, samples).await;
+            let bursts = match &measured {
+                Ok(_) => burst_baseline(&env, jobs, args.burst).await,
+                Err(_) => Ok(Vec::new()),
+            };
+            env.cleanup().await;
+            let m = measured?;
+            let bursts =
+                Distribution::of(&bursts?).context("the burst baseline recorded nothing")?;
+            let (Some(d), Some(b)) = (Distribution::of(&m.lateness), Distribution::of(&m.baseline))
+            else {
+                bail!("precision run with {jobs} jobs recorded no samples");
+            };
+            eprintln!(
+                "  cronq: {} samples p50 {:.2} ms p99 {:.2} ms max {:.2} ms; baseline: {} samples p50 {:.2} ms p99 {:.2} ms",
+                d.count,
+                d.p50 * 1e3,
+                d.p99 * 1e3,
+                d.max * 1e3,
+                b.count,
+                b.p50 * 1e3,
+                b.p99 * 1e3
+            );
+            p50.runs.push(d.p50);
+            p50.push_baseline(b.p50);
+            p99.runs.push(d.p99);
+            p99.push_baseline(b.p99);
+            max.runs.push(d.max);
+            max.push_baseline(b.max);
+            burst_p50.runs.push(d.p50);
+            burst_p50.push_baseline(bursts.p50);
+            burst_p99.runs.push(d.p99);
+            burst_p99.push_baseline(bursts.p99);
+            eprintln!(
+                "  burst baseline: p50 {:.2} ms p99 {:.2} ms",
+                bursts.p50 * 1e3,
+                bursts.p99 * 1e3
+            );
+        }
+        figures.extend([p50, p99, max, burst_p50, burst_p99]);
+    }
+    Ok(figures)
+}
+
+/// A config of `jobs` jobs `@every 1s`, no handler (the producer needs none).
+pub fn config_text(jobs: usize) -> String {
+    let mut text = String::with_capacity(jobs * 48);
+    for i in 0..jobs {
+        text.push_str(&format!(
+            "[[job]]\nname = \"p{i}\"\nschedule = \"@every 1s\"\n"
+        ));
+    }
+    text
+}
+
+async fn measure(
+    env: &BenchEnv,
+    jobs: usize,
+    args: &PrecisionArgs,
+    samples: &Samples,
+) -> anyhow::Result<Measured> {
+    let config = Config::from_toml(&config_text(jobs), Path::new("bench-precision.toml"))
+        .context("while building the precision config")?;
+    let names = env.names();
+    let queues = config.queues();
+    for q in &queues {
+        env.track_queue(q);
+    }
+    let broker = AmqpBroker::connect(&env.endpoints.amqp_url, names.clone()).await?;
+    broker.declare(&queues).await?;
+    let redis = connect::redis(&env.endpoints.redis_url).await?;
+    let lease = RedisLease::new(redis.clone(), &names);
+    let control = Control::redis(redis, &names);
+    let (_config_tx, config_rx) = watch::channel(Arc::new(config));
+
+    let token = CancellationToken::new();
+    let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
+    let observer = env.amqp().await?;
+    for q in &queues {
+        let (queue, t, ch) = (
+            names.queue(q),
+            token.clone(),
+            observer.create_channel().await?,
+        );
+        tasks.spawn(async move { crate::raw::observe(ch, &queue, t, |_| {}).await });
+    }
+    let baseline = Arc::new(Mutex::new(Vec::new()));
+    {
+        let conn = env.amqp().await?;
+        let queue = env.raw_queue("precision");
+        let ch = crate::raw::confirm_channel(&conn).await?;
+        crate::raw::declare_quorum(&ch, &queue).await?;
+        let (t, out) = (token.clone(), Arc::clone(&baseline));
+        let drain_ch = conn.create_channel().await?;
+        tasks.spawn(async move {
+            let drain_queue = queue.clone();
+            let drain_token = t.clone();
+            let drain = tokio::spawn(async move {
+                crate::raw::observe(drain_ch, &drain_queue, drain_token, |_| {}).await
+            });
+            let r = baseline_loop(&ch, &queue, &t, &out).await;
+            t.cancel();
+            let _ = drain.await;
+            let _ = conn.close(200, "baseline done".into()).await;
+            r
+        });
+    }
+    samples.take(); // anything left from an earlier run
+    let producer = Producer::new(
+        Arc::new(broker.clone()),
+        Arc::new(lease),
+        control,
+        config_rx,
+        instance_id(),
+    );
+    let producer_token = token.child_token();
+    tasks.spawn(async move {
+        producer
+            .run(producer_token)
+            .await
+            .context("the producer failed")
+    });
+
+    let outcome = async {
+        let started = tokio::time::Instant::now();
+        while samples.len() == 0 {
+            if started.elapsed() > FIRST_PUBLISH_TIMEOUT {
+                bail!("the producer published nothing within {FIRST_PUBLISH_TIMEOUT:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(args.warmup).await;
+        samples.take();
+        baseline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        tokio::time::sleep(args.duration).await;
+        Ok(Measured {
+            lateness: samples.take(),
+            baseline: std::mem::take(&mut *baseline.lock().unwrap_or_else(PoisonError::into_inner)),
+        })
+    }
+    .await;
+    token.cancel();
+    while let Some(joined) = tasks.join_next().await {
+        match joined {
+            Ok(Err(err)) => eprintln!("precision: a task ended with an error: {err:#}"),
+            Err(err) => eprintln!("precision: a task panicked: {err}"),
+            Ok(Ok(())) => {}
+        }
+    }
+    broker.close().await;
+    let _ = observer.close(200, "observer done".into()).await;
+    outcome
+}
+
+/// Publishes one persistent message at each whole second (woken 1 ms after it, like the
+/// producer's timer) and records how late its confirm came.
+async fn baseline_loop(
+    ch: &lapin::Channel,
+    queue: &str,
+    token: &CancellationToken,
+    out: &Mutex<Vec<f64>>,
+) -> anyhow::Result<()> {
+    let body = br#"{"kind":"baseline"}"#.to_vec();
+    loop {
+        let now = Utc::now();
+        let second = now.duration_trunc(TimeDelta::seconds(1))? + TimeDelta::seconds(1);
+        let wait = (second - now).to_std().unwrap_or_default() + Duration::from_millis(1);
+        if token
+            .run_until_cancelled(tokio::time::sleep(wait))
+            .await
+            .is_none()
+        {
+            return Ok(());
+        }
+        crate::raw::publish_confirmed(ch, queue, std::slice::from_ref(&body)).await?;
+        let late = (Utc::now() - second).to_std().unwrap_or_default();
+        out.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(late.as_secs_f64());
+    }
+}
+
+/// The second baseline: at each whole second (woken 1 ms after it), `jobs` persistent
+/// messages published pipelined on one confirm channel, each message's lateness taken when
+/// its confirm arrives. What the broker alone allows for a burst of that size.
+async fn burst_baseline(
+    env: &BenchEnv,
+    jobs: usize,
+    duration: Duration,
+) -> anyhow::Result<Vec<f64>> {
+    let conn = env.amqp().await?;
+    let queue = env.raw_queue("burst");
+    let ch = crate::raw::confirm_channel(&conn).await?;
+    crate::raw::declare_quorum(&ch, &queue).await?;
+    let token = CancellationToken::new();
+    let drain = {
+        let (ch, q, t) = (conn.create_channel().await?, queue.clone(), token.clone());
+        tokio::spawn(async move { crate::raw::observe(ch, &q, t, |_| {}).await })
+    };
+    let body = br#"{"kind":"baseline-burst"}"#.to_vec();
+    let mut out = Vec::new();
+    let until = tokio::time::Instant::now() + duration;
+    let outcome = async {
+        while tokio::time::Instant::now() < until {
+            let now = Utc::now();
+            let second = now.duration_trunc(TimeDelta::seconds(1))? + TimeDelta::seconds(1);
+            tokio::time::sleep(
+                (second - now).to_std().unwrap_or_default() + Duration::from_millis(1),
+            )
+            .await;
+            let mut confirms = Vec::with_capacity(jobs);
+            for _ in 0..jobs {
+                confirms.push(
+                    ch.basic_publish(
+                        "".into(),
+                        queue.as_str().into(),
+                        lapin::options::BasicPublishOptions::default(),
+                        &body,
+                        lapin::BasicProperties::default().with_delivery_mode(2),
+                    )
+                    .await?,
+                );
+            }
+            let confirmed = join_all(confirms.into_iter().map(|c| async move {
+                let r = c.await;
+                (r, Utc::now())
+            }))
+            .await;
+            for (r, at) in confirmed {
+                match r? {
+                    lapin::Confirmation::Ack(None) => {}
+                    other => bail!("burst baseline publish not confirmed: {other:?}"),
+                }
+                out.push((at - second).to_std().unwrap_or_default().as_secs_f64());
+            }
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    token.cancel();
+    let _ = drain.await;
+    let _ = conn.close(200, "burst done".into()).await;
+    outcome.map(|()| out)
+}

@@ -1,0 +1,272 @@
+//! `throughput`: occurrences executed per second by 2 in-process consumers (the consumer
+//! library with a no-op Rust handler; full idempotency records and run history in Redis),
+//! next to the raw broker loop on the same machine in the same run.
+//!
+//! Both sides get the same work: K occurrence bodies are published first (cronq: through
+//! `AmqpBroker::publish` in batches of 1,000; raw: pipelined persistent publishes with
+//! confirms into a quorum queue), then drained by 2 consumers with the same prefetch. The
+//! figure is the drain rate; the publish rates are reported too.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use chrono::{DateTime, TimeDelta, Utc};
+use cronq_consumer::{Consumer, Options};
+use cronq_producer::planner;
+use cronq_shared::broker::amqp::AmqpBroker;
+use cronq_shared::broker::{Broker as _, Outgoing};
+use cronq_shared::config::Config;
+use cronq_shared::message::Trigger;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::env::BenchEnv;
+use crate::report::Figure;
+use crate::stats::{Unit, ratio};
+
+/// Sizes of the throughput bench.
+#[derive(Debug, Clone, clap::Args, serde::Serialize)]
+pub struct ThroughputArgs {
+    /// Occurrences per run.
+    #[arg(long = "occurrences", default_value_t = 100_000)]
+    pub occurrences: usize,
+    /// Consumers (each with its own broker and Redis connections).
+    #[arg(long = "consumers", default_value_t = 2)]
+    pub consumers: usize,
+    /// Concurrency (= prefetch) of each consumer, and prefetch of each raw consumer.
+    #[arg(long = "concurrency", default_value_t = 32)]
+    pub concurrency: u16,
+    /// Jobs the occurrences are spread over (overlap = allow).
+    #[arg(id = "throughput_jobs", long = "throughput-jobs", default_value_t = 16)]
+    pub jobs: usize,
+}
+
+/// Occurrences per confirmed publish batch (the producer's own batch size).
+const BATCH: usize = 1_000;
+
+/// A drain that makes no progress for this long is a failure, not a slow run.
+const STALL: Duration = Duration::from_secs(60);
+
+/// Runs the bench `runs` times; returns its figures.
+///
+/// # Errors
+/// When a service is unreachable or a drain stalls.
+pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figure>> {
+    let raw = "raw lapin, no cronq logic";
+    let k = crate::stats::format(args.occurrences as f64, Unit::Count);
+    let mut drain = Figure::new(
+        "throughput",
+        format!(
+            "executed/s, {k} occurrences, {} consumers x {}",
+            args.consumers, args.concurrency
+        ),
+        Unit::PerSecond,
+    )
+    .baseline(format!("{raw}: consumed+acked/s"));
+    let mut share = Figure::new("throughput", "cronq / raw drain rate", Unit::Ratio).goal(">= 70%");
+    let mut publish = Figure::new(
+        "throughput",
+        "published+confirmed/s (AmqpBroker, batches of 1,000)",
+        Unit::PerSecond,
+    )
+    .baseline(format!("{raw}: pipelined confirms"));
+    for run in 1..=runs {
+        eprintln!(
+            "throughput: {} occurrences, run {run}/{runs}",
+            args.occurrences
+        );
+        let env = BenchEnv::new()?;
+        let measured = measure(&env, args).await;
+        env.cleanup().await;
+        let m = measured?;
+        eprintln!(
+            "  cronq: publish {:.0}/s, drain {:.0}/s; raw: publish {:.0}/s, drain {:.0}/s",
+            m.cronq_publish, m.cronq_drain, m.raw_publish, m.raw_drain
+        );
+        drain.runs.push(m.cronq_drain);
+        drain.push_baseline(m.raw_drain);
+        share.runs.push(ratio(m.cronq_drain, m.raw_drain));
+        publish.runs.push(m.cronq_publish);
+        publish.push_baseline(m.raw_publish);
+    }
+    Ok(vec![drain, share, publish])
+}
+
+struct Measured {
+    cronq_publish: f64,
+    cronq_drain: f64,
+    raw_publish: f64,
+    raw_drain: f64,
+}
+
+/// `jobs` jobs with no handler (a Rust one is registered), overlap allowed.
+fn config_text(jobs: usize) -> String {
+    let mut text = String::from("[defaults]\noverlap = \"allow\"\nretention = \"1h\"\n");
+    for i in 0..jobs {
+        text.push_str(&format!(
+            "[[job]]\nname = \"t{i}\"\nschedule = \"@every 1s\"\n"
+        ));
+    }
+    text
+}
+
+fn per_second(count: usize, took: Duration) -> f64 {
+    count as f64 / took.as_secs_f64().max(1e-9)
+}
+
+async fn measure(env: &BenchEnv, args: &ThroughputArgs) -> anyhow::Result<Measured> {
+    let config = Config::from_toml(
+        &config_text(args.jobs.max(1)),
+        Path::new("bench-throughput.toml"),
+    )
+    .context("while building the throughput config")?;
+    for q in config.queues() {
+        env.track_queue(&q);
+    }
+    // The work: K distinct occurrences, spread over the jobs, at past instants.
+    let base: DateTime<Utc> = "2020-01-01T00:00:00Z".parse()?;
+    let now = Utc::now();
+    let batch: Vec<Outgoing> = (0..args.occurrences)
+        .map(|i| {
+            let job = &config.jobs[i % config.jobs.len()];
+            let at = base + TimeDelta::seconds(i64::try_from(i).unwrap_or(i64::MAX));
+            Outgoing {
+                queue: job.queue.clone(),
+                occurrence: planner::occurrence(job, at, Trigger::Backfill, 0, now),
+                delay: Duration::ZERO,
+            }
+        })
+        .collect();
+    let bodies: Vec<Vec<u8>> = batch.iter().map(|o| o.occurrence.encode()).collect();
+
+    // Baseline first, so cronq's Redis records do not exist yet while it runs.
+    let (raw_publish, raw_drain) = raw_loop(env, &bodies, args).await?;
+
+    let broker = AmqpBroker::connect(&env.endpoints.amqp_url, env.names()).await?;
+    broker.declare(&config.queues()).await?;
+    let started = Instant::now();
+    for chunk in batch.chunks(BATCH) {
+        broker
+            .publish(chunk)
+            .await
+            .context("while publishing occurrences")?;
+    }
+    let cronq_publish = per_second(batch.len(), started.elapsed());
+    broker.close().await;
+
+    let executed = Arc::new(AtomicUsize::new(0));
+    let token = CancellationToken::new();
+    let mut consumers = Vec::new();
+    for i in 0..args.consumers.max(1) {
+        let options = Options {
+            concurrency: args.concurrency,
+            grace: Duration::from_secs(5),
+            consumer_id: format!("bench-consumer-{i}"),
+            ..Options::default()
+        };
+        let mut consumer = Consumer::connect(config.clone(), &env.endpoints, options)
+            .await
+            .context("while starting a consumer")?;
+        for job in &config.jobs {
+            let executed = Arc::clone(&executed);
+            consumer.register(job.name.clone(), move |_occ, _token| {
+                executed.fetch_add(1, Ordering::Relaxed);
+                async { Ok::<(), String>(()) }
+            });
+        }
+        consumers.push(consumer);
+    }
+    let mut tasks = JoinSet::new();
+    let started = Instant::now();
+    for consumer in consumers {
+        tasks.spawn(consumer.run(token.child_token()));
+    }
+    let waited = wait_for(&executed, args.occurrences, "cronq consumers").await;
+    let took = started.elapsed();
+    token.cancel();
+    while let Some(joined) = tasks.join_next().await {
+        match joined {
+            Ok(Err(err)) => eprintln!("throughput: a consumer ended with an error: {err:#}"),
+            Err(err) => eprintln!("throughput: a consumer panicked: {err}"),
+            Ok(Ok(())) => {}
+        }
+    }
+    waited?;
+    Ok(Measured {
+        cronq_publish,
+        cronq_drain: per_second(args.occurrences, took),
+        raw_publish,
+        raw_drain,
+    })
+}
+
+/// Waits until `count` reaches `target`, failing when it stops moving for [`STALL`].
+async fn wait_for(count: &AtomicUsize, target: usize, who: &str) -> anyhow::Result<()> {
+    let mut last = (0, Instant::now());
+    loop {
+        let now = count.load(Ordering::Acquire);
+        if now >= target {
+            return Ok(());
+        }
+        if now != last.0 {
+            last = (now, Instant::now());
+        } else if last.1.elapsed() > STALL {
+            bail!("{who} stalled at {now} of {target} for {STALL:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The raw broker loop: publish every body with pipelined confirms (batches of
+/// [`BATCH`]), then drain with as many manual-ack consumers as cronq has.
+async fn raw_loop(
+    env: &BenchEnv,
+    bodies: &[Vec<u8>],
+    args: &ThroughputArgs,
+) -> anyhow::Result<(f64, f64)> {
+    let queue = env.raw_queue("throughput");
+    let conn = env.amqp().await?;
+    let ch = crate::raw::confirm_channel(&conn).await?;
+    crate::raw::declare_quorum(&ch, &queue).await?;
+    let started = Instant::now();
+    for chunk in bodies.chunks(BATCH) {
+        crate::raw::publish_confirmed(&ch, &queue, chunk).await?;
+    }
+    let publish = per_second(bodies.len(), started.elapsed());
+    let count = Arc::new(AtomicUsize::new(0));
+    let token = CancellationToken::new();
+    let mut tasks = JoinSet::new();
+    let mut conns = Vec::new();
+    for _ in 0..args.consumers.max(1) {
+        conns.push(env.amqp().await?);
+    }
+    let started = Instant::now();
+    for c in &conns {
+        let (ch, q, n, t) = (
+            c.create_channel().await?,
+            queue.clone(),
+            Arc::clone(&count),
+            token.clone(),
+        );
+        let (prefetch, target) = (args.concurrency, bodies.len());
+        tasks
+            .spawn(async move { crate::raw::consume_acking(ch, &q, prefetch, n, target, t).await });
+    }
+    let waited = wait_for(&count, bodies.len(), "raw consumers").await;
+    let took = started.elapsed();
+    token.cancel();
+    while let Some(joined) = tasks.join_next().await {
+        if let Ok(Err(err)) = joined {
+            eprintln!("throughput: a raw consumer ended with an error: {err:#}");
+        }
+    }
+    for c in conns {
+        let _ = c.close(200, "baseline done".into()).await;
+    }
+    let _ = conn.close(200, "baseline done".into()).await;
+    waited?;
+    Ok((publish, per_second(bodies.len(), took)))
+}
