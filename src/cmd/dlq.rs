@@ -1,5 +1,5 @@
 //! `cronq dlq list` and `cronq dlq replay`: glue over the broker's dead-letter queue and
-//! [`cronq_shared::ops::replay`], which holds the replay rules.
+//! [`cronq_shared::ops::replay()`], which holds the replay rules.
 
 use cronq_shared::broker::{Broker as _, DeadLetter};
 use cronq_shared::key::OccurrenceKey;
