@@ -49,10 +49,6 @@ const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 /// See [`BACKOFF_FIRST`].
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
-/// Receiver buffer and in-flight bound of a subscription whose prefetch is 0
-/// ("unlimited" in AMQP).
-const UNLIMITED_PREFETCH: usize = 1024;
-
 /// Heartbeat asked for when the URL sets none: a silently dead TCP connection is noticed
 /// within about twice this, instead of the server's default 60 s.
 const HEARTBEAT_SECS: u16 = 10;
@@ -599,11 +595,7 @@ impl Broker for AmqpBroker {
         prefetch: u16,
         token: CancellationToken,
     ) -> Result<mpsc::Receiver<Delivery>, BrokerError> {
-        let limit = if prefetch == 0 {
-            UNLIMITED_PREFETCH
-        } else {
-            usize::from(prefetch)
-        };
+        let limit = super::in_flight_limit(prefetch);
         let sub = self
             .retrying("consume", |link| async move {
                 self.subscribe(&link, queues, prefetch).await

@@ -23,10 +23,6 @@ use tokio_util::sync::CancellationToken;
 use super::{Acker, Broker, BrokerError, DeadLetter, Delivery, Outgoing};
 use crate::names::QueueName;
 
-/// Buffer of a subscription whose prefetch is 0 ("unlimited", as in AMQP): the receiver
-/// channel needs a bound, and no consumer runs more jobs than this at once.
-const UNLIMITED_PREFETCH: usize = 1024;
-
 /// A broker that lives in this process only. Cheap to clone: clones share one state.
 #[derive(Clone, Default)]
 pub struct MemoryBroker {
@@ -340,11 +336,7 @@ impl Broker for MemoryBroker {
         prefetch: u16,
         token: CancellationToken,
     ) -> Result<mpsc::Receiver<Delivery>, BrokerError> {
-        let limit = if prefetch == 0 {
-            UNLIMITED_PREFETCH
-        } else {
-            usize::from(prefetch)
-        };
+        let limit = super::in_flight_limit(prefetch);
         let (tx, rx) = mpsc::channel(limit);
         let id = self.inner.with_state(|state, _| {
             // Consuming declares what it serves, as the AMQP broker does.

@@ -31,6 +31,21 @@ use tokio_util::sync::CancellationToken;
 use crate::message::Occurrence;
 use crate::names::QueueName;
 
+/// Receiver buffer and in-flight bound of a subscription whose prefetch is 0
+/// ("unlimited", as in AMQP): the receiver channel needs a bound, and no consumer runs
+/// more jobs than this at once.
+const UNLIMITED_PREFETCH: usize = 1024;
+
+/// How many unsettled deliveries a subscription with `prefetch` may hold, on either
+/// backend.
+fn in_flight_limit(prefetch: u16) -> usize {
+    if prefetch == 0 {
+        UNLIMITED_PREFETCH
+    } else {
+        usize::from(prefetch)
+    }
+}
+
 /// One message to publish.
 #[derive(Debug, Clone)]
 pub struct Outgoing {
