@@ -12,7 +12,7 @@
 //! - [`control`]: the producer's persistent state: cursors, pauses, trigger and backfill
 //!   requests (Redis and in-memory).
 //! - [`ops`]: operator actions across ports (dead-letter replay).
-//! - [`redacted`], [`shutdown`]: small shared mechanisms.
+//! - [`redacted`]: URLs with credentials hidden, for logs and errors.
 
 pub mod broker;
 pub mod config;
@@ -27,4 +27,3 @@ pub mod ops;
 pub mod redacted;
 pub mod runlog;
 pub mod schedule;
-pub mod shutdown;
