@@ -499,26 +499,7 @@ async fn the_leader_carries_out_pause_trigger_and_backfill_requests() {
         advance(&env, "tick", 2).await;
 
         let msgs = stop_and_drain(&env, &[a]).await;
-        let manual: Vec<&Occurrence> = msgs.iter().filter(|m| m.trigger == Trigger::Manual).collect();
-        assert_eq!(manual.len(), 2, "{:?}", keys(&msgs));
-        let m1 = manual.iter().find(|m| m.key == k1).expect("first trigger published");
-        let m2 = manual.iter().find(|m| m.key == k2).expect("second trigger published");
-        assert_eq!(m1.payload, serde_json::json!({"from": "config"}));
-        assert_eq!(m2.payload, serde_json::json!({"from": "cli"}));
-        let mut backfilled: Vec<String> = msgs
-            .iter()
-            .filter(|m| m.trigger == Trigger::Backfill)
-            .map(|m| m.key.to_string())
-            .collect();
-        backfilled.sort();
-        assert_eq!(
-            backfilled,
-            [
-                "yearly@2020-01-01T00:00:00Z",
-                "yearly@2021-01-01T00:00:00Z",
-                "yearly@2022-01-01T00:00:00Z"
-            ]
-        );
+        crate::producer_behaviour::assert_triggers_and_backfill(&msgs, &k1, &k2);
         let ticks = seconds_once(&msgs, "tick");
         let during: Vec<i64> = ticks
             .keys()

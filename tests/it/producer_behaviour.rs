@@ -20,6 +20,7 @@ use cronq_shared::broker::amqp::AmqpBroker;
 use cronq_shared::broker::memory::MemoryBroker;
 use cronq_shared::config::Config;
 use cronq_shared::control::Control;
+use cronq_shared::key::OccurrenceKey;
 use cronq_shared::lease::Lease;
 use cronq_shared::lease::memory::MemoryLease;
 use cronq_shared::lease::redis::RedisLease;
@@ -468,13 +469,30 @@ async fn trigger_and_backfill_requests_are_honoured(backend: Backend, env: TestE
     p.stop().await;
     let msgs = world.finish();
     assert_eq!(msgs.len(), 5, "{:?}", keys(&msgs));
+    assert_triggers_and_backfill(&msgs, &k1, &k2);
+}
+
+/// Among `msgs`: exactly the two manual triggers `k1` (configured payload) and `k2` (the
+/// payload given with the request), and the three backfilled yearly keys. Shared with the
+/// process-level test in `producer.rs`.
+pub(crate) fn assert_triggers_and_backfill(
+    msgs: &[Occurrence],
+    k1: &OccurrenceKey,
+    k2: &OccurrenceKey,
+) {
     let manual: Vec<&Occurrence> = msgs
         .iter()
         .filter(|m| m.trigger == Trigger::Manual)
         .collect();
-    assert_eq!(manual.len(), 2, "{:?}", keys(&msgs));
-    let m1 = manual.iter().find(|m| m.key == k1).expect("first trigger");
-    let m2 = manual.iter().find(|m| m.key == k2).expect("second trigger");
+    assert_eq!(manual.len(), 2, "{:?}", keys(msgs));
+    let m1 = manual
+        .iter()
+        .find(|m| &m.key == k1)
+        .expect("first trigger published");
+    let m2 = manual
+        .iter()
+        .find(|m| &m.key == k2)
+        .expect("second trigger published");
     assert_eq!(m1.payload, serde_json::json!({"from": "config"}));
     assert_eq!(m2.payload, serde_json::json!({"from": "cli"}));
     let mut backfilled: Vec<String> = msgs
