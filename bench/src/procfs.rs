@@ -129,3 +129,17 @@ mod tests {
         cpu_time(None).unwrap();
     }
 }
+
+/// The pid of the oldest running process whose command name (`/proc/PID/comm`) is `comm`,
+/// if there is one on this machine (a local RabbitMQ is `beam.smp`, Redis `redis-server`).
+pub fn find(comm: &str) -> Option<u32> {
+    let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end() == comm)
+        })
+        .collect();
+    pids.sort_unstable();
+    pids.first().copied()
+}

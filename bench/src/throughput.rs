@@ -6,6 +6,12 @@
 //! `AmqpBroker::publish` in batches of 1,000; raw: pipelined persistent publishes with
 //! confirms into a quorum queue), then drained by 2 consumers with the same prefetch. The
 //! figure is the drain rate; the publish rates are reported too.
+//!
+//! Both drains are CPU-bound on a small machine, where the consumers, RabbitMQ and Redis
+//! share the cores, so the bench also reports the CPU time each of them spent per drained
+//! occurrence (from `/proc`, when the services run on this machine): unlike the rates, CPU
+//! time per message barely moves when other work shares the machine, and it says where
+//! cronq's extra cost goes.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -67,6 +73,28 @@ pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figur
     )
     .baseline(format!("{raw}: consumed+acked/s"));
     let mut share = Figure::new("throughput", "cronq / raw drain rate", Unit::Ratio).goal(">= 70%");
+    let mut cpu = Figure::new(
+        "throughput",
+        "CPU per occurrence drained: consumers + RabbitMQ + Redis",
+        Unit::Seconds,
+    )
+    .baseline(format!("{raw}: consumers + RabbitMQ"));
+    let mut cpu_share = Figure::new(
+        "throughput",
+        "raw / cronq CPU per occurrence (the drain ratio on a CPU-bound machine)",
+        Unit::Ratio,
+    );
+    let mut parts: Vec<Figure> = Part::ALL
+        .iter()
+        .map(|part| {
+            Figure::new(
+                "throughput",
+                format!("CPU per occurrence drained: {}", part.label()),
+                Unit::Seconds,
+            )
+            .baseline(format!("{raw}: same process"))
+        })
+        .collect();
     let mut publish = Figure::new(
         "throughput",
         "published+confirmed/s (AmqpBroker, batches of 1,000)",
@@ -89,10 +117,29 @@ pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figur
         drain.runs.push(m.cronq_drain);
         drain.push_baseline(m.raw_drain);
         share.runs.push(ratio(m.cronq_drain, m.raw_drain));
+        if let (Some(c), Some(r)) = (&m.cronq_cpu, &m.raw_cpu) {
+            let per = |cpu: &CpuUse, part| cpu.part(part).as_secs_f64() / args.occurrences as f64;
+            cpu.runs
+                .push(c.total().as_secs_f64() / args.occurrences as f64);
+            cpu.push_baseline(r.total().as_secs_f64() / args.occurrences as f64);
+            cpu_share
+                .runs
+                .push(ratio(r.total().as_secs_f64(), c.total().as_secs_f64()));
+            for (figure, part) in parts.iter_mut().zip(Part::ALL) {
+                figure.runs.push(per(c, part));
+                figure.push_baseline(per(r, part));
+            }
+        }
         publish.runs.push(m.cronq_publish);
         publish.push_baseline(m.raw_publish);
     }
-    Ok(vec![drain, share, publish])
+    let mut figures = vec![drain, share];
+    if !cpu.runs.is_empty() {
+        figures.extend([cpu, cpu_share]);
+        figures.extend(parts);
+    }
+    figures.push(publish);
+    Ok(figures)
 }
 
 struct Measured {
@@ -100,6 +147,70 @@ struct Measured {
     cronq_drain: f64,
     raw_publish: f64,
     raw_drain: f64,
+    /// CPU spent during each drain; `None` when RabbitMQ or Redis does not run here.
+    cronq_cpu: Option<CpuUse>,
+    raw_cpu: Option<CpuUse>,
+}
+
+/// Whose CPU time is counted.
+#[derive(Debug, Clone, Copy)]
+enum Part {
+    /// The bench process: the consumers (cronq or raw).
+    Consumers,
+    /// The local RabbitMQ (`beam.smp`).
+    Broker,
+    /// The local Redis (`redis-server`).
+    Store,
+}
+
+impl Part {
+    const ALL: [Self; 3] = [Self::Consumers, Self::Broker, Self::Store];
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::Consumers => "the consumers' process",
+            Self::Broker => "RabbitMQ",
+            Self::Store => "Redis",
+        }
+    }
+}
+
+/// CPU time used so far by the bench process, RabbitMQ and Redis, or between two readings.
+#[derive(Debug, Clone, Copy)]
+struct CpuUse([Duration; 3]);
+
+impl CpuUse {
+    /// Now; `None` when a service is not a local process (or /proc is unreadable).
+    fn now(services: Option<(u32, u32)>) -> Option<Self> {
+        let (broker, store) = services?;
+        Some(Self([
+            crate::procfs::cpu_time(None).ok()?,
+            crate::procfs::cpu_time(Some(broker)).ok()?,
+            crate::procfs::cpu_time(Some(store)).ok()?,
+        ]))
+    }
+
+    fn since(self, earlier: Self) -> Self {
+        Self(std::array::from_fn(|i| {
+            self.0[i].saturating_sub(earlier.0[i])
+        }))
+    }
+
+    fn part(&self, part: Part) -> Duration {
+        self.0[part as usize]
+    }
+
+    fn total(&self) -> Duration {
+        self.0.iter().sum()
+    }
+}
+
+/// The local RabbitMQ and Redis processes, when both run on this machine.
+fn local_services() -> Option<(u32, u32)> {
+    Some((
+        crate::procfs::find("beam.smp")?,
+        crate::procfs::find("redis-server")?,
+    ))
 }
 
 /// `jobs` jobs with no handler (a Rust one is registered), overlap allowed.
@@ -143,7 +254,8 @@ async fn measure(env: &BenchEnv, args: &ThroughputArgs) -> anyhow::Result<Measur
     let bodies: Vec<Vec<u8>> = batch.iter().map(|o| o.occurrence.encode()).collect();
 
     // Baseline first, so cronq's Redis records do not exist yet while it runs.
-    let (raw_publish, raw_drain) = raw_loop(env, &bodies, args).await?;
+    let services = local_services();
+    let (raw_publish, raw_drain, raw_cpu) = raw_loop(env, &bodies, args, services).await?;
 
     let broker = AmqpBroker::connect(&env.endpoints.amqp_url, env.names()).await?;
     broker.declare(&config.queues()).await?;
@@ -181,11 +293,15 @@ async fn measure(env: &BenchEnv, args: &ThroughputArgs) -> anyhow::Result<Measur
     }
     let mut tasks = JoinSet::new();
     let started = Instant::now();
+    let cpu_before = CpuUse::now(services);
     for consumer in consumers {
         tasks.spawn(consumer.run(token.child_token()));
     }
     let waited = wait_for(&executed, args.occurrences, "cronq consumers").await;
     let took = started.elapsed();
+    let cronq_cpu = cpu_before
+        .zip(CpuUse::now(services))
+        .map(|(a, b)| b.since(a));
     token.cancel();
     while let Some(joined) = tasks.join_next().await {
         match joined {
@@ -200,6 +316,8 @@ async fn measure(env: &BenchEnv, args: &ThroughputArgs) -> anyhow::Result<Measur
         cronq_drain: per_second(args.occurrences, took),
         raw_publish,
         raw_drain,
+        cronq_cpu,
+        raw_cpu,
     })
 }
 
@@ -221,12 +339,14 @@ async fn wait_for(count: &AtomicUsize, target: usize, who: &str) -> anyhow::Resu
 }
 
 /// The raw broker loop: publish every body with pipelined confirms (batches of
-/// [`BATCH`]), then drain with as many manual-ack consumers as cronq has.
+/// [`BATCH`]), then drain with as many manual-ack consumers as cronq has. Returns the
+/// publish rate, the drain rate and the CPU used while draining.
 async fn raw_loop(
     env: &BenchEnv,
     bodies: &[Vec<u8>],
     args: &ThroughputArgs,
-) -> anyhow::Result<(f64, f64)> {
+    services: Option<(u32, u32)>,
+) -> anyhow::Result<(f64, f64, Option<CpuUse>)> {
     let queue = env.raw_queue("throughput");
     let conn = env.amqp().await?;
     let ch = crate::raw::confirm_channel(&conn).await?;
@@ -244,6 +364,7 @@ async fn raw_loop(
         conns.push(env.amqp().await?);
     }
     let started = Instant::now();
+    let cpu_before = CpuUse::now(services);
     for c in &conns {
         let (ch, q, n, t) = (
             c.create_channel().await?,
@@ -257,6 +378,9 @@ async fn raw_loop(
     }
     let waited = wait_for(&count, bodies.len(), "raw consumers").await;
     let took = started.elapsed();
+    let cpu = cpu_before
+        .zip(CpuUse::now(services))
+        .map(|(a, b)| b.since(a));
     token.cancel();
     while let Some(joined) = tasks.join_next().await {
         if let Ok(Err(err)) = joined {
@@ -268,5 +392,5 @@ async fn raw_loop(
     }
     let _ = conn.close(200, "baseline done".into()).await;
     waited?;
-    Ok((publish, per_second(bodies.len(), took)))
+    Ok((publish, per_second(bodies.len(), took), cpu))
 }

@@ -130,6 +130,7 @@ impl std::fmt::Debug for Consumer {
 
 impl Consumer {
     /// A consumer over the given ports (RabbitMQ + Redis, or in-memory for `standalone`).
+    /// `ledger` must append runs to the same history that `runlog` lists and records into.
     pub fn new(
         config: Config,
         broker: Arc<dyn Broker>,
@@ -194,11 +195,12 @@ impl Consumer {
             .map(|j| j.retention)
             .max()
             .unwrap_or(Duration::from_secs(7 * 24 * 3600));
+        let history = RedisRunLog::new(conn.clone(), &names, retention);
         Ok(Self::new(
             config,
             Arc::new(broker),
-            Arc::new(RedisLedger::new(conn.clone(), names.clone())),
-            Arc::new(RedisRunLog::new(conn, &names, retention)),
+            Arc::new(RedisLedger::new(conn, names, history.clone())),
+            Arc::new(history),
             options,
         ))
     }

@@ -233,6 +233,11 @@ impl Worker {
         why: String,
         shutdown: &CancellationToken,
     ) {
+        let outcome = if state == State::Missed {
+            Outcome::Missed
+        } else {
+            Outcome::Skipped
+        };
         let settle = Settle {
             key: occ.key.clone(),
             job: occ.job.clone(),
@@ -240,17 +245,12 @@ impl Worker {
             state,
             error: Some(why.clone()),
             retention: job.retention,
+            run: Some(self.run(occ, Utc::now(), Duration::ZERO, outcome, Some(why.clone()))),
         };
         match self.ledger.settle(&settle).await {
             Ok(true) => {
-                let outcome = if state == State::Missed {
-                    Outcome::Missed
-                } else {
-                    Outcome::Skipped
-                };
                 tracing::info!(job = %occ.job, key = %occ.key, outcome = %outcome, reason = %why, "occurrence not run");
-                self.record(occ, Utc::now(), Duration::ZERO, outcome, Some(why))
-                    .await;
+                telemetry::attempt(occ.job.as_str(), outcome.as_str());
                 ack(d, occ.job.as_str()).await;
             }
             Ok(false) => {
@@ -315,8 +315,9 @@ impl Worker {
                 let _ = self.ledger.heartbeat(&lease, self.lease).await;
             }
         };
-        let (outcome, error) = tokio::select! {
-            r = self.conclude(&occ, job, &lease, verdict) => r,
+        let attempt = Attempted { started_at, took };
+        let (outcome, error, recorded) = tokio::select! {
+            r = self.conclude(&occ, job, &lease, verdict, &attempt) => r,
             _ = keepalive => unreachable!("the keepalive loop never ends"),
         };
         match outcome {
@@ -327,27 +328,39 @@ impl Worker {
                 tracing::warn!(job = %occ.job, key = %occ.key, attempt = occ.attempt, elapsed_ms = took.as_millis() as u64, outcome = %outcome, error = error.as_deref().unwrap_or(""), "attempt did not succeed");
             }
         }
-        self.record(&occ, started_at, took, outcome, error).await;
+        telemetry::attempt(occ.job.as_str(), outcome.as_str());
+        if !recorded {
+            let run = self.run(&occ, started_at, took, outcome, error);
+            if let Err(err) = self.runlog.record(&run).await {
+                tracing::warn!(job = %occ.job, key = %occ.key, error = %err, "cannot write the run history");
+            }
+        }
     }
 
-    /// Acts on a verdict; returns what the run history shows.
+    /// Acts on a verdict; returns what the run history shows, and whether the ledger has
+    /// already appended it to the history (with the record, when the claim was held).
     async fn conclude(
         &self,
         occ: &Occurrence,
         job: &Job,
         lease: &Lease,
         verdict: Verdict,
-    ) -> (Outcome, Option<String>) {
-        let end = |state, error: Option<String>, next| End {
+        attempt: &Attempted,
+    ) -> (Outcome, Option<String>, bool) {
+        let end = |state, outcome, error: Option<String>, next| End {
             state,
-            error,
+            error: error.clone(),
             retention: job.retention,
             next,
+            run: Some(self.run(occ, attempt.started_at, attempt.took, outcome, error)),
         };
         let (done, outcome, error) = match verdict {
             Verdict::Succeeded => {
                 let done = self
-                    .complete(lease, &end(State::Succeeded, None, None))
+                    .complete(
+                        lease,
+                        &end(State::Succeeded, Outcome::Succeeded, None, None),
+                    )
                     .await;
                 (done, Outcome::Succeeded, None)
             }
@@ -363,7 +376,12 @@ impl Worker {
                     body: next.encode(),
                     within: after + self.hold,
                 };
-                let state = end(State::Retrying, Some(error.clone()), Some(follow));
+                let state = end(
+                    State::Retrying,
+                    Outcome::Retrying,
+                    Some(error.clone()),
+                    Some(follow),
+                );
                 let done = self.complete(lease, &state).await;
                 if done == Some(true) {
                     let out = Outgoing {
@@ -390,18 +408,29 @@ impl Worker {
                 );
                 if let Err(err) = dead_letter::send(&*self.broker, &letter).await {
                     tracing::error!(job = %occ.job, key = %occ.key, error = %err, "cannot dead-letter a failed occurrence: leaving its claim to lapse so it runs again");
-                    return (Outcome::Lost, Some(error));
+                    return (Outcome::Lost, Some(error), false);
                 }
                 telemetry::dead_lettered(occ.job.as_str());
                 let done = self
-                    .complete(lease, &end(State::Failed, Some(error.clone()), None))
+                    .complete(
+                        lease,
+                        &end(State::Failed, Outcome::Failed, Some(error.clone()), None),
+                    )
                     .await;
                 (done, Outcome::Failed, Some(error))
             }
             Verdict::Cancelled => {
                 let why = "replaced by a newer occurrence".to_owned();
                 let done = self
-                    .complete(lease, &end(State::Cancelled, Some(why.clone()), None))
+                    .complete(
+                        lease,
+                        &end(
+                            State::Cancelled,
+                            Outcome::Cancelled,
+                            Some(why.clone()),
+                            None,
+                        ),
+                    )
                     .await;
                 (done, Outcome::Cancelled, Some(why))
             }
@@ -413,7 +442,15 @@ impl Worker {
                 };
                 let why = "consumer shut down".to_owned();
                 let done = self
-                    .complete(lease, &end(State::Pending, Some(why.clone()), Some(follow)))
+                    .complete(
+                        lease,
+                        &end(
+                            State::Pending,
+                            Outcome::Interrupted,
+                            Some(why.clone()),
+                            Some(follow),
+                        ),
+                    )
                     .await;
                 if done == Some(true) {
                     let out = Outgoing {
@@ -429,6 +466,7 @@ impl Worker {
             }
             Verdict::Lost => (None, Outcome::Lost, None),
         };
+        let recorded = done == Some(true);
         let (outcome, error) = match done {
             Some(true) => (outcome, error),
             Some(false) | None if outcome != Outcome::Lost => {
@@ -444,7 +482,7 @@ impl Worker {
             )),
             (_, e) => e,
         };
-        (outcome, error)
+        (outcome, error, recorded)
     }
 
     /// Records an attempt's end, retrying while the store is unreachable. `Some(false)`
@@ -469,16 +507,16 @@ impl Worker {
         }
     }
 
-    async fn record(
+    /// The run history entry of an attempt of `occ` run (or settled) by this consumer.
+    fn run(
         &self,
         occ: &Occurrence,
         started_at: DateTime<Utc>,
         took: Duration,
         outcome: Outcome,
         error: Option<String>,
-    ) {
-        telemetry::attempt(occ.job.as_str(), outcome.as_str());
-        let run = Run {
+    ) -> Run {
+        Run {
             key: occ.key.clone(),
             job: occ.job.clone(),
             attempt: occ.attempt,
@@ -487,11 +525,14 @@ impl Worker {
             duration: took,
             outcome,
             error,
-        };
-        if let Err(err) = self.runlog.record(&run).await {
-            tracing::warn!(job = %occ.job, key = %occ.key, error = %err, "cannot write the run history");
         }
     }
+}
+
+/// When an attempt started and how long it ran, for its run history entry.
+struct Attempted {
+    started_at: DateTime<Utc>,
+    took: Duration,
 }
 
 /// The instant after which `occ` must not start: the message's, else the job's `deadline`

@@ -149,6 +149,39 @@ impl RedisRunLog {
     }
 }
 
+impl RedisRunLog {
+    /// The stream's key.
+    pub(crate) fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The `MAXLEN ~` bound and the `MINID ~` cut-off (ms) for an append made now.
+    pub(crate) fn bounds(&self) -> (usize, i64) {
+        let min_id = Utc::now().timestamp_millis()
+            - i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX / 2);
+        (self.max_runs, min_id.max(0))
+    }
+}
+
+/// A run's stream entry: field names and values, as [`parse_run`] reads them back.
+pub(crate) fn fields(run: &Run) -> [(&'static str, String); 8] {
+    [
+        ("key", run.key.to_string()),
+        ("job", run.job.as_str().to_owned()),
+        ("attempt", run.attempt.to_string()),
+        ("consumer", run.consumer.clone()),
+        ("started_at", run.started_at.to_rfc3339()),
+        (
+            "duration_ms",
+            u64::try_from(run.duration.as_millis())
+                .unwrap_or(u64::MAX)
+                .to_string(),
+        ),
+        ("outcome", run.outcome.as_str().to_owned()),
+        ("error", run.error.clone().unwrap_or_default()),
+    ]
+}
+
 /// How many stream entries one `XREVRANGE` page reads while filtering by job.
 const PAGE: usize = 500;
 
@@ -189,39 +222,26 @@ fn parse_run(stream: &str, entry: &redis::streams::StreamId) -> Result<Run, Stor
 impl RunLog for RedisRunLog {
     async fn record(&self, run: &Run) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
-        let min_id = Utc::now().timestamp_millis()
-            - i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX / 2);
+        let (max_runs, min_id) = self.bounds();
         // MAXLEN ~ and MINID ~ let Redis trim whole macro nodes: cheap, approximately bounded.
         // https://redis.io/docs/latest/commands/xtrim/
-        redis::pipe()
+        let mut pipe = redis::pipe();
+        let xadd = pipe
             .cmd("XADD")
             .arg(&self.key)
             .arg("MAXLEN")
             .arg("~")
-            .arg(self.max_runs)
-            .arg("*")
-            .arg("key")
-            .arg(run.key.to_string())
-            .arg("job")
-            .arg(run.job.as_str())
-            .arg("attempt")
-            .arg(run.attempt)
-            .arg("consumer")
-            .arg(&run.consumer)
-            .arg("started_at")
-            .arg(run.started_at.to_rfc3339())
-            .arg("duration_ms")
-            .arg(u64::try_from(run.duration.as_millis()).unwrap_or(u64::MAX))
-            .arg("outcome")
-            .arg(run.outcome.as_str())
-            .arg("error")
-            .arg(run.error.as_deref().unwrap_or(""))
-            .ignore()
+            .arg(max_runs)
+            .arg("*");
+        for (name, value) in fields(run) {
+            xadd.arg(name).arg(value);
+        }
+        pipe.ignore()
             .cmd("XTRIM")
             .arg(&self.key)
             .arg("MINID")
             .arg("~")
-            .arg(min_id.max(0))
+            .arg(min_id)
             .ignore()
             .query_async::<()>(&mut conn)
             .await?;
@@ -280,19 +300,24 @@ impl MemoryRunLog {
             max_runs: max_runs.max(1),
         }
     }
+
+    /// Appends `run`, dropping the oldest beyond the cap.
+    pub(crate) fn push(&self, run: Run) {
+        let mut runs = self
+            .runs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        runs.push_back(run);
+        while runs.len() > self.max_runs {
+            runs.pop_front();
+        }
+    }
 }
 
 #[async_trait]
 impl RunLog for MemoryRunLog {
     async fn record(&self, run: &Run) -> Result<(), StoreError> {
-        let mut runs = self
-            .runs
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        runs.push_back(run.clone());
-        while runs.len() > self.max_runs {
-            runs.pop_front();
-        }
+        self.push(run.clone());
         Ok(())
     }
 

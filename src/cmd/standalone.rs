@@ -42,11 +42,12 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         lease: DEFAULT_LEASE,
         consumer_id: format!("standalone-{instance}"),
     };
+    let history = Arc::new(MemoryRunLog::new(MAX_RUNS));
     let consumer = Consumer::new(
         config.clone(),
         Arc::new(broker.clone()),
-        Arc::new(MemoryLedger::new()),
-        Arc::new(MemoryRunLog::new(MAX_RUNS)),
+        Arc::new(MemoryLedger::new(Arc::clone(&history))),
+        history,
         options,
     );
     let (reloader, config_rx) = Reloader::new(config, hangups);

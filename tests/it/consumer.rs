@@ -109,12 +109,13 @@ impl Fleet {
         let (ports, (broker, ledger, runlog)): (_, PortSet) = match backend {
             Backend::Memory => {
                 let broker = MemoryBroker::new();
+                let history = Arc::new(MemoryRunLog::default());
                 (
                     Ports::Memory(broker.clone()),
                     (
                         Arc::new(broker),
-                        Arc::new(MemoryLedger::new()),
-                        Arc::new(MemoryRunLog::default()),
+                        Arc::new(MemoryLedger::new(Arc::clone(&history))),
+                        history,
                     ),
                 )
             }
@@ -126,12 +127,13 @@ impl Fleet {
                     .await
                     .unwrap();
                 let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+                let history = RedisRunLog::new(conn.clone(), &names, Duration::from_secs(3600));
                 (
                     Ports::Real(broker.clone()),
                     (
                         Arc::new(broker),
-                        Arc::new(RedisLedger::new(conn.clone(), names.clone())),
-                        Arc::new(RedisRunLog::new(conn, &names, Duration::from_secs(3600))),
+                        Arc::new(RedisLedger::new(conn, names.clone(), history.clone())),
+                        Arc::new(history),
                     ),
                 )
             }
@@ -184,14 +186,12 @@ impl Fleet {
                     .await
                     .unwrap();
                 let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+                let history =
+                    RedisRunLog::new(conn.clone(), &self.names, Duration::from_secs(3600));
                 (
                     Arc::new(broker),
-                    Arc::new(RedisLedger::new(conn.clone(), self.names.clone())),
-                    Arc::new(RedisRunLog::new(
-                        conn,
-                        &self.names,
-                        Duration::from_secs(3600),
-                    )),
+                    Arc::new(RedisLedger::new(conn, self.names.clone(), history.clone())),
+                    Arc::new(history),
                 )
             }
         };

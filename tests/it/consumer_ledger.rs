@@ -1,6 +1,7 @@
 //! The ledger and run-log ports' behaviour, written once as generic suites and run against
 //! both the in-memory implementations and Redis (one namespace per test).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -39,6 +40,7 @@ fn end(state: State) -> End {
         error: None,
         retention: LONG,
         next: None,
+        run: None,
     }
 }
 
@@ -118,6 +120,7 @@ async fn attempts_suite(ledger: impl Ledger) {
         error: Some("boom".into()),
         retention: LONG,
         next: Some(follow),
+        run: None,
     };
     assert!(ledger.complete(&lease, &retrying).await.unwrap());
     assert!(matches!(
@@ -262,6 +265,7 @@ async fn settle_suite(ledger: impl Ledger) {
         state: State::Missed,
         error: Some("late".into()),
         retention: Duration::from_millis(500),
+        run: None,
     };
     assert!(ledger.settle(&settle).await.unwrap());
     assert!(!ledger.settle(&settle).await.unwrap());
@@ -288,16 +292,22 @@ async fn settle_suite(ledger: impl Ledger) {
     .await;
 }
 
-async fn redis_ledger(env: &TestEnv) -> RedisLedger {
+async fn redis_ports(env: &TestEnv) -> (RedisLedger, RedisRunLog) {
     let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
-    RedisLedger::new(conn, Names::new(&Namespace::new(&env.namespace).unwrap()))
+    let names = Names::new(&Namespace::new(&env.namespace).unwrap());
+    let history = RedisRunLog::new(conn.clone(), &names, LONG);
+    (RedisLedger::new(conn, names, history.clone()), history)
+}
+
+async fn redis_ledger(env: &TestEnv) -> RedisLedger {
+    redis_ports(env).await.0
 }
 
 macro_rules! both {
     ($suite:ident, $memory:ident, $redis:ident) => {
         #[tokio::test]
         async fn $memory() {
-            $suite(MemoryLedger::new()).await;
+            $suite(MemoryLedger::default()).await;
         }
 
         #[tokio::test]
@@ -360,6 +370,76 @@ async fn runlog_suite(log: impl RunLog) {
     assert_eq!(only_a[0].error.as_deref(), Some("boom"));
     assert_eq!(only_a[1].error, None);
     assert_eq!(log.list(None, 1).await.unwrap().len(), 1);
+}
+
+/// The run of an ended or settled record reaches the history in the same step, and only
+/// when the record changed: never for a fenced completion or a refused settle.
+async fn history_suite(ledger: impl Ledger, log: &dyn RunLog) {
+    let c = claim("hist", 1, 1, Overlap::Allow, LONG);
+    let lease = claimed(&ledger, &c).await;
+    let stranger = Lease {
+        token: "not-the-owner".into(),
+        ..lease.clone()
+    };
+    let fenced = End {
+        run: Some(run("hist", 1, Outcome::Failed)),
+        ..end(State::Failed)
+    };
+    assert!(!ledger.complete(&stranger, &fenced).await.unwrap());
+    assert!(
+        log.list(None, 10).await.unwrap().is_empty(),
+        "fenced: no run"
+    );
+    let succeeded = run("hist", 1, Outcome::Succeeded);
+    let done = End {
+        run: Some(succeeded.clone()),
+        ..end(State::Succeeded)
+    };
+    assert!(ledger.complete(&lease, &done).await.unwrap());
+    assert!(
+        !ledger.complete(&lease, &done).await.unwrap(),
+        "already ended"
+    );
+    let runs = log.list(None, 10).await.unwrap();
+    assert_eq!(runs.len(), 1, "one run per recorded end: {runs:?}");
+    assert_eq!(runs[0].key, succeeded.key);
+    assert_eq!(runs[0].outcome, Outcome::Succeeded);
+    assert_eq!(runs[0].consumer, "c1");
+    assert_eq!(runs[0].duration, Duration::from_millis(1500));
+    assert_eq!(runs[0].error, None);
+
+    let missed = run("hist", 2, Outcome::Missed);
+    let settle = Settle {
+        key: missed.key.clone(),
+        job: missed.job.clone(),
+        attempt: 1,
+        state: State::Missed,
+        error: Some("boom".into()),
+        retention: LONG,
+        run: Some(missed.clone()),
+    };
+    assert!(ledger.settle(&settle).await.unwrap());
+    assert!(!ledger.settle(&settle).await.unwrap(), "already settled");
+    let runs = log.list(None, 10).await.unwrap();
+    assert_eq!(runs.len(), 2, "a refused settle adds no run: {runs:?}");
+    assert_eq!(runs[0].key, missed.key, "newest first");
+    assert_eq!(runs[0].outcome, Outcome::Missed);
+    assert_eq!(runs[0].error.as_deref(), Some("boom"));
+}
+
+#[tokio::test]
+async fn ledger_history_memory() {
+    let history = Arc::new(MemoryRunLog::default());
+    history_suite(MemoryLedger::new(Arc::clone(&history)), &*history).await;
+}
+
+#[tokio::test]
+async fn ledger_history_redis() {
+    scoped("ledger_history_redis", |env| async move {
+        let (ledger, history) = redis_ports(&env).await;
+        history_suite(ledger, &history).await;
+    })
+    .await;
 }
 
 #[tokio::test]

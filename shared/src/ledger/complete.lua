@@ -1,11 +1,13 @@
 -- Ends a claimed attempt, fenced by its token: a consumer that lost its claim (its lease
--- expired and the reaper took the key over) changes nothing.
--- KEYS[1] record hash   KEYS[2] lease zset   KEYS[3] job lock
+-- expired and the reaper took the key over) changes nothing. With run fields, the attempt's
+-- run is appended to the history in the same step (history.lua, prepended).
+-- KEYS[1] record hash   KEYS[2] lease zset   KEYS[3] job lock   KEYS[4] run history stream
 -- ARGV[1] key   ARGV[2] token   ARGV[3] state   ARGV[4] error ('' = none)
 -- ARGV[5] retention ms
 -- ARGV[6] next attempt allowed to claim ('' when the state is terminal)
 -- ARGV[7] body of the message that must follow (retry or release)
 -- ARGV[8] ms after which the reaper republishes that body if no one claimed it
+-- ARGV[9] history MAXLEN   ARGV[10] history MINID   ARGV[11..] run fields (none: no run)
 -- Returns 1, or 0 when fenced.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -30,4 +32,7 @@ else
   redis.call('ZREM', KEYS[2], ARGV[1])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
+if #ARGV > 10 then
+  append_run(KEYS[4], ARGV[9], ARGV[10], 11)
+end
 return 1

@@ -1,9 +1,10 @@
 //! The ledger in process memory, for `cronq standalone` and fast tests. Same rules as the
 //! Lua scripts of [`super::redis`], one mutex around the whole state (never held across an
-//! await), times from a monotonic clock.
+//! await), times from a monotonic clock. Runs of ended records go to a [`MemoryRunLog`],
+//! under the same lock.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -12,11 +13,13 @@ use super::{Claim, ClaimOutcome, End, Heartbeat, Lease, Ledger, Orphan, Record, 
 use crate::config::Overlap;
 use crate::connect::StoreError;
 use crate::key::OccurrenceKey;
+use crate::runlog::MemoryRunLog;
 
-/// The in-memory ledger.
+/// The in-memory ledger. Its [`Default`] keeps runs in a history of its own.
 #[derive(Debug, Default)]
 pub struct MemoryLedger {
     inner: Mutex<Inner>,
+    history: Arc<MemoryRunLog>,
 }
 
 #[derive(Debug, Default)]
@@ -44,9 +47,12 @@ struct Rec {
 }
 
 impl MemoryLedger {
-    /// An empty ledger.
-    pub fn new() -> Self {
-        Self::default()
+    /// An empty ledger that appends the runs of ended records to `history`.
+    pub fn new(history: Arc<MemoryRunLog>) -> Self {
+        Self {
+            inner: Mutex::default(),
+            history,
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -213,6 +219,9 @@ impl Ledger for MemoryLedger {
                 inner.leases.remove(&key);
             }
         }
+        if let Some(run) = &end.run {
+            self.history.push(run.clone());
+        }
         Ok(true)
     }
 
@@ -244,6 +253,9 @@ impl Ledger for MemoryLedger {
             },
         );
         inner.leases.remove(&key);
+        if let Some(run) = &settle.run {
+            self.history.push(run.clone());
+        }
         Ok(true)
     }
 

@@ -3,8 +3,10 @@
 //! `replace`). Two implementations: [`redis::RedisLedger`] (atomic Lua scripts) and
 //! [`memory::MemoryLedger`] (`cronq standalone`, fast tests); both pass the same suite.
 //!
-//! Owns: who may run an occurrence now, and what became of it. Leaves to the consumer:
-//! running handlers, the broker, the run history.
+//! Owns: who may run an occurrence now, and what became of it: the record and, in the same
+//! atomic step, the attempt's entry in the run history ([`End::run`], [`Settle::run`]), so
+//! a consumer dying in between can never leave an outcome the history does not show (G2).
+//! Leaves to the consumer: running handlers, the broker, deciding outcomes.
 //!
 //! Invariants (G1, G3):
 //! - At most one live claim per key. A key in a terminal state (`succeeded`, `skipped`,
@@ -31,6 +33,7 @@ use crate::config::Overlap;
 use crate::connect::StoreError;
 use crate::key::OccurrenceKey;
 use crate::names::{JobName, QueueName};
+use crate::runlog::Run;
 
 /// The state of an occurrence's record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -175,6 +178,8 @@ pub struct End {
     pub retention: Duration,
     /// For `Retrying` and `Pending`: the message that must follow.
     pub next: Option<FollowUp>,
+    /// The attempt's run, appended to the run history with the record; not when fenced.
+    pub run: Option<Run>,
 }
 
 /// The message that follows a non-terminal end; a reaper republishes it when no one has
@@ -204,6 +209,8 @@ pub struct Settle {
     pub error: Option<String>,
     /// How long the record is kept.
     pub retention: Duration,
+    /// The run shown in the history, appended with the record; not when nothing was recorded.
+    pub run: Option<Run>,
 }
 
 /// A message handed back by [`Ledger::reap`], to republish.
@@ -244,15 +251,16 @@ pub trait Ledger: Send + Sync + 'static {
     /// [`StoreError`] when the store cannot be reached; the lease keeps running down.
     async fn heartbeat(&self, lease: &Lease, duration: Duration) -> Result<Heartbeat, StoreError>;
 
-    /// Ends the claim: records `end`, releases the job lock. Returns `false`, changing
-    /// nothing, when the claim was lost (fenced).
+    /// Ends the claim: records `end` (and appends `end.run` to the history), releases the
+    /// job lock. Returns `false`, changing nothing, when the claim was lost (fenced).
     ///
     /// # Errors
     /// [`StoreError`] when the store cannot be reached; the claim is unchanged.
     async fn complete(&self, lease: &Lease, end: &End) -> Result<bool, StoreError>;
 
-    /// Records a terminal state for an occurrence that is not run. Returns `false` when the
-    /// record already is terminal, runs under a live lease, or is past this attempt.
+    /// Records a terminal state for an occurrence that is not run (and appends `settle.run`
+    /// to the history). Returns `false`, changing nothing, when the record already is
+    /// terminal, runs under a live lease, or is past this attempt.
     ///
     /// # Errors
     /// [`StoreError`] when the store cannot be reached; nothing was recorded.

@@ -6,7 +6,8 @@
 //!
 //! Key layout (all through [`Names::redis_key`]): `ns:occ:KEY` (hash: state, attempt,
 //! next, token, job, queue, body, lease_until, cancel, exclusive, error, updated),
-//! `ns:leases` (zset KEY → lease expiry ms), `ns:joblock:JOB` (`KEY|TOKEN`, PX lease).
+//! `ns:leases` (zset KEY → lease expiry ms), `ns:joblock:JOB` (`KEY|TOKEN`, PX lease); runs
+//! are appended to the [`RedisRunLog`]'s stream by the same scripts that end a record.
 
 use std::time::Duration;
 
@@ -20,12 +21,14 @@ use super::{
 use crate::connect::StoreError;
 use crate::key::OccurrenceKey;
 use crate::names::{JobName, Names};
+use crate::runlog::{self, RedisRunLog, Run};
 
 /// The Redis ledger. Cheap to clone.
 #[derive(Clone)]
 pub struct RedisLedger {
     conn: ConnectionManager,
     names: Names,
+    history: RedisRunLog,
     scripts: Scripts,
 }
 
@@ -47,16 +50,20 @@ impl std::fmt::Debug for RedisLedger {
 }
 
 impl RedisLedger {
-    /// A ledger over an open connection (see [`crate::connect::redis`]).
-    pub fn new(conn: ConnectionManager, names: Names) -> Self {
+    /// A ledger over an open connection (see [`crate::connect::redis`]) that appends the
+    /// runs of ended records to `history`.
+    pub fn new(conn: ConnectionManager, names: Names, history: RedisRunLog) -> Self {
+        let with_history =
+            |script: &str| Script::new(&[include_str!("history.lua"), script].concat());
         Self {
             conn,
             names,
+            history,
             scripts: Scripts {
                 claim: Script::new(include_str!("claim.lua")),
                 heartbeat: Script::new(include_str!("heartbeat.lua")),
-                complete: Script::new(include_str!("complete.lua")),
-                settle: Script::new(include_str!("settle.lua")),
+                complete: with_history(include_str!("complete.lua")),
+                settle: with_history(include_str!("settle.lua")),
                 reap: Script::new(include_str!("reap.lua")),
             },
         }
@@ -76,6 +83,22 @@ impl RedisLedger {
 
     fn job_lock_key(&self, job: &JobName) -> String {
         self.names.redis_key(&["joblock", job.as_str()])
+    }
+}
+
+/// Appends the history arguments of `run` (bounds, then the entry's fields) to an
+/// invocation of complete.lua or settle.lua; no arguments when there is no run.
+fn history_args(
+    invocation: &mut redis::ScriptInvocation<'_>,
+    history: &RedisRunLog,
+    run: Option<&Run>,
+) {
+    if let Some(run) = run {
+        let (max_runs, min_id) = history.bounds();
+        invocation.arg(max_runs).arg(min_id);
+        for (name, value) in runlog::fields(run) {
+            invocation.arg(name).arg(value);
+        }
     }
 }
 
@@ -170,12 +193,12 @@ impl Ledger for RedisLedger {
             Some(f) => (f.attempt.to_string(), f.body.clone(), millis(f.within)),
             None => (String::new(), Vec::new(), 1),
         };
-        let done: i64 = self
-            .scripts
-            .complete
+        let mut invocation = self.scripts.complete.prepare_invoke();
+        invocation
             .key(self.record_key(&key))
             .key(self.leases_key())
             .key(self.job_lock_key(&lease.job))
+            .key(self.history.key())
             .arg(&key)
             .arg(&lease.token)
             .arg(end.state.as_str())
@@ -183,27 +206,27 @@ impl Ledger for RedisLedger {
             .arg(millis(end.retention))
             .arg(next)
             .arg(body)
-            .arg(within)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
+            .arg(within);
+        history_args(&mut invocation, &self.history, end.run.as_ref());
+        let done: i64 = invocation.invoke_async(&mut self.conn.clone()).await?;
         Ok(done == 1)
     }
 
     async fn settle(&self, settle: &Settle) -> Result<bool, StoreError> {
         let key = settle.key.to_string();
-        let done: i64 = self
-            .scripts
-            .settle
+        let mut invocation = self.scripts.settle.prepare_invoke();
+        invocation
             .key(self.record_key(&key))
             .key(self.leases_key())
+            .key(self.history.key())
             .arg(&key)
             .arg(settle.job.as_str())
             .arg(settle.attempt)
             .arg(settle.state.as_str())
             .arg(settle.error.as_deref().unwrap_or(""))
-            .arg(millis(settle.retention))
-            .invoke_async(&mut self.conn.clone())
-            .await?;
+            .arg(millis(settle.retention));
+        history_args(&mut invocation, &self.history, settle.run.as_ref());
+        let done: i64 = invocation.invoke_async(&mut self.conn.clone()).await?;
         Ok(done == 1)
     }
 
