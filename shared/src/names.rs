@@ -184,7 +184,10 @@ impl Names {
 
     /// A Redis key under the namespace: `ns:part1:part2…`.
     pub fn redis_key(&self, parts: &[&str]) -> String {
-        let mut key = self.ns.to_string();
+        let ns = self.ns.as_str();
+        let mut key =
+            String::with_capacity(ns.len() + parts.iter().map(|p| 1 + p.len()).sum::<usize>());
+        key.push_str(ns);
         for part in parts {
             key.push(':');
             key.push_str(part);

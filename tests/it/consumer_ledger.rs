@@ -456,3 +456,81 @@ async fn runlog_redis() {
     })
     .await;
 }
+
+/// The stored message lives apart from the record, so a record stays a small
+/// listpack-encoded hash for its whole retention (one long field would turn it into a
+/// hashtable, about 3x the memory, even after the field is deleted), and the message is
+/// kept exactly while a reaper may need it.
+#[tokio::test]
+async fn ledger_redis_records_stay_compact() {
+    scoped("ledger_redis_records_stay_compact", |env| async move {
+        let ledger = redis_ledger(&env).await;
+        let mut conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+        let names = Names::new(&Namespace::new(&env.namespace).unwrap());
+        let c = claim("compact", 1, 1, Overlap::Allow, LONG);
+        let key = c.key.to_string();
+        let (record, body) = (
+            names.redis_key(&["occ", &key]),
+            names.redis_key(&["occbody", &key]),
+        );
+        let encoding = |conn: &mut redis::aio::ConnectionManager| {
+            let mut conn = conn.clone();
+            let record = record.clone();
+            async move {
+                redis::cmd("OBJECT")
+                    .arg("ENCODING")
+                    .arg(&record)
+                    .query_async::<String>(&mut conn)
+                    .await
+                    .unwrap()
+            }
+        };
+        let stored = |conn: &mut redis::aio::ConnectionManager| {
+            let mut conn = conn.clone();
+            let body = body.clone();
+            async move {
+                redis::cmd("GET")
+                    .arg(&body)
+                    .query_async::<Option<Vec<u8>>>(&mut conn)
+                    .await
+                    .unwrap()
+            }
+        };
+
+        let lease = claimed(&ledger, &c).await;
+        assert_eq!(encoding(&mut conn).await, "listpack");
+        assert_eq!(
+            stored(&mut conn).await,
+            Some(c.body.clone()),
+            "kept while running"
+        );
+
+        let retry = claim("compact", 1, 2, Overlap::Allow, LONG);
+        let retrying = End {
+            next: Some(FollowUp {
+                attempt: 2,
+                body: retry.body.clone(),
+                within: LONG,
+            }),
+            error: Some("boom".into()),
+            ..end(State::Retrying)
+        };
+        assert!(ledger.complete(&lease, &retrying).await.unwrap());
+        assert_eq!(
+            stored(&mut conn).await,
+            Some(retry.body.clone()),
+            "the follow-up"
+        );
+
+        let lease = claimed(&ledger, &retry).await;
+        assert!(
+            ledger
+                .complete(&lease, &end(State::Succeeded))
+                .await
+                .unwrap()
+        );
+        assert_eq!(stored(&mut conn).await, None, "dropped once terminal");
+        assert_eq!(encoding(&mut conn).await, "listpack");
+    })
+    .await;
+}

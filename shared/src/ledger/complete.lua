@@ -2,6 +2,7 @@
 -- expired and the reaper took the key over) changes nothing. With run fields, the attempt's
 -- run is appended to the history in the same step (history.lua, prepended).
 -- KEYS[1] record hash   KEYS[2] lease zset   KEYS[3] job lock   KEYS[4] run history stream
+-- KEYS[5] message body
 -- ARGV[1] key   ARGV[2] token   ARGV[3] state   ARGV[4] error ('' = none)
 -- ARGV[5] retention ms
 -- ARGV[6] next attempt allowed to claim ('' when the state is terminal)
@@ -11,24 +12,25 @@
 -- Returns 1, or 0 when fenced.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if redis.call('HGET', KEYS[1], 'state') ~= 'running'
-  or redis.call('HGET', KEYS[1], 'token') ~= ARGV[2] then
+local rec = redis.call('HMGET', KEYS[1], 'state', 'token', 'exclusive')
+if rec[1] ~= 'running' or rec[2] ~= ARGV[2] then
   return 0
 end
-if redis.call('GET', KEYS[3]) == ARGV[1] .. '|' .. ARGV[2] then
+if rec[3] == '1' and redis.call('GET', KEYS[3]) == ARGV[1] .. '|' .. ARGV[2] then
   redis.call('DEL', KEYS[3])
 end
-redis.call('HSET', KEYS[1], 'state', ARGV[3], 'token', '', 'updated', now)
+-- The claim removed any earlier error, so a running record has none to delete.
 if ARGV[4] ~= '' then
-  redis.call('HSET', KEYS[1], 'error', ARGV[4])
+  redis.call('HSET', KEYS[1], 'state', ARGV[3], 'token', '', 'updated', now, 'error', ARGV[4])
 else
-  redis.call('HDEL', KEYS[1], 'error')
+  redis.call('HSET', KEYS[1], 'state', ARGV[3], 'token', '', 'updated', now)
 end
 if ARGV[6] ~= '' then
-  redis.call('HSET', KEYS[1], 'next', ARGV[6], 'body', ARGV[7])
+  redis.call('HSET', KEYS[1], 'next', ARGV[6])
+  redis.call('SET', KEYS[5], ARGV[7], 'PX', ARGV[5])
   redis.call('ZADD', KEYS[2], now + tonumber(ARGV[8]), ARGV[1])
 else
-  redis.call('HDEL', KEYS[1], 'body')
+  redis.call('DEL', KEYS[5])
   redis.call('ZREM', KEYS[2], ARGV[1])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[5])

@@ -3,6 +3,7 @@
 -- the same atomic step, so no second reaper returns it before that time.
 -- KEYS[1] lease zset
 -- ARGV[1] record key prefix (ns:occ:)   ARGV[2] max entries   ARGV[3] hold ms
+-- ARGV[4] message body key prefix (ns:occbody:)
 -- Returns a flat list {key1, queue1, body1, key2, …} for the caller to republish.
 -- Record keys are derived from zset members, so this script assumes a single Redis node
 -- (no cluster), as the rest of cronq does.
@@ -14,7 +15,7 @@ local out = {}
 for _, key in ipairs(due) do
   local rec = ARGV[1] .. key
   local st = redis.call('HGET', rec, 'state')
-  local body = redis.call('HGET', rec, 'body')
+  local body = redis.call('GET', ARGV[4] .. key)
   if (st == 'running' or st == 'retrying' or st == 'pending') and body then
     if st == 'running'
       and tonumber(redis.call('HGET', rec, 'lease_until') or '0') > now then

@@ -5,7 +5,8 @@
 //! consumers', so clock skew between hosts cannot shorten or stretch a lease.
 //!
 //! Key layout (all through [`Names::redis_key`]): `ns:occ:KEY` (hash: state, attempt,
-//! next, token, job, queue, body, lease_until, cancel, exclusive, error, updated),
+//! next, token, job, queue, lease_until, cancel, exclusive, error, updated), `ns:occbody:KEY`
+//! (the stored message, apart so that the hash stays small and listpack-encoded),
 //! `ns:leases` (zset KEY → lease expiry ms), `ns:joblock:JOB` (`KEY|TOKEN`, PX lease); runs
 //! are appended to the [`RedisRunLog`]'s stream by the same scripts that end a record.
 
@@ -30,6 +31,12 @@ pub struct RedisLedger {
     names: Names,
     history: RedisRunLog,
     scripts: Scripts,
+    /// `ns:occ:`, the prefix of every record's key.
+    record_prefix: String,
+    /// `ns:occbody:`, the prefix of every stored message body's key.
+    body_prefix: String,
+    /// `ns:leases`.
+    leases_key: String,
 }
 
 #[derive(Clone)]
@@ -56,6 +63,9 @@ impl RedisLedger {
         let with_history =
             |script: &str| Script::new(&[include_str!("history.lua"), script].concat());
         Self {
+            record_prefix: names.redis_key(&["occ", ""]),
+            body_prefix: names.redis_key(&["occbody", ""]),
+            leases_key: names.redis_key(&["leases"]),
             conn,
             names,
             history,
@@ -70,15 +80,11 @@ impl RedisLedger {
     }
 
     fn record_key(&self, key: &str) -> String {
-        self.names.redis_key(&["occ", key])
+        [self.record_prefix.as_str(), key].concat()
     }
 
-    fn record_prefix(&self) -> String {
-        self.names.redis_key(&["occ", ""])
-    }
-
-    fn leases_key(&self) -> String {
-        self.names.redis_key(&["leases"])
+    fn body_key(&self, key: &str) -> String {
+        [self.body_prefix.as_str(), key].concat()
     }
 
     fn job_lock_key(&self, job: &JobName) -> String {
@@ -132,8 +138,9 @@ impl Ledger for RedisLedger {
             .scripts
             .claim
             .key(self.record_key(&key))
-            .key(self.leases_key())
+            .key(&self.leases_key)
             .key(self.job_lock_key(&claim.job))
+            .key(self.body_key(&key))
             .arg(&key)
             .arg(claim.job.as_str())
             .arg(claim.queue.as_str())
@@ -143,7 +150,7 @@ impl Ledger for RedisLedger {
             .arg(millis(claim.retention))
             .arg(overlap_arg(claim.overlap))
             .arg(&claim.body[..])
-            .arg(self.record_prefix())
+            .arg(&self.record_prefix)
             .invoke_async(&mut self.conn.clone())
             .await?;
         match reply.as_slice() {
@@ -172,7 +179,7 @@ impl Ledger for RedisLedger {
             .scripts
             .heartbeat
             .key(self.record_key(&key))
-            .key(self.leases_key())
+            .key(&self.leases_key)
             .key(self.job_lock_key(&lease.job))
             .arg(&key)
             .arg(&lease.token)
@@ -196,9 +203,10 @@ impl Ledger for RedisLedger {
         let mut invocation = self.scripts.complete.prepare_invoke();
         invocation
             .key(self.record_key(&key))
-            .key(self.leases_key())
+            .key(&self.leases_key)
             .key(self.job_lock_key(&lease.job))
             .key(self.history.key())
+            .key(self.body_key(&key))
             .arg(&key)
             .arg(&lease.token)
             .arg(end.state.as_str())
@@ -217,8 +225,9 @@ impl Ledger for RedisLedger {
         let mut invocation = self.scripts.settle.prepare_invoke();
         invocation
             .key(self.record_key(&key))
-            .key(self.leases_key())
+            .key(&self.leases_key)
             .key(self.history.key())
+            .key(self.body_key(&key))
             .arg(&key)
             .arg(settle.job.as_str())
             .arg(settle.attempt)
@@ -234,10 +243,11 @@ impl Ledger for RedisLedger {
         let flat: Vec<Vec<u8>> = self
             .scripts
             .reap
-            .key(self.leases_key())
-            .arg(self.record_prefix())
+            .key(&self.leases_key)
+            .arg(&self.record_prefix)
             .arg(limit.max(1))
             .arg(millis(hold))
+            .arg(&self.body_prefix)
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(flat

@@ -1,7 +1,7 @@
 -- Records a terminal state for an occurrence that was not run (missed, skipped), unless it
 -- is already terminal, running under a live lease, or the message is a stale attempt. With
 -- run fields, the run is appended to the history in the same step (history.lua, prepended).
--- KEYS[1] record hash   KEYS[2] lease zset   KEYS[3] run history stream
+-- KEYS[1] record hash   KEYS[2] lease zset   KEYS[3] run history stream   KEYS[4] message body
 -- ARGV[1] key   ARGV[2] job   ARGV[3] attempt   ARGV[4] state   ARGV[5] error ('' = none)
 -- ARGV[6] retention ms   ARGV[7] history MAXLEN   ARGV[8] history MINID
 -- ARGV[9..] run fields (none: no run)
@@ -27,7 +27,7 @@ if st then
 end
 redis.call('HSET', KEYS[1], 'state', ARGV[4], 'attempt', attempt, 'job', ARGV[2],
   'token', '', 'updated', now)
-redis.call('HDEL', KEYS[1], 'body')
+redis.call('DEL', KEYS[4])
 if ARGV[5] ~= '' then
   redis.call('HSET', KEYS[1], 'error', ARGV[5])
 else

@@ -63,6 +63,7 @@ impl RecordReset for RedisResets {
             .script
             .key(self.names.redis_key(&["occ", &key]))
             .key(self.names.redis_key(&["leases"]))
+            .key(self.names.redis_key(&["occbody", &key]))
             .arg(&key)
             .invoke_async(&mut self.conn.clone())
             .await?;
