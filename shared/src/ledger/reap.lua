@@ -15,7 +15,9 @@ local out = {}
 for _, key in ipairs(due) do
   local rec = ARGV[1] .. key
   local st = redis.call('HGET', rec, 'state')
-  local body = redis.call('GET', ARGV[4] .. key)
+  -- A claim made by a consumer before the body moved to its own key kept it in the record:
+  -- read it there too, so a rolling upgrade loses nothing.
+  local body = redis.call('GET', ARGV[4] .. key) or redis.call('HGET', rec, 'body')
   if (st == 'running' or st == 'retrying' or st == 'pending') and body then
     if st == 'running'
       and tonumber(redis.call('HGET', rec, 'lease_until') or '0') > now then
