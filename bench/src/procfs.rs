@@ -118,18 +118,6 @@ impl Machine {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_own_memory_and_cpu() {
-        let mem = memory(None).unwrap();
-        assert!(mem.rss > 0 && mem.peak >= mem.rss);
-        cpu_time(None).unwrap();
-    }
-}
-
 /// The pid of the oldest running process whose command name (`/proc/PID/comm`) is `comm`,
 /// if there is one on this machine (a local RabbitMQ is `beam.smp`, Redis `redis-server`).
 pub fn find(comm: &str) -> Option<u32> {
@@ -142,4 +130,24 @@ pub fn find(comm: &str) -> Option<u32> {
         .collect();
     pids.sort_unstable();
     pids.first().copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_own_memory_and_cpu() {
+        let mem = memory(None).unwrap();
+        assert!(mem.rss > 0 && mem.peak >= mem.rss);
+        cpu_time(None).unwrap();
+    }
+
+    #[test]
+    fn finds_a_process_by_command_name() {
+        let own = std::fs::read_to_string("/proc/self/comm").unwrap();
+        let found = find(own.trim_end()).expect("this very process runs");
+        assert!(found <= std::process::id(), "the oldest of that name");
+        assert_eq!(find("no-such-command"), None);
+    }
 }
