@@ -118,7 +118,7 @@ impl Machine {
     }
 }
 
-/// The pid of the oldest running process whose command name (`/proc/PID/comm`) is `comm`,
+/// The lowest pid of a process whose command name (`/proc/PID/comm`) is `comm`,
 /// if there is one on this machine (a local RabbitMQ is `beam.smp`, Redis `redis-server`).
 pub fn find(comm: &str) -> Option<u32> {
     let mut pids: Vec<u32> = std::fs::read_dir("/proc")
@@ -147,7 +147,7 @@ mod tests {
     fn finds_a_process_by_command_name() {
         let own = std::fs::read_to_string("/proc/self/comm").unwrap();
         let found = find(own.trim_end()).expect("this very process runs");
-        assert!(found <= std::process::id(), "the oldest of that name");
+        assert!(found <= std::process::id(), "the lowest pid of that name");
         assert_eq!(find("no-such-command"), None);
     }
 }
