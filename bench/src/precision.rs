@@ -115,6 +115,14 @@ pub async fn run(
             Unit::Seconds,
         )
         .baseline(burst);
+        // The broker alone cannot confirm N persistent messages due at one instant in less
+        // than its burst time; what cronq adds on top of that is its own part of the delay.
+        let mut own_p99 = Figure::new(
+            "precision",
+            format!("cronq's own part of p99 lateness, {label} jobs: p99 minus the burst p99"),
+            Unit::Seconds,
+        )
+        .goal("< 5 ms");
         for run in 1..=runs {
             eprintln!(
                 "precision: {jobs} jobs, run {run}/{runs} ({}s)",
@@ -154,13 +162,14 @@ pub async fn run(
             burst_p50.push_baseline(bursts.p50);
             burst_p99.runs.push(d.p99);
             burst_p99.push_baseline(bursts.p99);
+            own_p99.runs.push(d.p99 - bursts.p99);
             eprintln!(
                 "  burst baseline: p50 {:.2} ms p99 {:.2} ms",
                 bursts.p50 * 1e3,
                 bursts.p99 * 1e3
             );
         }
-        figures.extend([p50, p99, max, burst_p50, burst_p99]);
+        figures.extend([p50, p99, max, burst_p50, burst_p99, own_p99]);
     }
     Ok(figures)
 }
