@@ -403,3 +403,48 @@ fn absurd_durations_are_refused() {
         ]
     );
 }
+
+#[test]
+fn jobs_with_the_same_schedule_and_zone_share_one_parsed_schedule() {
+    let config = load(
+        r#"
+        [[job]]
+        name = "a"
+        schedule = "30 2 * * *"
+        timezone = "Europe/Berlin"
+        [[job]]
+        name = "b"
+        schedule = "30 2 * * *"
+        timezone = "Europe/Berlin"
+        [[job]]
+        name = "c"
+        schedule = "30 2 * * *"
+        timezone = "America/New_York"
+        [[job]]
+        name = "d"
+        schedule = "30 2 * * * "
+        timezone = "Europe/Berlin"
+        [[job]]
+        name = "e"
+        schedule = "@every 5m"
+        [[job]]
+        name = "f"
+        schedule = "@every 5m"
+        "#,
+    )
+    .unwrap();
+    let s = |name: &str| &config.job(name).unwrap().schedule;
+    assert!(s("a").shares_parsed(s("b")), "same text and zone: shared");
+    assert!(s("e").shares_parsed(s("f")), "@every is shared too");
+    assert!(!s("a").shares_parsed(s("c")), "another zone: its own");
+    assert!(
+        !s("a").shares_parsed(s("d")),
+        "another text (as written): its own"
+    );
+    assert_eq!(s("a"), s("b"));
+    assert_ne!(s("a"), s("c"));
+    assert_ne!(s("a"), s("d"), "equality stays by text as written and zone");
+    let from: DateTime<Utc> = now();
+    assert_eq!(s("a").next_after(from), s("d").next_after(from));
+    assert_ne!(s("a").next_after(from), s("c").next_after(from));
+}
