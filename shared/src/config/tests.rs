@@ -448,3 +448,35 @@ fn jobs_with_the_same_schedule_and_zone_share_one_parsed_schedule() {
     assert_eq!(s("a").next_after(from), s("d").next_after(from));
     assert_ne!(s("a").next_after(from), s("c").next_after(from));
 }
+
+#[test]
+fn shared_zone_transitions_give_the_same_warnings_as_fresh_ones() {
+    // Many distinct pinned schedules in two zones: the loader finds each zone's
+    // transitions once; every warning must match a schedule that found its own.
+    let mut text = String::new();
+    let mut expected = Vec::new();
+    for (i, zone) in ["America/New_York", "Europe/Berlin"].iter().enumerate() {
+        for hour in 0..4 {
+            for minute in [0, 30, 59] {
+                let name = format!("j{i}-{hour}-{minute}");
+                let schedule = format!("{minute} {hour} * * *");
+                text.push_str(&format!(
+                    "[[job]]\nname = \"{name}\"\nschedule = \"{schedule}\"\ntimezone = \"{zone}\"\n"
+                ));
+                let fresh =
+                    crate::schedule::Schedule::parse_at(&schedule, zone.parse().unwrap(), now())
+                        .unwrap();
+                for w in fresh.dst_warnings(now(), Duration::from_secs(366 * 24 * 3600)) {
+                    expected.push(format!("job \"{name}\": schedule: {schedule:?} {w}"));
+                }
+            }
+        }
+    }
+    let config = load(&text).unwrap();
+    let warnings: Vec<String> = config.warnings.iter().map(ToString::to_string).collect();
+    assert!(
+        expected.len() >= 8,
+        "the test needs warnings in both zones: {expected:?}"
+    );
+    assert_eq!(warnings, expected);
+}

@@ -39,7 +39,7 @@ use chrono::{
 use chrono_tz::Tz;
 use croner::Cron;
 
-pub use dst::{DstChange, DstWarning};
+pub use dst::{DstChange, DstWarning, TransitionCache};
 pub use error::ScheduleError;
 pub use intern::Interner;
 
@@ -204,7 +204,24 @@ impl Schedule {
     /// per hour of horizon.
     pub fn dst_warnings(&self, from: DateTime<Utc>, horizon: Duration) -> Vec<DstWarning> {
         match &self.inner.kind {
-            Kind::Cron(c) if c.pinned => dst::warnings(&c.cron, self.inner.tz, from, horizon),
+            Kind::Cron(c) if c.pinned => dst::warnings(&c.cron, self.inner.tz, from, horizon, None),
+            _ => Vec::new(),
+        }
+    }
+
+    /// [`Schedule::dst_warnings`], reusing the zone's transitions from `cache` (filled on
+    /// first use of a zone and window), so a load with many pinned schedules in one zone
+    /// probes that zone once. The warnings are the same as without the cache.
+    pub fn dst_warnings_cached(
+        &self,
+        from: DateTime<Utc>,
+        horizon: Duration,
+        cache: &mut TransitionCache,
+    ) -> Vec<DstWarning> {
+        match &self.inner.kind {
+            Kind::Cron(c) if c.pinned => {
+                dst::warnings(&c.cron, self.inner.tz, from, horizon, Some(cache))
+            }
             _ => Vec::new(),
         }
     }
