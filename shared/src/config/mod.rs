@@ -2,7 +2,8 @@
 //!
 //! Loading has two stages. `raw` parses the text into a TOML table and deserializes each
 //! section and each job on its own, field by field, so one wrong type or unknown field
-//! never hides the others. `validate` applies the built-in defaults, then `[defaults]`,
+//! never hides the others; a large file is read one `[[job]]` at a time (`pieces`), so a
+//! million jobs never sit in memory as one TOML tree. `validate` applies the built-in defaults, then `[defaults]`,
 //! then each job's overrides, checks every rule, and collects every problem (and every
 //! warning) before it returns. Loading never reads or changes the process environment.
 //!
@@ -11,6 +12,7 @@
 
 mod error;
 mod handler;
+mod pieces;
 mod raw;
 mod suggest;
 mod validate;

@@ -51,7 +51,7 @@ pub(crate) fn resolve(
     // One parsed schedule per distinct (text, zone): jobs share it (memory), and the parse
     // and never-fires check run once per distinct schedule (load time).
     let mut schedules = Interner::new(now);
-    for section in raw.jobs {
+    for section in raw.jobs.into_sections() {
         let job = &section.value;
         if let Some(name) = job.own.name.as_deref() {
             if let Some(first) = seen.get(name) {
