@@ -172,7 +172,14 @@ impl Config {
     /// # Errors
     /// As [`Config::load`].
     pub fn from_toml_at(text: &str, path: &Path, now: DateTime<Utc>) -> Result<Self, ConfigError> {
-        validate::resolve(raw::RawConfig::parse(text), path, now)
+        let raw = raw::RawConfig::parse(text);
+        let broken = raw.broken();
+        let resolved = validate::resolve(raw, path, now);
+        if broken.get() {
+            // A job's piece did not parse alone: the whole text says why, and where.
+            return validate::resolve(raw::RawConfig::parse_whole(text), path, now);
+        }
+        resolved
     }
 
     /// The job called `name`.

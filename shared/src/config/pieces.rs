@@ -5,11 +5,12 @@
 //! that, for a million jobs, take ≈ 3 GB at once, and leave the allocator's heap riddled
 //! with holes that the process keeps for its lifetime; a piece at a time needs kilobytes.
 //!
-//! Invariant: [`cut`] returns pieces only when reading them one by one gives what the
-//! whole document would: every piece parses, the head has no `job` key, and every other
-//! piece holds exactly one job table and nothing else (no table header other than
-//! `[[job]]`, `[job.…]` or `[[job.…]]` follows the first job). Otherwise the caller parses
-//! the whole text, with its exact error messages.
+//! Invariant: reading the pieces one by one gives what the whole document would, as long
+//! as each piece parses to exactly one job table ([`job_of`]): [`cut`] cuts only where the
+//! head has no `job` key and no table header other than `[[job]]`, `[job.…]` or
+//! `[[job.…]]` follows the first job. A piece that does not parse alone (checked as it is
+//! read, so each is parsed once) sends the caller back to the whole-text parse, with its
+//! exact error messages.
 
 use toml::{Table, Value};
 use toml_parser::Source;
@@ -24,7 +25,7 @@ pub(crate) struct Pieces<'t> {
 }
 
 /// Cuts `text` before each line that opens a `[[job]]` table; `None` when the file has no
-/// job, is laid out otherwise, or does not parse piece by piece.
+/// job, is laid out otherwise, or its head does not parse.
 pub(crate) fn cut(text: &str) -> Option<Pieces<'_>> {
     let starts = job_headers(text)?;
     let first = *starts.first()?;
@@ -32,13 +33,8 @@ pub(crate) fn cut(text: &str) -> Option<Pieces<'_>> {
     if head.contains_key("job") {
         return None;
     }
-    let mut jobs = Vec::with_capacity(starts.len());
-    for (i, &start) in starts.iter().enumerate() {
-        let end = starts.get(i + 1).copied().unwrap_or(text.len());
-        let piece = &text[start..end];
-        job_of(piece)?;
-        jobs.push(piece);
-    }
+    let ends = starts.iter().skip(1).copied().chain([text.len()]);
+    let jobs = starts.iter().zip(ends).map(|(&a, b)| &text[a..b]).collect();
     Some(Pieces { head, jobs })
 }
 
@@ -196,8 +192,7 @@ schedule = "0 0 1 1 *"
             "[[job]]\nname = \"a\"\n[defaults]\ntimezone = \"UTC\"\n",
             "job = [{ name = \"a\" }]\n[[job]]\nname = \"b\"\n",
             "[[job]]\nname = \"a\"\nlist = [\n[1],\n]\n",
-            "[[job]]\nname = \"a\"\n[[job]]\nname = \"a\" = 1\n",
-            "[[job]]\nname = \"a\"\nname = \"b\"\n",
+            "[defaults\n[[job]]\nname = \"a\"\n",
             "[[job]]\nname = \"a\"\n[[\"job\"]]\nname = \"b\"\n",
             "[[job]]\nname = \"a\"\n[ [job]]\nname = \"b\"\n",
             "[job]\nname = \"a\"\n",
@@ -208,17 +203,39 @@ schedule = "0 0 1 1 *"
         }
     }
 
-    /// Whole or in pieces, loading gives the same config, problems and warnings.
+    /// Whole or in pieces, loading gives the same config, problems and warnings; a piece
+    /// that does not parse alone is caught as it is read.
     #[test]
     fn pieces_load_exactly_as_the_whole_file() {
         let now: DateTime<Utc> = "2026-01-15T00:00:00Z".parse().unwrap();
         let bad = "[[job]]\nname = \"x y\"\nschedule = \"61 * * * *\"\ncolor = 1\n[job.http]\nurl = 3\n[[job]]\nname = \"ok\"\nschedule = \"30 2 * * *\"\ntimezone = \"America/New_York\"\n[[job]]\n";
+        let path = Path::new("c.toml");
         for text in [USUAL, bad] {
             assert!(cut(text).is_some());
-            let path = Path::new("c.toml");
-            let pieces = super::super::validate::resolve(RawConfig::parse(text), path, now);
+            let raw = RawConfig::parse(text);
+            let broken = raw.broken();
+            let pieces = super::super::validate::resolve(raw, path, now);
+            assert!(!broken.get());
             let whole = super::super::validate::resolve(RawConfig::parse_whole(text), path, now);
             assert_eq!(format!("{pieces:?}"), format!("{whole:?}"));
+        }
+        for text in [
+            "[[job]]\nname = \"a\"\n[[job]]\nname = \"a\" = 1\n",
+            "[[job]]\nname = \"a\"\nname = \"b\"\n",
+            "[[job]]\nname = \"a\"\nmax_attempts = 99999999999999999999\n",
+        ] {
+            assert!(cut(text).is_some(), "{text:?}");
+            let raw = RawConfig::parse(text);
+            let broken = raw.broken();
+            let _ = super::super::validate::resolve(raw, path, now);
+            assert!(broken.get(), "{text:?}");
+            let loaded = crate::config::Config::from_toml_at(text, path, now);
+            let whole = super::super::validate::resolve(RawConfig::parse_whole(text), path, now);
+            assert_eq!(format!("{loaded:?}"), format!("{whole:?}"));
+            assert!(
+                format!("{loaded:?}").contains("not valid TOML"),
+                "{loaded:?}"
+            );
         }
     }
 }

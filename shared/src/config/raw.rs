@@ -7,6 +7,9 @@
 //! against its section, the bad field is dropped, and the rest still goes to stage two.
 //! No rule beyond TOML syntax and types is checked here.
 
+use std::cell::Cell;
+use std::rc::Rc;
+
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use toml::{Table, Value};
@@ -97,8 +100,8 @@ pub(crate) struct RawConfig<'t> {
 }
 
 /// The `[[job]]` tables, each read into a [`RawJob`] only when the caller gets to it, so
-/// a large file never holds every job in two forms at once. When the file could be cut
-/// into pieces ([`super::pieces`]), a job is not even parsed before then.
+/// a large file never holds every job in two forms at once. When the file was cut into
+/// pieces ([`super::pieces`]), a job is not even parsed before then.
 #[derive(Debug, Default)]
 pub(crate) struct RawJobs<'t> {
     /// From a file parsed whole: the job tables.
@@ -107,6 +110,9 @@ pub(crate) struct RawJobs<'t> {
     pieces: std::vec::IntoIter<&'t str>,
     /// How many jobs were handed out.
     ordinal: usize,
+    /// Set when a piece did not parse to one job: the iteration stops there, and the
+    /// whole file must be read again with [`RawConfig::parse_whole`].
+    broken: Rc<Cell<bool>>,
 }
 
 impl RawJobs<'_> {
@@ -122,8 +128,14 @@ impl Iterator for RawJobs<'_> {
     fn next(&mut self) -> Option<Section<RawJob>> {
         let item = match self.items.next() {
             Some(item) => item,
-            None => super::pieces::job_of(self.pieces.next()?)
-                .expect("a piece parsed to one job when the file was cut, and parsing is pure"),
+            None => match super::pieces::job_of(self.pieces.next()?) {
+                Some(item) => item,
+                None => {
+                    self.broken.set(true);
+                    self.pieces = Vec::new().into_iter();
+                    return None;
+                }
+            },
         };
         self.ordinal += 1;
         Some(job(self.ordinal, item))
@@ -213,7 +225,9 @@ impl<'t> RawConfig<'t> {
     ///
     /// A file laid out the usual way (sections, then `[[job]]` tables) is parsed one job at
     /// a time as the caller reads the jobs; any other is parsed whole. Both give the same
-    /// result.
+    /// result, except that a piece that does not parse alone ends the jobs early and sets
+    /// the flag [`RawConfig::broken`] returns: then read the text with
+    /// [`RawConfig::parse_whole`] instead, for its exact messages.
     pub(crate) fn parse(text: &'t str) -> Self {
         let Some(pieces) = super::pieces::cut(text) else {
             return Self::parse_whole(text);
@@ -222,6 +236,11 @@ impl<'t> RawConfig<'t> {
         raw.read(pieces.head);
         raw.jobs.pieces = pieces.jobs.into_iter();
         raw
+    }
+
+    /// Set once the jobs of a file read in pieces met a piece that does not parse alone.
+    pub(crate) fn broken(&self) -> Rc<Cell<bool>> {
+        self.jobs.broken.clone()
     }
 
     /// [`RawConfig::parse`] of the text as one document.
