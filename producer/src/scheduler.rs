@@ -115,6 +115,8 @@ impl Scheduler {
         let now = Utc::now();
         let (mut lead, catchup, moved) =
             Leading::take_over(term, config, &cursors, paused.into_keys().collect(), now);
+        // A million cursors are ≈ 100 MB: not kept for the whole term.
+        drop(cursors);
         info!(
             epoch,
             jobs = lead.jobs.len(),

@@ -2,7 +2,8 @@
 //!
 //! Loading has two stages. `raw` parses the text into a TOML table and deserializes each
 //! section and each job on its own, field by field, so one wrong type or unknown field
-//! never hides the others. `validate` applies the built-in defaults, then `[defaults]`,
+//! never hides the others; a large file is read one `[[job]]` at a time (`pieces`), so a
+//! million jobs never sit in memory as one TOML tree. `validate` applies the built-in defaults, then `[defaults]`,
 //! then each job's overrides, checks every rule, and collects every problem (and every
 //! warning) before it returns. Loading never reads or changes the process environment.
 //!
@@ -11,6 +12,7 @@
 
 mod error;
 mod handler;
+mod pieces;
 mod raw;
 mod suggest;
 mod validate;
@@ -170,7 +172,14 @@ impl Config {
     /// # Errors
     /// As [`Config::load`].
     pub fn from_toml_at(text: &str, path: &Path, now: DateTime<Utc>) -> Result<Self, ConfigError> {
-        validate::resolve(raw::RawConfig::parse(text), path, now)
+        let raw = raw::RawConfig::parse(text);
+        let broken = raw.broken();
+        let resolved = validate::resolve(raw, path, now);
+        if broken.get() {
+            // A job's piece did not parse alone: the whole text says why, and where.
+            return validate::resolve(raw::RawConfig::parse_whole(text), path, now);
+        }
+        resolved
     }
 
     /// The job called `name`.

@@ -1,10 +1,14 @@
 //! Stage one of loading: what the file says, as plain serde structs, section by section.
 //!
-//! The text is parsed into a [`toml::Table`] first, then every section and every job is
-//! deserialized on its own, field by field, so one bad value never hides the others: each
+//! The text is parsed into a [`toml::Table`] first (a file laid out the usual way: its
+//! head, then each job's piece as the caller reaches it), then every section and every
+//! job is deserialized on its own, field by field, so one bad value never hides the others: each
 //! unknown field (with a "did you mean") and each wrong type is recorded as a [`Problem`]
 //! against its section, the bad field is dropped, and the rest still goes to stage two.
 //! No rule beyond TOML syntax and types is checked here.
+
+use std::cell::Cell;
+use std::rc::Rc;
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -84,15 +88,58 @@ pub(crate) const HTTP_FIELDS: &[Field] = &[
 
 /// The whole file, every section read as far as it could be.
 #[derive(Debug, Default)]
-pub(crate) struct RawConfig {
+pub(crate) struct RawConfig<'t> {
     /// Problems outside any section: syntax, unknown top-level keys.
     pub(crate) problems: Vec<Problem>,
     /// `[defaults]`.
     pub(crate) defaults: Section<RawDefaults>,
     /// `[leader]`.
     pub(crate) leader: Section<RawLeader>,
-    /// Every `[[job]]`, in file order.
-    pub(crate) jobs: Vec<Section<RawJob>>,
+    /// Every `[[job]]`, in file order, read as the caller iterates.
+    pub(crate) jobs: RawJobs<'t>,
+}
+
+/// The `[[job]]` tables, each read into a [`RawJob`] only when the caller gets to it, so
+/// a large file never holds every job in two forms at once. When the file was cut into
+/// pieces ([`super::pieces`]), a job is not even parsed before then.
+#[derive(Debug, Default)]
+pub(crate) struct RawJobs<'t> {
+    /// From a file parsed whole: the job tables.
+    items: std::vec::IntoIter<Value>,
+    /// From a file cut into pieces: each job's text.
+    pieces: std::vec::IntoIter<&'t str>,
+    /// How many jobs were handed out.
+    ordinal: usize,
+    /// Set when a piece did not parse to one job: the iteration stops there, and the
+    /// whole file must be read again with [`RawConfig::parse_whole`].
+    broken: Rc<Cell<bool>>,
+}
+
+impl RawJobs<'_> {
+    /// Reads each job in file order; problems are recorded in its section.
+    pub(crate) fn into_sections(self) -> impl Iterator<Item = Section<RawJob>> {
+        self
+    }
+}
+
+impl Iterator for RawJobs<'_> {
+    type Item = Section<RawJob>;
+
+    fn next(&mut self) -> Option<Section<RawJob>> {
+        let item = match self.items.next() {
+            Some(item) => item,
+            None => match super::pieces::job_of(self.pieces.next()?) {
+                Some(item) => item,
+                None => {
+                    self.broken.set(true);
+                    self.pieces = Vec::new().into_iter();
+                    return None;
+                }
+            },
+        };
+        self.ordinal += 1;
+        Some(job(self.ordinal, item))
+    }
 }
 
 /// One section's values and the problems met while reading it.
@@ -173,17 +220,42 @@ pub(crate) struct RawHttp {
     pub(crate) headers: Option<Table>,
 }
 
-impl RawConfig {
+impl<'t> RawConfig<'t> {
     /// Reads TOML text section by section; never fails, problems are recorded inside.
-    pub(crate) fn parse(text: &str) -> Self {
-        let mut raw = RawConfig::default();
-        let table = match text.parse::<Table>() {
-            Ok(table) => table,
-            Err(err) => {
-                raw.problems.push(syntax_problem(text, &err));
-                return raw;
-            }
+    ///
+    /// A file laid out the usual way (sections, then `[[job]]` tables) is parsed one job at
+    /// a time as the caller reads the jobs; any other is parsed whole. Both give the same
+    /// result, except that a piece that does not parse alone ends the jobs early and sets
+    /// the flag [`RawConfig::broken`] returns: then read the text with
+    /// [`RawConfig::parse_whole`] instead, for its exact messages.
+    pub(crate) fn parse(text: &'t str) -> Self {
+        let Some(pieces) = super::pieces::cut(text) else {
+            return Self::parse_whole(text);
         };
+        let mut raw = RawConfig::default();
+        raw.read(pieces.head);
+        raw.jobs.pieces = pieces.jobs.into_iter();
+        raw
+    }
+
+    /// Set once the jobs of a file read in pieces met a piece that does not parse alone.
+    pub(crate) fn broken(&self) -> Rc<Cell<bool>> {
+        self.jobs.broken.clone()
+    }
+
+    /// [`RawConfig::parse`] of the text as one document.
+    pub(crate) fn parse_whole(text: &str) -> Self {
+        let mut raw = RawConfig::default();
+        match text.parse::<Table>() {
+            Ok(table) => raw.read(table),
+            Err(err) => raw.problems.push(syntax_problem(text, &err)),
+        }
+        raw
+    }
+
+    /// Reads the top-level keys of `table`.
+    fn read(&mut self, table: Table) {
+        let raw = self;
         for (key, value) in table {
             match key.as_str() {
                 "defaults" => match value {
@@ -197,11 +269,7 @@ impl RawConfig {
                     other => raw.problems.push(not_a_table(&key, "[leader]", &other)),
                 },
                 "job" => match value {
-                    Value::Array(items) => {
-                        for (i, item) in items.into_iter().enumerate() {
-                            raw.jobs.push(job(i + 1, item));
-                        }
-                    }
+                    Value::Array(items) => raw.jobs.items = items.into_iter(),
                     other => raw.problems.push(Problem::new(
                         "",
                         "job",
@@ -214,7 +282,6 @@ impl RawConfig {
                 _ => raw.problems.push(unknown_top_level(&key)),
             }
         }
-        raw
     }
 }
 
@@ -473,7 +540,7 @@ mod tests {
             http = { url = 1, methd = "GET" }
             "#,
         );
-        let job = &raw.jobs[0];
+        let job = &raw.jobs.into_sections().next().unwrap();
         let lines: Vec<String> = job.problems.iter().map(ToString::to_string).collect();
         assert_eq!(
             lines,

@@ -403,3 +403,80 @@ fn absurd_durations_are_refused() {
         ]
     );
 }
+
+#[test]
+fn jobs_with_the_same_schedule_and_zone_share_one_parsed_schedule() {
+    let config = load(
+        r#"
+        [[job]]
+        name = "a"
+        schedule = "30 2 * * *"
+        timezone = "Europe/Berlin"
+        [[job]]
+        name = "b"
+        schedule = "30 2 * * *"
+        timezone = "Europe/Berlin"
+        [[job]]
+        name = "c"
+        schedule = "30 2 * * *"
+        timezone = "America/New_York"
+        [[job]]
+        name = "d"
+        schedule = "30 2 * * * "
+        timezone = "Europe/Berlin"
+        [[job]]
+        name = "e"
+        schedule = "@every 5m"
+        [[job]]
+        name = "f"
+        schedule = "@every 5m"
+        "#,
+    )
+    .unwrap();
+    let s = |name: &str| &config.job(name).unwrap().schedule;
+    assert!(s("a").shares_parsed(s("b")), "same text and zone: shared");
+    assert!(s("e").shares_parsed(s("f")), "@every is shared too");
+    assert!(!s("a").shares_parsed(s("c")), "another zone: its own");
+    assert!(
+        !s("a").shares_parsed(s("d")),
+        "another text (as written): its own"
+    );
+    assert_eq!(s("a"), s("b"));
+    assert_ne!(s("a"), s("c"));
+    assert_ne!(s("a"), s("d"), "equality stays by text as written and zone");
+    let from: DateTime<Utc> = now();
+    assert_eq!(s("a").next_after(from), s("d").next_after(from));
+    assert_ne!(s("a").next_after(from), s("c").next_after(from));
+}
+
+#[test]
+fn shared_zone_transitions_give_the_same_warnings_as_fresh_ones() {
+    // Many distinct pinned schedules in two zones: the loader finds each zone's
+    // transitions once; every warning must match a schedule that found its own.
+    let mut text = String::new();
+    let mut expected = Vec::new();
+    for (i, zone) in ["America/New_York", "Europe/Berlin"].iter().enumerate() {
+        for hour in 0..4 {
+            for minute in [0, 30, 59] {
+                let name = format!("j{i}-{hour}-{minute}");
+                let schedule = format!("{minute} {hour} * * *");
+                text.push_str(&format!(
+                    "[[job]]\nname = \"{name}\"\nschedule = \"{schedule}\"\ntimezone = \"{zone}\"\n"
+                ));
+                let fresh =
+                    crate::schedule::Schedule::parse_at(&schedule, zone.parse().unwrap(), now())
+                        .unwrap();
+                for w in fresh.dst_warnings(now(), Duration::from_secs(366 * 24 * 3600)) {
+                    expected.push(format!("job \"{name}\": schedule: {schedule:?} {w}"));
+                }
+            }
+        }
+    }
+    let config = load(&text).unwrap();
+    let warnings: Vec<String> = config.warnings.iter().map(ToString::to_string).collect();
+    assert!(
+        expected.len() >= 8,
+        "the test needs warnings in both zones: {expected:?}"
+    );
+    assert_eq!(warnings, expected);
+}

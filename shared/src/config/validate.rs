@@ -16,7 +16,7 @@ use super::raw::{RawConfig, RawDefaults, RawJob, RawLeader};
 use super::suggest::{did_you_mean, suggest_zone};
 use super::{Catchup, Config, Job, LeaderConfig, Overlap};
 use crate::names::{JobName, QueueName};
-use crate::schedule::{Schedule, ScheduleError};
+use crate::schedule::{Interner, ScheduleError};
 
 /// The longest duration accepted anywhere: 100 years. Longer values are typos, and would
 /// overflow date arithmetic downstream.
@@ -48,7 +48,10 @@ pub(crate) fn resolve(
 
     let mut jobs = Vec::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
-    for section in raw.jobs {
+    // One parsed schedule per distinct (text, zone): jobs share it (memory), and the parse
+    // and never-fires check run once per distinct schedule (load time).
+    let mut schedules = Interner::new(now);
+    for section in raw.jobs.into_sections() {
         let job = &section.value;
         if let Some(name) = job.own.name.as_deref() {
             if let Some(first) = seen.get(name) {
@@ -64,7 +67,7 @@ pub(crate) fn resolve(
             }
         }
         out.problems.extend(section.problems.iter().cloned());
-        if let Some(job) = resolve_job(job, &defaults, now, &mut out) {
+        if let Some(job) = resolve_job(job, &defaults, now, &mut schedules, &mut out) {
             jobs.push(job);
         }
     }
@@ -349,6 +352,7 @@ fn resolve_job(
     raw: &RawJob,
     defaults: &Common,
     now: DateTime<Utc>,
+    schedules: &mut Interner,
     out: &mut Report,
 ) -> Option<Job> {
     let scope = raw.scope.as_str();
@@ -382,7 +386,7 @@ fn resolve_job(
             );
             None
         }
-        Some(text) => match Schedule::parse_at(text, common.timezone, now) {
+        Some(text) => match schedules.parse(text, common.timezone) {
             Ok(s) => Some(s),
             Err(e) => {
                 out.problem(scope, "schedule", schedule_message(text, &e));

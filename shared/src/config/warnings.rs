@@ -4,7 +4,9 @@
 //!
 //! The look-ahead (fire-time sampling, DST transitions) is the costly part of loading a
 //! large config, and it depends only on the schedule text and zone: it is memoised per
-//! load in [`Memo`], and the interval is sampled only for jobs whose settings need it.
+//! load in [`Memo`], and the interval is sampled only for jobs whose settings need it. A
+//! zone's DST transitions are found once per load, whatever the number of distinct
+//! pinned schedules in it.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -15,7 +17,7 @@ use chrono_tz::Tz;
 use super::error::Problem;
 use super::validate::Report;
 use super::{Catchup, Job};
-use crate::schedule::Schedule;
+use crate::schedule::{Schedule, TransitionCache};
 
 /// How far ahead `cronq check` looks for daylight-saving transitions.
 const DST_HORIZON: Duration = Duration::from_secs(366 * 24 * 3600);
@@ -23,25 +25,39 @@ const DST_HORIZON: Duration = Duration::from_secs(366 * 24 * 3600);
 /// How many upcoming fire times are sampled to find a cron schedule's shortest interval.
 const INTERVAL_SAMPLES: usize = 64;
 
-/// Look-ahead results of one load, by schedule text and zone.
+/// Look-ahead results of one load, by zone and schedule text.
 #[derive(Default)]
 pub(super) struct Memo {
-    intervals: HashMap<(String, Tz), Option<Duration>>,
+    intervals: HashMap<Tz, HashMap<String, Option<Duration>>>,
     /// DST warning texts (without the scope), shared by jobs of the same schedule.
-    dst: HashMap<(String, Tz), Vec<String>>,
+    dst: HashMap<Tz, HashMap<String, Vec<String>>>,
+    /// Each zone's transitions over the DST horizon, shared by every schedule in it.
+    zones: TransitionCache,
+}
+
+/// The memoised value for `schedule`, computed by `compute` on first use. The lookup
+/// allocates nothing: only a new entry copies the text.
+fn memoised<'m, T>(
+    memo: &'m mut HashMap<Tz, HashMap<String, T>>,
+    schedule: &Schedule,
+    compute: impl FnOnce() -> T,
+) -> &'m T {
+    let by_text = memo.entry(schedule.timezone()).or_default();
+    if !by_text.contains_key(schedule.as_str()) {
+        by_text.insert(schedule.as_str().to_owned(), compute());
+    }
+    &by_text[schedule.as_str()]
 }
 
 /// Legal but risky combinations of one job.
 pub(super) fn warn_risky(job: &Job, scope: &str, now: DateTime<Utc>, out: &mut Report) {
     let fmt = |d: Duration| humantime::format_duration(d).to_string();
-    let memo_key = || (job.schedule.as_str().to_owned(), job.schedule.timezone());
     // Only these two warnings need the interval: skip the sampling for everyone else.
     let needs_interval = !job.jitter.is_zero() || job.catchup == Catchup::All;
     let interval = if needs_interval {
-        *out.memo
-            .intervals
-            .entry(memo_key())
-            .or_insert_with(|| shortest_interval(&job.schedule, now))
+        *memoised(&mut out.memo.intervals, &job.schedule, || {
+            shortest_interval(&job.schedule, now)
+        })
     } else {
         None
     };
@@ -94,11 +110,10 @@ pub(super) fn warn_risky(job: &Job, scope: &str, now: DateTime<Utc>, out: &mut R
             ),
         );
     }
-    let texts = out
-        .memo
-        .dst
-        .entry(memo_key())
-        .or_insert_with(|| dst_warnings(&job.schedule, now, DST_HORIZON));
+    let Memo { dst, zones, .. } = &mut out.memo;
+    let texts = memoised(dst, &job.schedule, || {
+        dst_warnings(&job.schedule, now, DST_HORIZON, zones)
+    });
     let found: Vec<Problem> = texts
         .iter()
         .map(|text| Problem::new(scope, "schedule", text.clone()))
@@ -109,9 +124,14 @@ pub(super) fn warn_risky(job: &Job, scope: &str, now: DateTime<Utc>, out: &mut R
 /// Warnings for a pinned schedule whose wall-clock time falls into a daylight-saving
 /// transition within `horizon` after `from` (SPEC section 3: `cronq check` warns about
 /// them), each as `"30 2 * * *" fires at 02:30 which …` (the caller adds the scope).
-fn dst_warnings(schedule: &Schedule, from: DateTime<Utc>, horizon: Duration) -> Vec<String> {
+fn dst_warnings(
+    schedule: &Schedule,
+    from: DateTime<Utc>,
+    horizon: Duration,
+    zones: &mut TransitionCache,
+) -> Vec<String> {
     schedule
-        .dst_warnings(from, horizon)
+        .dst_warnings_cached(from, horizon, zones)
         .into_iter()
         .map(|w| format!("{:?} {w}", schedule.as_str()))
         .collect()

@@ -17,6 +17,11 @@ use crate::names::{JobName, Names};
 /// blocks Redis for long even when a million jobs fire together.
 const COMMIT_CHUNK: usize = 5_000;
 
+/// Cursors are read this many fields per `HSCAN` call: a million jobs take 100 round
+/// trips of bounded size, instead of one reply that blocks Redis while it is built and
+/// may outlast the response timeout.
+const READ_CHUNK: usize = 10_000;
+
 /// The control store in Redis.
 #[derive(Clone)]
 pub struct RedisControl {
@@ -89,21 +94,32 @@ fn redis_err(op: &'static str) -> impl FnOnce(redis::RedisError) -> ControlError
 impl ControlStore for RedisControl {
     async fn cursors(&self) -> Result<HashMap<JobName, DateTime<Utc>>, ControlError> {
         let mut conn = self.conn.clone();
-        let raw: HashMap<String, i64> = conn
-            .hgetall(&self.cursors_key)
-            .await
-            .map_err(redis_err("read cursors"))?;
-        // A field that is not a job name (or not a time) cannot come from cronq: skip it
-        // rather than refuse to lead.
-        Ok(raw
-            .into_iter()
-            .filter_map(|(job, ms)| {
+        let mut cursors = HashMap::new();
+        let mut scan: u64 = 0;
+        loop {
+            // Only the leader writes cursors, and it is this producer now: the pages
+            // form one consistent view (a field seen twice has the same value).
+            let (next, page): (u64, HashMap<String, i64>) = redis::cmd("HSCAN")
+                .arg(&self.cursors_key)
+                .arg(scan)
+                .arg("COUNT")
+                .arg(READ_CHUNK)
+                .query_async(&mut conn)
+                .await
+                .map_err(redis_err("read cursors"))?;
+            // A field that is not a job name (or not a time) cannot come from cronq: skip
+            // it rather than refuse to lead.
+            cursors.extend(page.into_iter().filter_map(|(job, ms)| {
                 Some((
                     JobName::new(job).ok()?,
                     DateTime::from_timestamp_millis(ms)?,
                 ))
-            })
-            .collect())
+            }));
+            if next == 0 {
+                return Ok(cursors);
+            }
+            scan = next;
+        }
     }
 
     async fn commit(&self, term: &Term, commit: &Commit) -> Result<(), ControlError> {

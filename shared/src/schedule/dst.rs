@@ -1,6 +1,7 @@
 //! Warnings for pinned schedules whose wall-clock times a daylight-saving change skips or
 //! repeats (`cronq check`, SPEC section 3).
 
+use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -107,12 +108,36 @@ impl fmt::Display for DstWarning {
     }
 }
 
-/// The warnings for a pinned schedule over `(from, from + horizon]`.
+/// The offset changes of each zone over a window, found once and reused by every pinned
+/// schedule of that zone (finding them costs one zone lookup per hour of the window; a
+/// year is 8,784 lookups).
+#[derive(Debug, Default)]
+pub struct TransitionCache {
+    zones: HashMap<(Tz, i64, i64), Vec<Transition>>,
+}
+
+impl TransitionCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The transitions of `tz` in `(start, end]`, computed on first use.
+    fn transitions(&mut self, tz: Tz, start: i64, end: i64) -> &[Transition] {
+        self.zones
+            .entry((tz, start, end))
+            .or_insert_with(|| zone::transitions(tz, start, end))
+    }
+}
+
+/// The warnings for a pinned schedule over `(from, from + horizon]`; the zone's
+/// transitions come from `cache` when one is given.
 pub(super) fn warnings(
     cron: &Cron,
     tz: Tz,
     from: DateTime<Utc>,
     horizon: Duration,
+    cache: Option<&mut TransitionCache>,
 ) -> Vec<DstWarning> {
     let start = from.timestamp();
     let end = start.saturating_add(i64::try_from(horizon.as_secs()).unwrap_or(i64::MAX));
@@ -120,10 +145,16 @@ pub(super) fn warnings(
     // (-2208988800 and 32503680000), past any year field.
     let end = end.min(start.saturating_add(MAX_YEARS * 366 * 86_400));
     let (start, end) = (start.max(-2_208_988_800), end.min(32_503_680_000));
-    zone::transitions(tz, start, end)
-        .into_iter()
-        .filter_map(|t| warning(cron, tz, t))
-        .collect()
+    let found = |transitions: &[Transition]| {
+        transitions
+            .iter()
+            .filter_map(|t| warning(cron, tz, *t))
+            .collect()
+    };
+    match cache {
+        Some(cache) => found(cache.transitions(tz, start, end)),
+        None => found(&zone::transitions(tz, start, end)),
+    }
 }
 
 /// The warning for one transition, if a matching local time falls in it.

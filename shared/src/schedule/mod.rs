@@ -15,15 +15,22 @@
 //!   local time maps to one instant: itself, the first of two passes, or the first instant
 //!   after a gap. That mapping is monotone, so equal instants collapse into one fire;
 //! - `@every D` fires when `unix_seconds % D == 0`, in UTC, with no DST at all.
+//!
+//! A parsed schedule is shared, not copied: [`Schedule`] is a pointer to immutable parsed
+//! state (croner's is ≈ 5 KiB per cron expression), and [`Interner`] hands out one parsed
+//! value per distinct (text, zone), so a million jobs over a few thousand schedules hold a
+//! few thousand parsed expressions.
 
 mod dst;
 mod error;
 mod fields;
+mod intern;
 mod parse;
 #[cfg(test)]
 mod tests;
 mod zone;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{
@@ -32,28 +39,41 @@ use chrono::{
 use chrono_tz::Tz;
 use croner::Cron;
 
-pub use dst::{DstChange, DstWarning};
+pub use dst::{DstChange, DstWarning, TransitionCache};
 pub use error::ScheduleError;
+pub use intern::Interner;
 
 /// A parsed schedule in a zone. Two schedules are equal when their text and zone are.
+///
+/// Cloning is cheap: clones share the parsed state, which never changes after parsing.
 #[derive(Debug, Clone)]
 pub struct Schedule {
+    inner: Arc<Parsed>,
+}
+
+/// What a [`Schedule`] points to.
+#[derive(Debug)]
+struct Parsed {
     text: String,
     tz: Tz,
     kind: Kind,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one value per distinct schedule, behind the Schedule's Arc: boxing would add a pointer chase to every next_after for a few hundred bytes per @every"
+)]
 enum Kind {
     /// `@every`: the duration and the same in whole seconds (>= 1).
     Every {
         every: Duration,
         secs: i64,
     },
-    Cron(Box<CronSchedule>),
+    Cron(CronSchedule),
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct CronSchedule {
     cron: Cron,
     /// cronie's rule: neither the minute nor the hour field starts with `*`.
@@ -105,12 +125,14 @@ impl Schedule {
         let kind = if trimmed.starts_with('@') {
             parse::descriptor(trimmed, tz)?
         } else {
-            Kind::Cron(Box::new(parse::cron(trimmed, tz)?))
+            Kind::Cron(parse::cron(trimmed, tz)?)
         };
         let schedule = Self {
-            text: text.to_owned(),
-            tz,
-            kind,
+            inner: Arc::new(Parsed {
+                text: text.to_owned(),
+                tz,
+                kind,
+            }),
         };
         schedule.check_fires(now)?;
         Ok(schedule)
@@ -119,7 +141,7 @@ impl Schedule {
     /// The first fire instant strictly after `after`, or `None` when the schedule has no
     /// more (a 7-field expression whose years are past). Pure: no clock is read.
     pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        match &self.kind {
+        match &self.inner.kind {
             Kind::Every { secs, .. } => {
                 let next = after
                     .timestamp()
@@ -137,10 +159,10 @@ impl Schedule {
                 // range; no schedule is asked about such times, so they start at year 2.
                 let after = after.trunc_subsecs(0).max(cron_start());
                 if c.pinned {
-                    c.next_pinned(self.tz, after)
+                    c.next_pinned(self.inner.tz, after)
                 } else {
                     c.cron
-                        .find_next_occurrence(&after.with_timezone(&self.tz), false)
+                        .find_next_occurrence(&after.with_timezone(&self.inner.tz), false)
                         .ok()
                         .map(|t| t.with_timezone(&Utc))
                 }
@@ -155,12 +177,12 @@ impl Schedule {
 
     /// The schedule as written in the config.
     pub fn as_str(&self) -> &str {
-        &self.text
+        &self.inner.text
     }
 
     /// The zone the schedule is evaluated in.
     pub fn timezone(&self) -> Tz {
-        self.tz
+        self.inner.tz
     }
 
     /// Whether the schedule is pinned to wall-clock times (cronie's rule: a cron
@@ -168,12 +190,12 @@ impl Schedule {
     /// schedules run once for a time a DST change skips or repeats; the others run by
     /// elapsed time. `@every` is not pinned.
     pub fn is_pinned(&self) -> bool {
-        matches!(&self.kind, Kind::Cron(c) if c.pinned)
+        matches!(&self.inner.kind, Kind::Cron(c) if c.pinned)
     }
 
     /// The interval of an `@every` schedule.
     pub fn is_every(&self) -> Option<Duration> {
-        match &self.kind {
+        match &self.inner.kind {
             Kind::Every { every, .. } => Some(*every),
             Kind::Cron(_) => None,
         }
@@ -185,16 +207,39 @@ impl Schedule {
     /// Looks at most 100 years ahead, within the years 1900-3000; costs one zone lookup
     /// per hour of horizon.
     pub fn dst_warnings(&self, from: DateTime<Utc>, horizon: Duration) -> Vec<DstWarning> {
-        match &self.kind {
-            Kind::Cron(c) if c.pinned => dst::warnings(&c.cron, self.tz, from, horizon),
+        match &self.inner.kind {
+            Kind::Cron(c) if c.pinned => dst::warnings(&c.cron, self.inner.tz, from, horizon, None),
             _ => Vec::new(),
         }
+    }
+
+    /// [`Schedule::dst_warnings`], reusing the zone's transitions from `cache` (filled on
+    /// first use of a zone and window), so a load with many pinned schedules in one zone
+    /// probes that zone once. The warnings are the same as without the cache.
+    pub fn dst_warnings_cached(
+        &self,
+        from: DateTime<Utc>,
+        horizon: Duration,
+        cache: &mut TransitionCache,
+    ) -> Vec<DstWarning> {
+        match &self.inner.kind {
+            Kind::Cron(c) if c.pinned => {
+                dst::warnings(&c.cron, self.inner.tz, from, horizon, Some(cache))
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Whether `self` and `other` share one parsed state (the same [`Interner`] made
+    /// both from the same text and zone, or one is a clone of the other).
+    pub fn shares_parsed(&self, other: &Schedule) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// Fails when the schedule has no fire time after `now`.
     fn check_fires(&self, now: DateTime<Utc>) -> Result<(), ScheduleError> {
         let never = |reason: String| Err(ScheduleError::NeverFires { reason });
-        let c = match &self.kind {
+        let c = match &self.inner.kind {
             Kind::Every { .. } => {
                 return match self.next_after(now) {
                     Some(_) => Ok(()),
@@ -203,7 +248,7 @@ impl Schedule {
             }
             Kind::Cron(c) => c,
         };
-        let today = now.with_timezone(&self.tz).date_naive();
+        let today = now.with_timezone(&self.inner.tz).date_naive();
         if let Some(year) = c.last_year.filter(|y| *y < today.year()) {
             return never(format!("its last year, {year}, is past"));
         }
@@ -223,11 +268,11 @@ impl Schedule {
         match c.last {
             Some(last) if last <= now => never(format!(
                 "its last time, {}, is past",
-                last.with_timezone(&self.tz).to_rfc3339()
+                last.with_timezone(&self.inner.tz).to_rfc3339()
             )),
             _ => never(format!(
                 "none of its times from now on exist in {}",
-                self.tz.name()
+                self.inner.tz.name()
             )),
         }
     }
@@ -235,7 +280,8 @@ impl Schedule {
 
 impl PartialEq for Schedule {
     fn eq(&self, other: &Self) -> bool {
-        self.text == other.text && self.tz == other.tz
+        Arc::ptr_eq(&self.inner, &other.inner)
+            || (self.inner.text == other.inner.text && self.inner.tz == other.inner.tz)
     }
 }
 

@@ -28,7 +28,7 @@ pub(super) fn descriptor(text: &str, tz: Tz) -> Result<Kind, ScheduleError> {
         _ => None,
     };
     match expansion {
-        Some(expansion) => Ok(Kind::Cron(Box::new(cron(expansion, tz)?))),
+        Some(expansion) => Ok(Kind::Cron(cron(expansion, tz)?)),
         None => Err(ScheduleError::UnknownDescriptor {
             descriptor: text.to_owned(),
         }),

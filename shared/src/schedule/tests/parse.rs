@@ -591,6 +591,39 @@ fn dst_warnings_for_pinned_schedules() {
 }
 
 #[test]
+fn dst_warnings_with_a_shared_transition_cache_are_the_same() {
+    use chrono_tz::America::{Havana, New_York, Santiago};
+    use chrono_tz::Australia::Lord_Howe;
+    use chrono_tz::Europe::Berlin;
+    let mut cache = crate::schedule::TransitionCache::new();
+    let from = at("2026-01-01T00:00:00Z");
+    let horizon = Duration::from_secs(366 * 86_400);
+    let mut warned = 0;
+    for tz in [New_York, Berlin, Havana, Santiago, Lord_Howe, UTC] {
+        for text in [
+            "30 2 * * *",
+            "0 0 * * *",
+            "45 1 * * *",
+            "15 1,2 * * SUN",
+            "*/15 * * * *",
+        ] {
+            let s = parse_in(text, tz);
+            let fresh = s.dst_warnings(from, horizon);
+            assert_eq!(s.dst_warnings_cached(from, horizon, &mut cache), fresh);
+            warned += fresh.len();
+        }
+    }
+    assert!(warned >= 10, "the zones must give warnings: {warned}");
+    // Another window is not served from the first one's transitions.
+    let s = parse_in("30 2 * * *", New_York);
+    let later = at("2027-06-01T00:00:00Z");
+    assert_eq!(
+        s.dst_warnings_cached(later, horizon, &mut cache),
+        s.dst_warnings(later, horizon)
+    );
+}
+
+#[test]
 fn dst_warnings_in_zones_with_midnight_or_half_hour_changes() {
     use chrono_tz::America::{Havana, Santiago};
     use chrono_tz::Australia::Lord_Howe;

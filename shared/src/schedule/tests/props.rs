@@ -333,7 +333,7 @@ fn matches(g: &Generated, schedule: &Schedule, t: NaiveDateTime) -> bool {
     }
     if g.dom.special || g.dow.special {
         // L, W and # are month-dependent: use croner's date rule (the rest is checked above).
-        let Kind::Cron(c) = &schedule.kind else {
+        let Kind::Cron(c) = &schedule.inner.kind else {
             return false;
         };
         let weekday = croner::Weekday::from_days_from_sunday(t.weekday().num_days_from_sunday());

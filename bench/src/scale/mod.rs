@@ -1,5 +1,8 @@
 //! `scale`: one producer with many jobs (default 1,000,000), none of them due.
 //!
+//! The jobs spread over thousands of distinct (schedule, zone) pairs ([`mix`]), so sharing
+//! parsed schedules helps only as much as it would in a real deployment.
+//!
 //! In the bench process: the config load (`Config::from_toml`) next to a plain TOML parse
 //! of the same text, the leader's timer build (the planner's take-over plus the one
 //! min-heap, as the scheduler does it on taking over), and `Schedule::next_after` in ns per
@@ -20,6 +23,10 @@ use cronq_shared::config::Config;
 use cronq_shared::schedule::Schedule;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::sync::oneshot;
+
+mod mix;
+
+pub use mix::{Mix, QUIET};
 
 use crate::env::BenchEnv;
 use crate::procfs;
@@ -44,16 +51,6 @@ pub struct ScaleArgs {
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64())
 }
-
-/// The mixed schedules of the loaded jobs: (schedule, zone). None is due for days from a
-/// weekday morning UTC: pinned yearly, a wildcard-minute pattern in a DST zone (croner's
-/// zone-aware path), an epoch-aligned `@every` (due at 00:00 UTC), and a pinned weekly one.
-pub const PATTERNS: &[(&str, &str)] = &[
-    ("0 0 1 1 *", "UTC"),
-    ("*/30 * 1 1 *", "America/New_York"),
-    ("@every 1d", "UTC"),
-    ("0 9 * * SUN", "Asia/Shanghai"),
-];
 
 /// The schedules whose `next_after` is timed alone: the mix, plus a leap-day pattern
 /// (the longest search: up to 8 years ahead).
@@ -144,13 +141,25 @@ pub async fn run(args: &ScaleArgs, runs: usize, cronq: &Path) -> anyhow::Result<
         "next_after over the loaded jobs (mixed)",
         Unit::NanosPerCall,
     );
+    let mut distinct = Figure::new(
+        "scale",
+        format!("distinct (schedule, zone) pairs among the {n} jobs"),
+        Unit::Count,
+    );
     let dir = std::env::temp_dir().join(format!("cronq-bench-scale-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("while creating {}", dir.display()))?;
     let big = dir.join("scale.toml");
     let small = dir.join("one.toml");
-    let text = config_text(args.jobs);
+    let mix = Mix::new(Utc::now())?;
+    let (text, pairs) = mix.config_text(args.jobs);
+    eprintln!(
+        "scale: {} jobs over {pairs} distinct (schedule, zone) pairs (of {} in the mix), none due within {}",
+        args.jobs,
+        mix.len(),
+        humantime::format_duration(QUIET)
+    );
     std::fs::write(&big, &text).with_context(|| format!("while writing {}", big.display()))?;
-    std::fs::write(&small, config_text(1))?;
+    std::fs::write(&small, mix.config_text(1).0)?;
     for run in 1..=runs {
         eprintln!("scale: {} jobs, run {run}/{runs}", args.jobs);
         // In-process: load, timer, next_after.
@@ -171,18 +180,25 @@ pub async fn run(args: &ScaleArgs, runs: usize, cronq: &Path) -> anyhow::Result<
             heap.len(),
             procfs::memory(None).map_or(0.0, |m| m.rss as f64 / 1048576.0)
         );
+        distinct.runs.push(pairs as f64);
         let calls = args.next_calls.min(config.jobs.len()).max(1);
         let now = Utc::now();
         let started = Instant::now();
-        let mut found = 0usize;
+        let mut first: Option<chrono::DateTime<Utc>> = None;
         for job in config.jobs.iter().take(calls) {
-            found += usize::from(std::hint::black_box(job.schedule.next_after(now)).is_some());
+            if let Some(next) = std::hint::black_box(job.schedule.next_after(now)) {
+                first = Some(first.map_or(next, |f| f.min(next)));
+            }
         }
         mixed
             .runs
             .push(started.elapsed().as_nanos() as f64 / calls as f64);
-        if found == 0 {
-            bail!("no loaded job has a next fire time");
+        match first {
+            None => bail!("no loaded job has a next fire time"),
+            Some(at) if at <= now + TimeDelta::seconds(60) => {
+                bail!("a loaded job fires at {at}: the producer would not be idle")
+            }
+            Some(_) => {}
         }
         drop(heap);
         drop(config);
@@ -232,25 +248,22 @@ pub async fn run(args: &ScaleArgs, runs: usize, cronq: &Path) -> anyhow::Result<
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
-    let mut figures = vec![load, load_per_job, timer, ready, rss, peak, per_job];
+    let mut figures = vec![
+        distinct,
+        load,
+        load_per_job,
+        timer,
+        ready,
+        rss,
+        peak,
+        per_job,
+    ];
     if args.jobs < 1_000_000 {
         figures.push(projected);
     }
     figures.extend([cpu, mixed]);
     figures.extend(next);
     Ok(figures)
-}
-
-/// A config of `jobs` jobs cycling through [`PATTERNS`], each with a command handler.
-pub fn config_text(jobs: usize) -> String {
-    let mut text = String::with_capacity(jobs * 96);
-    for i in 0..jobs {
-        let (schedule, tz) = PATTERNS[i % PATTERNS.len()];
-        text.push_str(&format!(
-            "[[job]]\nname = \"s{i}\"\nschedule = \"{schedule}\"\ntimezone = \"{tz}\"\ncommand = [\"true\"]\n"
-        ));
-    }
-    text
 }
 
 /// What the scheduler builds on taking over: each job's plan (no cursor yet) and one heap
@@ -437,7 +450,8 @@ mod tests {
 
     #[test]
     fn generated_configs_load_and_every_job_gets_a_timer_entry() {
-        let text = config_text(8);
+        let (text, pairs) = Mix::new(Utc::now()).unwrap().config_text(8);
+        assert_eq!(pairs, 8);
         let config = Config::from_toml(&text, Path::new("scale.toml")).unwrap();
         assert_eq!(config.jobs.len(), 8);
         assert_eq!(build_timer(&config).len(), 8);
