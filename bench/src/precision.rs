@@ -117,9 +117,13 @@ pub async fn run(
         .baseline(burst);
         // The broker alone cannot confirm N persistent messages due at one instant in less
         // than its burst time; what cronq adds on top of that is its own part of the delay.
+        // cronq's samples are batch confirms (every occurrence of a batch of up to 1,000
+        // gets the time its whole batch was confirmed), the burst's are each message's own
+        // confirm: so cronq's p99, the slowest seconds' last confirms, is set against the
+        // burst's max, the slowest second's last confirm.
         let mut own_p99 = Figure::new(
             "precision",
-            format!("cronq's own part of p99 lateness, {label} jobs: p99 minus the burst p99"),
+            format!("cronq's own part of the lateness, {label} jobs: p99 minus the burst max"),
             Unit::Seconds,
         )
         .goal("< 5 ms");
@@ -162,11 +166,12 @@ pub async fn run(
             burst_p50.push_baseline(bursts.p50);
             burst_p99.runs.push(d.p99);
             burst_p99.push_baseline(bursts.p99);
-            own_p99.runs.push(d.p99 - bursts.p99);
+            own_p99.runs.push(d.p99 - bursts.max);
             eprintln!(
-                "  burst baseline: p50 {:.2} ms p99 {:.2} ms",
+                "  burst baseline: p50 {:.2} ms p99 {:.2} ms max {:.2} ms",
                 bursts.p50 * 1e3,
-                bursts.p99 * 1e3
+                bursts.p99 * 1e3,
+                bursts.max * 1e3
             );
         }
         figures.extend([p50, p99, max, burst_p50, burst_p99, own_p99]);

@@ -176,8 +176,11 @@ impl Scheduler {
         self.commit(lead).await
     }
 
-    /// Publishes everything due now, batch by batch, committing each batch's cursors once
-    /// it is confirmed.
+    /// Publishes everything due now, all batches in flight at once (the broker confirms a
+    /// pipelined burst sooner than the same messages batch after batch: the precision
+    /// bench), then commits the cursors of them all. Should one batch be abandoned, no
+    /// cursor moves: the next leader publishes the confirmed ones again, and the consumers'
+    /// idempotency records acknowledge those copies without running them.
     async fn fire(
         &mut self,
         lead: &mut Leading,
@@ -185,15 +188,20 @@ impl Scheduler {
     ) -> Result<(), Abandoned> {
         let epoch = lead.term.epoch;
         let due = lead.take_due(Utc::now());
-        for chunk in due.chunks(PUBLISH_BATCH) {
-            let batch: Vec<Outgoing> = chunk.iter().filter_map(|(o, _)| o.clone()).collect();
-            publish_confirmed(&self.broker, &batch, &self.leadership, epoch, token).await?;
-            lead.uncommitted
-                .cursors
-                .extend(chunk.iter().map(|(_, c)| c.clone()));
-            self.commit(lead).await?;
-        }
-        Ok(())
+        let batches: Vec<Vec<Outgoing>> = due
+            .chunks(PUBLISH_BATCH)
+            .map(|chunk| chunk.iter().filter_map(|(o, _)| o.clone()).collect())
+            .collect();
+        futures_util::future::try_join_all(
+            batches.iter().map(|batch| {
+                publish_confirmed(&self.broker, batch, &self.leadership, epoch, token)
+            }),
+        )
+        .await?;
+        lead.uncommitted
+            .cursors
+            .extend(due.into_iter().map(|(_, c)| c));
+        self.commit(lead).await
     }
 
     /// Reads pause flags and carries out pending requests.
