@@ -7,9 +7,9 @@
 use std::sync::Mutex;
 
 use anyhow::Context as _;
+use cronq_shared::broker::topology;
 use cronq_shared::connect::{self, DEFAULT_AMQP_URL, DEFAULT_REDIS_URL, Endpoints};
 use cronq_shared::names::{Names, Namespace, QueueName};
-use lapin::options::{ExchangeDeleteOptions, QueueDeleteOptions};
 use lapin::{Connection, ConnectionProperties};
 
 /// One run's namespace on the live services.
@@ -117,35 +117,17 @@ impl BenchEnv {
         }
         let amqp = self.amqp().await?;
         let ch = amqp.create_channel().await?;
-        let mut queues: Vec<String> = self
+        let queues = self
             .queues
             .lock()
             .expect("bench queue list lock is never poisoned")
-            .iter()
-            .map(|q| names.queue(q))
-            .collect();
-        queues.push(names.dead_letter_queue());
-        queues.extend(
-            self.raw_queues
-                .lock()
-                .expect("bench queue list lock is never poisoned")
-                .iter()
-                .cloned(),
-        );
-        for q in queues {
-            let _ = ch
-                .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-                .await;
-        }
-        for ex in [
-            names.exchange(),
-            names.dead_letter_exchange(),
-            names.delay_exchange(),
-        ] {
-            let _ = ch
-                .exchange_delete(ex.as_str().into(), ExchangeDeleteOptions::default())
-                .await;
-        }
+            .clone();
+        let raw = self
+            .raw_queues
+            .lock()
+            .expect("bench queue list lock is never poisoned")
+            .clone();
+        topology::delete_namespace(&ch, &names, &queues, raw).await;
         let _ = amqp.close(200, "bench done".into()).await;
         Ok(())
     }

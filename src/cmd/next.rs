@@ -2,7 +2,7 @@
 //! (default now), in the job's zone and in UTC.
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use cronq_shared::config::{Config, Job, did_you_mean};
+use cronq_shared::config::{Config, Job};
 use serde_json::json;
 
 use super::UsageError;
@@ -48,20 +48,9 @@ pub fn run(cli: &Cli, args: &NextArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--job J`: the job, or the lookup's error under the flag's name.
 fn find_job<'a>(config: &'a Config, name: &str) -> Result<&'a Job, UsageError> {
-    if let Some(job) = config.job(name) {
-        return Ok(job);
-    }
-    let names = config.jobs.iter().map(|j| j.name.as_str());
-    let hint = match did_you_mean(name, names.clone()) {
-        Some(s) => format!("did you mean \"{s}\"?"),
-        None if config.jobs.is_empty() => "it defines no job".to_owned(),
-        None => format!("its jobs are {}", names.collect::<Vec<_>>().join(", ")),
-    };
-    Err(UsageError(format!(
-        "--job: no job {name:?} in {}; {hint}",
-        config.path.display()
-    )))
+    super::lookup::job(config, name).map_err(|UsageError(e)| UsageError(format!("--job: {e}")))
 }
 
 fn utc(t: DateTime<Utc>) -> String {

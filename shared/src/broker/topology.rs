@@ -14,7 +14,10 @@
 
 use std::time::Duration;
 
-use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+use lapin::options::{
+    ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions,
+    QueueDeleteOptions,
+};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{Channel, ExchangeKind};
 
@@ -142,6 +145,37 @@ pub async fn declare_base(ch: &Channel, names: &Names) -> Result<(), BrokerError
     )
     .await
     .map_err(failed("bind dead-letter queue"))
+}
+
+/// Deletes what [`declare_base`] and [`declare_queue`] declared in a namespace for the
+/// logical `queues`, and the broker queues named in `others`; best effort, a queue or
+/// exchange that is not there is skipped. For tearing a namespace down (tests, benches):
+/// delay queues are left to their `x-expires`.
+pub async fn delete_namespace<'q>(
+    ch: &Channel,
+    names: &Names,
+    queues: impl IntoIterator<Item = &'q QueueName>,
+    others: impl IntoIterator<Item = String>,
+) {
+    let queues = queues
+        .into_iter()
+        .map(|q| names.queue(q))
+        .chain([names.dead_letter_queue()])
+        .chain(others);
+    for q in queues {
+        let _ = ch
+            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+            .await;
+    }
+    for ex in [
+        names.exchange(),
+        names.dead_letter_exchange(),
+        names.delay_exchange(),
+    ] {
+        let _ = ch
+            .exchange_delete(ex.as_str().into(), ExchangeDeleteOptions::default())
+            .await;
+    }
 }
 
 /// Declares the quorum queue of one logical queue and binds it to the main exchange.

@@ -9,7 +9,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lapin::options::{ExchangeDeleteOptions, QueueDeleteOptions};
+use cronq_shared::broker::topology;
+use cronq_shared::names::{Names, Namespace, QueueName};
 
 pub const AMQP_URL_DEFAULT: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 pub const REDIS_URL_DEFAULT: &str = "redis://127.0.0.1:6379";
@@ -179,36 +180,16 @@ impl TestEnv {
         }
         let amqp = self.amqp().await;
         let ch = amqp.create_channel().await.expect("channel");
-        let ns = &self.namespace;
-        let mut queues: Vec<String> = self
+        let names = Names::new(&Namespace::new(&self.namespace).expect("test namespace"));
+        let queues: Vec<QueueName> = self
             .queues
             .lock()
             .unwrap()
             .iter()
-            .map(|q| format!("{ns}.q.{q}"))
+            .filter_map(|q| QueueName::new(q).ok())
             .collect();
-        queues.push(format!("{ns}.dlq"));
-        queues.extend(
-            self.raw_queues
-                .lock()
-                .expect("raw queue list lock")
-                .iter()
-                .cloned(),
-        );
-        for q in queues {
-            let _ = ch
-                .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-                .await;
-        }
-        for ex in [
-            format!("{ns}.occurrences"),
-            format!("{ns}.dlx"),
-            format!("{ns}.delayed"),
-        ] {
-            let _ = ch
-                .exchange_delete(ex.as_str().into(), ExchangeDeleteOptions::default())
-                .await;
-        }
+        let raw = self.raw_queues.lock().expect("raw queue list lock").clone();
+        topology::delete_namespace(&ch, &names, &queues, raw).await;
         let _ = amqp.close(200, "test done".into()).await;
         let _ = std::fs::remove_dir_all(&self.dir);
     }
