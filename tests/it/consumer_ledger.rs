@@ -534,3 +534,52 @@ async fn ledger_redis_records_stay_compact() {
     })
     .await;
 }
+
+/// A rolling upgrade: a claim written by a consumer from before the body moved to its own
+/// key (the body a field of the record) whose owner died is still handed back, body and
+/// all, by today's reaper.
+#[tokio::test]
+async fn ledger_redis_reaps_a_claim_stored_by_an_older_consumer() {
+    scoped("ledger_redis_reaps_old_claim", |env| async move {
+        let ledger = redis_ledger(&env).await;
+        let mut conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+        let names = Names::new(&Namespace::new(&env.namespace).unwrap());
+        let c = claim("upgrade", 1, 1, Overlap::Allow, LONG);
+        let key = c.key.to_string();
+        // The old layout, with a lease that ran out a second ago.
+        let () = redis::pipe()
+            .cmd("HSET")
+            .arg(names.redis_key(&["occ", &key]))
+            .arg(&[
+                ("state", "running"),
+                ("attempt", "1"),
+                ("next", "1"),
+                ("token", "old-owner"),
+                ("job", c.job.as_str()),
+                ("queue", c.queue.as_str()),
+                ("lease_until", "1"),
+                ("cancel", "0"),
+                ("exclusive", "0"),
+            ])
+            .ignore()
+            .cmd("HSET")
+            .arg(names.redis_key(&["occ", &key]))
+            .arg("body")
+            .arg(&c.body[..])
+            .ignore()
+            .cmd("ZADD")
+            .arg(names.redis_key(&["leases"]))
+            .arg(1)
+            .arg(&key)
+            .ignore()
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let orphans = ledger.reap(10, LONG).await.unwrap();
+        assert_eq!(orphans.len(), 1, "{orphans:?}");
+        assert_eq!(orphans[0].key, key);
+        assert_eq!(orphans[0].queue, c.queue.as_str());
+        assert_eq!(orphans[0].body, c.body, "the body from the record itself");
+    })
+    .await;
+}
