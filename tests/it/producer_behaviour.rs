@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use cronq_producer::Producer;
+use cronq_producer::scheduler::PUBLISH_BATCH;
 use cronq_shared::broker::Broker;
 use cronq_shared::broker::amqp::AmqpBroker;
 use cronq_shared::broker::memory::MemoryBroker;
@@ -306,6 +307,47 @@ on_both_backends!(
     "pb-every",
     producer_every_second_once_memory,
     producer_every_second_once_real
+);
+
+/// More jobs due in one second than one publish batch holds: all batches of a tick go out
+/// at once and their cursors move together; every job is published each second, once.
+async fn many_jobs_due_together(backend: Backend, env: TestEnv) {
+    let jobs = 2 * PUBLISH_BATCH + PUBLISH_BATCH / 2;
+    let names: Vec<String> = (0..jobs).map(|i| format!("j{i}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let world = World::new(backend, &env).await;
+    let (_tx, rx) = watch::channel(Arc::new(every_second(&refs, "all")));
+    let p = world.start("p1", rx).await;
+    let last = names.last().unwrap();
+    world.advance(last, 3).await;
+    p.stop().await;
+    let msgs = world.finish();
+    // One job of each batch, the first and last of all included.
+    for job in [&names[0], &names[PUBLISH_BATCH], last] {
+        let seconds = seconds_once(&msgs, job);
+        assert!(seconds.len() >= 3, "{job}: {seconds:?}");
+        assert_contiguous(&seconds, &msgs);
+    }
+    let per_second: BTreeMap<i64, usize> = msgs.iter().fold(BTreeMap::new(), |mut count, m| {
+        *count.entry(m.scheduled_at.timestamp()).or_default() += 1;
+        count
+    });
+    let full = per_second.values().filter(|&&n| n == jobs).count();
+    assert!(
+        full >= 2,
+        "seconds with every job published: {per_second:?}"
+    );
+    assert!(
+        per_second.values().all(|&n| n <= jobs),
+        "a second published more than once per job: {per_second:?}"
+    );
+}
+
+on_both_backends!(
+    many_jobs_due_together,
+    "pb-many",
+    producer_many_jobs_due_together_each_published_once_memory,
+    producer_many_jobs_due_together_each_published_once_real
 );
 
 async fn two_producers_one_leader(backend: Backend, env: TestEnv) {
