@@ -273,6 +273,9 @@ async fn run_through_ledger(
             lease: Duration::from_secs(30),
             retention: Duration::from_secs(3600),
             body: occ.encode(),
+            scheduled_at: occ.scheduled_at,
+            recheck: Duration::from_secs(60),
+            consumer: "bench".to_owned(),
         };
         if let ClaimOutcome::Claimed { lease, .. } = ledger.claim(&claim).await? {
             *runs.entry(occ.key.to_string()).or_default() += 1;

@@ -992,14 +992,14 @@ impl Ledger for Flaky {
         &self,
         l: &cronq_shared::ledger::Lease,
         e: &cronq_shared::ledger::End,
-    ) -> Result<bool, cronq_shared::connect::StoreError> {
+    ) -> Result<cronq_shared::ledger::Ended, cronq_shared::connect::StoreError> {
         self.check()?;
         self.inner.complete(l, e).await
     }
     async fn settle(
         &self,
         s: &cronq_shared::ledger::Settle,
-    ) -> Result<bool, cronq_shared::connect::StoreError> {
+    ) -> Result<cronq_shared::ledger::Ended, cronq_shared::connect::StoreError> {
         self.check()?;
         self.inner.settle(s).await
     }

@@ -9,7 +9,7 @@ use cronq_shared::config::Overlap;
 use cronq_shared::ledger::memory::MemoryLedger;
 use cronq_shared::ledger::redis::RedisLedger;
 use cronq_shared::ledger::{
-    Claim, ClaimOutcome, End, FollowUp, Heartbeat, Lease, Ledger, Settle, State,
+    Claim, ClaimOutcome, End, Ended, FollowUp, Heartbeat, Lease, Ledger, Republish, Settle, State,
 };
 use cronq_shared::names::{JobName, Names, Namespace, QueueName};
 use cronq_shared::runlog::{MemoryRunLog, Outcome, RedisRunLog, Run, RunLog};
@@ -31,6 +31,9 @@ fn claim(job: &str, i: u32, attempt: u32, overlap: Overlap, lease: Duration) -> 
         lease,
         retention: LONG,
         body: occ.encode(),
+        scheduled_at: occ.scheduled_at,
+        recheck: LONG,
+        consumer: "test".to_owned(),
     }
 }
 
@@ -75,6 +78,7 @@ async fn idempotency_suite(ledger: impl Ledger) {
             .complete(&stranger, &end(State::Failed))
             .await
             .unwrap()
+            .recorded
     );
     assert_eq!(
         ledger.heartbeat(&stranger, LONG).await.unwrap(),
@@ -85,6 +89,7 @@ async fn idempotency_suite(ledger: impl Ledger) {
             .complete(&lease, &end(State::Succeeded))
             .await
             .unwrap()
+            .recorded
     );
     assert_eq!(
         ledger.claim(&c).await.unwrap(),
@@ -93,7 +98,13 @@ async fn idempotency_suite(ledger: impl Ledger) {
             attempt: 1
         }
     );
-    assert!(!ledger.complete(&lease, &end(State::Failed)).await.unwrap());
+    assert!(
+        !ledger
+            .complete(&lease, &end(State::Failed))
+            .await
+            .unwrap()
+            .recorded
+    );
     let record = ledger.get(&c.key).await.unwrap().unwrap();
     assert_eq!(record.state, State::Succeeded);
     assert!(
@@ -122,7 +133,7 @@ async fn attempts_suite(ledger: impl Ledger) {
         next: Some(follow),
         run: None,
     };
-    assert!(ledger.complete(&lease, &retrying).await.unwrap());
+    assert!(ledger.complete(&lease, &retrying).await.unwrap().recorded);
     assert!(matches!(
         ledger.claim(&first).await.unwrap(),
         ClaimOutcome::Duplicate {
@@ -133,7 +144,13 @@ async fn attempts_suite(ledger: impl Ledger) {
     match ledger.claim(&retry).await.unwrap() {
         ClaimOutcome::Claimed { takeover, lease } => {
             assert!(!takeover);
-            assert!(ledger.complete(&lease, &end(State::Failed)).await.unwrap());
+            assert!(
+                ledger
+                    .complete(&lease, &end(State::Failed))
+                    .await
+                    .unwrap()
+                    .recorded
+            );
         }
         other => panic!("retry not claimed: {other:?}"),
     }
@@ -156,6 +173,7 @@ async fn attempts_suite(ledger: impl Ledger) {
                     .complete(&lease, &end(State::Succeeded))
                     .await
                     .unwrap()
+                    .recorded
             );
         }
         other => panic!("replay not claimed: {other:?}"),
@@ -198,12 +216,24 @@ async fn lease_suite(ledger: impl Ledger) {
         }
         other => panic!("reaped key not claimable: {other:?}"),
     };
-    assert!(!ledger.complete(&old, &end(State::Succeeded)).await.unwrap());
-    assert!(ledger.complete(&new, &end(State::Succeeded)).await.unwrap());
+    assert!(
+        !ledger
+            .complete(&old, &end(State::Succeeded))
+            .await
+            .unwrap()
+            .recorded
+    );
+    assert!(
+        ledger
+            .complete(&new, &end(State::Succeeded))
+            .await
+            .unwrap()
+            .recorded
+    );
     assert!(ledger.reap(10, LONG).await.unwrap().is_empty());
 }
 
-/// Overlap locks: skip/queue exclude, replace flags the holder, allow does not lock.
+/// Overlap locks: skip excludes, allow does not lock, a lapsed job lock stops its holder.
 async fn overlap_suite(ledger: impl Ledger) {
     let a = claimed(&ledger, &claim("ov", 1, 1, Overlap::Skip, LONG)).await;
     assert_eq!(
@@ -215,24 +245,21 @@ async fn overlap_suite(ledger: impl Ledger) {
             holder: a.key.to_string()
         }
     );
-    assert!(ledger.complete(&a, &end(State::Succeeded)).await.unwrap());
-    let b = claimed(&ledger, &claim("ov", 2, 1, Overlap::Skip, LONG)).await;
-    assert!(ledger.complete(&b, &end(State::Succeeded)).await.unwrap());
-
-    let r1 = claimed(&ledger, &claim("rep", 1, 1, Overlap::Replace, LONG)).await;
-    assert!(matches!(
+    assert!(
         ledger
-            .claim(&claim("rep", 2, 1, Overlap::Replace, LONG))
+            .complete(&a, &end(State::Succeeded))
             .await
-            .unwrap(),
-        ClaimOutcome::Busy { .. }
-    ));
-    assert_eq!(
-        ledger.heartbeat(&r1, LONG).await.unwrap(),
-        Heartbeat::CancelRequested
+            .unwrap()
+            .recorded
     );
-    assert!(ledger.complete(&r1, &end(State::Cancelled)).await.unwrap());
-    claimed(&ledger, &claim("rep", 2, 1, Overlap::Replace, LONG)).await;
+    let b = claimed(&ledger, &claim("ov", 2, 1, Overlap::Skip, LONG)).await;
+    assert!(
+        ledger
+            .complete(&b, &end(State::Succeeded))
+            .await
+            .unwrap()
+            .recorded
+    );
 
     claimed(&ledger, &claim("all", 1, 1, Overlap::Allow, LONG)).await;
     claimed(&ledger, &claim("all", 2, 1, Overlap::Allow, LONG)).await;
@@ -255,6 +282,200 @@ async fn overlap_suite(ledger: impl Ledger) {
     assert_eq!(ledger.heartbeat(&y, LONG).await.unwrap(), Heartbeat::Held);
 }
 
+fn key(job: &str, i: u32) -> String {
+    occurrence(job, i).key.to_string()
+}
+
+/// The waiter a recorded end gave its turn to, if any.
+fn woken(ended: Ended) -> Option<String> {
+    assert!(ended.recorded, "{ended:?}");
+    ended.woken.map(|w| {
+        assert_eq!(w.why, Republish::Turn);
+        assert!(!w.body.is_empty());
+        w.key
+    })
+}
+
+fn waiting(outcome: ClaimOutcome) -> (String, Option<String>) {
+    match outcome {
+        ClaimOutcome::Waiting { holder, woken } => (holder, woken.map(|w| w.key)),
+        other => panic!("expected to wait, got {other:?}"),
+    }
+}
+
+/// `queue`: occurrences that arrive while one runs wait in the ledger (not on a broker
+/// timer) and take their turns in scheduled order, whatever order they arrive in; a fresh
+/// one arriving while the lock is free waits behind the earlier waiters.
+async fn overlap_queue_suite(ledger: impl Ledger) {
+    let q = |i| claim("q", i, 1, Overlap::Queue, LONG);
+    let q1 = claimed(&ledger, &q(1)).await;
+    assert_eq!(
+        waiting(ledger.claim(&q(3)).await.unwrap()),
+        (key("q", 1), None)
+    );
+    assert_eq!(
+        waiting(ledger.claim(&q(2)).await.unwrap()),
+        (key("q", 1), None)
+    );
+    assert_eq!(
+        ledger
+            .get(&occurrence("q", 2).key)
+            .await
+            .unwrap()
+            .unwrap()
+            .state,
+        State::Waiting
+    );
+    // A redelivered copy of a waiter waits again, nothing more.
+    assert_eq!(
+        waiting(ledger.claim(&q(3)).await.unwrap()),
+        (key("q", 1), None)
+    );
+    let turn = woken(ledger.complete(&q1, &end(State::Succeeded)).await.unwrap());
+    assert_eq!(turn, Some(key("q", 2)), "earliest scheduled first");
+    // While q2's turn is on its way, q4 arrives and q3's copy comes round: both wait.
+    assert_eq!(
+        waiting(ledger.claim(&q(4)).await.unwrap()),
+        (key("q", 2), Some(key("q", 2)))
+    );
+    assert_eq!(
+        waiting(ledger.claim(&q(3)).await.unwrap()),
+        (key("q", 2), Some(key("q", 2)))
+    );
+    for (i, next) in [(2, Some(3)), (3, Some(4)), (4, None)] {
+        let lease = claimed(&ledger, &q(i)).await;
+        let turn = woken(
+            ledger
+                .complete(&lease, &end(State::Succeeded))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(turn, next.map(|n| key("q", n)), "after q{i}");
+    }
+    // A waiter settled `missed` at its turn hands the turn on.
+    let q5 = claimed(&ledger, &q(5)).await;
+    waiting(ledger.claim(&q(6)).await.unwrap());
+    waiting(ledger.claim(&q(7)).await.unwrap());
+    assert_eq!(
+        woken(ledger.complete(&q5, &end(State::Succeeded)).await.unwrap()),
+        Some(key("q", 6))
+    );
+    let missed = Settle {
+        key: occurrence("q", 6).key,
+        job: JobName::new("q").unwrap(),
+        attempt: 1,
+        state: State::Missed,
+        error: Some("late".into()),
+        retention: LONG,
+        run: None,
+    };
+    assert_eq!(
+        woken(ledger.settle(&missed).await.unwrap()),
+        Some(key("q", 7))
+    );
+}
+
+/// `replace`: a newer occurrence asks the running one to stop (its heartbeat says by
+/// whom) and waits; a still newer one supersedes the waiter, which is recorded cancelled
+/// with its history entry; an older one arriving late is superseded; the end of the
+/// stopped one gives the newest its turn.
+async fn overlap_replace_suite(ledger: impl Ledger, log: &dyn RunLog) {
+    let r = |i| claim("r", i, 1, Overlap::Replace, LONG);
+    let r1 = claimed(&ledger, &r(1)).await;
+    assert_eq!(
+        waiting(ledger.claim(&r(2)).await.unwrap()),
+        (key("r", 1), None)
+    );
+    assert_eq!(
+        ledger.heartbeat(&r1, LONG).await.unwrap(),
+        Heartbeat::CancelRequested { by: key("r", 2) }
+    );
+    assert_eq!(
+        waiting(ledger.claim(&r(3)).await.unwrap()),
+        (key("r", 1), None)
+    );
+    assert_eq!(
+        ledger.heartbeat(&r1, LONG).await.unwrap(),
+        Heartbeat::CancelRequested { by: key("r", 3) }
+    );
+    let r2 = ledger.get(&occurrence("r", 2).key).await.unwrap().unwrap();
+    assert_eq!(r2.state, State::Cancelled);
+    assert_eq!(r2.error, Some(format!("replaced by {}", key("r", 3))));
+    let runs = log.list(None, 10).await.unwrap();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0].key.to_string(), key("r", 2));
+    assert_eq!(runs[0].outcome, Outcome::Cancelled);
+    assert_eq!(runs[0].consumer, "test");
+    assert_eq!(runs[0].error, r2.error);
+    // A late copy of the superseded one is a duplicate; an older occurrence is superseded.
+    assert!(matches!(
+        ledger.claim(&r(2)).await.unwrap(),
+        ClaimOutcome::Duplicate {
+            state: State::Cancelled,
+            ..
+        }
+    ));
+    assert_eq!(
+        ledger.claim(&r(0)).await.unwrap(),
+        ClaimOutcome::Superseded { by: key("r", 1) }
+    );
+    let stopped = woken(ledger.complete(&r1, &end(State::Cancelled)).await.unwrap());
+    assert_eq!(stopped, Some(key("r", 3)));
+    // Lock free, r3's turn on its way: r0 again is older than the waiter.
+    assert_eq!(
+        ledger.claim(&r(0)).await.unwrap(),
+        ClaimOutcome::Superseded { by: key("r", 3) }
+    );
+    let r3 = claimed(&ledger, &r(3)).await;
+    assert_eq!(ledger.heartbeat(&r3, LONG).await.unwrap(), Heartbeat::Held);
+    assert_eq!(
+        woken(ledger.complete(&r3, &end(State::Succeeded)).await.unwrap()),
+        None
+    );
+    // Lock free and no waiter: a newer one supersedes nothing and runs.
+    claimed(&ledger, &r(4)).await;
+}
+
+/// A waiter whose turn never comes in time (its turn's message lost, or a long run ahead
+/// of it) is handed back by the reaper, saying so, and keeps waiting.
+async fn overlap_recheck_suite(ledger: impl Ledger) {
+    let holder = claimed(&ledger, &claim("rc", 1, 1, Overlap::Queue, LONG)).await;
+    let mut c = claim("rc", 2, 1, Overlap::Queue, LONG);
+    c.recheck = Duration::from_millis(200);
+    waiting(ledger.claim(&c).await.unwrap());
+    let orphans = eventually(WAIT, "the waiter to be handed back", || async {
+        let o = ledger.reap(10, LONG).await.unwrap();
+        (!o.is_empty()).then_some(o)
+    })
+    .await;
+    assert_eq!(orphans.len(), 1, "{orphans:?}");
+    assert_eq!(orphans[0].key, key("rc", 2));
+    assert_eq!(orphans[0].why, Republish::Waiting);
+    assert_eq!(orphans[0].body, c.body);
+    assert_eq!(
+        ledger
+            .get(&occurrence("rc", 2).key)
+            .await
+            .unwrap()
+            .unwrap()
+            .state,
+        State::Waiting
+    );
+    assert!(
+        ledger.reap(10, LONG).await.unwrap().is_empty(),
+        "once per hold"
+    );
+    assert_eq!(
+        woken(
+            ledger
+                .complete(&holder, &end(State::Succeeded))
+                .await
+                .unwrap()
+        ),
+        Some(key("rc", 2))
+    );
+}
+
 /// Settling without running; retention expiry.
 async fn settle_suite(ledger: impl Ledger) {
     let occ = occurrence("set", 1);
@@ -267,8 +488,8 @@ async fn settle_suite(ledger: impl Ledger) {
         retention: Duration::from_millis(500),
         run: None,
     };
-    assert!(ledger.settle(&settle).await.unwrap());
-    assert!(!ledger.settle(&settle).await.unwrap());
+    assert!(ledger.settle(&settle).await.unwrap().recorded);
+    assert!(!ledger.settle(&settle).await.unwrap().recorded);
     assert_eq!(
         ledger
             .claim(&claim("set", 1, 1, Overlap::Allow, LONG))
@@ -285,7 +506,7 @@ async fn settle_suite(ledger: impl Ledger) {
         state: State::Skipped,
         ..settle.clone()
     };
-    assert!(!ledger.settle(&running).await.unwrap());
+    assert!(!ledger.settle(&running).await.unwrap().recorded);
     eventually(WAIT, "the record to expire after its retention", || async {
         ledger.get(&occ.key).await.unwrap().is_none().then_some(())
     })
@@ -332,6 +553,16 @@ both!(
 );
 both!(lease_suite, ledger_lease_memory, ledger_lease_redis);
 both!(overlap_suite, ledger_overlap_memory, ledger_overlap_redis);
+both!(
+    overlap_queue_suite,
+    ledger_overlap_queue_memory,
+    ledger_overlap_queue_redis
+);
+both!(
+    overlap_recheck_suite,
+    ledger_overlap_recheck_memory,
+    ledger_overlap_recheck_redis
+);
 both!(settle_suite, ledger_settle_memory, ledger_settle_redis);
 
 fn run(job: &str, i: u32, outcome: Outcome) -> Run {
@@ -385,7 +616,7 @@ async fn history_suite(ledger: impl Ledger, log: &dyn RunLog) {
         run: Some(run("hist", 1, Outcome::Failed)),
         ..end(State::Failed)
     };
-    assert!(!ledger.complete(&stranger, &fenced).await.unwrap());
+    assert!(!ledger.complete(&stranger, &fenced).await.unwrap().recorded);
     assert!(
         log.list(None, 10).await.unwrap().is_empty(),
         "fenced: no run"
@@ -395,9 +626,9 @@ async fn history_suite(ledger: impl Ledger, log: &dyn RunLog) {
         run: Some(succeeded.clone()),
         ..end(State::Succeeded)
     };
-    assert!(ledger.complete(&lease, &done).await.unwrap());
+    assert!(ledger.complete(&lease, &done).await.unwrap().recorded);
     assert!(
-        !ledger.complete(&lease, &done).await.unwrap(),
+        !ledger.complete(&lease, &done).await.unwrap().recorded,
         "already ended"
     );
     let runs = log.list(None, 10).await.unwrap();
@@ -418,8 +649,11 @@ async fn history_suite(ledger: impl Ledger, log: &dyn RunLog) {
         retention: LONG,
         run: Some(missed.clone()),
     };
-    assert!(ledger.settle(&settle).await.unwrap());
-    assert!(!ledger.settle(&settle).await.unwrap(), "already settled");
+    assert!(ledger.settle(&settle).await.unwrap().recorded);
+    assert!(
+        !ledger.settle(&settle).await.unwrap().recorded,
+        "already settled"
+    );
     let runs = log.list(None, 10).await.unwrap();
     assert_eq!(runs.len(), 2, "a refused settle adds no run: {runs:?}");
     assert_eq!(runs[0].key, missed.key, "newest first");
@@ -438,6 +672,21 @@ async fn ledger_history_redis() {
     scoped("ledger_history_redis", |env| async move {
         let (ledger, history) = redis_ports(&env).await;
         history_suite(ledger, &history).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn ledger_overlap_replace_memory() {
+    let history = Arc::new(MemoryRunLog::default());
+    overlap_replace_suite(MemoryLedger::new(Arc::clone(&history)), &*history).await;
+}
+
+#[tokio::test]
+async fn ledger_overlap_replace_redis() {
+    scoped("ledger_overlap_replace_redis", |env| async move {
+        let (ledger, history) = redis_ports(&env).await;
+        overlap_replace_suite(ledger, &history).await;
     })
     .await;
 }
@@ -515,7 +764,7 @@ async fn ledger_redis_records_stay_compact() {
             error: Some("boom".into()),
             ..end(State::Retrying)
         };
-        assert!(ledger.complete(&lease, &retrying).await.unwrap());
+        assert!(ledger.complete(&lease, &retrying).await.unwrap().recorded);
         assert_eq!(
             stored(&mut conn).await,
             Some(retry.body.clone()),
@@ -528,6 +777,7 @@ async fn ledger_redis_records_stay_compact() {
                 .complete(&lease, &end(State::Succeeded))
                 .await
                 .unwrap()
+                .recorded
         );
         assert_eq!(stored(&mut conn).await, None, "dropped once terminal");
         assert_eq!(encoding(&mut conn).await, "listpack");

@@ -3,17 +3,20 @@
 //! await), times from a monotonic clock. Runs of ended records go to a [`MemoryRunLog`],
 //! under the same lock.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use super::{Claim, ClaimOutcome, End, Heartbeat, Lease, Ledger, Orphan, Record, Settle, State};
+use super::{
+    Claim, ClaimOutcome, End, Ended, Heartbeat, Lease, Ledger, Orphan, Record, Republish, Settle,
+    State, WAKE_RECHECK,
+};
 use crate::config::Overlap;
 use crate::connect::StoreError;
 use crate::key::OccurrenceKey;
-use crate::runlog::MemoryRunLog;
+use crate::runlog::{MemoryRunLog, Outcome, Run};
 
 /// The in-memory ledger. Its [`Default`] keeps runs in a history of its own.
 #[derive(Debug, Default)]
@@ -29,6 +32,8 @@ struct Inner {
     locks: HashMap<String, (String, String, Instant)>,
     /// Key → due instant, for the reaper.
     leases: BTreeMap<String, Instant>,
+    /// Job name → its waiting occurrences by (scheduled ms, key) (see `wait.lua`).
+    waits: HashMap<String, BTreeSet<(i64, String)>>,
 }
 
 #[derive(Debug, Clone)]
@@ -40,8 +45,11 @@ struct Rec {
     queue: String,
     body: Option<Vec<u8>>,
     lease_until: Instant,
-    cancel: bool,
+    /// The key of the occurrence that asked this one to stop (overlap `replace`).
+    cancel: Option<String>,
     exclusive: bool,
+    /// Scheduled instant, ms since the epoch.
+    sched: i64,
     error: Option<String>,
     expires: Instant,
 }
@@ -93,6 +101,176 @@ impl Inner {
         }
         None
     }
+
+    /// The earliest (`last = false`) or latest waiter of `job` whose record still waits,
+    /// dropping stale members on the way.
+    fn wait_end(&mut self, job: &str, now: Instant, last: bool) -> Option<(i64, String)> {
+        loop {
+            let waits = self.waits.get(job)?;
+            let found = if last { waits.last() } else { waits.first() }.cloned()?;
+            if self
+                .live(&found.1, now)
+                .is_some_and(|r| r.state == State::Waiting && r.body.is_some())
+            {
+                return Some(found);
+            }
+            self.unwait(job, &found.1);
+        }
+    }
+
+    fn unwait(&mut self, job: &str, key: &str) {
+        if let Some(waits) = self.waits.get_mut(job) {
+            waits.retain(|(_, k)| k != key);
+            if waits.is_empty() {
+                self.waits.remove(job);
+            }
+        }
+    }
+
+    /// Gives the earliest waiter of `job` its turn (see `wait.lua`).
+    fn wake(&mut self, job: &str, now: Instant) -> Option<Orphan> {
+        let (_, key) = self.wait_end(job, now, false)?;
+        let rec = self.records.get(&key)?;
+        let woken = Orphan {
+            key: key.clone(),
+            queue: rec.queue.clone(),
+            body: rec.body.clone()?,
+            why: Republish::Turn,
+        };
+        self.leases.insert(key, now + WAKE_RECHECK);
+        Some(woken)
+    }
+
+    /// Records `claim` as waiting for its turn.
+    fn wait_here(&mut self, claim: &Claim, key: &str, now: Instant) {
+        let sched = claim.scheduled_at.timestamp_millis();
+        self.records.insert(
+            key.to_owned(),
+            Rec {
+                state: State::Waiting,
+                attempt: claim.attempt,
+                next: claim.attempt,
+                token: String::new(),
+                queue: claim.queue.to_string(),
+                body: Some(claim.body.clone()),
+                lease_until: now,
+                cancel: None,
+                exclusive: true,
+                sched,
+                error: None,
+                expires: now + claim.retention,
+            },
+        );
+        self.leases.insert(key.to_owned(), now + claim.recheck);
+        let waits = self.waits.entry(claim.job.to_string()).or_default();
+        waits.retain(|(_, k)| k != key);
+        waits.insert((sched, key.to_owned()));
+    }
+
+    /// Applies the overlap rules of an exclusive job to `claim` (see `claim.lua`): `None`
+    /// when it may take the job lock now.
+    fn overlap(
+        &mut self,
+        claim: &Claim,
+        key: &str,
+        now: Instant,
+        history: &MemoryRunLog,
+    ) -> Option<ClaimOutcome> {
+        let job = claim.job.as_str();
+        let sched = claim.scheduled_at.timestamp_millis();
+        let holder = self.live_lock(job, now).map(|h| h.0).filter(|h| h != key);
+        match claim.overlap {
+            Overlap::Allow => None,
+            Overlap::Skip => holder.map(|holder| ClaimOutcome::Busy { holder }),
+            Overlap::Queue => {
+                if let Some(holder) = holder {
+                    self.wait_here(claim, key, now);
+                    return Some(ClaimOutcome::Waiting {
+                        holder,
+                        woken: None,
+                    });
+                }
+                let (head_sched, head) = self.wait_end(job, now, false)?;
+                if head == key || head_sched > sched {
+                    return None;
+                }
+                let woken = self.wake(job, now).filter(|w| w.key != key)?;
+                self.wait_here(claim, key, now);
+                Some(ClaimOutcome::Waiting {
+                    holder: woken.key.clone(),
+                    woken: Some(woken),
+                })
+            }
+            Overlap::Replace => {
+                if let Some(h) = &holder
+                    && self.live(h, now).is_some_and(|r| r.sched > sched)
+                {
+                    return Some(ClaimOutcome::Superseded { by: h.clone() });
+                }
+                if let Some((newest_sched, newest)) = self.wait_end(job, now, true)
+                    && newest != key
+                    && newest_sched > sched
+                {
+                    return Some(ClaimOutcome::Superseded { by: newest });
+                }
+                let older: Vec<String> = self
+                    .waits
+                    .get(job)
+                    .map(|w| {
+                        w.iter()
+                            .map(|(_, k)| k.clone())
+                            .filter(|k| k != key)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                for other in older {
+                    self.supersede(claim, &other, key, now, history);
+                }
+                let holder = holder?;
+                if let Some(rec) = self.live(&holder, now) {
+                    rec.cancel = Some(key.to_owned());
+                }
+                self.wait_here(claim, key, now);
+                Some(ClaimOutcome::Waiting {
+                    holder,
+                    woken: None,
+                })
+            }
+        }
+    }
+
+    /// Records the waiter `other` as cancelled, replaced by `key`.
+    fn supersede(
+        &mut self,
+        claim: &Claim,
+        other: &str,
+        key: &str,
+        now: Instant,
+        history: &MemoryRunLog,
+    ) {
+        self.unwait(claim.job.as_str(), other);
+        let Some(rec) = self.live(other, now).filter(|r| r.state == State::Waiting) else {
+            return;
+        };
+        let why = format!("replaced by {key}");
+        rec.state = State::Cancelled;
+        rec.body = None;
+        rec.error = Some(why.clone());
+        let attempt = rec.attempt;
+        self.leases.remove(other);
+        if let Ok(other_key) = other.parse() {
+            history.push(Run {
+                key: other_key,
+                job: claim.job.clone(),
+                attempt,
+                consumer: claim.consumer.clone(),
+                started_at: chrono::Utc::now(),
+                duration: Duration::ZERO,
+                outcome: Outcome::Cancelled,
+                error: Some(why),
+            });
+        }
+    }
 }
 
 #[async_trait]
@@ -107,19 +285,13 @@ impl Ledger for MemoryLedger {
         let takeover = inner
             .live(&key, now)
             .is_some_and(|r| matches!(r.state, State::Running | State::Pending));
+        if let Some(outcome) = inner.overlap(claim, &key, now, &self.history) {
+            return Ok(outcome);
+        }
         let token = uuid::Uuid::new_v4().simple().to_string();
         let exclusive = claim.overlap != Overlap::Allow;
         if exclusive {
-            if let Some((holder, _)) = inner.live_lock(claim.job.as_str(), now)
-                && holder != key
-            {
-                if claim.overlap == Overlap::Replace
-                    && let Some(rec) = inner.live(&holder, now)
-                {
-                    rec.cancel = true;
-                }
-                return Ok(ClaimOutcome::Busy { holder });
-            }
+            inner.unwait(claim.job.as_str(), &key);
             inner.locks.insert(
                 claim.job.to_string(),
                 (key.clone(), token.clone(), now + claim.lease),
@@ -135,8 +307,9 @@ impl Ledger for MemoryLedger {
                 queue: claim.queue.to_string(),
                 body: Some(claim.body.clone()),
                 lease_until: now + claim.lease,
-                cancel: false,
+                cancel: None,
                 exclusive,
+                sched: claim.scheduled_at.timestamp_millis(),
                 error: None,
                 expires: now + claim.retention,
             },
@@ -163,7 +336,7 @@ impl Ledger for MemoryLedger {
             return Ok(Heartbeat::Lost);
         }
         rec.lease_until = now + duration;
-        let (exclusive, cancel) = (rec.exclusive, rec.cancel);
+        let (exclusive, cancel) = (rec.exclusive, rec.cancel.clone());
         inner.leases.insert(key.clone(), now + duration);
         if exclusive {
             let mine = match inner.live_lock(lease.job.as_str(), now) {
@@ -179,27 +352,37 @@ impl Ledger for MemoryLedger {
                 (key, lease.token.clone(), now + duration),
             );
         }
-        Ok(if cancel {
-            Heartbeat::CancelRequested
-        } else {
-            Heartbeat::Held
+        Ok(match cancel {
+            Some(by) => Heartbeat::CancelRequested { by },
+            None => Heartbeat::Held,
         })
     }
 
-    async fn complete(&self, lease: &Lease, end: &End) -> Result<bool, StoreError> {
+    async fn complete(&self, lease: &Lease, end: &End) -> Result<Ended, StoreError> {
         let now = Instant::now();
         let key = lease.key.to_string();
         let mut inner = self.lock();
-        match inner.live(&key, now) {
-            Some(rec) if rec.state == State::Running && rec.token == lease.token => {}
-            _ => return Ok(false),
-        }
+        let exclusive = match inner.live(&key, now) {
+            Some(rec) if rec.state == State::Running && rec.token == lease.token => rec.exclusive,
+            _ => {
+                return Ok(Ended {
+                    recorded: false,
+                    woken: None,
+                });
+            }
+        };
+        let job = lease.job.as_str();
         if inner
-            .live_lock(lease.job.as_str(), now)
+            .live_lock(job, now)
             .is_some_and(|(k, t)| k == key && t == lease.token)
         {
-            inner.locks.remove(lease.job.as_str());
+            inner.locks.remove(job);
         }
+        let woken = if exclusive && inner.live_lock(job, now).is_none() {
+            inner.wake(job, now)
+        } else {
+            None
+        };
         let rec = inner
             .records
             .get_mut(&key)
@@ -222,15 +405,21 @@ impl Ledger for MemoryLedger {
         if let Some(run) = &end.run {
             self.history.push(run.clone());
         }
-        Ok(true)
+        Ok(Ended {
+            recorded: true,
+            woken,
+        })
     }
 
-    async fn settle(&self, settle: &Settle) -> Result<bool, StoreError> {
+    async fn settle(&self, settle: &Settle) -> Result<Ended, StoreError> {
         let now = Instant::now();
         let key = settle.key.to_string();
         let mut inner = self.lock();
         if inner.blocked(&key, settle.attempt, now).is_some() {
-            return Ok(false);
+            return Ok(Ended {
+                recorded: false,
+                woken: None,
+            });
         }
         let queue = inner
             .live(&key, now)
@@ -246,17 +435,28 @@ impl Ledger for MemoryLedger {
                 queue,
                 body: None,
                 lease_until: now,
-                cancel: false,
+                cancel: None,
                 exclusive: false,
+                sched: 0,
                 error: settle.error.clone(),
                 expires: now + settle.retention,
             },
         );
         inner.leases.remove(&key);
+        let job = settle.job.as_str();
+        inner.unwait(job, &key);
         if let Some(run) = &settle.run {
             self.history.push(run.clone());
         }
-        Ok(true)
+        let woken = if inner.live_lock(job, now).is_none() {
+            inner.wake(job, now)
+        } else {
+            None
+        };
+        Ok(Ended {
+            recorded: true,
+            woken,
+        })
     }
 
     async fn reap(&self, limit: usize, hold: Duration) -> Result<Vec<Orphan>, StoreError> {
@@ -284,14 +484,25 @@ impl Ledger for MemoryLedger {
                 inner.leases.insert(key, until);
                 continue;
             }
-            if rec.state == State::Running {
-                rec.next = rec.attempt;
-            }
-            rec.state = State::Pending;
-            rec.token.clear();
+            let why = match rec.state {
+                State::Running => {
+                    rec.next = rec.attempt;
+                    rec.state = State::Pending;
+                    rec.token.clear();
+                    Republish::Lapsed
+                }
+                State::Retrying => Republish::Retry,
+                State::Waiting => Republish::Waiting,
+                _ => Republish::Released,
+            };
             let queue = rec.queue.clone();
             inner.leases.insert(key.clone(), now + hold);
-            out.push(Orphan { key, queue, body });
+            out.push(Orphan {
+                key,
+                queue,
+                body,
+                why,
+            });
         }
         Ok(out)
     }

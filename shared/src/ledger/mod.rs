@@ -21,6 +21,11 @@
 //!   claim (its lease lapsed and the key was reaped) gets [`Heartbeat::Lost`] and its
 //!   [`Ledger::complete`] returns `false` without changing anything.
 //! - At most one occurrence of an exclusive job holds the job lock at a time, fleet-wide.
+//! - An occurrence held back by overlap `queue` or `replace` is [`State::Waiting`]: its
+//!   message is stored and due for the reaper like a claim's, so it never depends on a
+//!   broker timer. Ending the running occurrence (or settling one) gives the earliest waiter
+//!   its turn ([`Ended::woken`]). Under `replace` the newest occurrence runs: an older one,
+//!   running or waiting, is cancelled (`replaced by KEY`).
 
 pub mod memory;
 pub mod redis;
@@ -28,6 +33,7 @@ pub mod redis;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 
 use crate::config::Overlap;
 use crate::connect::StoreError;
@@ -44,6 +50,9 @@ pub enum State {
     Retrying,
     /// Released (shutdown) or reaped (owner died): the stored message is being republished.
     Pending,
+    /// Held back by the job's overlap policy (`queue`, `replace`) until an earlier
+    /// occurrence ends.
+    Waiting,
     /// Terminal: the handler succeeded.
     Succeeded,
     /// Terminal: the last attempt failed; the occurrence was dead-lettered.
@@ -63,6 +72,7 @@ impl State {
             Self::Running => "running",
             Self::Retrying => "retrying",
             Self::Pending => "pending",
+            Self::Waiting => "waiting",
             Self::Succeeded => "succeeded",
             Self::Failed => "failed",
             Self::Skipped => "skipped",
@@ -77,6 +87,7 @@ impl State {
             "running" => Self::Running,
             "retrying" => Self::Retrying,
             "pending" => Self::Pending,
+            "waiting" => Self::Waiting,
             "succeeded" => Self::Succeeded,
             "failed" => Self::Failed,
             "skipped" => Self::Skipped,
@@ -88,7 +99,10 @@ impl State {
 
     /// No attempt of the occurrence will ever run again.
     pub fn is_terminal(self) -> bool {
-        !matches!(self, Self::Running | Self::Retrying | Self::Pending)
+        !matches!(
+            self,
+            Self::Running | Self::Retrying | Self::Pending | Self::Waiting
+        )
     }
 }
 
@@ -117,6 +131,14 @@ pub struct Claim {
     pub retention: Duration,
     /// The message body, kept so that a reaper can republish it if the owner dies.
     pub body: Vec<u8>,
+    /// The occurrence's scheduled instant: under `queue` waiters run in this order, under
+    /// `replace` the latest one wins.
+    pub scheduled_at: DateTime<Utc>,
+    /// How long a waiting occurrence stays untouched before the reaper republishes it to
+    /// look again (no later than its start deadline).
+    pub recheck: Duration,
+    /// The claiming consumer, named in the history entries of waiters it supersedes.
+    pub consumer: String,
 }
 
 /// A held claim: what fences every later change.
@@ -148,21 +170,39 @@ pub enum ClaimOutcome {
         /// The record's attempt.
         attempt: u32,
     },
-    /// Another occurrence of the exclusive job holds the job lock. For `replace` the holder
-    /// has been asked to stop (its heartbeat returns [`Heartbeat::CancelRequested`]).
+    /// Overlap `skip`: another occurrence of the job holds the job lock; nothing was
+    /// recorded.
     Busy {
         /// The holder's key, as text.
         holder: String,
     },
+    /// Overlap `queue` or `replace`: recorded [`State::Waiting`] until `holder` ends (for
+    /// `replace`, `holder` has been asked to stop: its heartbeat returns
+    /// [`Heartbeat::CancelRequested`]). The delivery can be acked.
+    Waiting {
+        /// The key it waits for, as text.
+        holder: String,
+        /// An earlier waiter whose turn it is now, to publish.
+        woken: Option<Orphan>,
+    },
+    /// Overlap `replace`: a newer occurrence runs or waits, so this one is not run; the
+    /// caller settles it [`State::Cancelled`].
+    Superseded {
+        /// The newer occurrence's key, as text.
+        by: String,
+    },
 }
 
 /// What [`Ledger::heartbeat`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Heartbeat {
     /// Still ours, lease renewed.
     Held,
     /// Still ours and renewed, but a replacing occurrence asked it to stop.
-    CancelRequested,
+    CancelRequested {
+        /// The replacing occurrence's key, as text (empty when not known).
+        by: String,
+    },
     /// No longer ours: stop, and expect [`Ledger::complete`] to be fenced.
     Lost,
 }
@@ -213,7 +253,59 @@ pub struct Settle {
     pub run: Option<Run>,
 }
 
-/// A message handed back by [`Ledger::reap`], to republish.
+/// What [`Ledger::complete`] and [`Ledger::settle`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ended {
+    /// The end was recorded; `false` when fenced or already settled otherwise.
+    pub recorded: bool,
+    /// The waiter whose turn it is now, to publish.
+    pub woken: Option<Orphan>,
+}
+
+/// How long a woken waiter has to claim its turn before the reaper republishes it.
+pub const WAKE_RECHECK: Duration = Duration::from_secs(5);
+
+/// Why a stored message is handed back to be published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Republish {
+    /// Its owner stopped renewing the execution lease (crashed, partitioned, stalled).
+    Lapsed,
+    /// Its retry message was not claimed in time (lost by the broker, or delayed).
+    Retry,
+    /// It was released or reaped before, and that message was not claimed in time.
+    Released,
+    /// It is held back by its job's overlap policy and has not started in time.
+    Waiting,
+    /// The occurrence it waited for ended: it is its turn.
+    Turn,
+}
+
+impl Republish {
+    /// The stored name (reap.lua) of a reason, if it is one.
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "lapsed" => Self::Lapsed,
+            "retry" => Self::Retry,
+            "released" => Self::Released,
+            "waiting" => Self::Waiting,
+            "turn" => Self::Turn,
+            _ => return None,
+        })
+    }
+
+    /// A lowercase phrase for logs.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Lapsed => "its owner stopped renewing its execution lease",
+            Self::Retry => "its retry message was not claimed in time",
+            Self::Released => "its released message was not claimed in time",
+            Self::Waiting => "it waits behind an earlier occurrence of its job: look again",
+            Self::Turn => "the earlier occurrence it waited for ended",
+        }
+    }
+}
+
+/// A stored message handed back by [`Ledger::reap`] or given its turn, to publish.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Orphan {
     /// The occurrence key, as stored.
@@ -222,6 +314,8 @@ pub struct Orphan {
     pub queue: String,
     /// The stored message body.
     pub body: Vec<u8>,
+    /// Why it is published again.
+    pub why: Republish,
 }
 
 /// A record as read back, for tests and inspection.
@@ -252,23 +346,25 @@ pub trait Ledger: Send + Sync + 'static {
     async fn heartbeat(&self, lease: &Lease, duration: Duration) -> Result<Heartbeat, StoreError>;
 
     /// Ends the claim: records `end` (and appends `end.run` to the history), releases the
-    /// job lock. Returns `false`, changing nothing, when the claim was lost (fenced).
+    /// job lock and gives the earliest waiter its turn. Not recorded, changing nothing,
+    /// when the claim was lost (fenced).
     ///
     /// # Errors
     /// [`StoreError`] when the store cannot be reached; the claim is unchanged.
-    async fn complete(&self, lease: &Lease, end: &End) -> Result<bool, StoreError>;
+    async fn complete(&self, lease: &Lease, end: &End) -> Result<Ended, StoreError>;
 
     /// Records a terminal state for an occurrence that is not run (and appends `settle.run`
-    /// to the history). Returns `false`, changing nothing, when the record already is
-    /// terminal, runs under a live lease, or is past this attempt.
+    /// to the history); a waiting one leaves its job's wait list, and when the job lock is
+    /// free the earliest waiter gets its turn. Not recorded, changing nothing, when the
+    /// record already is terminal, runs under a live lease, or is past this attempt.
     ///
     /// # Errors
     /// [`StoreError`] when the store cannot be reached; nothing was recorded.
-    async fn settle(&self, settle: &Settle) -> Result<bool, StoreError>;
+    async fn settle(&self, settle: &Settle) -> Result<Ended, StoreError>;
 
-    /// Takes over up to `limit` claims whose lease lapsed, or whose follow-up message was not
-    /// claimed in time, and returns their messages to republish. Each is handed out once
-    /// per `hold`, whoever calls.
+    /// Takes over up to `limit` claims whose lease lapsed, or whose follow-up message or
+    /// turn was not claimed in time, and returns their messages to republish, each with
+    /// why. Each is handed out once per `hold`, whoever calls.
     ///
     /// # Errors
     /// [`StoreError`] when the store cannot be reached.

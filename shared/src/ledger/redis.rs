@@ -7,8 +7,9 @@
 //! Key layout (all through [`Names::redis_key`]): `ns:occ:KEY` (hash: state, attempt,
 //! next, token, job, queue, lease_until, cancel, exclusive, error, updated), `ns:occbody:KEY`
 //! (the stored message, apart so that the hash stays small and listpack-encoded),
-//! `ns:leases` (zset KEY → lease expiry ms), `ns:joblock:JOB` (`KEY|TOKEN`, PX lease); runs
-//! are appended to the [`RedisRunLog`]'s stream by the same scripts that end a record.
+//! `ns:leases` (zset KEY → lease expiry or due time ms), `ns:joblock:JOB` (`KEY|TOKEN`, PX
+//! lease), `ns:jobwait:JOB` (zset of waiting KEYs → scheduled ms, see `wait.lua`); runs are
+//! appended to the [`RedisRunLog`]'s stream by the same scripts that end a record.
 
 use std::time::Duration;
 
@@ -17,7 +18,8 @@ use redis::Script;
 use redis::aio::ConnectionManager;
 
 use super::{
-    Claim, ClaimOutcome, End, Heartbeat, Lease, Ledger, Orphan, Record, Settle, State, millis,
+    Claim, ClaimOutcome, End, Ended, Heartbeat, Lease, Ledger, Orphan, Record, Republish, Settle,
+    State, WAKE_RECHECK, millis,
 };
 use crate::connect::StoreError;
 use crate::key::OccurrenceKey;
@@ -60,8 +62,16 @@ impl RedisLedger {
     /// A ledger over an open connection (see [`crate::connect::redis`]) that appends the
     /// runs of ended records to `history`.
     pub fn new(conn: ConnectionManager, names: Names, history: RedisRunLog) -> Self {
-        let with_history =
-            |script: &str| Script::new(&[include_str!("history.lua"), script].concat());
+        let with_history = |script: &str| {
+            Script::new(
+                &[
+                    include_str!("history.lua"),
+                    include_str!("wait.lua"),
+                    script,
+                ]
+                .concat(),
+            )
+        };
         Self {
             record_prefix: names.redis_key(&["occ", ""]),
             body_prefix: names.redis_key(&["occbody", ""]),
@@ -70,7 +80,7 @@ impl RedisLedger {
             names,
             history,
             scripts: Scripts {
-                claim: Script::new(include_str!("claim.lua")),
+                claim: with_history(include_str!("claim.lua")),
                 heartbeat: Script::new(include_str!("heartbeat.lua")),
                 complete: with_history(include_str!("complete.lua")),
                 settle: with_history(include_str!("settle.lua")),
@@ -90,6 +100,42 @@ impl RedisLedger {
     fn job_lock_key(&self, job: &JobName) -> String {
         self.names.redis_key(&["joblock", job.as_str()])
     }
+
+    fn wait_key(&self, job: &JobName) -> String {
+        self.names.redis_key(&["jobwait", job.as_str()])
+    }
+}
+
+/// Reads the `[woken key, woken queue, woken body]` tail of a script reply.
+fn woken(tail: &[Vec<u8>]) -> Option<Orphan> {
+    match tail {
+        [key, queue, body] => Some(Orphan {
+            key: String::from_utf8_lossy(key).into_owned(),
+            queue: String::from_utf8_lossy(queue).into_owned(),
+            body: body.clone(),
+            why: Republish::Turn,
+        }),
+        _ => None,
+    }
+}
+
+/// Reads the `{1 [, woken…]}` / `{0}` reply of complete.lua and settle.lua.
+fn ended(reply: &[Vec<u8>]) -> Result<Ended, StoreError> {
+    match reply.split_first() {
+        Some((done, tail)) if done.as_slice() == b"1" => Ok(Ended {
+            recorded: true,
+            woken: woken(tail),
+        }),
+        Some((done, [])) if done.as_slice() == b"0" => Ok(Ended {
+            recorded: false,
+            woken: None,
+        }),
+        _ => Err(unexpected(&format!("{} fields", reply.len()))),
+    }
+}
+
+fn text(field: &[u8]) -> String {
+    String::from_utf8_lossy(field).into_owned()
 }
 
 /// Appends the history arguments of `run` (bounds, then the entry's fields) to an
@@ -134,13 +180,16 @@ impl Ledger for RedisLedger {
     async fn claim(&self, claim: &Claim) -> Result<ClaimOutcome, StoreError> {
         let key = claim.key.to_string();
         let token = new_token();
-        let reply: Vec<String> = self
+        let (max_runs, min_id) = self.history.bounds();
+        let reply: Vec<Vec<u8>> = self
             .scripts
             .claim
             .key(self.record_key(&key))
             .key(&self.leases_key)
             .key(self.job_lock_key(&claim.job))
             .key(self.body_key(&key))
+            .key(self.wait_key(&claim.job))
+            .key(self.history.key())
             .arg(&key)
             .arg(claim.job.as_str())
             .arg(claim.queue.as_str())
@@ -151,31 +200,50 @@ impl Ledger for RedisLedger {
             .arg(overlap_arg(claim.overlap))
             .arg(&claim.body[..])
             .arg(&self.record_prefix)
+            .arg(claim.scheduled_at.timestamp_millis())
+            .arg(millis(claim.recheck))
+            .arg(&self.body_prefix)
+            .arg(millis(WAKE_RECHECK))
+            .arg(&claim.consumer)
+            .arg(chrono::Utc::now().to_rfc3339())
+            .arg(max_runs)
+            .arg(min_id)
             .invoke_async(&mut self.conn.clone())
             .await?;
-        match reply.as_slice() {
-            [tag, takeover] if tag == "claimed" => Ok(ClaimOutcome::Claimed {
+        let Some((tag, rest)) = reply.split_first() else {
+            return Err(unexpected("an empty reply"));
+        };
+        match (tag.as_slice(), rest) {
+            (b"claimed", [takeover]) => Ok(ClaimOutcome::Claimed {
                 lease: Lease {
                     key: claim.key.clone(),
                     job: claim.job.clone(),
                     token,
                 },
-                takeover: takeover == "1",
+                takeover: takeover.as_slice() == b"1",
             }),
-            [tag, state, attempt] if tag == "duplicate" => Ok(ClaimOutcome::Duplicate {
-                state: State::parse(state).ok_or_else(|| unexpected(state))?,
-                attempt: attempt.parse().unwrap_or(0),
+            (b"duplicate", [state, attempt]) => {
+                let state = text(state);
+                Ok(ClaimOutcome::Duplicate {
+                    state: State::parse(&state).ok_or_else(|| unexpected(&state))?,
+                    attempt: text(attempt).parse().unwrap_or(0),
+                })
+            }
+            (b"busy", [holder]) => Ok(ClaimOutcome::Busy {
+                holder: text(holder),
             }),
-            [tag, holder] if tag == "busy" => Ok(ClaimOutcome::Busy {
-                holder: holder.clone(),
+            (b"waiting", [holder, tail @ ..]) => Ok(ClaimOutcome::Waiting {
+                holder: text(holder),
+                woken: woken(tail),
             }),
-            other => Err(unexpected(&other.join(" "))),
+            (b"superseded", [by]) => Ok(ClaimOutcome::Superseded { by: text(by) }),
+            _ => Err(unexpected(&text(tag))),
         }
     }
 
     async fn heartbeat(&self, lease: &Lease, duration: Duration) -> Result<Heartbeat, StoreError> {
         let key = lease.key.to_string();
-        let reply: String = self
+        let reply: Vec<String> = self
             .scripts
             .heartbeat
             .key(self.record_key(&key))
@@ -186,15 +254,15 @@ impl Ledger for RedisLedger {
             .arg(millis(duration))
             .invoke_async(&mut self.conn.clone())
             .await?;
-        match reply.as_str() {
-            "held" => Ok(Heartbeat::Held),
-            "cancel" => Ok(Heartbeat::CancelRequested),
-            "lost" => Ok(Heartbeat::Lost),
-            other => Err(unexpected(other)),
+        match reply.as_slice() {
+            [tag] if tag == "held" => Ok(Heartbeat::Held),
+            [tag, by] if tag == "cancel" => Ok(Heartbeat::CancelRequested { by: by.clone() }),
+            [tag] if tag == "lost" => Ok(Heartbeat::Lost),
+            other => Err(unexpected(&other.join(" "))),
         }
     }
 
-    async fn complete(&self, lease: &Lease, end: &End) -> Result<bool, StoreError> {
+    async fn complete(&self, lease: &Lease, end: &End) -> Result<Ended, StoreError> {
         let key = lease.key.to_string();
         let (next, body, within) = match &end.next {
             Some(f) => (f.attempt.to_string(), f.body.clone(), millis(f.within)),
@@ -207,6 +275,7 @@ impl Ledger for RedisLedger {
             .key(self.job_lock_key(&lease.job))
             .key(self.history.key())
             .key(self.body_key(&key))
+            .key(self.wait_key(&lease.job))
             .arg(&key)
             .arg(&lease.token)
             .arg(end.state.as_str())
@@ -214,13 +283,16 @@ impl Ledger for RedisLedger {
             .arg(millis(end.retention))
             .arg(next)
             .arg(body)
-            .arg(within);
+            .arg(within)
+            .arg(&self.record_prefix)
+            .arg(&self.body_prefix)
+            .arg(millis(WAKE_RECHECK));
         history_args(&mut invocation, &self.history, end.run.as_ref());
-        let done: i64 = invocation.invoke_async(&mut self.conn.clone()).await?;
-        Ok(done == 1)
+        let reply: Vec<Vec<u8>> = invocation.invoke_async(&mut self.conn.clone()).await?;
+        ended(&reply)
     }
 
-    async fn settle(&self, settle: &Settle) -> Result<bool, StoreError> {
+    async fn settle(&self, settle: &Settle) -> Result<Ended, StoreError> {
         let key = settle.key.to_string();
         let mut invocation = self.scripts.settle.prepare_invoke();
         invocation
@@ -228,15 +300,20 @@ impl Ledger for RedisLedger {
             .key(&self.leases_key)
             .key(self.history.key())
             .key(self.body_key(&key))
+            .key(self.job_lock_key(&settle.job))
+            .key(self.wait_key(&settle.job))
             .arg(&key)
             .arg(settle.job.as_str())
             .arg(settle.attempt)
             .arg(settle.state.as_str())
             .arg(settle.error.as_deref().unwrap_or(""))
-            .arg(millis(settle.retention));
+            .arg(millis(settle.retention))
+            .arg(&self.record_prefix)
+            .arg(&self.body_prefix)
+            .arg(millis(WAKE_RECHECK));
         history_args(&mut invocation, &self.history, settle.run.as_ref());
-        let done: i64 = invocation.invoke_async(&mut self.conn.clone()).await?;
-        Ok(done == 1)
+        let reply: Vec<Vec<u8>> = invocation.invoke_async(&mut self.conn.clone()).await?;
+        ended(&reply)
     }
 
     async fn reap(&self, limit: usize, hold: Duration) -> Result<Vec<Orphan>, StoreError> {
@@ -250,14 +327,17 @@ impl Ledger for RedisLedger {
             .arg(&self.body_prefix)
             .invoke_async(&mut self.conn.clone())
             .await?;
-        Ok(flat
-            .chunks_exact(3)
-            .map(|c| Orphan {
-                key: String::from_utf8_lossy(&c[0]).into_owned(),
-                queue: String::from_utf8_lossy(&c[1]).into_owned(),
-                body: c[2].clone(),
+        flat.chunks_exact(4)
+            .map(|c| {
+                let why = text(&c[3]);
+                Ok(Orphan {
+                    key: text(&c[0]),
+                    queue: text(&c[1]),
+                    body: c[2].clone(),
+                    why: Republish::parse(&why).ok_or_else(|| unexpected(&why))?,
+                })
             })
-            .collect())
+            .collect()
     }
 
     async fn get(&self, key: &OccurrenceKey) -> Result<Option<Record>, StoreError> {
