@@ -683,6 +683,10 @@ on_both_backends!(
     consumer_overlap_queue_runs_all_in_turn_real
 );
 
+/// How soon a replace must stop the running occurrence in tests: a generous bound on the
+/// 250 ms heartbeat of a replace job plus the handler's stop, well below a lease's heartbeat.
+const REPLACE_WITHIN: Duration = Duration::from_secs(5);
+
 async fn overlap_replace_cancels_the_running_one(backend: Backend, env: TestEnv) {
     let mut fleet = Fleet::new(backend, &env, &WORK.replace("OVERLAP", "replace")).await;
     let (h1, seen) = recording(Duration::from_secs(20));
@@ -697,16 +701,23 @@ async fn overlap_replace_cancels_the_running_one(backend: Backend, env: TestEnv)
     })
     .await;
     fleet.publish([occurrence("work", 1)]).await;
-    let runs = eventually(WAIT, "the first occurrence to be cancelled", || async {
-        let runs = fleet.runs("work").await;
-        runs.iter()
-            .any(|r| r.outcome == Outcome::Cancelled)
-            .then_some(runs)
-    })
+    // Within about a second (the heartbeat of a replace job), far below the 20 s run and
+    // the lease's heartbeat period.
+    let runs = eventually(
+        REPLACE_WITHIN,
+        "the first occurrence to be cancelled",
+        || async {
+            let runs = fleet.runs("work").await;
+            runs.iter()
+                .any(|r| r.outcome == Outcome::Cancelled)
+                .then_some(runs)
+        },
+    )
     .await;
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert_eq!(runs[0].key, key0);
     let key1 = occurrence("work", 1).key;
+    assert_eq!(runs[0].error, Some(format!("replaced by {key1}")));
     eventually(WAIT, "the second occurrence to run", || async {
         let rec = fleet.ledger.get(&key1).await.unwrap();
         rec.filter(|r| r.state == cronq_shared::ledger::State::Running)

@@ -16,7 +16,7 @@
 mod consume;
 mod dead_letters;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 use self::consume::Feeder;
 use self::dead_letters::{Collect, Replay};
 use super::headers::{dead_letter_properties, occurrence_properties};
-use super::topology::{self, DELAY_QUEUE_SLACK, quantize_delay, short};
+use super::topology::{self, quantize_delay, short};
 use super::{Broker, BrokerError, DeadLetter, Delivery, Outgoing};
 use crate::connect::CONNECT_TIMEOUT;
 use crate::names::{Names, QueueName};
@@ -211,8 +211,8 @@ struct Inner {
     redacted: String,
     names: Names,
     link: tokio::sync::Mutex<Option<Arc<Link>>>,
-    /// When each delay queue was last declared (a declare renews its `x-expires`).
-    delays: Mutex<HashMap<Duration, Instant>>,
+    /// The delay queues this process has declared.
+    delays: Mutex<HashSet<Duration>>,
     /// Logical queues known to exist (declared or checked).
     known: Mutex<HashSet<QueueName>>,
 }
@@ -378,11 +378,10 @@ impl AmqpBroker {
         })
     }
 
-    /// Declares the delay queues a batch needs (or renews their lease), and checks that
+    /// Declares the delay queues a batch needs (once per process), and checks that
     /// the logical queues of delayed messages exist: the delay queue accepts a message for
     /// any queue, so without this check an unroutable delayed message would vanish later.
     async fn prepare_delays(&self, link: &Link, batch: &[Outgoing]) -> Result<(), Failure> {
-        let renew_after = DELAY_QUEUE_SLACK / 2;
         let due: BTreeSet<Duration> = {
             let delays = self
                 .inner
@@ -393,7 +392,7 @@ impl AmqpBroker {
                 .iter()
                 .map(|o| quantize_delay(o.delay))
                 .filter(|d| !d.is_zero())
-                .filter(|d| delays.get(d).is_none_or(|at| at.elapsed() > renew_after))
+                .filter(|d| !delays.contains(d))
                 .collect()
         };
         let unchecked: Vec<&Outgoing> = {
@@ -420,7 +419,7 @@ impl AmqpBroker {
                 .delays
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .insert(delay, Instant::now());
+                .insert(delay);
         }
         for out in unchecked {
             if !topology::queue_exists(&ch, names, &out.queue)

@@ -3,8 +3,8 @@
 //!
 //! ```text
 //! publish ──rk=q──▶ ns.occurrences (direct) ──▶ ns.q.<q> (quorum, delivery limit) ──┐
-//! delayed ──rk=q──▶ ns.delayed (headers) ──cronq-delay-ms──▶ ns.delay.<d>ms (TTL d)  │
-//!                       expired ──▶ ns.occurrences (routing key kept) ◀──────────────┘
+//! delayed ──rk=q──▶ ns.delayed (headers) ──cronq-delayed-ms──▶ ns.delayed.<d>ms     │
+//!                  (quorum, TTL d) expired, at-least-once ──▶ ns.occurrences ◀────────┘
 //! dead_letter() and delivery limit ──▶ ns.dlx (fanout) ──▶ ns.dlq (classic)
 //! ```
 //!
@@ -30,15 +30,19 @@ use crate::names::{Names, QueueName};
 /// <https://www.rabbitmq.com/docs/quorum-queues#poison-message-handling>
 pub const DELIVERY_LIMIT: i32 = 10;
 
-/// How much longer than its delay an unused delay queue lives (`x-expires`). A delay
-/// queue is redeclared (which renews its lease) before this half-elapses, so a message
-/// always expires before its queue does: RabbitMQ deletes an expired queue with its
-/// messages, publishing does not count as use.
-/// <https://www.rabbitmq.com/docs/ttl#queue-ttl>
-pub const DELAY_QUEUE_SLACK: Duration = Duration::from_secs(600);
+/// The header the delay exchange routes on (headers exchanges ignore `x-` names). Not the
+/// `cronq-delay-ms` of the classic delay queues of earlier versions, so those get no new
+/// messages while they drain.
+pub const DELAY_HEADER: &str = "cronq-delayed-ms";
 
-/// The header the delay exchange routes on (headers exchanges ignore `x-` names).
-pub const DELAY_HEADER: &str = "cronq-delay-ms";
+/// Every delay a delay queue can have: [`quantize_delay`]'s steps up to `max`, for tearing
+/// a namespace down (delay queues do not expire on their own, see [`declare_delay_queue`]).
+pub fn delay_steps(max: Duration) -> impl Iterator<Item = Duration> {
+    let ms = Duration::from_millis;
+    (1..10)
+        .map(move |i| ms(i * 100))
+        .chain((1..=max.as_secs()).map(Duration::from_secs))
+}
 
 /// Occurrence headers set on every published message.
 pub const HEADER_JOB: &str = "x-cronq-job";
@@ -148,9 +152,10 @@ pub async fn declare_base(ch: &Channel, names: &Names) -> Result<(), BrokerError
 }
 
 /// Deletes what [`declare_base`] and [`declare_queue`] declared in a namespace for the
-/// logical `queues`, and the broker queues named in `others`; best effort, a queue or
-/// exchange that is not there is skipped. For tearing a namespace down (tests, benches):
-/// delay queues are left to their `x-expires`.
+/// logical `queues`, every delay queue of a delay up to [`TEARDOWN_DELAYS`], and the broker
+/// queues named in `others`; best effort, a queue or exchange that is not there is
+/// skipped (RabbitMQ answers a delete of a missing queue with success). For tearing a
+/// namespace down (tests, benches).
 pub async fn delete_namespace<'q>(
     ch: &Channel,
     names: &Names,
@@ -161,6 +166,7 @@ pub async fn delete_namespace<'q>(
         .into_iter()
         .map(|q| names.queue(q))
         .chain([names.dead_letter_queue()])
+        .chain(delay_steps(TEARDOWN_DELAYS).map(|d| names.delay_queue(d)))
         .chain(others);
     for q in queues {
         let _ = ch
@@ -248,8 +254,19 @@ pub fn is_not_found(e: &lapin::Error) -> bool {
     }
 }
 
+/// The longest delay whose queue [`delete_namespace`] deletes.
+pub const TEARDOWN_DELAYS: Duration = Duration::from_secs(120);
+
 /// Declares the delay queue of one (quantized) delay and binds it to the delay exchange.
-/// Redeclaring renews the queue's `x-expires` lease.
+///
+/// A quorum queue with at-least-once dead-lettering (RabbitMQ 3.10 or later): an expired
+/// message leaves the delay queue only once the main exchange's queue has confirmed it, so
+/// a retry or a jittered publish survives a broker restart or a lost connection in between
+/// (classic dead-lettering is at-most-once). No `x-expires`: a quorum queue expires by
+/// time since it was declared, whatever it holds and however often it is redeclared
+/// (checked on RabbitMQ 3.10: its messages went with it), so delay queues stay, one small
+/// queue per distinct delay.
+/// <https://www.rabbitmq.com/docs/quorum-queues#dead-lettering>
 ///
 /// # Errors
 /// As [`declare_base`].
@@ -259,19 +276,18 @@ pub async fn declare_delay_queue(
     delay: Duration,
 ) -> Result<(), BrokerError> {
     let ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
-    let slack = i64::try_from(DELAY_QUEUE_SLACK.as_millis()).unwrap_or(i64::MAX);
     let name = short("declare delay queue", names.delay_queue(delay))?;
     let args = table(vec![
-        // Classic: per-queue TTL expires messages at the head in FIFO order, and every
-        // message in this queue has the same TTL, so none waits behind a longer one.
+        ("x-queue-type", text("quorum")),
+        // Per-queue TTL expires messages at the head in FIFO order, and every message in
+        // this queue has the same TTL, so none waits behind a longer one.
         ("x-message-ttl", AMQPValue::LongLongInt(ms)),
         // No x-dead-letter-routing-key: the expired message keeps its routing key (the
         // logical queue). https://www.rabbitmq.com/docs/dlx#routing
         ("x-dead-letter-exchange", text(names.exchange())),
-        (
-            "x-expires",
-            AMQPValue::LongLongInt(ms.saturating_add(slack)),
-        ),
+        ("x-dead-letter-strategy", text("at-least-once")),
+        // Required by at-least-once dead-lettering.
+        ("x-overflow", text("reject-publish")),
     ]);
     ch.queue_declare(name.clone(), durable(), args)
         .await
