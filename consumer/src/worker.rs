@@ -25,7 +25,7 @@ use cronq_shared::config::{Config, Job, Overlap};
 use cronq_shared::ledger::{
     Claim, ClaimOutcome, End, Ended, FollowUp, Lease, Ledger, Settle, State,
 };
-use cronq_shared::message::{Occurrence, Trigger};
+use cronq_shared::message::Occurrence;
 use cronq_shared::runlog::{Outcome, Run, RunLog};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
@@ -108,7 +108,7 @@ impl Worker {
                 None => Err(Reject::NoHandler(job.name.clone())),
             },
         );
-        let (mut occ, job, runner) = match admitted {
+        let (occ, job, runner) = match admitted {
             Ok(x) => x,
             Err(reject) => return self.reject(&d, &reject).await,
         };
@@ -125,7 +125,7 @@ impl Worker {
                 .await;
         }
         let overlap = executor::effective_overlap(job.overlap, occ.trigger);
-        let mut claim = Claim {
+        let claim = Claim {
             key: occ.key.clone(),
             job: occ.job.clone(),
             queue: job.queue.clone(),
@@ -138,26 +138,9 @@ impl Worker {
             recheck: self.recheck(&occ, job),
             consumer: self.consumer_id.clone(),
         };
-        let Some(mut claimed) = self.claim(&claim, &d, &shutdown).await else {
+        let Some(claimed) = self.claim(&claim, &d, &shutdown).await else {
             return;
         };
-        // A dead-letter replay of a failed occurrence runs as its next attempt, whatever
-        // attempt the replaying tool wrote (the ledger admits only higher attempts).
-        if let ClaimOutcome::Duplicate {
-            state: State::Failed,
-            attempt,
-        } = claimed
-            && occ.trigger == Trigger::Replay
-            && occ.attempt <= attempt
-        {
-            occ.attempt = attempt + 1;
-            claim.attempt = occ.attempt;
-            claim.body = occ.encode();
-            let Some(again) = self.claim(&claim, &d, &shutdown).await else {
-                return;
-            };
-            claimed = again;
-        }
         match claimed {
             ClaimOutcome::Duplicate { state, attempt } => {
                 tracing::debug!(job = %occ.job, key = %occ.key, attempt = occ.attempt, state = %state, recorded_attempt = attempt, "duplicate delivery acked without running");

@@ -14,20 +14,23 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cronq_consumer::{Consumer, Handlers, Options};
-use cronq_shared::broker::amqp::AmqpBroker;
-use cronq_shared::broker::memory::MemoryBroker;
+use cronq_memory::MemoryBroker;
+use cronq_memory::MemoryLedger;
+use cronq_memory::MemoryRunLog;
+use cronq_rabbitmq::AmqpBroker;
+use cronq_redis::RedisLedger;
+use cronq_redis::RedisRunLog;
 use cronq_shared::broker::{Broker, Outgoing};
 use cronq_shared::config::Config;
 use cronq_shared::ledger::Ledger;
-use cronq_shared::ledger::memory::MemoryLedger;
-use cronq_shared::ledger::redis::RedisLedger;
 use cronq_shared::message::{Occurrence, Trigger};
 use cronq_shared::names::{JobName, Names, Namespace, QueueName};
-use cronq_shared::runlog::{MemoryRunLog, Outcome, RedisRunLog, Run, RunLog};
+use cronq_shared::runlog::{Outcome, Run, RunLog};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::occurrence;
+use crate::support::inspect::Inspect;
 use crate::support::{TestEnv, amqp_url, eventually, redis_url, scoped};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -88,7 +91,12 @@ enum Ports {
 }
 
 /// The three ports a consumer runs on.
-type PortSet = (Arc<dyn Broker>, Arc<dyn Ledger>, Arc<dyn RunLog>);
+type PortSet = (
+    Arc<dyn Broker>,
+    Arc<dyn Ledger>,
+    Arc<dyn Inspect>,
+    Arc<dyn RunLog>,
+);
 
 /// A running fleet of in-process consumers on one config, plus a publisher and readers.
 pub struct Fleet {
@@ -96,6 +104,8 @@ pub struct Fleet {
     pub names: Names,
     pub broker: Arc<dyn Broker>,
     pub ledger: Arc<dyn Ledger>,
+    /// The same ledger, to read its records.
+    pub records: Arc<dyn Inspect>,
     pub runlog: Arc<dyn RunLog>,
     ports: Ports,
     token: CancellationToken,
@@ -106,17 +116,14 @@ impl Fleet {
     pub async fn new(backend: Backend, env: &TestEnv, toml: &str) -> Self {
         let config = Config::from_toml(toml, Path::new("cronq.toml")).unwrap();
         let names = Names::new(&Namespace::new(&env.namespace).unwrap());
-        let (ports, (broker, ledger, runlog)): (_, PortSet) = match backend {
+        let (ports, (broker, ledger, records, runlog)): (_, PortSet) = match backend {
             Backend::Memory => {
                 let broker = MemoryBroker::new();
                 let history = Arc::new(MemoryRunLog::default());
+                let ledger = Arc::new(MemoryLedger::new(Arc::clone(&history)));
                 (
                     Ports::Memory(broker.clone()),
-                    (
-                        Arc::new(broker),
-                        Arc::new(MemoryLedger::new(Arc::clone(&history))),
-                        history,
-                    ),
+                    (Arc::new(broker), ledger.clone(), ledger, history),
                 )
             }
             Backend::Real => {
@@ -126,15 +133,12 @@ impl Fleet {
                 let broker = AmqpBroker::connect(&amqp_url(), names.clone())
                     .await
                     .unwrap();
-                let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+                let conn = cronq_redis::connect(&redis_url()).await.unwrap();
                 let history = RedisRunLog::new(conn.clone(), &names, Duration::from_secs(3600));
+                let ledger = Arc::new(RedisLedger::new(conn, names.clone(), history.clone()));
                 (
                     Ports::Real(broker.clone()),
-                    (
-                        Arc::new(broker),
-                        Arc::new(RedisLedger::new(conn, names.clone(), history.clone())),
-                        Arc::new(history),
-                    ),
+                    (Arc::new(broker), ledger.clone(), ledger, Arc::new(history)),
                 )
             }
         };
@@ -144,6 +148,7 @@ impl Fleet {
             names,
             broker,
             ledger,
+            records,
             runlog,
             ports,
             token: CancellationToken::new(),
@@ -175,26 +180,27 @@ impl Fleet {
         handlers: Handlers,
         ledger: Option<Arc<dyn Ledger>>,
     ) -> CancellationToken {
-        let (broker, own_ledger, runlog): PortSet = match &self.ports {
-            Ports::Memory(_) => (
-                self.broker.clone(),
-                self.ledger.clone(),
-                self.runlog.clone(),
-            ),
-            Ports::Real(_) => {
-                let broker = AmqpBroker::connect(&amqp_url(), self.names.clone())
-                    .await
-                    .unwrap();
-                let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
-                let history =
-                    RedisRunLog::new(conn.clone(), &self.names, Duration::from_secs(3600));
-                (
-                    Arc::new(broker),
-                    Arc::new(RedisLedger::new(conn, self.names.clone(), history.clone())),
-                    Arc::new(history),
-                )
-            }
-        };
+        let (broker, own_ledger, runlog): (Arc<dyn Broker>, Arc<dyn Ledger>, Arc<dyn RunLog>) =
+            match &self.ports {
+                Ports::Memory(_) => (
+                    self.broker.clone(),
+                    self.ledger.clone(),
+                    self.runlog.clone(),
+                ),
+                Ports::Real(_) => {
+                    let broker = AmqpBroker::connect(&amqp_url(), self.names.clone())
+                        .await
+                        .unwrap();
+                    let conn = cronq_redis::connect(&redis_url()).await.unwrap();
+                    let history =
+                        RedisRunLog::new(conn.clone(), &self.names, Duration::from_secs(3600));
+                    (
+                        Arc::new(broker),
+                        Arc::new(RedisLedger::new(conn, self.names.clone(), history.clone())),
+                        Arc::new(history),
+                    )
+                }
+            };
         let consumer = Consumer::new(
             self.config.clone(),
             broker,
@@ -696,7 +702,7 @@ async fn overlap_replace_cancels_the_running_one(backend: Backend, env: TestEnv)
     fleet.publish([occurrence("work", 0)]).await;
     let key0 = occurrence("work", 0).key;
     eventually(WAIT, "the first occurrence to run", || async {
-        let rec = fleet.ledger.get(&key0).await.unwrap();
+        let rec = fleet.records.inspect(&key0).await;
         rec.filter(|r| r.state == cronq_shared::ledger::State::Running)
     })
     .await;
@@ -719,7 +725,7 @@ async fn overlap_replace_cancels_the_running_one(backend: Backend, env: TestEnv)
     let key1 = occurrence("work", 1).key;
     assert_eq!(runs[0].error, Some(format!("replaced by {key1}")));
     eventually(WAIT, "the second occurrence to run", || async {
-        let rec = fleet.ledger.get(&key1).await.unwrap();
+        let rec = fleet.records.inspect(&key1).await;
         rec.filter(|r| r.state == cronq_shared::ledger::State::Running)
     })
     .await;
@@ -969,12 +975,14 @@ impl Flaky {
         }
     }
 
-    fn check(&self) -> Result<(), cronq_shared::connect::StoreError> {
+    fn check(&self) -> Result<(), cronq_shared::store::StoreError> {
         use std::sync::atomic::Ordering;
         if self.down.load(Ordering::SeqCst) {
             self.refused.fetch_add(1, Ordering::SeqCst);
-            return Err(cronq_shared::connect::StoreError::Unreachable {
+            return Err(cronq_shared::store::StoreError::Unreachable {
+                store: "Redis",
                 url: "redis://test".into(),
+                hint: "a test made it unreachable",
                 source: None,
             });
         }
@@ -987,7 +995,7 @@ impl Ledger for Flaky {
     async fn claim(
         &self,
         c: &cronq_shared::ledger::Claim,
-    ) -> Result<cronq_shared::ledger::ClaimOutcome, cronq_shared::connect::StoreError> {
+    ) -> Result<cronq_shared::ledger::ClaimOutcome, cronq_shared::store::StoreError> {
         self.check()?;
         self.inner.claim(c).await
     }
@@ -995,7 +1003,7 @@ impl Ledger for Flaky {
         &self,
         l: &cronq_shared::ledger::Lease,
         d: Duration,
-    ) -> Result<cronq_shared::ledger::Heartbeat, cronq_shared::connect::StoreError> {
+    ) -> Result<cronq_shared::ledger::Heartbeat, cronq_shared::store::StoreError> {
         self.check()?;
         self.inner.heartbeat(l, d).await
     }
@@ -1003,14 +1011,14 @@ impl Ledger for Flaky {
         &self,
         l: &cronq_shared::ledger::Lease,
         e: &cronq_shared::ledger::End,
-    ) -> Result<cronq_shared::ledger::Ended, cronq_shared::connect::StoreError> {
+    ) -> Result<cronq_shared::ledger::Ended, cronq_shared::store::StoreError> {
         self.check()?;
         self.inner.complete(l, e).await
     }
     async fn settle(
         &self,
         s: &cronq_shared::ledger::Settle,
-    ) -> Result<cronq_shared::ledger::Ended, cronq_shared::connect::StoreError> {
+    ) -> Result<cronq_shared::ledger::Ended, cronq_shared::store::StoreError> {
         self.check()?;
         self.inner.settle(s).await
     }
@@ -1018,16 +1026,16 @@ impl Ledger for Flaky {
         &self,
         limit: usize,
         hold: Duration,
-    ) -> Result<Vec<cronq_shared::ledger::Orphan>, cronq_shared::connect::StoreError> {
+    ) -> Result<Vec<cronq_shared::ledger::Orphan>, cronq_shared::store::StoreError> {
         self.check()?;
         self.inner.reap(limit, hold).await
     }
-    async fn get(
+    async fn admit_replay(
         &self,
         key: &cronq_shared::key::OccurrenceKey,
-    ) -> Result<Option<cronq_shared::ledger::Record>, cronq_shared::connect::StoreError> {
+    ) -> Result<Option<cronq_shared::ledger::State>, cronq_shared::store::StoreError> {
         self.check()?;
-        self.inner.get(key).await
+        self.inner.admit_replay(key).await
     }
 }
 

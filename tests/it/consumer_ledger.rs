@@ -5,16 +5,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
+use cronq_memory::MemoryLedger;
+use cronq_memory::MemoryRunLog;
+use cronq_redis::RedisLedger;
+use cronq_redis::RedisRunLog;
 use cronq_shared::config::Overlap;
-use cronq_shared::ledger::memory::MemoryLedger;
-use cronq_shared::ledger::redis::RedisLedger;
 use cronq_shared::ledger::{
     Claim, ClaimOutcome, End, Ended, FollowUp, Heartbeat, Lease, Ledger, Republish, Settle, State,
 };
 use cronq_shared::names::{JobName, Names, Namespace, QueueName};
-use cronq_shared::runlog::{MemoryRunLog, Outcome, RedisRunLog, Run, RunLog};
+use cronq_shared::runlog::{Outcome, Run, RunLog};
 
 use crate::broker::occurrence;
+use crate::support::inspect::Inspect;
 use crate::support::{TestEnv, eventually, redis_url, scoped};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -55,7 +58,7 @@ async fn claimed(ledger: &impl Ledger, c: &Claim) -> Lease {
 }
 
 /// Claim, duplicate while running, complete, duplicate when terminal; fencing.
-async fn idempotency_suite(ledger: impl Ledger) {
+async fn idempotency_suite(ledger: impl Ledger + Inspect) {
     let c = claim("idem", 1, 1, Overlap::Allow, LONG);
     let lease = claimed(&ledger, &c).await;
     assert_eq!(
@@ -105,19 +108,13 @@ async fn idempotency_suite(ledger: impl Ledger) {
             .unwrap()
             .recorded
     );
-    let record = ledger.get(&c.key).await.unwrap().unwrap();
+    let record = ledger.inspect(&c.key).await.unwrap();
     assert_eq!(record.state, State::Succeeded);
-    assert!(
-        ledger
-            .get(&occurrence("idem", 2).key)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(ledger.inspect(&occurrence("idem", 2).key).await.is_none());
 }
 
 /// Retry attempts: only a higher attempt may claim a retrying key; stale ones are dups.
-async fn attempts_suite(ledger: impl Ledger) {
+async fn attempts_suite(ledger: impl Ledger + Inspect) {
     let first = claim("att", 1, 1, Overlap::Allow, LONG);
     let lease = claimed(&ledger, &first).await;
     let retry = claim("att", 1, 2, Overlap::Allow, LONG);
@@ -154,7 +151,7 @@ async fn attempts_suite(ledger: impl Ledger) {
         }
         other => panic!("retry not claimed: {other:?}"),
     }
-    let record = ledger.get(&first.key).await.unwrap().unwrap();
+    let record = ledger.inspect(&first.key).await.unwrap();
     assert_eq!((record.state, record.attempt), (State::Failed, 2));
     // A dead-letter replay (a higher attempt) may run a failed occurrence again.
     assert!(matches!(
@@ -189,7 +186,7 @@ async fn attempts_suite(ledger: impl Ledger) {
 }
 
 /// A lapsed lease: reaped once per hold, then claimable again; the old owner is fenced.
-async fn lease_suite(ledger: impl Ledger) {
+async fn lease_suite(ledger: impl Ledger + Inspect) {
     let short = Duration::from_millis(300);
     let c = claim("lease", 1, 1, Overlap::Skip, short);
     let old = claimed(&ledger, &c).await;
@@ -234,7 +231,7 @@ async fn lease_suite(ledger: impl Ledger) {
 }
 
 /// Overlap locks: skip excludes, allow does not lock, a lapsed job lock stops its holder.
-async fn overlap_suite(ledger: impl Ledger) {
+async fn overlap_suite(ledger: impl Ledger + Inspect) {
     let a = claimed(&ledger, &claim("ov", 1, 1, Overlap::Skip, LONG)).await;
     assert_eq!(
         ledger
@@ -306,7 +303,7 @@ fn waiting(outcome: ClaimOutcome) -> (String, Option<String>) {
 /// `queue`: occurrences that arrive while one runs wait in the ledger (not on a broker
 /// timer) and take their turns in scheduled order, whatever order they arrive in; a fresh
 /// one arriving while the lock is free waits behind the earlier waiters.
-async fn overlap_queue_suite(ledger: impl Ledger) {
+async fn overlap_queue_suite(ledger: impl Ledger + Inspect) {
     let q = |i| claim("q", i, 1, Overlap::Queue, LONG);
     let q1 = claimed(&ledger, &q(1)).await;
     assert_eq!(
@@ -318,12 +315,7 @@ async fn overlap_queue_suite(ledger: impl Ledger) {
         (key("q", 1), None)
     );
     assert_eq!(
-        ledger
-            .get(&occurrence("q", 2).key)
-            .await
-            .unwrap()
-            .unwrap()
-            .state,
+        ledger.inspect(&occurrence("q", 2).key).await.unwrap().state,
         State::Waiting
     );
     // A redelivered copy of a waiter waits again, nothing more.
@@ -379,7 +371,7 @@ async fn overlap_queue_suite(ledger: impl Ledger) {
 /// whom) and waits; a still newer one supersedes the waiter, which is recorded cancelled
 /// with its history entry; an older one arriving late is superseded; the end of the
 /// stopped one gives the newest its turn.
-async fn overlap_replace_suite(ledger: impl Ledger, log: &dyn RunLog) {
+async fn overlap_replace_suite(ledger: impl Ledger + Inspect, log: &dyn RunLog) {
     let r = |i| claim("r", i, 1, Overlap::Replace, LONG);
     let r1 = claimed(&ledger, &r(1)).await;
     assert_eq!(
@@ -398,7 +390,7 @@ async fn overlap_replace_suite(ledger: impl Ledger, log: &dyn RunLog) {
         ledger.heartbeat(&r1, LONG).await.unwrap(),
         Heartbeat::CancelRequested { by: key("r", 3) }
     );
-    let r2 = ledger.get(&occurrence("r", 2).key).await.unwrap().unwrap();
+    let r2 = ledger.inspect(&occurrence("r", 2).key).await.unwrap();
     assert_eq!(r2.state, State::Cancelled);
     assert_eq!(r2.error, Some(format!("replaced by {}", key("r", 3))));
     let runs = log.list(None, 10).await.unwrap();
@@ -438,7 +430,7 @@ async fn overlap_replace_suite(ledger: impl Ledger, log: &dyn RunLog) {
 
 /// A waiter whose turn never comes in time (its turn's message lost, or a long run ahead
 /// of it) is handed back by the reaper, saying so, and keeps waiting.
-async fn overlap_recheck_suite(ledger: impl Ledger) {
+async fn overlap_recheck_suite(ledger: impl Ledger + Inspect) {
     let holder = claimed(&ledger, &claim("rc", 1, 1, Overlap::Queue, LONG)).await;
     let mut c = claim("rc", 2, 1, Overlap::Queue, LONG);
     c.recheck = Duration::from_millis(200);
@@ -454,9 +446,8 @@ async fn overlap_recheck_suite(ledger: impl Ledger) {
     assert_eq!(orphans[0].body, c.body);
     assert_eq!(
         ledger
-            .get(&occurrence("rc", 2).key)
+            .inspect(&occurrence("rc", 2).key)
             .await
-            .unwrap()
             .unwrap()
             .state,
         State::Waiting
@@ -477,7 +468,7 @@ async fn overlap_recheck_suite(ledger: impl Ledger) {
 }
 
 /// Settling without running; retention expiry.
-async fn settle_suite(ledger: impl Ledger) {
+async fn settle_suite(ledger: impl Ledger + Inspect) {
     let occ = occurrence("set", 1);
     let settle = Settle {
         key: occ.key.clone(),
@@ -508,13 +499,13 @@ async fn settle_suite(ledger: impl Ledger) {
     };
     assert!(!ledger.settle(&running).await.unwrap().recorded);
     eventually(WAIT, "the record to expire after its retention", || async {
-        ledger.get(&occ.key).await.unwrap().is_none().then_some(())
+        ledger.inspect(&occ.key).await.is_none().then_some(())
     })
     .await;
 }
 
 async fn redis_ports(env: &TestEnv) -> (RedisLedger, RedisRunLog) {
-    let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+    let conn = cronq_redis::connect(&redis_url()).await.unwrap();
     let names = Names::new(&Namespace::new(&env.namespace).unwrap());
     let history = RedisRunLog::new(conn.clone(), &names, LONG);
     (RedisLedger::new(conn, names, history.clone()), history)
@@ -605,7 +596,7 @@ async fn runlog_suite(log: impl RunLog) {
 
 /// The run of an ended or settled record reaches the history in the same step, and only
 /// when the record changed: never for a fenced completion or a refused settle.
-async fn history_suite(ledger: impl Ledger, log: &dyn RunLog) {
+async fn history_suite(ledger: impl Ledger + Inspect, log: &dyn RunLog) {
     let c = claim("hist", 1, 1, Overlap::Allow, LONG);
     let lease = claimed(&ledger, &c).await;
     let stranger = Lease {
@@ -699,7 +690,7 @@ async fn runlog_memory() {
 #[tokio::test]
 async fn runlog_redis() {
     scoped("runlog_redis", |env| async move {
-        let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+        let conn = cronq_redis::connect(&redis_url()).await.unwrap();
         let names = Names::new(&Namespace::new(&env.namespace).unwrap());
         runlog_suite(RedisRunLog::new(conn, &names, LONG)).await;
     })
@@ -714,7 +705,7 @@ async fn runlog_redis() {
 async fn ledger_redis_records_stay_compact() {
     scoped("ledger_redis_records_stay_compact", |env| async move {
         let ledger = redis_ledger(&env).await;
-        let mut conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+        let mut conn = cronq_redis::connect(&redis_url()).await.unwrap();
         let names = Names::new(&Namespace::new(&env.namespace).unwrap());
         let c = claim("compact", 1, 1, Overlap::Allow, LONG);
         let key = c.key.to_string();
@@ -792,7 +783,7 @@ async fn ledger_redis_records_stay_compact() {
 async fn ledger_redis_reaps_a_claim_stored_by_an_older_consumer() {
     scoped("ledger_redis_reaps_old_claim", |env| async move {
         let ledger = redis_ledger(&env).await;
-        let mut conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+        let mut conn = cronq_redis::connect(&redis_url()).await.unwrap();
         let names = Names::new(&Namespace::new(&env.namespace).unwrap());
         let c = claim("upgrade", 1, 1, Overlap::Allow, LONG);
         let key = c.key.to_string();

@@ -3,13 +3,15 @@
 
 #![allow(dead_code)]
 
+pub mod inspect;
+
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cronq_shared::broker::topology;
+use cronq_rabbitmq::topology;
 use cronq_shared::names::{Names, Namespace, QueueName};
 
 pub const AMQP_URL_DEFAULT: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
