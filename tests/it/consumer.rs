@@ -1173,21 +1173,33 @@ max_attempts = 1
             }
         }
     });
-    fleet.start("c1", handlers, 2).await;
+    fleet.start("c1", handlers, 1).await;
     fleet.publish([occurrence("work", 1)]).await;
     let runs = fleet.settled("work", 1).await;
     assert_eq!(runs[0].outcome, Outcome::Failed);
     let mut replay = occurrence("work", 1);
     replay.trigger = cronq_shared::message::Trigger::Replay;
+    // Not admitted: a failed occurrence is final, the replay is acked without running. One
+    // consumer with concurrency 1 takes them in order, so once work@2 ran, the replay was
+    // looked at.
+    fleet.publish([replay.clone(), occurrence("work", 2)]).await;
+    fleet.settled("work", 2).await;
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+    // `cronq dlq replay` admits it first (one ledger operation), then publishes attempt 1.
+    assert_eq!(
+        fleet.ledger.admit_replay(&replay.key).await.unwrap(),
+        Some(cronq_shared::ledger::State::Failed)
+    );
     fleet.publish([replay.clone()]).await;
-    let runs = fleet.settled("work", 2).await;
+    let runs = fleet.settled("work", 3).await;
+    assert_eq!(runs[0].key, replay.key, "{runs:?}");
     assert_eq!(runs[0].outcome, Outcome::Succeeded, "{runs:?}");
-    assert_eq!(runs[0].attempt, 2);
+    assert_eq!(runs[0].attempt, 1);
     // Succeeded is final: neither a schedule duplicate nor another replay runs it again.
     fleet.publish([occurrence("work", 1), replay]).await;
-    fleet.publish([occurrence("work", 2)]).await;
-    fleet.settled("work", 3).await;
-    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
+    fleet.publish([occurrence("work", 3)]).await;
+    fleet.settled("work", 4).await;
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 4);
     fleet.stop().await;
 }
 

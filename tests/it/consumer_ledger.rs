@@ -153,15 +153,31 @@ async fn attempts_suite(ledger: impl Ledger + Inspect) {
     }
     let record = ledger.inspect(&first.key).await.unwrap();
     assert_eq!((record.state, record.attempt), (State::Failed, 2));
-    // A dead-letter replay (a higher attempt) may run a failed occurrence again.
-    assert!(matches!(
-        ledger.claim(&retry).await.unwrap(),
-        ClaimOutcome::Duplicate {
-            state: State::Failed,
-            attempt: 2
-        }
-    ));
-    let replay = claim("att", 1, 3, Overlap::Allow, LONG);
+    // Failed is terminal, whatever attempt comes; a dead-letter replay is admitted first,
+    // and then its attempt 1 runs the occurrence again, once.
+    for attempt in [2, 3] {
+        assert!(matches!(
+            ledger
+                .claim(&claim("att", 1, attempt, Overlap::Allow, LONG))
+                .await
+                .unwrap(),
+            ClaimOutcome::Duplicate {
+                state: State::Failed,
+                attempt: 2
+            }
+        ));
+    }
+    let missing = occurrence("att", 9).key;
+    assert_eq!(ledger.admit_replay(&missing).await.unwrap(), None);
+    assert_eq!(
+        ledger.admit_replay(&first.key).await.unwrap(),
+        Some(State::Failed)
+    );
+    assert_eq!(
+        ledger.inspect(&first.key).await.unwrap().state,
+        State::Retrying
+    );
+    let replay = claim("att", 1, 1, Overlap::Allow, LONG);
     match ledger.claim(&replay).await.unwrap() {
         ClaimOutcome::Claimed { lease, takeover } => {
             assert!(!takeover);
@@ -175,6 +191,11 @@ async fn attempts_suite(ledger: impl Ledger + Inspect) {
         }
         other => panic!("replay not claimed: {other:?}"),
     }
+    // Succeeded is never admitted again.
+    assert_eq!(
+        ledger.admit_replay(&first.key).await.unwrap(),
+        Some(State::Succeeded)
+    );
     let replay_again = claim("att", 1, 4, Overlap::Allow, LONG);
     assert!(matches!(
         ledger.claim(&replay_again).await.unwrap(),
