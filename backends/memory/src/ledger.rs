@@ -1,5 +1,5 @@
 //! The ledger in process memory, for `cronq standalone` and fast tests. Same rules as the
-//! Lua scripts of [`super::redis`], one mutex around the whole state (never held across an
+//! Lua scripts of `cronq-redis`, one mutex around the whole state (never held across an
 //! await), times from a monotonic clock. Runs of ended records go to a [`MemoryRunLog`],
 //! under the same lock.
 
