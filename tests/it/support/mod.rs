@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod deployment;
+pub mod history;
 pub mod nodes;
 
 use std::future::Future;
