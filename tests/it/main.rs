@@ -14,6 +14,7 @@ mod consumer_process;
 mod leader;
 mod ops;
 mod ops_replay;
+mod overlap;
 mod producer;
 mod producer_behaviour;
 mod standalone;
