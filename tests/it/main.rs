@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod broker;
+mod broker_restart;
 mod cli_config;
 mod cli_next;
 mod consumer;
