@@ -8,7 +8,7 @@
 //! ```
 //!
 //! Handlers may run more than once for one occurrence (a consumer that dies mid-run is
-//! replaced after its lease, SPEC G3): keep them idempotent, e.g. keyed by `occ.key`.
+//! replaced after its lease, see the README's guarantees): keep them idempotent, e.g. keyed by `occ.key`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use cronq_consumer::{Consumer, Options};
 use cronq_shared::config::Config;
-use cronq_shared::connect::{DEFAULT_AMQP_URL, DEFAULT_REDIS_URL, Endpoints};
+use cronq_shared::endpoints::{DEFAULT_AMQP_URL, DEFAULT_REDIS_URL, Endpoints};
 use cronq_shared::message::Occurrence;
 use cronq_shared::names::{JobName, Namespace};
 use tokio_util::sync::CancellationToken;
@@ -57,7 +57,16 @@ async fn main() -> anyhow::Result<()> {
         redis_url: env("CRONQ_REDIS_URL", DEFAULT_REDIS_URL),
         namespace: Namespace::new(env("CRONQ_NAMESPACE", "cronq")).context("CRONQ_NAMESPACE")?,
     };
-    let mut consumer = Consumer::connect(config, &endpoints, Options::default()).await?;
+    // The fleet's backends: RabbitMQ for the queue, Redis for the idempotency records.
+    let stores = cronq_backends::stores(&endpoints, config.longest_retention(), None).await?;
+    let broker = cronq_backends::broker(&endpoints).await?;
+    let mut consumer = Consumer::new(
+        config,
+        std::sync::Arc::new(broker),
+        stores.ledger,
+        stores.runlog,
+        Options::default(),
+    );
     consumer.register(JobName::new("greet")?, greet);
 
     let shutdown = CancellationToken::new();

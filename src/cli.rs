@@ -19,11 +19,11 @@ pub struct Cli {
     pub log_format: LogFormat,
 
     /// RabbitMQ URL (amqp:// or amqps://).
-    #[arg(long, global = true, env = "CRONQ_AMQP_URL", default_value = cronq_shared::connect::DEFAULT_AMQP_URL, hide_env_values = true, hide_default_value = true)]
+    #[arg(long, global = true, env = "CRONQ_AMQP_URL", default_value = cronq_shared::endpoints::DEFAULT_AMQP_URL, hide_env_values = true, hide_default_value = true)]
     pub amqp_url: String,
 
     /// Redis URL (redis:// or rediss://).
-    #[arg(long, global = true, env = "CRONQ_REDIS_URL", default_value = cronq_shared::connect::DEFAULT_REDIS_URL, hide_env_values = true, hide_default_value = true)]
+    #[arg(long, global = true, env = "CRONQ_REDIS_URL", default_value = cronq_shared::endpoints::DEFAULT_REDIS_URL, hide_env_values = true, hide_default_value = true)]
     pub redis_url: String,
 
     /// Prefix of every exchange, queue and Redis key: [a-z0-9_.-]{1,64}.

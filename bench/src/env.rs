@@ -7,8 +7,8 @@
 use std::sync::Mutex;
 
 use anyhow::Context as _;
-use cronq_shared::broker::topology;
-use cronq_shared::connect::{self, DEFAULT_AMQP_URL, DEFAULT_REDIS_URL, Endpoints};
+use cronq_rabbitmq::topology;
+use cronq_shared::endpoints::{DEFAULT_AMQP_URL, DEFAULT_REDIS_URL, Endpoints};
 use cronq_shared::names::{Names, Namespace, QueueName};
 use lapin::{Connection, ConnectionProperties};
 
@@ -90,7 +90,7 @@ impl BenchEnv {
 
     async fn cleanup_inner(&self) -> anyhow::Result<()> {
         let names = self.names();
-        let mut conn = connect::redis(&self.endpoints.redis_url).await?;
+        let mut conn = cronq_redis::connect(&self.endpoints.redis_url).await?;
         let pattern = names.redis_pattern();
         let mut cursor: u64 = 0;
         loop {

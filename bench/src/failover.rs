@@ -23,17 +23,17 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use chrono::{DateTime, Utc};
+use cronq_rabbitmq::AmqpBroker;
 use cronq_shared::broker::Broker as _;
-use cronq_shared::broker::amqp::AmqpBroker;
 use cronq_shared::config::Overlap;
-use cronq_shared::connect;
+
+use cronq_redis::RedisLease;
+use cronq_redis::RedisLedger;
+use cronq_redis::RedisRunLog;
 use cronq_shared::lease::Lease as _;
-use cronq_shared::lease::redis::RedisLease;
-use cronq_shared::ledger::redis::RedisLedger;
 use cronq_shared::ledger::{Claim, ClaimOutcome, End, Ledger as _, State};
 use cronq_shared::message::Occurrence;
 use cronq_shared::names::QueueName;
-use cronq_shared::runlog::RedisRunLog;
 use tokio::process::Child;
 use tokio_util::sync::CancellationToken;
 
@@ -167,7 +167,10 @@ async fn measure(
         .declare(&[queue.clone()].into_iter().collect())
         .await?;
     broker.close().await;
-    let lease = RedisLease::new(connect::redis(&env.endpoints.redis_url).await?, &names);
+    let lease = RedisLease::new(
+        cronq_redis::connect(&env.endpoints.redis_url).await?,
+        &names,
+    );
 
     let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
     let token = CancellationToken::new();
@@ -257,7 +260,7 @@ async fn run_through_ledger(
     queue: &QueueName,
     seen: &[Seen],
 ) -> anyhow::Result<usize> {
-    let conn = connect::redis(&env.endpoints.redis_url).await?;
+    let conn = cronq_redis::connect(&env.endpoints.redis_url).await?;
     let names = env.names();
     let history = RedisRunLog::new(conn.clone(), &names, Duration::from_secs(3600));
     let ledger = RedisLedger::new(conn, names, history);
@@ -273,6 +276,9 @@ async fn run_through_ledger(
             lease: Duration::from_secs(30),
             retention: Duration::from_secs(3600),
             body: occ.encode(),
+            scheduled_at: occ.scheduled_at,
+            recheck: Duration::from_secs(60),
+            consumer: "bench".to_owned(),
         };
         if let ClaimOutcome::Claimed { lease, .. } = ledger.claim(&claim).await? {
             *runs.entry(occ.key.to_string()).or_default() += 1;

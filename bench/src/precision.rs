@@ -14,12 +14,12 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use chrono::{DurationRound as _, TimeDelta, Utc};
 use cronq_producer::{Producer, instance_id};
+use cronq_rabbitmq::AmqpBroker;
 use cronq_shared::broker::Broker as _;
-use cronq_shared::broker::amqp::AmqpBroker;
 use cronq_shared::config::Config;
-use cronq_shared::connect;
+
+use cronq_redis::RedisLease;
 use cronq_shared::control::Control;
-use cronq_shared::lease::redis::RedisLease;
 use futures_util::future::join_all;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -205,9 +205,9 @@ async fn measure(
     }
     let broker = AmqpBroker::connect(&env.endpoints.amqp_url, names.clone()).await?;
     broker.declare(&queues).await?;
-    let redis = connect::redis(&env.endpoints.redis_url).await?;
+    let redis = cronq_redis::connect(&env.endpoints.redis_url).await?;
     let lease = RedisLease::new(redis.clone(), &names);
-    let control = Control::redis(redis, &names);
+    let control = Control::new(cronq_redis::RedisControl::new(redis, &names));
     let (_config_tx, config_rx) = watch::channel(Arc::new(config));
 
     let token = CancellationToken::new();

@@ -22,7 +22,7 @@ use anyhow::{Context as _, bail};
 use chrono::{DateTime, TimeDelta, Utc};
 use cronq_consumer::{Consumer, Options};
 use cronq_producer::planner;
-use cronq_shared::broker::amqp::AmqpBroker;
+use cronq_rabbitmq::AmqpBroker;
 use cronq_shared::broker::{Broker as _, Outgoing};
 use cronq_shared::config::Config;
 use cronq_shared::message::Trigger;
@@ -300,9 +300,19 @@ async fn measure(env: &BenchEnv, args: &ThroughputArgs) -> anyhow::Result<Measur
             consumer_id: format!("bench-consumer-{i}"),
             ..Options::default()
         };
-        let mut consumer = Consumer::connect(config.clone(), &env.endpoints, options)
+        let stores = cronq_backends::stores(&env.endpoints, config.longest_retention(), None)
             .await
             .context("while starting a consumer")?;
+        let broker = cronq_backends::broker(&env.endpoints)
+            .await
+            .context("while starting a consumer")?;
+        let mut consumer = Consumer::new(
+            config.clone(),
+            Arc::new(broker),
+            stores.ledger,
+            stores.runlog,
+            options,
+        );
         for job in &config.jobs {
             let executed = Arc::clone(&executed);
             consumer.register(job.name.clone(), move |_occ, _token| {

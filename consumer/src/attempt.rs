@@ -42,8 +42,11 @@ fn panic_message(err: tokio::task::JoinError) -> String {
 pub(crate) struct Supervision<'a> {
     pub(crate) ledger: &'a dyn Ledger,
     pub(crate) lease: &'a Lease,
-    /// Execution lease length; heartbeats every third of it.
+    /// Execution lease length.
     pub(crate) lease_for: Duration,
+    /// Heartbeat period: a third of the lease, shorter for a job that a newer occurrence
+    /// may replace (the heartbeat is where a replace request is read).
+    pub(crate) beat: Duration,
     /// The job's per-attempt timeout.
     pub(crate) timeout: Duration,
     /// Cancelled when the shutdown grace is over.
@@ -55,7 +58,7 @@ pub(crate) async fn supervise(runner: Runner, occ: Occurrence, sup: Supervision<
     let (job, key) = (occ.job.clone(), occ.key.clone());
     let token = CancellationToken::new();
     let mut task = AbortOnDrop(tokio::spawn(runner.run(occ, sup.timeout, token.clone())));
-    let every = (sup.lease_for / 3).max(Duration::from_millis(50));
+    let every = sup.beat.max(Duration::from_millis(50));
     let mut beat = tokio::time::interval_at(Instant::now() + every, every);
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut renewed = Instant::now();
@@ -68,13 +71,14 @@ pub(crate) async fn supervise(runner: Runner, occ: Occurrence, sup: Supervision<
     let request =
         |stop: &mut Option<Stop>, why: Stop, kill: std::pin::Pin<&mut tokio::time::Sleep>| {
             // `Lost` overrides any earlier reason: nothing may be recorded for this attempt.
-            if stop.is_none() || (why == Stop::Lost && *stop != Some(Stop::Lost)) {
+            let lost = why == Stop::Lost;
+            if stop.is_none() || (lost && *stop != Some(Stop::Lost)) {
                 if stop.is_none() {
                     kill.reset(Instant::now() + ABORT_AFTER);
                 }
+                tracing::info!(job = %job, key = %key, reason = ?why, "stopping attempt");
                 *stop = Some(why);
                 token.cancel();
-                tracing::info!(job = %job, key = %key, reason = ?why, "stopping attempt");
             }
         };
     let joined = loop {
@@ -93,9 +97,9 @@ pub(crate) async fn supervise(runner: Runner, occ: Occurrence, sup: Supervision<
             }
             _ = beat.tick() => match sup.ledger.heartbeat(sup.lease, sup.lease_for).await {
                 Ok(Heartbeat::Held) => renewed = Instant::now(),
-                Ok(Heartbeat::CancelRequested) => {
+                Ok(Heartbeat::CancelRequested { by }) => {
                     renewed = Instant::now();
-                    request(&mut stop, Stop::Replaced, kill.as_mut());
+                    request(&mut stop, Stop::Replaced { by }, kill.as_mut());
                 }
                 Ok(Heartbeat::Lost) => request(&mut stop, Stop::Lost, kill.as_mut()),
                 Err(err) => {
@@ -112,7 +116,7 @@ pub(crate) async fn supervise(runner: Runner, occ: Occurrence, sup: Supervision<
         (Ok(res), None) => Ending::Returned(res),
         (Ok(res), Some(why)) => Ending::Stopped(why, res.err()),
         (Err(err), Some(why)) if !err.is_panic() => Ending::Stopped(why, None),
-        (Err(err), Some(why @ (Stop::Lost | Stop::Replaced | Stop::Shutdown))) => {
+        (Err(err), Some(why @ (Stop::Lost | Stop::Replaced { .. } | Stop::Shutdown))) => {
             Ending::Stopped(why, Some(panic_message(err)))
         }
         (Err(err), _) => Ending::Panicked(panic_message(err)),

@@ -1,7 +1,6 @@
 //! The consumer's errors.
 
 use cronq_shared::broker::BrokerError;
-use cronq_shared::connect::StoreError;
 
 /// Why the consumer could not start or had to stop.
 #[derive(Debug, thiserror::Error)]
@@ -20,9 +19,6 @@ pub enum Error {
     /// The broker refused to declare or subscribe.
     #[error("cannot subscribe to the job queues")]
     Broker(#[source] BrokerError),
-    /// The idempotency store or run history could not be opened.
-    #[error("cannot connect to the idempotency store")]
-    Store(#[source] StoreError),
     /// The broker ended the subscription although no shutdown was asked for.
     #[error("the broker ended the subscription unexpectedly; restart the consumer")]
     SubscriptionEnded,

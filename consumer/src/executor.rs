@@ -58,12 +58,15 @@ pub fn admit<'c>(
 }
 
 /// Why an attempt was stopped before its handler returned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Stop {
     /// It ran past the job's `timeout`.
     Timeout(Duration),
     /// A newer occurrence replaced it (overlap `replace`).
-    Replaced,
+    Replaced {
+        /// The newer occurrence's key (empty when not known).
+        by: String,
+    },
     /// This consumer lost its claim (lease lapsed, key reaped).
     Lost,
     /// The consumer is shutting down and the grace period is over.
@@ -99,7 +102,10 @@ pub enum Verdict {
         error: String,
     },
     /// Record `cancelled` (replaced by a newer occurrence).
-    Cancelled,
+    Cancelled {
+        /// Why, for the record: `replaced by KEY`.
+        error: String,
+    },
     /// Release the claim and republish at once (shutdown).
     Interrupted,
     /// Record nothing: the claim is someone else's now.
@@ -128,7 +134,11 @@ pub fn classify(job: &Job, attempt: u32, ending: Ending) -> Verdict {
                 _ => base,
             }
         }
-        Ending::Stopped(Stop::Replaced, _) => return Verdict::Cancelled,
+        Ending::Stopped(Stop::Replaced { by }, _) => {
+            return Verdict::Cancelled {
+                error: replaced_by(&by),
+            };
+        }
         Ending::Stopped(Stop::Lost, _) => return Verdict::Lost,
         Ending::Stopped(Stop::Shutdown, _) => return Verdict::Interrupted,
     };
@@ -139,6 +149,15 @@ pub fn classify(job: &Job, attempt: u32, ending: Ending) -> Verdict {
             after: backoff(job.backoff, job.backoff_max, attempt),
             error,
         }
+    }
+}
+
+/// The error recorded for an occurrence of a `replace` job that a newer one, `by`, replaced.
+pub fn replaced_by(by: &str) -> String {
+    if by.is_empty() {
+        "replaced by a newer occurrence".to_owned()
+    } else {
+        format!("replaced by {by}")
     }
 }
 
@@ -232,8 +251,19 @@ schedule = "@every 1s"
             Verdict::Succeeded
         );
         assert_eq!(
-            classify(job, 1, Ending::Stopped(Stop::Replaced, None)),
-            Verdict::Cancelled
+            classify(
+                job,
+                1,
+                Ending::Stopped(
+                    Stop::Replaced {
+                        by: "a@2026-11-29T19:30:01Z".into()
+                    },
+                    None
+                )
+            ),
+            Verdict::Cancelled {
+                error: "replaced by a@2026-11-29T19:30:01Z".into()
+            }
         );
         assert_eq!(
             classify(job, 1, Ending::Stopped(Stop::Shutdown, None)),

@@ -11,9 +11,11 @@
 //! - `handler`: `command` (own process group, killed as a whole) and `http`; [`registry`]:
 //!   Rust handlers registered by job name by an embedding program.
 //! - `reaper`: republishes the stored message of a claim whose owner died.
+//! - [`replay`]: `cronq dlq replay`, dead letters sent back to run under their key.
 //!
-//! The idempotency records and job locks are [`cronq_shared::ledger`]; the run history is
-//! [`cronq_shared::runlog`].
+//! The consumer runs on the port traits of `cronq-shared` ([`cronq_shared::broker`],
+//! [`cronq_shared::ledger`], [`cronq_shared::runlog`]); `cronq-backends` connects the real
+//! ones.
 //!
 //! ```no_run
 //! # async fn demo(consumer: &mut cronq_consumer::Consumer) -> Result<(), Box<dyn std::error::Error>> {
@@ -32,6 +34,7 @@ pub mod executor;
 mod handler;
 mod reaper;
 pub mod registry;
+pub mod replay;
 pub mod service;
 mod telemetry;
 mod worker;

@@ -1,7 +1,9 @@
 //! The reaper: runs in every consumer and periodically takes over claims whose owner
-//! stopped renewing its lease (crashed, partitioned) or whose follow-up message (retry,
-//! release) was never claimed, and republishes the stored message: same key, same attempt
-//! (G3, at-least-once).
+//! stopped renewing its lease (crashed, partitioned), whose follow-up message (retry,
+//! release) was never claimed, or that wait behind an earlier occurrence of their job
+//! (overlap `queue`, `replace`) and have not started in time, and republishes the stored
+//! message: same key, same attempt (G3, at-least-once). Each log line says which of these
+//! it was ([`Republish`]).
 //!
 //! Two reapers never republish the same claim in the same hold period: taking it over and
 //! moving its due time forward is one atomic ledger operation ([`Ledger::reap`]). An owner
@@ -13,7 +15,7 @@ use std::time::Duration;
 
 use cronq_shared::broker::{Broker, Outgoing};
 use cronq_shared::config::Config;
-use cronq_shared::ledger::{Ledger, Orphan};
+use cronq_shared::ledger::{Ledger, Orphan, Republish};
 use cronq_shared::message::Occurrence;
 use cronq_shared::names::QueueName;
 use tokio_util::sync::CancellationToken;
@@ -48,7 +50,7 @@ impl Reaper {
             match self.ledger.reap(SWEEP_LIMIT, self.hold).await {
                 Ok(orphans) => {
                     for orphan in orphans {
-                        self.republish(orphan).await;
+                        republish(&*self.broker, &self.config, orphan).await;
                     }
                 }
                 Err(err) => {
@@ -57,35 +59,40 @@ impl Reaper {
             }
         }
     }
+}
 
-    async fn republish(&self, orphan: Orphan) {
-        let occ = match Occurrence::decode(&orphan.body) {
-            Ok(occ) => occ,
-            Err(err) => {
-                tracing::error!(key = %orphan.key, error = %err, "reaped record holds an unreadable message, dropping it");
-                return;
-            }
-        };
-        let queue = QueueName::new(&orphan.queue)
-            .ok()
-            .or_else(|| self.config.job(occ.job.as_str()).map(|j| j.queue.clone()));
-        let Some(queue) = queue else {
-            tracing::error!(job = %occ.job, key = %occ.key, "reaped record has no queue, dropping it");
+/// Publishes a stored message handed back by the ledger (reaped, or woken for its turn).
+pub(crate) async fn republish(broker: &dyn Broker, config: &Config, orphan: Orphan) {
+    let occ = match Occurrence::decode(&orphan.body) {
+        Ok(occ) => occ,
+        Err(err) => {
+            tracing::error!(key = %orphan.key, error = %err, "stored message is unreadable, dropping it");
             return;
-        };
-        let (job, key, attempt) = (occ.job.clone(), occ.key.clone(), occ.attempt);
-        let out = Outgoing {
-            queue,
-            occurrence: occ,
-            delay: Duration::ZERO,
-        };
-        match publish(&*self.broker, out).await {
-            Ok(()) => {
-                tracing::info!(job = %job, key = %key, attempt, "republished an occurrence whose owner stopped");
-            }
-            Err(err) => {
-                tracing::warn!(job = %job, key = %key, error = %err, "cannot republish a reaped occurrence; it is retried after the hold period");
-            }
+        }
+    };
+    let queue = QueueName::new(&orphan.queue)
+        .ok()
+        .or_else(|| config.job(occ.job.as_str()).map(|j| j.queue.clone()));
+    let Some(queue) = queue else {
+        tracing::error!(job = %occ.job, key = %occ.key, "stored message has no queue, dropping it");
+        return;
+    };
+    let (job, key, attempt) = (occ.job.clone(), occ.key.clone(), occ.attempt);
+    let out = Outgoing {
+        queue,
+        occurrence: occ,
+        delay: Duration::ZERO,
+    };
+    let why = orphan.why.describe();
+    match publish(broker, out).await {
+        Ok(()) if orphan.why == Republish::Turn => {
+            tracing::debug!(job = %job, key = %key, attempt, "published a waiting occurrence: its turn came");
+        }
+        Ok(()) => {
+            tracing::info!(job = %job, key = %key, attempt, reason = why, "republished a stored occurrence");
+        }
+        Err(err) => {
+            tracing::warn!(job = %job, key = %key, reason = why, error = %err, "cannot republish a stored occurrence; the reaper tries again later");
         }
     }
 }

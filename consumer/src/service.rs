@@ -1,7 +1,7 @@
 //! The consumer as a long-running part: subscribe, run deliveries under a concurrency bound,
 //! reap orphaned claims, and shut down gracefully.
 //!
-//! Shutdown (SPEC section 4): stop intake (cancel the subscription, requeue what was
+//! Shutdown (`docs/consumer.md`): stop intake (cancel the subscription, requeue what was
 //! prefetched but not started), let running attempts finish within the grace period, then
 //! stop the rest; each stopped attempt releases its claim and republishes its occurrence so
 //! it runs again at once elsewhere (the delivery was acked early, so redelivery cannot do it).
@@ -13,14 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cronq_shared::broker::Broker;
-use cronq_shared::broker::amqp::AmqpBroker;
 use cronq_shared::config::Config;
-use cronq_shared::connect::{self, Endpoints};
 use cronq_shared::ledger::Ledger;
-use cronq_shared::ledger::redis::RedisLedger;
 use cronq_shared::message::Occurrence;
 use cronq_shared::names::{JobName, QueueName};
-use cronq_shared::runlog::RedisRunLog;
 use cronq_shared::runlog::RunLog;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -170,39 +166,6 @@ impl Consumer {
     pub fn with_handlers(mut self, handlers: Handlers) -> Self {
         self.handlers = handlers;
         self
-    }
-
-    /// Connects to RabbitMQ and Redis at `endpoints` and builds a consumer on them.
-    ///
-    /// # Errors
-    /// [`Error::Connect`] or [`Error::Store`] when a service cannot be reached within
-    /// [`cronq_shared::connect::CONNECT_TIMEOUT`].
-    pub async fn connect(
-        config: Config,
-        endpoints: &Endpoints,
-        options: Options,
-    ) -> Result<Self, Error> {
-        let names = endpoints.names();
-        let broker = AmqpBroker::connect(&endpoints.amqp_url, names.clone())
-            .await
-            .map_err(Error::Connect)?;
-        let conn = connect::redis(&endpoints.redis_url)
-            .await
-            .map_err(Error::Store)?;
-        let retention = config
-            .jobs
-            .iter()
-            .map(|j| j.retention)
-            .max()
-            .unwrap_or(Duration::from_secs(7 * 24 * 3600));
-        let history = RedisRunLog::new(conn.clone(), &names, retention);
-        Ok(Self::new(
-            config,
-            Arc::new(broker),
-            Arc::new(RedisLedger::new(conn, names, history.clone())),
-            Arc::new(history),
-            options,
-        ))
     }
 
     /// The logical queues this consumer serves.

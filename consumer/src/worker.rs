@@ -1,11 +1,13 @@
 //! Processing one delivery, from decode to the recorded outcome.
 //!
-//! Order of a delivery's life (ack-early, SPEC section 4):
+//! Order of a delivery's life (ack-early, see `docs/consumer.md`):
 //! 1. [`executor::admit`]: malformed, unknown job, no handler → dead-letter, then ack.
 //! 2. Past its start deadline → `missed`, then ack.
 //! 3. [`Ledger::claim`] (idempotency + overlap, one atomic step): duplicate → ack without
-//!    running; busy → `skipped` (skip) or back to the broker with a short delay (queue,
-//!    replace); store unreachable → hold the delivery unacked and retry with backoff:
+//!    running; busy → `skipped` (skip); waiting (queue, replace) → recorded in the ledger
+//!    with its message, then acked: it is published again when its turn comes (or by the
+//!    reaper), never parked on a broker timer; superseded by a newer occurrence (replace) →
+//!    `cancelled`; store unreachable → hold the delivery unacked and retry with backoff:
 //!    nothing runs, nothing is acked.
 //! 4. Claimed: the message body is stored in the claim, so the delivery is acked at once.
 //!    The broker's `consumer_timeout` can then never close the channel under a long job, and
@@ -20,8 +22,10 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use cronq_shared::broker::{Broker, Delivery, Outgoing};
 use cronq_shared::config::{Config, Job, Overlap};
-use cronq_shared::ledger::{Claim, ClaimOutcome, End, FollowUp, Lease, Ledger, Settle, State};
-use cronq_shared::message::{Occurrence, Trigger};
+use cronq_shared::ledger::{
+    Claim, ClaimOutcome, End, Ended, FollowUp, Lease, Ledger, Settle, State,
+};
+use cronq_shared::message::Occurrence;
 use cronq_shared::runlog::{Outcome, Run, RunLog};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
@@ -30,12 +34,13 @@ use crate::attempt::{Supervision, supervise};
 use crate::dead_letter::{self, publish};
 use crate::executor::{self, Reject, Verdict};
 use crate::handler::Runner;
+use crate::reaper::republish;
 use crate::registry::Handlers;
 use crate::telemetry;
 
-/// How long an occurrence held back by overlap `queue`/`replace` waits broker-side before
-/// it is looked at again.
-pub(crate) const OVERLAP_RECHECK: Duration = Duration::from_secs(1);
+/// How often a running occurrence of a `replace` job renews its lease, and so learns that
+/// a newer occurrence asked it to stop: a replace takes effect within about this long.
+const REPLACE_BEAT: Duration = Duration::from_millis(250);
 
 /// First wait after the idempotency store failed; doubled up to [`STORE_BACKOFF_MAX`].
 const STORE_BACKOFF: Duration = Duration::from_millis(500);
@@ -103,7 +108,7 @@ impl Worker {
                 None => Err(Reject::NoHandler(job.name.clone())),
             },
         );
-        let (mut occ, job, runner) = match admitted {
+        let (occ, job, runner) = match admitted {
             Ok(x) => x,
             Err(reject) => return self.reject(&d, &reject).await,
         };
@@ -120,7 +125,7 @@ impl Worker {
                 .await;
         }
         let overlap = executor::effective_overlap(job.overlap, occ.trigger);
-        let mut claim = Claim {
+        let claim = Claim {
             key: occ.key.clone(),
             job: occ.job.clone(),
             queue: job.queue.clone(),
@@ -129,27 +134,13 @@ impl Worker {
             lease: self.lease,
             retention: job.retention,
             body: d.body.clone(),
+            scheduled_at: occ.scheduled_at,
+            recheck: self.recheck(&occ, job),
+            consumer: self.consumer_id.clone(),
         };
-        let Some(mut claimed) = self.claim(&claim, &d, &shutdown).await else {
+        let Some(claimed) = self.claim(&claim, &d, &shutdown).await else {
             return;
         };
-        // A dead-letter replay of a failed occurrence runs as its next attempt, whatever
-        // attempt the replaying tool wrote (the ledger admits only higher attempts).
-        if let ClaimOutcome::Duplicate {
-            state: State::Failed,
-            attempt,
-        } = claimed
-            && occ.trigger == Trigger::Replay
-            && occ.attempt <= attempt
-        {
-            occ.attempt = attempt + 1;
-            claim.attempt = occ.attempt;
-            claim.body = occ.encode();
-            let Some(again) = self.claim(&claim, &d, &shutdown).await else {
-                return;
-            };
-            claimed = again;
-        }
         match claimed {
             ClaimOutcome::Duplicate { state, attempt } => {
                 tracing::debug!(job = %occ.job, key = %occ.key, attempt = occ.attempt, state = %state, recorded_attempt = attempt, "duplicate delivery acked without running");
@@ -157,14 +148,21 @@ impl Worker {
                 ack(&d, occ.job.as_str()).await;
             }
             ClaimOutcome::Busy { holder } => {
-                if overlap == Overlap::Skip {
-                    let why = format!("{holder} was still running");
-                    self.settle(&d, &occ, job, State::Skipped, why, &shutdown)
-                        .await;
-                } else {
-                    tracing::debug!(job = %occ.job, key = %occ.key, holder = %holder, "held back until the earlier occurrence ends");
-                    self.hold_back(&d, &occ).await;
+                let why = format!("{holder} was still running");
+                self.settle(&d, &occ, job, State::Skipped, why, &shutdown)
+                    .await;
+            }
+            ClaimOutcome::Waiting { holder, woken } => {
+                tracing::debug!(job = %occ.job, key = %occ.key, holder = %holder, "waiting until the earlier occurrence ends");
+                ack(&d, occ.job.as_str()).await;
+                if let Some(woken) = woken {
+                    republish(&*self.broker, &config, woken).await;
                 }
+            }
+            ClaimOutcome::Superseded { by } => {
+                let why = executor::replaced_by(&by);
+                self.settle(&d, &occ, job, State::Cancelled, why, &shutdown)
+                    .await;
             }
             ClaimOutcome::Claimed { lease, takeover } => {
                 if takeover {
@@ -223,7 +221,16 @@ impl Worker {
         }
     }
 
-    /// Records `state` (missed, skipped) without running, then acks.
+    /// How long a waiting occurrence is left alone before the reaper republishes it to look
+    /// again: the hold period, or less so that it is found `missed` soon after its deadline.
+    fn recheck(&self, occ: &Occurrence, job: &Job) -> Duration {
+        let until_deadline = start_deadline(occ, job)
+            .filter(|_| occ.attempt <= 1)
+            .and_then(|d| (d - Utc::now()).to_std().ok());
+        until_deadline.map_or(self.hold, |d| d.min(self.hold))
+    }
+
+    /// Records `state` (missed, skipped, cancelled) without running, then acks.
     async fn settle(
         &self,
         d: &Delivery,
@@ -233,10 +240,10 @@ impl Worker {
         why: String,
         shutdown: &CancellationToken,
     ) {
-        let outcome = if state == State::Missed {
-            Outcome::Missed
-        } else {
-            Outcome::Skipped
+        let outcome = match state {
+            State::Missed => Outcome::Missed,
+            State::Cancelled => Outcome::Cancelled,
+            _ => Outcome::Skipped,
         };
         let settle = Settle {
             key: occ.key.clone(),
@@ -248,12 +255,20 @@ impl Worker {
             run: Some(self.run(occ, Utc::now(), Duration::ZERO, outcome, Some(why.clone()))),
         };
         match self.ledger.settle(&settle).await {
-            Ok(true) => {
+            Ok(Ended {
+                recorded: true,
+                woken,
+            }) => {
                 tracing::info!(job = %occ.job, key = %occ.key, outcome = %outcome, reason = %why, "occurrence not run");
                 telemetry::attempt(occ.job.as_str(), outcome.as_str());
                 ack(d, occ.job.as_str()).await;
+                if let Some(woken) = woken {
+                    republish(&*self.broker, &self.config, woken).await;
+                }
             }
-            Ok(false) => {
+            Ok(Ended {
+                recorded: false, ..
+            }) => {
                 telemetry::duplicate(occ.job.as_str());
                 ack(d, occ.job.as_str()).await;
             }
@@ -263,23 +278,6 @@ impl Worker {
                 shutdown
                     .run_until_cancelled(tokio::time::sleep(STORE_BACKOFF))
                     .await;
-            }
-        }
-    }
-
-    /// Sends the occurrence back through a broker-side delay (overlap queue/replace): the
-    /// delivery is never held while waiting.
-    async fn hold_back(&self, d: &Delivery, occ: &Occurrence) {
-        let out = Outgoing {
-            queue: d.queue.clone(),
-            occurrence: occ.clone(),
-            delay: OVERLAP_RECHECK,
-        };
-        match self.broker.publish(&[out]).await {
-            Ok(()) => ack(d, occ.job.as_str()).await,
-            Err(err) => {
-                tracing::warn!(job = %occ.job, key = %occ.key, error = %err, "cannot hold the occurrence back: requeueing");
-                requeue(d).await;
             }
         }
     }
@@ -295,10 +293,16 @@ impl Worker {
         let started_at = Utc::now();
         let t0 = Instant::now();
         tracing::debug!(job = %occ.job, key = %occ.key, attempt = occ.attempt, "attempt started");
+        let beat = if job.overlap == Overlap::Replace {
+            REPLACE_BEAT.min(self.lease / 3)
+        } else {
+            self.lease / 3
+        };
         let sup = Supervision {
             ledger: &*self.ledger,
             lease: &lease,
             lease_for: self.lease,
+            beat,
             timeout: job.timeout,
             abort,
         };
@@ -419,8 +423,7 @@ impl Worker {
                     .await;
                 (done, Outcome::Failed, Some(error))
             }
-            Verdict::Cancelled => {
-                let why = "replaced by a newer occurrence".to_owned();
+            Verdict::Cancelled { error: why } => {
                 let done = self
                     .complete(
                         lease,
@@ -485,14 +488,20 @@ impl Worker {
         (outcome, error, recorded)
     }
 
-    /// Records an attempt's end, retrying while the store is unreachable. `Some(false)`
-    /// when fenced, `None` when the store stayed unreachable (the lease then lapses and the
-    /// reaper hands the occurrence to another consumer).
+    /// Records an attempt's end, retrying while the store is unreachable, and publishes the
+    /// waiter whose turn it is now. `Some(false)` when fenced, `None` when the store stayed
+    /// unreachable (the lease then lapses and the reaper hands the occurrence to another
+    /// consumer).
     async fn complete(&self, lease: &Lease, end: &End) -> Option<bool> {
         let mut delays = COMPLETE_BACKOFF.iter();
         loop {
             match self.ledger.complete(lease, end).await {
-                Ok(done) => return Some(done),
+                Ok(Ended { recorded, woken }) => {
+                    if let Some(woken) = woken {
+                        republish(&*self.broker, &self.config, woken).await;
+                    }
+                    return Some(recorded);
+                }
                 Err(err) => match delays.next() {
                     Some(d) => {
                         tracing::warn!(job = %lease.job, key = %lease.key, error = %err, "cannot record the attempt's end, retrying");

@@ -11,12 +11,7 @@
 //! after what they asked for was published, so a leader crash re-publishes (under the same
 //! key, deduplicated by consumers) rather than loses them.
 //!
-//! Redis layout (all under the namespace): `NS:cursor` (hash job -> unix ms),
-//! `NS:paused` (hash job -> JSON [`Pause`]), `NS:requests` (hash id -> JSON [`Request`]);
-//! the lease is `NS:leader` with its epoch counter `NS:leader:epoch` ([`crate::lease`]).
-
-mod memory;
-mod redis;
+//! Implementations: `cronq-redis` (`RedisControl`) and `cronq-memory` (`MemoryControl`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Deref;
@@ -26,12 +21,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-pub use self::memory::MemoryControl;
-pub use self::redis::RedisControl;
 use crate::key::{OccurrenceKey, Slot};
 use crate::lease::Term;
-use crate::lease::memory::MemoryLease;
-use crate::names::{JobName, Names};
+use crate::names::JobName;
+use crate::store::Source;
 
 /// Why a job is paused.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,14 +94,16 @@ impl Commit {
 /// The control store failed or refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
-    /// A Redis command failed (connection lost, timeout, …).
-    #[error("control store {op} failed in Redis: check that Redis is reachable")]
-    Redis {
+    /// A store command failed (connection lost, timeout, …).
+    #[error("control store {op} failed in {store}: check that {store} is reachable")]
+    Store {
+        /// Which store (`Redis`).
+        store: &'static str,
         /// Which operation.
         op: &'static str,
         /// Why.
         #[source]
-        source: ::redis::RedisError,
+        source: Source,
     },
     /// A stored record could not be read back.
     #[error("control record {field:?} under {key} is unreadable: delete it")]
@@ -151,7 +146,7 @@ pub trait ControlStore: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`ControlError::NotLeader`] when `term` was replaced or its lease expired (nothing
-    /// written); [`ControlError::Redis`] when the store cannot be reached (unknown).
+    /// written); [`ControlError::Store`] when the store cannot be reached (unknown).
     async fn commit(&self, term: &Term, commit: &Commit) -> Result<(), ControlError>;
 
     /// Pauses `job` (`Some`) or resumes it (`None`). Returns whether it was paused before.
@@ -204,16 +199,6 @@ impl Control {
         Self {
             store: Arc::new(store),
         }
-    }
-
-    /// The namespace's control store in Redis (use [`crate::connect::redis`]).
-    pub fn redis(conn: ::redis::aio::ConnectionManager, names: &Names) -> Self {
-        Self::new(RedisControl::new(conn, names))
-    }
-
-    /// An in-memory store fenced by `lease`.
-    pub fn memory(lease: &MemoryLease) -> Self {
-        Self::new(MemoryControl::new(lease))
     }
 
     /// Stops publishing `job` fleet-wide until [`Control::resume`]; occurrences meanwhile

@@ -1,29 +1,29 @@
-//! cronq's shared core.
+//! cronq's contract: what the producer, the consumer, the operations commands and every
+//! backend agree on. No I/O client lives here (no lapin, no redis); each backend technology
+//! implements the port traits in a crate of its own under `backends/`.
 //!
 //! - [`config`]: the TOML config, loaded and validated into one job table.
 //! - [`schedule`]: cron expressions and `@every`, DST-correct, in a job's zone.
 //! - [`key`] and [`message`]: the occurrence key `JOB@SCHEDULED_UTC` and the wire message.
-//! - [`names`]: validated names, and the only place broker and Redis names are formatted.
-//! - [`broker`]: the queue port (RabbitMQ and in-memory).
-//! - [`ledger`]: idempotency records and per-job overlap locks (Redis and in-memory).
-//! - [`runlog`]: the run history (Redis stream and in-memory).
-//! - [`connect`]: service endpoints and the Redis connection.
-//! - [`lease`]: the producer's leader lease (Redis and in-memory), with fencing epochs.
-//! - [`control`]: the producer's persistent state: cursors, pauses, trigger and backfill
-//!   requests (Redis and in-memory).
-//! - [`ops`]: operator actions across ports (dead-letter replay).
+//! - [`names`]: validated names, and the only place broker and store names are formatted.
+//! - [`endpoints`]: where the services are (`CRONQ_AMQP_URL`, `CRONQ_REDIS_URL`,
+//!   `CRONQ_NAMESPACE`).
 //! - [`redacted`]: URLs with credentials hidden, for logs and errors.
+//! - The ports, each a trait with its rules in its docs: [`broker`] (the queue),
+//!   [`ledger`] (idempotency records and overlap), [`runlog`] (the run history), [`lease`]
+//!   (the producer's leader lease) and [`control`] (cursors, pauses, requests); [`store`]
+//!   is the error the stores share.
 
 pub mod broker;
 pub mod config;
-pub mod connect;
 pub mod control;
+pub mod endpoints;
 pub mod key;
 pub mod lease;
 pub mod ledger;
 pub mod message;
 pub mod names;
-pub mod ops;
 pub mod redacted;
 pub mod runlog;
 pub mod schedule;
+pub mod store;

@@ -158,14 +158,10 @@ impl Names {
     }
 
     /// A delay queue whose messages expire after `delay` and dead-letter back to
-    /// [`Names::exchange`] with their original routing key.
+    /// [`Names::exchange`] with their original routing key. (The classic delay queues of
+    /// earlier versions were `ns.delay.<d>ms`: a quorum queue cannot take their name.)
     pub fn delay_queue(&self, delay: Duration) -> String {
-        format!("{}.delay.{}ms", self.ns, delay.as_millis())
-    }
-
-    /// The prefix of every delay queue, for clean-up.
-    pub fn delay_queue_prefix(&self) -> String {
-        format!("{}.delay.", self.ns)
+        format!("{}.delayed.{}ms", self.ns, delay.as_millis())
     }
 
     /// The durable headers exchange delayed messages are published to: it routes on the
@@ -215,7 +211,7 @@ mod tests {
         );
         assert_eq!(
             names.delay_queue(Duration::from_secs(10)),
-            "t-x.delay.10000ms"
+            "t-x.delayed.10000ms"
         );
         assert_eq!(names.redis_key(&["occ", "a@b"]), "t-x:occ:a@b");
         assert_eq!(

@@ -4,7 +4,6 @@
 
 use anyhow::Context as _;
 use chrono::{DateTime, TimeDelta, Utc};
-use cronq_shared::control::Control;
 use cronq_shared::schedule::Schedule;
 
 use super::{UsageError, lookup};
@@ -59,8 +58,8 @@ pub async fn run(cli: &Cli, args: &BackfillArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let endpoints = super::endpoints(cli)?;
-    let conn = lookup::redis(&endpoints).await?;
-    let control = Control::redis(conn.clone(), &endpoints.names());
+    let stores = lookup::stores(&endpoints, config.longest_retention()).await?;
+    let control = &stores.control;
     let id = control
         .request_backfill(&job.name, from, to)
         .await
@@ -71,7 +70,7 @@ pub async fn run(cli: &Cli, args: &BackfillArgs) -> anyhow::Result<()> {
         output::utc(from),
         output::utc(to)
     );
-    if let Some(note) = lookup::no_leader_note(&conn, &endpoints).await {
+    if let Some(note) = lookup::no_leader_note(&stores, &endpoints).await {
         eprintln!("{note}");
     }
     Ok(())

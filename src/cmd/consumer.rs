@@ -31,21 +31,32 @@ pub async fn run(cli: &Cli, args: &ConsumerArgs, root: CancellationToken) -> any
     }
     super::signals::cancel_on_signal(root.clone()).context("while installing signal handlers")?;
     let metrics = admin::install_metrics()?;
-    let consumer = Consumer::connect(config, &endpoints, options)
+    let stores = cronq_backends::stores(&endpoints, config.longest_retention(), None)
         .await
-        .context("while starting the consumer")?;
-    // Ready while Redis answers (the broker reconnects by itself and holds no state here).
-    let redis = cronq_shared::connect::redis(&endpoints.redis_url).await?;
+        .context("while starting the consumer: cannot connect to the idempotency store")?;
+    let broker = cronq_backends::broker(&endpoints)
+        .await
+        .context("while starting the consumer: cannot connect to the message broker")?;
+    // Ready while the store answers (the broker reconnects by itself and holds no state
+    // here): one read of the lease stands for a ping.
+    let lease = Arc::clone(&stores.lease);
     let ready: ReadyProbe = Arc::new(move || {
-        let mut conn = redis.clone();
+        let lease = Arc::clone(&lease);
         Box::pin(async move {
-            redis::cmd("PING")
-                .query_async::<String>(&mut conn)
+            lease
+                .holder()
                 .await
                 .map(|_| "consuming".to_owned())
                 .map_err(|e| format!("redis: {e}"))
         })
     });
+    let consumer = Consumer::new(
+        config,
+        Arc::new(broker),
+        stores.ledger,
+        stores.runlog,
+        options,
+    );
     let (served, ran) = tokio::join!(
         admin::serve(args.serve.admin_addr, metrics, ready, root.clone()),
         consumer.run(root.clone()),

@@ -1,10 +1,10 @@
 //! `cronq dlq list` and `cronq dlq replay`: glue over the broker's dead-letter queue and
-//! [`cronq_shared::ops::replay()`], which holds the replay rules.
+//! [`cronq_consumer::replay::replay()`], which holds the replay rules.
 
+use cronq_consumer::replay::{self, Plan, Selector};
 use cronq_shared::broker::{Broker as _, DeadLetter};
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::State;
-use cronq_shared::ops::{self, Plan, RedisResets, Selector};
 use serde_json::json;
 
 use super::{UsageError, lookup};
@@ -99,10 +99,9 @@ pub async fn replay(cli: &Cli, args: &ReplayArgs) -> anyhow::Result<()> {
         all: args.all,
     };
     let endpoints = super::endpoints(cli)?;
-    let conn = lookup::redis(&endpoints).await?;
+    let stores = lookup::stores(&endpoints, config.longest_retention()).await?;
     let broker = lookup::broker(&endpoints).await?;
-    let resets = RedisResets::new(conn, endpoints.names());
-    let report = ops::replay(&broker, &resets, &config, &selector, args.dry_run).await;
+    let report = replay::replay(&broker, &*stores.ledger, &config, &selector, args.dry_run).await;
     broker.close().await;
     let report = report?;
     let mut table = Table::new(&["KEY", "JOB", "REASON", "RESULT"]);

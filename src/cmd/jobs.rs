@@ -2,13 +2,11 @@
 //! UTC), pause flag (from the control store) and last outcome (from the run log).
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use anyhow::Context as _;
 use chrono::Utc;
-use cronq_shared::control::Control;
 use cronq_shared::names::JobName;
-use cronq_shared::runlog::{RedisRunLog, Run, RunLog};
+use cronq_shared::runlog::Run;
 use serde_json::json;
 
 use super::lookup;
@@ -18,9 +16,6 @@ use crate::output::{self, Table};
 /// How many of the newest runs are read at once to find each job's last outcome.
 const RECENT_RUNS: usize = 2_000;
 
-/// Only for trimming on write, which `jobs` never does.
-const UNUSED_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
-
 /// Prints each job's status as a table or one JSON document.
 ///
 /// # Errors
@@ -28,13 +23,13 @@ const UNUSED_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 pub async fn run(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
     let config = super::load_config(cli)?;
     let endpoints = super::endpoints(cli)?;
-    let conn = lookup::redis(&endpoints).await?;
-    let names = endpoints.names();
-    let paused = Control::redis(conn.clone(), &names)
+    let stores = lookup::stores(&endpoints, config.longest_retention()).await?;
+    let paused = stores
+        .control
         .paused()
         .await
         .context("while reading pause flags")?;
-    let log = RedisRunLog::new(conn, &names, UNUSED_RETENTION);
+    let log = &stores.runlog;
     let now = Utc::now();
     // One read of the recent history covers the jobs that ran lately; only the others
     // need a search of their own.

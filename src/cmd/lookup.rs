@@ -3,13 +3,13 @@
 
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
-use cronq_shared::broker::amqp::AmqpBroker;
+use std::time::Duration;
+
+use cronq_backends::Stores;
+use cronq_rabbitmq::AmqpBroker;
 use cronq_shared::config::{Config, Job, did_you_mean};
-use cronq_shared::connect::{self, Endpoints};
-use cronq_shared::lease::Lease as _;
-use cronq_shared::lease::redis::RedisLease;
+use cronq_shared::endpoints::Endpoints;
 use cronq_shared::names::JobName;
-use redis::aio::ConnectionManager;
 
 use super::UsageError;
 use crate::cli::Cli;
@@ -61,12 +61,13 @@ pub fn instant(flag: &str, text: &str) -> Result<DateTime<Utc>, UsageError> {
         })
 }
 
-/// A Redis connection (fails within 10 s, naming the redacted URL).
+/// The fleet's stores (fails within 10 s, naming the redacted URL); `retention` bounds
+/// the run history's trimming on write.
 ///
 /// # Errors
 /// When Redis cannot be reached.
-pub async fn redis(endpoints: &Endpoints) -> anyhow::Result<ConnectionManager> {
-    connect::redis(&endpoints.redis_url)
+pub async fn stores(endpoints: &Endpoints, retention: Duration) -> anyhow::Result<Stores> {
+    cronq_backends::stores(endpoints, retention, None)
         .await
         .context("while connecting to Redis")
 }
@@ -76,15 +77,14 @@ pub async fn redis(endpoints: &Endpoints) -> anyhow::Result<ConnectionManager> {
 /// # Errors
 /// When RabbitMQ cannot be reached.
 pub async fn broker(endpoints: &Endpoints) -> anyhow::Result<AmqpBroker> {
-    AmqpBroker::connect(&endpoints.amqp_url, endpoints.names())
+    cronq_backends::broker(endpoints)
         .await
         .context("while connecting to RabbitMQ")
 }
 
 /// A warning for stderr when no producer leads the namespace now (requests then wait).
-pub async fn no_leader_note(conn: &ConnectionManager, endpoints: &Endpoints) -> Option<String> {
-    let lease = RedisLease::new(conn.clone(), &endpoints.names());
-    match lease.holder().await {
+pub async fn no_leader_note(stores: &Stores, endpoints: &Endpoints) -> Option<String> {
+    match stores.lease.holder().await {
         Ok(Some(_)) => None,
         Ok(None) => Some(format!(
             "note: no producer leads namespace {:?} now; the request waits until one does (start `cronq producer`)",

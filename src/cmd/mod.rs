@@ -18,7 +18,7 @@ use std::path::Path;
 
 use anyhow::Context as _;
 use cronq_shared::config::{Config, ConfigError};
-use cronq_shared::connect::Endpoints;
+use cronq_shared::endpoints::Endpoints;
 use cronq_shared::names::Namespace;
 use tokio_util::sync::CancellationToken;
 

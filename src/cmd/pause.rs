@@ -2,7 +2,6 @@
 //! which every producer reads, so it holds fleet-wide and across failover.
 
 use anyhow::Context as _;
-use cronq_shared::control::Control;
 
 use super::lookup;
 use crate::cli::{Cli, JobArg, PauseArgs};
@@ -16,8 +15,8 @@ pub async fn pause(cli: &Cli, args: &PauseArgs) -> anyhow::Result<()> {
     let config = super::load_config(cli)?;
     let job = lookup::job(&config, &args.job)?;
     let endpoints = super::endpoints(cli)?;
-    let conn = lookup::redis(&endpoints).await?;
-    let control = Control::redis(conn, &endpoints.names());
+    let stores = lookup::stores(&endpoints, config.longest_retention()).await?;
+    let control = &stores.control;
     let pause = control
         .pause(&job.name, args.note.clone())
         .await
@@ -44,8 +43,8 @@ pub async fn resume(cli: &Cli, args: &JobArg) -> anyhow::Result<()> {
     let config = super::load_config(cli)?;
     let job = lookup::job(&config, &args.job)?;
     let endpoints = super::endpoints(cli)?;
-    let conn = lookup::redis(&endpoints).await?;
-    let control = Control::redis(conn, &endpoints.names());
+    let stores = lookup::stores(&endpoints, config.longest_retention()).await?;
+    let control = &stores.control;
     let was = control
         .resume(&job.name)
         .await

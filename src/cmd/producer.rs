@@ -5,11 +5,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use cronq_producer::{Producer, Reloader, instance_id};
-use cronq_shared::broker::amqp::AmqpBroker;
-use cronq_shared::connect;
-use cronq_shared::control::Control;
-use cronq_shared::lease::Lease as _;
-use cronq_shared::lease::redis::RedisLease;
+use cronq_shared::lease::Lease;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -31,15 +27,13 @@ pub async fn run(cli: &Cli, args: &ServeArgs, root: CancellationToken) -> anyhow
 
     let names = endpoints.names();
     let instance = instance_id();
-    let redis = connect::redis(&endpoints.redis_url)
+    // A client name lets an operator find this producer's connection in `CLIENT LIST`.
+    let client = format!("cronq-producer:{}:{instance}", names.namespace());
+    let stores = cronq_backends::stores(&endpoints, config.longest_retention(), Some(client))
         .await
         .context("while connecting to Redis")?;
-    // A client name lets an operator find this producer's connection in `CLIENT LIST`.
-    let lease = RedisLease::new(redis.clone(), &names)
-        .with_client_name(format!("cronq-producer:{}:{instance}", names.namespace()));
-    let control = Control::redis(redis, &names);
     let broker = Arc::new(
-        AmqpBroker::connect(&endpoints.amqp_url, names.clone())
+        cronq_backends::broker(&endpoints)
             .await
             .context("while connecting to RabbitMQ")?,
     );
@@ -50,7 +44,8 @@ pub async fn run(cli: &Cli, args: &ServeArgs, root: CancellationToken) -> anyhow
         "producer configured"
     );
 
-    let lease = Arc::new(lease);
+    let lease = stores.lease;
+    let control = stores.control;
     let ready = readiness(lease.clone(), instance.clone());
     let (reloader, config_rx) = Reloader::new(config, hangups);
     let producer =
@@ -65,7 +60,7 @@ pub async fn run(cli: &Cli, args: &ServeArgs, root: CancellationToken) -> anyhow
 }
 
 /// Ready while Redis answers the lease lookup; the detail says leader or standby.
-fn readiness(lease: Arc<RedisLease>, instance: String) -> ReadyProbe {
+fn readiness(lease: Arc<dyn Lease>, instance: String) -> ReadyProbe {
     Arc::new(move || {
         let (lease, instance) = (lease.clone(), instance.clone());
         Box::pin(async move {

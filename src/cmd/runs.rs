@@ -1,17 +1,13 @@
 //! `cronq runs`: the run history, newest first, from the run log in Redis.
 
-use std::time::Duration;
-
 use anyhow::Context as _;
-use cronq_shared::runlog::{RedisRunLog, Run, RunLog};
+use cronq_shared::config::DEFAULT_RETENTION;
+use cronq_shared::runlog::Run;
 use serde_json::json;
 
 use super::{UsageError, lookup};
 use crate::cli::{Cli, RunsArgs};
 use crate::output::{self, Table};
-
-/// Only for trimming on write, which `runs` never does.
-const UNUSED_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Prints up to `--limit` runs, newest first, as a table or one JSON document.
 ///
@@ -26,9 +22,10 @@ pub async fn run(cli: &Cli, args: &RunsArgs) -> anyhow::Result<()> {
         Some(name) => Some(lookup::job_filter(cli, name)?),
         None => None,
     };
-    let conn = lookup::redis(&endpoints).await?;
-    let log = RedisRunLog::new(conn, &endpoints.names(), UNUSED_RETENTION);
-    let runs = log
+    // `runs` never writes, so the retention (for trimming on write) does not matter.
+    let stores = lookup::stores(&endpoints, DEFAULT_RETENTION).await?;
+    let runs = stores
+        .runlog
         .list(job.as_ref(), args.limit)
         .await
         .context("while reading the run history")?;

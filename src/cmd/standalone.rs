@@ -7,11 +7,6 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use cronq_consumer::{Consumer, DEFAULT_LEASE, Options};
 use cronq_producer::{Producer, Reloader, instance_id};
-use cronq_shared::broker::memory::MemoryBroker;
-use cronq_shared::control::Control;
-use cronq_shared::lease::memory::MemoryLease;
-use cronq_shared::ledger::memory::MemoryLedger;
-use cronq_shared::runlog::MemoryRunLog;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, ReadyProbe};
@@ -31,9 +26,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
     let hangups = super::signals::hangups().context("while installing the SIGHUP handler")?;
     let metrics = admin::install_metrics()?;
 
-    let broker = MemoryBroker::new();
-    let lease = MemoryLease::new();
-    let control = Control::memory(&lease);
+    let (broker, stores) = cronq_backends::memory(MAX_RUNS);
     let instance = instance_id();
     let options = Options {
         queues: Vec::new(),
@@ -42,19 +35,18 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         lease: DEFAULT_LEASE,
         consumer_id: format!("standalone-{instance}"),
     };
-    let history = Arc::new(MemoryRunLog::new(MAX_RUNS));
     let consumer = Consumer::new(
         config.clone(),
         Arc::new(broker.clone()),
-        Arc::new(MemoryLedger::new(Arc::clone(&history))),
-        history,
+        stores.ledger,
+        stores.runlog,
         options,
     );
     let (reloader, config_rx) = Reloader::new(config, hangups);
     let producer = Producer::new(
         Arc::new(broker),
-        Arc::new(lease),
-        control,
+        stores.lease,
+        stores.control,
         config_rx,
         instance,
     )

@@ -2,7 +2,6 @@
 //! occurrence now, under a fresh key `JOB@manual-ID`, and print that key.
 
 use anyhow::Context as _;
-use cronq_shared::control::Control;
 
 use super::{UsageError, lookup};
 use crate::cli::{Cli, TriggerArgs};
@@ -23,14 +22,14 @@ pub async fn run(cli: &Cli, args: &TriggerArgs) -> anyhow::Result<()> {
         })?),
     };
     let endpoints = super::endpoints(cli)?;
-    let conn = lookup::redis(&endpoints).await?;
-    let control = Control::redis(conn.clone(), &endpoints.names());
+    let stores = lookup::stores(&endpoints, config.longest_retention()).await?;
+    let control = &stores.control;
     let key = control
         .request_trigger(&job.name, payload)
         .await
         .with_context(|| format!("while requesting a trigger of job {:?}", job.name.as_str()))?;
     println!("{key}");
-    if let Some(note) = lookup::no_leader_note(&conn, &endpoints).await {
+    if let Some(note) = lookup::no_leader_note(&stores, &endpoints).await {
         eprintln!("{note}");
     }
     Ok(())

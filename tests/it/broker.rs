@@ -8,7 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeZone, Utc};
-use cronq_shared::broker::memory::MemoryBroker;
+use cronq_memory::MemoryBroker;
 use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing};
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::message::{Occurrence, Trigger};
@@ -405,8 +405,8 @@ mod memory {
 mod amqp {
     use std::sync::{Arc, Mutex};
 
-    use cronq_shared::broker::amqp::AmqpBroker;
-    use cronq_shared::broker::topology::{DELIVERY_LIMIT, quantize_delay};
+    use cronq_rabbitmq::AmqpBroker;
+    use cronq_rabbitmq::topology::{DELIVERY_LIMIT, quantize_delay};
     use cronq_shared::names::{Names, Namespace};
     use lapin::options::BasicGetOptions;
     use lapin::types::AMQPValue;

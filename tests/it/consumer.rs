@@ -14,20 +14,23 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cronq_consumer::{Consumer, Handlers, Options};
-use cronq_shared::broker::amqp::AmqpBroker;
-use cronq_shared::broker::memory::MemoryBroker;
+use cronq_memory::MemoryBroker;
+use cronq_memory::MemoryLedger;
+use cronq_memory::MemoryRunLog;
+use cronq_rabbitmq::AmqpBroker;
+use cronq_redis::RedisLedger;
+use cronq_redis::RedisRunLog;
 use cronq_shared::broker::{Broker, Outgoing};
 use cronq_shared::config::Config;
 use cronq_shared::ledger::Ledger;
-use cronq_shared::ledger::memory::MemoryLedger;
-use cronq_shared::ledger::redis::RedisLedger;
 use cronq_shared::message::{Occurrence, Trigger};
 use cronq_shared::names::{JobName, Names, Namespace, QueueName};
-use cronq_shared::runlog::{MemoryRunLog, Outcome, RedisRunLog, Run, RunLog};
+use cronq_shared::runlog::{Outcome, Run, RunLog};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::occurrence;
+use crate::support::inspect::Inspect;
 use crate::support::{TestEnv, amqp_url, eventually, redis_url, scoped};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -88,7 +91,12 @@ enum Ports {
 }
 
 /// The three ports a consumer runs on.
-type PortSet = (Arc<dyn Broker>, Arc<dyn Ledger>, Arc<dyn RunLog>);
+type PortSet = (
+    Arc<dyn Broker>,
+    Arc<dyn Ledger>,
+    Arc<dyn Inspect>,
+    Arc<dyn RunLog>,
+);
 
 /// A running fleet of in-process consumers on one config, plus a publisher and readers.
 pub struct Fleet {
@@ -96,6 +104,8 @@ pub struct Fleet {
     pub names: Names,
     pub broker: Arc<dyn Broker>,
     pub ledger: Arc<dyn Ledger>,
+    /// The same ledger, to read its records.
+    pub records: Arc<dyn Inspect>,
     pub runlog: Arc<dyn RunLog>,
     ports: Ports,
     token: CancellationToken,
@@ -106,17 +116,14 @@ impl Fleet {
     pub async fn new(backend: Backend, env: &TestEnv, toml: &str) -> Self {
         let config = Config::from_toml(toml, Path::new("cronq.toml")).unwrap();
         let names = Names::new(&Namespace::new(&env.namespace).unwrap());
-        let (ports, (broker, ledger, runlog)): (_, PortSet) = match backend {
+        let (ports, (broker, ledger, records, runlog)): (_, PortSet) = match backend {
             Backend::Memory => {
                 let broker = MemoryBroker::new();
                 let history = Arc::new(MemoryRunLog::default());
+                let ledger = Arc::new(MemoryLedger::new(Arc::clone(&history)));
                 (
                     Ports::Memory(broker.clone()),
-                    (
-                        Arc::new(broker),
-                        Arc::new(MemoryLedger::new(Arc::clone(&history))),
-                        history,
-                    ),
+                    (Arc::new(broker), ledger.clone(), ledger, history),
                 )
             }
             Backend::Real => {
@@ -126,15 +133,12 @@ impl Fleet {
                 let broker = AmqpBroker::connect(&amqp_url(), names.clone())
                     .await
                     .unwrap();
-                let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+                let conn = cronq_redis::connect(&redis_url()).await.unwrap();
                 let history = RedisRunLog::new(conn.clone(), &names, Duration::from_secs(3600));
+                let ledger = Arc::new(RedisLedger::new(conn, names.clone(), history.clone()));
                 (
                     Ports::Real(broker.clone()),
-                    (
-                        Arc::new(broker),
-                        Arc::new(RedisLedger::new(conn, names.clone(), history.clone())),
-                        Arc::new(history),
-                    ),
+                    (Arc::new(broker), ledger.clone(), ledger, Arc::new(history)),
                 )
             }
         };
@@ -144,6 +148,7 @@ impl Fleet {
             names,
             broker,
             ledger,
+            records,
             runlog,
             ports,
             token: CancellationToken::new(),
@@ -175,26 +180,27 @@ impl Fleet {
         handlers: Handlers,
         ledger: Option<Arc<dyn Ledger>>,
     ) -> CancellationToken {
-        let (broker, own_ledger, runlog): PortSet = match &self.ports {
-            Ports::Memory(_) => (
-                self.broker.clone(),
-                self.ledger.clone(),
-                self.runlog.clone(),
-            ),
-            Ports::Real(_) => {
-                let broker = AmqpBroker::connect(&amqp_url(), self.names.clone())
-                    .await
-                    .unwrap();
-                let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
-                let history =
-                    RedisRunLog::new(conn.clone(), &self.names, Duration::from_secs(3600));
-                (
-                    Arc::new(broker),
-                    Arc::new(RedisLedger::new(conn, self.names.clone(), history.clone())),
-                    Arc::new(history),
-                )
-            }
-        };
+        let (broker, own_ledger, runlog): (Arc<dyn Broker>, Arc<dyn Ledger>, Arc<dyn RunLog>) =
+            match &self.ports {
+                Ports::Memory(_) => (
+                    self.broker.clone(),
+                    self.ledger.clone(),
+                    self.runlog.clone(),
+                ),
+                Ports::Real(_) => {
+                    let broker = AmqpBroker::connect(&amqp_url(), self.names.clone())
+                        .await
+                        .unwrap();
+                    let conn = cronq_redis::connect(&redis_url()).await.unwrap();
+                    let history =
+                        RedisRunLog::new(conn.clone(), &self.names, Duration::from_secs(3600));
+                    (
+                        Arc::new(broker),
+                        Arc::new(RedisLedger::new(conn, self.names.clone(), history.clone())),
+                        Arc::new(history),
+                    )
+                }
+            };
         let consumer = Consumer::new(
             self.config.clone(),
             broker,
@@ -683,6 +689,10 @@ on_both_backends!(
     consumer_overlap_queue_runs_all_in_turn_real
 );
 
+/// How soon a replace must stop the running occurrence in tests: a generous bound on the
+/// 250 ms heartbeat of a replace job plus the handler's stop, well below a lease's heartbeat.
+const REPLACE_WITHIN: Duration = Duration::from_secs(5);
+
 async fn overlap_replace_cancels_the_running_one(backend: Backend, env: TestEnv) {
     let mut fleet = Fleet::new(backend, &env, &WORK.replace("OVERLAP", "replace")).await;
     let (h1, seen) = recording(Duration::from_secs(20));
@@ -692,23 +702,30 @@ async fn overlap_replace_cancels_the_running_one(backend: Backend, env: TestEnv)
     fleet.publish([occurrence("work", 0)]).await;
     let key0 = occurrence("work", 0).key;
     eventually(WAIT, "the first occurrence to run", || async {
-        let rec = fleet.ledger.get(&key0).await.unwrap();
+        let rec = fleet.records.inspect(&key0).await;
         rec.filter(|r| r.state == cronq_shared::ledger::State::Running)
     })
     .await;
     fleet.publish([occurrence("work", 1)]).await;
-    let runs = eventually(WAIT, "the first occurrence to be cancelled", || async {
-        let runs = fleet.runs("work").await;
-        runs.iter()
-            .any(|r| r.outcome == Outcome::Cancelled)
-            .then_some(runs)
-    })
+    // Within about a second (the heartbeat of a replace job), far below the 20 s run and
+    // the lease's heartbeat period.
+    let runs = eventually(
+        REPLACE_WITHIN,
+        "the first occurrence to be cancelled",
+        || async {
+            let runs = fleet.runs("work").await;
+            runs.iter()
+                .any(|r| r.outcome == Outcome::Cancelled)
+                .then_some(runs)
+        },
+    )
     .await;
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert_eq!(runs[0].key, key0);
     let key1 = occurrence("work", 1).key;
+    assert_eq!(runs[0].error, Some(format!("replaced by {key1}")));
     eventually(WAIT, "the second occurrence to run", || async {
-        let rec = fleet.ledger.get(&key1).await.unwrap();
+        let rec = fleet.records.inspect(&key1).await;
         rec.filter(|r| r.state == cronq_shared::ledger::State::Running)
     })
     .await;
@@ -958,12 +975,14 @@ impl Flaky {
         }
     }
 
-    fn check(&self) -> Result<(), cronq_shared::connect::StoreError> {
+    fn check(&self) -> Result<(), cronq_shared::store::StoreError> {
         use std::sync::atomic::Ordering;
         if self.down.load(Ordering::SeqCst) {
             self.refused.fetch_add(1, Ordering::SeqCst);
-            return Err(cronq_shared::connect::StoreError::Unreachable {
+            return Err(cronq_shared::store::StoreError::Unreachable {
+                store: "Redis",
                 url: "redis://test".into(),
+                hint: "a test made it unreachable",
                 source: None,
             });
         }
@@ -976,7 +995,7 @@ impl Ledger for Flaky {
     async fn claim(
         &self,
         c: &cronq_shared::ledger::Claim,
-    ) -> Result<cronq_shared::ledger::ClaimOutcome, cronq_shared::connect::StoreError> {
+    ) -> Result<cronq_shared::ledger::ClaimOutcome, cronq_shared::store::StoreError> {
         self.check()?;
         self.inner.claim(c).await
     }
@@ -984,7 +1003,7 @@ impl Ledger for Flaky {
         &self,
         l: &cronq_shared::ledger::Lease,
         d: Duration,
-    ) -> Result<cronq_shared::ledger::Heartbeat, cronq_shared::connect::StoreError> {
+    ) -> Result<cronq_shared::ledger::Heartbeat, cronq_shared::store::StoreError> {
         self.check()?;
         self.inner.heartbeat(l, d).await
     }
@@ -992,14 +1011,14 @@ impl Ledger for Flaky {
         &self,
         l: &cronq_shared::ledger::Lease,
         e: &cronq_shared::ledger::End,
-    ) -> Result<bool, cronq_shared::connect::StoreError> {
+    ) -> Result<cronq_shared::ledger::Ended, cronq_shared::store::StoreError> {
         self.check()?;
         self.inner.complete(l, e).await
     }
     async fn settle(
         &self,
         s: &cronq_shared::ledger::Settle,
-    ) -> Result<bool, cronq_shared::connect::StoreError> {
+    ) -> Result<cronq_shared::ledger::Ended, cronq_shared::store::StoreError> {
         self.check()?;
         self.inner.settle(s).await
     }
@@ -1007,16 +1026,16 @@ impl Ledger for Flaky {
         &self,
         limit: usize,
         hold: Duration,
-    ) -> Result<Vec<cronq_shared::ledger::Orphan>, cronq_shared::connect::StoreError> {
+    ) -> Result<Vec<cronq_shared::ledger::Orphan>, cronq_shared::store::StoreError> {
         self.check()?;
         self.inner.reap(limit, hold).await
     }
-    async fn get(
+    async fn admit_replay(
         &self,
         key: &cronq_shared::key::OccurrenceKey,
-    ) -> Result<Option<cronq_shared::ledger::Record>, cronq_shared::connect::StoreError> {
+    ) -> Result<Option<cronq_shared::ledger::State>, cronq_shared::store::StoreError> {
         self.check()?;
-        self.inner.get(key).await
+        self.inner.admit_replay(key).await
     }
 }
 
@@ -1154,21 +1173,33 @@ max_attempts = 1
             }
         }
     });
-    fleet.start("c1", handlers, 2).await;
+    fleet.start("c1", handlers, 1).await;
     fleet.publish([occurrence("work", 1)]).await;
     let runs = fleet.settled("work", 1).await;
     assert_eq!(runs[0].outcome, Outcome::Failed);
     let mut replay = occurrence("work", 1);
     replay.trigger = cronq_shared::message::Trigger::Replay;
+    // Not admitted: a failed occurrence is final, the replay is acked without running. One
+    // consumer with concurrency 1 takes them in order, so once work@2 ran, the replay was
+    // looked at.
+    fleet.publish([replay.clone(), occurrence("work", 2)]).await;
+    fleet.settled("work", 2).await;
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+    // `cronq dlq replay` admits it first (one ledger operation), then publishes attempt 1.
+    assert_eq!(
+        fleet.ledger.admit_replay(&replay.key).await.unwrap(),
+        Some(cronq_shared::ledger::State::Failed)
+    );
     fleet.publish([replay.clone()]).await;
-    let runs = fleet.settled("work", 2).await;
+    let runs = fleet.settled("work", 3).await;
+    assert_eq!(runs[0].key, replay.key, "{runs:?}");
     assert_eq!(runs[0].outcome, Outcome::Succeeded, "{runs:?}");
-    assert_eq!(runs[0].attempt, 2);
+    assert_eq!(runs[0].attempt, 1);
     // Succeeded is final: neither a schedule duplicate nor another replay runs it again.
     fleet.publish([occurrence("work", 1), replay]).await;
-    fleet.publish([occurrence("work", 2)]).await;
-    fleet.settled("work", 3).await;
-    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
+    fleet.publish([occurrence("work", 3)]).await;
+    fleet.settled("work", 4).await;
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 4);
     fleet.stop().await;
 }
 

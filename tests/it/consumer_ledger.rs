@@ -5,16 +5,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
+use cronq_memory::MemoryLedger;
+use cronq_memory::MemoryRunLog;
+use cronq_redis::RedisLedger;
+use cronq_redis::RedisRunLog;
 use cronq_shared::config::Overlap;
-use cronq_shared::ledger::memory::MemoryLedger;
-use cronq_shared::ledger::redis::RedisLedger;
 use cronq_shared::ledger::{
-    Claim, ClaimOutcome, End, FollowUp, Heartbeat, Lease, Ledger, Settle, State,
+    Claim, ClaimOutcome, End, Ended, FollowUp, Heartbeat, Lease, Ledger, Republish, Settle, State,
 };
 use cronq_shared::names::{JobName, Names, Namespace, QueueName};
-use cronq_shared::runlog::{MemoryRunLog, Outcome, RedisRunLog, Run, RunLog};
+use cronq_shared::runlog::{Outcome, Run, RunLog};
 
 use crate::broker::occurrence;
+use crate::support::inspect::Inspect;
 use crate::support::{TestEnv, eventually, redis_url, scoped};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -31,6 +34,9 @@ fn claim(job: &str, i: u32, attempt: u32, overlap: Overlap, lease: Duration) -> 
         lease,
         retention: LONG,
         body: occ.encode(),
+        scheduled_at: occ.scheduled_at,
+        recheck: LONG,
+        consumer: "test".to_owned(),
     }
 }
 
@@ -52,7 +58,7 @@ async fn claimed(ledger: &impl Ledger, c: &Claim) -> Lease {
 }
 
 /// Claim, duplicate while running, complete, duplicate when terminal; fencing.
-async fn idempotency_suite(ledger: impl Ledger) {
+async fn idempotency_suite(ledger: impl Ledger + Inspect) {
     let c = claim("idem", 1, 1, Overlap::Allow, LONG);
     let lease = claimed(&ledger, &c).await;
     assert_eq!(
@@ -75,6 +81,7 @@ async fn idempotency_suite(ledger: impl Ledger) {
             .complete(&stranger, &end(State::Failed))
             .await
             .unwrap()
+            .recorded
     );
     assert_eq!(
         ledger.heartbeat(&stranger, LONG).await.unwrap(),
@@ -85,6 +92,7 @@ async fn idempotency_suite(ledger: impl Ledger) {
             .complete(&lease, &end(State::Succeeded))
             .await
             .unwrap()
+            .recorded
     );
     assert_eq!(
         ledger.claim(&c).await.unwrap(),
@@ -93,20 +101,20 @@ async fn idempotency_suite(ledger: impl Ledger) {
             attempt: 1
         }
     );
-    assert!(!ledger.complete(&lease, &end(State::Failed)).await.unwrap());
-    let record = ledger.get(&c.key).await.unwrap().unwrap();
-    assert_eq!(record.state, State::Succeeded);
     assert!(
-        ledger
-            .get(&occurrence("idem", 2).key)
+        !ledger
+            .complete(&lease, &end(State::Failed))
             .await
             .unwrap()
-            .is_none()
+            .recorded
     );
+    let record = ledger.inspect(&c.key).await.unwrap();
+    assert_eq!(record.state, State::Succeeded);
+    assert!(ledger.inspect(&occurrence("idem", 2).key).await.is_none());
 }
 
 /// Retry attempts: only a higher attempt may claim a retrying key; stale ones are dups.
-async fn attempts_suite(ledger: impl Ledger) {
+async fn attempts_suite(ledger: impl Ledger + Inspect) {
     let first = claim("att", 1, 1, Overlap::Allow, LONG);
     let lease = claimed(&ledger, &first).await;
     let retry = claim("att", 1, 2, Overlap::Allow, LONG);
@@ -122,7 +130,7 @@ async fn attempts_suite(ledger: impl Ledger) {
         next: Some(follow),
         run: None,
     };
-    assert!(ledger.complete(&lease, &retrying).await.unwrap());
+    assert!(ledger.complete(&lease, &retrying).await.unwrap().recorded);
     assert!(matches!(
         ledger.claim(&first).await.unwrap(),
         ClaimOutcome::Duplicate {
@@ -133,21 +141,43 @@ async fn attempts_suite(ledger: impl Ledger) {
     match ledger.claim(&retry).await.unwrap() {
         ClaimOutcome::Claimed { takeover, lease } => {
             assert!(!takeover);
-            assert!(ledger.complete(&lease, &end(State::Failed)).await.unwrap());
+            assert!(
+                ledger
+                    .complete(&lease, &end(State::Failed))
+                    .await
+                    .unwrap()
+                    .recorded
+            );
         }
         other => panic!("retry not claimed: {other:?}"),
     }
-    let record = ledger.get(&first.key).await.unwrap().unwrap();
+    let record = ledger.inspect(&first.key).await.unwrap();
     assert_eq!((record.state, record.attempt), (State::Failed, 2));
-    // A dead-letter replay (a higher attempt) may run a failed occurrence again.
-    assert!(matches!(
-        ledger.claim(&retry).await.unwrap(),
-        ClaimOutcome::Duplicate {
-            state: State::Failed,
-            attempt: 2
-        }
-    ));
-    let replay = claim("att", 1, 3, Overlap::Allow, LONG);
+    // Failed is terminal, whatever attempt comes; a dead-letter replay is admitted first,
+    // and then its attempt 1 runs the occurrence again, once.
+    for attempt in [2, 3] {
+        assert!(matches!(
+            ledger
+                .claim(&claim("att", 1, attempt, Overlap::Allow, LONG))
+                .await
+                .unwrap(),
+            ClaimOutcome::Duplicate {
+                state: State::Failed,
+                attempt: 2
+            }
+        ));
+    }
+    let missing = occurrence("att", 9).key;
+    assert_eq!(ledger.admit_replay(&missing).await.unwrap(), None);
+    assert_eq!(
+        ledger.admit_replay(&first.key).await.unwrap(),
+        Some(State::Failed)
+    );
+    assert_eq!(
+        ledger.inspect(&first.key).await.unwrap().state,
+        State::Retrying
+    );
+    let replay = claim("att", 1, 1, Overlap::Allow, LONG);
     match ledger.claim(&replay).await.unwrap() {
         ClaimOutcome::Claimed { lease, takeover } => {
             assert!(!takeover);
@@ -156,10 +186,16 @@ async fn attempts_suite(ledger: impl Ledger) {
                     .complete(&lease, &end(State::Succeeded))
                     .await
                     .unwrap()
+                    .recorded
             );
         }
         other => panic!("replay not claimed: {other:?}"),
     }
+    // Succeeded is never admitted again.
+    assert_eq!(
+        ledger.admit_replay(&first.key).await.unwrap(),
+        Some(State::Succeeded)
+    );
     let replay_again = claim("att", 1, 4, Overlap::Allow, LONG);
     assert!(matches!(
         ledger.claim(&replay_again).await.unwrap(),
@@ -171,7 +207,7 @@ async fn attempts_suite(ledger: impl Ledger) {
 }
 
 /// A lapsed lease: reaped once per hold, then claimable again; the old owner is fenced.
-async fn lease_suite(ledger: impl Ledger) {
+async fn lease_suite(ledger: impl Ledger + Inspect) {
     let short = Duration::from_millis(300);
     let c = claim("lease", 1, 1, Overlap::Skip, short);
     let old = claimed(&ledger, &c).await;
@@ -198,13 +234,25 @@ async fn lease_suite(ledger: impl Ledger) {
         }
         other => panic!("reaped key not claimable: {other:?}"),
     };
-    assert!(!ledger.complete(&old, &end(State::Succeeded)).await.unwrap());
-    assert!(ledger.complete(&new, &end(State::Succeeded)).await.unwrap());
+    assert!(
+        !ledger
+            .complete(&old, &end(State::Succeeded))
+            .await
+            .unwrap()
+            .recorded
+    );
+    assert!(
+        ledger
+            .complete(&new, &end(State::Succeeded))
+            .await
+            .unwrap()
+            .recorded
+    );
     assert!(ledger.reap(10, LONG).await.unwrap().is_empty());
 }
 
-/// Overlap locks: skip/queue exclude, replace flags the holder, allow does not lock.
-async fn overlap_suite(ledger: impl Ledger) {
+/// Overlap locks: skip excludes, allow does not lock, a lapsed job lock stops its holder.
+async fn overlap_suite(ledger: impl Ledger + Inspect) {
     let a = claimed(&ledger, &claim("ov", 1, 1, Overlap::Skip, LONG)).await;
     assert_eq!(
         ledger
@@ -215,24 +263,21 @@ async fn overlap_suite(ledger: impl Ledger) {
             holder: a.key.to_string()
         }
     );
-    assert!(ledger.complete(&a, &end(State::Succeeded)).await.unwrap());
-    let b = claimed(&ledger, &claim("ov", 2, 1, Overlap::Skip, LONG)).await;
-    assert!(ledger.complete(&b, &end(State::Succeeded)).await.unwrap());
-
-    let r1 = claimed(&ledger, &claim("rep", 1, 1, Overlap::Replace, LONG)).await;
-    assert!(matches!(
+    assert!(
         ledger
-            .claim(&claim("rep", 2, 1, Overlap::Replace, LONG))
+            .complete(&a, &end(State::Succeeded))
             .await
-            .unwrap(),
-        ClaimOutcome::Busy { .. }
-    ));
-    assert_eq!(
-        ledger.heartbeat(&r1, LONG).await.unwrap(),
-        Heartbeat::CancelRequested
+            .unwrap()
+            .recorded
     );
-    assert!(ledger.complete(&r1, &end(State::Cancelled)).await.unwrap());
-    claimed(&ledger, &claim("rep", 2, 1, Overlap::Replace, LONG)).await;
+    let b = claimed(&ledger, &claim("ov", 2, 1, Overlap::Skip, LONG)).await;
+    assert!(
+        ledger
+            .complete(&b, &end(State::Succeeded))
+            .await
+            .unwrap()
+            .recorded
+    );
 
     claimed(&ledger, &claim("all", 1, 1, Overlap::Allow, LONG)).await;
     claimed(&ledger, &claim("all", 2, 1, Overlap::Allow, LONG)).await;
@@ -255,8 +300,196 @@ async fn overlap_suite(ledger: impl Ledger) {
     assert_eq!(ledger.heartbeat(&y, LONG).await.unwrap(), Heartbeat::Held);
 }
 
+fn key(job: &str, i: u32) -> String {
+    occurrence(job, i).key.to_string()
+}
+
+/// The waiter a recorded end gave its turn to, if any.
+fn woken(ended: Ended) -> Option<String> {
+    assert!(ended.recorded, "{ended:?}");
+    ended.woken.map(|w| {
+        assert_eq!(w.why, Republish::Turn);
+        assert!(!w.body.is_empty());
+        w.key
+    })
+}
+
+fn waiting(outcome: ClaimOutcome) -> (String, Option<String>) {
+    match outcome {
+        ClaimOutcome::Waiting { holder, woken } => (holder, woken.map(|w| w.key)),
+        other => panic!("expected to wait, got {other:?}"),
+    }
+}
+
+/// `queue`: occurrences that arrive while one runs wait in the ledger (not on a broker
+/// timer) and take their turns in scheduled order, whatever order they arrive in; a fresh
+/// one arriving while the lock is free waits behind the earlier waiters.
+async fn overlap_queue_suite(ledger: impl Ledger + Inspect) {
+    let q = |i| claim("q", i, 1, Overlap::Queue, LONG);
+    let q1 = claimed(&ledger, &q(1)).await;
+    assert_eq!(
+        waiting(ledger.claim(&q(3)).await.unwrap()),
+        (key("q", 1), None)
+    );
+    assert_eq!(
+        waiting(ledger.claim(&q(2)).await.unwrap()),
+        (key("q", 1), None)
+    );
+    assert_eq!(
+        ledger.inspect(&occurrence("q", 2).key).await.unwrap().state,
+        State::Waiting
+    );
+    // A redelivered copy of a waiter waits again, nothing more.
+    assert_eq!(
+        waiting(ledger.claim(&q(3)).await.unwrap()),
+        (key("q", 1), None)
+    );
+    let turn = woken(ledger.complete(&q1, &end(State::Succeeded)).await.unwrap());
+    assert_eq!(turn, Some(key("q", 2)), "earliest scheduled first");
+    // While q2's turn is on its way, q4 arrives and q3's copy comes round: both wait.
+    assert_eq!(
+        waiting(ledger.claim(&q(4)).await.unwrap()),
+        (key("q", 2), Some(key("q", 2)))
+    );
+    assert_eq!(
+        waiting(ledger.claim(&q(3)).await.unwrap()),
+        (key("q", 2), Some(key("q", 2)))
+    );
+    for (i, next) in [(2, Some(3)), (3, Some(4)), (4, None)] {
+        let lease = claimed(&ledger, &q(i)).await;
+        let turn = woken(
+            ledger
+                .complete(&lease, &end(State::Succeeded))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(turn, next.map(|n| key("q", n)), "after q{i}");
+    }
+    // A waiter settled `missed` at its turn hands the turn on.
+    let q5 = claimed(&ledger, &q(5)).await;
+    waiting(ledger.claim(&q(6)).await.unwrap());
+    waiting(ledger.claim(&q(7)).await.unwrap());
+    assert_eq!(
+        woken(ledger.complete(&q5, &end(State::Succeeded)).await.unwrap()),
+        Some(key("q", 6))
+    );
+    let missed = Settle {
+        key: occurrence("q", 6).key,
+        job: JobName::new("q").unwrap(),
+        attempt: 1,
+        state: State::Missed,
+        error: Some("late".into()),
+        retention: LONG,
+        run: None,
+    };
+    assert_eq!(
+        woken(ledger.settle(&missed).await.unwrap()),
+        Some(key("q", 7))
+    );
+}
+
+/// `replace`: a newer occurrence asks the running one to stop (its heartbeat says by
+/// whom) and waits; a still newer one supersedes the waiter, which is recorded cancelled
+/// with its history entry; an older one arriving late is superseded; the end of the
+/// stopped one gives the newest its turn.
+async fn overlap_replace_suite(ledger: impl Ledger + Inspect, log: &dyn RunLog) {
+    let r = |i| claim("r", i, 1, Overlap::Replace, LONG);
+    let r1 = claimed(&ledger, &r(1)).await;
+    assert_eq!(
+        waiting(ledger.claim(&r(2)).await.unwrap()),
+        (key("r", 1), None)
+    );
+    assert_eq!(
+        ledger.heartbeat(&r1, LONG).await.unwrap(),
+        Heartbeat::CancelRequested { by: key("r", 2) }
+    );
+    assert_eq!(
+        waiting(ledger.claim(&r(3)).await.unwrap()),
+        (key("r", 1), None)
+    );
+    assert_eq!(
+        ledger.heartbeat(&r1, LONG).await.unwrap(),
+        Heartbeat::CancelRequested { by: key("r", 3) }
+    );
+    let r2 = ledger.inspect(&occurrence("r", 2).key).await.unwrap();
+    assert_eq!(r2.state, State::Cancelled);
+    assert_eq!(r2.error, Some(format!("replaced by {}", key("r", 3))));
+    let runs = log.list(None, 10).await.unwrap();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0].key.to_string(), key("r", 2));
+    assert_eq!(runs[0].outcome, Outcome::Cancelled);
+    assert_eq!(runs[0].consumer, "test");
+    assert_eq!(runs[0].error, r2.error);
+    // A late copy of the superseded one is a duplicate; an older occurrence is superseded.
+    assert!(matches!(
+        ledger.claim(&r(2)).await.unwrap(),
+        ClaimOutcome::Duplicate {
+            state: State::Cancelled,
+            ..
+        }
+    ));
+    assert_eq!(
+        ledger.claim(&r(0)).await.unwrap(),
+        ClaimOutcome::Superseded { by: key("r", 1) }
+    );
+    let stopped = woken(ledger.complete(&r1, &end(State::Cancelled)).await.unwrap());
+    assert_eq!(stopped, Some(key("r", 3)));
+    // Lock free, r3's turn on its way: r0 again is older than the waiter.
+    assert_eq!(
+        ledger.claim(&r(0)).await.unwrap(),
+        ClaimOutcome::Superseded { by: key("r", 3) }
+    );
+    let r3 = claimed(&ledger, &r(3)).await;
+    assert_eq!(ledger.heartbeat(&r3, LONG).await.unwrap(), Heartbeat::Held);
+    assert_eq!(
+        woken(ledger.complete(&r3, &end(State::Succeeded)).await.unwrap()),
+        None
+    );
+    // Lock free and no waiter: a newer one supersedes nothing and runs.
+    claimed(&ledger, &r(4)).await;
+}
+
+/// A waiter whose turn never comes in time (its turn's message lost, or a long run ahead
+/// of it) is handed back by the reaper, saying so, and keeps waiting.
+async fn overlap_recheck_suite(ledger: impl Ledger + Inspect) {
+    let holder = claimed(&ledger, &claim("rc", 1, 1, Overlap::Queue, LONG)).await;
+    let mut c = claim("rc", 2, 1, Overlap::Queue, LONG);
+    c.recheck = Duration::from_millis(200);
+    waiting(ledger.claim(&c).await.unwrap());
+    let orphans = eventually(WAIT, "the waiter to be handed back", || async {
+        let o = ledger.reap(10, LONG).await.unwrap();
+        (!o.is_empty()).then_some(o)
+    })
+    .await;
+    assert_eq!(orphans.len(), 1, "{orphans:?}");
+    assert_eq!(orphans[0].key, key("rc", 2));
+    assert_eq!(orphans[0].why, Republish::Waiting);
+    assert_eq!(orphans[0].body, c.body);
+    assert_eq!(
+        ledger
+            .inspect(&occurrence("rc", 2).key)
+            .await
+            .unwrap()
+            .state,
+        State::Waiting
+    );
+    assert!(
+        ledger.reap(10, LONG).await.unwrap().is_empty(),
+        "once per hold"
+    );
+    assert_eq!(
+        woken(
+            ledger
+                .complete(&holder, &end(State::Succeeded))
+                .await
+                .unwrap()
+        ),
+        Some(key("rc", 2))
+    );
+}
+
 /// Settling without running; retention expiry.
-async fn settle_suite(ledger: impl Ledger) {
+async fn settle_suite(ledger: impl Ledger + Inspect) {
     let occ = occurrence("set", 1);
     let settle = Settle {
         key: occ.key.clone(),
@@ -267,8 +500,8 @@ async fn settle_suite(ledger: impl Ledger) {
         retention: Duration::from_millis(500),
         run: None,
     };
-    assert!(ledger.settle(&settle).await.unwrap());
-    assert!(!ledger.settle(&settle).await.unwrap());
+    assert!(ledger.settle(&settle).await.unwrap().recorded);
+    assert!(!ledger.settle(&settle).await.unwrap().recorded);
     assert_eq!(
         ledger
             .claim(&claim("set", 1, 1, Overlap::Allow, LONG))
@@ -285,15 +518,15 @@ async fn settle_suite(ledger: impl Ledger) {
         state: State::Skipped,
         ..settle.clone()
     };
-    assert!(!ledger.settle(&running).await.unwrap());
+    assert!(!ledger.settle(&running).await.unwrap().recorded);
     eventually(WAIT, "the record to expire after its retention", || async {
-        ledger.get(&occ.key).await.unwrap().is_none().then_some(())
+        ledger.inspect(&occ.key).await.is_none().then_some(())
     })
     .await;
 }
 
 async fn redis_ports(env: &TestEnv) -> (RedisLedger, RedisRunLog) {
-    let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+    let conn = cronq_redis::connect(&redis_url()).await.unwrap();
     let names = Names::new(&Namespace::new(&env.namespace).unwrap());
     let history = RedisRunLog::new(conn.clone(), &names, LONG);
     (RedisLedger::new(conn, names, history.clone()), history)
@@ -332,6 +565,16 @@ both!(
 );
 both!(lease_suite, ledger_lease_memory, ledger_lease_redis);
 both!(overlap_suite, ledger_overlap_memory, ledger_overlap_redis);
+both!(
+    overlap_queue_suite,
+    ledger_overlap_queue_memory,
+    ledger_overlap_queue_redis
+);
+both!(
+    overlap_recheck_suite,
+    ledger_overlap_recheck_memory,
+    ledger_overlap_recheck_redis
+);
 both!(settle_suite, ledger_settle_memory, ledger_settle_redis);
 
 fn run(job: &str, i: u32, outcome: Outcome) -> Run {
@@ -374,7 +617,7 @@ async fn runlog_suite(log: impl RunLog) {
 
 /// The run of an ended or settled record reaches the history in the same step, and only
 /// when the record changed: never for a fenced completion or a refused settle.
-async fn history_suite(ledger: impl Ledger, log: &dyn RunLog) {
+async fn history_suite(ledger: impl Ledger + Inspect, log: &dyn RunLog) {
     let c = claim("hist", 1, 1, Overlap::Allow, LONG);
     let lease = claimed(&ledger, &c).await;
     let stranger = Lease {
@@ -385,7 +628,7 @@ async fn history_suite(ledger: impl Ledger, log: &dyn RunLog) {
         run: Some(run("hist", 1, Outcome::Failed)),
         ..end(State::Failed)
     };
-    assert!(!ledger.complete(&stranger, &fenced).await.unwrap());
+    assert!(!ledger.complete(&stranger, &fenced).await.unwrap().recorded);
     assert!(
         log.list(None, 10).await.unwrap().is_empty(),
         "fenced: no run"
@@ -395,9 +638,9 @@ async fn history_suite(ledger: impl Ledger, log: &dyn RunLog) {
         run: Some(succeeded.clone()),
         ..end(State::Succeeded)
     };
-    assert!(ledger.complete(&lease, &done).await.unwrap());
+    assert!(ledger.complete(&lease, &done).await.unwrap().recorded);
     assert!(
-        !ledger.complete(&lease, &done).await.unwrap(),
+        !ledger.complete(&lease, &done).await.unwrap().recorded,
         "already ended"
     );
     let runs = log.list(None, 10).await.unwrap();
@@ -418,8 +661,11 @@ async fn history_suite(ledger: impl Ledger, log: &dyn RunLog) {
         retention: LONG,
         run: Some(missed.clone()),
     };
-    assert!(ledger.settle(&settle).await.unwrap());
-    assert!(!ledger.settle(&settle).await.unwrap(), "already settled");
+    assert!(ledger.settle(&settle).await.unwrap().recorded);
+    assert!(
+        !ledger.settle(&settle).await.unwrap().recorded,
+        "already settled"
+    );
     let runs = log.list(None, 10).await.unwrap();
     assert_eq!(runs.len(), 2, "a refused settle adds no run: {runs:?}");
     assert_eq!(runs[0].key, missed.key, "newest first");
@@ -443,6 +689,21 @@ async fn ledger_history_redis() {
 }
 
 #[tokio::test]
+async fn ledger_overlap_replace_memory() {
+    let history = Arc::new(MemoryRunLog::default());
+    overlap_replace_suite(MemoryLedger::new(Arc::clone(&history)), &*history).await;
+}
+
+#[tokio::test]
+async fn ledger_overlap_replace_redis() {
+    scoped("ledger_overlap_replace_redis", |env| async move {
+        let (ledger, history) = redis_ports(&env).await;
+        overlap_replace_suite(ledger, &history).await;
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn runlog_memory() {
     runlog_suite(MemoryRunLog::default()).await;
 }
@@ -450,7 +711,7 @@ async fn runlog_memory() {
 #[tokio::test]
 async fn runlog_redis() {
     scoped("runlog_redis", |env| async move {
-        let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+        let conn = cronq_redis::connect(&redis_url()).await.unwrap();
         let names = Names::new(&Namespace::new(&env.namespace).unwrap());
         runlog_suite(RedisRunLog::new(conn, &names, LONG)).await;
     })
@@ -465,7 +726,7 @@ async fn runlog_redis() {
 async fn ledger_redis_records_stay_compact() {
     scoped("ledger_redis_records_stay_compact", |env| async move {
         let ledger = redis_ledger(&env).await;
-        let mut conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+        let mut conn = cronq_redis::connect(&redis_url()).await.unwrap();
         let names = Names::new(&Namespace::new(&env.namespace).unwrap());
         let c = claim("compact", 1, 1, Overlap::Allow, LONG);
         let key = c.key.to_string();
@@ -515,7 +776,7 @@ async fn ledger_redis_records_stay_compact() {
             error: Some("boom".into()),
             ..end(State::Retrying)
         };
-        assert!(ledger.complete(&lease, &retrying).await.unwrap());
+        assert!(ledger.complete(&lease, &retrying).await.unwrap().recorded);
         assert_eq!(
             stored(&mut conn).await,
             Some(retry.body.clone()),
@@ -528,6 +789,7 @@ async fn ledger_redis_records_stay_compact() {
                 .complete(&lease, &end(State::Succeeded))
                 .await
                 .unwrap()
+                .recorded
         );
         assert_eq!(stored(&mut conn).await, None, "dropped once terminal");
         assert_eq!(encoding(&mut conn).await, "listpack");
@@ -542,7 +804,7 @@ async fn ledger_redis_records_stay_compact() {
 async fn ledger_redis_reaps_a_claim_stored_by_an_older_consumer() {
     scoped("ledger_redis_reaps_old_claim", |env| async move {
         let ledger = redis_ledger(&env).await;
-        let mut conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+        let mut conn = cronq_redis::connect(&redis_url()).await.unwrap();
         let names = Names::new(&Namespace::new(&env.namespace).unwrap());
         let c = claim("upgrade", 1, 1, Overlap::Allow, LONG);
         let key = c.key.to_string();

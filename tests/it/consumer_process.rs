@@ -5,11 +5,12 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use cronq_shared::broker::amqp::AmqpBroker;
+use cronq_rabbitmq::AmqpBroker;
+use cronq_redis::RedisRunLog;
 use cronq_shared::broker::{Broker, Outgoing};
 use cronq_shared::message::Occurrence;
 use cronq_shared::names::{JobName, Names, Namespace, QueueName};
-use cronq_shared::runlog::{Outcome, RedisRunLog, Run, RunLog};
+use cronq_shared::runlog::{Outcome, Run, RunLog};
 use nix::sys::signal::Signal;
 
 use crate::broker::occurrence;
@@ -37,7 +38,7 @@ async fn publish(env: &TestEnv, occ: Occurrence) {
 }
 
 async fn runs(env: &TestEnv, job: &str) -> Vec<Run> {
-    let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+    let conn = cronq_redis::connect(&redis_url()).await.unwrap();
     let names = Names::new(&Namespace::new(&env.namespace).unwrap());
     RedisRunLog::new(conn, &names, Duration::from_secs(3600))
         .list(Some(&JobName::new(job).unwrap()), 100)

@@ -7,10 +7,10 @@
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use cronq_shared::connect;
+
+use cronq_memory::MemoryLease;
+use cronq_redis::RedisLease;
 use cronq_shared::control::{Commit, Control, ControlError, RequestKind};
-use cronq_shared::lease::memory::MemoryLease;
-use cronq_shared::lease::redis::RedisLease;
 use cronq_shared::lease::{Lease, Term};
 use cronq_shared::names::{JobName, Names, Namespace};
 
@@ -240,7 +240,7 @@ async fn control_suite<L: Lease>(lease: L, control: Control) {
 }
 
 async fn redis_lease(names: &Names) -> RedisLease {
-    RedisLease::new(connect::redis(&redis_url()).await.unwrap(), names)
+    RedisLease::new(cronq_redis::connect(&redis_url()).await.unwrap(), names)
 }
 
 #[tokio::test]
@@ -261,7 +261,7 @@ async fn lease_redis() {
 #[tokio::test]
 async fn control_memory() {
     let lease = MemoryLease::new();
-    let control = Control::memory(&lease);
+    let control = Control::new(cronq_memory::MemoryControl::new(&lease));
     control_suite(lease, control).await;
 }
 
@@ -269,8 +269,12 @@ async fn control_memory() {
 async fn control_redis() {
     scoped("control-redis", |env| async move {
         let names = Names::new(&Namespace::new(&env.namespace).unwrap());
-        let conn = connect::redis(&redis_url()).await.unwrap();
-        control_suite(redis_lease(&names).await, Control::redis(conn, &names)).await;
+        let conn = cronq_redis::connect(&redis_url()).await.unwrap();
+        control_suite(
+            redis_lease(&names).await,
+            Control::new(cronq_redis::RedisControl::new(conn, &names)),
+        )
+        .await;
     })
     .await;
 }

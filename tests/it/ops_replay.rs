@@ -1,24 +1,28 @@
-//! `cronq dlq list` and `cronq dlq replay`: the replay rules on in-memory ports, and the
+//! `cronq dlq list` and `cronq dlq replay`: the replay rules over a real ledger (memory
+//! and Redis, so the admission and the claim that follows it cannot drift apart), and the
 //! real binary replaying a failing job's letters after a fix, interrupted by SIGKILL and
 //! run again, with every letter run exactly once successfully and none lost.
 
 use std::time::Duration;
 
 use chrono::Utc;
-use cronq_shared::broker::amqp::AmqpBroker;
-use cronq_shared::broker::memory::MemoryBroker;
+use cronq_consumer::replay::{self as ops, Plan, Selector};
+use cronq_memory::MemoryBroker;
+use cronq_memory::MemoryLedger;
+use cronq_rabbitmq::AmqpBroker;
 use cronq_shared::broker::{Broker, DeadLetter, Outgoing};
 use cronq_shared::config::Config;
-use cronq_shared::ledger::State;
+use cronq_shared::config::Overlap;
+use cronq_shared::ledger::{Claim, ClaimOutcome, End, Ledger, State};
 use cronq_shared::message::{Occurrence, Trigger};
 use cronq_shared::names::{JobName, Names, Namespace, QueueName};
-use cronq_shared::ops::{self, MemoryResets, Plan, Selector};
 use lapin::options::QueueDeclareOptions;
 use nix::sys::signal::Signal;
 
 use crate::broker::occurrence;
 use crate::ops::{LEADER, WAIT, counts, json, ok, ran, start_consumer};
-use crate::support::{TestEnv, amqp_url, eventually, scoped};
+use crate::support::inspect::Inspect;
+use crate::support::{TestEnv, amqp_url, eventually, redis_url, scoped};
 
 fn letter(occ: &Occurrence, reason: &str) -> DeadLetter {
     DeadLetter {
@@ -46,8 +50,57 @@ fn garbage() -> DeadLetter {
     }
 }
 
+fn claim_of(occ: &Occurrence, attempt: u32) -> Claim {
+    Claim {
+        key: occ.key.clone(),
+        job: occ.job.clone(),
+        queue: QueueName::new("work").unwrap(),
+        attempt,
+        overlap: Overlap::Allow,
+        lease: Duration::from_secs(60),
+        retention: Duration::from_secs(600),
+        body: occ.encode(),
+        scheduled_at: occ.scheduled_at,
+        recheck: Duration::from_secs(60),
+        consumer: "test".to_owned(),
+    }
+}
+
+/// Runs `occ` through the ledger as attempt `attempt` and ends it in `state`.
+async fn ended(ledger: &dyn Ledger, occ: &Occurrence, attempt: u32, state: State) {
+    let ClaimOutcome::Claimed { lease, .. } = ledger.claim(&claim_of(occ, attempt)).await.unwrap()
+    else {
+        panic!("claim of {}", occ.key);
+    };
+    let end = End {
+        state,
+        error: None,
+        retention: Duration::from_secs(600),
+        next: None,
+        run: None,
+    };
+    assert!(ledger.complete(&lease, &end).await.unwrap().recorded);
+}
+
 #[tokio::test]
-async fn replay_rules_on_memory_ports() {
+async fn replay_rules_memory() {
+    replay_rules(MemoryLedger::default()).await;
+}
+
+#[tokio::test]
+async fn replay_rules_redis() {
+    scoped("replay_rules_redis", |env| async move {
+        let conn = cronq_redis::connect(&redis_url()).await.unwrap();
+        let names = Names::new(&Namespace::new(&env.namespace).unwrap());
+        let history = cronq_redis::RedisRunLog::new(conn.clone(), &names, Duration::from_secs(600));
+        replay_rules(cronq_redis::RedisLedger::new(conn, names, history)).await;
+    })
+    .await;
+}
+
+/// The replay rules on a memory broker over `records`: which letters go, which stay, and
+/// that only a `failed` record is admitted, after which the replayed attempt 1 runs once.
+async fn replay_rules(records: impl Ledger + Inspect) {
     let config = Config::from_toml(
         "[[job]]\nname = \"flaky\"\nschedule = \"@every 1s\"\nqueue = \"work\"\n[[job]]\nname = \"other\"\nschedule = \"@every 1s\"\n",
         std::path::Path::new("mem.toml"),
@@ -78,10 +131,14 @@ async fn replay_rules_on_memory_ports() {
     ] {
         broker.dead_letter(&l).await.unwrap();
     }
-    let records = MemoryResets::new();
-    records.set(&a.key, State::Failed);
-    records.set(&b.key, State::Succeeded);
-    records.set(&late.key, State::Failed);
+    ended(&records, &a, 3, State::Failed).await;
+    ended(&records, &b, 1, State::Succeeded).await;
+    ended(&records, &late, 3, State::Failed).await;
+    let state = |occ: &Occurrence| {
+        let key = occ.key.clone();
+        let records = &records;
+        async move { records.inspect(&key).await.map(|r| r.state) }
+    };
     let flaky = Selector {
         job: Some(JobName::new("flaky").unwrap()),
         ..Selector::default()
@@ -98,7 +155,7 @@ async fn replay_rules_on_memory_ports() {
     assert_eq!(dry.entries.len(), 3);
     assert!(dry.entries.iter().all(|e| e.plan == Plan::WouldReplay));
     assert_eq!(broker.dead_letters().await.unwrap().len(), 6);
-    assert_eq!(records.get(&a.key), Some(State::Failed));
+    assert_eq!(state(&a).await, Some(State::Failed));
 
     let report = ops::replay(&broker, &records, &config, &flaky, false)
         .await
@@ -108,13 +165,9 @@ async fn replay_rules_on_memory_ports() {
         report.entries.iter().all(|e| e.plan == Plan::Replayed),
         "{report:?}"
     );
+    assert_eq!(state(&a).await, Some(State::Retrying), "failed is reset");
     assert_eq!(
-        records.get(&a.key),
-        Some(State::Retrying),
-        "failed is reset"
-    );
-    assert_eq!(
-        records.get(&b.key),
+        state(&b).await,
         Some(State::Succeeded),
         "succeeded never is"
     );
@@ -150,6 +203,29 @@ async fn replay_rules_on_memory_ports() {
     }
     assert_eq!(got[0].key, a.key);
     assert_eq!(got[2].key, late.key);
+    // The admitted records take the replayed attempt 1 once; the succeeded one does not.
+    for occ in [&a, &late] {
+        let claim = claim_of(occ, 1);
+        assert!(
+            matches!(
+                records.claim(&claim).await.unwrap(),
+                ClaimOutcome::Claimed { .. }
+            ),
+            "{}",
+            occ.key
+        );
+        assert!(matches!(
+            records.claim(&claim).await.unwrap(),
+            ClaimOutcome::Duplicate { .. }
+        ));
+    }
+    assert!(matches!(
+        records.claim(&claim_of(&b, 1)).await.unwrap(),
+        ClaimOutcome::Duplicate {
+            state: State::Succeeded,
+            ..
+        }
+    ));
     for occ in &got {
         assert_eq!(occ.trigger, Trigger::Replay);
         assert_eq!(occ.attempt, 1);

@@ -466,8 +466,8 @@ async fn the_leader_carries_out_pause_trigger_and_backfill_requests() {
         let a = producer(&env, "a", &config);
         wait_leader(&env, 0).await;
         let names = Names::new(&Namespace::new(&env.namespace).unwrap());
-        let redis = cronq_shared::connect::redis(&crate::support::redis_url()).await.unwrap();
-        let control = Control::redis(redis, &names);
+        let redis = cronq_redis::connect(&crate::support::redis_url()).await.unwrap();
+        let control = Control::new(cronq_redis::RedisControl::new(redis, &names));
         let (tick, yearly) = (JobName::new("tick").unwrap(), JobName::new("yearly").unwrap());
 
         // Two triggers in the same second are both honoured, each under its own key.
@@ -519,12 +519,12 @@ async fn the_leader_carries_out_pause_trigger_and_backfill_requests() {
 async fn in_process_producer_on_memory_ports_publishes_and_releases_on_cancel() {
     use std::sync::Arc;
 
+    use cronq_memory::MemoryBroker;
+    use cronq_memory::MemoryLease;
     use cronq_producer::Producer;
-    use cronq_shared::broker::memory::MemoryBroker;
     use cronq_shared::config::Config;
     use cronq_shared::control::Control;
     use cronq_shared::lease::Lease;
-    use cronq_shared::lease::memory::MemoryLease;
     use cronq_shared::names::QueueName;
     use tokio_util::sync::CancellationToken;
 
@@ -532,7 +532,7 @@ async fn in_process_producer_on_memory_ports_publishes_and_releases_on_cancel() 
     let config = Config::from_toml(&toml, std::path::Path::new("memory.toml")).unwrap();
     let broker = MemoryBroker::new();
     let lease = MemoryLease::new();
-    let control = Control::memory(&lease);
+    let control = Control::new(cronq_memory::MemoryControl::new(&lease));
     // No reloader: the config sender is dropped at once, which must not upset the leader.
     let (_, config_rx) = tokio::sync::watch::channel(Arc::new(config));
     let producer = Producer::new(

@@ -14,17 +14,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use cronq_memory::MemoryBroker;
+use cronq_memory::MemoryLease;
 use cronq_producer::Producer;
 use cronq_producer::scheduler::PUBLISH_BATCH;
+use cronq_rabbitmq::AmqpBroker;
+use cronq_redis::RedisLease;
 use cronq_shared::broker::Broker;
-use cronq_shared::broker::amqp::AmqpBroker;
-use cronq_shared::broker::memory::MemoryBroker;
 use cronq_shared::config::Config;
 use cronq_shared::control::Control;
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::lease::Lease;
-use cronq_shared::lease::memory::MemoryLease;
-use cronq_shared::lease::redis::RedisLease;
 use cronq_shared::message::{Occurrence, Trigger};
 use cronq_shared::names::{JobName, Names, Namespace, QueueName};
 use tokio::sync::watch;
@@ -85,7 +85,7 @@ impl World {
         let (memory, lease, control): (_, Arc<dyn Lease>, _) = match backend {
             Backend::Memory => {
                 let lease = MemoryLease::new();
-                let control = Control::memory(&lease);
+                let control = Control::new(cronq_memory::MemoryControl::new(&lease));
                 (
                     Some((MemoryBroker::new(), lease.clone(), control.clone())),
                     Arc::new(lease),
@@ -94,11 +94,11 @@ impl World {
             }
             Backend::Real => {
                 env.track_queue("default");
-                let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+                let conn = cronq_redis::connect(&redis_url()).await.unwrap();
                 (
                     None,
                     Arc::new(RedisLease::new(conn.clone(), &names)),
-                    Control::redis(conn, &names),
+                    Control::new(cronq_redis::RedisControl::new(conn, &names)),
                 )
             }
         };
@@ -154,10 +154,10 @@ impl World {
         let (lease, control): (Arc<dyn Lease>, Control) = match &self.memory {
             Some((_, lease, control)) => (Arc::new(lease.clone()), control.clone()),
             None => {
-                let conn = cronq_shared::connect::redis(&redis_url()).await.unwrap();
+                let conn = cronq_redis::connect(&redis_url()).await.unwrap();
                 (
                     Arc::new(RedisLease::new(conn.clone(), &self.names)),
-                    Control::redis(conn, &self.names),
+                    Control::new(cronq_redis::RedisControl::new(conn, &self.names)),
                 )
             }
         };

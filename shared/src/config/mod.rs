@@ -191,4 +191,17 @@ impl Config {
     pub fn queues(&self) -> BTreeSet<QueueName> {
         self.jobs.iter().map(|j| j.queue.clone()).collect()
     }
+
+    /// The longest job `retention` ([`DEFAULT_RETENTION`] without jobs): how long the run
+    /// history keeps entries.
+    pub fn longest_retention(&self) -> Duration {
+        self.jobs
+            .iter()
+            .map(|j| j.retention)
+            .max()
+            .unwrap_or(DEFAULT_RETENTION)
+    }
 }
+
+/// The default `retention` of run and idempotency records.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);

@@ -140,7 +140,7 @@ impl Common {
             backoff_max: Duration::from_secs(600),
             jitter: Duration::ZERO,
             queue: QueueName::new("default").expect("\"default\" is a valid queue name"),
-            retention: Duration::from_secs(7 * 24 * 3600),
+            retention: super::DEFAULT_RETENTION,
         }
     }
 }

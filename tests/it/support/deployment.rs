@@ -12,8 +12,9 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use cronq_redis::RedisRunLog;
 use cronq_shared::names::{JobName, Names, Namespace};
-use cronq_shared::runlog::{RedisRunLog, RunLog};
+use cronq_shared::runlog::RunLog;
 use nix::sys::signal::Signal;
 
 use super::history::{self, Entry};
@@ -134,7 +135,7 @@ impl Running {
                         &["consumer", "--consumer-id", &id, "--lease", options.lease],
                     );
                 }
-                let conn = cronq_shared::connect::redis(&redis_url())
+                let conn = cronq_redis::connect(&redis_url())
                     .await
                     .expect("Redis for the run history");
                 running.runlog = Some(RedisRunLog::new(conn, &names, Duration::from_secs(3600)));

@@ -5,6 +5,7 @@
 
 pub mod deployment;
 pub mod history;
+pub mod inspect;
 pub mod nodes;
 
 use std::future::Future;
@@ -13,7 +14,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cronq_shared::broker::topology;
+use cronq_rabbitmq::topology;
 use cronq_shared::names::{Names, Namespace, QueueName};
 
 pub const AMQP_URL_DEFAULT: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";

@@ -1,0 +1,22 @@
+//! cronq's ports in process memory, for `cronq standalone` and fast tests: the same rules
+//! as the RabbitMQ and Redis backends (every behavioural suite runs on both), each
+//! behind one mutex that is never held across an await.
+//!
+//! - [`broker`]: [`MemoryBroker`], queues with delays and a dead-letter queue.
+//! - [`ledger`]: [`MemoryLedger`], idempotency records, leases, overlap locks, wait lists.
+//! - [`runlog`]: [`MemoryRunLog`], the run history, capped.
+//! - [`lease`]: [`MemoryLease`], the leader lease with fencing epochs.
+//! - [`control`]: [`MemoryControl`], cursors, pauses and requests, fenced by a
+//!   [`MemoryLease`].
+
+pub mod broker;
+pub mod control;
+pub mod lease;
+pub mod ledger;
+pub mod runlog;
+
+pub use broker::MemoryBroker;
+pub use control::MemoryControl;
+pub use lease::MemoryLease;
+pub use ledger::MemoryLedger;
+pub use runlog::MemoryRunLog;

@@ -1,0 +1,671 @@
+//! RabbitMQ implementation of the queue port, on lapin.
+//!
+//! It owns one connection per [`AmqpBroker`] (a *link*), rebuilt on demand when it drops:
+//! lapin's own auto-recovery does not retry a failed publish and can give up, so it is not
+//! used (CRATES.md section 3). Every operation takes the current link, reconnecting with
+//! capped, jittered backoff when it is gone; `publish` retries the whole batch on the new
+//! link until [`PUBLISH_DEADLINE`] (consumers deduplicate by key); `consume` re-subscribes
+//! after a reconnect and keeps feeding the same receiver until its token is cancelled.
+//! The topology itself is in [`super::topology`].
+//!
+//! Invariant: `publish` and `dead_letter` succeed only once the broker confirmed each
+//! message with a plain ack: a returned (`Ack(Some(_))`) or nacked message is
+//! [`BrokerError::NotConfirmed`]. A dead letter leaves the dead-letter queue only after
+//! its replay was confirmed.
+
+mod consume;
+mod dead_letters;
+
+use std::collections::{BTreeSet, HashSet};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::types::{LongString, ShortString};
+use lapin::uri::AMQPUri;
+use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use self::consume::Feeder;
+use self::dead_letters::{Collect, Replay};
+use crate::headers::{dead_letter_properties, occurrence_properties};
+use crate::topology::{self, quantize_delay, short};
+use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing};
+use cronq_shared::endpoints::CONNECT_TIMEOUT;
+use cronq_shared::names::{Names, QueueName};
+use cronq_shared::redacted::Redacted;
+
+/// How long `publish`, `dead_letter` and `declare` keep retrying across reconnects before
+/// they give up with the last error.
+pub const PUBLISH_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Reconnect backoff: the first wait, doubled after each failure up to [`BACKOFF_MAX`],
+/// each with up to 50% random jitter so a fleet does not reconnect in lockstep.
+const BACKOFF_FIRST: Duration = Duration::from_millis(100);
+/// See [`BACKOFF_FIRST`].
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// Heartbeat asked for when the URL sets none: a silently dead TCP connection is noticed
+/// within about twice this, instead of the server's default 60 s.
+const HEARTBEAT_SECS: u16 = 10;
+
+/// An error and its sources, `: `-separated, for log fields.
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
+}
+
+fn backoff(attempt: u32) -> Duration {
+    let base = BACKOFF_FIRST
+        .saturating_mul(1u32.checked_shl(attempt.min(16)).unwrap_or(u32::MAX))
+        .min(BACKOFF_MAX);
+    let jitter = rand::random::<f64>() * 0.5;
+    base.mul_f64(1.0 + jitter).min(BACKOFF_MAX)
+}
+
+/// A failure of one attempt: transient ones (connection lost) are retried on a new link.
+struct Failure {
+    error: BrokerError,
+    transient: bool,
+}
+
+impl Failure {
+    fn fatal(error: BrokerError) -> Self {
+        Self {
+            error,
+            transient: false,
+        }
+    }
+}
+
+/// Whether a lapin error is the connection or channel going away (retry on a new link),
+/// rather than the broker refusing the operation (a soft, channel-level AMQP error).
+fn is_transient(e: &lapin::Error) -> bool {
+    !matches!(
+        e.kind(),
+        lapin::ErrorKind::ProtocolError(amqp)
+            if matches!(amqp.kind(), lapin::protocol::AMQPErrorKind::Soft(_))
+    )
+}
+
+fn lapin_failure(op: &'static str) -> impl Fn(lapin::Error) -> Failure {
+    move |e| Failure {
+        transient: is_transient(&e),
+        error: BrokerError::Protocol {
+            op,
+            source: Box::new(e),
+        },
+    }
+}
+
+/// Classifies an error from [`topology`] by its lapin source.
+fn broker_failure(error: BrokerError) -> Failure {
+    let transient = match &error {
+        BrokerError::Protocol { source, .. } => source
+            .downcast_ref::<lapin::Error>()
+            .is_some_and(is_transient),
+        BrokerError::Connect { .. } => true,
+        _ => false,
+    };
+    Failure { error, transient }
+}
+
+impl From<BrokerError> for Failure {
+    fn from(error: BrokerError) -> Self {
+        broker_failure(error)
+    }
+}
+
+/// A message ready to go on the wire.
+struct Prepared {
+    key: String,
+    exchange: ShortString,
+    routing_key: ShortString,
+    body: Vec<u8>,
+    properties: BasicProperties,
+}
+
+/// One live connection and its shared publish channel (in confirm mode).
+struct Link {
+    connection: Connection,
+    publisher: tokio::sync::Mutex<Option<Channel>>,
+}
+
+impl Link {
+    async fn open(uri: &AMQPUri, redacted: &str) -> Result<Self, BrokerError> {
+        let properties =
+            ConnectionProperties::default().with_connection_name(LongString::from("cronq"));
+        let connection = Connection::connect_uri(uri.clone(), properties)
+            .await
+            .map_err(|e| BrokerError::Connect {
+                url: redacted.to_owned(),
+                source: Box::new(e),
+            })?;
+        Ok(Self {
+            connection,
+            publisher: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    fn is_open(&self) -> bool {
+        self.connection.status().connected()
+    }
+
+    async fn channel(&self) -> Result<Channel, Failure> {
+        self.connection
+            .create_channel()
+            .await
+            .map_err(lapin_failure("open channel"))
+    }
+
+    /// The shared publish channel, reopened if a channel error closed it.
+    async fn publisher(&self) -> Result<Channel, Failure> {
+        let mut slot = self.publisher.lock().await;
+        if let Some(ch) = slot.as_ref().filter(|ch| ch.status().connected()) {
+            return Ok(ch.clone());
+        }
+        let ch = self.channel().await?;
+        // Without confirm mode every publish "succeeds" unconfirmed.
+        ch.confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(lapin_failure("enable publisher confirms"))?;
+        *slot = Some(ch.clone());
+        Ok(ch)
+    }
+}
+
+/// A RabbitMQ broker for one namespace. Cheap to clone: clones share the connection.
+#[derive(Clone)]
+pub struct AmqpBroker {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for AmqpBroker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AmqpBroker")
+            .field("url", &self.inner.redacted)
+            .field("namespace", self.inner.names.namespace())
+            .finish()
+    }
+}
+
+/// The URL is not an AMQP URL (its text is not repeated: it may hold credentials).
+#[derive(Debug, thiserror::Error)]
+#[error("not a valid AMQP URL: expected amqp://USER:PASSWORD@HOST:PORT/VHOST or amqps://…")]
+struct BadUrl;
+
+struct Inner {
+    /// The URL with credentials: only ever given to lapin, never logged.
+    uri: AMQPUri,
+    closed: AtomicBool,
+    redacted: String,
+    names: Names,
+    link: tokio::sync::Mutex<Option<Arc<Link>>>,
+    /// The delay queues this process has declared.
+    delays: Mutex<HashSet<Duration>>,
+    /// Logical queues known to exist (declared or checked).
+    known: Mutex<HashSet<QueueName>>,
+}
+
+impl AmqpBroker {
+    /// Connects to RabbitMQ at `url`, for the namespace of `names`, retrying with backoff
+    /// for up to [`CONNECT_TIMEOUT`].
+    ///
+    /// # Errors
+    /// [`BrokerError::Connect`] naming the redacted URL when no connection could be made
+    /// within [`CONNECT_TIMEOUT`].
+    pub async fn connect(url: &str, names: Names) -> Result<Self, BrokerError> {
+        let redacted = Redacted(url).to_string();
+        let mut uri: AMQPUri = url.parse().map_err(|_| BrokerError::Connect {
+            url: redacted.clone(),
+            source: Box::new(BadUrl),
+        })?;
+        if uri.query.heartbeat.is_none() {
+            uri.query.heartbeat = Some(HEARTBEAT_SECS);
+        }
+        let started = Instant::now();
+        let mut attempt = 0;
+        let link = loop {
+            let left = CONNECT_TIMEOUT.saturating_sub(started.elapsed());
+            let error = match tokio::time::timeout(left, Link::open(&uri, &redacted)).await {
+                Ok(Ok(link)) => break link,
+                Ok(Err(e)) => e,
+                Err(_) => BrokerError::Connect {
+                    url: redacted.clone(),
+                    source: format!("no answer within {}s", CONNECT_TIMEOUT.as_secs()).into(),
+                },
+            };
+            let wait = backoff(attempt);
+            if started.elapsed() + wait >= CONNECT_TIMEOUT {
+                return Err(error);
+            }
+            tracing::debug!(error = %error, "broker not reachable yet, retrying");
+            tokio::time::sleep(wait).await;
+            attempt += 1;
+        };
+        tracing::info!(url = %redacted, namespace = %names.namespace(), "connected to the broker");
+        Ok(Self {
+            inner: Arc::new(Inner {
+                uri,
+                closed: AtomicBool::new(false),
+                redacted,
+                names,
+                link: tokio::sync::Mutex::new(Some(Arc::new(link))),
+                delays: Mutex::default(),
+                known: Mutex::default(),
+            }),
+        })
+    }
+
+    /// The names this broker uses.
+    pub fn names(&self) -> &Names {
+        &self.inner.names
+    }
+
+    /// Closes the connection; unsettled deliveries return to their queues, subscriptions
+    /// end, and later calls fail with [`BrokerError::Closed`].
+    pub async fn close(&self) {
+        self.inner.closed.store(true, Ordering::Release);
+        let link = self.inner.link.lock().await.take();
+        if let Some(link) = link {
+            let _ = link
+                .connection
+                .close(200, ShortString::from("cronq closing"))
+                .await;
+        }
+    }
+
+    /// The current link, or a new one when it is gone (one attempt; callers back off).
+    async fn link(&self) -> Result<Arc<Link>, Failure> {
+        let mut slot = self.inner.link.lock().await;
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Failure::fatal(BrokerError::Closed));
+        }
+        if let Some(link) = slot.as_ref().filter(|l| l.is_open()) {
+            return Ok(link.clone());
+        }
+        if slot.take().is_some() {
+            tracing::warn!(url = %self.inner.redacted, "broker connection lost, reconnecting");
+        }
+        let opened = tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            Link::open(&self.inner.uri, &self.inner.redacted),
+        )
+        .await;
+        let link = match opened {
+            Ok(Ok(link)) => Arc::new(link),
+            Ok(Err(error)) => {
+                return Err(Failure {
+                    error,
+                    transient: true,
+                });
+            }
+            Err(_) => {
+                return Err(Failure {
+                    error: BrokerError::Connect {
+                        url: self.inner.redacted.clone(),
+                        source: format!("no answer within {}s", CONNECT_TIMEOUT.as_secs()).into(),
+                    },
+                    transient: true,
+                });
+            }
+        };
+        tracing::info!(url = %self.inner.redacted, "reconnected to the broker");
+        *slot = Some(link.clone());
+        Ok(link)
+    }
+
+    /// Runs `f` on the current link, reconnecting and retrying transient failures with
+    /// backoff until [`PUBLISH_DEADLINE`] has passed.
+    async fn retrying<T, F, Fut>(&self, op: &'static str, mut f: F) -> Result<T, BrokerError>
+    where
+        F: FnMut(Arc<Link>) -> Fut,
+        Fut: Future<Output = Result<T, Failure>>,
+    {
+        let started = Instant::now();
+        let mut attempt = 0;
+        loop {
+            let failure = match self.link().await {
+                Ok(link) => match f(link).await {
+                    Ok(v) => return Ok(v),
+                    Err(failure) => failure,
+                },
+                Err(failure) => failure,
+            };
+            let wait = backoff(attempt);
+            if !failure.transient {
+                return Err(failure.error);
+            }
+            if started.elapsed() + wait >= PUBLISH_DEADLINE {
+                return Err(BrokerError::Protocol {
+                    op,
+                    source: Box::new(GaveUp {
+                        after: PUBLISH_DEADLINE,
+                        last: failure.error,
+                    }),
+                });
+            }
+            tracing::warn!(error = %chain(&failure.error), elapsed_ms = started.elapsed().as_millis() as u64, "broker operation failed, retrying on a new connection");
+            tokio::time::sleep(wait).await;
+            attempt += 1;
+        }
+    }
+
+    fn prepare(&self, out: &Outgoing) -> Result<Prepared, BrokerError> {
+        let names = &self.inner.names;
+        let delay = quantize_delay(out.delay);
+        let (exchange, delay_ms) = if delay.is_zero() {
+            (names.exchange(), None)
+        } else {
+            (names.delay_exchange(), Some(delay.as_millis()))
+        };
+        Ok(Prepared {
+            key: out.occurrence.key.to_string(),
+            exchange: short("publish", exchange)?,
+            routing_key: short("publish", out.queue.as_str())?,
+            body: out.occurrence.encode(),
+            properties: occurrence_properties(&out.occurrence, delay_ms)?,
+        })
+    }
+
+    /// Declares the delay queues a batch needs (once per process), and checks that
+    /// the logical queues of delayed messages exist: the delay queue accepts a message for
+    /// any queue, so without this check an unroutable delayed message would vanish later.
+    async fn prepare_delays(&self, link: &Link, batch: &[Outgoing]) -> Result<(), Failure> {
+        let due: BTreeSet<Duration> = {
+            let delays = self
+                .inner
+                .delays
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            batch
+                .iter()
+                .map(|o| quantize_delay(o.delay))
+                .filter(|d| !d.is_zero())
+                .filter(|d| !delays.contains(d))
+                .collect()
+        };
+        let unchecked: Vec<&Outgoing> = {
+            let known = self
+                .inner
+                .known
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            batch
+                .iter()
+                .filter(|o| !o.delay.is_zero() && !known.contains(&o.queue))
+                .collect()
+        };
+        if due.is_empty() && unchecked.is_empty() {
+            return Ok(());
+        }
+        let names = &self.inner.names;
+        let ch = link.channel().await?;
+        for delay in due {
+            topology::declare_delay_queue(&ch, names, delay)
+                .await
+                .map_err(broker_failure)?;
+            self.inner
+                .delays
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(delay);
+        }
+        for out in unchecked {
+            if !topology::queue_exists(&ch, names, &out.queue)
+                .await
+                .map_err(broker_failure)?
+            {
+                return Err(Failure::fatal(BrokerError::NotConfirmed {
+                    key: out.occurrence.key.to_string(),
+                    reason: format!("unroutable: queue {} is not declared", out.queue),
+                }));
+            }
+            self.inner
+                .known
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(out.queue.clone());
+        }
+        let _ = ch.close(200, ShortString::from("declared")).await;
+        Ok(())
+    }
+
+    /// Publishes every message on the link's confirm channel, then awaits every confirm.
+    async fn send(&self, link: &Link, messages: &[Prepared]) -> Result<(), Failure> {
+        let ch = link.publisher().await?;
+        let options = BasicPublishOptions {
+            // Unroutable messages come back instead of vanishing.
+            mandatory: true,
+            ..BasicPublishOptions::default()
+        };
+        let mut pending = Vec::with_capacity(messages.len());
+        let mut failure = None;
+        for m in messages {
+            match ch
+                .basic_publish(
+                    m.exchange.clone(),
+                    m.routing_key.clone(),
+                    options,
+                    &m.body,
+                    m.properties.clone(),
+                )
+                .await
+            {
+                Ok(confirm) => pending.push((m.key.as_str(), confirm)),
+                Err(e) => {
+                    failure = Some(lapin_failure("publish")(e));
+                    break;
+                }
+            }
+        }
+        // Await every confirm, even after a failure, so none is left dangling on the
+        // channel; a refusal (not retried) wins over a lost connection (retried).
+        for (key, confirm) in pending {
+            let outcome = match confirm.await {
+                Ok(Confirmation::Ack(None)) => continue,
+                Ok(Confirmation::Ack(Some(returned))) => {
+                    let delayed =
+                        returned.delivery.exchange.as_str() == self.inner.names.delay_exchange();
+                    if delayed {
+                        // Its delay queue vanished behind our cache (deleted by hand, or
+                        // expired): forget the cache so the retry declares it again.
+                        self.inner
+                            .delays
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .clear();
+                    }
+                    Failure {
+                        error: BrokerError::NotConfirmed {
+                            key: key.to_owned(),
+                            reason: format!(
+                                "unroutable ({} {}): no queue is bound for routing key {}",
+                                returned.reply_code,
+                                returned.reply_text,
+                                returned.delivery.routing_key
+                            ),
+                        },
+                        transient: delayed,
+                    }
+                }
+                Ok(Confirmation::Nack(_)) => Failure::fatal(BrokerError::NotConfirmed {
+                    key: key.to_owned(),
+                    reason: "nacked by the broker".to_owned(),
+                }),
+                Ok(Confirmation::NotRequested) => Failure {
+                    error: BrokerError::NotConfirmed {
+                        key: key.to_owned(),
+                        reason: "the channel was not in confirm mode".to_owned(),
+                    },
+                    transient: true,
+                },
+                Err(e) => lapin_failure("await publisher confirm")(e),
+            };
+            if failure
+                .as_ref()
+                .is_none_or(|f| f.transient && !outcome.transient)
+            {
+                failure = Some(outcome);
+            }
+        }
+        failure.map_or(Ok(()), Err)
+    }
+}
+
+/// Retries ran out; carries the last error.
+#[derive(Debug, thiserror::Error)]
+#[error("gave up after retrying for {}s", .after.as_secs())]
+struct GaveUp {
+    after: Duration,
+    #[source]
+    last: BrokerError,
+}
+
+/// The channel of a delivery is gone.
+#[derive(Debug, thiserror::Error)]
+#[error("the channel this delivery came on is closed; the broker will redeliver it")]
+struct ChannelGone;
+
+fn channel_gone(op: &'static str) -> BrokerError {
+    BrokerError::Protocol {
+        op,
+        source: Box::new(ChannelGone),
+    }
+}
+
+#[async_trait]
+impl Broker for AmqpBroker {
+    async fn declare(&self, queues: &BTreeSet<QueueName>) -> Result<(), BrokerError> {
+        self.retrying("declare", |link| async move {
+            let names = &self.inner.names;
+            let ch = link.channel().await?;
+            topology::declare_base(&ch, names)
+                .await
+                .map_err(broker_failure)?;
+            for q in queues {
+                topology::declare_queue(&ch, names, q)
+                    .await
+                    .map_err(broker_failure)?;
+            }
+            let _ = ch.close(200, ShortString::from("declared")).await;
+            Ok(())
+        })
+        .await?;
+        self.inner
+            .known
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(queues.iter().cloned());
+        Ok(())
+    }
+
+    async fn publish(&self, batch: &[Outgoing]) -> Result<(), BrokerError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let prepared = batch
+            .iter()
+            .map(|o| self.prepare(o))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.retrying("publish", |link| {
+            let prepared = &prepared;
+            async move {
+                self.prepare_delays(&link, batch).await?;
+                self.send(&link, prepared).await
+            }
+        })
+        .await
+    }
+
+    async fn consume(
+        &self,
+        queues: &[QueueName],
+        prefetch: u16,
+        token: CancellationToken,
+    ) -> Result<mpsc::Receiver<Delivery>, BrokerError> {
+        let limit = cronq_shared::broker::in_flight_limit(prefetch);
+        let sub = self
+            .retrying("consume", |link| async move {
+                self.subscribe(&link, queues, prefetch).await
+            })
+            .await?;
+        let (tx, rx) = mpsc::channel(limit);
+        let feeder = Feeder {
+            broker: self.clone(),
+            queues: queues.to_vec(),
+            prefetch,
+            // Bounds unsettled deliveries over all queues of the subscription: the
+            // broker's prefetch counts per consumer, one per queue.
+            permits: Arc::new(Semaphore::new(limit)),
+            tx,
+            token,
+        };
+        // The feeder ends when the token is cancelled or the receiver is dropped; it owns
+        // nothing that outlives that.
+        tokio::spawn(feeder.run(sub));
+        Ok(rx)
+    }
+
+    async fn dead_letter(&self, letter: &DeadLetter) -> Result<(), BrokerError> {
+        let names = &self.inner.names;
+        let message = Prepared {
+            key: letter.key.clone().unwrap_or_else(|| "(no key)".to_owned()),
+            exchange: short("dead-letter", names.dead_letter_exchange())?,
+            routing_key: short(
+                "dead-letter",
+                letter.queue.as_ref().map_or("", QueueName::as_str),
+            )?,
+            body: letter.body.clone(),
+            properties: dead_letter_properties(letter)?,
+        };
+        self.retrying("dead-letter", |link| {
+            let message = &message;
+            async move {
+                // Make sure the dead-letter queue exists, else the letter is unroutable.
+                let ch = link.channel().await?;
+                topology::declare_base(&ch, names)
+                    .await
+                    .map_err(broker_failure)?;
+                let _ = ch.close(200, ShortString::from("declared")).await;
+                self.send(&link, std::slice::from_ref(message)).await
+            }
+        })
+        .await
+    }
+
+    async fn dead_letters(&self) -> Result<Vec<DeadLetter>, BrokerError> {
+        self.retrying("list dead letters", |link| async move {
+            let mut letters = Vec::new();
+            self.walk(&link, Collect(&mut letters)).await?;
+            Ok(letters)
+        })
+        .await
+    }
+
+    async fn replay(
+        &self,
+        select: &(dyn for<'l> Fn(&'l DeadLetter) -> Option<Outgoing> + Send + Sync),
+    ) -> Result<usize, BrokerError> {
+        // One walk, not retried: a letter replayed but not yet acked when the walk breaks
+        // stays in the dead-letter queue (and may be replayed twice; consumers dedup).
+        let link = self.link().await.map_err(|f| f.error)?;
+        let mut replay = Replay {
+            broker: self,
+            select,
+            replayed: 0,
+        };
+        self.walk(&link, &mut replay).await.map_err(|f| f.error)?;
+        Ok(replay.replayed)
+    }
+}

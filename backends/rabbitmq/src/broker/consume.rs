@@ -1,0 +1,336 @@
+//! Consuming from RabbitMQ: one channel per subscription, re-subscribed after a lost
+//! connection or a broker-side cancel, feeding one receiver until the token is cancelled.
+//!
+//! Invariant: at most `prefetch` deliveries of a subscription are unsettled at once (a
+//! semaphore permit travels with each delivery, since the broker's prefetch counts per
+//! queue); a delivery dropped unsettled is requeued; a cancelled subscription hands back
+//! what was on its way and keeps its channel open until every delivery handed out is
+//! settled, so none is acked or requeued behind its consumer's back.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use futures_util::stream::{self, BoxStream};
+use lapin::Channel;
+use lapin::options::{
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
+};
+use lapin::types::{FieldTable, ShortString};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    AmqpBroker, Failure, Link, backoff, broker_failure, chain, channel_gone, lapin_failure,
+};
+use crate::topology::{self, short};
+use cronq_shared::broker::{Acker, BrokerError, Delivery};
+use cronq_shared::names::QueueName;
+
+/// How long a cancelled subscription waits for the broker's `cancel-ok` while it hands
+/// back messages that were already on their way.
+const CANCEL_DRAIN: Duration = Duration::from_secs(2);
+
+impl AmqpBroker {
+    /// Declares `queues` and starts one consumer per queue on a new channel of `link`.
+    pub(super) async fn subscribe(
+        &self,
+        link: &Link,
+        queues: &[QueueName],
+        prefetch: u16,
+    ) -> Result<Subscription, Failure> {
+        let ch = link.channel().await?;
+        match self.start_consumers(&ch, queues, prefetch).await {
+            Ok(consumers) => Ok(Subscription {
+                guard: Arc::new(ChannelGuard(ch)),
+                consumers,
+            }),
+            Err(failure) => {
+                // Consumers already started on it must not hold messages unacked.
+                let _ = ch.close(200, ShortString::from("subscribe failed")).await;
+                Err(failure)
+            }
+        }
+    }
+
+    async fn start_consumers(
+        &self,
+        ch: &Channel,
+        queues: &[QueueName],
+        prefetch: u16,
+    ) -> Result<Vec<(QueueName, ShortString, lapin::Consumer)>, Failure> {
+        let names = &self.inner.names;
+        topology::declare_base(ch, names)
+            .await
+            .map_err(broker_failure)?;
+        for q in queues {
+            topology::declare_queue(ch, names, q)
+                .await
+                .map_err(broker_failure)?;
+        }
+        // Per consumer, not global: RabbitMQ 4.3 rejects global QoS.
+        ch.basic_qos(prefetch, BasicQosOptions { global: false })
+            .await
+            .map_err(lapin_failure("set prefetch"))?;
+        let mut consumers = Vec::with_capacity(queues.len());
+        for q in queues {
+            let tag = short(
+                "consume",
+                format!("cronq-{}", uuid::Uuid::new_v4().simple()),
+            )?;
+            let consumer = ch
+                .basic_consume(
+                    short("consume", names.queue(q))?,
+                    tag.clone(),
+                    BasicConsumeOptions::default(),
+                    FieldTable::default(),
+                )
+                .await
+                .map_err(lapin_failure("consume"))?;
+            consumers.push((q.clone(), tag, consumer));
+        }
+        Ok(consumers)
+    }
+}
+
+/// Closes a consuming channel once the subscription and every delivery from it are done,
+/// so anything still unacked returns to its queue.
+struct ChannelGuard(Channel);
+
+impl Drop for ChannelGuard {
+    fn drop(&mut self) {
+        let ch = self.0.clone();
+        if ch.status().connected()
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            rt.spawn(async move {
+                let _ = ch.close(200, ShortString::from("subscription done")).await;
+            });
+        }
+    }
+}
+
+pub(super) struct Subscription {
+    guard: Arc<ChannelGuard>,
+    consumers: Vec<(QueueName, ShortString, lapin::Consumer)>,
+}
+
+/// Settles one AMQP delivery; requeues it when dropped unsettled.
+struct AmqpAcker {
+    acker: lapin::Acker,
+    settled: AtomicBool,
+    permit: Mutex<Option<OwnedSemaphorePermit>>,
+    guard: Arc<ChannelGuard>,
+}
+
+impl AmqpAcker {
+    async fn settle(&self, op: &'static str, requeue: bool) -> Result<(), BrokerError> {
+        if self.settled.swap(true, Ordering::AcqRel) {
+            return Err(BrokerError::Protocol {
+                op,
+                source: "the delivery was already acked or requeued".into(),
+            });
+        }
+        let result = if requeue {
+            self.acker
+                .nack(BasicNackOptions {
+                    requeue: true,
+                    ..BasicNackOptions::default()
+                })
+                .await
+        } else {
+            self.acker.ack(BasicAckOptions::default()).await
+        };
+        drop(
+            self.permit
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
+        match result {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(channel_gone(op)),
+            Err(e) => Err(BrokerError::Protocol {
+                op,
+                source: Box::new(e),
+            }),
+        }
+    }
+}
+
+#[async_trait]
+impl Acker for AmqpAcker {
+    async fn ack(&self) -> Result<(), BrokerError> {
+        self.settle("ack", false).await
+    }
+
+    async fn requeue(&self) -> Result<(), BrokerError> {
+        self.settle("requeue", true).await
+    }
+}
+
+impl Drop for AmqpAcker {
+    fn drop(&mut self) {
+        if self.settled.swap(true, Ordering::AcqRel) || !self.acker.usable() {
+            return;
+        }
+        let (acker, guard) = (self.acker.clone(), self.guard.clone());
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let requeue = BasicNackOptions {
+                    requeue: true,
+                    ..BasicNackOptions::default()
+                };
+                let _ = acker.nack(requeue).await;
+                drop(guard);
+            });
+        }
+    }
+}
+
+/// Feeds one subscription's deliveries into the receiver, re-subscribing after a lost
+/// connection or a broker-side cancel, until the token is cancelled or the receiver is
+/// dropped.
+pub(super) struct Feeder {
+    pub(super) broker: AmqpBroker,
+    pub(super) queues: Vec<QueueName>,
+    pub(super) prefetch: u16,
+    pub(super) permits: Arc<Semaphore>,
+    pub(super) tx: mpsc::Sender<Delivery>,
+    pub(super) token: CancellationToken,
+}
+
+enum End {
+    /// Stop for good: token cancelled or receiver dropped.
+    Stop,
+    /// The subscription broke: subscribe again.
+    Lost,
+}
+
+type Item = (QueueName, Option<lapin::Result<lapin::message::Delivery>>);
+
+impl Feeder {
+    /// Runs until the token is cancelled or the receiver is dropped.
+    pub(super) async fn run(self, mut sub: Subscription) {
+        loop {
+            match self.feed(sub).await {
+                End::Stop => return,
+                End::Lost => {}
+            }
+            sub = match self.resubscribe().await {
+                Some(sub) => sub,
+                None => return,
+            };
+            tracing::info!(queues = ?self.queues, "re-subscribed to the broker");
+        }
+    }
+
+    async fn resubscribe(&self) -> Option<Subscription> {
+        let mut attempt = 0;
+        loop {
+            let result = match self.broker.link().await {
+                Ok(link) => {
+                    self.broker
+                        .subscribe(&link, &self.queues, self.prefetch)
+                        .await
+                }
+                Err(f) => Err(f),
+            };
+            match result {
+                Ok(sub) => return Some(sub),
+                Err(f) if matches!(f.error, BrokerError::Closed) => return None,
+                Err(f) => {
+                    tracing::warn!(error = %chain(&f.error), queues = ?self.queues, "cannot re-subscribe yet, retrying");
+                }
+            }
+            let wait = backoff(attempt);
+            attempt += 1;
+            self.token
+                .run_until_cancelled(tokio::time::sleep(wait))
+                .await?;
+        }
+    }
+
+    async fn feed(&self, sub: Subscription) -> End {
+        let Subscription { guard, consumers } = sub;
+        let tags: Vec<ShortString> = consumers.iter().map(|(_, t, _)| t.clone()).collect();
+        // Each stream ends with one `None` item, so the end of any one consumer (a
+        // broker-side cancel) is seen, not silently dropped from the merge.
+        let streams: Vec<BoxStream<'static, Item>> = consumers
+            .into_iter()
+            .map(|(q, _, c)| {
+                let q2 = q.clone();
+                c.map(move |d| (q.clone(), Some(d)))
+                    .chain(stream::once(async move { (q2, None) }))
+                    .boxed()
+            })
+            .collect();
+        let mut merged = stream::select_all(streams);
+        let end = loop {
+            let permit = tokio::select! {
+                biased;
+                () = self.token.cancelled() => break End::Stop,
+                permit = self.permits.clone().acquire_owned() => match permit {
+                    Ok(p) => p,
+                    Err(_) => break End::Stop,
+                },
+            };
+            let item = tokio::select! {
+                biased;
+                () = self.token.cancelled() => break End::Stop,
+                item = merged.next() => item,
+            };
+            match item {
+                Some((queue, Some(Ok(d)))) => {
+                    let delivery = Delivery {
+                        queue,
+                        body: d.data,
+                        redelivered: d.redelivered,
+                        acker: Box::new(AmqpAcker {
+                            acker: d.acker,
+                            settled: AtomicBool::new(false),
+                            permit: Mutex::new(Some(permit)),
+                            guard: guard.clone(),
+                        }),
+                    };
+                    if self.tx.send(delivery).await.is_err() {
+                        break End::Stop;
+                    }
+                }
+                Some((queue, Some(Err(e)))) => {
+                    tracing::warn!(queue = %queue, error = %chain(&e), "consumer failed, re-subscribing");
+                    break End::Lost;
+                }
+                Some((queue, None)) => {
+                    tracing::warn!(queue = %queue, "consumer ended by the broker, re-subscribing");
+                    break End::Lost;
+                }
+                None => break End::Lost,
+            }
+        };
+        // Stop intake on this channel; deliveries already handed out stay unacked until
+        // settled (the guard keeps the channel open for them).
+        for tag in tags {
+            let _ = guard
+                .0
+                .basic_cancel(tag, BasicCancelOptions::default())
+                .await;
+        }
+        // Hand back what was already on its way to us.
+        let drain = async {
+            while let Some((_, item)) = merged.next().await {
+                if let Some(Ok(d)) = item {
+                    let requeue = BasicNackOptions {
+                        requeue: true,
+                        ..BasicNackOptions::default()
+                    };
+                    let _ = d.acker.nack(requeue).await;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(CANCEL_DRAIN, drain).await;
+        end
+    }
+}

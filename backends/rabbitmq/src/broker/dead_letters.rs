@@ -1,0 +1,119 @@
+//! The dead-letter queue walk behind `dead_letters` and `replay`.
+//!
+//! Invariant: the walk gets every letter without ack on a dedicated channel and closes it
+//! at the end, so every letter not acked goes back in its original position (a classic
+//! queue requeues in order; checked on RabbitMQ 3.10 by the broker tests). A letter is
+//! acked only after its replay was confirmed, so an interrupted replay loses nothing.
+
+use std::future::Future;
+
+use lapin::options::{BasicAckOptions, BasicGetOptions, QueueDeclareOptions};
+use lapin::types::{FieldTable, ShortString};
+
+use super::{AmqpBroker, Failure, Link, broker_failure, channel_gone, lapin_failure};
+use crate::headers::read_dead_letter;
+use crate::topology::{self, short};
+use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Outgoing};
+
+impl AmqpBroker {
+    /// One walk over the dead-letter queue on a dedicated channel: every message is got
+    /// without ack, so closing the channel puts every message not acked back, in order.
+    /// The walk covers the letters present when it starts: letters arriving meanwhile
+    /// wait for the next walk, so a busy queue cannot keep it going forever.
+    pub(super) async fn walk(
+        &self,
+        link: &Link,
+        mut visit: impl AsyncVisit,
+    ) -> Result<(), Failure> {
+        let names = &self.inner.names;
+        let declare = link.channel().await?;
+        topology::declare_base(&declare, names)
+            .await
+            .map_err(broker_failure)?;
+        let _ = declare.close(200, ShortString::from("declared")).await;
+        let ch = link.channel().await?;
+        let dlq = short("read dead letters", names.dead_letter_queue())?;
+        let result = async {
+            let passive = QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            };
+            let present = ch
+                .queue_declare(dlq.clone(), passive, FieldTable::default())
+                .await
+                .map_err(lapin_failure("count dead letters"))?
+                .message_count();
+            for _ in 0..present {
+                let got = ch
+                    .basic_get(dlq.clone(), BasicGetOptions { no_ack: false })
+                    .await
+                    .map_err(lapin_failure("read dead letters"))?;
+                let Some(msg) = got else { break };
+                let letter = read_dead_letter(names, &msg.delivery.properties, &msg.delivery.data);
+                visit.visit(letter, &msg.delivery.acker).await?;
+            }
+            Ok(())
+        }
+        .await;
+        let _ = ch.close(200, ShortString::from("walked")).await;
+        result
+    }
+}
+
+/// What [`AmqpBroker::walk`] does with each letter.
+pub(super) trait AsyncVisit {
+    fn visit(
+        &mut self,
+        letter: DeadLetter,
+        acker: &lapin::Acker,
+    ) -> impl Future<Output = Result<(), Failure>> + Send;
+}
+
+pub(super) struct Collect<'a>(pub(super) &'a mut Vec<DeadLetter>);
+
+impl AsyncVisit for Collect<'_> {
+    async fn visit(&mut self, letter: DeadLetter, _: &lapin::Acker) -> Result<(), Failure> {
+        self.0.push(letter);
+        Ok(())
+    }
+}
+
+pub(super) struct Replay<'a> {
+    pub(super) broker: &'a AmqpBroker,
+    pub(super) select: &'a (dyn for<'l> Fn(&'l DeadLetter) -> Option<Outgoing> + Send + Sync),
+    pub(super) replayed: usize,
+}
+
+impl AsyncVisit for Replay<'_> {
+    async fn visit(&mut self, letter: DeadLetter, acker: &lapin::Acker) -> Result<(), Failure> {
+        let Some(out) = (self.select)(&letter) else {
+            return Ok(());
+        };
+        self.broker
+            .publish(std::slice::from_ref(&out))
+            .await
+            .map_err(Failure::fatal)?;
+        // Only now, with the replay confirmed, may the letter leave the queue.
+        match acker.ack(BasicAckOptions::default()).await {
+            Ok(true) => {
+                self.replayed += 1;
+                Ok(())
+            }
+            Ok(false) => Err(Failure::fatal(channel_gone("ack replayed dead letter"))),
+            Err(e) => Err(Failure::fatal(BrokerError::Protocol {
+                op: "ack replayed dead letter",
+                source: Box::new(e),
+            })),
+        }
+    }
+}
+
+impl<T: AsyncVisit + Send> AsyncVisit for &mut T {
+    fn visit(
+        &mut self,
+        letter: DeadLetter,
+        acker: &lapin::Acker,
+    ) -> impl Future<Output = Result<(), Failure>> + Send {
+        (**self).visit(letter, acker)
+    }
+}

@@ -1,0 +1,13 @@
+//! cronq's queue port ([`cronq_shared::broker::Broker`]) on RabbitMQ, through lapin.
+//!
+//! - [`broker`]: [`AmqpBroker`]: a supervised connection, confirmed publishes, consumers
+//!   that resubscribe, the dead-letter queue.
+//! - [`topology`]: what is declared in a namespace (quorum queues, delay and dead-letter
+//!   queues), with which arguments and why.
+//! - [`headers`]: the AMQP properties and headers of occurrences and dead letters.
+
+pub mod broker;
+pub mod headers;
+pub mod topology;
+
+pub use broker::AmqpBroker;

@@ -1,0 +1,176 @@
+//! Redis implementation of the lease port: atomic Lua scripts over one key holding
+//! `EPOCH TOKEN INSTANCE` with a millisecond TTL, plus a never-expiring epoch counter.
+//!
+//! Use it over [`crate::connect()`] (a `ConnectionManager`): it fails fast while Redis
+//! is down and never runs a command its caller gave up on after reconnecting, which the
+//! renewal deadline logic relies on (CRATES.md section 4).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::Script;
+use redis::aio::ConnectionManager;
+
+use cronq_shared::lease::{Holder, Lease, LeaseError, Term};
+use cronq_shared::names::Names;
+
+/// The lease in Redis.
+#[derive(Clone)]
+pub struct RedisLease {
+    conn: ConnectionManager,
+    key: String,
+    epoch_key: String,
+    client_name: Option<String>,
+    named: Arc<AtomicBool>,
+    scripts: Arc<Scripts>,
+}
+
+struct Scripts {
+    acquire: Script,
+    renew: Script,
+    release: Script,
+    holder: Script,
+}
+
+impl RedisLease {
+    /// The lease of the namespace `names`, over `conn`.
+    pub fn new(conn: ConnectionManager, names: &Names) -> Self {
+        Self {
+            conn,
+            key: lease_key(names),
+            epoch_key: names.redis_key(&["leader", "epoch"]),
+            client_name: None,
+            named: Arc::new(AtomicBool::new(false)),
+            scripts: Arc::new(Scripts {
+                acquire: Script::new(include_str!("lease/acquire.lua")),
+                renew: Script::new(include_str!("lease/renew.lua")),
+                release: Script::new(include_str!("lease/release.lua")),
+                holder: Script::new(include_str!("lease/holder.lua")),
+            }),
+        }
+    }
+
+    /// Names the Redis connection (`CLIENT SETNAME`) so an operator (or a test) can find it
+    /// in `CLIENT LIST`; the name is set again after a reconnect. No spaces allowed.
+    pub fn with_client_name(mut self, name: impl Into<String>) -> Self {
+        self.client_name = Some(name.into());
+        self
+    }
+
+    /// Sets the client name if this connection may not carry it yet. Best effort.
+    async fn name_connection(&self) {
+        let Some(name) = &self.client_name else {
+            return;
+        };
+        if self.named.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut conn = self.conn.clone();
+        let res: redis::RedisResult<()> = redis::cmd("CLIENT")
+            .arg("SETNAME")
+            .arg(name)
+            .query_async(&mut conn)
+            .await;
+        if res.is_ok() {
+            self.named.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn failed(&self, op: &'static str) -> impl FnOnce(redis::RedisError) -> LeaseError + '_ {
+        move |source| {
+            // The manager reconnects with a fresh, unnamed connection: name it next time.
+            self.named.store(false, Ordering::Relaxed);
+            LeaseError::Store {
+                store: crate::STORE,
+                op,
+                source: Box::new(source),
+            }
+        }
+    }
+}
+
+/// The Redis key of the namespace's leader lease (the control store fences on it).
+pub(crate) fn lease_key(names: &Names) -> String {
+    names.redis_key(&["leader"])
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+#[async_trait]
+impl Lease for RedisLease {
+    async fn acquire(&self, instance: &str, ttl: Duration) -> Result<Option<Term>, LeaseError> {
+        self.name_connection().await;
+        let mut term = Term::new(0, instance);
+        let mut conn = self.conn.clone();
+        let epoch: Option<u64> = self
+            .scripts
+            .acquire
+            .key(&self.key)
+            .key(&self.epoch_key)
+            .arg(&term.token)
+            .arg(instance)
+            .arg(millis(ttl))
+            .invoke_async(&mut conn)
+            .await
+            .map_err(self.failed("acquire"))?;
+        Ok(epoch.map(|epoch| {
+            term.epoch = epoch;
+            term
+        }))
+    }
+
+    async fn renew(&self, term: &Term, ttl: Duration) -> Result<bool, LeaseError> {
+        self.name_connection().await;
+        let mut conn = self.conn.clone();
+        let renewed: i64 = self
+            .scripts
+            .renew
+            .key(&self.key)
+            .arg(term.value())
+            .arg(millis(ttl))
+            .invoke_async(&mut conn)
+            .await
+            .map_err(self.failed("renew"))?;
+        Ok(renewed == 1)
+    }
+
+    async fn release(&self, term: &Term) -> Result<bool, LeaseError> {
+        let mut conn = self.conn.clone();
+        let released: i64 = self
+            .scripts
+            .release
+            .key(&self.key)
+            .arg(term.value())
+            .invoke_async(&mut conn)
+            .await
+            .map_err(self.failed("release"))?;
+        Ok(released == 1)
+    }
+
+    async fn holder(&self) -> Result<Option<Holder>, LeaseError> {
+        let mut conn = self.conn.clone();
+        let found: Option<(String, i64)> = self
+            .scripts
+            .holder
+            .key(&self.key)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(self.failed("holder"))?;
+        let Some((value, pttl)) = found else {
+            return Ok(None);
+        };
+        let term = Term::parse(&value).ok_or_else(|| LeaseError::Corrupt {
+            key: self.key.clone(),
+            value: value.clone(),
+        })?;
+        Ok(Some(Holder {
+            epoch: term.epoch,
+            instance: term.instance,
+            remaining: Duration::from_millis(u64::try_from(pttl).unwrap_or(0)),
+        }))
+    }
+}

@@ -1,0 +1,399 @@
+//! The ledger on Redis: one hash per occurrence key, one sorted set of lease expiries, one
+//! string lock per exclusive job. Every operation is one Lua script (loaded with
+//! `include_str!`, run with EVALSHA and reloaded on `NOSCRIPT` by the `redis` crate), so it
+//! is atomic; lease times come from the Redis server's clock (`TIME`), never from the
+//! consumers', so clock skew between hosts cannot shorten or stretch a lease.
+//!
+//! Key layout (all through [`Names::redis_key`]): `ns:occ:KEY` (hash: state, attempt,
+//! next, token, job, queue, lease_until, cancel, exclusive, error, updated), `ns:occbody:KEY`
+//! (the stored message, apart so that the hash stays small and listpack-encoded),
+//! `ns:leases` (zset KEY → lease expiry or due time ms), `ns:joblock:JOB` (`KEY|TOKEN`, PX
+//! lease), `ns:jobwait:JOB` (zset of waiting KEYs → scheduled ms, see `wait.lua`); runs are
+//! appended to the [`RedisRunLog`]'s stream by the same scripts that end a record.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::Script;
+use redis::aio::ConnectionManager;
+
+use cronq_shared::key::OccurrenceKey;
+use cronq_shared::ledger::{
+    Claim, ClaimOutcome, End, Ended, Heartbeat, Lease, Ledger, Orphan, Record, Republish, Settle,
+    State, WAKE_RECHECK,
+};
+use cronq_shared::names::{JobName, Names};
+use cronq_shared::runlog::Run;
+use cronq_shared::store::StoreError;
+
+use crate::runlog::{self, RedisRunLog};
+use crate::{command, millis};
+
+/// The Redis ledger. Cheap to clone.
+#[derive(Clone)]
+pub struct RedisLedger {
+    conn: ConnectionManager,
+    names: Names,
+    history: RedisRunLog,
+    scripts: Scripts,
+    /// `ns:occ:`, the prefix of every record's key.
+    record_prefix: String,
+    /// `ns:occbody:`, the prefix of every stored message body's key.
+    body_prefix: String,
+    /// `ns:leases`.
+    leases_key: String,
+}
+
+#[derive(Clone)]
+struct Scripts {
+    claim: Script,
+    heartbeat: Script,
+    complete: Script,
+    settle: Script,
+    reap: Script,
+    admit_replay: Script,
+}
+
+impl std::fmt::Debug for RedisLedger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisLedger")
+            .field("namespace", self.names.namespace())
+            .finish()
+    }
+}
+
+impl RedisLedger {
+    /// A ledger over an open connection (see [`crate::connect()`]) that appends the
+    /// runs of ended records to `history`.
+    pub fn new(conn: ConnectionManager, names: Names, history: RedisRunLog) -> Self {
+        let with_history = |script: &str| {
+            Script::new(
+                &[
+                    include_str!("ledger/history.lua"),
+                    include_str!("ledger/wait.lua"),
+                    script,
+                ]
+                .concat(),
+            )
+        };
+        Self {
+            record_prefix: names.redis_key(&["occ", ""]),
+            body_prefix: names.redis_key(&["occbody", ""]),
+            leases_key: names.redis_key(&["leases"]),
+            conn,
+            names,
+            history,
+            scripts: Scripts {
+                claim: with_history(include_str!("ledger/claim.lua")),
+                heartbeat: Script::new(include_str!("ledger/heartbeat.lua")),
+                complete: with_history(include_str!("ledger/complete.lua")),
+                settle: with_history(include_str!("ledger/settle.lua")),
+                reap: Script::new(include_str!("ledger/reap.lua")),
+                admit_replay: Script::new(include_str!("ledger/admit_replay.lua")),
+            },
+        }
+    }
+
+    /// A key's record as it is now, for tests and inspection.
+    ///
+    /// # Errors
+    /// [`StoreError`] when Redis cannot be reached or the record is unreadable.
+    pub async fn record(&self, key: &OccurrenceKey) -> Result<Option<Record>, StoreError> {
+        let fields: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(self.record_key(&key.to_string()))
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(command)?;
+        let Some(state) = fields.get("state") else {
+            return Ok(None);
+        };
+        Ok(Some(Record {
+            state: State::parse(state).ok_or_else(|| unexpected(state))?,
+            attempt: fields
+                .get("attempt")
+                .and_then(|a| a.parse().ok())
+                .unwrap_or(0),
+            error: fields.get("error").cloned(),
+        }))
+    }
+
+    fn record_key(&self, key: &str) -> String {
+        [self.record_prefix.as_str(), key].concat()
+    }
+
+    fn body_key(&self, key: &str) -> String {
+        [self.body_prefix.as_str(), key].concat()
+    }
+
+    fn job_lock_key(&self, job: &JobName) -> String {
+        self.names.redis_key(&["joblock", job.as_str()])
+    }
+
+    fn wait_key(&self, job: &JobName) -> String {
+        self.names.redis_key(&["jobwait", job.as_str()])
+    }
+}
+
+/// Reads the `[woken key, woken queue, woken body]` tail of a script reply.
+fn woken(tail: &[Vec<u8>]) -> Option<Orphan> {
+    match tail {
+        [key, queue, body] => Some(Orphan {
+            key: String::from_utf8_lossy(key).into_owned(),
+            queue: String::from_utf8_lossy(queue).into_owned(),
+            body: body.clone(),
+            why: Republish::Turn,
+        }),
+        _ => None,
+    }
+}
+
+/// Reads the `{1 [, woken…]}` / `{0}` reply of complete.lua and settle.lua.
+fn ended(reply: &[Vec<u8>]) -> Result<Ended, StoreError> {
+    match reply.split_first() {
+        Some((done, tail)) if done.as_slice() == b"1" => Ok(Ended {
+            recorded: true,
+            woken: woken(tail),
+        }),
+        Some((done, [])) if done.as_slice() == b"0" => Ok(Ended {
+            recorded: false,
+            woken: None,
+        }),
+        _ => Err(unexpected(&format!("{} fields", reply.len()))),
+    }
+}
+
+fn text(field: &[u8]) -> String {
+    String::from_utf8_lossy(field).into_owned()
+}
+
+/// Appends the history arguments of `run` (bounds, then the entry's fields) to an
+/// invocation of complete.lua or settle.lua; no arguments when there is no run.
+fn history_args(
+    invocation: &mut redis::ScriptInvocation<'_>,
+    history: &RedisRunLog,
+    run: Option<&Run>,
+) {
+    if let Some(run) = run {
+        let (max_runs, min_id) = history.bounds();
+        invocation.arg(max_runs).arg(min_id);
+        for (name, value) in runlog::fields(run) {
+            invocation.arg(name).arg(value);
+        }
+    }
+}
+
+fn new_token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+fn overlap_arg(overlap: cronq_shared::config::Overlap) -> &'static str {
+    use cronq_shared::config::Overlap;
+    match overlap {
+        Overlap::Allow => "allow",
+        Overlap::Skip => "skip",
+        Overlap::Queue => "queue",
+        Overlap::Replace => "replace",
+    }
+}
+
+fn unexpected(what: &str) -> StoreError {
+    StoreError::Corrupt {
+        key: "a ledger script reply".to_owned(),
+        source: serde::de::Error::custom(format!("unexpected reply {what:?}")),
+    }
+}
+
+#[async_trait]
+impl Ledger for RedisLedger {
+    async fn claim(&self, claim: &Claim) -> Result<ClaimOutcome, StoreError> {
+        let key = claim.key.to_string();
+        let token = new_token();
+        let (max_runs, min_id) = self.history.bounds();
+        let reply: Vec<Vec<u8>> = self
+            .scripts
+            .claim
+            .key(self.record_key(&key))
+            .key(&self.leases_key)
+            .key(self.job_lock_key(&claim.job))
+            .key(self.body_key(&key))
+            .key(self.wait_key(&claim.job))
+            .key(self.history.key())
+            .arg(&key)
+            .arg(claim.job.as_str())
+            .arg(claim.queue.as_str())
+            .arg(claim.attempt)
+            .arg(&token)
+            .arg(millis(claim.lease))
+            .arg(millis(claim.retention))
+            .arg(overlap_arg(claim.overlap))
+            .arg(&claim.body[..])
+            .arg(&self.record_prefix)
+            .arg(claim.scheduled_at.timestamp_millis())
+            .arg(millis(claim.recheck))
+            .arg(&self.body_prefix)
+            .arg(millis(WAKE_RECHECK))
+            .arg(&claim.consumer)
+            .arg(chrono::Utc::now().to_rfc3339())
+            .arg(max_runs)
+            .arg(min_id)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(command)?;
+        let Some((tag, rest)) = reply.split_first() else {
+            return Err(unexpected("an empty reply"));
+        };
+        match (tag.as_slice(), rest) {
+            (b"claimed", [takeover]) => Ok(ClaimOutcome::Claimed {
+                lease: Lease {
+                    key: claim.key.clone(),
+                    job: claim.job.clone(),
+                    token,
+                },
+                takeover: takeover.as_slice() == b"1",
+            }),
+            (b"duplicate", [state, attempt]) => {
+                let state = text(state);
+                Ok(ClaimOutcome::Duplicate {
+                    state: State::parse(&state).ok_or_else(|| unexpected(&state))?,
+                    attempt: text(attempt).parse().unwrap_or(0),
+                })
+            }
+            (b"busy", [holder]) => Ok(ClaimOutcome::Busy {
+                holder: text(holder),
+            }),
+            (b"waiting", [holder, tail @ ..]) => Ok(ClaimOutcome::Waiting {
+                holder: text(holder),
+                woken: woken(tail),
+            }),
+            (b"superseded", [by]) => Ok(ClaimOutcome::Superseded { by: text(by) }),
+            _ => Err(unexpected(&text(tag))),
+        }
+    }
+
+    async fn heartbeat(&self, lease: &Lease, duration: Duration) -> Result<Heartbeat, StoreError> {
+        let key = lease.key.to_string();
+        let reply: Vec<String> = self
+            .scripts
+            .heartbeat
+            .key(self.record_key(&key))
+            .key(&self.leases_key)
+            .key(self.job_lock_key(&lease.job))
+            .arg(&key)
+            .arg(&lease.token)
+            .arg(millis(duration))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(command)?;
+        match reply.as_slice() {
+            [tag] if tag == "held" => Ok(Heartbeat::Held),
+            [tag, by] if tag == "cancel" => Ok(Heartbeat::CancelRequested { by: by.clone() }),
+            [tag] if tag == "lost" => Ok(Heartbeat::Lost),
+            other => Err(unexpected(&other.join(" "))),
+        }
+    }
+
+    async fn complete(&self, lease: &Lease, end: &End) -> Result<Ended, StoreError> {
+        let key = lease.key.to_string();
+        let (next, body, within) = match &end.next {
+            Some(f) => (f.attempt.to_string(), f.body.clone(), millis(f.within)),
+            None => (String::new(), Vec::new(), 1),
+        };
+        let mut invocation = self.scripts.complete.prepare_invoke();
+        invocation
+            .key(self.record_key(&key))
+            .key(&self.leases_key)
+            .key(self.job_lock_key(&lease.job))
+            .key(self.history.key())
+            .key(self.body_key(&key))
+            .key(self.wait_key(&lease.job))
+            .arg(&key)
+            .arg(&lease.token)
+            .arg(end.state.as_str())
+            .arg(end.error.as_deref().unwrap_or(""))
+            .arg(millis(end.retention))
+            .arg(next)
+            .arg(body)
+            .arg(within)
+            .arg(&self.record_prefix)
+            .arg(&self.body_prefix)
+            .arg(millis(WAKE_RECHECK));
+        history_args(&mut invocation, &self.history, end.run.as_ref());
+        let reply: Vec<Vec<u8>> = invocation
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(command)?;
+        ended(&reply)
+    }
+
+    async fn settle(&self, settle: &Settle) -> Result<Ended, StoreError> {
+        let key = settle.key.to_string();
+        let mut invocation = self.scripts.settle.prepare_invoke();
+        invocation
+            .key(self.record_key(&key))
+            .key(&self.leases_key)
+            .key(self.history.key())
+            .key(self.body_key(&key))
+            .key(self.job_lock_key(&settle.job))
+            .key(self.wait_key(&settle.job))
+            .arg(&key)
+            .arg(settle.job.as_str())
+            .arg(settle.attempt)
+            .arg(settle.state.as_str())
+            .arg(settle.error.as_deref().unwrap_or(""))
+            .arg(millis(settle.retention))
+            .arg(&self.record_prefix)
+            .arg(&self.body_prefix)
+            .arg(millis(WAKE_RECHECK));
+        history_args(&mut invocation, &self.history, settle.run.as_ref());
+        let reply: Vec<Vec<u8>> = invocation
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(command)?;
+        ended(&reply)
+    }
+
+    async fn reap(&self, limit: usize, hold: Duration) -> Result<Vec<Orphan>, StoreError> {
+        let flat: Vec<Vec<u8>> = self
+            .scripts
+            .reap
+            .key(&self.leases_key)
+            .arg(&self.record_prefix)
+            .arg(limit.max(1))
+            .arg(millis(hold))
+            .arg(&self.body_prefix)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(command)?;
+        flat.chunks_exact(4)
+            .map(|c| {
+                let why = text(&c[3]);
+                Ok(Orphan {
+                    key: text(&c[0]),
+                    queue: text(&c[1]),
+                    body: c[2].clone(),
+                    why: Republish::parse(&why).ok_or_else(|| unexpected(&why))?,
+                })
+            })
+            .collect()
+    }
+
+    async fn admit_replay(&self, key: &OccurrenceKey) -> Result<Option<State>, StoreError> {
+        let key = key.to_string();
+        let before: String = self
+            .scripts
+            .admit_replay
+            .key(self.record_key(&key))
+            .key(&self.leases_key)
+            .key(self.body_key(&key))
+            .arg(&key)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(command)?;
+        if before.is_empty() {
+            return Ok(None);
+        }
+        State::parse(&before)
+            .map(Some)
+            .ok_or_else(|| unexpected(&before))
+    }
+}

@@ -1,0 +1,138 @@
+-- Claims an occurrence key for one attempt, atomically with the overlap rules of its job.
+-- Prepended: history.lua, wait.lua.
+-- KEYS[1] record hash    (ns:occ:KEY)
+-- KEYS[2] lease zset     (ns:leases)      member KEY, score = lease expiry or due time (ms,
+--                        server time)
+-- KEYS[3] job lock       (ns:joblock:JOB) value "KEY|TOKEN", PX lease; only for exclusive jobs
+-- KEYS[4] message body   (ns:occbody:KEY) kept apart, so that the record stays a small
+--                        listpack-encoded hash (a long value would make it a hashtable for
+--                        the rest of its retention, 3x the memory)
+-- KEYS[5] wait list      (ns:jobwait:JOB) see wait.lua
+-- KEYS[6] run history stream, for the waiters this occurrence supersedes (replace)
+-- ARGV[1] key   ARGV[2] job   ARGV[3] queue   ARGV[4] attempt   ARGV[5] token
+-- ARGV[6] lease ms   ARGV[7] retention ms   ARGV[8] overlap (allow|skip|queue|replace)
+-- ARGV[9] message body   ARGV[10] record key prefix (ns:occ:)
+-- ARGV[11] scheduled time ms   ARGV[12] ms until the reaper re-checks a waiting occurrence
+-- ARGV[13] body key prefix (ns:occbody:)   ARGV[14] ms a woken waiter has to claim its turn
+-- ARGV[15] consumer id   ARGV[16] now, RFC 3339 (history entries)
+-- ARGV[17] history MAXLEN   ARGV[18] history MINID
+-- Returns {"claimed", takeover 0|1} | {"duplicate", state, attempt} | {"busy", holder key}
+--   | {"waiting", holder key [, woken key, woken queue, woken body]} | {"superseded", by key}
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local key = ARGV[1]
+local attempt = tonumber(ARGV[4])
+local lease = tonumber(ARGV[6])
+local sched = tonumber(ARGV[11])
+local prefix = ARGV[10]
+-- One read of everything the checks need (a new key reads four nils).
+local rec = redis.call('HMGET', KEYS[1], 'state', 'attempt', 'lease_until', 'next')
+local st = rec[1]
+local takeover = 0
+if st then
+  local rec_attempt = tonumber(rec[2] or '0')
+  -- A terminal state is final (a dead-letter replay first makes a failed record
+  -- `retrying` again: admit_replay.lua).
+  if st ~= 'running' and st ~= 'retrying' and st ~= 'pending' and st ~= 'waiting' then
+    return {'duplicate', st, tostring(rec_attempt)}
+  end
+  if st == 'running' and tonumber(rec[3] or '0') > now then
+    return {'duplicate', st, tostring(rec_attempt)}
+  end
+  if attempt < tonumber(rec[4] or '0') then
+    return {'duplicate', st, tostring(rec_attempt)}
+  end
+  if st == 'running' or st == 'pending' then takeover = 1 end
+end
+
+-- Records this occurrence as waiting for its turn.
+local function wait_here()
+  redis.call('HSET', KEYS[1], 'state', 'waiting', 'attempt', attempt, 'next', attempt,
+    'token', '', 'job', ARGV[2], 'queue', ARGV[3], 'cancel', '', 'exclusive', '1',
+    'sched', sched, 'updated', now)
+  redis.call('HDEL', KEYS[1], 'error')
+  redis.call('PEXPIRE', KEYS[1], ARGV[7])
+  redis.call('SET', KEYS[4], ARGV[9], 'PX', ARGV[7])
+  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[12]), key)
+  redis.call('ZADD', KEYS[5], sched, key)
+end
+
+-- Records the waiter `other` as cancelled: this newer occurrence replaces it.
+local function supersede(other)
+  local other_rec = prefix .. other
+  local why = 'replaced by ' .. key
+  redis.call('HSET', other_rec, 'state', 'cancelled', 'token', '', 'updated', now,
+    'error', why)
+  redis.call('DEL', ARGV[13] .. other)
+  redis.call('ZREM', KEYS[2], other)
+  redis.call('ZREM', KEYS[5], other)
+  append_fields(KEYS[6], ARGV[17], ARGV[18], {
+    'key', other, 'job', ARGV[2], 'attempt', redis.call('HGET', other_rec, 'attempt') or '1',
+    'consumer', ARGV[15], 'started_at', ARGV[16], 'duration_ms', '0',
+    'outcome', 'cancelled', 'error', why})
+end
+
+local policy = ARGV[8]
+local exclusive = policy ~= 'allow'
+if exclusive then
+  local holder = redis.call('GET', KEYS[3])
+  local holder_key = holder and (string.match(holder, '^(.*)|[^|]*$') or holder)
+  if holder_key == key then
+    -- This occurrence's own lock, left by an owner that stopped: take it over.
+    holder_key = nil
+  end
+  if policy == 'skip' then
+    if holder_key then
+      return {'busy', holder_key}
+    end
+  elseif policy == 'queue' then
+    if holder_key then
+      wait_here()
+      return {'waiting', holder_key}
+    end
+    -- Free, but earlier occurrences wait: they go first, in scheduled order.
+    local head, head_sched = wait_end(KEYS[5], prefix, false)
+    if head and head ~= key and head_sched <= sched then
+      local woken = wake(KEYS[5], KEYS[2], prefix, ARGV[13], now, tonumber(ARGV[14]))
+      if woken and woken[1] ~= key then
+        wait_here()
+        return {'waiting', woken[1], woken[1], woken[2], woken[3]}
+      end
+    end
+  else
+    -- replace: the newest occurrence runs; every older one running or waiting is cancelled.
+    if holder_key and tonumber(redis.call('HGET', prefix .. holder_key, 'sched') or '0') > sched then
+      return {'superseded', holder_key}
+    end
+    local newest, newest_sched = wait_end(KEYS[5], prefix, true)
+    if newest and newest ~= key and newest_sched > sched then
+      return {'superseded', newest}
+    end
+    for _, other in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
+      if other ~= key and redis.call('HGET', prefix .. other, 'state') == 'waiting' then
+        supersede(other)
+      end
+    end
+    if holder_key then
+      if redis.call('EXISTS', prefix .. holder_key) == 1 then
+        redis.call('HSET', prefix .. holder_key, 'cancel', key)
+      end
+      wait_here()
+      return {'waiting', holder_key}
+    end
+  end
+  redis.call('ZREM', KEYS[5], key)
+  redis.call('SET', KEYS[3], key .. '|' .. ARGV[5], 'PX', lease)
+end
+redis.call('HSET', KEYS[1], 'state', 'running', 'attempt', attempt, 'next', attempt,
+  'token', ARGV[5], 'job', ARGV[2], 'queue', ARGV[3],
+  'lease_until', now + lease, 'cancel', '', 'exclusive', exclusive and '1' or '0',
+  'sched', sched, 'updated', now)
+if st then
+  -- Only an earlier attempt can have left an error behind.
+  redis.call('HDEL', KEYS[1], 'error')
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[7])
+redis.call('SET', KEYS[4], ARGV[9], 'PX', ARGV[7])
+redis.call('ZADD', KEYS[2], now + lease, key)
+return {'claimed', tostring(takeover)}

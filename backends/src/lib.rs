@@ -1,0 +1,89 @@
+//! The one place where cronq chooses and connects its backends: a fleet runs on RabbitMQ
+//! (the queue) and Redis (every store), a standalone in memory. The producer, the consumer
+//! and the operations commands only see the port traits of `cronq-shared`; a new backend
+//! is a crate under `backends/` and a constructor here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cronq_memory::{MemoryBroker, MemoryControl, MemoryLease, MemoryLedger, MemoryRunLog};
+use cronq_rabbitmq::AmqpBroker;
+use cronq_redis::{RedisControl, RedisLease, RedisLedger, RedisRunLog};
+use cronq_shared::broker::BrokerError;
+use cronq_shared::control::Control;
+use cronq_shared::endpoints::Endpoints;
+use cronq_shared::lease::Lease;
+use cronq_shared::ledger::Ledger;
+use cronq_shared::runlog::RunLog;
+use cronq_shared::store::StoreError;
+
+/// The stores of one deployment. The ledger appends the runs it ends to `runlog`.
+#[derive(Clone)]
+pub struct Stores {
+    /// Idempotency records, execution leases, overlap locks.
+    pub ledger: Arc<dyn Ledger>,
+    /// The run history.
+    pub runlog: Arc<dyn RunLog>,
+    /// The producers' leader lease.
+    pub lease: Arc<dyn Lease>,
+    /// Cursors, pauses, trigger and backfill requests.
+    pub control: Control,
+}
+
+impl std::fmt::Debug for Stores {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stores").finish_non_exhaustive()
+    }
+}
+
+/// Connects the fleet's broker: RabbitMQ at `endpoints.amqp_url`.
+///
+/// # Errors
+/// [`BrokerError`] when RabbitMQ cannot be reached within the connect timeout.
+pub async fn broker(endpoints: &Endpoints) -> Result<AmqpBroker, BrokerError> {
+    AmqpBroker::connect(&endpoints.amqp_url, endpoints.names()).await
+}
+
+/// Connects the fleet's stores: Redis at `endpoints.redis_url`. `retention` bounds the
+/// run history (the longest job retention); `client` names the lease's connection, so an
+/// operator finds it in `CLIENT LIST`.
+///
+/// # Errors
+/// [`StoreError::Unreachable`] when Redis cannot be reached within the connect timeout.
+pub async fn stores(
+    endpoints: &Endpoints,
+    retention: Duration,
+    client: Option<String>,
+) -> Result<Stores, StoreError> {
+    let names = endpoints.names();
+    let conn = cronq_redis::connect(&endpoints.redis_url).await?;
+    let history = RedisRunLog::new(conn.clone(), &names, retention);
+    let mut lease = RedisLease::new(conn.clone(), &names);
+    if let Some(client) = client {
+        lease = lease.with_client_name(client);
+    }
+    Ok(Stores {
+        ledger: Arc::new(RedisLedger::new(
+            conn.clone(),
+            names.clone(),
+            history.clone(),
+        )),
+        runlog: Arc::new(history),
+        lease: Arc::new(lease),
+        control: Control::new(RedisControl::new(conn, &names)),
+    })
+}
+
+/// The ports of a standalone, in process memory; the history keeps at most `max_runs`.
+pub fn memory(max_runs: usize) -> (MemoryBroker, Stores) {
+    let history = Arc::new(MemoryRunLog::new(max_runs));
+    let lease = MemoryLease::new();
+    let control = Control::new(MemoryControl::new(&lease));
+    let stores = Stores {
+        ledger: Arc::new(MemoryLedger::new(Arc::clone(&history))),
+        runlog: history,
+        lease: Arc::new(lease),
+        control,
+    };
+    (MemoryBroker::new(), stores)
+}

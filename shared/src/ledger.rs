@@ -1,0 +1,380 @@
+//! The idempotency and overlap port: one record per occurrence key, claimed for an attempt
+//! under an execution lease, and one lock per exclusive job (overlap `skip`, `queue`,
+//! `replace`). Two implementations: `cronq-redis` (`RedisLedger`, atomic Lua scripts) and
+//! `cronq-memory` (`MemoryLedger`, `cronq standalone`, fast tests); both pass the same
+//! suite (`tests/it/consumer_ledger.rs`).
+//!
+//! Owns: who may run an occurrence now, and what became of it: the record and, in the same
+//! atomic step, the attempt's entry in the run history ([`End::run`], [`Settle::run`]), so
+//! a consumer dying in between can never leave an outcome the history does not show (G2).
+//! Leaves to the consumer: running handlers, the broker, deciding outcomes.
+//!
+//! Invariants (G1, G3):
+//! - At most one live claim per key. A key in a terminal state (`succeeded`, `failed`,
+//!   `skipped`, `cancelled`, `missed`) is never claimed again within its retention; a
+//!   message older than the record's attempt is a stale duplicate. The one way back is
+//!   [`Ledger::admit_replay`]: a `failed` (dead-lettered) key becomes `retrying`, so the
+//!   replayed message (attempt 1) may claim it.
+//! - A claim lives as long as its lease, renewed by [`Ledger::heartbeat`]. When it lapses
+//!   (the owner died), [`Ledger::reap`] hands the stored message back exactly once per
+//!   hold period, across all reapers, so it can be republished (at-least-once).
+//! - Every change to a claimed record is fenced by the claim's token: an owner that lost its
+//!   claim (its lease lapsed and the key was reaped) gets [`Heartbeat::Lost`] and its
+//!   [`Ledger::complete`] returns `false` without changing anything.
+//! - At most one occurrence of an exclusive job holds the job lock at a time, fleet-wide.
+//! - An occurrence held back by overlap `queue` or `replace` is [`State::Waiting`]: its
+//!   message is stored and due for the reaper like a claim's, so it never depends on a
+//!   broker timer. Ending the running occurrence (or settling one) gives the earliest waiter
+//!   its turn ([`Ended::woken`]). Under `replace` the newest occurrence runs: an older one,
+//!   running or waiting, is cancelled (`replaced by KEY`).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::config::Overlap;
+use crate::key::OccurrenceKey;
+use crate::names::{JobName, QueueName};
+use crate::runlog::Run;
+use crate::store::StoreError;
+
+/// The state of an occurrence's record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum State {
+    /// Claimed by a consumer, under a lease.
+    Running,
+    /// An attempt failed; the retry message (a higher attempt) may claim it.
+    Retrying,
+    /// Released (shutdown) or reaped (owner died): the stored message is being republished.
+    Pending,
+    /// Held back by the job's overlap policy (`queue`, `replace`) until an earlier
+    /// occurrence ends.
+    Waiting,
+    /// Terminal: the handler succeeded.
+    Succeeded,
+    /// Terminal: the last attempt failed; the occurrence was dead-lettered.
+    Failed,
+    /// Terminal: not run, an earlier occurrence of the job was running (overlap `skip`).
+    Skipped,
+    /// Terminal: stopped by a newer occurrence (overlap `replace`).
+    Cancelled,
+    /// Terminal: could not start before its deadline.
+    Missed,
+}
+
+impl State {
+    /// The lowercase name stored in Redis and shown to users.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Retrying => "retrying",
+            Self::Pending => "pending",
+            Self::Waiting => "waiting",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Skipped => "skipped",
+            Self::Cancelled => "cancelled",
+            Self::Missed => "missed",
+        }
+    }
+
+    /// Parses [`State::as_str`] output.
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "running" => Self::Running,
+            "retrying" => Self::Retrying,
+            "pending" => Self::Pending,
+            "waiting" => Self::Waiting,
+            "succeeded" => Self::Succeeded,
+            "failed" => Self::Failed,
+            "skipped" => Self::Skipped,
+            "cancelled" => Self::Cancelled,
+            "missed" => Self::Missed,
+            _ => return None,
+        })
+    }
+
+    /// No attempt of the occurrence will ever run again.
+    pub fn is_terminal(self) -> bool {
+        !matches!(
+            self,
+            Self::Running | Self::Retrying | Self::Pending | Self::Waiting
+        )
+    }
+}
+
+impl std::fmt::Display for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A request to run one attempt of one occurrence.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    /// The occurrence.
+    pub key: OccurrenceKey,
+    /// Its job (the key's job).
+    pub job: JobName,
+    /// The logical queue a republished copy goes to.
+    pub queue: QueueName,
+    /// The attempt the message carries (1 for the first try).
+    pub attempt: u32,
+    /// The job's overlap policy; anything but `allow` takes the job lock.
+    pub overlap: Overlap,
+    /// How long the claim lives without a heartbeat.
+    pub lease: Duration,
+    /// How long the record is kept.
+    pub retention: Duration,
+    /// The message body, kept so that a reaper can republish it if the owner dies.
+    pub body: Vec<u8>,
+    /// The occurrence's scheduled instant: under `queue` waiters run in this order, under
+    /// `replace` the latest one wins.
+    pub scheduled_at: DateTime<Utc>,
+    /// How long a waiting occurrence stays untouched before the reaper republishes it to
+    /// look again (no later than its start deadline).
+    pub recheck: Duration,
+    /// The claiming consumer, named in the history entries of waiters it supersedes.
+    pub consumer: String,
+}
+
+/// A held claim: what fences every later change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The occurrence.
+    pub key: OccurrenceKey,
+    /// Its job.
+    pub job: JobName,
+    /// Random, unique per claim.
+    pub token: String,
+}
+
+/// What [`Ledger::claim`] decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// Run it. `takeover` when the key had been claimed before by an owner that is gone.
+    Claimed {
+        /// The claim.
+        lease: Lease,
+        /// The key was running under a lapsed lease, or was released or reaped.
+        takeover: bool,
+    },
+    /// Do not run it: the key is terminal, running under a live lease, or the message is an
+    /// older attempt than the record's.
+    Duplicate {
+        /// The record's state.
+        state: State,
+        /// The record's attempt.
+        attempt: u32,
+    },
+    /// Overlap `skip`: another occurrence of the job holds the job lock; nothing was
+    /// recorded.
+    Busy {
+        /// The holder's key, as text.
+        holder: String,
+    },
+    /// Overlap `queue` or `replace`: recorded [`State::Waiting`] until `holder` ends (for
+    /// `replace`, `holder` has been asked to stop: its heartbeat returns
+    /// [`Heartbeat::CancelRequested`]). The delivery can be acked.
+    Waiting {
+        /// The key it waits for, as text.
+        holder: String,
+        /// An earlier waiter whose turn it is now, to publish.
+        woken: Option<Orphan>,
+    },
+    /// Overlap `replace`: a newer occurrence runs or waits, so this one is not run; the
+    /// caller settles it [`State::Cancelled`].
+    Superseded {
+        /// The newer occurrence's key, as text.
+        by: String,
+    },
+}
+
+/// What [`Ledger::heartbeat`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Heartbeat {
+    /// Still ours, lease renewed.
+    Held,
+    /// Still ours and renewed, but a replacing occurrence asked it to stop.
+    CancelRequested {
+        /// The replacing occurrence's key, as text (empty when not known).
+        by: String,
+    },
+    /// No longer ours: stop, and expect [`Ledger::complete`] to be fenced.
+    Lost,
+}
+
+/// How a claimed attempt ended.
+#[derive(Debug, Clone)]
+pub struct End {
+    /// [`State::Retrying`], [`State::Pending`] (released at shutdown) or a terminal state.
+    pub state: State,
+    /// The attempt's error, if any.
+    pub error: Option<String>,
+    /// How long the record is kept.
+    pub retention: Duration,
+    /// For `Retrying` and `Pending`: the message that must follow.
+    pub next: Option<FollowUp>,
+    /// The attempt's run, appended to the run history with the record; not when fenced.
+    pub run: Option<Run>,
+}
+
+/// The message that follows a non-terminal end; a reaper republishes it when no one has
+/// claimed the key within `within`, so a consumer dying right after `complete` loses nothing.
+#[derive(Debug, Clone)]
+pub struct FollowUp {
+    /// The lowest attempt that may claim the key next.
+    pub attempt: u32,
+    /// Its body.
+    pub body: Vec<u8>,
+    /// How long until the reaper republishes it (delay + slack).
+    pub within: Duration,
+}
+
+/// A terminal state recorded without running (`missed`, `skipped`).
+#[derive(Debug, Clone)]
+pub struct Settle {
+    /// The occurrence.
+    pub key: OccurrenceKey,
+    /// Its job.
+    pub job: JobName,
+    /// The message's attempt.
+    pub attempt: u32,
+    /// The terminal state.
+    pub state: State,
+    /// Why, if worth saying.
+    pub error: Option<String>,
+    /// How long the record is kept.
+    pub retention: Duration,
+    /// The run shown in the history, appended with the record; not when nothing was recorded.
+    pub run: Option<Run>,
+}
+
+/// What [`Ledger::complete`] and [`Ledger::settle`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ended {
+    /// The end was recorded; `false` when fenced or already settled otherwise.
+    pub recorded: bool,
+    /// The waiter whose turn it is now, to publish.
+    pub woken: Option<Orphan>,
+}
+
+/// How long a woken waiter has to claim its turn before the reaper republishes it.
+pub const WAKE_RECHECK: Duration = Duration::from_secs(5);
+
+/// Why a stored message is handed back to be published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Republish {
+    /// Its owner stopped renewing the execution lease (crashed, partitioned, stalled).
+    Lapsed,
+    /// Its retry message was not claimed in time (lost by the broker, or delayed).
+    Retry,
+    /// It was released or reaped before, and that message was not claimed in time.
+    Released,
+    /// It is held back by its job's overlap policy and has not started in time.
+    Waiting,
+    /// The occurrence it waited for ended: it is its turn.
+    Turn,
+}
+
+impl Republish {
+    /// The stored name (reap.lua) of a reason, if it is one.
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "lapsed" => Self::Lapsed,
+            "retry" => Self::Retry,
+            "released" => Self::Released,
+            "waiting" => Self::Waiting,
+            "turn" => Self::Turn,
+            _ => return None,
+        })
+    }
+
+    /// A lowercase phrase for logs.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Lapsed => "its owner stopped renewing its execution lease",
+            Self::Retry => "its retry message was not claimed in time",
+            Self::Released => "its released message was not claimed in time",
+            Self::Waiting => "it waits behind an earlier occurrence of its job: look again",
+            Self::Turn => "the earlier occurrence it waited for ended",
+        }
+    }
+}
+
+/// A stored message handed back by [`Ledger::reap`] or given its turn, to publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Orphan {
+    /// The occurrence key, as stored.
+    pub key: String,
+    /// The logical queue it goes to, as stored.
+    pub queue: String,
+    /// The stored message body.
+    pub body: Vec<u8>,
+    /// Why it is published again.
+    pub why: Republish,
+}
+
+/// A record as read back by a backend's inspection method (tests, `docs/consumer.md`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Its state.
+    pub state: State,
+    /// The attempt it was last claimed or settled for.
+    pub attempt: u32,
+    /// The last error, if any.
+    pub error: Option<String>,
+}
+
+/// The idempotency and overlap port.
+#[async_trait]
+pub trait Ledger: Send + Sync + 'static {
+    /// Claims `claim.key` for `claim.attempt`, atomically with the job lock of an exclusive
+    /// job.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store cannot be reached; nothing was claimed.
+    async fn claim(&self, claim: &Claim) -> Result<ClaimOutcome, StoreError>;
+
+    /// Renews the claim's lease (and the job lock) for `lease` from now.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store cannot be reached; the lease keeps running down.
+    async fn heartbeat(&self, lease: &Lease, duration: Duration) -> Result<Heartbeat, StoreError>;
+
+    /// Ends the claim: records `end` (and appends `end.run` to the history), releases the
+    /// job lock and gives the earliest waiter its turn. Not recorded, changing nothing,
+    /// when the claim was lost (fenced).
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store cannot be reached; the claim is unchanged.
+    async fn complete(&self, lease: &Lease, end: &End) -> Result<Ended, StoreError>;
+
+    /// Records a terminal state for an occurrence that is not run (and appends `settle.run`
+    /// to the history); a waiting one leaves its job's wait list, and when the job lock is
+    /// free the earliest waiter gets its turn. Not recorded, changing nothing, when the
+    /// record already is terminal, runs under a live lease, or is past this attempt.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store cannot be reached; nothing was recorded.
+    async fn settle(&self, settle: &Settle) -> Result<Ended, StoreError>;
+
+    /// Takes over up to `limit` claims whose lease lapsed, or whose follow-up message or
+    /// turn was not claimed in time, and returns their messages to republish, each with
+    /// why. Each is handed out once per `hold`, whoever calls.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store cannot be reached.
+    async fn reap(&self, limit: usize, hold: Duration) -> Result<Vec<Orphan>, StoreError>;
+
+    /// Admits a dead-letter replay of `key` (`cronq dlq replay`): a `failed` record becomes
+    /// runnable again, `retrying` with attempt 1 allowed to claim, exactly as after a
+    /// failed attempt that is retried; the replay then publishes attempt 1. Every other
+    /// state, `succeeded` above all, is left alone (G1). Returns the state before (`None`:
+    /// no record).
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store cannot be reached or the record is unreadable.
+    async fn admit_replay(&self, key: &OccurrenceKey) -> Result<Option<State>, StoreError>;
+}
