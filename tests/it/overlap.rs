@@ -33,6 +33,10 @@ const WAIT: Duration = Duration::from_secs(20);
 /// occurrences of 3 s run one after the other take 18 s).
 const DRAIN: Duration = Duration::from_secs(40);
 
+/// How soon after the replacing occurrence's scheduled time a replaced run must have got
+/// SIGTERM (a long run would end 2 s after it).
+const REPLACE_WITHIN_MS: i64 = 1500;
+
 /// How long a job's command runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Length {
@@ -360,8 +364,8 @@ on_both_deployments!(
 
 /// `replace`: the newest occurrence of the window succeeds; every other one that did not
 /// succeed is `cancelled`, its error `replaced by KEY` naming a later occurrence, and if
-/// it was running it got SIGTERM before its natural end (no `end` in the trace). Long runs
-/// are all replaced but the last.
+/// it was running it got SIGTERM before its natural end (no `end` in the trace), within
+/// [`REPLACE_WITHIN_MS`] of KEY's scheduled time. Long runs are all replaced but the last.
 async fn replace_cancels_the_running_one(kind: Deployment, env: TestEnv, length: Length) {
     let w = window(kind, &env, "replace", length).await;
     let last = w.expected.last().expect("a window has keys");
@@ -398,6 +402,13 @@ async fn replace_cancels_the_running_one(kind: Deployment, env: TestEnv, length:
                         &format!(
                             "{key} was replaced while running, but was not stopped before its end"
                         ),
+                    );
+                    // Loose: "within about a second" of the replacing occurrence's time.
+                    let late = w.trace.first(Mark::Term, key).unwrap_or(i64::MAX)
+                        - history::scheduled(by) * 1000;
+                    w.check(
+                        late <= REPLACE_WITHIN_MS,
+                        &format!("{key} was stopped {late} ms after {by} was due"),
                     );
                     stopped_while_running += 1;
                 }
