@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod broker;
+mod broker_restart;
 mod cli_config;
 mod cli_next;
 mod consumer;
@@ -14,6 +15,7 @@ mod consumer_process;
 mod leader;
 mod ops;
 mod ops_replay;
+mod overlap;
 mod producer;
 mod producer_behaviour;
 mod standalone;

@@ -3,7 +3,10 @@
 
 #![allow(dead_code)]
 
+pub mod deployment;
+pub mod history;
 pub mod inspect;
+pub mod nodes;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -33,6 +36,17 @@ pub struct TestEnv {
     children: Arc<Mutex<Vec<Child>>>,
     queues: Arc<Mutex<Vec<String>>>,
     raw_queues: Arc<Mutex<Vec<String>>>,
+    other_brokers: Arc<Mutex<Vec<OtherBroker>>>,
+}
+
+/// A broker besides the shared one that a test declares things on (see
+/// [`TestEnv::clean_broker_too`]).
+#[derive(Clone)]
+struct OtherBroker {
+    url: String,
+    /// Its RabbitMQ node name, to list the namespace's queues (delay queues included) with
+    /// `rabbitmqctl` at clean-up.
+    node: Option<String>,
 }
 
 impl TestEnv {
@@ -46,7 +60,21 @@ impl TestEnv {
             children: Arc::default(),
             queues: Arc::default(),
             raw_queues: Arc::default(),
+            other_brokers: Arc::default(),
         }
+    }
+
+    /// Also deletes the namespace's queues and exchanges on the broker at `url` at
+    /// clean-up: the tracked queues, and with `node` every queue whose name starts with the
+    /// namespace (as `rabbitmqctl -n NODE list_queues` shows them).
+    pub fn clean_broker_too(&self, url: &str, node: Option<&str>) {
+        self.other_brokers
+            .lock()
+            .expect("broker list lock")
+            .push(OtherBroker {
+                url: url.to_owned(),
+                node: node.map(str::to_owned),
+            });
     }
 
     /// Remembers a logical queue name so clean-up deletes its broker queue.
@@ -191,9 +219,57 @@ impl TestEnv {
             .filter_map(|q| QueueName::new(q).ok())
             .collect();
         let raw = self.raw_queues.lock().expect("raw queue list lock").clone();
-        topology::delete_namespace(&ch, &names, &queues, raw).await;
+        topology::delete_namespace(&ch, &names, &queues, raw.clone()).await;
         let _ = amqp.close(200, "test done".into()).await;
+        let others = self.other_brokers.lock().expect("broker list lock").clone();
+        for other in others {
+            self.delete_namespace_on(&other, &names, &queues, &raw)
+                .await;
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+
+    /// Best effort: a broker that does not answer is reported, not a panic, so the test's
+    /// own failure stays the one shown.
+    async fn delete_namespace_on(
+        &self,
+        broker: &OtherBroker,
+        names: &Names,
+        queues: &[QueueName],
+        raw: &[String],
+    ) {
+        let connect =
+            lapin::Connection::connect(&broker.url, lapin::ConnectionProperties::default());
+        let amqp = match tokio::time::timeout(Duration::from_secs(10), connect).await {
+            Ok(Ok(amqp)) => amqp,
+            Ok(Err(err)) => {
+                eprintln!(
+                    "clean-up: cannot reach {}: {err}",
+                    nodes::redact(&broker.url)
+                );
+                return;
+            }
+            Err(_) => {
+                eprintln!(
+                    "clean-up: {} did not answer within 10 s",
+                    nodes::redact(&broker.url)
+                );
+                return;
+            }
+        };
+        let mut others = raw.to_vec();
+        if let Some(node) = &broker.node {
+            let prefix = format!("{}.", self.namespace);
+            others.extend(
+                nodes::queues(node)
+                    .into_iter()
+                    .filter(|q| q.starts_with(&prefix)),
+            );
+        }
+        if let Ok(ch) = amqp.create_channel().await {
+            topology::delete_namespace(&ch, names, queues, others).await;
+        }
+        let _ = amqp.close(200, "test done".into()).await;
     }
 }
 
@@ -236,6 +312,31 @@ where
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Polls `probe` every 50 ms until it returns `Ok`, or panics after `timeout` with `what`
+/// and the last `Err` it returned (the state last seen).
+pub async fn until<T, F, Fut>(timeout: Duration, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        match probe().await {
+            Ok(v) => return v,
+            Err(last) if Instant::now() > deadline => {
+                panic!("timed out after {timeout:?} waiting for {what}; last seen:\n{last}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+/// A loopback address with a port that was free a moment ago.
+pub fn free_addr() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener.local_addr().expect("local addr").to_string()
 }
 
 /// Path of a file in the repository.

@@ -1,0 +1,440 @@
+//! Overlap policies (SPEC section 4) through real processes only: `cronq producer` ×2 and
+//! `cronq consumer` ×2 on RabbitMQ and Redis, and `cronq standalone`. A job is scheduled
+//! `@every 1s` for a window of occurrences, then publishing stops and the consumers drain;
+//! then every occurrence of the window (every tick between the first and the last key
+//! published, no gaps) must have exactly one terminal outcome, plus what its policy
+//! promises, read from the run history and from the trace its command writes.
+//!
+//! Two job lengths on each side of a fleet consumer's heartbeat (`--lease 3s`: a beat a
+//! second): 0.3 s, and 3 s, which is also longer than the schedule's interval, so
+//! occurrences pile up. A standalone's lease is its default 30 s (a beat every 10 s): both
+//! lengths are shorter than its heartbeat.
+//!
+//! Each behaviour is written once as a plain async fn over a [`Deployment`] and a
+//! [`Length`], and instantiated per deployment by [`on_both_deployments`].
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use cronq_shared::runlog::Outcome;
+
+use crate::support::deployment::{Deployment, LEADER, Running, argv};
+use crate::support::history::{self, Entry, Mark, TERMINAL, Trace};
+use crate::support::{TestEnv, scoped, until};
+
+/// The job every overlap test schedules.
+const JOB: &str = "job";
+
+/// How long processes may take to publish a window (8 s of ticks, plus start-up).
+const WAIT: Duration = Duration::from_secs(20);
+
+/// How long a window's backlog may take to settle once publishing stopped (6 queued
+/// occurrences of 3 s run one after the other take 18 s).
+const DRAIN: Duration = Duration::from_secs(40);
+
+/// How soon after the replacing occurrence's scheduled time a replaced run must have got
+/// SIGTERM (a long run would end 2 s after it).
+const REPLACE_WITHIN_MS: i64 = 1500;
+
+/// How long a job's command runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Length {
+    /// 0.3 s: shorter than a heartbeat and than the schedule's interval.
+    Short,
+    /// 3 s: longer than a fleet consumer's heartbeat and than the interval.
+    Long,
+}
+
+impl Length {
+    fn sleep(self) -> &'static str {
+        match self {
+            Self::Short => "0.3",
+            Self::Long => "3",
+        }
+    }
+
+    /// Occurrences published before publishing stops.
+    fn window(self) -> usize {
+        match self {
+            Self::Short => 8,
+            Self::Long => 6,
+        }
+    }
+}
+
+/// The config of an overlap test: one traced `@every 1s` job under `policy`.
+fn config(policy: &str, length: Length, trace: &Path) -> String {
+    let script = history::traced_script(trace, length.sleep());
+    format!(
+        "{LEADER}\n[[job]]\nname = \"{JOB}\"\nschedule = \"@every 1s\"\noverlap = \"{policy}\"\n\
+         max_attempts = 1\ncatchup = \"all\"\ntimeout = \"1m\"\ncommand = {}\n",
+        argv(&["sh", "-c", &script])
+    )
+}
+
+/// What a window of the job ended with.
+struct Window {
+    /// Every key of the window, in order.
+    expected: Vec<String>,
+    /// The one terminal entry of each key.
+    outcomes: BTreeMap<String, Entry>,
+    entries: Vec<Entry>,
+    trace: Trace,
+    running: Running,
+}
+
+impl Window {
+    fn outcome(&self, key: &str) -> Outcome {
+        self.outcomes[key].outcome
+    }
+
+    /// Panics with `what`, every key's history and trace, and the processes' logs.
+    fn fail(&self, what: &str) -> ! {
+        panic!(
+            "{what}\nper key:\n{}trace:\n{}{}",
+            history::describe(&self.expected, &self.entries, &self.trace),
+            self.trace.render(),
+            self.running.logs()
+        )
+    }
+
+    fn check(&self, ok: bool, what: &str) {
+        if !ok {
+            self.fail(what);
+        }
+    }
+
+    /// `key` ran exactly once, to its natural end.
+    fn ran_to_the_end(&self, key: &str) -> bool {
+        self.trace.count(Mark::Start, key) == 1
+            && self.trace.count(Mark::End, key) == 1
+            && self.trace.count(Mark::Term, key) == 0
+    }
+}
+
+/// Starts `kind` on the job under `policy`, lets it publish a window, stops publishing,
+/// waits for the backlog to settle and checks that every key of the window has exactly
+/// one terminal outcome and ran at most once.
+async fn window(kind: Deployment, env: &TestEnv, policy: &str, length: Length) -> Window {
+    let trace_path = env.dir.join("trace");
+    let running = Running::start(kind, env, &config(policy, length, &trace_path)).await;
+    let n = length.window();
+    until(WAIT, &format!("{n} occurrences published"), || async {
+        let published = running.published(JOB);
+        if published.len() >= n {
+            Ok(())
+        } else {
+            Err(format!("published {published:?}\n{}", running.logs()))
+        }
+    })
+    .await;
+    running.stop_producing().await;
+    let published = running.published(JOB);
+    let expected = history::ticks(JOB, &published, 1);
+    let gaps: Vec<&String> = expected
+        .iter()
+        .filter(|k| !published.contains(*k))
+        .collect();
+    assert!(
+        gaps.is_empty(),
+        "ticks never published: {gaps:?}\n{}",
+        running.logs()
+    );
+    let (expected, entries, trace) = until(
+        DRAIN,
+        "every occurrence of the window to settle",
+        || async {
+            let entries = running.entries(JOB).await;
+            // Read again: a standalone may log a publish confirmed as it took the reload.
+            let expected = history::ticks(JOB, &running.published(JOB), 1);
+            let trace = Trace::read(&trace_path);
+            let problems = history::problems(&expected, &entries);
+            let unsettled = problems.iter().any(|p| p.ends_with("no terminal outcome"));
+            let open = trace.open();
+            if !unsettled && open.is_empty() {
+                Ok((expected, entries, trace))
+            } else {
+                Err(format!(
+                    "problems: {problems:#?}\nstill running: {open:?}\nper key:\n{}{}",
+                    history::describe(&expected, &entries, &trace),
+                    running.logs()
+                ))
+            }
+        },
+    )
+    .await;
+    let outcomes = history::terminal(&entries);
+    let w = Window {
+        expected,
+        outcomes,
+        entries,
+        trace,
+        running,
+    };
+    let problems = history::problems(&w.expected, &w.entries);
+    w.check(
+        problems.is_empty(),
+        &format!("not exactly one terminal outcome each: {problems:#?}"),
+    );
+    let twice: Vec<&String> = w
+        .expected
+        .iter()
+        .filter(|k| w.trace.count(Mark::Start, k) > 1)
+        .collect();
+    w.check(
+        twice.is_empty(),
+        &format!("started more than once: {twice:?}"),
+    );
+    if kind == Deployment::Standalone {
+        standalone_metrics_agree(&w).await;
+    }
+    w
+}
+
+/// The value of every `name{labels…} value` line whose labels contain all of `labels`.
+fn counter(metrics: &str, name: &str, labels: &[&str]) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter(|l| labels.iter().all(|want| l.contains(want)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A cross-check that does not rest on the standalone's log: its counters show as many
+/// occurrences published, and as many terminal outcomes, as the window has keys.
+async fn standalone_metrics_agree(w: &Window) {
+    let metrics = w
+        .running
+        .metrics()
+        .await
+        .unwrap_or_else(|| w.fail("the standalone's /metrics did not answer"));
+    let job = format!("job=\"{JOB}\"");
+    let published = counter(&metrics, "cronq_occurrences_published_total", &[&job]);
+    let terminal: f64 = TERMINAL
+        .iter()
+        .map(|o| {
+            let outcome = format!("outcome=\"{o}\"");
+            counter(&metrics, "cronq_attempts_total", &[&job, &outcome])
+        })
+        .sum();
+    let n = w.expected.len() as f64;
+    w.check(
+        published == n && terminal == n,
+        &format!(
+            "/metrics: {published} published, {terminal} terminal outcomes, for {n} keys:\n{}",
+            metrics
+                .lines()
+                .filter(|l| l.starts_with("cronq_attempts_total")
+                    || l.starts_with("cronq_occurrences_published_total"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        ),
+    );
+}
+
+/// Instantiates a behaviour written once as `async fn(Deployment, TestEnv, Length)` as two
+/// tests, one per deployment; `$short` names the test's namespace.
+macro_rules! on_both_deployments {
+    ($suite:ident, $length:expr, $short:literal, $fleet:ident, $standalone:ident) => {
+        #[tokio::test(flavor = "multi_thread")]
+        async fn $fleet() {
+            scoped(concat!($short, "-fleet"), |env| {
+                $suite(Deployment::Fleet, env, $length)
+            })
+            .await;
+        }
+
+        #[tokio::test(flavor = "multi_thread")]
+        async fn $standalone() {
+            scoped(concat!($short, "-standalone"), |env| {
+                $suite(Deployment::Standalone, env, $length)
+            })
+            .await;
+        }
+    };
+}
+
+/// `allow`: every occurrence runs, to its end, and long ones run side by side.
+async fn allow_runs_every_occurrence(kind: Deployment, env: TestEnv, length: Length) {
+    let w = window(kind, &env, "allow", length).await;
+    for key in &w.expected {
+        w.check(
+            w.outcome(key) == Outcome::Succeeded && w.ran_to_the_end(key),
+            &format!("{key} did not run to a success"),
+        );
+    }
+    if length == Length::Long {
+        w.check(
+            w.trace.max_concurrency() >= 2,
+            "3 s runs every second never overlapped",
+        );
+    }
+}
+
+on_both_deployments!(
+    allow_runs_every_occurrence,
+    Length::Short,
+    "ovl-allow-short",
+    allow_short_fleet,
+    allow_short_standalone
+);
+on_both_deployments!(
+    allow_runs_every_occurrence,
+    Length::Long,
+    "ovl-allow-long",
+    allow_long_fleet,
+    allow_long_standalone
+);
+
+/// `skip`: never two at once; an occurrence due while another runs is `skipped` and never
+/// started.
+async fn skip_never_runs_two_at_once(kind: Deployment, env: TestEnv, length: Length) {
+    let w = window(kind, &env, "skip", length).await;
+    w.check(w.trace.max_concurrency() <= 1, "two runs overlapped");
+    for key in &w.expected {
+        let ok = match w.outcome(key) {
+            Outcome::Succeeded => w.ran_to_the_end(key),
+            Outcome::Skipped => w.trace.count(Mark::Start, key) == 0,
+            _ => false,
+        };
+        w.check(ok, &format!("{key}: neither a full run nor a skip"));
+    }
+    let count = |o: Outcome| w.expected.iter().filter(|k| w.outcome(k) == o).count();
+    w.check(count(Outcome::Succeeded) >= 1, "nothing ran");
+    if length == Length::Long {
+        w.check(
+            count(Outcome::Skipped) >= 1,
+            "3 s runs every second, and none was skipped",
+        );
+    }
+}
+
+on_both_deployments!(
+    skip_never_runs_two_at_once,
+    Length::Short,
+    "ovl-skip-short",
+    skip_short_fleet,
+    skip_short_standalone
+);
+on_both_deployments!(
+    skip_never_runs_two_at_once,
+    Length::Long,
+    "ovl-skip-long",
+    skip_long_fleet,
+    skip_long_standalone
+);
+
+/// `queue`: never two at once, and every occurrence runs to a success in turn; long ones
+/// wait for the one before.
+async fn queue_runs_each_in_turn(kind: Deployment, env: TestEnv, length: Length) {
+    let w = window(kind, &env, "queue", length).await;
+    w.check(w.trace.max_concurrency() <= 1, "two runs overlapped");
+    for key in &w.expected {
+        w.check(
+            w.outcome(key) == Outcome::Succeeded && w.ran_to_the_end(key),
+            &format!("{key} did not run to a success"),
+        );
+    }
+    if length == Length::Long {
+        let waited = w.expected.iter().any(|k| {
+            w.trace
+                .first(Mark::Start, k)
+                .is_some_and(|ms| ms - history::scheduled(k) * 1000 >= 2000)
+        });
+        w.check(waited, "no occurrence was held back behind a running one");
+    }
+}
+
+on_both_deployments!(
+    queue_runs_each_in_turn,
+    Length::Short,
+    "ovl-queue-short",
+    queue_short_fleet,
+    queue_short_standalone
+);
+on_both_deployments!(
+    queue_runs_each_in_turn,
+    Length::Long,
+    "ovl-queue-long",
+    queue_long_fleet,
+    queue_long_standalone
+);
+
+/// `replace`: the newest occurrence of the window succeeds; every other one that did not
+/// succeed is `cancelled`, its error `replaced by KEY` naming a later occurrence, and if
+/// it was running it got SIGTERM before its natural end (no `end` in the trace), within
+/// [`REPLACE_WITHIN_MS`] of KEY's scheduled time. Long runs are all replaced but the last.
+async fn replace_cancels_the_running_one(kind: Deployment, env: TestEnv, length: Length) {
+    let w = window(kind, &env, "replace", length).await;
+    let last = w.expected.last().expect("a window has keys");
+    w.check(
+        w.outcome(last) == Outcome::Succeeded && w.ran_to_the_end(last),
+        &format!("the newest occurrence {last} did not run to a success"),
+    );
+    let mut stopped_while_running = 0;
+    for key in &w.expected[..w.expected.len() - 1] {
+        let entry = &w.outcomes[key];
+        match entry.outcome {
+            Outcome::Succeeded if length == Length::Short => {
+                w.check(
+                    w.ran_to_the_end(key),
+                    &format!("{key} did not run to its end"),
+                );
+            }
+            Outcome::Cancelled => {
+                let by = entry
+                    .error
+                    .as_deref()
+                    .and_then(|e| e.strip_prefix("replaced by "))
+                    .unwrap_or_else(|| {
+                        w.fail(&format!("{key}: cancelled without `replaced by KEY`"))
+                    });
+                w.check(
+                    w.expected.iter().any(|k| k == by)
+                        && history::scheduled(by) > history::scheduled(key),
+                    &format!("{key}: replaced by {by:?}, not a later occurrence of the window"),
+                );
+                if w.trace.count(Mark::Start, key) > 0 {
+                    w.check(
+                        w.trace.count(Mark::Term, key) == 1 && w.trace.count(Mark::End, key) == 0,
+                        &format!(
+                            "{key} was replaced while running, but was not stopped before its end"
+                        ),
+                    );
+                    // Loose: "within about a second" of the replacing occurrence's time.
+                    let late = w.trace.first(Mark::Term, key).unwrap_or(i64::MAX)
+                        - history::scheduled(by) * 1000;
+                    w.check(
+                        late <= REPLACE_WITHIN_MS,
+                        &format!("{key} was stopped {late} ms after {by} was due"),
+                    );
+                    stopped_while_running += 1;
+                }
+            }
+            other => w.fail(&format!("{key}: {other} under replace")),
+        }
+    }
+    if length == Length::Long {
+        w.check(
+            stopped_while_running >= 1,
+            "no running occurrence was stopped by a newer one",
+        );
+    }
+}
+
+on_both_deployments!(
+    replace_cancels_the_running_one,
+    Length::Short,
+    "ovl-replace-short",
+    replace_short_fleet,
+    replace_short_standalone
+);
+on_both_deployments!(
+    replace_cancels_the_running_one,
+    Length::Long,
+    "ovl-replace-long",
+    replace_long_fleet,
+    replace_long_standalone
+);

@@ -1,0 +1,259 @@
+//! Real `cronq` processes for behaviour tests: a fleet (producers and consumers on
+//! RabbitMQ and Redis, under the test's namespace) or one `cronq standalone`, with one way
+//! to stop publishing and to read what was published and what became of it, whichever
+//! runs.
+//!
+//! Every process logs JSON with the producers' `published occurrence` lines and the
+//! consumers' per-attempt lines on, so the keys published are known from outside; a
+//! fleet's history is read from the run log in Redis, a standalone's from its log (its
+//! history is in its memory, and `cronq runs` reads Redis only).
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cronq_redis::RedisRunLog;
+use cronq_shared::names::{JobName, Names, Namespace};
+use cronq_shared::runlog::RunLog;
+use nix::sys::signal::Signal;
+
+use super::history::{self, Entry};
+use super::{TestEnv, eventually, free_addr, redis_url};
+
+/// What every process logs: lifecycle, each publish, each attempt.
+const RUST_LOG: &str = "info,lapin=warn,cronq_producer::publisher=debug,cronq_consumer=debug";
+
+/// A short leader lease, so that a standby takes over quickly if it must.
+pub const LEADER: &str =
+    "[leader]\nlease = \"2s\"\nrenew_deadline = \"1500ms\"\nretry = \"500ms\"\n";
+
+/// A `command` argv as a TOML value.
+pub fn argv(args: &[&str]) -> String {
+    // A JSON array of strings is a TOML array of basic strings.
+    serde_json::to_string(args).expect("strings serialize")
+}
+
+/// How long a process may take to stop publishing.
+const STOP: Duration = Duration::from_secs(10);
+
+/// Which processes run the jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deployment {
+    /// `cronq producer` ×2 and `cronq consumer` ×N on RabbitMQ and Redis.
+    Fleet,
+    /// One `cronq standalone` (producer and consumer in one process, in memory).
+    Standalone,
+}
+
+impl Deployment {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Fleet => "fleet",
+            Self::Standalone => "standalone",
+        }
+    }
+}
+
+/// How to start a deployment.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The broker of a fleet; default the shared one (`CRONQ_AMQP_URL`).
+    pub amqp_url: Option<String>,
+    /// Consumers of a fleet.
+    pub consumers: usize,
+    /// A fleet consumer's execution lease (`--lease`): a heartbeat every third of it.
+    pub lease: &'static str,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            amqp_url: None,
+            consumers: 2,
+            lease: "3s",
+        }
+    }
+}
+
+/// A running deployment; its processes are killed at the test's clean-up.
+pub struct Running {
+    env: TestEnv,
+    kind: Deployment,
+    config: PathBuf,
+    producers: Vec<u32>,
+    standalone: Option<u32>,
+    /// A standalone's admin address (`/metrics`).
+    pub admin: Option<String>,
+    /// A fleet's run history.
+    runlog: Option<RedisRunLog>,
+    names: Names,
+}
+
+impl Running {
+    /// Starts `kind` on the config `toml` with default options.
+    pub async fn start(kind: Deployment, env: &TestEnv, toml: &str) -> Self {
+        Self::start_with(kind, env, toml, Options::default()).await
+    }
+
+    /// Starts `kind` on the config `toml`.
+    pub async fn start_with(kind: Deployment, env: &TestEnv, toml: &str, options: Options) -> Self {
+        let config = env.write_config("cronq.toml", toml);
+        let names = Names::new(&Namespace::new(&env.namespace).expect("test namespace"));
+        let command = |log: &str, args: &[&str]| {
+            let mut cmd = env.cronq();
+            cmd.env("RUST_LOG", RUST_LOG)
+                .args(["--log-format", "json", "--config"])
+                .arg(&config)
+                .args(args);
+            if let Some(url) = &options.amqp_url {
+                cmd.env("CRONQ_AMQP_URL", url);
+            }
+            env.spawn_command(log, cmd)
+        };
+        let mut running = Self {
+            env: env.clone(),
+            kind,
+            config: config.clone(),
+            producers: Vec::new(),
+            standalone: None,
+            admin: None,
+            runlog: None,
+            names: names.clone(),
+        };
+        match kind {
+            Deployment::Fleet => {
+                env.track_queue("default");
+                for i in 1..=2 {
+                    running
+                        .producers
+                        .push(command(&format!("producer-{i}"), &["producer"]));
+                }
+                for i in 1..=options.consumers {
+                    let id = format!("consumer-{i}");
+                    command(
+                        &id,
+                        &["consumer", "--consumer-id", &id, "--lease", options.lease],
+                    );
+                }
+                let conn = cronq_redis::connect(&redis_url())
+                    .await
+                    .expect("Redis for the run history");
+                running.runlog = Some(RedisRunLog::new(conn, &names, Duration::from_secs(3600)));
+            }
+            Deployment::Standalone => {
+                let admin = free_addr();
+                running.standalone = Some(command(
+                    "standalone",
+                    &["standalone", "--admin-addr", &admin],
+                ));
+                running.admin = Some(admin);
+            }
+        }
+        running
+    }
+
+    fn log_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&self.env.dir)
+            .map(|dir| {
+                dir.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .filter_map(|n| n.strip_suffix(".log").map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    /// Keys of `job` published so far, by any producer.
+    pub fn published(&self, job: &str) -> BTreeSet<String> {
+        self.log_names()
+            .iter()
+            .filter(|n| n.starts_with("producer") || n.as_str() == "standalone")
+            .flat_map(|n| history::published(&self.env.log(n), job))
+            .collect()
+    }
+
+    /// Every history entry of `job` so far.
+    pub async fn entries(&self, job: &str) -> Vec<Entry> {
+        match &self.runlog {
+            Some(runlog) => {
+                let job = JobName::new(job).expect("a job name");
+                let runs = runlog
+                    .list(Some(&job), 10_000)
+                    .await
+                    .expect("the run history in Redis");
+                history::from_runs(&runs)
+            }
+            None => history::from_json_log(&self.env.log("standalone"), job),
+        }
+    }
+
+    /// Stops publishing: a fleet's producers get SIGTERM and exit (the leader releases at
+    /// once); a standalone reloads a config without jobs on SIGHUP (its producer half then
+    /// publishes nothing; its consumer half keeps the config it started with and drains).
+    pub async fn stop_producing(&self) {
+        match self.standalone {
+            None => {
+                for pid in &self.producers {
+                    self.env.signal(*pid, Signal::SIGTERM);
+                }
+                for pid in &self.producers {
+                    let code = self.env.wait(*pid, STOP);
+                    assert!(
+                        code.is_some(),
+                        "producer {pid} did not exit within {STOP:?}:\n{}",
+                        self.logs()
+                    );
+                }
+            }
+            Some(pid) => {
+                let applied = |log: String| log.matches("leader applied reloaded config").count();
+                let before = applied(self.env.log("standalone"));
+                std::fs::write(
+                    &self.config,
+                    "# every job removed: the producer half stops publishing\n",
+                )
+                .expect("rewrite the config");
+                self.env.signal(pid, Signal::SIGHUP);
+                eventually(
+                    STOP,
+                    "the standalone to apply the job-less config",
+                    || async { (applied(self.env.log("standalone")) > before).then_some(()) },
+                )
+                .await;
+            }
+        }
+    }
+
+    /// A standalone's `/metrics`.
+    pub async fn metrics(&self) -> Option<String> {
+        let admin = self.admin.as_ref()?;
+        reqwest::get(format!("http://{admin}/metrics"))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()
+    }
+
+    /// The namespace, and the last lines of every process's log, for failure messages.
+    pub fn logs(&self) -> String {
+        let mut out = format!(
+            "namespace {} ({}), dir {}\n",
+            self.names.namespace().as_str(),
+            self.kind.label(),
+            self.env.dir.display()
+        );
+        for name in self.log_names() {
+            let log = self.env.log(&name);
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(25)..];
+            out.push_str(&format!("--- {name}.log (last {} lines)\n", tail.len()));
+            for l in tail {
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
