@@ -8,13 +8,16 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeZone, Utc};
-use cronq_memory::MemoryBroker;
 use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing};
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::message::{Occurrence, Trigger};
 use cronq_shared::names::{JobName, QueueName};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+
+use crate::support::TestEnv;
+use crate::support::backends::{Backend, on_every_backend};
+use crate::support::ports;
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -98,7 +101,7 @@ fn summary(l: &DeadLetter) -> (Option<String>, String, u32, Option<String>) {
 // Generic suites
 // ---------------------------------------------------------------------------------------
 
-pub async fn round_trip<B: Broker>(broker: &B, q: &QueueName) {
+pub async fn round_trip_suite<B: Broker>(broker: &B, q: &QueueName) {
     declare(broker, &[q]).await;
     let out = outgoing(q, "round-trip", 1);
     broker.publish(std::slice::from_ref(&out)).await.unwrap();
@@ -115,7 +118,15 @@ pub async fn round_trip<B: Broker>(broker: &B, q: &QueueName) {
     token.cancel();
 }
 
-pub async fn batch_exactly_once<B: Broker>(broker: &B, q: &QueueName) {
+on_every_backend!(round_trip, "brk-round-trip");
+
+async fn round_trip(backend: Backend, env: TestEnv) {
+    let broker = ports::broker(backend, &env).await;
+    round_trip_suite(&broker.port, &broker.queue).await;
+    broker.close().await;
+}
+
+pub async fn batch_exactly_once_suite<B: Broker>(broker: &B, q: &QueueName) {
     declare(broker, &[q]).await;
     let batch: Vec<Outgoing> = (0..1000).map(|i| outgoing(q, "batch", i)).collect();
     broker.publish(&batch).await.unwrap();
@@ -141,7 +152,15 @@ pub async fn batch_exactly_once<B: Broker>(broker: &B, q: &QueueName) {
     token.cancel();
 }
 
-pub async fn requeue_redelivers<B: Broker>(broker: &B, q: &QueueName) {
+on_every_backend!(batch_exactly_once, "brk-batch");
+
+async fn batch_exactly_once(backend: Backend, env: TestEnv) {
+    let broker = ports::broker(backend, &env).await;
+    batch_exactly_once_suite(&broker.port, &broker.queue).await;
+    broker.close().await;
+}
+
+pub async fn requeue_redelivers_suite<B: Broker>(broker: &B, q: &QueueName) {
     declare(broker, &[q]).await;
     broker.publish(&[outgoing(q, "requeue", 1)]).await.unwrap();
     let token = CancellationToken::new();
@@ -159,7 +178,15 @@ pub async fn requeue_redelivers<B: Broker>(broker: &B, q: &QueueName) {
     token.cancel();
 }
 
-pub async fn dropped_delivery_is_requeued<B: Broker>(broker: &B, q: &QueueName) {
+on_every_backend!(requeue_redelivers, "brk-requeue");
+
+async fn requeue_redelivers(backend: Backend, env: TestEnv) {
+    let broker = ports::broker(backend, &env).await;
+    requeue_redelivers_suite(&broker.port, &broker.queue).await;
+    broker.close().await;
+}
+
+pub async fn dropped_delivery_is_requeued_suite<B: Broker>(broker: &B, q: &QueueName) {
     declare(broker, &[q]).await;
     broker.publish(&[outgoing(q, "dropped", 1)]).await.unwrap();
     let token = CancellationToken::new();
@@ -177,7 +204,15 @@ pub async fn dropped_delivery_is_requeued<B: Broker>(broker: &B, q: &QueueName) 
     token.cancel();
 }
 
-pub async fn delayed_publish<B: Broker>(broker: &B, q: &QueueName) {
+on_every_backend!(dropped_delivery_is_requeued, "brk-dropped");
+
+async fn dropped_delivery_is_requeued(backend: Backend, env: TestEnv) {
+    let broker = ports::broker(backend, &env).await;
+    dropped_delivery_is_requeued_suite(&broker.port, &broker.queue).await;
+    broker.close().await;
+}
+
+pub async fn delayed_publish_suite<B: Broker>(broker: &B, q: &QueueName) {
     declare(broker, &[q]).await;
     let delay = Duration::from_millis(1500);
     let mut late = outgoing(q, "delayed", 1);
@@ -209,7 +244,15 @@ pub async fn delayed_publish<B: Broker>(broker: &B, q: &QueueName) {
     token.cancel();
 }
 
-pub async fn dead_letters_listed_in_order<B: Broker>(broker: &B, q: &QueueName) {
+on_every_backend!(delayed_publish, "brk-delayed");
+
+async fn delayed_publish(backend: Backend, env: TestEnv) {
+    let broker = ports::broker(backend, &env).await;
+    delayed_publish_suite(&broker.port, &broker.queue).await;
+    broker.close().await;
+}
+
+pub async fn dead_letters_listed_in_order_suite<B: Broker>(broker: &B, q: &QueueName) {
     declare(broker, &[q]).await;
     let letters: Vec<DeadLetter> = (0..30)
         .map(|i| letter(q, i, if i % 2 == 0 { "failed" } else { "unknown job" }))
@@ -226,7 +269,15 @@ pub async fn dead_letters_listed_in_order<B: Broker>(broker: &B, q: &QueueName) 
     );
 }
 
-pub async fn replay_selected<B: Broker>(broker: &B, q: &QueueName) {
+on_every_backend!(dead_letters_listed_in_order, "brk-dlq-list");
+
+async fn dead_letters_listed_in_order(backend: Backend, env: TestEnv) {
+    let broker = ports::broker(backend, &env).await;
+    dead_letters_listed_in_order_suite(&broker.port, &broker.queue).await;
+    broker.close().await;
+}
+
+pub async fn replay_selected_suite<B: Broker>(broker: &B, q: &QueueName) {
     declare(broker, &[q]).await;
     let letters: Vec<DeadLetter> = (0..8).map(|i| letter(q, i, "failed")).collect();
     for l in &letters {
@@ -278,7 +329,19 @@ pub async fn replay_selected<B: Broker>(broker: &B, q: &QueueName) {
     token.cancel();
 }
 
-pub async fn unroutable_is_an_error<B: Broker>(broker: &B, q: &QueueName, nowhere: &QueueName) {
+on_every_backend!(replay_selected, "brk-replay");
+
+async fn replay_selected(backend: Backend, env: TestEnv) {
+    let broker = ports::broker(backend, &env).await;
+    replay_selected_suite(&broker.port, &broker.queue).await;
+    broker.close().await;
+}
+
+pub async fn unroutable_is_an_error_suite<B: Broker>(
+    broker: &B,
+    q: &QueueName,
+    nowhere: &QueueName,
+) {
     declare(broker, &[q]).await;
     let out = outgoing(nowhere, "unroutable", 1);
     let err = broker
@@ -302,7 +365,15 @@ pub async fn unroutable_is_an_error<B: Broker>(broker: &B, q: &QueueName, nowher
     }
 }
 
-pub async fn consume_stops_on_cancel<B: Broker>(broker: &B, q: &QueueName) {
+on_every_backend!(unroutable_is_an_error, "brk-unroutable");
+
+async fn unroutable_is_an_error(backend: Backend, env: TestEnv) {
+    let broker = ports::broker(backend, &env).await;
+    unroutable_is_an_error_suite(&broker.port, &broker.queue, &queue("nowhere")).await;
+    broker.close().await;
+}
+
+pub async fn consume_stops_on_cancel_suite<B: Broker>(broker: &B, q: &QueueName) {
     declare(broker, &[q]).await;
     let token = CancellationToken::new();
     let mut rx = broker
@@ -345,58 +416,17 @@ pub async fn consume_stops_on_cancel<B: Broker>(broker: &B, q: &QueueName) {
     );
 }
 
+on_every_backend!(consume_stops_on_cancel, "brk-cancel");
+
+async fn consume_stops_on_cancel(backend: Backend, env: TestEnv) {
+    let broker = ports::broker(backend, &env).await;
+    consume_stops_on_cancel_suite(&broker.port, &broker.queue).await;
+    broker.close().await;
+}
+
 // ---------------------------------------------------------------------------------------
 // In-memory backend
 // ---------------------------------------------------------------------------------------
-
-mod memory {
-    use super::*;
-
-    #[tokio::test]
-    async fn round_trip() {
-        super::round_trip(&MemoryBroker::new(), &queue("a")).await;
-    }
-
-    #[tokio::test]
-    async fn batch_exactly_once() {
-        super::batch_exactly_once(&MemoryBroker::new(), &queue("a")).await;
-    }
-
-    #[tokio::test]
-    async fn requeue_redelivers() {
-        super::requeue_redelivers(&MemoryBroker::new(), &queue("a")).await;
-    }
-
-    #[tokio::test]
-    async fn delayed_publish() {
-        super::delayed_publish(&MemoryBroker::new(), &queue("a")).await;
-    }
-
-    #[tokio::test]
-    async fn dropped_delivery_is_requeued() {
-        super::dropped_delivery_is_requeued(&MemoryBroker::new(), &queue("a")).await;
-    }
-
-    #[tokio::test]
-    async fn dead_letters_listed_in_order() {
-        super::dead_letters_listed_in_order(&MemoryBroker::new(), &queue("a")).await;
-    }
-
-    #[tokio::test]
-    async fn replay_selected() {
-        super::replay_selected(&MemoryBroker::new(), &queue("a")).await;
-    }
-
-    #[tokio::test]
-    async fn unroutable_is_an_error() {
-        super::unroutable_is_an_error(&MemoryBroker::new(), &queue("a"), &queue("nowhere")).await;
-    }
-
-    #[tokio::test]
-    async fn consume_stops_on_cancel() {
-        super::consume_stops_on_cancel(&MemoryBroker::new(), &queue("a")).await;
-    }
-}
 
 // ---------------------------------------------------------------------------------------
 // RabbitMQ backend
@@ -458,78 +488,6 @@ mod amqp {
             result
         })
         .await
-    }
-
-    #[tokio::test]
-    async fn round_trip() {
-        run("brk-round-trip", |b, q| async move {
-            super::round_trip(&b, &q).await
-        })
-        .await;
-    }
-
-    #[tokio::test]
-    async fn batch_exactly_once() {
-        run("brk-batch", |b, q| async move {
-            super::batch_exactly_once(&b, &q).await
-        })
-        .await;
-    }
-
-    #[tokio::test]
-    async fn requeue_redelivers() {
-        run("brk-requeue", |b, q| async move {
-            super::requeue_redelivers(&b, &q).await
-        })
-        .await;
-    }
-
-    #[tokio::test]
-    async fn dropped_delivery_is_requeued() {
-        run("brk-dropped", |b, q| async move {
-            super::dropped_delivery_is_requeued(&b, &q).await
-        })
-        .await;
-    }
-
-    #[tokio::test]
-    async fn delayed_publish() {
-        run("brk-delayed", |b, q| async move {
-            super::delayed_publish(&b, &q).await
-        })
-        .await;
-    }
-
-    #[tokio::test]
-    async fn dead_letters_listed_in_order() {
-        run("brk-dlq-list", |b, q| async move {
-            super::dead_letters_listed_in_order(&b, &q).await
-        })
-        .await;
-    }
-
-    #[tokio::test]
-    async fn replay_selected() {
-        run("brk-replay", |b, q| async move {
-            super::replay_selected(&b, &q).await
-        })
-        .await;
-    }
-
-    #[tokio::test]
-    async fn unroutable_is_an_error() {
-        run("brk-unroutable", |b, q| async move {
-            super::unroutable_is_an_error(&b, &q, &queue("nowhere")).await
-        })
-        .await;
-    }
-
-    #[tokio::test]
-    async fn consume_stops_on_cancel() {
-        run("brk-cancel", |b, q| async move {
-            super::consume_stops_on_cancel(&b, &q).await
-        })
-        .await;
     }
 
     #[tokio::test]

@@ -30,57 +30,12 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::occurrence;
+use crate::support::backends::{Backend, on_every_backend};
 use crate::support::inspect::Inspect;
-use crate::support::{TestEnv, amqp_url, eventually, redis_url, scoped};
+use crate::support::{TestEnv, amqp_url, eventually, redis_url};
 
 const WAIT: Duration = Duration::from_secs(30);
 const LEASE: Duration = Duration::from_secs(2);
-
-/// Which implementation of the ports a test runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    /// `MemoryBroker`, `MemoryLedger`, `MemoryRunLog` (what `cronq standalone` runs on).
-    Memory,
-    /// `AmqpBroker` on RabbitMQ, `RedisLedger` and `RedisRunLog` on Redis.
-    Real,
-}
-
-impl Backend {
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Memory => "memory",
-            Self::Real => "real",
-        }
-    }
-}
-
-/// Runs one behaviour (`suite`) under a fresh [`TestEnv`] on `backend`.
-pub async fn on<F, Fut>(backend: Backend, test: &str, suite: F)
-where
-    F: FnOnce(Backend, TestEnv) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    scoped(&format!("{test}-{}", backend.label()), |env| {
-        suite(backend, env)
-    })
-    .await;
-}
-
-/// Instantiates a behaviour written once as `async fn(Backend, TestEnv)` as two tests;
-/// `$short` names the test's namespace (at most 64 characters in all).
-macro_rules! on_both_backends {
-    ($suite:ident, $short:literal, $memory:ident, $real:ident) => {
-        #[tokio::test]
-        async fn $memory() {
-            on(Backend::Memory, $short, $suite).await;
-        }
-
-        #[tokio::test]
-        async fn $real() {
-            on(Backend::Real, $short, $suite).await;
-        }
-    };
-}
 
 /// The concrete broker behind a fleet, for what the port does not expose.
 enum Ports {
@@ -432,12 +387,7 @@ async fn same_occurrence_five_times_runs_once(backend: Backend, env: TestEnv) {
     fleet.stop().await;
 }
 
-on_both_backends!(
-    same_occurrence_five_times_runs_once,
-    "consumer_dup",
-    consumer_same_occurrence_five_times_runs_once_memory,
-    consumer_same_occurrence_five_times_runs_once_real
-);
+on_every_backend!(same_occurrence_five_times_runs_once, "consumer_dup");
 
 async fn thousand_occurrences_three_consumers_none_twice(backend: Backend, env: TestEnv) {
     let mut fleet = Fleet::new(backend, &env, &WORK.replace("OVERLAP", "allow")).await;
@@ -472,11 +422,9 @@ async fn thousand_occurrences_three_consumers_none_twice(backend: Backend, env: 
     fleet.stop().await;
 }
 
-on_both_backends!(
+on_every_backend!(
     thousand_occurrences_three_consumers_none_twice,
-    "consumer_1000",
-    consumer_thousand_occurrences_three_consumers_none_twice_memory,
-    consumer_thousand_occurrences_three_consumers_none_twice_real
+    "consumer_1000"
 );
 
 async fn failing_job_retries_with_backoff_then_dead_letters(backend: Backend, env: TestEnv) {
@@ -530,11 +478,9 @@ backoff_max = "10s"
     fleet.stop().await;
 }
 
-on_both_backends!(
+on_every_backend!(
     failing_job_retries_with_backoff_then_dead_letters,
-    "consumer_retry",
-    consumer_failing_job_retries_with_backoff_then_dead_letters_memory,
-    consumer_failing_job_retries_with_backoff_then_dead_letters_real
+    "consumer_retry"
 );
 
 async fn rejects_malformed_and_unknown_messages_and_stays_up(backend: Backend, env: TestEnv) {
@@ -581,11 +527,9 @@ schedule = "@every 1s"
     fleet.stop().await;
 }
 
-on_both_backends!(
+on_every_backend!(
     rejects_malformed_and_unknown_messages_and_stays_up,
-    "consumer_reject",
-    consumer_rejects_malformed_and_unknown_messages_and_stays_up_memory,
-    consumer_rejects_malformed_and_unknown_messages_and_stays_up_real
+    "consumer_reject"
 );
 
 async fn overlap_skip_two_consumers(backend: Backend, env: TestEnv) {
@@ -627,12 +571,7 @@ async fn overlap_skip_two_consumers(backend: Backend, env: TestEnv) {
     fleet.stop().await;
 }
 
-on_both_backends!(
-    overlap_skip_two_consumers,
-    "consumer_skip",
-    consumer_overlap_skip_two_consumers_memory,
-    consumer_overlap_skip_two_consumers_real
-);
+on_every_backend!(overlap_skip_two_consumers, "consumer_skip");
 
 /// A backfill or replay of a `skip` job asks for every occurrence to run: each waits its
 /// turn instead of being recorded as skipped, and they still never overlap.
@@ -658,11 +597,9 @@ async fn operator_requested_occurrences_of_a_skip_job_all_run(backend: Backend, 
     fleet.stop().await;
 }
 
-on_both_backends!(
+on_every_backend!(
     operator_requested_occurrences_of_a_skip_job_all_run,
-    "consumer_req_skip",
-    consumer_operator_requested_occurrences_of_a_skip_job_all_run_memory,
-    consumer_operator_requested_occurrences_of_a_skip_job_all_run_real
+    "consumer_req_skip"
 );
 
 async fn overlap_queue_runs_all_in_turn(backend: Backend, env: TestEnv) {
@@ -682,12 +619,7 @@ async fn overlap_queue_runs_all_in_turn(backend: Backend, env: TestEnv) {
     fleet.stop().await;
 }
 
-on_both_backends!(
-    overlap_queue_runs_all_in_turn,
-    "consumer_queue",
-    consumer_overlap_queue_runs_all_in_turn_memory,
-    consumer_overlap_queue_runs_all_in_turn_real
-);
+on_every_backend!(overlap_queue_runs_all_in_turn, "consumer_queue");
 
 /// How soon a replace must stop the running occurrence in tests: a generous bound on the
 /// 250 ms heartbeat of a replace job plus the handler's stop, well below a lease's heartbeat.
@@ -733,12 +665,7 @@ async fn overlap_replace_cancels_the_running_one(backend: Backend, env: TestEnv)
     assert_no_overlap(&seen.lock().unwrap());
 }
 
-on_both_backends!(
-    overlap_replace_cancels_the_running_one,
-    "consumer_replace",
-    consumer_overlap_replace_cancels_the_running_one_memory,
-    consumer_overlap_replace_cancels_the_running_one_real
-);
+on_every_backend!(overlap_replace_cancels_the_running_one, "consumer_replace");
 
 async fn command_timeout_kills_the_whole_process_group(backend: Backend, env: TestEnv) {
     let pidfile = env.dir.join("grandchild.pid");
@@ -781,11 +708,9 @@ command = ["sh", "-c", "sleep 60 & echo $! > {}; wait"]
     fleet.stop().await;
 }
 
-on_both_backends!(
+on_every_backend!(
     command_timeout_kills_the_whole_process_group,
-    "consumer_timeout",
-    consumer_command_timeout_kills_the_whole_process_group_memory,
-    consumer_command_timeout_kills_the_whole_process_group_real
+    "consumer_timeout"
 );
 
 async fn command_gets_env_and_payload(backend: Backend, env: TestEnv) {
@@ -820,12 +745,7 @@ command = ["sh", "-c", "echo $CRONQ_JOB $CRONQ_KEY $CRONQ_ATTEMPT $CRONQ_SCHEDUL
     fleet.stop().await;
 }
 
-on_both_backends!(
-    command_gets_env_and_payload,
-    "consumer_env",
-    consumer_command_gets_env_and_payload_memory,
-    consumer_command_gets_env_and_payload_real
-);
+on_every_backend!(command_gets_env_and_payload, "consumer_env");
 
 async fn http_handler_success_and_failure(backend: Backend, env: TestEnv) {
     use axum::routing::post;
@@ -887,12 +807,7 @@ http = {{ url = "http://{addr}/fail" }}
     fleet.stop().await;
 }
 
-on_both_backends!(
-    http_handler_success_and_failure,
-    "consumer_http",
-    consumer_http_handler_success_and_failure_memory,
-    consumer_http_handler_success_and_failure_real
-);
+on_every_backend!(http_handler_success_and_failure, "consumer_http");
 
 async fn panicking_rust_handler_is_a_failed_attempt(backend: Backend, env: TestEnv) {
     let toml = r#"
@@ -927,12 +842,7 @@ schedule = "@every 1s"
     fleet.stop().await;
 }
 
-on_both_backends!(
-    panicking_rust_handler_is_a_failed_attempt,
-    "consumer_panic",
-    consumer_panicking_rust_handler_is_a_failed_attempt_memory,
-    consumer_panicking_rust_handler_is_a_failed_attempt_real
-);
+on_every_backend!(panicking_rust_handler_is_a_failed_attempt, "consumer_panic");
 
 async fn records_missed_past_the_deadline(backend: Backend, env: TestEnv) {
     let toml = r#"
@@ -952,12 +862,7 @@ deadline = "1m"
     fleet.stop().await;
 }
 
-on_both_backends!(
-    records_missed_past_the_deadline,
-    "consumer_missed",
-    consumer_records_missed_past_the_deadline_memory,
-    consumer_records_missed_past_the_deadline_real
-);
+on_every_backend!(records_missed_past_the_deadline, "consumer_missed");
 
 /// A ledger that can be made unreachable.
 struct Flaky {
@@ -1092,11 +997,9 @@ async fn store_outage_runs_nothing_until_it_is_back(backend: Backend, env: TestE
     fleet.stop().await;
 }
 
-on_both_backends!(
+on_every_backend!(
     store_outage_runs_nothing_until_it_is_back,
-    "consumer_outage",
-    consumer_store_outage_runs_nothing_until_it_is_back_memory,
-    consumer_store_outage_runs_nothing_until_it_is_back_real
+    "consumer_outage"
 );
 
 async fn serves_only_the_queues_it_is_given(backend: Backend, env: TestEnv) {
@@ -1145,12 +1048,7 @@ command = ["true"]
     fleet.stop().await;
 }
 
-on_both_backends!(
-    serves_only_the_queues_it_is_given,
-    "consumer_queues",
-    consumer_serves_only_the_queues_it_is_given_memory,
-    consumer_serves_only_the_queues_it_is_given_real
-);
+on_every_backend!(serves_only_the_queues_it_is_given, "consumer_queues");
 
 async fn replay_of_a_failed_occurrence_runs_it_again_once(backend: Backend, env: TestEnv) {
     let toml = r#"
@@ -1203,9 +1101,7 @@ max_attempts = 1
     fleet.stop().await;
 }
 
-on_both_backends!(
+on_every_backend!(
     replay_of_a_failed_occurrence_runs_it_again_once,
-    "consumer_replay",
-    consumer_replay_of_a_failed_occurrence_runs_it_again_once_memory,
-    consumer_replay_of_a_failed_occurrence_runs_it_again_once_real
+    "consumer_replay"
 );

@@ -1,14 +1,9 @@
 //! The ledger and run-log ports' behaviour, written once as generic suites and run against
 //! both the in-memory implementations and Redis (one namespace per test).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use cronq_memory::MemoryLedger;
-use cronq_memory::MemoryRunLog;
-use cronq_redis::RedisLedger;
-use cronq_redis::RedisRunLog;
 use cronq_shared::config::Overlap;
 use cronq_shared::ledger::{
     Claim, ClaimOutcome, End, Ended, FollowUp, Heartbeat, Lease, Ledger, Republish, Settle, State,
@@ -17,7 +12,9 @@ use cronq_shared::names::{JobName, Names, Namespace, QueueName};
 use cronq_shared::runlog::{Outcome, Run, RunLog};
 
 use crate::broker::occurrence;
+use crate::support::backends::{Backend, on_every_backend};
 use crate::support::inspect::Inspect;
+use crate::support::ports::{self, redis_ledger};
 use crate::support::{TestEnv, eventually, redis_url, scoped};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -113,6 +110,12 @@ async fn idempotency_suite(ledger: impl Ledger + Inspect) {
     assert!(ledger.inspect(&occurrence("idem", 2).key).await.is_none());
 }
 
+on_every_backend!(idempotency, "ledger_idempotency");
+
+async fn idempotency(backend: Backend, env: TestEnv) {
+    idempotency_suite(ports::ledger(backend, &env).await).await;
+}
+
 /// Retry attempts: only a higher attempt may claim a retrying key; stale ones are dups.
 async fn attempts_suite(ledger: impl Ledger + Inspect) {
     let first = claim("att", 1, 1, Overlap::Allow, LONG);
@@ -206,6 +209,12 @@ async fn attempts_suite(ledger: impl Ledger + Inspect) {
     ));
 }
 
+on_every_backend!(attempts, "ledger_attempts");
+
+async fn attempts(backend: Backend, env: TestEnv) {
+    attempts_suite(ports::ledger(backend, &env).await).await;
+}
+
 /// A lapsed lease: reaped once per hold, then claimable again; the old owner is fenced.
 async fn lease_suite(ledger: impl Ledger + Inspect) {
     let short = Duration::from_millis(300);
@@ -249,6 +258,12 @@ async fn lease_suite(ledger: impl Ledger + Inspect) {
             .recorded
     );
     assert!(ledger.reap(10, LONG).await.unwrap().is_empty());
+}
+
+on_every_backend!(lease, "ledger_lease");
+
+async fn lease(backend: Backend, env: TestEnv) {
+    lease_suite(ports::ledger(backend, &env).await).await;
 }
 
 /// Overlap locks: skip excludes, allow does not lock, a lapsed job lock stops its holder.
@@ -298,6 +313,12 @@ async fn overlap_suite(ledger: impl Ledger + Inspect) {
     .await;
     assert_eq!(ledger.heartbeat(&x, short).await.unwrap(), Heartbeat::Lost);
     assert_eq!(ledger.heartbeat(&y, LONG).await.unwrap(), Heartbeat::Held);
+}
+
+on_every_backend!(locks, "ledger_overlap");
+
+async fn locks(backend: Backend, env: TestEnv) {
+    overlap_suite(ports::ledger(backend, &env).await).await;
 }
 
 fn key(job: &str, i: u32) -> String {
@@ -388,6 +409,12 @@ async fn overlap_queue_suite(ledger: impl Ledger + Inspect) {
     );
 }
 
+on_every_backend!(queue, "ledger_overlap_queue");
+
+async fn queue(backend: Backend, env: TestEnv) {
+    overlap_queue_suite(ports::ledger(backend, &env).await).await;
+}
+
 /// `replace`: a newer occurrence asks the running one to stop (its heartbeat says by
 /// whom) and waits; a still newer one supersedes the waiter, which is recorded cancelled
 /// with its history entry; an older one arriving late is superseded; the end of the
@@ -449,6 +476,13 @@ async fn overlap_replace_suite(ledger: impl Ledger + Inspect, log: &dyn RunLog) 
     claimed(&ledger, &r(4)).await;
 }
 
+on_every_backend!(replace, "ledger_overlap_replace");
+
+async fn replace(backend: Backend, env: TestEnv) {
+    let (ledger, log) = ports::ledger_with_log(backend, &env).await;
+    overlap_replace_suite(ledger, &*log).await;
+}
+
 /// A waiter whose turn never comes in time (its turn's message lost, or a long run ahead
 /// of it) is handed back by the reaper, saying so, and keeps waiting.
 async fn overlap_recheck_suite(ledger: impl Ledger + Inspect) {
@@ -488,6 +522,12 @@ async fn overlap_recheck_suite(ledger: impl Ledger + Inspect) {
     );
 }
 
+on_every_backend!(recheck, "ledger_overlap_recheck");
+
+async fn recheck(backend: Backend, env: TestEnv) {
+    overlap_recheck_suite(ports::ledger(backend, &env).await).await;
+}
+
 /// Settling without running; retention expiry.
 async fn settle_suite(ledger: impl Ledger + Inspect) {
     let occ = occurrence("set", 1);
@@ -525,57 +565,11 @@ async fn settle_suite(ledger: impl Ledger + Inspect) {
     .await;
 }
 
-async fn redis_ports(env: &TestEnv) -> (RedisLedger, RedisRunLog) {
-    let conn = cronq_redis::connect(&redis_url()).await.unwrap();
-    let names = Names::new(&Namespace::new(&env.namespace).unwrap());
-    let history = RedisRunLog::new(conn.clone(), &names, LONG);
-    (RedisLedger::new(conn, names, history.clone()), history)
+on_every_backend!(settle, "ledger_settle");
+
+async fn settle(backend: Backend, env: TestEnv) {
+    settle_suite(ports::ledger(backend, &env).await).await;
 }
-
-async fn redis_ledger(env: &TestEnv) -> RedisLedger {
-    redis_ports(env).await.0
-}
-
-macro_rules! both {
-    ($suite:ident, $memory:ident, $redis:ident) => {
-        #[tokio::test]
-        async fn $memory() {
-            $suite(MemoryLedger::default()).await;
-        }
-
-        #[tokio::test]
-        async fn $redis() {
-            scoped(stringify!($redis), |env| async move {
-                $suite(redis_ledger(&env).await).await;
-            })
-            .await;
-        }
-    };
-}
-
-both!(
-    idempotency_suite,
-    ledger_idempotency_memory,
-    ledger_idempotency_redis
-);
-both!(
-    attempts_suite,
-    ledger_attempts_memory,
-    ledger_attempts_redis
-);
-both!(lease_suite, ledger_lease_memory, ledger_lease_redis);
-both!(overlap_suite, ledger_overlap_memory, ledger_overlap_redis);
-both!(
-    overlap_queue_suite,
-    ledger_overlap_queue_memory,
-    ledger_overlap_queue_redis
-);
-both!(
-    overlap_recheck_suite,
-    ledger_overlap_recheck_memory,
-    ledger_overlap_recheck_redis
-);
-both!(settle_suite, ledger_settle_memory, ledger_settle_redis);
 
 fn run(job: &str, i: u32, outcome: Outcome) -> Run {
     let occ = occurrence(job, i);
@@ -613,6 +607,12 @@ async fn runlog_suite(log: impl RunLog) {
     assert_eq!(only_a[0].error.as_deref(), Some("boom"));
     assert_eq!(only_a[1].error, None);
     assert_eq!(log.list(None, 1).await.unwrap().len(), 1);
+}
+
+on_every_backend!(list, "runlog");
+
+async fn list(backend: Backend, env: TestEnv) {
+    runlog_suite(ports::runlog(backend, &env).await).await;
 }
 
 /// The run of an ended or settled record reaches the history in the same step, and only
@@ -673,49 +673,11 @@ async fn history_suite(ledger: impl Ledger + Inspect, log: &dyn RunLog) {
     assert_eq!(runs[0].error.as_deref(), Some("boom"));
 }
 
-#[tokio::test]
-async fn ledger_history_memory() {
-    let history = Arc::new(MemoryRunLog::default());
-    history_suite(MemoryLedger::new(Arc::clone(&history)), &*history).await;
-}
+on_every_backend!(history, "ledger_history");
 
-#[tokio::test]
-async fn ledger_history_redis() {
-    scoped("ledger_history_redis", |env| async move {
-        let (ledger, history) = redis_ports(&env).await;
-        history_suite(ledger, &history).await;
-    })
-    .await;
-}
-
-#[tokio::test]
-async fn ledger_overlap_replace_memory() {
-    let history = Arc::new(MemoryRunLog::default());
-    overlap_replace_suite(MemoryLedger::new(Arc::clone(&history)), &*history).await;
-}
-
-#[tokio::test]
-async fn ledger_overlap_replace_redis() {
-    scoped("ledger_overlap_replace_redis", |env| async move {
-        let (ledger, history) = redis_ports(&env).await;
-        overlap_replace_suite(ledger, &history).await;
-    })
-    .await;
-}
-
-#[tokio::test]
-async fn runlog_memory() {
-    runlog_suite(MemoryRunLog::default()).await;
-}
-
-#[tokio::test]
-async fn runlog_redis() {
-    scoped("runlog_redis", |env| async move {
-        let conn = cronq_redis::connect(&redis_url()).await.unwrap();
-        let names = Names::new(&Namespace::new(&env.namespace).unwrap());
-        runlog_suite(RedisRunLog::new(conn, &names, LONG)).await;
-    })
-    .await;
+async fn history(backend: Backend, env: TestEnv) {
+    let (ledger, log) = ports::ledger_with_log(backend, &env).await;
+    history_suite(ledger, &*log).await;
 }
 
 /// The stored message lives apart from the record, so a record stays a small

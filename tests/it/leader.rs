@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
-use cronq_memory::MemoryLease;
-use cronq_redis::RedisLease;
 use cronq_shared::control::{Commit, Control, ControlError, RequestKind};
 use cronq_shared::lease::{Lease, Term};
-use cronq_shared::names::{JobName, Names, Namespace};
+use cronq_shared::names::JobName;
 
-use crate::support::{eventually, redis_url, scoped};
+use crate::support::backends::{Backend, on_every_backend};
+use crate::support::ports;
+use crate::support::{TestEnv, eventually};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -239,42 +239,16 @@ async fn control_suite<L: Lease>(lease: L, control: Control) {
     lease.release(&next).await.unwrap();
 }
 
-async fn redis_lease(names: &Names) -> RedisLease {
-    RedisLease::new(cronq_redis::connect(&redis_url()).await.unwrap(), names)
+on_every_backend!(lease, "lease");
+
+async fn lease(backend: Backend, env: TestEnv) {
+    let (a, b) = ports::leases(backend, &env).await;
+    lease_suite(a, b).await;
 }
 
-#[tokio::test]
-async fn lease_memory() {
-    let lease = MemoryLease::new();
-    lease_suite(lease.clone(), lease).await;
-}
+on_every_backend!(control, "control");
 
-#[tokio::test]
-async fn lease_redis() {
-    scoped("lease-redis", |env| async move {
-        let names = Names::new(&Namespace::new(&env.namespace).unwrap());
-        lease_suite(redis_lease(&names).await, redis_lease(&names).await).await;
-    })
-    .await;
-}
-
-#[tokio::test]
-async fn control_memory() {
-    let lease = MemoryLease::new();
-    let control = Control::new(cronq_memory::MemoryControl::new(&lease));
+async fn control(backend: Backend, env: TestEnv) {
+    let (lease, control) = ports::lease_and_control(backend, &env).await;
     control_suite(lease, control).await;
-}
-
-#[tokio::test]
-async fn control_redis() {
-    scoped("control-redis", |env| async move {
-        let names = Names::new(&Namespace::new(&env.namespace).unwrap());
-        let conn = cronq_redis::connect(&redis_url()).await.unwrap();
-        control_suite(
-            redis_lease(&names).await,
-            Control::new(cronq_redis::RedisControl::new(conn, &names)),
-        )
-        .await;
-    })
-    .await;
 }

@@ -8,7 +8,6 @@ use std::time::Duration;
 use chrono::Utc;
 use cronq_consumer::replay::{self as ops, Plan, Selector};
 use cronq_memory::MemoryBroker;
-use cronq_memory::MemoryLedger;
 use cronq_rabbitmq::AmqpBroker;
 use cronq_shared::broker::{Broker, DeadLetter, Outgoing};
 use cronq_shared::config::Config;
@@ -21,8 +20,10 @@ use nix::sys::signal::Signal;
 
 use crate::broker::occurrence;
 use crate::ops::{LEADER, WAIT, counts, json, ok, ran, start_consumer};
+use crate::support::backends::{Backend, on_every_backend};
 use crate::support::inspect::Inspect;
-use crate::support::{TestEnv, amqp_url, eventually, redis_url, scoped};
+use crate::support::ports;
+use crate::support::{TestEnv, amqp_url, eventually, scoped};
 
 fn letter(occ: &Occurrence, reason: &str) -> DeadLetter {
     DeadLetter {
@@ -82,25 +83,9 @@ async fn ended(ledger: &dyn Ledger, occ: &Occurrence, attempt: u32, state: State
     assert!(ledger.complete(&lease, &end).await.unwrap().recorded);
 }
 
-#[tokio::test]
-async fn replay_rules_memory() {
-    replay_rules(MemoryLedger::default()).await;
-}
-
-#[tokio::test]
-async fn replay_rules_redis() {
-    scoped("replay_rules_redis", |env| async move {
-        let conn = cronq_redis::connect(&redis_url()).await.unwrap();
-        let names = Names::new(&Namespace::new(&env.namespace).unwrap());
-        let history = cronq_redis::RedisRunLog::new(conn.clone(), &names, Duration::from_secs(600));
-        replay_rules(cronq_redis::RedisLedger::new(conn, names, history)).await;
-    })
-    .await;
-}
-
 /// The replay rules on a memory broker over `records`: which letters go, which stay, and
 /// that only a `failed` record is admitted, after which the replayed attempt 1 runs once.
-async fn replay_rules(records: impl Ledger + Inspect) {
+async fn replay_rules_suite(records: impl Ledger + Inspect) {
     let config = Config::from_toml(
         "[[job]]\nname = \"flaky\"\nschedule = \"@every 1s\"\nqueue = \"work\"\n[[job]]\nname = \"other\"\nschedule = \"@every 1s\"\n",
         std::path::Path::new("mem.toml"),
@@ -257,6 +242,12 @@ async fn replay_rules(records: impl Ledger + Inspect) {
     );
     assert_eq!(kept[1], "job \"removed\" is no longer in mem.toml");
     assert_eq!(broker.dead_letters().await.unwrap().len(), 2);
+}
+
+on_every_backend!(replay_rules, "replay_rules");
+
+async fn replay_rules(backend: Backend, env: TestEnv) {
+    replay_rules_suite(ports::ledger(backend, &env).await).await;
 }
 
 const N: u32 = 200;

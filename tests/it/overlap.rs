@@ -19,9 +19,10 @@ use std::time::Duration;
 
 use cronq_shared::runlog::Outcome;
 
+use crate::support::backends::{Backend, on_every_backend};
 use crate::support::deployment::{Deployment, LEADER, Running, argv};
 use crate::support::history::{self, Entry, Mark, TERMINAL, Trace};
-use crate::support::{TestEnv, scoped, until};
+use crate::support::{TestEnv, until};
 
 /// The job every overlap test schedules.
 const JOB: &str = "job";
@@ -234,28 +235,6 @@ async fn standalone_metrics_agree(w: &Window) {
     );
 }
 
-/// Instantiates a behaviour written once as `async fn(Deployment, TestEnv, Length)` as two
-/// tests, one per deployment; `$short` names the test's namespace.
-macro_rules! on_both_deployments {
-    ($suite:ident, $length:expr, $short:literal, $fleet:ident, $standalone:ident) => {
-        #[tokio::test(flavor = "multi_thread")]
-        async fn $fleet() {
-            scoped(concat!($short, "-fleet"), |env| {
-                $suite(Deployment::Fleet, env, $length)
-            })
-            .await;
-        }
-
-        #[tokio::test(flavor = "multi_thread")]
-        async fn $standalone() {
-            scoped(concat!($short, "-standalone"), |env| {
-                $suite(Deployment::Standalone, env, $length)
-            })
-            .await;
-        }
-    };
-}
-
 /// `allow`: every occurrence runs, to its end, and long ones run side by side.
 async fn allow_runs_every_occurrence(kind: Deployment, env: TestEnv, length: Length) {
     let w = window(kind, &env, "allow", length).await;
@@ -273,20 +252,17 @@ async fn allow_runs_every_occurrence(kind: Deployment, env: TestEnv, length: Len
     }
 }
 
-on_both_deployments!(
-    allow_runs_every_occurrence,
-    Length::Short,
-    "ovl-allow-short",
-    allow_short_fleet,
-    allow_short_standalone
-);
-on_both_deployments!(
-    allow_runs_every_occurrence,
-    Length::Long,
-    "ovl-allow-long",
-    allow_long_fleet,
-    allow_long_standalone
-);
+on_every_backend!(allow_short, "ovl-allow-short", flavor = "multi_thread");
+
+async fn allow_short(backend: Backend, env: TestEnv) {
+    allow_runs_every_occurrence(Deployment::on(backend), env, Length::Short).await;
+}
+
+on_every_backend!(allow_long, "ovl-allow-long", flavor = "multi_thread");
+
+async fn allow_long(backend: Backend, env: TestEnv) {
+    allow_runs_every_occurrence(Deployment::on(backend), env, Length::Long).await;
+}
 
 /// `skip`: never two at once; an occurrence due while another runs is `skipped` and never
 /// started.
@@ -311,20 +287,17 @@ async fn skip_never_runs_two_at_once(kind: Deployment, env: TestEnv, length: Len
     }
 }
 
-on_both_deployments!(
-    skip_never_runs_two_at_once,
-    Length::Short,
-    "ovl-skip-short",
-    skip_short_fleet,
-    skip_short_standalone
-);
-on_both_deployments!(
-    skip_never_runs_two_at_once,
-    Length::Long,
-    "ovl-skip-long",
-    skip_long_fleet,
-    skip_long_standalone
-);
+on_every_backend!(skip_short, "ovl-skip-short", flavor = "multi_thread");
+
+async fn skip_short(backend: Backend, env: TestEnv) {
+    skip_never_runs_two_at_once(Deployment::on(backend), env, Length::Short).await;
+}
+
+on_every_backend!(skip_long, "ovl-skip-long", flavor = "multi_thread");
+
+async fn skip_long(backend: Backend, env: TestEnv) {
+    skip_never_runs_two_at_once(Deployment::on(backend), env, Length::Long).await;
+}
 
 /// `queue`: never two at once, and every occurrence runs to a success in turn; long ones
 /// wait for the one before.
@@ -347,20 +320,17 @@ async fn queue_runs_each_in_turn(kind: Deployment, env: TestEnv, length: Length)
     }
 }
 
-on_both_deployments!(
-    queue_runs_each_in_turn,
-    Length::Short,
-    "ovl-queue-short",
-    queue_short_fleet,
-    queue_short_standalone
-);
-on_both_deployments!(
-    queue_runs_each_in_turn,
-    Length::Long,
-    "ovl-queue-long",
-    queue_long_fleet,
-    queue_long_standalone
-);
+on_every_backend!(queue_short, "ovl-queue-short", flavor = "multi_thread");
+
+async fn queue_short(backend: Backend, env: TestEnv) {
+    queue_runs_each_in_turn(Deployment::on(backend), env, Length::Short).await;
+}
+
+on_every_backend!(queue_long, "ovl-queue-long", flavor = "multi_thread");
+
+async fn queue_long(backend: Backend, env: TestEnv) {
+    queue_runs_each_in_turn(Deployment::on(backend), env, Length::Long).await;
+}
 
 /// `replace`: the newest occurrence of the window succeeds; every other one that did not
 /// succeed is `cancelled`, its error `replaced by KEY` naming a later occurrence, and if
@@ -424,17 +394,14 @@ async fn replace_cancels_the_running_one(kind: Deployment, env: TestEnv, length:
     }
 }
 
-on_both_deployments!(
-    replace_cancels_the_running_one,
-    Length::Short,
-    "ovl-replace-short",
-    replace_short_fleet,
-    replace_short_standalone
-);
-on_both_deployments!(
-    replace_cancels_the_running_one,
-    Length::Long,
-    "ovl-replace-long",
-    replace_long_fleet,
-    replace_long_standalone
-);
+on_every_backend!(replace_short, "ovl-replace-short", flavor = "multi_thread");
+
+async fn replace_short(backend: Backend, env: TestEnv) {
+    replace_cancels_the_running_one(Deployment::on(backend), env, Length::Short).await;
+}
+
+on_every_backend!(replace_long, "ovl-replace-long", flavor = "multi_thread");
+
+async fn replace_long(backend: Backend, env: TestEnv) {
+    replace_cancels_the_running_one(Deployment::on(backend), env, Length::Long).await;
+}

@@ -31,7 +31,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::consumer::{Backend, on};
+use crate::support::backends::{Backend, on_every_backend};
 use crate::support::{TestEnv, amqp_url, eventually, redis_url};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -229,22 +229,6 @@ impl World {
     }
 }
 
-/// Instantiates a behaviour written once as `async fn(Backend, TestEnv)` as two tests;
-/// `$short` names the test's namespace.
-macro_rules! on_both_backends {
-    ($suite:ident, $short:literal, $memory:ident, $real:ident) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $memory() {
-            on(Backend::Memory, $short, $suite).await;
-        }
-
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $real() {
-            on(Backend::Real, $short, $suite).await;
-        }
-    };
-}
-
 fn keys(msgs: &[Occurrence]) -> Vec<String> {
     msgs.iter().map(|m| m.key.to_string()).collect()
 }
@@ -302,11 +286,11 @@ async fn every_second_once(backend: Backend, env: TestEnv) {
     );
 }
 
-on_both_backends!(
+on_every_backend!(
     every_second_once,
     "pb-every",
-    producer_every_second_once_memory,
-    producer_every_second_once_real
+    flavor = "multi_thread",
+    worker_threads = 2
 );
 
 /// More jobs due in one second than one publish batch holds: all batches of a tick go out
@@ -343,11 +327,11 @@ async fn many_jobs_due_together(backend: Backend, env: TestEnv) {
     );
 }
 
-on_both_backends!(
+on_every_backend!(
     many_jobs_due_together,
     "pb-many",
-    producer_many_jobs_due_together_each_published_once_memory,
-    producer_many_jobs_due_together_each_published_once_real
+    flavor = "multi_thread",
+    worker_threads = 2
 );
 
 async fn two_producers_one_leader(backend: Backend, env: TestEnv) {
@@ -372,11 +356,11 @@ async fn two_producers_one_leader(backend: Backend, env: TestEnv) {
     assert_contiguous(&seconds, &msgs);
 }
 
-on_both_backends!(
+on_every_backend!(
     two_producers_one_leader,
     "pb-two",
-    producer_two_producers_one_leader_memory,
-    producer_two_producers_one_leader_real
+    flavor = "multi_thread",
+    worker_threads = 2
 );
 
 async fn cancelled_leader_hands_over_without_gap(backend: Backend, env: TestEnv) {
@@ -406,11 +390,11 @@ async fn cancelled_leader_hands_over_without_gap(backend: Backend, env: TestEnv)
     assert_contiguous(&seconds, &msgs);
 }
 
-on_both_backends!(
+on_every_backend!(
     cancelled_leader_hands_over_without_gap,
     "pb-handover",
-    producer_cancelled_leader_hands_over_without_gap_memory,
-    producer_cancelled_leader_hands_over_without_gap_real
+    flavor = "multi_thread",
+    worker_threads = 2
 );
 
 async fn pause_stops_and_resume_restarts(backend: Backend, env: TestEnv) {
@@ -462,11 +446,11 @@ async fn pause_stops_and_resume_restarts(backend: Backend, env: TestEnv) {
     assert_contiguous(&seconds_once(&msgs, "tock"), &msgs);
 }
 
-on_both_backends!(
+on_every_backend!(
     pause_stops_and_resume_restarts,
     "pb-pause",
-    producer_pause_stops_and_resume_restarts_memory,
-    producer_pause_stops_and_resume_restarts_real
+    flavor = "multi_thread",
+    worker_threads = 2
 );
 
 async fn trigger_and_backfill_requests_are_honoured(backend: Backend, env: TestEnv) {
@@ -553,11 +537,11 @@ pub(crate) fn assert_triggers_and_backfill(
     );
 }
 
-on_both_backends!(
+on_every_backend!(
     trigger_and_backfill_requests_are_honoured,
     "pb-requests",
-    producer_trigger_and_backfill_requests_are_honoured_memory,
-    producer_trigger_and_backfill_requests_are_honoured_real
+    flavor = "multi_thread",
+    worker_threads = 2
 );
 
 async fn reload_through_the_watch_channel_adds_a_job(backend: Backend, env: TestEnv) {
@@ -578,9 +562,9 @@ async fn reload_through_the_watch_channel_adds_a_job(backend: Backend, env: Test
     assert_contiguous(&seconds_once(&msgs, "tick"), &msgs);
 }
 
-on_both_backends!(
+on_every_backend!(
     reload_through_the_watch_channel_adds_a_job,
     "pb-reload",
-    producer_reload_through_the_watch_channel_adds_a_job_memory,
-    producer_reload_through_the_watch_channel_adds_a_job_real
+    flavor = "multi_thread",
+    worker_threads = 2
 );

@@ -17,6 +17,7 @@ use cronq_shared::names::{JobName, Names, Namespace};
 use cronq_shared::runlog::RunLog;
 use nix::sys::signal::Signal;
 
+use super::backends::Backend;
 use super::history::{self, Entry};
 use super::{TestEnv, eventually, free_addr, redis_url};
 
@@ -46,6 +47,15 @@ pub enum Deployment {
 }
 
 impl Deployment {
+    /// The deployment that runs on `backend`'s ports: `cronq standalone` in memory, a
+    /// fleet on RabbitMQ and Redis.
+    pub fn on(backend: Backend) -> Self {
+        match backend {
+            Backend::Memory => Self::Standalone,
+            Backend::Real => Self::Fleet,
+        }
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Self::Fleet => "fleet",

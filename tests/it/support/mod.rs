@@ -3,10 +3,12 @@
 
 #![allow(dead_code)]
 
+pub mod backends;
 pub mod deployment;
 pub mod history;
 pub mod inspect;
 pub mod nodes;
+pub mod ports;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
