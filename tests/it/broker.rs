@@ -7,52 +7,17 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, TimeZone, Utc};
-use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing};
-use cronq_shared::key::OccurrenceKey;
+use chrono::{DateTime, Utc};
+use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Outgoing};
 use cronq_shared::message::{Occurrence, Trigger};
-use cronq_shared::names::{JobName, QueueName};
-use tokio::sync::mpsc;
+use cronq_shared::names::QueueName;
 use tokio_util::sync::CancellationToken;
 
 use crate::support::TestEnv;
 use crate::support::backends::{Backend, on_every_backend};
+use crate::support::deliveries::{WAIT, declare, key_of, next};
+use crate::support::occurrences::{occurrence, outgoing, queue};
 use crate::support::ports;
-
-const WAIT: Duration = Duration::from_secs(20);
-
-pub fn queue(name: &str) -> QueueName {
-    QueueName::new(name).unwrap()
-}
-
-/// Occurrence number `i` of job `job`: scheduled `i` seconds after a fixed instant.
-pub fn occurrence(job: &str, i: u32) -> Occurrence {
-    let at =
-        Utc.with_ymd_and_hms(2026, 11, 29, 0, 0, 0).unwrap() + chrono::Duration::seconds(i.into());
-    let job = JobName::new(job).unwrap();
-    Occurrence {
-        key: OccurrenceKey::scheduled(job.clone(), at),
-        job,
-        scheduled_at: at,
-        scheduled_local: at.fixed_offset(),
-        timezone: "UTC".into(),
-        trigger: Trigger::Schedule,
-        attempt: 1,
-        payload: serde_json::json!({ "i": i }),
-        epoch: 0,
-        published_at: at,
-        deadline: None,
-        last_error: None,
-    }
-}
-
-pub fn outgoing(q: &QueueName, job: &str, i: u32) -> Outgoing {
-    Outgoing {
-        queue: q.clone(),
-        occurrence: occurrence(job, i),
-        delay: Duration::ZERO,
-    }
-}
 
 fn letter(q: &QueueName, i: u32, reason: &str) -> DeadLetter {
     let occ = occurrence("dead", i);
@@ -69,22 +34,6 @@ fn letter(q: &QueueName, i: u32, reason: &str) -> DeadLetter {
             + chrono::Duration::seconds(i.into()),
         body: occ.encode(),
     }
-}
-
-async fn declare<B: Broker>(broker: &B, queues: &[&QueueName]) {
-    let set: BTreeSet<QueueName> = queues.iter().map(|q| (*q).clone()).collect();
-    broker.declare(&set).await.unwrap();
-}
-
-async fn next(rx: &mut mpsc::Receiver<Delivery>) -> Delivery {
-    tokio::time::timeout(WAIT, rx.recv())
-        .await
-        .expect("timed out waiting for a delivery")
-        .expect("subscription ended while waiting for a delivery")
-}
-
-fn key_of(d: &Delivery) -> String {
-    Occurrence::decode(&d.body).unwrap().key.to_string()
 }
 
 /// Fields that survive a trip through any dead-letter queue, for comparisons.
@@ -442,53 +391,8 @@ mod amqp {
     use lapin::types::AMQPValue;
 
     use super::*;
-    use crate::support::{TestEnv, amqp_url, eventually, scoped};
-
-    async fn connect(env: &TestEnv) -> AmqpBroker {
-        let names = Names::new(&Namespace::new(env.namespace.clone()).unwrap());
-        AmqpBroker::connect(&amqp_url(), names)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// Runs a generic suite against RabbitMQ on queue `a` under a fresh namespace.
-    async fn run<F, Fut>(test: &'static str, suite: F)
-    where
-        F: FnOnce(AmqpBroker, QueueName) -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = ()> + Send + 'static,
-    {
-        scoped(test, move |env| async move {
-            env.track_queue("a");
-            let broker = connect(&env).await;
-            // The delay queue `delayed_publish` makes.
-            let delay = quantize_delay(Duration::from_millis(1500));
-            env.track_raw_queue(&broker.names().delay_queue(delay));
-            suite(broker.clone(), queue("a")).await;
-            broker.close().await;
-        })
-        .await;
-    }
-
-    /// Runs `op` on a channel of a fresh plain lapin connection until it succeeds with
-    /// `Some`: a concurrent `close_all_connections` (another test) may break any attempt.
-    async fn with_raw_channel<T, F, Fut>(what: &str, op: F) -> T
-    where
-        F: Fn(lapin::Channel) -> Fut,
-        Fut: std::future::Future<Output = lapin::Result<Option<T>>>,
-    {
-        eventually(WAIT, what, || async {
-            let conn = lapin::Connection::connect(&amqp_url(), Default::default())
-                .await
-                .ok()?;
-            let result = match conn.create_channel().await {
-                Ok(ch) => op(ch).await.ok().flatten(),
-                Err(_) => None,
-            };
-            let _ = conn.close(200, "done".into()).await;
-            result
-        })
-        .await
-    }
+    use crate::support::rabbitmq::{run, with_raw_channel};
+    use crate::support::{amqp_url, eventually};
 
     #[tokio::test]
     async fn published_messages_carry_properties() {

@@ -4,56 +4,9 @@
 //! These tests need no RabbitMQ or Redis: loading a config never connects.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 
-/// A private temporary directory holding config files, removed on drop (even on panic).
-pub struct ConfigDir {
-    dir: PathBuf,
-}
-
-impl ConfigDir {
-    pub fn new(test: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("t-{test}-{:08x}", rand::random::<u32>()));
-        std::fs::create_dir_all(&dir).expect("create test dir");
-        Self { dir }
-    }
-
-    /// Writes `cronq.toml` with `text`.
-    pub fn with(test: &str, text: &str) -> Self {
-        let dir = Self::new(test);
-        dir.write("cronq.toml", text);
-        dir
-    }
-
-    pub fn write(&self, name: &str, text: &str) {
-        std::fs::write(self.dir.join(name), text).expect("write config");
-    }
-
-    /// Runs `cronq ARGS` in the directory, so `--config cronq.toml` is relative.
-    pub fn run(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_cronq"))
-            .args(args)
-            .current_dir(&self.dir)
-            .env_remove("CRONQ_CONFIG")
-            .env_remove("RUST_LOG")
-            .output()
-            .expect("run cronq")
-    }
-}
-
-impl Drop for ConfigDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-pub fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-pub fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
+use crate::support::config_dir::{ConfigDir, stderr, stdout};
 
 /// Asserts `cronq check --config cronq.toml` exits 2 with exactly `expected` on stderr and
 /// nothing on stdout.

@@ -1,7 +1,7 @@
 //! `cronq next` through the real binary: the human table, `--json`, `--from` across
 //! daylight-saving changes (SPEC section 3), fewer times when fewer exist, usage errors.
 
-use super::cli_config::{ConfigDir, stderr, stdout};
+use crate::support::config_dir::{ConfigDir, stderr, stdout};
 
 const NEW_YORK: &str = r#"[defaults]
 timezone = "America/New_York"

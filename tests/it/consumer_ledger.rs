@@ -6,54 +6,18 @@ use std::time::Duration;
 use chrono::Utc;
 use cronq_shared::config::Overlap;
 use cronq_shared::ledger::{
-    Claim, ClaimOutcome, End, Ended, FollowUp, Heartbeat, Lease, Ledger, Republish, Settle, State,
+    ClaimOutcome, End, Ended, FollowUp, Heartbeat, Lease, Ledger, Republish, Settle, State,
 };
-use cronq_shared::names::{JobName, Names, Namespace, QueueName};
+use cronq_shared::names::{JobName, Names, Namespace};
 use cronq_shared::runlog::{Outcome, Run, RunLog};
 
-use crate::broker::occurrence;
 use crate::support::backends::{Backend, on_every_backend};
 use crate::support::inspect::Inspect;
+use crate::support::occurrences::{LONG, claim, claimed, end, occurrence};
 use crate::support::ports::{self, redis_ledger};
 use crate::support::{TestEnv, eventually, redis_url, scoped};
 
 const WAIT: Duration = Duration::from_secs(10);
-const LONG: Duration = Duration::from_secs(60);
-
-fn claim(job: &str, i: u32, attempt: u32, overlap: Overlap, lease: Duration) -> Claim {
-    let occ = occurrence(job, i);
-    Claim {
-        key: occ.key.clone(),
-        job: occ.job.clone(),
-        queue: QueueName::new("default").unwrap(),
-        attempt,
-        overlap,
-        lease,
-        retention: LONG,
-        body: occ.encode(),
-        scheduled_at: occ.scheduled_at,
-        recheck: LONG,
-        consumer: "test".to_owned(),
-    }
-}
-
-fn end(state: State) -> End {
-    End {
-        state,
-        error: None,
-        retention: LONG,
-        next: None,
-        run: None,
-    }
-}
-
-async fn claimed(ledger: &impl Ledger, c: &Claim) -> Lease {
-    match ledger.claim(c).await.unwrap() {
-        ClaimOutcome::Claimed { lease, .. } => lease,
-        other => panic!("expected a claim of {}, got {other:?}", c.key),
-    }
-}
-
 /// Claim, duplicate while running, complete, duplicate when terminal; fencing.
 async fn idempotency_suite(ledger: impl Ledger + Inspect) {
     let c = claim("idem", 1, 1, Overlap::Allow, LONG);

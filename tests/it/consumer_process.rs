@@ -1,79 +1,16 @@
 //! The real `cronq consumer` binary: crash safety (SIGKILL mid-job), long jobs past the
 //! broker's `consumer_timeout`, graceful shutdown, and usage errors.
 
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use cronq_rabbitmq::AmqpBroker;
-use cronq_redis::RedisRunLog;
-use cronq_shared::broker::{Broker, Outgoing};
-use cronq_shared::message::Occurrence;
-use cronq_shared::names::{JobName, Names, Namespace, QueueName};
-use cronq_shared::runlog::{Outcome, Run, RunLog};
+use cronq_shared::runlog::Outcome;
 use nix::sys::signal::Signal;
 
-use crate::broker::occurrence;
-use crate::support::{TestEnv, amqp_url, eventually, redis_url, scoped};
-
-const WAIT: Duration = Duration::from_secs(60);
-
-async fn publish(env: &TestEnv, occ: Occurrence) {
-    let names = Names::new(&Namespace::new(&env.namespace).unwrap());
-    let broker = AmqpBroker::connect(&amqp_url(), names).await.unwrap();
-    let queue = QueueName::new("default").unwrap();
-    broker
-        .declare(&[queue.clone()].into_iter().collect())
-        .await
-        .unwrap();
-    broker
-        .publish(&[Outgoing {
-            queue,
-            occurrence: occ,
-            delay: Duration::ZERO,
-        }])
-        .await
-        .unwrap();
-    broker.close().await;
-}
-
-async fn runs(env: &TestEnv, job: &str) -> Vec<Run> {
-    let conn = cronq_redis::connect(&redis_url()).await.unwrap();
-    let names = Names::new(&Namespace::new(&env.namespace).unwrap());
-    RedisRunLog::new(conn, &names, Duration::from_secs(3600))
-        .list(Some(&JobName::new(job).unwrap()), 100)
-        .await
-        .unwrap()
-}
-
-fn lines(path: &Path) -> usize {
-    std::fs::read_to_string(path).map_or(0, |s| s.lines().count())
-}
-
-async fn started(env: &TestEnv, log: &str) {
-    eventually(WAIT, &format!("consumer {log} to start"), || async {
-        env.log(log).contains("consumer started").then_some(())
-    })
-    .await;
-}
-
-/// A loopback address with a port that was free a moment ago.
-fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
-
-fn consumer_args<'a>(config: &'a str, id: &'a str, lease: &'a str) -> Vec<&'a str> {
-    vec![
-        "consumer",
-        "--config",
-        config,
-        "--consumer-id",
-        id,
-        "--lease",
-        lease,
-    ]
-}
+use crate::support::consumer_process::{WAIT, consumer_args, lines, publish, runs, started};
+use crate::support::free_addr;
+use crate::support::occurrences::occurrence;
+use crate::support::{eventually, scoped};
 
 #[tokio::test]
 async fn consumer_sigkill_mid_job_runs_once_elsewhere_after_the_lease() {

@@ -2,116 +2,13 @@
 //! `dlq list`/`dlq replay`) as the real binary, against running producers and consumers,
 //! with `--json` output parsed, plus their usage errors and exit codes.
 
-use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::Output;
-use std::time::Duration;
-
 use chrono::{DateTime, Utc};
 use nix::sys::signal::Signal;
-use redis::AsyncCommands;
 use serde_json::Value;
 
-use crate::support::{TestEnv, eventually, scoped};
-
-pub const LEADER: &str = "[leader]\nlease = \"3s\"\nrenew_deadline = \"2s\"\nretry = \"500ms\"\n";
-pub const WAIT: Duration = Duration::from_secs(60);
-
-/// A job whose handler appends its key to `<dir>/<name>.ran`.
-pub fn job(env: &TestEnv, name: &str, schedule: &str, extra: &str) -> String {
-    let ran = env.dir.join(format!("{name}.ran"));
-    format!(
-        "[[job]]\nname = \"{name}\"\nschedule = \"{schedule}\"\n{extra}\ncommand = [\"sh\", \"-c\", \"echo $CRONQ_KEY >> {}\"]\n",
-        ran.display()
-    )
-}
-
-/// Writes `cronq.toml` with the short leader lease and `jobs`; returns its path.
-pub fn config(env: &TestEnv, jobs: &str) -> String {
-    env.track_queue("default");
-    env.write_config("cronq.toml", &format!("{LEADER}\n{jobs}"))
-        .to_string_lossy()
-        .into_owned()
-}
-
-/// The keys a job's handler recorded, in order.
-pub fn ran(env: &TestEnv, name: &str) -> Vec<String> {
-    read_lines(&env.dir.join(format!("{name}.ran")))
-}
-
-fn read_lines(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .map(|s| s.lines().map(str::to_owned).collect())
-        .unwrap_or_default()
-}
-
-/// Counts per key, failing on none.
-pub fn counts(keys: &[String]) -> BTreeMap<String, usize> {
-    let mut out = BTreeMap::new();
-    for k in keys {
-        *out.entry(k.clone()).or_insert(0) += 1;
-    }
-    out
-}
-
-/// The scheduled instant of a `JOB@TIME` key.
-pub fn at(key: &str) -> DateTime<Utc> {
-    key.split_once('@').unwrap().1.parse().unwrap()
-}
-
-pub fn start_consumer(env: &TestEnv, config: &str, id: &str) -> u32 {
-    env.spawn(
-        id,
-        &[
-            "consumer",
-            "--config",
-            config,
-            "--consumer-id",
-            id,
-            "--lease",
-            "3s",
-        ],
-    )
-}
-
-/// Runs `cronq ARGS`, asserting exit 0, and returns stdout.
-pub fn ok(env: &TestEnv, args: &[&str]) -> String {
-    let out = env.run(args);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "cronq {args:?}: {}",
-        describe(&out)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// Runs `cronq ARGS --json`-style commands and parses stdout as one JSON document.
-pub fn json(env: &TestEnv, args: &[&str]) -> Value {
-    let text = ok(env, args);
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("cronq {args:?}: not JSON ({e}): {text}"))
-}
-
-/// Runs `cronq ARGS`, asserting exit `code`, and returns stderr.
-pub fn fails(env: &TestEnv, code: i32, args: &[&str]) -> String {
-    let out = env.run(args);
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "cronq {args:?}: {}",
-        describe(&out)
-    );
-    String::from_utf8(out.stderr).unwrap()
-}
-
-fn describe(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
+use crate::support::cli::{WAIT, at, config, counts, fails, job, json, ok, ran, start_consumer};
+use crate::support::producer_process::{cursor, leader};
+use crate::support::{eventually, scoped};
 
 #[tokio::test]
 async fn ops_commands_against_a_running_producer_and_consumer() {
@@ -379,25 +276,6 @@ async fn ops_usage_errors_exit_2_and_unreachable_services_exit_1() {
         assert!(!err.contains("s3cret"), "{err}");
     })
     .await;
-}
-
-/// The current leader's epoch and process id, from the lease in Redis.
-async fn leader(env: &TestEnv) -> Option<(u64, u32)> {
-    let mut conn = env.redis().await;
-    let value: Option<String> = conn.get(format!("{}:leader", env.namespace)).await.unwrap();
-    let value = value?;
-    let mut parts = value.splitn(3, ' ');
-    let epoch = parts.next()?.parse().ok()?;
-    let instance = parts.nth(1)?;
-    let pid = instance.rsplit('-').nth(1)?.parse().ok()?;
-    Some((epoch, pid))
-}
-
-async fn cursor(env: &TestEnv, job: &str) -> Option<i64> {
-    let mut conn = env.redis().await;
-    conn.hget(format!("{}:cursor", env.namespace), job)
-        .await
-        .unwrap()
 }
 
 #[tokio::test]

@@ -18,11 +18,12 @@ use cronq_shared::names::{JobName, Names, Namespace, QueueName};
 use lapin::options::QueueDeclareOptions;
 use nix::sys::signal::Signal;
 
-use crate::broker::occurrence;
-use crate::ops::{LEADER, WAIT, counts, json, ok, ran, start_consumer};
 use crate::support::backends::{Backend, on_every_backend};
+use crate::support::cli::{WAIT, counts, json, ok, ran, start_consumer};
 use crate::support::inspect::Inspect;
+use crate::support::occurrences::occurrence;
 use crate::support::ports;
+use crate::support::producer_process::LEADER;
 use crate::support::{TestEnv, amqp_url, eventually, scoped};
 
 fn letter(occ: &Occurrence, reason: &str) -> DeadLetter {

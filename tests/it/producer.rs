@@ -10,142 +10,17 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use cronq_shared::message::{Occurrence, Trigger};
-use lapin::options::BasicGetOptions;
+use cronq_shared::message::Trigger;
 use nix::sys::signal::Signal;
-use redis::AsyncCommands;
 
+use crate::support::producer_process::{
+    LEADER, LEASE, WAIT, advance, cursor, leader, mid_second, producer, stop_and_drain,
+    tick_config, wait_leader,
+};
+use crate::support::published::{
+    assert_contiguous, assert_triggers_and_backfill, keys, seconds_once,
+};
 use crate::support::{TestEnv, eventually, scoped};
-
-const LEADER: &str = "[leader]\nlease = \"3s\"\nrenew_deadline = \"2s\"\nretry = \"500ms\"\n";
-const LEASE: Duration = Duration::from_secs(3);
-const WAIT: Duration = Duration::from_secs(20);
-
-fn tick_config(env: &TestEnv, catchup: &str) -> String {
-    env.track_queue("default");
-    let toml = format!(
-        "{LEADER}\n[[job]]\nname = \"tick\"\nschedule = \"@every 1s\"\ncatchup = \"{catchup}\"\n"
-    );
-    env.write_config("cronq.toml", &toml)
-        .to_string_lossy()
-        .into_owned()
-}
-
-fn producer(env: &TestEnv, log: &str, config: &str) -> u32 {
-    env.spawn(log, &["producer", "--config", config])
-}
-
-/// The current leader's epoch and process id, from the lease in Redis.
-async fn leader(env: &TestEnv) -> Option<(u64, u32)> {
-    let mut conn = env.redis().await;
-    let value: Option<String> = conn.get(format!("{}:leader", env.namespace)).await.unwrap();
-    let value = value?;
-    let mut parts = value.splitn(3, ' ');
-    let epoch = parts.next()?.parse().ok()?;
-    let instance = parts.nth(1)?;
-    // instance = HOST-PID-RAND
-    let pid = instance.rsplit('-').nth(1)?.parse().ok()?;
-    Some((epoch, pid))
-}
-
-async fn wait_leader(env: &TestEnv, newer_than: u64) -> (u64, u32) {
-    eventually(WAIT, "a leader", || async {
-        leader(env).await.filter(|(e, _)| *e > newer_than)
-    })
-    .await
-}
-
-/// The job's cursor (unix ms) in Redis.
-async fn cursor(env: &TestEnv, job: &str) -> Option<i64> {
-    let mut conn = env.redis().await;
-    conn.hget(format!("{}:cursor", env.namespace), job)
-        .await
-        .unwrap()
-}
-
-/// Waits until `job`'s cursor is at least `secs` seconds past where it is now.
-async fn advance(env: &TestEnv, job: &str, secs: i64) -> i64 {
-    let start = eventually(WAIT, "a first cursor", || cursor(env, job)).await;
-    eventually(WAIT, "the cursor to advance", || async {
-        cursor(env, job).await.filter(|c| *c >= start + secs * 1000)
-    })
-    .await
-}
-
-/// Takes every message off the namespace's `default` queue.
-async fn drain(env: &TestEnv) -> Vec<Occurrence> {
-    let conn = env.amqp().await;
-    let ch = conn.create_channel().await.unwrap();
-    let queue = format!("{}.q.default", env.namespace);
-    let mut out = Vec::new();
-    while let Some(msg) = ch
-        .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true })
-        .await
-        .unwrap()
-    {
-        out.push(Occurrence::decode(&msg.delivery.data).unwrap());
-    }
-    let _ = conn.close(200, "drained".into()).await;
-    out
-}
-
-/// Stops every producer gracefully and returns the queue's contents.
-async fn stop_and_drain(env: &TestEnv, pids: &[u32]) -> Vec<Occurrence> {
-    for pid in pids {
-        env.signal(*pid, Signal::SIGCONT);
-        env.signal(*pid, Signal::SIGTERM);
-    }
-    for pid in pids {
-        env.wait(*pid, Duration::from_secs(10));
-    }
-    drain(env).await
-}
-
-/// Scheduled seconds of `job`, asserting each key appears once.
-fn seconds_once(msgs: &[Occurrence], job: &str) -> BTreeMap<i64, Trigger> {
-    let mut seen = BTreeMap::new();
-    for m in msgs.iter().filter(|m| m.job.as_str() == job) {
-        let s = m.scheduled_at.timestamp();
-        assert!(
-            seen.insert(s, m.trigger).is_none(),
-            "key {} published twice; all: {:?}",
-            m.key,
-            keys(msgs)
-        );
-    }
-    seen
-}
-
-fn keys(msgs: &[Occurrence]) -> Vec<String> {
-    msgs.iter().map(|m| m.key.to_string()).collect()
-}
-
-/// Asserts there is no second missing between the first and the last.
-fn assert_contiguous(seconds: &BTreeMap<i64, Trigger>, msgs: &[Occurrence]) {
-    let (first, last) = (
-        *seconds.keys().next().unwrap(),
-        *seconds.keys().last().unwrap(),
-    );
-    let missing: Vec<i64> = (first..=last)
-        .filter(|s| !seconds.contains_key(s))
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "missing seconds {missing:?}; all: {:?}",
-        keys(msgs)
-    );
-}
-
-/// Waits until the wall clock is in the middle of a second, away from a publish.
-async fn mid_second() {
-    loop {
-        let ms = Utc::now().timestamp_subsec_millis();
-        if (400..600).contains(&ms) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_producers_publish_every_second_once() {
@@ -499,7 +374,7 @@ async fn the_leader_carries_out_pause_trigger_and_backfill_requests() {
         advance(&env, "tick", 2).await;
 
         let msgs = stop_and_drain(&env, &[a]).await;
-        crate::producer_behaviour::assert_triggers_and_backfill(&msgs, &k1, &k2);
+        assert_triggers_and_backfill(&msgs, &k1, &k2);
         let ticks = seconds_once(&msgs, "tick");
         let during: Vec<i64> = ticks
             .keys()

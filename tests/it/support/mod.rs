@@ -4,11 +4,21 @@
 #![allow(dead_code)]
 
 pub mod backends;
+pub mod cli;
+pub mod config_dir;
+pub mod consumer_process;
+pub mod deliveries;
 pub mod deployment;
+pub mod fleet;
 pub mod history;
 pub mod inspect;
 pub mod nodes;
+pub mod occurrences;
 pub mod ports;
+pub mod producer_process;
+pub mod producers;
+pub mod published;
+pub mod rabbitmq;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};

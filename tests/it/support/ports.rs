@@ -29,7 +29,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::backends::Backend;
 use super::inspect::Inspect;
-use super::{TestEnv, amqp_url, redis_url};
+use super::rabbitmq;
+use super::{TestEnv, redis_url};
 
 /// How long a run log built here keeps its runs: longer than any test.
 const RETENTION: Duration = Duration::from_secs(60);
@@ -78,10 +79,7 @@ pub async fn broker(backend: Backend, env: &TestEnv) -> TestBroker {
         },
         Backend::Real => {
             env.track_queue(queue.as_str());
-            let names = names(env);
-            let broker = AmqpBroker::connect(&amqp_url(), names)
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
+            let broker = rabbitmq::connect(env).await;
             let delay = quantize_delay(Duration::from_millis(1500));
             env.track_raw_queue(&broker.names().delay_queue(delay));
             TestBroker {

@@ -1,0 +1,73 @@
+//! `cronq consumer` processes under a test's namespace: their arguments, waiting for one
+//! to start, publishing an occurrence to them, and reading the runs they recorded.
+
+use std::path::Path;
+use std::time::Duration;
+
+use cronq_rabbitmq::AmqpBroker;
+use cronq_redis::RedisRunLog;
+use cronq_shared::broker::{Broker, Outgoing};
+use cronq_shared::message::Occurrence;
+use cronq_shared::names::{JobName, Names, Namespace, QueueName};
+use cronq_shared::runlog::{Run, RunLog};
+
+use super::{TestEnv, amqp_url, eventually, redis_url};
+
+/// How long to wait for a consumer or a run.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+/// Publishes `occ` to the namespace's `default` queue.
+pub async fn publish(env: &TestEnv, occ: Occurrence) {
+    let names = Names::new(&Namespace::new(&env.namespace).unwrap());
+    let broker = AmqpBroker::connect(&amqp_url(), names).await.unwrap();
+    let queue = QueueName::new("default").unwrap();
+    broker
+        .declare(&[queue.clone()].into_iter().collect())
+        .await
+        .unwrap();
+    broker
+        .publish(&[Outgoing {
+            queue,
+            occurrence: occ,
+            delay: Duration::ZERO,
+        }])
+        .await
+        .unwrap();
+    broker.close().await;
+}
+
+/// The runs of `job` in the run log, newest first.
+pub async fn runs(env: &TestEnv, job: &str) -> Vec<Run> {
+    let conn = cronq_redis::connect(&redis_url()).await.unwrap();
+    let names = Names::new(&Namespace::new(&env.namespace).unwrap());
+    RedisRunLog::new(conn, &names, Duration::from_secs(3600))
+        .list(Some(&JobName::new(job).unwrap()), 100)
+        .await
+        .unwrap()
+}
+
+/// How many lines the file at `path` has (0 if it does not exist).
+pub fn lines(path: &Path) -> usize {
+    std::fs::read_to_string(path).map_or(0, |s| s.lines().count())
+}
+
+/// Waits until the consumer logging to `<log>.log` has started.
+pub async fn started(env: &TestEnv, log: &str) {
+    eventually(WAIT, &format!("consumer {log} to start"), || async {
+        env.log(log).contains("consumer started").then_some(())
+    })
+    .await;
+}
+
+/// The arguments of `cronq consumer` with `config`, consumer id `id` and lease `lease`.
+pub fn consumer_args<'a>(config: &'a str, id: &'a str, lease: &'a str) -> Vec<&'a str> {
+    vec![
+        "consumer",
+        "--config",
+        config,
+        "--consumer-id",
+        id,
+        "--lease",
+        lease,
+    ]
+}
