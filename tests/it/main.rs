@@ -1,22 +1,36 @@
-//! Integration tests: one binary, a module per behaviour, against the real RabbitMQ and
-//! Redis (`CRONQ_AMQP_URL`, `CRONQ_REDIS_URL`) and the real `cronq` binary. The port suites
-//! and the consumer and producer behaviour suites are written once and also run on the
-//! in-memory ports (`cronq standalone`), so those cannot drift.
+//! Integration tests: one binary, one module per behaviour, against the real RabbitMQ and
+//! Redis (`CRONQ_AMQP_URL`, `CRONQ_REDIS_URL`) and the real `cronq` binary. Read as a list
+//! of what cronq guarantees:
+//!
+//! - `ports`: the contract of each port (queue, ledger, run log, lease, control), and what
+//!   the RabbitMQ and Redis implementations add to it;
+//! - `g1_once`: one run per occurrence (G1);
+//! - `g2_no_loss`: every occurrence reaches an outcome the run log shows, overlap policies
+//!   included (G2);
+//! - `g3_crash`: killed processes, dropped connections, a broker restart, a store outage (G3);
+//! - `g4_keys`: fire times and keys from the schedule alone, `cronq next` across DST (G4);
+//! - `g5_bad_input`: bad configs and bad messages (G5);
+//! - `handlers`, `queues`: how a consumer runs a job, and which queues it serves;
+//! - `operations`: pause, trigger, backfill, reload, the operations commands, the
+//!   dead-letter queue;
+//! - `standalone`: `cronq standalone`, all in memory;
+//! - `support`: the test environment, the backends and the helpers the modules share.
+//!
+//! Every behavioural suite is written once and run on every backend by
+//! `support::backends::on_every_backend!` (`<suite>::memory` on the in-memory ports
+//! `cronq standalone` uses, `<suite>::real` on RabbitMQ and Redis), so the backends
+//! cannot drift.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod broker;
-mod broker_restart;
-mod cli_config;
-mod cli_next;
-mod consumer;
-mod consumer_ledger;
-mod consumer_process;
-mod leader;
-mod ops;
-mod ops_replay;
-mod overlap;
-mod producer;
-mod producer_behaviour;
+mod g1_once;
+mod g2_no_loss;
+mod g3_crash;
+mod g4_keys;
+mod g5_bad_input;
+mod handlers;
+mod operations;
+mod ports;
+mod queues;
 mod standalone;
 mod support;

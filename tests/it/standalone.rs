@@ -1,12 +1,15 @@
 //! `cronq standalone`: producer and consumer in one process, in memory. It must work with
 //! RabbitMQ and Redis unreachable, run an `@every 1s` job every second, expose moving
-//! counters on `/metrics`, and exit 0 on SIGTERM within its grace period.
+//! counters on `/metrics`, and exit 0 on SIGTERM within its grace period. And the producer
+//! library on the memory ports: it publishes, and releases the lease on cancel.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use chrono::Utc;
 use nix::sys::signal::Signal;
 
+use crate::support::producer_process::{LEADER, WAIT};
 use crate::support::{TestEnv, eventually, scoped};
 
 /// A port that was free a moment ago.
@@ -176,4 +179,51 @@ command = ["/bin/sh", "-c", "echo start >> runs.txt; sleep 2; echo \"$CRONQ_KEY\
         );
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn in_process_producer_on_memory_ports_publishes_and_releases_on_cancel() {
+    use std::sync::Arc;
+
+    use cronq_memory::MemoryBroker;
+    use cronq_memory::MemoryLease;
+    use cronq_producer::Producer;
+    use cronq_shared::config::Config;
+    use cronq_shared::control::Control;
+    use cronq_shared::lease::Lease;
+    use cronq_shared::names::QueueName;
+    use tokio_util::sync::CancellationToken;
+
+    let toml = format!("{LEADER}\n[[job]]\nname = \"tick\"\nschedule = \"@every 1s\"\n");
+    let config = Config::from_toml(&toml, std::path::Path::new("memory.toml")).unwrap();
+    let broker = MemoryBroker::new();
+    let lease = MemoryLease::new();
+    let control = Control::new(cronq_memory::MemoryControl::new(&lease));
+    // No reloader: the config sender is dropped at once, which must not upset the leader.
+    let (_, config_rx) = tokio::sync::watch::channel(Arc::new(config));
+    let producer = Producer::new(
+        Arc::new(broker.clone()),
+        Arc::new(lease.clone()),
+        control.clone(),
+        config_rx,
+        "memory-1",
+    );
+    let token = CancellationToken::new();
+    let running = tokio::spawn(producer.run(token.clone()));
+    let queue = QueueName::new("default").unwrap();
+    eventually(WAIT, "two published occurrences", || async {
+        (broker.ready(&queue).unwrap_or(0) >= 2).then_some(())
+    })
+    .await;
+    let cursor =
+        control.cursors().await.unwrap()[&cronq_shared::names::JobName::new("tick").unwrap()];
+    assert!(Utc::now() - cursor < chrono::TimeDelta::seconds(5));
+    assert_eq!(lease.holder().await.unwrap().unwrap().instance, "memory-1");
+    token.cancel();
+    running.await.unwrap().unwrap();
+    assert_eq!(
+        lease.holder().await.unwrap(),
+        None,
+        "the lease is released on shutdown"
+    );
 }

@@ -1,5 +1,11 @@
-//! Test environment: a fresh namespace per test against the real RabbitMQ and Redis,
-//! cleaned up even when the test panics, plus helpers to run the real `cronq` binary.
+//! What the behaviour modules share, and nothing else: the test environment (a fresh
+//! namespace per test against the real RabbitMQ and Redis, cleaned up even when the test
+//! panics, and the real `cronq` binary run in it), the backends every suite runs on
+//! ([`backends`], [`ports`]), and the helpers of each way of running cronq: in-process
+//! consumers ([`fleet`]) and producers ([`producers`], [`published`]), processes
+//! ([`producer_process`], [`consumer_process`], [`deployment`], [`history`]), the command
+//! line ([`cli`], [`config_dir`]), the queue ([`occurrences`], [`deliveries`],
+//! [`rabbitmq`]), the ledger ([`inspect`]) and the extra RabbitMQ node ([`nodes`]).
 
 #![allow(dead_code)]
 

@@ -1,13 +1,10 @@
-//! The lease and control-store ports' behaviour, written once as generic suites and run
-//! against both the in-memory implementations and Redis (one namespace per test).
-
-// Test helpers are part of the tests: an unwrap that fails is a failing test.
-#![allow(clippy::unwrap_used)]
+//! The leader lease (`Lease`) and the control store it fences (`Control`): one holder,
+//! growing epochs, expiry; cursors, pause flags and requests written by the current term
+//! only; on every backend.
 
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-
 use cronq_shared::control::{Commit, Control, ControlError, RequestKind};
 use cronq_shared::lease::{Lease, Term};
 use cronq_shared::names::JobName;
@@ -91,6 +88,13 @@ async fn lease_suite<L: Lease>(a: L, b: L) {
     let third = a.acquire("a", TTL).await.unwrap().unwrap();
     assert!(third.epoch > short.epoch);
     assert!(a.release(&third).await.unwrap());
+}
+
+on_every_backend!(lease, "lease");
+
+async fn lease(backend: Backend, env: TestEnv) {
+    let (a, b) = ports::leases(backend, &env).await;
+    lease_suite(a, b).await;
 }
 
 /// `control` is fenced by `lease`.
@@ -237,13 +241,6 @@ async fn control_suite<L: Lease>(lease: L, control: Control) {
     control.commit(&next, &late).await.unwrap();
     assert_eq!(control.pending().await.unwrap().len(), 3);
     lease.release(&next).await.unwrap();
-}
-
-on_every_backend!(lease, "lease");
-
-async fn lease(backend: Backend, env: TestEnv) {
-    let (a, b) = ports::leases(backend, &env).await;
-    lease_suite(a, b).await;
 }
 
 on_every_backend!(control, "control");

@@ -1,3 +1,5 @@
+//! A bad config is rejected whole, each problem named by file, job and field.
+//!
 //! `cronq check` through the real binary: exit codes and the exact text of every kind of
 //! config problem (STYLE section 5), and the summary of a good config.
 //!

@@ -1,3 +1,6 @@
+//! Every occurrence of a window gets exactly one terminal outcome under each overlap
+//! policy, plus what the policy promises.
+//!
 //! Overlap policies (SPEC section 4) through real processes only: `cronq producer` ×2 and
 //! `cronq consumer` ×2 on RabbitMQ and Redis, and `cronq standalone`. A job is scheduled
 //! `@every 1s` for a window of occurrences, then publishing stops and the consumers drain;
@@ -11,7 +14,8 @@
 //! lengths are shorter than its heartbeat.
 //!
 //! Each behaviour is written once as a plain async fn over a [`Deployment`] and a
-//! [`Length`], and instantiated per deployment by [`on_both_deployments`].
+//! [`Length`], and run on every backend by `on_every_backend!` through a small adapter per
+//! length: `::memory` on `cronq standalone`, `::real` on the fleet.
 
 use std::collections::BTreeMap;
 use std::path::Path;

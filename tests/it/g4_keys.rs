@@ -1,3 +1,6 @@
+//! Fire times are a function of the schedule, zone and instant only (G4), as `cronq next`
+//! shows them.
+//!
 //! `cronq next` through the real binary: the human table, `--json`, `--from` across
 //! daylight-saving changes (SPEC section 3), fewer times when fewer exist, usage errors.
 

@@ -1,3 +1,6 @@
+//! The operations commands do what they say and say it exactly: their output, their usage
+//! errors and exit codes, a pause that outlives its leader, a backfill that reruns no key.
+//!
 //! The operations commands (`jobs`, `runs`, `pause`/`resume`, `trigger`, `backfill`,
 //! `dlq list`/`dlq replay`) as the real binary, against running producers and consumers,
 //! with `--json` output parsed, plus their usage errors and exit codes.

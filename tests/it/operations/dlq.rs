@@ -1,5 +1,8 @@
-//! `cronq dlq list` and `cronq dlq replay`: the replay rules over a real ledger (memory
-//! and Redis, so the admission and the claim that follows it cannot drift apart), and the
+//! The dead-letter queue: `cronq dlq list` shows every letter without consuming it, and
+//! `cronq dlq replay` runs each replayed letter once and loses none.
+//!
+//! The replay rules over a real ledger (on every backend, so the admission and the claim
+//! that follows it cannot drift apart), and the
 //! real binary replaying a failing job's letters after a fix, interrupted by SIGKILL and
 //! run again, with every letter run exactly once successfully and none lost.
 

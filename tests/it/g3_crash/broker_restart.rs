@@ -1,3 +1,6 @@
+//! A broker restart loses no occurrence, neither one held back by overlap `queue` nor a
+//! retry waiting for its backoff.
+//!
 //! A broker restart under load, on a RabbitMQ node of its own (`scripts/test-nodes`; the
 //! shared broker on 5672 is never touched): 2 producers and 3 consumers, occurrences held
 //! back by overlap `queue` and retries waiting for their backoff while the broker is down

@@ -1,0 +1,6 @@
+//! G1, one run per occurrence: at most one execution of an occurrence succeeds, across
+//! duplicates, consumers, producers, replays and long runs.
+
+mod duplicates;
+mod every_second;
+mod long_job;

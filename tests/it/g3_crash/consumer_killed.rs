@@ -1,0 +1,115 @@
+//! A job whose `cronq consumer` goes away mid-run runs again, once, elsewhere: after its
+//! execution lease when the consumer is killed (SIGKILL), at once when it is stopped
+//! (SIGTERM) and releases it.
+
+use std::time::Duration;
+
+use cronq_shared::runlog::Outcome;
+use nix::sys::signal::Signal;
+
+use crate::support::consumer_process::{WAIT, consumer_args, lines, publish, runs, started};
+use crate::support::occurrences::occurrence;
+use crate::support::{eventually, scoped};
+
+#[tokio::test]
+async fn consumer_sigkill_mid_job_runs_once_elsewhere_after_the_lease() {
+    scoped("consumer_kill", |env| async move {
+        env.track_queue("default");
+        let starts = env.dir.join("starts");
+        let config = env.write_config(
+            "cronq.toml",
+            &format!(
+                r#"
+[[job]]
+name = "slow"
+schedule = "@every 1s"
+command = ["sh", "-c", "echo $CRONQ_ATTEMPT >> {}; sleep 3"]
+"#,
+                starts.display()
+            ),
+        );
+        let config = config.to_str().unwrap();
+        let a = env.spawn("a", &consumer_args(config, "a", "2s"));
+        started(&env, "a").await;
+        publish(&env, occurrence("slow", 1)).await;
+        eventually(WAIT, "consumer a to start the job", || async {
+            (lines(&starts) == 1).then_some(())
+        })
+        .await;
+        env.spawn("b", &consumer_args(config, "b", "2s"));
+        started(&env, "b").await;
+        env.signal(a, Signal::SIGKILL);
+        let done = eventually(WAIT, "a completed run", || async {
+            let r = runs(&env, "slow").await;
+            (!r.is_empty()).then_some(r)
+        })
+        .await;
+        assert_eq!(done.len(), 1, "{done:?}");
+        assert_eq!(done[0].outcome, Outcome::Succeeded);
+        assert_eq!(done[0].consumer, "b");
+        assert_eq!(done[0].attempt, 1, "same attempt, run again");
+        assert_eq!(lines(&starts), 2, "started by a, then once by b");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn consumer_sigterm_releases_the_running_job_to_run_again_at_once() {
+    scoped("consumer_term", |env| async move {
+        env.track_queue("default");
+        let starts = env.dir.join("starts");
+        let config = env.write_config(
+            "cronq.toml",
+            &format!(
+                r#"
+[[job]]
+name = "stubborn"
+schedule = "@every 1s"
+command = ["sh", "-c", "echo x >> {0}; [ $(wc -l < {0}) -ge 2 ] || sleep 60"]
+"#,
+                starts.display()
+            ),
+        );
+        let config = config.to_str().unwrap();
+        // Default 30 s lease: a rerun within the test's wait comes from the release, not
+        // from the lease lapsing.
+        let mut args = consumer_args(config, "a", "30s");
+        args.extend(["--grace", "1s"]);
+        let a = env.spawn("a", &args);
+        started(&env, "a").await;
+        publish(&env, occurrence("stubborn", 1)).await;
+        eventually(WAIT, "consumer a to start the job", || async {
+            (lines(&starts) == 1).then_some(())
+        })
+        .await;
+        env.signal(a, Signal::SIGTERM);
+        assert_eq!(
+            env.wait(a, WAIT),
+            Some(0),
+            "graceful exit:\n{}",
+            env.log("a")
+        );
+        env.spawn("b", &consumer_args(config, "b", "30s"));
+        let done = eventually(
+            Duration::from_secs(20),
+            "b to run the released job",
+            || async {
+                let r = runs(&env, "stubborn").await;
+                r.iter()
+                    .any(|r| r.outcome == Outcome::Succeeded)
+                    .then_some(r)
+            },
+        )
+        .await;
+        let outcomes: Vec<_> = done
+            .iter()
+            .rev()
+            .map(|r| (r.consumer.as_str(), r.outcome))
+            .collect();
+        assert_eq!(
+            outcomes,
+            [("a", Outcome::Interrupted), ("b", Outcome::Succeeded)]
+        );
+    })
+    .await;
+}

@@ -1,0 +1,206 @@
+//! When the leader goes, a standby takes over and every second is still published once:
+//! a cancelled leader in process on every backend; as `cronq producer` processes a leader
+//! killed (catch-up `all` and `latest`), one frozen until it is stale, and one stopped.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::DateTime;
+use cronq_shared::message::Trigger;
+use nix::sys::signal::Signal;
+use tokio::sync::watch;
+
+use crate::support::backends::{Backend, on_every_backend};
+use crate::support::producer_process::{
+    LEASE, WAIT, advance, cursor, leader, mid_second, producer, stop_and_drain, tick_config,
+    wait_leader,
+};
+use crate::support::producers::{World, every_second};
+use crate::support::published::{assert_contiguous, keys, seconds_once};
+use crate::support::{TestEnv, eventually, scoped};
+
+async fn cancelled_leader_hands_over_without_gap(backend: Backend, env: TestEnv) {
+    let world = World::new(backend, &env).await;
+    let (_tx, rx) = watch::channel(Arc::new(every_second(&["tick"], "all")));
+    let mut standby = vec![
+        world.start("a", rx.clone()).await,
+        world.start("b", rx).await,
+    ];
+    let (epoch, first) = world.wait_leader(0).await;
+    world.advance("tick", 2).await;
+    let idx = standby.iter().position(|p| p.instance == first).unwrap();
+    let leader = standby.remove(idx);
+    leader.stop().await;
+    let (next, second) = world.wait_leader(epoch).await;
+    assert_ne!(second, first, "the standby took over");
+    eventually(WAIT, "the new leader to publish", || async {
+        world.seen().iter().any(|m| m.epoch == next).then_some(())
+    })
+    .await;
+    world.advance("tick", 2).await;
+    standby.pop().unwrap().stop().await;
+    let msgs = world.finish();
+    let epochs: BTreeSet<u64> = msgs.iter().map(|m| m.epoch).collect();
+    assert_eq!(epochs, BTreeSet::from([epoch, next]), "{:?}", keys(&msgs));
+    let seconds = seconds_once(&msgs, "tick");
+    assert_contiguous(&seconds, &msgs);
+}
+
+on_every_backend!(
+    cancelled_leader_hands_over_without_gap,
+    "pb-handover",
+    flavor = "multi_thread",
+    worker_threads = 2
+);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_leader_is_caught_up_completely_with_catchup_all() {
+    scoped("prod-kill-all", |env| async move {
+        let config = tick_config(&env, "all");
+        let a = producer(&env, "a", &config);
+        let (epoch, pid) = wait_leader(&env, 0).await;
+        let b = producer(&env, "b", &config);
+        advance(&env, "tick", 3).await;
+        mid_second().await;
+        env.signal(pid, Signal::SIGKILL);
+        let killed = Instant::now();
+        let (next, _) = wait_leader(&env, epoch).await;
+        assert!(next > epoch);
+        assert!(
+            killed.elapsed() < LEASE + Duration::from_secs(3),
+            "the standby takes over about one lease after the kill, took {:?}",
+            killed.elapsed()
+        );
+        advance(&env, "tick", 3).await;
+        let msgs = stop_and_drain(&env, &[a, b]).await;
+        let seconds = seconds_once(&msgs, "tick");
+        assert_contiguous(&seconds, &msgs);
+        assert!(
+            seconds.values().any(|t| *t == Trigger::Catchup),
+            "the new leader caught up the seconds of the outage: {:?}",
+            keys(&msgs)
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_leader_loses_all_but_the_latest_with_catchup_latest() {
+    scoped("prod-kill-latest", |env| async move {
+        let config = tick_config(&env, "latest");
+        let a = producer(&env, "a", &config);
+        let (epoch, pid) = wait_leader(&env, 0).await;
+        let b = producer(&env, "b", &config);
+        advance(&env, "tick", 3).await;
+        mid_second().await;
+        env.signal(pid, Signal::SIGKILL);
+        wait_leader(&env, epoch).await;
+        advance(&env, "tick", 3).await;
+        let msgs = stop_and_drain(&env, &[a, b]).await;
+        let seconds = seconds_once(&msgs, "tick");
+        let list: Vec<(i64, Trigger)> = seconds.iter().map(|(s, t)| (*s, *t)).collect();
+        let gaps: Vec<usize> = (1..list.len())
+            .filter(|&i| list[i].0 - list[i - 1].0 > 1)
+            .collect();
+        assert_eq!(gaps.len(), 1, "exactly one outage gap: {list:?}");
+        let after = list[gaps[0]];
+        assert_eq!(
+            after.1,
+            Trigger::Catchup,
+            "the second after the gap is the one caught up: {list:?}"
+        );
+        let catchups = list.iter().filter(|(_, t)| *t == Trigger::Catchup).count();
+        assert_eq!(catchups, 1, "only the latest missed second: {list:?}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stale_leader_cannot_move_the_cursor() {
+    scoped("prod-stale", |env| async move {
+        let config = tick_config(&env, "all");
+        let a = producer(&env, "a", &config);
+        let (epoch, old) = wait_leader(&env, 0).await;
+        let b = producer(&env, "b", &config);
+        advance(&env, "tick", 2).await;
+        env.signal(old, Signal::SIGSTOP);
+        let (_, new) = wait_leader(&env, epoch).await;
+        assert_ne!(new, old);
+        let before = advance(&env, "tick", 2).await;
+        env.signal(old, Signal::SIGCONT);
+        let (old_log, _) = if old == a { ("a", b) } else { ("b", a) };
+        // Watch the cursor while the stale leader wakes up and notices.
+        let mut last = before;
+        let woke = Instant::now();
+        loop {
+            let now = cursor(&env, "tick").await.unwrap();
+            assert!(now >= last, "the cursor moved back from {last} to {now}");
+            last = now;
+            if env.log(old_log).contains("lost leadership")
+                && woke.elapsed() > Duration::from_secs(2)
+            {
+                break;
+            }
+            assert!(
+                woke.elapsed() < WAIT,
+                "the stale leader never noticed:\n{}",
+                env.log(old_log)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let (still, pid) = leader(&env).await.unwrap();
+        assert!(still > epoch && pid == new, "the new leader still leads");
+        advance(&env, "tick", 1).await;
+        let msgs = stop_and_drain(&env, &[a, b]).await;
+        let mut distinct: BTreeMap<i64, usize> = BTreeMap::new();
+        for m in msgs.iter().filter(|m| m.job.as_str() == "tick") {
+            *distinct.entry(m.scheduled_at.timestamp()).or_default() += 1;
+        }
+        let (first, last) = (
+            *distinct.keys().next().unwrap(),
+            *distinct.keys().last().unwrap(),
+        );
+        let missing: Vec<i64> = (first..=last)
+            .filter(|s| !distinct.contains_key(s))
+            .collect();
+        assert!(missing.is_empty(), "missing {missing:?}");
+        let final_cursor =
+            DateTime::from_timestamp_millis(cursor(&env, "tick").await.unwrap()).unwrap();
+        assert!(
+            final_cursor.timestamp() >= last,
+            "cursor {final_cursor} covers every published second"
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_hands_over_within_one_retry() {
+    scoped("prod-handover", |env| async move {
+        let config = tick_config(&env, "all");
+        let a = producer(&env, "a", &config);
+        let (epoch, pid) = wait_leader(&env, 0).await;
+        let b = producer(&env, "b", &config);
+        advance(&env, "tick", 2).await;
+        let sent = Instant::now();
+        env.signal(pid, Signal::SIGTERM);
+        let (next, new) = wait_leader(&env, epoch).await;
+        let took = sent.elapsed();
+        assert!(next > epoch && new != pid);
+        assert!(
+            took < LEASE,
+            "handed over after {took:?}: the lease was released, not left to expire"
+        );
+        assert_eq!(
+            env.wait(pid, Duration::from_secs(10)),
+            Some(0),
+            "graceful stop exits 0"
+        );
+        advance(&env, "tick", 2).await;
+        let msgs = stop_and_drain(&env, &[a, b]).await;
+        let seconds = seconds_once(&msgs, "tick");
+        assert_contiguous(&seconds, &msgs);
+    })
+    .await;
+}

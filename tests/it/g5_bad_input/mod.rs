@@ -1,0 +1,5 @@
+//! G5, bad input never crashes or silently drops: a bad config is rejected with the file,
+//! job and field; a bad message is dead-lettered with its reason.
+
+mod config;
+mod messages;

@@ -1,0 +1,194 @@
+//! How a consumer runs each kind of handler: a command gets the occurrence in its
+//! environment and payload on stdin, and a timeout kills its whole process group; an HTTP
+//! handler's answer is the outcome; a panicking Rust handler is a failed attempt. On every
+//! backend, with in-process consumers.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cronq_consumer::Handlers;
+use cronq_shared::message::Occurrence;
+use cronq_shared::names::JobName;
+use cronq_shared::runlog::Outcome;
+
+use crate::support::backends::{Backend, on_every_backend};
+use crate::support::fleet::{Fleet, WAIT, recording};
+use crate::support::occurrences::occurrence;
+use crate::support::{TestEnv, eventually};
+
+async fn command_timeout_kills_the_whole_process_group(backend: Backend, env: TestEnv) {
+    let pidfile = env.dir.join("grandchild.pid");
+    let toml = format!(
+        r#"
+[[job]]
+name = "hang"
+schedule = "@every 1s"
+timeout = "1s"
+max_attempts = 1
+command = ["sh", "-c", "sleep 60 & echo $! > {}; wait"]
+"#,
+        pidfile.display()
+    );
+    let mut fleet = Fleet::new(backend, &env, &toml).await;
+    fleet.start("c1", Handlers::new(), 2).await;
+    fleet.publish([occurrence("hang", 1)]).await;
+    let runs = fleet.settled("hang", 1).await;
+    assert_eq!(runs[0].outcome, Outcome::Failed);
+    assert!(
+        runs[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .starts_with("timed out after 1s"),
+        "{runs:?}"
+    );
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    eventually(WAIT, "the grandchild `sleep 60` to be killed", || async {
+        let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s.contains(") Z "));
+        gone.then_some(())
+    })
+    .await;
+    fleet.stop().await;
+}
+
+on_every_backend!(
+    command_timeout_kills_the_whole_process_group,
+    "consumer_timeout"
+);
+
+async fn command_gets_env_and_payload(backend: Backend, env: TestEnv) {
+    let out = env.dir.join("out.txt");
+    let toml = format!(
+        r#"
+[[job]]
+name = "envy"
+schedule = "@every 1s"
+timezone = "Asia/Shanghai"
+payload = {{ region = "cn" }}
+command = ["sh", "-c", "echo $CRONQ_JOB $CRONQ_KEY $CRONQ_ATTEMPT $CRONQ_SCHEDULED_AT > {0}; cat >> {0}"]
+"#,
+        out.display()
+    );
+    let mut fleet = Fleet::new(backend, &env, &toml).await;
+    fleet.start("c1", Handlers::new(), 2).await;
+    let mut occ = occurrence("envy", 1);
+    occ.scheduled_local = occ
+        .scheduled_at
+        .with_timezone(&chrono_tz::Asia::Shanghai)
+        .fixed_offset();
+    occ.payload = serde_json::json!({"region": "cn"});
+    fleet.publish([occ]).await;
+    let runs = fleet.settled("envy", 1).await;
+    assert_eq!(runs[0].outcome, Outcome::Succeeded, "{runs:?}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(
+        text,
+        "envy envy@2026-11-29T00:00:01Z 1 2026-11-29T08:00:01+08:00\n{\"region\":\"cn\"}"
+    );
+    fleet.stop().await;
+}
+
+on_every_backend!(command_gets_env_and_payload, "consumer_env");
+
+async fn http_handler_success_and_failure(backend: Backend, env: TestEnv) {
+    use axum::routing::post;
+    let bodies: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let b = bodies.clone();
+    let app = axum::Router::new()
+        .route(
+            "/ok",
+            post(move |body: axum::body::Bytes| {
+                let b = b.clone();
+                async move {
+                    b.lock()
+                        .unwrap()
+                        .push(serde_json::from_slice(&body).unwrap());
+                    "fine"
+                }
+            }),
+        )
+        .route(
+            "/fail",
+            post(|| async { (axum::http::StatusCode::SERVICE_UNAVAILABLE, "try later") }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let toml = format!(
+        r#"
+[[job]]
+name = "hook-ok"
+schedule = "@every 1s"
+http = {{ url = "http://{addr}/ok", headers = {{ "X-Token" = "t" }} }}
+
+[[job]]
+name = "hook-fail"
+schedule = "@every 1s"
+max_attempts = 1
+http = {{ url = "http://{addr}/fail" }}
+"#
+    );
+    let mut fleet = Fleet::new(backend, &env, &toml).await;
+    fleet.start("c1", Handlers::new(), 2).await;
+    fleet
+        .publish([occurrence("hook-ok", 1), occurrence("hook-fail", 1)])
+        .await;
+    let ok = fleet.settled("hook-ok", 1).await;
+    assert_eq!(ok[0].outcome, Outcome::Succeeded, "{ok:?}");
+    let body = bodies.lock().unwrap()[0].clone();
+    assert_eq!(body["kind"], "occurrence.v1");
+    assert_eq!(body["key"], occurrence("hook-ok", 1).key.to_string());
+    let failed = fleet.settled("hook-fail", 1).await;
+    assert_eq!(failed[0].outcome, Outcome::Failed);
+    assert_eq!(
+        failed[0].error.as_deref(),
+        Some(
+            format!("POST http://{addr}/fail answered 503 Service Unavailable: try later").as_str()
+        )
+    );
+    server.abort();
+    fleet.stop().await;
+}
+
+on_every_backend!(http_handler_success_and_failure, "consumer_http");
+
+async fn panicking_rust_handler_is_a_failed_attempt(backend: Backend, env: TestEnv) {
+    let toml = r#"
+[[job]]
+name = "boom"
+schedule = "@every 1s"
+max_attempts = 1
+
+[[job]]
+name = "work"
+schedule = "@every 1s"
+"#;
+    let mut fleet = Fleet::new(backend, &env, toml).await;
+    let (mut handlers, seen) = recording(Duration::from_millis(10));
+    handlers.register(
+        JobName::new("boom").unwrap(),
+        |_occ: Occurrence, _t| async move {
+            if true {
+                panic!("kaboom");
+            }
+            Ok::<(), String>(())
+        },
+    );
+    fleet.start("c1", handlers, 2).await;
+    fleet.publish([occurrence("boom", 1)]).await;
+    let runs = fleet.settled("boom", 1).await;
+    assert_eq!(runs[0].outcome, Outcome::Failed);
+    assert_eq!(runs[0].error.as_deref(), Some("handler panicked: kaboom"));
+    fleet.publish([occurrence("work", 1)]).await;
+    fleet.settled("work", 1).await;
+    assert_eq!(seen.lock().unwrap().len(), 1, "the consumer carried on");
+    fleet.stop().await;
+}
+
+on_every_backend!(panicking_rust_handler_is_a_failed_attempt, "consumer_panic");

@@ -1,0 +1,8 @@
+//! Operator input: control requests (pause and resume, trigger, backfill) and config
+//! reloads as the leader carries them out, the operations commands of the binary, and the
+//! dead-letter queue's list and replay.
+
+mod commands;
+mod control;
+mod dlq;
+mod producer_process;

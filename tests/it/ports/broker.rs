@@ -1,0 +1,367 @@
+//! The queue port's contract (`Broker`): publish and consume, requeue and redelivery,
+//! delays, dead letters and their replay, refusals and cancellation, on every backend.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Outgoing};
+use cronq_shared::message::{Occurrence, Trigger};
+use cronq_shared::names::QueueName;
+use tokio_util::sync::CancellationToken;
+
+use crate::support::TestEnv;
+use crate::support::backends::{Backend, on_every_backend};
+use crate::support::deliveries::{WAIT, declare, key_of, next};
+use crate::support::occurrences::{occurrence, outgoing, queue};
+use crate::support::ports;
+
+fn letter(q: &QueueName, i: u32, reason: &str) -> DeadLetter {
+    let occ = occurrence("dead", i);
+    DeadLetter {
+        key: Some(occ.key.to_string()),
+        job: Some(occ.job.to_string()),
+        queue: Some(q.clone()),
+        attempts: 3,
+        reason: reason.to_owned(),
+        last_error: Some(format!("exit status {i}")),
+        dead_lettered_at: DateTime::parse_from_rfc3339("2026-11-29T10:00:00.123Z")
+            .unwrap()
+            .with_timezone(&Utc)
+            + chrono::Duration::seconds(i.into()),
+        body: occ.encode(),
+    }
+}
+
+/// Fields that survive a trip through any dead-letter queue, for comparisons.
+fn summary(l: &DeadLetter) -> (Option<String>, String, u32, Option<String>) {
+    (
+        l.key.clone(),
+        l.reason.clone(),
+        l.attempts,
+        l.last_error.clone(),
+    )
+}
+
+pub async fn round_trip_suite<B: Broker>(broker: &B, q: &QueueName) {
+    declare(broker, &[q]).await;
+    let out = outgoing(q, "round-trip", 1);
+    broker.publish(std::slice::from_ref(&out)).await.unwrap();
+    let token = CancellationToken::new();
+    let mut rx = broker
+        .consume(std::slice::from_ref(q), 4, token.clone())
+        .await
+        .unwrap();
+    let d = next(&mut rx).await;
+    assert_eq!(&d.queue, q);
+    assert!(!d.redelivered);
+    assert_eq!(Occurrence::decode(&d.body).unwrap(), out.occurrence);
+    d.acker.ack().await.unwrap();
+    token.cancel();
+}
+
+on_every_backend!(round_trip, "brk-round-trip");
+
+async fn round_trip(backend: Backend, env: TestEnv) {
+    let broker = ports::broker(backend, &env).await;
+    round_trip_suite(&broker.port, &broker.queue).await;
+    broker.close().await;
+}
+
+pub async fn batch_exactly_once_suite<B: Broker>(broker: &B, q: &QueueName) {
+    declare(broker, &[q]).await;
+    let batch: Vec<Outgoing> = (0..1000).map(|i| outgoing(q, "batch", i)).collect();
+    broker.publish(&batch).await.unwrap();
+    let token = CancellationToken::new();
+    let mut rx = broker
+        .consume(std::slice::from_ref(q), 50, token.clone())
+        .await
+        .unwrap();
+    let mut seen: HashMap<String, u32> = HashMap::new();
+    while seen.len() < 1000 {
+        let d = next(&mut rx).await;
+        assert!(
+            !d.redelivered,
+            "nothing was requeued, yet {} came back",
+            key_of(&d)
+        );
+        *seen.entry(key_of(&d)).or_default() += 1;
+        d.acker.ack().await.unwrap();
+    }
+    assert!(seen.values().all(|n| *n == 1), "duplicates: {seen:?}");
+    let expected: BTreeSet<String> = batch.iter().map(|o| o.occurrence.key.to_string()).collect();
+    assert_eq!(seen.keys().cloned().collect::<BTreeSet<_>>(), expected);
+    token.cancel();
+}
+
+on_every_backend!(batch_exactly_once, "brk-batch");
+
+async fn batch_exactly_once(backend: Backend, env: TestEnv) {
+    let broker = ports::broker(backend, &env).await;
+    batch_exactly_once_suite(&broker.port, &broker.queue).await;
+    broker.close().await;
+}
+
+pub async fn requeue_redelivers_suite<B: Broker>(broker: &B, q: &QueueName) {
+    declare(broker, &[q]).await;
+    broker.publish(&[outgoing(q, "requeue", 1)]).await.unwrap();
+    let token = CancellationToken::new();
+    let mut rx = broker
+        .consume(std::slice::from_ref(q), 1, token.clone())
+        .await
+        .unwrap();
+    let first = next(&mut rx).await;
+    assert!(!first.redelivered);
+    first.acker.requeue().await.unwrap();
+    let second = next(&mut rx).await;
+    assert!(second.redelivered);
+    assert_eq!(key_of(&second), key_of(&first));
+    second.acker.ack().await.unwrap();
+    token.cancel();
+}
+
+on_every_backend!(requeue_redelivers, "brk-requeue");
+
+async fn requeue_redelivers(backend: Backend, env: TestEnv) {
+    let broker = ports::broker(backend, &env).await;
+    requeue_redelivers_suite(&broker.port, &broker.queue).await;
+    broker.close().await;
+}
+
+pub async fn dropped_delivery_is_requeued_suite<B: Broker>(broker: &B, q: &QueueName) {
+    declare(broker, &[q]).await;
+    broker.publish(&[outgoing(q, "dropped", 1)]).await.unwrap();
+    let token = CancellationToken::new();
+    let mut rx = broker
+        .consume(std::slice::from_ref(q), 1, token.clone())
+        .await
+        .unwrap();
+    let first = next(&mut rx).await;
+    let key = key_of(&first);
+    drop(first); // a consumer that lost track of it, as if its channel closed
+    let again = next(&mut rx).await;
+    assert!(again.redelivered);
+    assert_eq!(key_of(&again), key);
+    again.acker.ack().await.unwrap();
+    token.cancel();
+}
+
+on_every_backend!(dropped_delivery_is_requeued, "brk-dropped");
+
+async fn dropped_delivery_is_requeued(backend: Backend, env: TestEnv) {
+    let broker = ports::broker(backend, &env).await;
+    dropped_delivery_is_requeued_suite(&broker.port, &broker.queue).await;
+    broker.close().await;
+}
+
+pub async fn delayed_publish_suite<B: Broker>(broker: &B, q: &QueueName) {
+    declare(broker, &[q]).await;
+    let delay = Duration::from_millis(1500);
+    let mut late = outgoing(q, "delayed", 1);
+    late.delay = delay;
+    let token = CancellationToken::new();
+    let mut rx = broker
+        .consume(std::slice::from_ref(q), 4, token.clone())
+        .await
+        .unwrap();
+    let sent = Instant::now();
+    broker
+        .publish(&[late.clone(), outgoing(q, "delayed", 2)])
+        .await
+        .unwrap();
+    let first = next(&mut rx).await;
+    assert_eq!(
+        key_of(&first),
+        outgoing(q, "delayed", 2).occurrence.key.to_string()
+    );
+    first.acker.ack().await.unwrap();
+    let second = next(&mut rx).await;
+    assert!(
+        sent.elapsed() >= delay,
+        "arrived after {:?}",
+        sent.elapsed()
+    );
+    assert_eq!(key_of(&second), late.occurrence.key.to_string());
+    second.acker.ack().await.unwrap();
+    token.cancel();
+}
+
+on_every_backend!(delayed_publish, "brk-delayed");
+
+async fn delayed_publish(backend: Backend, env: TestEnv) {
+    let broker = ports::broker(backend, &env).await;
+    delayed_publish_suite(&broker.port, &broker.queue).await;
+    broker.close().await;
+}
+
+pub async fn dead_letters_listed_in_order_suite<B: Broker>(broker: &B, q: &QueueName) {
+    declare(broker, &[q]).await;
+    let letters: Vec<DeadLetter> = (0..30)
+        .map(|i| letter(q, i, if i % 2 == 0 { "failed" } else { "unknown job" }))
+        .collect();
+    for l in &letters {
+        broker.dead_letter(l).await.unwrap();
+    }
+    let first = broker.dead_letters().await.unwrap();
+    assert_eq!(first, letters);
+    let second = broker.dead_letters().await.unwrap();
+    assert_eq!(
+        second, letters,
+        "listing consumed or reordered the dead letters"
+    );
+}
+
+on_every_backend!(dead_letters_listed_in_order, "brk-dlq-list");
+
+async fn dead_letters_listed_in_order(backend: Backend, env: TestEnv) {
+    let broker = ports::broker(backend, &env).await;
+    dead_letters_listed_in_order_suite(&broker.port, &broker.queue).await;
+    broker.close().await;
+}
+
+pub async fn replay_selected_suite<B: Broker>(broker: &B, q: &QueueName) {
+    declare(broker, &[q]).await;
+    let letters: Vec<DeadLetter> = (0..8).map(|i| letter(q, i, "failed")).collect();
+    for l in &letters {
+        broker.dead_letter(l).await.unwrap();
+    }
+    let chosen: BTreeSet<String> = [1, 3, 4, 7]
+        .iter()
+        .map(|i| letters[*i].key.clone().unwrap())
+        .collect();
+    let replayed = broker
+        .replay(&|l: &DeadLetter| {
+            let key = l.key.as_ref()?;
+            chosen.contains(key).then(|| {
+                let mut occ = Occurrence::decode(&l.body).unwrap();
+                occ.trigger = Trigger::Replay;
+                Outgoing {
+                    queue: q.clone(),
+                    occurrence: occ,
+                    delay: Duration::ZERO,
+                }
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(replayed, 4);
+    let left: Vec<_> = broker
+        .dead_letters()
+        .await
+        .unwrap()
+        .iter()
+        .map(summary)
+        .collect();
+    let expected: Vec<_> = [0, 2, 5, 6].iter().map(|i| summary(&letters[*i])).collect();
+    assert_eq!(left, expected);
+    let token = CancellationToken::new();
+    let mut rx = broker
+        .consume(std::slice::from_ref(q), 4, token.clone())
+        .await
+        .unwrap();
+    let mut got = BTreeSet::new();
+    for _ in 0..4 {
+        let d = next(&mut rx).await;
+        let occ = Occurrence::decode(&d.body).unwrap();
+        assert_eq!(occ.trigger, Trigger::Replay);
+        got.insert(occ.key.to_string());
+        d.acker.ack().await.unwrap();
+    }
+    assert_eq!(got, chosen);
+    token.cancel();
+}
+
+on_every_backend!(replay_selected, "brk-replay");
+
+async fn replay_selected(backend: Backend, env: TestEnv) {
+    let broker = ports::broker(backend, &env).await;
+    replay_selected_suite(&broker.port, &broker.queue).await;
+    broker.close().await;
+}
+
+pub async fn unroutable_is_an_error_suite<B: Broker>(
+    broker: &B,
+    q: &QueueName,
+    nowhere: &QueueName,
+) {
+    declare(broker, &[q]).await;
+    let out = outgoing(nowhere, "unroutable", 1);
+    let err = broker
+        .publish(&[outgoing(q, "routable", 1), out.clone()])
+        .await
+        .unwrap_err();
+    match err {
+        BrokerError::NotConfirmed { key, .. } => assert_eq!(key, out.occurrence.key.to_string()),
+        other => panic!("expected NotConfirmed, got {other:?}"),
+    }
+    // A delayed message for a queue nobody declared is refused too, not lost later.
+    let mut late = outgoing(nowhere, "unroutable", 2);
+    late.delay = Duration::from_millis(1500);
+    match broker
+        .publish(std::slice::from_ref(&late))
+        .await
+        .unwrap_err()
+    {
+        BrokerError::NotConfirmed { key, .. } => assert_eq!(key, late.occurrence.key.to_string()),
+        other => panic!("expected NotConfirmed, got {other:?}"),
+    }
+}
+
+on_every_backend!(unroutable_is_an_error, "brk-unroutable");
+
+async fn unroutable_is_an_error(backend: Backend, env: TestEnv) {
+    let broker = ports::broker(backend, &env).await;
+    unroutable_is_an_error_suite(&broker.port, &broker.queue, &queue("nowhere")).await;
+    broker.close().await;
+}
+
+pub async fn consume_stops_on_cancel_suite<B: Broker>(broker: &B, q: &QueueName) {
+    declare(broker, &[q]).await;
+    let token = CancellationToken::new();
+    let mut rx = broker
+        .consume(std::slice::from_ref(q), 2, token.clone())
+        .await
+        .unwrap();
+    broker.publish(&[outgoing(q, "cancel", 1)]).await.unwrap();
+    let d = next(&mut rx).await;
+    token.cancel();
+    // Settling after cancel still works: the delivery is not lost with the subscription.
+    d.acker.ack().await.unwrap();
+    let ended = tokio::time::timeout(WAIT, async {
+        while let Some(d) = rx.recv().await {
+            drop(d);
+        }
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the receiver did not close after the token was cancelled"
+    );
+    // Messages published afterwards stay in the queue for the next subscriber.
+    broker.publish(&[outgoing(q, "cancel", 2)]).await.unwrap();
+    let token = CancellationToken::new();
+    let mut rx = broker
+        .consume(std::slice::from_ref(q), 2, token.clone())
+        .await
+        .unwrap();
+    let d = next(&mut rx).await;
+    assert_eq!(
+        key_of(&d),
+        outgoing(q, "cancel", 2).occurrence.key.to_string()
+    );
+    d.acker.ack().await.unwrap();
+    token.cancel();
+    let ended = tokio::time::timeout(WAIT, rx.recv()).await;
+    assert!(
+        matches!(ended, Ok(None)),
+        "the second receiver did not close after cancel"
+    );
+}
+
+on_every_backend!(consume_stops_on_cancel, "brk-cancel");
+
+async fn consume_stops_on_cancel(backend: Backend, env: TestEnv) {
+    let broker = ports::broker(backend, &env).await;
+    consume_stops_on_cancel_suite(&broker.port, &broker.queue).await;
+    broker.close().await;
+}

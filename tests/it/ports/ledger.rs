@@ -1,0 +1,271 @@
+//! The ledger port's contract (`Ledger`): a key claimed once, fencing of a lost lease,
+//! retry attempts and replay admission, lapsed claims reaped, settling without running, on
+//! every backend.
+
+use std::time::Duration;
+
+use cronq_shared::config::Overlap;
+use cronq_shared::ledger::{ClaimOutcome, End, FollowUp, Heartbeat, Lease, Ledger, Settle, State};
+
+use crate::support::backends::{Backend, on_every_backend};
+use crate::support::inspect::Inspect;
+use crate::support::occurrences::{LONG, claim, claimed, end, occurrence};
+use crate::support::ports::{self};
+use crate::support::{TestEnv, eventually};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// Claim, duplicate while running, complete, duplicate when terminal; fencing.
+async fn idempotency_suite(ledger: impl Ledger + Inspect) {
+    let c = claim("idem", 1, 1, Overlap::Allow, LONG);
+    let lease = claimed(&ledger, &c).await;
+    assert_eq!(
+        ledger.claim(&c).await.unwrap(),
+        ClaimOutcome::Duplicate {
+            state: State::Running,
+            attempt: 1
+        }
+    );
+    assert_eq!(
+        ledger.heartbeat(&lease, LONG).await.unwrap(),
+        Heartbeat::Held
+    );
+    let stranger = Lease {
+        token: "not-mine".into(),
+        ..lease.clone()
+    };
+    assert!(
+        !ledger
+            .complete(&stranger, &end(State::Failed))
+            .await
+            .unwrap()
+            .recorded
+    );
+    assert_eq!(
+        ledger.heartbeat(&stranger, LONG).await.unwrap(),
+        Heartbeat::Lost
+    );
+    assert!(
+        ledger
+            .complete(&lease, &end(State::Succeeded))
+            .await
+            .unwrap()
+            .recorded
+    );
+    assert_eq!(
+        ledger.claim(&c).await.unwrap(),
+        ClaimOutcome::Duplicate {
+            state: State::Succeeded,
+            attempt: 1
+        }
+    );
+    assert!(
+        !ledger
+            .complete(&lease, &end(State::Failed))
+            .await
+            .unwrap()
+            .recorded
+    );
+    let record = ledger.inspect(&c.key).await.unwrap();
+    assert_eq!(record.state, State::Succeeded);
+    assert!(ledger.inspect(&occurrence("idem", 2).key).await.is_none());
+}
+
+on_every_backend!(idempotency, "ledger_idempotency");
+
+async fn idempotency(backend: Backend, env: TestEnv) {
+    idempotency_suite(ports::ledger(backend, &env).await).await;
+}
+
+/// Retry attempts: only a higher attempt may claim a retrying key; stale ones are dups.
+async fn attempts_suite(ledger: impl Ledger + Inspect) {
+    let first = claim("att", 1, 1, Overlap::Allow, LONG);
+    let lease = claimed(&ledger, &first).await;
+    let retry = claim("att", 1, 2, Overlap::Allow, LONG);
+    let follow = FollowUp {
+        attempt: 2,
+        body: retry.body.clone(),
+        within: LONG,
+    };
+    let retrying = End {
+        state: State::Retrying,
+        error: Some("boom".into()),
+        retention: LONG,
+        next: Some(follow),
+        run: None,
+    };
+    assert!(ledger.complete(&lease, &retrying).await.unwrap().recorded);
+    assert!(matches!(
+        ledger.claim(&first).await.unwrap(),
+        ClaimOutcome::Duplicate {
+            state: State::Retrying,
+            ..
+        }
+    ));
+    match ledger.claim(&retry).await.unwrap() {
+        ClaimOutcome::Claimed { takeover, lease } => {
+            assert!(!takeover);
+            assert!(
+                ledger
+                    .complete(&lease, &end(State::Failed))
+                    .await
+                    .unwrap()
+                    .recorded
+            );
+        }
+        other => panic!("retry not claimed: {other:?}"),
+    }
+    let record = ledger.inspect(&first.key).await.unwrap();
+    assert_eq!((record.state, record.attempt), (State::Failed, 2));
+    // Failed is terminal, whatever attempt comes; a dead-letter replay is admitted first,
+    // and then its attempt 1 runs the occurrence again, once.
+    for attempt in [2, 3] {
+        assert!(matches!(
+            ledger
+                .claim(&claim("att", 1, attempt, Overlap::Allow, LONG))
+                .await
+                .unwrap(),
+            ClaimOutcome::Duplicate {
+                state: State::Failed,
+                attempt: 2
+            }
+        ));
+    }
+    let missing = occurrence("att", 9).key;
+    assert_eq!(ledger.admit_replay(&missing).await.unwrap(), None);
+    assert_eq!(
+        ledger.admit_replay(&first.key).await.unwrap(),
+        Some(State::Failed)
+    );
+    assert_eq!(
+        ledger.inspect(&first.key).await.unwrap().state,
+        State::Retrying
+    );
+    let replay = claim("att", 1, 1, Overlap::Allow, LONG);
+    match ledger.claim(&replay).await.unwrap() {
+        ClaimOutcome::Claimed { lease, takeover } => {
+            assert!(!takeover);
+            assert!(
+                ledger
+                    .complete(&lease, &end(State::Succeeded))
+                    .await
+                    .unwrap()
+                    .recorded
+            );
+        }
+        other => panic!("replay not claimed: {other:?}"),
+    }
+    // Succeeded is never admitted again.
+    assert_eq!(
+        ledger.admit_replay(&first.key).await.unwrap(),
+        Some(State::Succeeded)
+    );
+    let replay_again = claim("att", 1, 4, Overlap::Allow, LONG);
+    assert!(matches!(
+        ledger.claim(&replay_again).await.unwrap(),
+        ClaimOutcome::Duplicate {
+            state: State::Succeeded,
+            ..
+        }
+    ));
+}
+
+on_every_backend!(attempts, "ledger_attempts");
+
+async fn attempts(backend: Backend, env: TestEnv) {
+    attempts_suite(ports::ledger(backend, &env).await).await;
+}
+
+/// A lapsed lease: reaped once per hold, then claimable again; the old owner is fenced.
+async fn lease_suite(ledger: impl Ledger + Inspect) {
+    let short = Duration::from_millis(300);
+    let c = claim("lease", 1, 1, Overlap::Skip, short);
+    let old = claimed(&ledger, &c).await;
+    let orphans = eventually(WAIT, "the lapsed claim to be reaped", || async {
+        Some(ledger.reap(10, LONG).await.unwrap()).filter(|o| !o.is_empty())
+    })
+    .await;
+    assert_eq!(orphans.len(), 1);
+    assert_eq!(orphans[0].key, c.key.to_string());
+    assert_eq!(orphans[0].queue, "default");
+    assert_eq!(orphans[0].body, c.body);
+    assert!(
+        ledger.reap(10, LONG).await.unwrap().is_empty(),
+        "a reaped claim is handed out once per hold"
+    );
+    assert_eq!(
+        ledger.heartbeat(&old, short).await.unwrap(),
+        Heartbeat::Lost
+    );
+    let new = match ledger.claim(&c).await.unwrap() {
+        ClaimOutcome::Claimed { lease, takeover } => {
+            assert!(takeover);
+            lease
+        }
+        other => panic!("reaped key not claimable: {other:?}"),
+    };
+    assert!(
+        !ledger
+            .complete(&old, &end(State::Succeeded))
+            .await
+            .unwrap()
+            .recorded
+    );
+    assert!(
+        ledger
+            .complete(&new, &end(State::Succeeded))
+            .await
+            .unwrap()
+            .recorded
+    );
+    assert!(ledger.reap(10, LONG).await.unwrap().is_empty());
+}
+
+on_every_backend!(lease, "ledger_lease");
+
+async fn lease(backend: Backend, env: TestEnv) {
+    lease_suite(ports::ledger(backend, &env).await).await;
+}
+
+/// Settling without running; retention expiry.
+async fn settle_suite(ledger: impl Ledger + Inspect) {
+    let occ = occurrence("set", 1);
+    let settle = Settle {
+        key: occ.key.clone(),
+        job: occ.job.clone(),
+        attempt: 1,
+        state: State::Missed,
+        error: Some("late".into()),
+        retention: Duration::from_millis(500),
+        run: None,
+    };
+    assert!(ledger.settle(&settle).await.unwrap().recorded);
+    assert!(!ledger.settle(&settle).await.unwrap().recorded);
+    assert_eq!(
+        ledger
+            .claim(&claim("set", 1, 1, Overlap::Allow, LONG))
+            .await
+            .unwrap(),
+        ClaimOutcome::Duplicate {
+            state: State::Missed,
+            attempt: 1
+        }
+    );
+    claimed(&ledger, &claim("set", 2, 1, Overlap::Allow, LONG)).await;
+    let running = Settle {
+        key: occurrence("set", 2).key,
+        state: State::Skipped,
+        ..settle.clone()
+    };
+    assert!(!ledger.settle(&running).await.unwrap().recorded);
+    eventually(WAIT, "the record to expire after its retention", || async {
+        ledger.inspect(&occ.key).await.is_none().then_some(())
+    })
+    .await;
+}
+
+on_every_backend!(settle, "ledger_settle");
+
+async fn settle(backend: Backend, env: TestEnv) {
+    settle_suite(ports::ledger(backend, &env).await).await;
+}

@@ -1,0 +1,11 @@
+//! The port contracts: each suite is a plain generic `async fn` over one port (queue,
+//! ledger, run log, lease, control store), run on every backend through a small adapter;
+//! plus what the RabbitMQ and Redis implementations promise beyond the contract.
+
+mod broker;
+mod lease;
+mod ledger;
+mod ledger_overlap;
+mod rabbitmq;
+mod redis;
+mod runlog;

@@ -1,0 +1,138 @@
+//! What the ledger does on Redis beyond its contract: a record stays a compact hash for its
+//! whole retention, and a claim stored by an older consumer is still reaped.
+
+use cronq_shared::config::Overlap;
+use cronq_shared::ledger::{End, FollowUp, Ledger, State};
+use cronq_shared::names::{Names, Namespace};
+
+use crate::support::occurrences::{LONG, claim, claimed, end};
+use crate::support::ports::redis_ledger;
+use crate::support::{redis_url, scoped};
+
+/// The stored message lives apart from the record, so a record stays a small
+/// listpack-encoded hash for its whole retention (one long field would turn it into a
+/// hashtable, about 3x the memory, even after the field is deleted), and the message is
+/// kept exactly while a reaper may need it.
+#[tokio::test]
+async fn ledger_redis_records_stay_compact() {
+    scoped("ledger_redis_records_stay_compact", |env| async move {
+        let ledger = redis_ledger(&env).await;
+        let mut conn = cronq_redis::connect(&redis_url()).await.unwrap();
+        let names = Names::new(&Namespace::new(&env.namespace).unwrap());
+        let c = claim("compact", 1, 1, Overlap::Allow, LONG);
+        let key = c.key.to_string();
+        let (record, body) = (
+            names.redis_key(&["occ", &key]),
+            names.redis_key(&["occbody", &key]),
+        );
+        let encoding = |conn: &mut redis::aio::ConnectionManager| {
+            let mut conn = conn.clone();
+            let record = record.clone();
+            async move {
+                redis::cmd("OBJECT")
+                    .arg("ENCODING")
+                    .arg(&record)
+                    .query_async::<String>(&mut conn)
+                    .await
+                    .unwrap()
+            }
+        };
+        let stored = |conn: &mut redis::aio::ConnectionManager| {
+            let mut conn = conn.clone();
+            let body = body.clone();
+            async move {
+                redis::cmd("GET")
+                    .arg(&body)
+                    .query_async::<Option<Vec<u8>>>(&mut conn)
+                    .await
+                    .unwrap()
+            }
+        };
+
+        let lease = claimed(&ledger, &c).await;
+        assert_eq!(encoding(&mut conn).await, "listpack");
+        assert_eq!(
+            stored(&mut conn).await,
+            Some(c.body.clone()),
+            "kept while running"
+        );
+
+        let retry = claim("compact", 1, 2, Overlap::Allow, LONG);
+        let retrying = End {
+            next: Some(FollowUp {
+                attempt: 2,
+                body: retry.body.clone(),
+                within: LONG,
+            }),
+            error: Some("boom".into()),
+            ..end(State::Retrying)
+        };
+        assert!(ledger.complete(&lease, &retrying).await.unwrap().recorded);
+        assert_eq!(
+            stored(&mut conn).await,
+            Some(retry.body.clone()),
+            "the follow-up"
+        );
+
+        let lease = claimed(&ledger, &retry).await;
+        assert!(
+            ledger
+                .complete(&lease, &end(State::Succeeded))
+                .await
+                .unwrap()
+                .recorded
+        );
+        assert_eq!(stored(&mut conn).await, None, "dropped once terminal");
+        assert_eq!(encoding(&mut conn).await, "listpack");
+    })
+    .await;
+}
+
+/// A rolling upgrade: a claim written by a consumer from before the body moved to its own
+/// key (the body a field of the record) whose owner died is still handed back, body and
+/// all, by today's reaper.
+#[tokio::test]
+async fn ledger_redis_reaps_a_claim_stored_by_an_older_consumer() {
+    scoped("ledger_redis_reaps_old_claim", |env| async move {
+        let ledger = redis_ledger(&env).await;
+        let mut conn = cronq_redis::connect(&redis_url()).await.unwrap();
+        let names = Names::new(&Namespace::new(&env.namespace).unwrap());
+        let c = claim("upgrade", 1, 1, Overlap::Allow, LONG);
+        let key = c.key.to_string();
+        // The old layout, with a lease that ran out a second ago.
+        let () = redis::pipe()
+            .cmd("HSET")
+            .arg(names.redis_key(&["occ", &key]))
+            .arg(&[
+                ("state", "running"),
+                ("attempt", "1"),
+                ("next", "1"),
+                ("token", "old-owner"),
+                ("job", c.job.as_str()),
+                ("queue", c.queue.as_str()),
+                ("lease_until", "1"),
+                ("cancel", "0"),
+                ("exclusive", "0"),
+            ])
+            .ignore()
+            .cmd("HSET")
+            .arg(names.redis_key(&["occ", &key]))
+            .arg("body")
+            .arg(&c.body[..])
+            .ignore()
+            .cmd("ZADD")
+            .arg(names.redis_key(&["leases"]))
+            .arg(1)
+            .arg(&key)
+            .ignore()
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let orphans = ledger.reap(10, LONG).await.unwrap();
+        assert_eq!(orphans.len(), 1, "{orphans:?}");
+        assert_eq!(orphans[0].key, key);
+        assert_eq!(orphans[0].queue, c.queue.as_str());
+        assert_eq!(orphans[0].body, c.body, "the body from the record itself");
+    })
+    .await;
+}

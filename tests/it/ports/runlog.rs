@@ -1,0 +1,126 @@
+//! The run log port's contract (`RunLog`), and the ledger appending the run of each
+//! recorded end or settlement in the same step, never for a fenced or refused one; on
+//! every backend.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use cronq_shared::config::Overlap;
+use cronq_shared::ledger::{End, Lease, Ledger, Settle, State};
+use cronq_shared::names::JobName;
+use cronq_shared::runlog::{Outcome, Run, RunLog};
+
+use crate::support::TestEnv;
+use crate::support::backends::{Backend, on_every_backend};
+use crate::support::inspect::Inspect;
+use crate::support::occurrences::{LONG, claim, claimed, end, occurrence};
+use crate::support::ports::{self};
+
+fn run(job: &str, i: u32, outcome: Outcome) -> Run {
+    let occ = occurrence(job, i);
+    Run {
+        key: occ.key,
+        job: occ.job,
+        attempt: 1,
+        consumer: "c1".into(),
+        started_at: Utc::now(),
+        duration: Duration::from_millis(1500),
+        outcome,
+        error: (outcome != Outcome::Succeeded).then(|| "boom".to_owned()),
+    }
+}
+
+async fn runlog_suite(log: impl RunLog) {
+    let runs = [
+        run("a", 1, Outcome::Succeeded),
+        run("b", 1, Outcome::Failed),
+        run("a", 2, Outcome::Skipped),
+    ];
+    for r in &runs {
+        log.record(r).await.unwrap();
+    }
+    let all = log.list(None, 10).await.unwrap();
+    assert_eq!(all.len(), 3);
+    assert_eq!(all[0].key, runs[2].key, "newest first");
+    assert_eq!(all[2].key, runs[0].key);
+    let a = JobName::new("a").unwrap();
+    let only_a = log.list(Some(&a), 10).await.unwrap();
+    assert_eq!(only_a.len(), 2);
+    assert!(only_a.iter().all(|r| r.job == a));
+    assert_eq!(only_a[0].outcome, Outcome::Skipped);
+    assert_eq!(only_a[1].duration, Duration::from_millis(1500));
+    assert_eq!(only_a[0].error.as_deref(), Some("boom"));
+    assert_eq!(only_a[1].error, None);
+    assert_eq!(log.list(None, 1).await.unwrap().len(), 1);
+}
+
+on_every_backend!(list, "runlog");
+
+async fn list(backend: Backend, env: TestEnv) {
+    runlog_suite(ports::runlog(backend, &env).await).await;
+}
+
+/// The run of an ended or settled record reaches the history in the same step, and only
+/// when the record changed: never for a fenced completion or a refused settle.
+async fn history_suite(ledger: impl Ledger + Inspect, log: &dyn RunLog) {
+    let c = claim("hist", 1, 1, Overlap::Allow, LONG);
+    let lease = claimed(&ledger, &c).await;
+    let stranger = Lease {
+        token: "not-the-owner".into(),
+        ..lease.clone()
+    };
+    let fenced = End {
+        run: Some(run("hist", 1, Outcome::Failed)),
+        ..end(State::Failed)
+    };
+    assert!(!ledger.complete(&stranger, &fenced).await.unwrap().recorded);
+    assert!(
+        log.list(None, 10).await.unwrap().is_empty(),
+        "fenced: no run"
+    );
+    let succeeded = run("hist", 1, Outcome::Succeeded);
+    let done = End {
+        run: Some(succeeded.clone()),
+        ..end(State::Succeeded)
+    };
+    assert!(ledger.complete(&lease, &done).await.unwrap().recorded);
+    assert!(
+        !ledger.complete(&lease, &done).await.unwrap().recorded,
+        "already ended"
+    );
+    let runs = log.list(None, 10).await.unwrap();
+    assert_eq!(runs.len(), 1, "one run per recorded end: {runs:?}");
+    assert_eq!(runs[0].key, succeeded.key);
+    assert_eq!(runs[0].outcome, Outcome::Succeeded);
+    assert_eq!(runs[0].consumer, "c1");
+    assert_eq!(runs[0].duration, Duration::from_millis(1500));
+    assert_eq!(runs[0].error, None);
+
+    let missed = run("hist", 2, Outcome::Missed);
+    let settle = Settle {
+        key: missed.key.clone(),
+        job: missed.job.clone(),
+        attempt: 1,
+        state: State::Missed,
+        error: Some("boom".into()),
+        retention: LONG,
+        run: Some(missed.clone()),
+    };
+    assert!(ledger.settle(&settle).await.unwrap().recorded);
+    assert!(
+        !ledger.settle(&settle).await.unwrap().recorded,
+        "already settled"
+    );
+    let runs = log.list(None, 10).await.unwrap();
+    assert_eq!(runs.len(), 2, "a refused settle adds no run: {runs:?}");
+    assert_eq!(runs[0].key, missed.key, "newest first");
+    assert_eq!(runs[0].outcome, Outcome::Missed);
+    assert_eq!(runs[0].error.as_deref(), Some("boom"));
+}
+
+on_every_backend!(history, "ledger_history");
+
+async fn history(backend: Backend, env: TestEnv) {
+    let (ledger, log) = ports::ledger_with_log(backend, &env).await;
+    history_suite(ledger, &*log).await;
+}
