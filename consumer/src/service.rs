@@ -28,7 +28,8 @@ use crate::reaper::Reaper;
 use crate::registry::{Handlers, JobHandler};
 use crate::worker::Worker;
 
-/// The default execution lease (SPEC G3).
+/// The default execution lease: a consumer that stops renewing its claim for this long is
+/// taken for dead, and the occurrence runs again (README, guarantee G3).
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
 /// How long stopped attempts get to release their claims after the grace period.

@@ -1,7 +1,7 @@
 //! The planner: which occurrences are due, pure functions of a schedule, a cursor and an
 //! instant. No clock, no I/O, so every rule here is unit-tested with fixed instants.
 //!
-//! Owns: catch-up on taking over (SPEC section 3), deterministic jitter, deadlines and
+//! Owns: catch-up on taking over (the `catchup` policies), deterministic jitter, deadlines and
 //! building the wire message. Leaves to the caller: the clock, publishing and persisting
 //! the cursor. Invariant: everything is derived from scheduled instants and keys, never
 //! from when a producer started, so every producer plans the same occurrences (G4).
@@ -143,7 +143,8 @@ fn fnv1a(text: &str) -> u64 {
         .fold(OFFSET, |h, b| (h ^ u64::from(b)).wrapping_mul(PRIME))
 }
 
-/// The publish delay of `key`, in `[0, max)`, derived from the key alone (SPEC section 3).
+/// The publish delay of `key`, in `[0, max)`, derived from the key alone, so every
+/// producer, retry and replay computes the same delay.
 pub fn jitter(key: &OccurrenceKey, max: Duration) -> Duration {
     let nanos = max.as_nanos();
     if nanos == 0 {

@@ -2,7 +2,7 @@
 //!
 //! It owns one connection per [`AmqpBroker`] (a *link*), rebuilt on demand when it drops:
 //! lapin's own auto-recovery does not retry a failed publish and can give up, so it is not
-//! used (CRATES.md section 3). Every operation takes the current link, reconnecting with
+//! used. Every operation takes the current link, reconnecting with
 //! capped, jittered backoff when it is gone; `publish` retries the whole batch on the new
 //! link until [`PUBLISH_DEADLINE`] (consumers deduplicate by key); `consume` re-subscribes
 //! after a reconnect and keeps feeding the same receiver until its token is cancelled.

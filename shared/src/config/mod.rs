@@ -1,4 +1,5 @@
-//! Configuration: the TOML file of SPEC section 2, resolved into one validated job table.
+//! Configuration: the TOML file described in `docs/config.md`, resolved into one validated
+//! job table.
 //!
 //! Loading has two stages. `raw` parses the text into a TOML table and deserializes each
 //! section and each job on its own, field by field, so one wrong type or unknown field
@@ -97,7 +98,8 @@ pub struct Job {
     pub handler: Option<Handler>,
 }
 
-/// SPEC section 4 overlap policies.
+/// What an occurrence does while an earlier one of the same job still runs (the rules in
+/// full: the "Overlap" section of `docs/consumer.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Overlap {
@@ -111,7 +113,8 @@ pub enum Overlap {
     Replace,
 }
 
-/// SPEC section 3 catch-up policies.
+/// What a new leader publishes of the occurrences missed since the last published one
+/// (within `catchup_window`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Catchup {

@@ -126,7 +126,7 @@ struct Common {
 }
 
 impl Common {
-    /// SPEC section 2's defaults.
+    /// The built-in defaults, as listed in the `[defaults]` table of `docs/config.md`.
     fn builtin() -> Self {
         Self {
             timezone: Tz::UTC,

@@ -122,8 +122,8 @@ pub(super) fn warn_risky(job: &Job, scope: &str, now: DateTime<Utc>, out: &mut R
 }
 
 /// Warnings for a pinned schedule whose wall-clock time falls into a daylight-saving
-/// transition within `horizon` after `from` (SPEC section 3: `cronq check` warns about
-/// them), each as `"30 2 * * *" fires at 02:30 which …` (the caller adds the scope).
+/// transition within `horizon` after `from` (`cronq check` prints them; see the
+/// "Daylight-saving time" section of `docs/config.md`), each as `"30 2 * * *" fires at 02:30 which …` (the caller adds the scope).
 fn dst_warnings(
     schedule: &Schedule,
     from: DateTime<Utc>,

@@ -1,5 +1,6 @@
 //! Schedules: cron expressions (via `croner`) and epoch-aligned `@every`, evaluated in a
-//! job's IANA zone with cronie's daylight-saving rules (SPEC section 3).
+//! job's IANA zone with cronie's daylight-saving rules (listed below, and for users in
+//! `docs/config.md`).
 //!
 //! Owns: parsing a schedule string (with messages that name the field) and computing fire
 //! instants. Leaves to the producer: deciding which instants are due. Invariant:
