@@ -13,8 +13,10 @@
 
 mod error;
 mod handler;
+mod payload;
 mod pieces;
 mod raw;
+mod report;
 mod suggest;
 mod validate;
 mod warnings;

@@ -11,10 +11,13 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
-use super::error::{ConfigError, Problem};
+use super::error::ConfigError;
 use super::raw::{RawConfig, RawDefaults, RawJob, RawLeader};
+use super::report::Report;
 use super::suggest::{did_you_mean, suggest_zone};
+use super::warnings::{Memo, warn_risky};
 use super::{Catchup, Config, Job, LeaderConfig, Overlap};
+use super::{handler, payload};
 use crate::names::{JobName, QueueName};
 use crate::schedule::{Interner, ScheduleError};
 
@@ -51,6 +54,8 @@ pub(crate) fn resolve(
     // One parsed schedule per distinct (text, zone): jobs share it (memory), and the parse
     // and never-fires check run once per distinct schedule (load time).
     let mut schedules = Interner::new(now);
+    // Look-ahead results for the warnings, shared the same way.
+    let mut memo = Memo::default();
     for section in raw.jobs.into_sections() {
         let job = &section.value;
         if let Some(name) = job.own.name.as_deref() {
@@ -67,8 +72,9 @@ pub(crate) fn resolve(
             }
         }
         out.problems.extend(section.problems.iter().cloned());
-        if let Some(job) = resolve_job(job, &defaults, now, &mut schedules, &mut out) {
-            jobs.push(job);
+        if let Some(resolved) = resolve_job(job, &defaults, &mut schedules, &mut out) {
+            warn_risky(&resolved, &job.scope, now, &mut memo, &mut out);
+            jobs.push(resolved);
         }
     }
     if out.problems.is_empty() && jobs.is_empty() {
@@ -87,25 +93,6 @@ pub(crate) fn resolve(
         jobs,
         warnings: out.warnings,
     })
-}
-
-/// Problems and warnings, in the order found.
-#[derive(Default)]
-pub(super) struct Report {
-    pub(super) problems: Vec<Problem>,
-    pub(super) warnings: Vec<Problem>,
-    /// Look-ahead results shared by every job with the same schedule and zone.
-    pub(super) memo: super::warnings::Memo,
-}
-
-impl Report {
-    pub(super) fn problem(&mut self, scope: &str, field: &str, message: impl Into<String>) {
-        self.problems.push(Problem::new(scope, field, message));
-    }
-
-    pub(super) fn warn(&mut self, scope: &str, field: &str, message: impl Into<String>) {
-        self.warnings.push(Problem::new(scope, field, message));
-    }
 }
 
 /// The fields `[defaults]` sets and a job may override, resolved.
@@ -351,7 +338,6 @@ fn resolve_leader(raw: &RawLeader, out: &mut Report) -> LeaderConfig {
 fn resolve_job(
     raw: &RawJob,
     defaults: &Common,
-    now: DateTime<Utc>,
     schedules: &mut Interner,
     out: &mut Report,
 ) -> Option<Job> {
@@ -394,13 +380,8 @@ fn resolve_job(
             }
         },
     };
-    let handler = super::handler::resolve_handler(raw, scope, out);
-    let payload = match &raw.own.payload {
-        Some(table) => {
-            super::handler::toml_to_json(&toml::Value::Table(table.clone()), scope, "payload", out)
-        }
-        None => serde_json::Value::Object(serde_json::Map::new()),
-    };
+    let handler = handler::resolve_handler(raw, scope, out);
+    let payload = payload::resolve_payload(raw.own.payload.as_ref(), scope, out);
     if out.problems.len() > before {
         return None;
     }
@@ -422,7 +403,6 @@ fn resolve_job(
         payload,
         handler,
     };
-    super::warnings::warn_risky(&job, scope, now, out);
     Some(job)
 }
 
