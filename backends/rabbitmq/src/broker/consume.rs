@@ -22,9 +22,9 @@ use lapin::types::{FieldTable, ShortString};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use super::{
-    AmqpBroker, Failure, Link, backoff, broker_failure, chain, channel_gone, lapin_failure,
-};
+use super::AmqpBroker;
+use super::failure::{Failure, broker_failure, chain, channel_gone, lapin_failure};
+use super::link::{Link, backoff};
 use crate::topology::{self, short};
 use cronq_shared::broker::{Acker, BrokerError, Delivery};
 use cronq_shared::names::QueueName;
@@ -61,7 +61,7 @@ impl AmqpBroker {
         queues: &[QueueName],
         prefetch: u16,
     ) -> Result<Vec<(QueueName, ShortString, lapin::Consumer)>, Failure> {
-        let names = &self.inner.names;
+        let names = self.names();
         topology::declare_base(ch, names)
             .await
             .map_err(broker_failure)?;
