@@ -6,8 +6,9 @@ use std::time::Duration;
 use chrono_tz::Tz;
 use croner::parser::{CronParser, Seconds, Year};
 
+use super::error::ScheduleError;
 use super::fields::{Field, FieldKind, parse_field};
-use super::{CronSchedule, Kind, ScheduleError};
+use super::kind::{CronSchedule, Kind};
 
 /// Parses an `@` form: a descriptor or `@every`.
 pub(super) fn descriptor(text: &str, tz: Tz) -> Result<Kind, ScheduleError> {
