@@ -83,7 +83,7 @@ impl RedisLease {
             // The manager reconnects with a fresh, unnamed connection: name it next time.
             self.named.store(false, Ordering::Relaxed);
             LeaseError::Store {
-                store: crate::STORE,
+                store: crate::error::STORE,
                 op,
                 source: Box::new(source),
             }
