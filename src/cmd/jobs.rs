@@ -21,8 +21,8 @@ const RECENT_RUNS: usize = 2_000;
 /// # Errors
 /// A config error; Redis unreachable.
 pub async fn run(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
-    let config = super::load_config(cli)?;
-    let endpoints = super::endpoints(cli)?;
+    let config = super::settings::load_config(cli)?;
+    let endpoints = super::settings::endpoints(cli)?;
     let stores = lookup::stores(&endpoints, config.longest_retention()).await?;
     let paused = stores
         .control

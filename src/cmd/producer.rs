@@ -16,8 +16,8 @@ use crate::cli::{Cli, ServeArgs};
 /// Runs until the root token is cancelled (SIGTERM/SIGINT), then releases leadership at
 /// once and returns.
 pub async fn run(cli: &Cli, args: &ServeArgs, root: CancellationToken) -> anyhow::Result<()> {
-    let config = super::load_config(cli)?;
-    let endpoints = super::endpoints(cli)?;
+    let config = super::settings::load_config(cli)?;
+    let endpoints = super::settings::endpoints(cli)?;
     for warning in &config.warnings {
         warn!(warning = %warning, "config warning");
     }

@@ -18,7 +18,7 @@ const MAX_RUNS: usize = 10_000;
 /// Runs until the root token is cancelled, then stops publishing and drains within
 /// `--grace`.
 pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> anyhow::Result<()> {
-    let config = super::load_config(cli)?;
+    let config = super::settings::load_config(cli)?;
     for warning in &config.warnings {
         tracing::warn!(warning = %warning, "config");
     }
