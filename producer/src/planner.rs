@@ -96,20 +96,6 @@ pub fn take_over(
     }
 }
 
-/// Every occurrence in `(last, now]`, oldest first, at most `limit` of them.
-pub fn due(
-    schedule: &Schedule,
-    last: DateTime<Utc>,
-    now: DateTime<Utc>,
-    limit: usize,
-) -> Vec<DateTime<Utc>> {
-    schedule
-        .iter_after(last)
-        .take_while(|t| *t <= now)
-        .take(limit)
-        .collect()
-}
-
 /// The next chunk of a backfill over `from <= t <= to`, after `done_through`: at most
 /// `limit` instants, and whether the backfill is then complete.
 pub fn backfill(
@@ -369,25 +355,6 @@ mod tests {
         );
         assert_eq!(plan.catchup, vec![t("2026-11-30T10:04:00Z")]);
         assert_eq!(plan.next, Some(t("2026-11-30T10:05:00Z")));
-    }
-
-    #[test]
-    fn due_lists_the_interval() {
-        let got = due(
-            &every(1),
-            t("2026-11-30T10:00:00Z"),
-            t("2026-11-30T10:00:03.2Z"),
-            10,
-        );
-        assert_eq!(
-            got,
-            vec![
-                t("2026-11-30T10:00:01Z"),
-                t("2026-11-30T10:00:02Z"),
-                t("2026-11-30T10:00:03Z")
-            ]
-        );
-        assert!(due(&every(1), got[0], got[0], 10).is_empty());
     }
 
     #[test]

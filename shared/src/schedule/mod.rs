@@ -165,7 +165,9 @@ impl Schedule {
     /// expression whose minute and hour fields both do not start with `*`). Pinned
     /// schedules run once for a time a DST change skips or repeats; the others run by
     /// elapsed time. `@every` is not pinned.
-    pub fn is_pinned(&self) -> bool {
+    /// Test-only: the searches read the pinned flag directly.
+    #[cfg(test)]
+    pub(crate) fn is_pinned(&self) -> bool {
         matches!(&self.inner.kind, Kind::Cron(c) if c.pinned)
     }
 
@@ -208,7 +210,9 @@ impl Schedule {
 
     /// Whether `self` and `other` share one parsed state (the same [`Interner`] made
     /// both from the same text and zone, or one is a clone of the other).
-    pub fn shares_parsed(&self, other: &Schedule) -> bool {
+    /// Test-only: it checks the sharing that [`Interner`] promises.
+    #[cfg(test)]
+    pub(crate) fn shares_parsed(&self, other: &Schedule) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
