@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use cronq_consumer::{Consumer, DEFAULT_LEASE, Options};
 use cronq_producer::{Producer, Reloader, instance_id};
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, ReadyProbe};
@@ -23,7 +24,10 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         tracing::warn!(warning = %warning, "config");
     }
     super::signals::cancel_on_signal(root.clone()).context("while installing signal handlers")?;
-    let hangups = super::signals::hangups().context("while installing the SIGHUP handler")?;
+    // Owns the SIGHUP forwarder; dropping it (on any return) aborts it.
+    let mut signal_tasks = JoinSet::new();
+    let hangups = super::signals::hangups(&mut signal_tasks, root.child_token())
+        .context("while installing the SIGHUP handler")?;
     let metrics = admin::install_metrics()?;
 
     let (broker, stores) = cronq_backends::memory(MAX_RUNS);
@@ -75,6 +79,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
             r
         },
     );
+    signal_tasks.shutdown().await;
     produced.context("while running the producer")?;
     consumed.context("while running the consumer")?;
     served

@@ -17,6 +17,7 @@ mod consume;
 mod dead_letters;
 mod failure;
 mod link;
+mod tasks;
 
 use std::collections::{BTreeSet, HashSet};
 use std::future::Future;
@@ -36,6 +37,7 @@ use self::consume::Feeder;
 use self::dead_letters::{Collect, Replay};
 use self::failure::{Failure, broker_failure, chain, lapin_failure};
 use self::link::{Link, backoff};
+use self::tasks::Tasks;
 use crate::headers::{dead_letter_properties, occurrence_properties};
 use crate::topology::{self, quantize_delay, short};
 use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing};
@@ -91,6 +93,8 @@ struct Inner {
     delays: Mutex<HashSet<Duration>>,
     /// Logical queues known to exist (declared or checked).
     known: Mutex<HashSet<QueueName>>,
+    /// Every task this broker spawned; [`AmqpBroker::close`] stops them.
+    tasks: Tasks,
 }
 
 impl AmqpBroker {
@@ -139,6 +143,7 @@ impl AmqpBroker {
                 link: tokio::sync::Mutex::new(Some(Arc::new(link))),
                 delays: Mutex::default(),
                 known: Mutex::default(),
+                tasks: Tasks::default(),
             }),
         })
     }
@@ -152,6 +157,7 @@ impl AmqpBroker {
     /// end, and later calls fail with [`BrokerError::Closed`].
     pub async fn close(&self) {
         self.inner.closed.store(true, Ordering::Release);
+        self.inner.tasks.close().await;
         let link = self.inner.link.lock().await.take();
         if let Some(link) = link {
             let _ = link
@@ -475,9 +481,9 @@ impl Broker for AmqpBroker {
             tx,
             token,
         };
-        // The feeder ends when the token is cancelled or the receiver is dropped; it owns
-        // nothing that outlives that.
-        tokio::spawn(feeder.run(sub));
+        // The feeder ends when the token is cancelled, the receiver is dropped or the
+        // broker closes; it owns nothing that outlives that.
+        self.inner.tasks.spawn(feeder.run(sub));
         Ok(rx)
     }
 

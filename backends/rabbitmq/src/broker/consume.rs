@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::AmqpBroker;
 use super::failure::{Failure, broker_failure, chain, channel_gone, lapin_failure};
 use super::link::{Link, backoff};
+use super::tasks::Tasks;
 use crate::topology::{self, short};
 use cronq_shared::broker::{Acker, BrokerError, Delivery};
 use cronq_shared::names::QueueName;
@@ -44,7 +45,10 @@ impl AmqpBroker {
         let ch = link.channel().await?;
         match self.start_consumers(&ch, queues, prefetch).await {
             Ok(consumers) => Ok(Subscription {
-                guard: Arc::new(ChannelGuard(ch)),
+                guard: Arc::new(ChannelGuard {
+                    channel: ch,
+                    tasks: self.inner.tasks.clone(),
+                }),
                 consumers,
             }),
             Err(failure) => {
@@ -97,15 +101,17 @@ impl AmqpBroker {
 
 /// Closes a consuming channel once the subscription and every delivery from it are done,
 /// so anything still unacked returns to its queue.
-struct ChannelGuard(Channel);
+struct ChannelGuard {
+    channel: Channel,
+    /// The broker's tasks: the close runs as one of them (a `Drop` cannot wait).
+    tasks: Tasks,
+}
 
 impl Drop for ChannelGuard {
     fn drop(&mut self) {
-        let ch = self.0.clone();
-        if ch.status().connected()
-            && let Ok(rt) = tokio::runtime::Handle::try_current()
-        {
-            rt.spawn(async move {
+        let ch = self.channel.clone();
+        if ch.status().connected() {
+            self.tasks.spawn(async move {
                 let _ = ch.close(200, ShortString::from("subscription done")).await;
             });
         }
@@ -177,16 +183,15 @@ impl Drop for AmqpAcker {
             return;
         }
         let (acker, guard) = (self.acker.clone(), self.guard.clone());
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let requeue = BasicNackOptions {
-                    requeue: true,
-                    ..BasicNackOptions::default()
-                };
-                let _ = acker.nack(requeue).await;
-                drop(guard);
-            });
-        }
+        // A `Drop` cannot wait: the requeue runs as one of the broker's tasks.
+        self.guard.tasks.spawn(async move {
+            let requeue = BasicNackOptions {
+                requeue: true,
+                ..BasicNackOptions::default()
+            };
+            let _ = acker.nack(requeue).await;
+            drop(guard);
+        });
     }
 }
 
@@ -314,7 +319,7 @@ impl Feeder {
         // settled (the guard keeps the channel open for them).
         for tag in tags {
             let _ = guard
-                .0
+                .channel
                 .basic_cancel(tag, BasicCancelOptions::default())
                 .await;
         }
