@@ -21,4 +21,22 @@ impl Report {
     pub(super) fn warn(&mut self, scope: &str, field: &str, message: impl Into<String>) {
         self.warnings.push(Problem::new(scope, field, message));
     }
+
+    /// Parses `value` into `slot` when the field is set; a bad value is a problem naming
+    /// `field`, and `slot` keeps its value.
+    pub(super) fn set<V, T>(
+        &mut self,
+        scope: &str,
+        field: &str,
+        value: Option<V>,
+        parse: impl FnOnce(V) -> Result<T, String>,
+        slot: &mut T,
+    ) {
+        if let Some(value) = value {
+            match parse(value) {
+                Ok(parsed) => *slot = parsed,
+                Err(message) => self.problem(scope, field, message),
+            }
+        }
+    }
 }
