@@ -71,6 +71,7 @@ async fn main() -> anyhow::Result<()> {
 
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
+    // The signal task is the one task left detached: it must outlive everything it stops.
     tokio::spawn(async move {
         let _ = tokio::signal::ctrl_c().await;
         stop.cancel();

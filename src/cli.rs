@@ -1,4 +1,5 @@
-//! The command line (SPEC section 5): one binary, one subcommand per operation.
+//! The command line: one binary, one subcommand per operation (`cmd/` has one file per
+//! subcommand; the operations are described in `docs/operations.md`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -13,7 +13,7 @@
 //! again next time under the same key, and the consumers' records let at most one copy
 //! succeed (a `succeeded` record is never reset).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -178,6 +178,47 @@ pub async fn replay(
 ) -> Result<ReplayReport, ReplayError> {
     let letters = broker.dead_letters().await.map_err(ReplayError::List)?;
     let listed = letters.len();
+    let (mut entries, approved) = plan(&letters, selector, config, dry_run);
+    if dry_run || approved.is_empty() {
+        return Ok(ReplayReport {
+            entries,
+            replayed: 0,
+            listed,
+        });
+    }
+    // The job's queue may not exist yet (no consumer or producer declared it): a publish
+    // to it would be returned as unroutable.
+    broker
+        .declare(&config.queues())
+        .await
+        .map_err(ReplayError::Replay)?;
+    // Reset first: a record reset without its replay is harmless (the letter is still
+    // there for the next run); a replay before the reset would be acked as a duplicate.
+    let before = admit(ledger, &approved).await?;
+    let (replayed, done) = send(broker, config, selector, &approved).await?;
+    for entry in &mut entries {
+        let Some(key) = entry.key.clone() else {
+            continue;
+        };
+        entry.record = before.get(&key).copied().flatten();
+        if entry.plan == Plan::Gone && done.contains(&key) {
+            entry.plan = Plan::Replayed;
+        }
+    }
+    Ok(ReplayReport {
+        entries,
+        replayed,
+        listed,
+    })
+}
+
+/// One entry per letter `selector` picks, and the keys of those that can be replayed.
+fn plan(
+    letters: &[DeadLetter],
+    selector: &Selector,
+    config: &Config,
+    dry_run: bool,
+) -> (Vec<Entry>, HashSet<String>) {
     let now = Utc::now();
     let mut entries = Vec::new();
     let mut approved: HashSet<String> = HashSet::new();
@@ -201,23 +242,16 @@ pub async fn replay(
             plan,
         });
     }
-    if dry_run || approved.is_empty() {
-        return Ok(ReplayReport {
-            entries,
-            replayed: 0,
-            listed,
-        });
-    }
-    // The job's queue may not exist yet (no consumer or producer declared it): a publish
-    // to it would be returned as unroutable.
-    broker
-        .declare(&config.queues())
-        .await
-        .map_err(ReplayError::Replay)?;
-    // Reset first: a record reset without its replay is harmless (the letter is still
-    // there for the next run); a replay before the reset would be acked as a duplicate.
-    let mut before = std::collections::HashMap::new();
-    for key in &approved {
+    (entries, approved)
+}
+
+/// Admits each approved key for a replay; returns each record's state before.
+async fn admit(
+    ledger: &dyn Ledger,
+    approved: &HashSet<String>,
+) -> Result<HashMap<String, Option<State>>, ReplayError> {
+    let mut before = HashMap::new();
+    for key in approved {
         let parsed: OccurrenceKey = key.parse().map_err(|_| ReplayError::Reset {
             key: key.clone(),
             source: StoreError::Corrupt {
@@ -234,12 +268,22 @@ pub async fn replay(
             })?;
         before.insert(key.clone(), state);
     }
+    Ok(before)
+}
+
+/// Replays the approved letters; returns how many, and their keys.
+async fn send(
+    broker: &dyn Broker,
+    config: &Config,
+    selector: &Selector,
+    approved: &HashSet<String>,
+) -> Result<(usize, Vec<String>), ReplayError> {
     let done: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let select = |letter: &DeadLetter| -> Option<Outgoing> {
         if !selector.matches(letter) {
             return None;
         }
-        // Only letters whose record was reset above: one that arrived since the listing
+        // Only letters whose record was admitted: one that arrived since the listing
         // waits for the next replay.
         let out = prepare(letter, config, Utc::now()).ok()?;
         let key = out.occurrence.key.to_string();
@@ -257,18 +301,5 @@ pub async fn replay(
     let done = done
         .into_inner()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    for entry in &mut entries {
-        let Some(key) = entry.key.clone() else {
-            continue;
-        };
-        entry.record = before.get(&key).copied().flatten();
-        if entry.plan == Plan::Gone && done.contains(&key) {
-            entry.plan = Plan::Replayed;
-        }
-    }
-    Ok(ReplayReport {
-        entries,
-        replayed,
-        listed,
-    })
+    Ok((replayed, done))
 }

@@ -12,13 +12,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cronq_shared::broker::Broker;
+use cronq_shared::broker::{Broker, Delivery};
 use cronq_shared::config::Config;
 use cronq_shared::ledger::Ledger;
 use cronq_shared::message::Occurrence;
 use cronq_shared::names::{JobName, QueueName};
 use cronq_shared::runlog::RunLog;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -28,7 +28,8 @@ use crate::reaper::Reaper;
 use crate::registry::{Handlers, JobHandler};
 use crate::worker::Worker;
 
-/// The default execution lease (SPEC G3).
+/// The default execution lease: a consumer that stops renewing its claim for this long is
+/// taken for dead, and the occurrence runs again (README, guarantee G3).
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
 /// How long stopped attempts get to release their claims after the grace period.
@@ -183,14 +184,7 @@ impl Consumer {
     /// ends unexpectedly.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
         let queues = self.queues()?;
-        for job in &self.config.jobs {
-            if queues.contains(&job.queue)
-                && job.handler.is_none()
-                && !self.handlers.contains(&job.name)
-            {
-                tracing::warn!(job = %job.name, "job has no handler in the config and none is registered: its occurrences will be dead-lettered");
-            }
-        }
+        self.warn_unhandled(&queues);
         self.broker
             .declare(&self.config.queues())
             .await
@@ -212,17 +206,53 @@ impl Consumer {
             "consumer started"
         );
         let mut reaper = JoinSet::new();
-        reaper.spawn(
-            Reaper {
-                config: Arc::clone(&self.config),
-                broker: Arc::clone(&self.broker),
-                ledger: Arc::clone(&self.ledger),
-                every: (lease / 2).clamp(Duration::from_millis(100), Duration::from_secs(5)),
-                hold,
+        reaper.spawn(self.reaper(lease, hold).run(shutdown.clone()));
+        let worker = Arc::new(self.worker(lease, hold));
+        let abort = CancellationToken::new();
+        let mut tasks = JoinSet::new();
+        let ended = receive(&mut rx, &worker, concurrency, &mut tasks, &abort, &shutdown).await;
+        // 1. Stop intake; give back what was prefetched but not started.
+        intake.cancel();
+        rx.close();
+        while let Ok(d) = rx.try_recv() {
+            let _ = d.acker.requeue().await;
+        }
+        self.drain(&mut tasks, &abort).await;
+        reaper.shutdown().await;
+        tracing::info!("consumer stopped");
+        if ended {
+            return Err(Error::SubscriptionEnded);
+        }
+        Ok(())
+    }
+
+    /// Warns about each served job that has no handler: its occurrences will be
+    /// dead-lettered.
+    fn warn_unhandled(&self, queues: &[QueueName]) {
+        for job in &self.config.jobs {
+            if queues.contains(&job.queue)
+                && job.handler.is_none()
+                && !self.handlers.contains(&job.name)
+            {
+                tracing::warn!(job = %job.name, "job has no handler in the config and none is registered: its occurrences will be dead-lettered");
             }
-            .run(shutdown.clone()),
-        );
-        let worker = Arc::new(Worker {
+        }
+    }
+
+    /// The reaper of claims whose owner stopped renewing them.
+    fn reaper(&self, lease: Duration, hold: Duration) -> Reaper {
+        Reaper {
+            config: Arc::clone(&self.config),
+            broker: Arc::clone(&self.broker),
+            ledger: Arc::clone(&self.ledger),
+            every: (lease / 2).clamp(Duration::from_millis(100), Duration::from_secs(5)),
+            hold,
+        }
+    }
+
+    /// What runs each delivery.
+    fn worker(&self, lease: Duration, hold: Duration) -> Worker {
+        Worker {
             config: Arc::clone(&self.config),
             broker: Arc::clone(&self.broker),
             ledger: Arc::clone(&self.ledger),
@@ -232,44 +262,13 @@ impl Consumer {
             lease,
             hold,
             consumer_id: self.options.consumer_id.clone(),
-        });
-        let abort = CancellationToken::new();
-        let permits = Arc::new(Semaphore::new(usize::from(concurrency)));
-        let mut tasks = JoinSet::new();
-        let ended = loop {
-            while let Some(done) = tasks.try_join_next() {
-                if let Err(err) = done {
-                    tracing::error!(error = %err, "a delivery task failed");
-                }
-            }
-            let permit = tokio::select! {
-                biased;
-                () = shutdown.cancelled() => break false,
-                p = Arc::clone(&permits).acquire_owned() => p.expect("the semaphore is never closed"),
-            };
-            let delivery = tokio::select! {
-                biased;
-                () = shutdown.cancelled() => break false,
-                d = rx.recv() => match d {
-                    Some(d) => d,
-                    None => break !shutdown.is_cancelled(),
-                },
-            };
-            // Boxed so the spawn moves a pointer, not the whole (large) state machine.
-            tasks.spawn(Box::pin(Arc::clone(&worker).process(
-                delivery,
-                permit,
-                abort.clone(),
-                shutdown.clone(),
-            )));
-        };
-        // 1. Stop intake; give back what was prefetched but not started.
-        intake.cancel();
-        rx.close();
-        while let Ok(d) = rx.try_recv() {
-            let _ = d.acker.requeue().await;
         }
-        // 2. Let running attempts finish within the grace period.
+    }
+
+    /// Shutdown steps 2 and 3: lets running attempts finish within the grace period, then
+    /// stops the rest (each releases its claim and republishes its occurrence), and aborts
+    /// what still runs after that.
+    async fn drain(&self, tasks: &mut JoinSet<()>, abort: &CancellationToken) {
         let running = tasks.len();
         if running > 0 {
             tracing::info!(
@@ -283,31 +282,65 @@ impl Consumer {
         })
         .await
         .is_ok();
-        // 3. Stop the rest: each releases its claim and republishes its occurrence.
-        if !drained {
-            tracing::warn!(
+        if drained {
+            return;
+        }
+        tracing::warn!(
+            left = tasks.len(),
+            "grace period over: stopping attempts and releasing their claims"
+        );
+        abort.cancel();
+        let released = tokio::time::timeout(RELEASE_WAIT, async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await
+        .is_ok();
+        if !released {
+            tracing::error!(
                 left = tasks.len(),
-                "grace period over: stopping attempts and releasing their claims"
+                "attempts did not stop: aborting them; their claims lapse after the lease"
             );
-            abort.cancel();
-            let released = tokio::time::timeout(RELEASE_WAIT, async {
-                while tasks.join_next().await.is_some() {}
-            })
-            .await
-            .is_ok();
-            if !released {
-                tracing::error!(
-                    left = tasks.len(),
-                    "attempts did not stop: aborting them; their claims lapse after the lease"
-                );
-                tasks.shutdown().await;
+            tasks.shutdown().await;
+        }
+    }
+}
+
+/// Starts one task per delivery, at most `concurrency` at once, until `shutdown` is
+/// cancelled or the subscription ends; returns whether it ended on its own.
+async fn receive(
+    rx: &mut mpsc::Receiver<Delivery>,
+    worker: &Arc<Worker>,
+    concurrency: u16,
+    tasks: &mut JoinSet<()>,
+    abort: &CancellationToken,
+    shutdown: &CancellationToken,
+) -> bool {
+    let permits = Arc::new(Semaphore::new(usize::from(concurrency)));
+    loop {
+        while let Some(done) = tasks.try_join_next() {
+            if let Err(err) = done {
+                tracing::error!(error = %err, "a delivery task failed");
             }
         }
-        reaper.shutdown().await;
-        tracing::info!("consumer stopped");
-        if ended {
-            return Err(Error::SubscriptionEnded);
-        }
-        Ok(())
+        let permit = tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return false,
+            p = Arc::clone(&permits).acquire_owned() => p.expect("the semaphore is never closed"),
+        };
+        let delivery = tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return false,
+            d = rx.recv() => match d {
+                Some(d) => d,
+                None => return !shutdown.is_cancelled(),
+            },
+        };
+        // Boxed so the spawn moves a pointer, not the whole (large) state machine.
+        tasks.spawn(Box::pin(Arc::clone(worker).process(
+            delivery,
+            permit,
+            abort.clone(),
+            shutdown.clone(),
+        )));
     }
 }

@@ -3,7 +3,7 @@
 //! Several producers run; the one holding the leader lease publishes. Pieces:
 //! - [`leader`]: acquires and renews the lease, steps down before it can expire, releases
 //!   it on shutdown; publishes [`Leadership`] on a `watch` channel.
-//! - [`planner`]: pure rules: catch-up on taking over, due occurrences, backfill chunks,
+//! - [`planner`]: pure rules: catch-up on taking over, backfill chunks,
 //!   deterministic jitter, deadlines, the wire message.
 //! - [`timer`]: one min-heap of every job's next fire, so the leader sleeps until the
 //!   earliest one and never polls.
@@ -32,4 +32,4 @@ pub use error::Error;
 pub use leader::{Elector, Leadership};
 pub use reload::Reloader;
 pub use scheduler::Scheduler;
-pub use service::{Producer, instance_id, is_leading};
+pub use service::{Producer, instance_id};

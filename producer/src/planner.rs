@@ -1,7 +1,7 @@
 //! The planner: which occurrences are due, pure functions of a schedule, a cursor and an
 //! instant. No clock, no I/O, so every rule here is unit-tested with fixed instants.
 //!
-//! Owns: catch-up on taking over (SPEC section 3), deterministic jitter, deadlines and
+//! Owns: catch-up on taking over (the `catchup` policies), deterministic jitter, deadlines and
 //! building the wire message. Leaves to the caller: the clock, publishing and persisting
 //! the cursor. Invariant: everything is derived from scheduled instants and keys, never
 //! from when a producer started, so every producer plans the same occurrences (G4).
@@ -96,20 +96,6 @@ pub fn take_over(
     }
 }
 
-/// Every occurrence in `(last, now]`, oldest first, at most `limit` of them.
-pub fn due(
-    schedule: &Schedule,
-    last: DateTime<Utc>,
-    now: DateTime<Utc>,
-    limit: usize,
-) -> Vec<DateTime<Utc>> {
-    schedule
-        .iter_after(last)
-        .take_while(|t| *t <= now)
-        .take(limit)
-        .collect()
-}
-
 /// The next chunk of a backfill over `from <= t <= to`, after `done_through`: at most
 /// `limit` instants, and whether the backfill is then complete.
 pub fn backfill(
@@ -143,7 +129,8 @@ fn fnv1a(text: &str) -> u64 {
         .fold(OFFSET, |h, b| (h ^ u64::from(b)).wrapping_mul(PRIME))
 }
 
-/// The publish delay of `key`, in `[0, max)`, derived from the key alone (SPEC section 3).
+/// The publish delay of `key`, in `[0, max)`, derived from the key alone, so every
+/// producer, retry and replay computes the same delay.
 pub fn jitter(key: &OccurrenceKey, max: Duration) -> Duration {
     let nanos = max.as_nanos();
     if nanos == 0 {
@@ -368,25 +355,6 @@ mod tests {
         );
         assert_eq!(plan.catchup, vec![t("2026-11-30T10:04:00Z")]);
         assert_eq!(plan.next, Some(t("2026-11-30T10:05:00Z")));
-    }
-
-    #[test]
-    fn due_lists_the_interval() {
-        let got = due(
-            &every(1),
-            t("2026-11-30T10:00:00Z"),
-            t("2026-11-30T10:00:03.2Z"),
-            10,
-        );
-        assert_eq!(
-            got,
-            vec![
-                t("2026-11-30T10:00:01Z"),
-                t("2026-11-30T10:00:02Z"),
-                t("2026-11-30T10:00:03Z")
-            ]
-        );
-        assert!(due(&every(1), got[0], got[0], 10).is_empty());
     }
 
     #[test]

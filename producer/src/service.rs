@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::error::Error;
-use crate::leader::{Elector, Leadership};
+use crate::leader::Elector;
 use crate::reload::Reloader;
 use crate::scheduler::Scheduler;
 
@@ -66,45 +66,46 @@ impl Producer {
         let scheduler = Scheduler::new(self.broker, self.control, self.config, leadership.clone());
         info!(instance_id = %self.instance, "producer started: joining leader election");
         let mut tasks = JoinSet::new();
+        // Each task's name by its id, so a failure names the task that failed.
+        let mut names = Vec::with_capacity(3);
         // If the elector or the scheduler ends (or panics) the others stop too.
         let token = shutdown.child_token();
         {
             let (t, stop_others) = (token.clone(), token.clone().drop_guard());
-            tasks.spawn(async move {
+            let task = tasks.spawn(async move {
                 let _stop_others = stop_others; // cancels siblings even on panic
                 elector.run(t).await;
             });
+            names.push((task.id(), "elector"));
         }
         {
             let (t, stop_others) = (token.clone(), token.clone().drop_guard());
-            tasks.spawn(async move {
+            let task = tasks.spawn(async move {
                 let _stop_others = stop_others;
                 scheduler.run(t).await;
             });
+            names.push((task.id(), "scheduler"));
         }
         if let Some(reloader) = self.reloader {
             let t = token.clone();
-            tasks.spawn(async move { reloader.run(t).await });
+            let task = tasks.spawn(async move { reloader.run(t).await });
+            names.push((task.id(), "reloader"));
         }
         let mut failure = None;
         while let Some(joined) = tasks.join_next().await {
             if let Err(source) = joined {
                 token.cancel();
-                failure.get_or_insert(Error::Task {
-                    task: "producer",
-                    source,
-                });
+                let task = names
+                    .iter()
+                    .find(|(id, _)| *id == source.id())
+                    .map_or("unknown", |(_, name)| name);
+                failure.get_or_insert(Error::Task { task, source });
             }
         }
         drop(leadership);
         info!(instance_id = %self.instance, "producer stopped");
         failure.map_or(Ok(()), Err)
     }
-}
-
-/// Whether `rx` says this producer leads now (for `/readyz`-style probes).
-pub fn is_leading(rx: &watch::Receiver<Option<Leadership>>) -> bool {
-    rx.borrow().is_some()
 }
 
 /// A fresh instance id: host name, process id and a random suffix (no spaces).

@@ -6,7 +6,8 @@ use anyhow::Context as _;
 use chrono::{DateTime, TimeDelta, Utc};
 use cronq_shared::schedule::Schedule;
 
-use super::{UsageError, lookup};
+use super::lookup;
+use super::settings::UsageError;
 use crate::cli::{BackfillArgs, Cli};
 use crate::output;
 
@@ -22,7 +23,7 @@ const COUNT_CAP: usize = 1_000_000;
 /// A usage error for an unknown job, a bad or reversed range, or a large range without
 /// `--yes`; Redis unreachable.
 pub async fn run(cli: &Cli, args: &BackfillArgs) -> anyhow::Result<()> {
-    let config = super::load_config(cli)?;
+    let config = super::settings::load_config(cli)?;
     let job = lookup::job(&config, &args.job)?;
     let from = lookup::instant("--from", &args.from)?;
     let to = lookup::instant("--to", &args.to)?;
@@ -57,7 +58,7 @@ pub async fn run(cli: &Cli, args: &BackfillArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let endpoints = super::endpoints(cli)?;
+    let endpoints = super::settings::endpoints(cli)?;
     let stores = lookup::stores(&endpoints, config.longest_retention()).await?;
     let control = &stores.control;
     let id = control

@@ -7,14 +7,14 @@ use anyhow::Context as _;
 use cronq_consumer::{Consumer, Options, default_consumer_id};
 use tokio_util::sync::CancellationToken;
 
-use super::UsageError;
+use super::settings::UsageError;
 use crate::admin::{self, ReadyProbe};
 use crate::cli::{Cli, ConsumerArgs};
 
 /// Runs until the root token is cancelled (SIGTERM/SIGINT), then drains within `--grace`.
 pub async fn run(cli: &Cli, args: &ConsumerArgs, root: CancellationToken) -> anyhow::Result<()> {
-    let config = super::load_config(cli)?;
-    let endpoints = super::endpoints(cli)?;
+    let config = super::settings::load_config(cli)?;
+    let endpoints = super::settings::endpoints(cli)?;
     let options = Options {
         queues: args.queues.clone(),
         concurrency: args.concurrency.max(1),

@@ -7,7 +7,8 @@ use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::State;
 use serde_json::json;
 
-use super::{UsageError, lookup};
+use super::lookup;
+use super::settings::UsageError;
 use crate::cli::{Cli, JsonArg, ReplayArgs};
 use crate::output::{self, Table};
 
@@ -16,7 +17,7 @@ use crate::output::{self, Table};
 /// # Errors
 /// RabbitMQ unreachable.
 pub async fn list(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
-    let endpoints = super::endpoints(cli)?;
+    let endpoints = super::settings::endpoints(cli)?;
     let broker = lookup::broker(&endpoints).await?;
     let letters = broker.dead_letters().await;
     broker.close().await;
@@ -81,7 +82,7 @@ pub async fn replay(cli: &Cli, args: &ReplayArgs) -> anyhow::Result<()> {
         )
         .into());
     }
-    let config = super::load_config(cli)?;
+    let config = super::settings::load_config(cli)?;
     let job = match &args.job {
         Some(name) => Some(lookup::job(&config, name)?.name.clone()),
         None => None,
@@ -98,7 +99,7 @@ pub async fn replay(cli: &Cli, args: &ReplayArgs) -> anyhow::Result<()> {
         key,
         all: args.all,
     };
-    let endpoints = super::endpoints(cli)?;
+    let endpoints = super::settings::endpoints(cli)?;
     let stores = lookup::stores(&endpoints, config.longest_retention()).await?;
     let broker = lookup::broker(&endpoints).await?;
     let report = replay::replay(&broker, &*stores.ledger, &config, &selector, args.dry_run).await;

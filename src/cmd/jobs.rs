@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 
 use anyhow::Context as _;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
+use cronq_shared::config::Job;
+use cronq_shared::control::Pause;
 use cronq_shared::names::JobName;
 use cronq_shared::runlog::Run;
 use serde_json::json;
@@ -16,13 +18,21 @@ use crate::output::{self, Table};
 /// How many of the newest runs are read at once to find each job's last outcome.
 const RECENT_RUNS: usize = 2_000;
 
+/// One job's line: the job, its next fire, its pause flag and its last run.
+type Row<'c> = (
+    &'c Job,
+    Option<DateTime<Utc>>,
+    Option<&'c Pause>,
+    Option<Run>,
+);
+
 /// Prints each job's status as a table or one JSON document.
 ///
 /// # Errors
 /// A config error; Redis unreachable.
 pub async fn run(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
-    let config = super::load_config(cli)?;
-    let endpoints = super::endpoints(cli)?;
+    let config = super::settings::load_config(cli)?;
+    let endpoints = super::settings::endpoints(cli)?;
     let stores = lookup::stores(&endpoints, config.longest_retention()).await?;
     let paused = stores
         .control
@@ -56,31 +66,47 @@ pub async fn run(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
         rows.push((job, next, paused.get(&job.name), last));
     }
     if args.json {
-        let jobs: Vec<_> = rows
-            .iter()
-            .map(|(job, next, pause, last)| {
-                json!({
-                    "job": job.name.as_str(),
-                    "schedule": job.schedule.as_str(),
-                    "timezone": job.timezone.name(),
-                    "queue": job.queue.as_str(),
-                    "next": next.map(|t| json!({
-                        "utc": output::utc(t),
-                        "local": output::local(&t.with_timezone(&job.timezone)),
-                    })),
-                    "paused": pause.map(|p| json!({ "since": output::utc(p.since), "note": p.note })),
-                    "last": last.as_ref().map(|r| json!({
-                        "key": r.key.to_string(),
-                        "outcome": r.outcome.as_str(),
-                        "at": output::utc(r.started_at),
-                        "error": r.error,
-                    })),
-                })
-            })
-            .collect();
-        output::print_json(&json!({ "jobs": jobs }));
+        print_json(&rows);
         return Ok(());
     }
+    let table = table(&rows);
+    if table.is_empty() {
+        println!("{} defines no job", config.path.display());
+    } else {
+        print!("{}", table.render());
+    }
+    Ok(())
+}
+
+/// `{"jobs": [...]}`, one object per row.
+fn print_json(rows: &[Row<'_>]) {
+    let jobs: Vec<_> = rows
+        .iter()
+        .map(|(job, next, pause, last)| {
+            json!({
+                "job": job.name.as_str(),
+                "schedule": job.schedule.as_str(),
+                "timezone": job.timezone.name(),
+                "queue": job.queue.as_str(),
+                "next": next.map(|t| json!({
+                    "utc": output::utc(t),
+                    "local": output::local(&t.with_timezone(&job.timezone)),
+                })),
+                "paused": pause.map(|p| json!({ "since": output::utc(p.since), "note": p.note })),
+                "last": last.as_ref().map(|r| json!({
+                    "key": r.key.to_string(),
+                    "outcome": r.outcome.as_str(),
+                    "at": output::utc(r.started_at),
+                    "error": r.error,
+                })),
+            })
+        })
+        .collect();
+    output::print_json(&json!({ "jobs": jobs }));
+}
+
+/// The human table, one line per row.
+fn table(rows: &[Row<'_>]) -> Table {
     let mut table = Table::new(&[
         "JOB",
         "SCHEDULE",
@@ -90,7 +116,7 @@ pub async fn run(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
         "PAUSED",
         "LAST",
     ]);
-    for (job, next, pause, last) in &rows {
+    for (job, next, pause, last) in rows {
         let paused = pause.map_or_else(
             || "no".to_owned(),
             |p| match &p.note {
@@ -115,10 +141,5 @@ pub async fn run(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
             last,
         ]);
     }
-    if table.is_empty() {
-        println!("{} defines no job", config.path.display());
-    } else {
-        print!("{}", table.render());
-    }
-    Ok(())
+    table
 }

@@ -11,7 +11,7 @@ use cronq_shared::config::{Config, Job, did_you_mean};
 use cronq_shared::endpoints::Endpoints;
 use cronq_shared::names::JobName;
 
-use super::UsageError;
+use super::settings::UsageError;
 use crate::cli::Cli;
 
 /// The job called `name` in `config`, or a usage error naming the file and suggesting a
@@ -41,7 +41,7 @@ pub fn job<'a>(config: &'a Config, name: &str) -> Result<&'a Job, UsageError> {
 /// A usage error for an unknown job or an invalid name; a config error.
 pub fn job_filter(cli: &Cli, name: &str) -> anyhow::Result<JobName> {
     if cli.config.is_some() {
-        let config = super::load_config(cli)?;
+        let config = super::settings::load_config(cli)?;
         return Ok(job(&config, name)?.name.clone());
     }
     JobName::new(name).context("--job")

@@ -10,24 +10,16 @@ mod next;
 mod pause;
 mod producer;
 mod runs;
+mod settings;
 mod signals;
 mod standalone;
 mod trigger;
 
-use std::path::Path;
-
-use anyhow::Context as _;
-use cronq_shared::config::{Config, ConfigError};
-use cronq_shared::endpoints::Endpoints;
-use cronq_shared::names::Namespace;
+use cronq_shared::config::ConfigError;
 use tokio_util::sync::CancellationToken;
 
+use self::settings::UsageError;
 use crate::cli::{Cli, Command, DlqCommand};
-
-/// A usage error found after clap (exit code 2).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
 
 /// Runs the chosen subcommand.
 pub async fn dispatch(cli: Cli, root: CancellationToken) -> anyhow::Result<()> {
@@ -55,22 +47,4 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
         e.is::<ConfigError>() || e.is::<UsageError>() || e.is::<cronq_shared::names::NameError>()
     });
     if usage { 2 } else { 1 }
-}
-
-/// Loads the config named by `--config` or `CRONQ_CONFIG`.
-pub fn load_config(cli: &Cli) -> anyhow::Result<Config> {
-    let path = cli.config.as_deref().ok_or_else(|| {
-        UsageError("no config file: pass --config FILE or set CRONQ_CONFIG".into())
-    })?;
-    Ok(Config::load(Path::new(path))?)
-}
-
-/// The service endpoints and namespace from flags and environment.
-pub fn endpoints(cli: &Cli) -> anyhow::Result<Endpoints> {
-    let namespace = Namespace::new(&cli.namespace).context("CRONQ_NAMESPACE")?;
-    Ok(Endpoints {
-        amqp_url: cli.amqp_url.clone(),
-        redis_url: cli.redis_url.clone(),
-        namespace,
-    })
 }

@@ -5,7 +5,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use cronq_shared::config::{Config, Job};
 use serde_json::json;
 
-use super::UsageError;
+use super::settings::UsageError;
 use crate::cli::{Cli, NextArgs};
 
 /// Prints the next `--count` fire times per job, as a table or one JSON document.
@@ -13,7 +13,7 @@ use crate::cli::{Cli, NextArgs};
 /// # Errors
 /// A config error, or a usage error for an unknown `--job`, a bad `--from` or `--count 0`.
 pub fn run(cli: &Cli, args: &NextArgs) -> anyhow::Result<()> {
-    let config = super::load_config(cli)?;
+    let config = super::settings::load_config(cli)?;
     let from = match args.from.as_deref() {
         None => Utc::now(),
         Some(text) => DateTime::parse_from_rfc3339(text)

@@ -12,9 +12,9 @@ use crate::output;
 /// # Errors
 /// A config or unknown-job usage error; Redis unreachable.
 pub async fn pause(cli: &Cli, args: &PauseArgs) -> anyhow::Result<()> {
-    let config = super::load_config(cli)?;
+    let config = super::settings::load_config(cli)?;
     let job = lookup::job(&config, &args.job)?;
-    let endpoints = super::endpoints(cli)?;
+    let endpoints = super::settings::endpoints(cli)?;
     let stores = lookup::stores(&endpoints, config.longest_retention()).await?;
     let control = &stores.control;
     let pause = control
@@ -40,9 +40,9 @@ pub async fn pause(cli: &Cli, args: &PauseArgs) -> anyhow::Result<()> {
 /// # Errors
 /// A config or unknown-job usage error; Redis unreachable.
 pub async fn resume(cli: &Cli, args: &JobArg) -> anyhow::Result<()> {
-    let config = super::load_config(cli)?;
+    let config = super::settings::load_config(cli)?;
     let job = lookup::job(&config, &args.job)?;
-    let endpoints = super::endpoints(cli)?;
+    let endpoints = super::settings::endpoints(cli)?;
     let stores = lookup::stores(&endpoints, config.longest_retention()).await?;
     let control = &stores.control;
     let was = control

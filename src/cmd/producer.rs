@@ -6,6 +6,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use cronq_producer::{Producer, Reloader, instance_id};
 use cronq_shared::lease::Lease;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -16,14 +17,17 @@ use crate::cli::{Cli, ServeArgs};
 /// Runs until the root token is cancelled (SIGTERM/SIGINT), then releases leadership at
 /// once and returns.
 pub async fn run(cli: &Cli, args: &ServeArgs, root: CancellationToken) -> anyhow::Result<()> {
-    let config = super::load_config(cli)?;
-    let endpoints = super::endpoints(cli)?;
+    let config = super::settings::load_config(cli)?;
+    let endpoints = super::settings::endpoints(cli)?;
     for warning in &config.warnings {
         warn!(warning = %warning, "config warning");
     }
     signals::cancel_on_signal(root.clone()).context("while installing signal handlers")?;
     let metrics = admin::install_metrics()?;
-    let hangups = signals::hangups().context("while installing the SIGHUP handler")?;
+    // Owns the SIGHUP forwarder; dropping it (on any return) aborts it.
+    let mut signal_tasks = JoinSet::new();
+    let hangups = signals::hangups(&mut signal_tasks, root.child_token())
+        .context("while installing the SIGHUP handler")?;
 
     let names = endpoints.names();
     let instance = instance_id();
@@ -54,6 +58,7 @@ pub async fn run(cli: &Cli, args: &ServeArgs, root: CancellationToken) -> anyhow
         admin::serve(args.admin_addr, metrics, ready, root.clone()),
         producer.run(root.child_token()),
     );
+    signal_tasks.shutdown().await;
     broker.close().await;
     ran.context("while running the producer")?;
     served

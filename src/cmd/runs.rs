@@ -5,7 +5,8 @@ use cronq_shared::config::DEFAULT_RETENTION;
 use cronq_shared::runlog::Run;
 use serde_json::json;
 
-use super::{UsageError, lookup};
+use super::lookup;
+use super::settings::UsageError;
 use crate::cli::{Cli, RunsArgs};
 use crate::output::{self, Table};
 
@@ -17,7 +18,7 @@ pub async fn run(cli: &Cli, args: &RunsArgs) -> anyhow::Result<()> {
     if args.limit == 0 {
         return Err(UsageError("--limit must be at least 1".into()).into());
     }
-    let endpoints = super::endpoints(cli)?;
+    let endpoints = super::settings::endpoints(cli)?;
     let job = match &args.job {
         Some(name) => Some(lookup::job_filter(cli, name)?),
         None => None,

@@ -3,11 +3,14 @@
 
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 /// Cancels `root` on the first SIGINT or SIGTERM; exits the process on the second.
 ///
-/// This is the one detached task in cronq: it must outlive every component it stops.
+/// This is the one detached task in cronq, on purpose: it must outlive every component it
+/// stops, down to the last step of a drain, to turn a second signal into an immediate exit;
+/// no owner lives that long but the process itself.
 pub fn cancel_on_signal(root: CancellationToken) -> std::io::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -22,16 +25,27 @@ pub fn cancel_on_signal(root: CancellationToken) -> std::io::Result<()> {
     Ok(())
 }
 
-/// A receiver that yields once per SIGHUP.
-pub fn hangups() -> std::io::Result<mpsc::Receiver<()>> {
+/// A receiver that yields once per SIGHUP. The forwarding task is spawned into `tasks`
+/// (its owner's) and ends when `token` is cancelled or the receiver is dropped.
+pub fn hangups(
+    tasks: &mut JoinSet<()>,
+    token: CancellationToken,
+) -> std::io::Result<mpsc::Receiver<()>> {
     let mut hup = signal(SignalKind::hangup())?;
     // Capacity 1: a reload request that is already pending covers any later ones.
     let (tx, rx) = mpsc::channel(1);
-    tokio::spawn(async move {
-        while hup.recv().await.is_some() {
-            let _ = tx.try_send(());
-            if tx.is_closed() {
-                break;
+    tasks.spawn(async move {
+        loop {
+            tokio::select! {
+                biased;
+                () = token.cancelled() => break,
+                () = tx.closed() => break,
+                hup = hup.recv() => match hup {
+                    Some(()) => {
+                        let _ = tx.try_send(());
+                    }
+                    None => break,
+                },
             }
         }
     });

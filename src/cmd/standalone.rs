@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use cronq_consumer::{Consumer, DEFAULT_LEASE, Options};
 use cronq_producer::{Producer, Reloader, instance_id};
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, ReadyProbe};
@@ -18,12 +19,15 @@ const MAX_RUNS: usize = 10_000;
 /// Runs until the root token is cancelled, then stops publishing and drains within
 /// `--grace`.
 pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> anyhow::Result<()> {
-    let config = super::load_config(cli)?;
+    let config = super::settings::load_config(cli)?;
     for warning in &config.warnings {
         tracing::warn!(warning = %warning, "config");
     }
     super::signals::cancel_on_signal(root.clone()).context("while installing signal handlers")?;
-    let hangups = super::signals::hangups().context("while installing the SIGHUP handler")?;
+    // Owns the SIGHUP forwarder; dropping it (on any return) aborts it.
+    let mut signal_tasks = JoinSet::new();
+    let hangups = super::signals::hangups(&mut signal_tasks, root.child_token())
+        .context("while installing the SIGHUP handler")?;
     let metrics = admin::install_metrics()?;
 
     let (broker, stores) = cronq_backends::memory(MAX_RUNS);
@@ -75,6 +79,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
             r
         },
     );
+    signal_tasks.shutdown().await;
     produced.context("while running the producer")?;
     consumed.context("while running the consumer")?;
     served

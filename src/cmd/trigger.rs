@@ -3,7 +3,8 @@
 
 use anyhow::Context as _;
 
-use super::{UsageError, lookup};
+use super::lookup;
+use super::settings::UsageError;
 use crate::cli::{Cli, TriggerArgs};
 
 /// Requests one manual occurrence and prints its key on stdout.
@@ -11,7 +12,7 @@ use crate::cli::{Cli, TriggerArgs};
 /// # Errors
 /// A config, unknown-job or bad `--payload` usage error; Redis unreachable.
 pub async fn run(cli: &Cli, args: &TriggerArgs) -> anyhow::Result<()> {
-    let config = super::load_config(cli)?;
+    let config = super::settings::load_config(cli)?;
     let job = lookup::job(&config, &args.job)?;
     let payload = match args.payload.as_deref() {
         None => None,
@@ -21,7 +22,7 @@ pub async fn run(cli: &Cli, args: &TriggerArgs) -> anyhow::Result<()> {
             ))
         })?),
     };
-    let endpoints = super::endpoints(cli)?;
+    let endpoints = super::settings::endpoints(cli)?;
     let stores = lookup::stores(&endpoints, config.longest_retention()).await?;
     let control = &stores.control;
     let key = control

@@ -2,7 +2,7 @@
 //! shows them.
 //!
 //! `cronq next` through the real binary: the human table, `--json`, `--from` across
-//! daylight-saving changes (SPEC section 3), fewer times when fewer exist, usage errors.
+//! daylight-saving changes (`docs/config.md`), fewer times when fewer exist, usage errors.
 
 use crate::support::config_dir::{ConfigDir, stderr, stdout};
 

@@ -2,9 +2,9 @@
 //!
 //! It owns everything a single process needs from RabbitMQ: one FIFO per logical queue,
 //! per-subscription prefetch, ack/requeue (a requeued message goes back to the head of its
-//! queue, marked redelivered, like a quorum queue's returns), delayed messages (tokio
-//! timers), and a dead-letter list. It leaves persistence and cross-process delivery to
-//! `cronq-rabbitmq`.
+//! queue, marked redelivered, like a quorum queue's returns), delayed messages (timer
+//! tasks the broker owns, stopped when it is dropped), and a dead-letter list. It leaves persistence and cross-process delivery to
+//! the RabbitMQ backend (`cronq-rabbitmq`).
 //!
 //! Invariant: a delivered message is either settled exactly once (ack or requeue) or,
 //! when its [`Acker`] is dropped unsettled, requeued as if its channel had closed; so no
@@ -13,12 +13,14 @@
 
 use std::any::Any;
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use cronq_shared::broker::{Acker, Broker, BrokerError, DeadLetter, Delivery, Outgoing};
 use cronq_shared::names::QueueName;
@@ -38,6 +40,16 @@ impl std::fmt::Debug for MemoryBroker {
 #[derive(Default)]
 struct Inner {
     state: Mutex<State>,
+    /// Every task the broker spawned (delay timers, subscription ends). They hold only a
+    /// weak reference to it, and stop when `token` is cancelled, on drop.
+    tasks: TaskTracker,
+    token: CancellationToken,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.token.cancel();
+    }
 }
 
 #[derive(Default)]
@@ -118,6 +130,14 @@ impl Inner {
         // A panic while holding the lock leaves the state consistent (every mutation is a
         // single push or pop), so a poisoned lock is still usable.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `task` as one of the broker's tasks, until it ends or the broker is dropped.
+    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        let token = self.token.clone();
+        self.tasks.spawn(async move {
+            token.run_until_cancelled(task).await;
+        });
     }
 
     /// Runs `f` on the state, dispatches what became deliverable, and drops what must not
@@ -318,7 +338,7 @@ impl Broker for MemoryBroker {
                         (out.queue.clone(), out.occurrence.encode(), out.delay);
                     // The timer holds only a weak reference: a dropped broker drops its
                     // delayed messages, as a stopped standalone process would.
-                    tokio::spawn(async move {
+                    self.inner.spawn(async move {
                         tokio::time::sleep(delay).await;
                         if let Some(inner) = inner.upgrade() {
                             inner.with_state(|state, _| state.enqueue(&queue, body));
@@ -357,7 +377,7 @@ impl Broker for MemoryBroker {
         let inner = Arc::downgrade(&self.inner);
         // Ends the subscription when the token is cancelled: dropping the sender closes
         // the receiver once it has drained what was already delivered.
-        tokio::spawn(async move {
+        self.inner.spawn(async move {
             token.cancelled().await;
             if let Some(inner) = inner.upgrade() {
                 inner.with_state(|state, garbage| {

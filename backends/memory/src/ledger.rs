@@ -1,7 +1,7 @@
 //! The ledger in process memory, for `cronq standalone` and fast tests. Same rules as the
-//! Lua scripts of `cronq-redis`, one mutex around the whole state (never held across an
-//! await), times from a monotonic clock. Runs of ended records go to a [`MemoryRunLog`],
-//! under the same lock.
+//! Lua scripts of the Redis backend (`backends/redis/src/ledger/*.lua`), one mutex around
+//! the whole state (never held across an await), times from a monotonic clock. Runs of
+//! ended records go to a [`MemoryRunLog`], under the same lock.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};

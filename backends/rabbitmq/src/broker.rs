@@ -2,7 +2,7 @@
 //!
 //! It owns one connection per [`AmqpBroker`] (a *link*), rebuilt on demand when it drops:
 //! lapin's own auto-recovery does not retry a failed publish and can give up, so it is not
-//! used (CRATES.md section 3). Every operation takes the current link, reconnecting with
+//! used. Every operation takes the current link, reconnecting with
 //! capped, jittered backoff when it is gone; `publish` retries the whole batch on the new
 //! link until [`PUBLISH_DEADLINE`] (consumers deduplicate by key); `consume` re-subscribes
 //! after a reconnect and keeps feeding the same receiver until its token is cancelled.
@@ -15,6 +15,9 @@
 
 mod consume;
 mod dead_letters;
+mod failure;
+mod link;
+mod tasks;
 
 use std::collections::{BTreeSet, HashSet};
 use std::future::Future;
@@ -23,15 +26,18 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
-use lapin::types::{LongString, ShortString};
+use lapin::options::BasicPublishOptions;
+use lapin::types::ShortString;
 use lapin::uri::AMQPUri;
-use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
+use lapin::{BasicProperties, Confirmation};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use self::consume::Feeder;
 use self::dead_letters::{Collect, Replay};
+use self::failure::{Failure, broker_failure, chain, lapin_failure};
+use self::link::{Link, backoff};
+use self::tasks::Tasks;
 use crate::headers::{dead_letter_properties, occurrence_properties};
 use crate::topology::{self, quantize_delay, short};
 use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing};
@@ -43,88 +49,9 @@ use cronq_shared::redacted::Redacted;
 /// they give up with the last error.
 pub const PUBLISH_DEADLINE: Duration = Duration::from_secs(30);
 
-/// Reconnect backoff: the first wait, doubled after each failure up to [`BACKOFF_MAX`],
-/// each with up to 50% random jitter so a fleet does not reconnect in lockstep.
-const BACKOFF_FIRST: Duration = Duration::from_millis(100);
-/// See [`BACKOFF_FIRST`].
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
-
 /// Heartbeat asked for when the URL sets none: a silently dead TCP connection is noticed
 /// within about twice this, instead of the server's default 60 s.
 const HEARTBEAT_SECS: u16 = 10;
-
-/// An error and its sources, `: `-separated, for log fields.
-fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        source = e.source();
-    }
-    text
-}
-
-fn backoff(attempt: u32) -> Duration {
-    let base = BACKOFF_FIRST
-        .saturating_mul(1u32.checked_shl(attempt.min(16)).unwrap_or(u32::MAX))
-        .min(BACKOFF_MAX);
-    let jitter = rand::random::<f64>() * 0.5;
-    base.mul_f64(1.0 + jitter).min(BACKOFF_MAX)
-}
-
-/// A failure of one attempt: transient ones (connection lost) are retried on a new link.
-struct Failure {
-    error: BrokerError,
-    transient: bool,
-}
-
-impl Failure {
-    fn fatal(error: BrokerError) -> Self {
-        Self {
-            error,
-            transient: false,
-        }
-    }
-}
-
-/// Whether a lapin error is the connection or channel going away (retry on a new link),
-/// rather than the broker refusing the operation (a soft, channel-level AMQP error).
-fn is_transient(e: &lapin::Error) -> bool {
-    !matches!(
-        e.kind(),
-        lapin::ErrorKind::ProtocolError(amqp)
-            if matches!(amqp.kind(), lapin::protocol::AMQPErrorKind::Soft(_))
-    )
-}
-
-fn lapin_failure(op: &'static str) -> impl Fn(lapin::Error) -> Failure {
-    move |e| Failure {
-        transient: is_transient(&e),
-        error: BrokerError::Protocol {
-            op,
-            source: Box::new(e),
-        },
-    }
-}
-
-/// Classifies an error from [`topology`] by its lapin source.
-fn broker_failure(error: BrokerError) -> Failure {
-    let transient = match &error {
-        BrokerError::Protocol { source, .. } => source
-            .downcast_ref::<lapin::Error>()
-            .is_some_and(is_transient),
-        BrokerError::Connect { .. } => true,
-        _ => false,
-    };
-    Failure { error, transient }
-}
-
-impl From<BrokerError> for Failure {
-    fn from(error: BrokerError) -> Self {
-        broker_failure(error)
-    }
-}
 
 /// A message ready to go on the wire.
 struct Prepared {
@@ -133,55 +60,6 @@ struct Prepared {
     routing_key: ShortString,
     body: Vec<u8>,
     properties: BasicProperties,
-}
-
-/// One live connection and its shared publish channel (in confirm mode).
-struct Link {
-    connection: Connection,
-    publisher: tokio::sync::Mutex<Option<Channel>>,
-}
-
-impl Link {
-    async fn open(uri: &AMQPUri, redacted: &str) -> Result<Self, BrokerError> {
-        let properties =
-            ConnectionProperties::default().with_connection_name(LongString::from("cronq"));
-        let connection = Connection::connect_uri(uri.clone(), properties)
-            .await
-            .map_err(|e| BrokerError::Connect {
-                url: redacted.to_owned(),
-                source: Box::new(e),
-            })?;
-        Ok(Self {
-            connection,
-            publisher: tokio::sync::Mutex::new(None),
-        })
-    }
-
-    fn is_open(&self) -> bool {
-        self.connection.status().connected()
-    }
-
-    async fn channel(&self) -> Result<Channel, Failure> {
-        self.connection
-            .create_channel()
-            .await
-            .map_err(lapin_failure("open channel"))
-    }
-
-    /// The shared publish channel, reopened if a channel error closed it.
-    async fn publisher(&self) -> Result<Channel, Failure> {
-        let mut slot = self.publisher.lock().await;
-        if let Some(ch) = slot.as_ref().filter(|ch| ch.status().connected()) {
-            return Ok(ch.clone());
-        }
-        let ch = self.channel().await?;
-        // Without confirm mode every publish "succeeds" unconfirmed.
-        ch.confirm_select(ConfirmSelectOptions::default())
-            .await
-            .map_err(lapin_failure("enable publisher confirms"))?;
-        *slot = Some(ch.clone());
-        Ok(ch)
-    }
 }
 
 /// A RabbitMQ broker for one namespace. Cheap to clone: clones share the connection.
@@ -215,6 +93,8 @@ struct Inner {
     delays: Mutex<HashSet<Duration>>,
     /// Logical queues known to exist (declared or checked).
     known: Mutex<HashSet<QueueName>>,
+    /// Every task this broker spawned; [`AmqpBroker::close`] stops them.
+    tasks: Tasks,
 }
 
 impl AmqpBroker {
@@ -263,6 +143,7 @@ impl AmqpBroker {
                 link: tokio::sync::Mutex::new(Some(Arc::new(link))),
                 delays: Mutex::default(),
                 known: Mutex::default(),
+                tasks: Tasks::default(),
             }),
         })
     }
@@ -276,6 +157,7 @@ impl AmqpBroker {
     /// end, and later calls fail with [`BrokerError::Closed`].
     pub async fn close(&self) {
         self.inner.closed.store(true, Ordering::Release);
+        self.inner.tasks.close().await;
         let link = self.inner.link.lock().await.take();
         if let Some(link) = link {
             let _ = link
@@ -532,18 +414,6 @@ struct GaveUp {
     last: BrokerError,
 }
 
-/// The channel of a delivery is gone.
-#[derive(Debug, thiserror::Error)]
-#[error("the channel this delivery came on is closed; the broker will redeliver it")]
-struct ChannelGone;
-
-fn channel_gone(op: &'static str) -> BrokerError {
-    BrokerError::Protocol {
-        op,
-        source: Box::new(ChannelGone),
-    }
-}
-
 #[async_trait]
 impl Broker for AmqpBroker {
     async fn declare(&self, queues: &BTreeSet<QueueName>) -> Result<(), BrokerError> {
@@ -611,9 +481,9 @@ impl Broker for AmqpBroker {
             tx,
             token,
         };
-        // The feeder ends when the token is cancelled or the receiver is dropped; it owns
-        // nothing that outlives that.
-        tokio::spawn(feeder.run(sub));
+        // The feeder ends when the token is cancelled, the receiver is dropped or the
+        // broker closes; it owns nothing that outlives that.
+        self.inner.tasks.spawn(feeder.run(sub));
         Ok(rx)
     }
 

@@ -15,7 +15,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 /// [`StoreError::Unreachable`] when Redis does not answer within [`CONNECT_TIMEOUT`].
 pub async fn connect(url: &str) -> Result<ConnectionManager, StoreError> {
     let unreachable = |source: Option<redis::RedisError>| StoreError::Unreachable {
-        store: crate::STORE,
+        store: crate::error::STORE,
         url: Redacted(url).to_string(),
         hint: "start it with `redis-server`, or set CRONQ_REDIS_URL",
         source: source.map(|e| Box::new(e) as _),

@@ -84,7 +84,7 @@ impl RedisControl {
 
 fn redis_err(op: &'static str) -> impl FnOnce(redis::RedisError) -> ControlError {
     move |source| ControlError::Store {
-        store: crate::STORE,
+        store: crate::error::STORE,
         op,
         source: Box::new(source),
     }

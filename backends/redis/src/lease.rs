@@ -3,7 +3,7 @@
 //!
 //! Use it over [`crate::connect()`] (a `ConnectionManager`): it fails fast while Redis
 //! is down and never runs a command its caller gave up on after reconnecting, which the
-//! renewal deadline logic relies on (CRATES.md section 4).
+//! leader's renewal deadline (`producer/src/leader.rs`) relies on.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -83,7 +83,7 @@ impl RedisLease {
             // The manager reconnects with a fresh, unnamed connection: name it next time.
             self.named.store(false, Ordering::Relaxed);
             LeaseError::Store {
-                store: crate::STORE,
+                store: crate::error::STORE,
                 op,
                 source: Box::new(source),
             }

@@ -26,8 +26,8 @@ use cronq_shared::names::{JobName, Names};
 use cronq_shared::runlog::Run;
 use cronq_shared::store::StoreError;
 
+use crate::error::command;
 use crate::runlog::{self, RedisRunLog};
-use crate::{command, millis};
 
 /// The Redis ledger. Cheap to clone.
 #[derive(Clone)]
@@ -180,6 +180,11 @@ fn history_args(
             invocation.arg(name).arg(value);
         }
     }
+}
+
+/// Milliseconds of a duration, at least 1, for Redis `PX`-style arguments.
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 fn new_token() -> String {

@@ -1,7 +1,7 @@
 //! cronq's store ports on Redis: every operation that the guarantees rest on is one atomic
 //! Lua script (loaded with `include_str!`), timed by the Redis server's clock.
 //!
-//! - [`mod@connect`]: the connection (fails fast while Redis is down, reconnects by itself).
+//! - [`connect`](mod@connect): the connection (fails fast while Redis is down, reconnects by itself).
 //! - [`ledger`]: [`RedisLedger`], idempotency records, execution leases, overlap locks and
 //!   wait lists (`ledger/*.lua`).
 //! - [`runlog`]: [`RedisRunLog`], the run history as a capped stream.
@@ -12,6 +12,7 @@
 
 pub mod connect;
 pub mod control;
+mod error;
 pub mod lease;
 pub mod ledger;
 pub mod runlog;
@@ -21,21 +22,3 @@ pub use control::RedisControl;
 pub use lease::RedisLease;
 pub use ledger::RedisLedger;
 pub use runlog::RedisRunLog;
-
-use cronq_shared::store::StoreError;
-
-/// The name errors give this store.
-const STORE: &str = "Redis";
-
-/// A failed Redis command as a [`StoreError`].
-pub(crate) fn command(source: redis::RedisError) -> StoreError {
-    StoreError::Command {
-        store: STORE,
-        source: Box::new(source),
-    }
-}
-
-/// Milliseconds of a duration, at least 1, for Redis `PX`-style arguments.
-pub(crate) fn millis(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
-}

@@ -12,7 +12,7 @@ use cronq_shared::runlog::{DEFAULT_MAX_RUNS, Outcome, Run, RunLog};
 use cronq_shared::store::StoreError;
 use redis::aio::ConnectionManager;
 
-use crate::command;
+use crate::error::command;
 
 /// The history as a Redis stream `ns:runs`.
 #[derive(Clone)]

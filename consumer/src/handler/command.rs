@@ -2,26 +2,26 @@
 //!
 //! Environment: `CRONQ_JOB`, `CRONQ_KEY`, `CRONQ_SCHEDULED_AT` (RFC 3339 in the job's zone),
 //! `CRONQ_ATTEMPT`; the payload JSON on stdin; exit 0 is success. On cancellation the whole
-//! process group gets SIGTERM, then SIGKILL after [`super::KILL_GRACE`], so grandchildren
+//! process group gets SIGTERM, then SIGKILL after the caller's grace, so grandchildren
 //! (`sh -c 'sleep 100'`) die too. The last [`TAIL_BYTES`] of stdout and stderr are kept;
 //! the stderr tail (or the stdout tail when stderr is empty) is the attempt's error.
 
-use std::process::Stdio;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
 
 use cronq_shared::message::Occurrence;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::Child;
 use tokio_util::sync::CancellationToken;
-
-use super::KILL_GRACE;
 
 /// How much of stdout and stderr is kept.
 pub(crate) const TAIL_BYTES: usize = 4096;
 
 /// How long to wait for the pipes to close after SIGKILL (a grandchild that left the group
 /// could hold them open forever).
-const AFTER_KILL: std::time::Duration = std::time::Duration::from_secs(5);
+const AFTER_KILL: Duration = Duration::from_secs(5);
 
 /// Kills the process group on drop unless disarmed: an attempt aborted mid-run leaves no
 /// processes behind.
@@ -66,36 +66,18 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).trim().to_owned()
 }
 
-/// Runs `argv` for `occ` until it exits or `token` is cancelled.
+/// Runs `argv` for `occ` until it exits or `token` is cancelled; once cancelled, the
+/// process group gets SIGTERM, then SIGKILL after `grace`.
 pub(crate) async fn run(
     argv: &[String],
     occ: &Occurrence,
+    grace: Duration,
     token: CancellationToken,
 ) -> Result<(), String> {
     let (program, args) = argv
         .split_first()
         .ok_or_else(|| "the command is empty".to_owned())?;
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(args)
-        .env("CRONQ_JOB", occ.job.as_str())
-        .env("CRONQ_KEY", occ.key.to_string())
-        .env("CRONQ_SCHEDULED_AT", occ.scheduled_local.to_rfc3339())
-        .env("CRONQ_ATTEMPT", occ.attempt.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Its own process group, so a timeout can signal every process it started.
-        .process_group(0)
-        .kill_on_drop(true);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {program:?}: {e}: check the job's command"))?;
-    let guard = GroupGuard(
-        child
-            .id()
-            .and_then(|id| i32::try_from(id).ok())
-            .map(Pid::from_raw),
-    );
+    let (mut child, guard) = spawn(program, args, occ)?;
     let payload = serde_json::to_vec(&occ.payload).unwrap_or_default();
     let stdin = child.stdin.take();
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
@@ -118,7 +100,7 @@ pub(crate) async fn run(
         Some(r) => r,
         None => {
             guard.signal(Signal::SIGTERM);
-            match tokio::time::timeout(KILL_GRACE, &mut io).await {
+            match tokio::time::timeout(grace, &mut io).await {
                 Ok(r) => r,
                 Err(_) => {
                     guard.signal(Signal::SIGKILL);
@@ -134,13 +116,45 @@ pub(crate) async fn run(
     }
     let status = status.map_err(|e| format!("cannot wait for {program:?}: {e}"))?;
     drop(guard); // also reaps any process the command left behind in its group
+    outcome(program, status, &out, &err)
+}
+
+/// Starts `program` for `occ` in its own process group, with the occurrence in its
+/// environment and piped stdio.
+fn spawn(program: &str, args: &[String], occ: &Occurrence) -> Result<(Child, GroupGuard), String> {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .env("CRONQ_JOB", occ.job.as_str())
+        .env("CRONQ_KEY", occ.key.to_string())
+        .env("CRONQ_SCHEDULED_AT", occ.scheduled_local.to_rfc3339())
+        .env("CRONQ_ATTEMPT", occ.attempt.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, so a timeout can signal every process it started.
+        .process_group(0)
+        .kill_on_drop(true);
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {program:?}: {e}: check the job's command"))?;
+    let guard = GroupGuard(
+        child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .map(Pid::from_raw),
+    );
+    Ok((child, guard))
+}
+
+/// The attempt's result from the command's exit status and output tails.
+fn outcome(program: &str, status: ExitStatus, out: &[u8], err: &[u8]) -> Result<(), String> {
     if status.success() {
         return Ok(());
     }
     // The stderr tail is the error; a command that reports on stdout only gets that tail.
-    let tail = Some(text(&err))
+    let tail = Some(text(err))
         .filter(|t| !t.is_empty())
-        .unwrap_or_else(|| text(&out));
+        .unwrap_or_else(|| text(out));
     Err(if tail.is_empty() {
         format!("{program:?} {status}")
     } else {

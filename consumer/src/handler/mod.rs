@@ -50,7 +50,7 @@ impl Runner {
         // future kilobytes large, copied on every spawn (half the consumer's own CPU per
         // message for a no-op handler, docs/benchmarks.md).
         match self {
-            Self::Command(argv) => Box::pin(command::run(&argv, &occ, token)).await,
+            Self::Command(argv) => Box::pin(command::run(&argv, &occ, KILL_GRACE, token)).await,
             Self::Http(h, client) => Box::pin(http::run(&h, &client, &occ, timeout, token)).await,
             Self::Rust(h) => h.call(occ, token).await,
         }

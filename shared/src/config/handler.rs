@@ -1,11 +1,11 @@
-//! A job's handler (`command` or `http`, or none for an embedded one) and its payload,
-//! checked and resolved.
+//! A job's handler (`command` or `http`, or none for an embedded one), checked and
+//! resolved.
 //!
 //! Invariant: a resolved [`Handler`] is runnable as is: argv non-empty, URL http(s) with a
 //! host, method known, header names and values legal. URLs in messages are redacted.
 
 use super::raw::{RawHttp, RawJob, describe};
-use super::validate::Report;
+use super::report::Report;
 use super::{Handler, HttpHandler};
 use crate::redacted::Redacted;
 
@@ -129,47 +129,5 @@ fn is_http_url(url: &str) -> bool {
             !host.is_empty() && !url.chars().any(|c| c.is_whitespace() || c.is_control())
         }
         None => false,
-    }
-}
-
-/// Converts a TOML value to JSON; date-times become RFC 3339 strings.
-pub(super) fn toml_to_json(
-    value: &toml::Value,
-    scope: &str,
-    field: &str,
-    out: &mut Report,
-) -> serde_json::Value {
-    use serde_json::Value as J;
-    match value {
-        toml::Value::String(s) => J::String(s.clone()),
-        toml::Value::Integer(i) => J::from(*i),
-        toml::Value::Float(f) => match serde_json::Number::from_f64(*f) {
-            Some(n) => J::Number(n),
-            None => {
-                out.problem(
-                    scope,
-                    field,
-                    format!("{f} cannot be represented in JSON: use a finite number or a string"),
-                );
-                J::Null
-            }
-        },
-        toml::Value::Boolean(b) => J::Bool(*b),
-        toml::Value::Datetime(d) => J::String(d.to_string()),
-        toml::Value::Array(items) => J::Array(
-            items
-                .iter()
-                .enumerate()
-                .map(|(i, v)| toml_to_json(v, scope, &format!("{field}[{i}]"), out))
-                .collect(),
-        ),
-        toml::Value::Table(t) => J::Object(
-            t.iter()
-                .map(|(k, v)| {
-                    let path = format!("{field}.{}", super::raw::key_text(k));
-                    (k.clone(), toml_to_json(v, scope, &path, out))
-                })
-                .collect(),
-        ),
     }
 }

@@ -1,4 +1,5 @@
-//! Configuration: the TOML file of SPEC section 2, resolved into one validated job table.
+//! Configuration: the TOML file described in `docs/config.md`, resolved into one validated
+//! job table.
 //!
 //! Loading has two stages. `raw` parses the text into a TOML table and deserializes each
 //! section and each job on its own, field by field, so one wrong type or unknown field
@@ -12,8 +13,11 @@
 
 mod error;
 mod handler;
+mod load;
+mod payload;
 mod pieces;
 mod raw;
+mod report;
 mod suggest;
 mod validate;
 mod warnings;
@@ -24,10 +28,9 @@ mod proptests;
 mod tests;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
 pub use error::{ConfigError, Problem};
@@ -97,7 +100,8 @@ pub struct Job {
     pub handler: Option<Handler>,
 }
 
-/// SPEC section 4 overlap policies.
+/// What an occurrence does while an earlier one of the same job still runs (the rules in
+/// full: the "Overlap" section of `docs/consumer.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Overlap {
@@ -111,7 +115,8 @@ pub enum Overlap {
     Replace,
 }
 
-/// SPEC section 3 catch-up policies.
+/// What a new leader publishes of the occurrences missed since the last published one
+/// (within `catchup_window`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Catchup {
@@ -144,44 +149,6 @@ pub struct HttpHandler {
 }
 
 impl Config {
-    /// Reads, parses and validates the file at `path`.
-    ///
-    /// # Errors
-    /// [`ConfigError`] lists every problem, each naming the file, the job or section, and
-    /// the field.
-    pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-        Self::from_toml(&text, path)
-    }
-
-    /// Parses and validates config text; `path` is used in messages.
-    ///
-    /// # Errors
-    /// As [`Config::load`].
-    pub fn from_toml(text: &str, path: &Path) -> Result<Self, ConfigError> {
-        Self::from_toml_at(text, path, Utc::now())
-    }
-
-    /// As [`Config::from_toml`], with "now" given: a schedule must fire at least once after
-    /// `now`, and the look-ahead warnings (daylight-saving transitions in the next year)
-    /// start from it.
-    ///
-    /// # Errors
-    /// As [`Config::load`].
-    pub fn from_toml_at(text: &str, path: &Path, now: DateTime<Utc>) -> Result<Self, ConfigError> {
-        let raw = raw::RawConfig::parse(text);
-        let broken = raw.broken();
-        let resolved = validate::resolve(raw, path, now);
-        if broken.get() {
-            // A job's piece did not parse alone: the whole text says why, and where.
-            return validate::resolve(raw::RawConfig::parse_whole(text), path, now);
-        }
-        resolved
-    }
-
     /// The job called `name`.
     pub fn job(&self, name: &str) -> Option<&Job> {
         self.jobs.iter().find(|j| j.name.as_str() == name)

@@ -11,10 +11,13 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
-use super::error::{ConfigError, Problem};
+use super::error::ConfigError;
 use super::raw::{RawConfig, RawDefaults, RawJob, RawLeader};
+use super::report::Report;
 use super::suggest::{did_you_mean, suggest_zone};
+use super::warnings::{Memo, warn_risky};
 use super::{Catchup, Config, Job, LeaderConfig, Overlap};
+use super::{handler, payload};
 use crate::names::{JobName, QueueName};
 use crate::schedule::{Interner, ScheduleError};
 
@@ -51,6 +54,8 @@ pub(crate) fn resolve(
     // One parsed schedule per distinct (text, zone): jobs share it (memory), and the parse
     // and never-fires check run once per distinct schedule (load time).
     let mut schedules = Interner::new(now);
+    // Look-ahead results for the warnings, shared the same way.
+    let mut memo = Memo::default();
     for section in raw.jobs.into_sections() {
         let job = &section.value;
         if let Some(name) = job.own.name.as_deref() {
@@ -67,8 +72,9 @@ pub(crate) fn resolve(
             }
         }
         out.problems.extend(section.problems.iter().cloned());
-        if let Some(job) = resolve_job(job, &defaults, now, &mut schedules, &mut out) {
-            jobs.push(job);
+        if let Some(resolved) = resolve_job(job, &defaults, &mut schedules, &mut out) {
+            warn_risky(&resolved, &job.scope, now, &mut memo, &mut out);
+            jobs.push(resolved);
         }
     }
     if out.problems.is_empty() && jobs.is_empty() {
@@ -89,25 +95,6 @@ pub(crate) fn resolve(
     })
 }
 
-/// Problems and warnings, in the order found.
-#[derive(Default)]
-pub(super) struct Report {
-    pub(super) problems: Vec<Problem>,
-    pub(super) warnings: Vec<Problem>,
-    /// Look-ahead results shared by every job with the same schedule and zone.
-    pub(super) memo: super::warnings::Memo,
-}
-
-impl Report {
-    pub(super) fn problem(&mut self, scope: &str, field: &str, message: impl Into<String>) {
-        self.problems.push(Problem::new(scope, field, message));
-    }
-
-    pub(super) fn warn(&mut self, scope: &str, field: &str, message: impl Into<String>) {
-        self.warnings.push(Problem::new(scope, field, message));
-    }
-}
-
 /// The fields `[defaults]` sets and a job may override, resolved.
 #[derive(Debug, Clone)]
 struct Common {
@@ -126,7 +113,7 @@ struct Common {
 }
 
 impl Common {
-    /// SPEC section 2's defaults.
+    /// The built-in defaults, as listed in the `[defaults]` table of `docs/config.md`.
     fn builtin() -> Self {
         Self {
             timezone: Tz::UTC,
@@ -156,12 +143,62 @@ fn resolve_common(
     out: &mut Report,
 ) -> Common {
     let mut c = base.clone();
-    if let Some(text) = raw.timezone.as_deref() {
-        match parse_zone(text) {
-            Ok(tz) => c.timezone = tz,
-            Err(message) => out.problem(scope, "timezone", message),
-        }
+    out.set(
+        scope,
+        "timezone",
+        raw.timezone.as_deref(),
+        parse_zone,
+        &mut c.timezone,
+    );
+    resolve_durations(raw, scope, &mut c, out);
+    out.set(
+        scope,
+        "overlap",
+        raw.overlap.as_deref(),
+        parse_overlap,
+        &mut c.overlap,
+    );
+    out.set(
+        scope,
+        "catchup",
+        raw.catchup.as_deref(),
+        parse_catchup,
+        &mut c.catchup,
+    );
+    out.set(
+        scope,
+        "deadline",
+        raw.deadline.as_deref(),
+        parse_deadline,
+        &mut c.deadline,
+    );
+    out.set(
+        scope,
+        "max_attempts",
+        raw.max_attempts,
+        parse_max_attempts,
+        &mut c.max_attempts,
+    );
+    let queue = |text: &str| QueueName::new(text).map_err(|e| e.to_string());
+    out.set(scope, "queue", raw.queue.as_deref(), queue, &mut c.queue);
+    let touches_backoff = raw.backoff.is_some() || raw.backoff_max.is_some();
+    if (own_section || touches_backoff) && c.backoff > c.backoff_max {
+        out.problem(
+            scope,
+            "backoff",
+            format!(
+                "must not be longer than backoff_max ({}), got {:?}",
+                humantime::format_duration(c.backoff_max),
+                humantime::format_duration(c.backoff).to_string()
+            ),
+        );
     }
+    c
+}
+
+/// The duration fields of `raw` into `c`, in field order; `timeout` and `retention` must
+/// be longer than zero.
+fn resolve_durations(raw: &RawDefaults, scope: &str, c: &mut Common, out: &mut Report) {
     let mut positive = |field: &str, value: &Option<String>, slot: &mut Duration| {
         if let Some(text) = value.as_deref() {
             match parse_duration(text) {
@@ -190,94 +227,60 @@ fn resolve_common(
             }
         }
     }
-    if let Some(text) = raw.overlap.as_deref() {
-        match text {
-            "allow" => c.overlap = Overlap::Allow,
-            "skip" => c.overlap = Overlap::Skip,
-            "queue" => c.overlap = Overlap::Queue,
-            "replace" => c.overlap = Overlap::Replace,
-            other => out.problem(
-                scope,
-                "overlap",
-                enum_message(
-                    other,
-                    "an overlap policy",
-                    &["allow", "skip", "queue", "replace"],
-                ),
-            ),
-        }
+}
+
+fn parse_overlap(text: &str) -> Result<Overlap, String> {
+    match text {
+        "allow" => Ok(Overlap::Allow),
+        "skip" => Ok(Overlap::Skip),
+        "queue" => Ok(Overlap::Queue),
+        "replace" => Ok(Overlap::Replace),
+        other => Err(enum_message(
+            other,
+            "an overlap policy",
+            &["allow", "skip", "queue", "replace"],
+        )),
     }
-    if let Some(text) = raw.catchup.as_deref() {
-        match text {
-            "none" => c.catchup = Catchup::None,
-            "latest" => c.catchup = Catchup::Latest,
-            "all" => c.catchup = Catchup::All,
-            other => out.problem(
-                scope,
-                "catchup",
-                enum_message(other, "a catch-up policy", &["none", "latest", "all"]),
-            ),
-        }
+}
+
+fn parse_catchup(text: &str) -> Result<Catchup, String> {
+    match text {
+        "none" => Ok(Catchup::None),
+        "latest" => Ok(Catchup::Latest),
+        "all" => Ok(Catchup::All),
+        other => Err(enum_message(
+            other,
+            "a catch-up policy",
+            &["none", "latest", "all"],
+        )),
     }
-    if let Some(text) = raw.deadline.as_deref() {
-        match text {
-            "none" => c.deadline = None,
-            text => match humantime::parse_duration(text) {
-                Ok(d) if d > MAX_DURATION => out.problem(
-                    scope,
-                    "deadline",
-                    format!("{text:?} is too long: at most 100 years"),
-                ),
-                Ok(d) if !d.is_zero() => c.deadline = Some(d),
-                Ok(_) => out.problem(
-                    scope,
-                    "deadline",
-                    format!("must be longer than 0s, got {text:?}; use \"none\" for no deadline"),
-                ),
-                Err(_) => out.problem(
-                    scope,
-                    "deadline",
-                    format!(
-                        "{text:?} is neither a duration nor \"none\": use humantime syntax such as \"90s\", \"5m\" or \"1h 30m\", or \"none\""
-                    ),
-                ),
-            },
-        }
+}
+
+/// `"none"` or a duration longer than zero.
+fn parse_deadline(text: &str) -> Result<Option<Duration>, String> {
+    if text == "none" {
+        return Ok(None);
     }
-    if let Some(n) = raw.max_attempts {
-        match u32::try_from(n) {
-            Ok(n) if n >= 1 => c.max_attempts = n,
-            _ if n < 1 => out.problem(
-                scope,
-                "max_attempts",
-                format!("must be at least 1 (the first try counts), got {n}"),
-            ),
-            _ => out.problem(
-                scope,
-                "max_attempts",
-                format!("must be at most {}, got {n}", u32::MAX),
-            ),
-        }
+    match humantime::parse_duration(text) {
+        Ok(d) if d > MAX_DURATION => Err(format!("{text:?} is too long: at most 100 years")),
+        Ok(d) if !d.is_zero() => Ok(Some(d)),
+        Ok(_) => Err(format!(
+            "must be longer than 0s, got {text:?}; use \"none\" for no deadline"
+        )),
+        Err(_) => Err(format!(
+            "{text:?} is neither a duration nor \"none\": use humantime syntax such as \"90s\", \"5m\" or \"1h 30m\", or \"none\""
+        )),
     }
-    if let Some(text) = raw.queue.as_deref() {
-        match QueueName::new(text) {
-            Ok(q) => c.queue = q,
-            Err(e) => out.problem(scope, "queue", e.to_string()),
-        }
+}
+
+fn parse_max_attempts(n: i64) -> Result<u32, String> {
+    match u32::try_from(n) {
+        Ok(n) if n >= 1 => Ok(n),
+        _ if n < 1 => Err(format!(
+            "must be at least 1 (the first try counts), got {n}"
+        )),
+        _ => Err(format!("must be at most {}, got {n}", u32::MAX)),
     }
-    let touches_backoff = raw.backoff.is_some() || raw.backoff_max.is_some();
-    if (own_section || touches_backoff) && c.backoff > c.backoff_max {
-        out.problem(
-            scope,
-            "backoff",
-            format!(
-                "must not be longer than backoff_max ({}), got {:?}",
-                humantime::format_duration(c.backoff_max),
-                humantime::format_duration(c.backoff).to_string()
-            ),
-        );
-    }
-    c
 }
 
 fn resolve_leader(raw: &RawLeader, out: &mut Report) -> LeaderConfig {
@@ -351,7 +354,6 @@ fn resolve_leader(raw: &RawLeader, out: &mut Report) -> LeaderConfig {
 fn resolve_job(
     raw: &RawJob,
     defaults: &Common,
-    now: DateTime<Utc>,
     schedules: &mut Interner,
     out: &mut Report,
 ) -> Option<Job> {
@@ -394,13 +396,8 @@ fn resolve_job(
             }
         },
     };
-    let handler = super::handler::resolve_handler(raw, scope, out);
-    let payload = match &raw.own.payload {
-        Some(table) => {
-            super::handler::toml_to_json(&toml::Value::Table(table.clone()), scope, "payload", out)
-        }
-        None => serde_json::Value::Object(serde_json::Map::new()),
-    };
+    let handler = handler::resolve_handler(raw, scope, out);
+    let payload = payload::resolve_payload(raw.own.payload.as_ref(), scope, out);
     if out.problems.len() > before {
         return None;
     }
@@ -422,7 +419,6 @@ fn resolve_job(
         payload,
         handler,
     };
-    super::warnings::warn_risky(&job, scope, now, out);
     Some(job)
 }
 

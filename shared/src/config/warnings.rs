@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
 use super::error::Problem;
-use super::validate::Report;
+use super::report::Report;
 use super::{Catchup, Job};
 use crate::schedule::{Schedule, TransitionCache};
 
@@ -50,12 +50,18 @@ fn memoised<'m, T>(
 }
 
 /// Legal but risky combinations of one job.
-pub(super) fn warn_risky(job: &Job, scope: &str, now: DateTime<Utc>, out: &mut Report) {
+pub(super) fn warn_risky(
+    job: &Job,
+    scope: &str,
+    now: DateTime<Utc>,
+    memo: &mut Memo,
+    out: &mut Report,
+) {
     let fmt = |d: Duration| humantime::format_duration(d).to_string();
     // Only these two warnings need the interval: skip the sampling for everyone else.
     let needs_interval = !job.jitter.is_zero() || job.catchup == Catchup::All;
     let interval = if needs_interval {
-        *memoised(&mut out.memo.intervals, &job.schedule, || {
+        *memoised(&mut memo.intervals, &job.schedule, || {
             shortest_interval(&job.schedule, now)
         })
     } else {
@@ -110,7 +116,7 @@ pub(super) fn warn_risky(job: &Job, scope: &str, now: DateTime<Utc>, out: &mut R
             ),
         );
     }
-    let Memo { dst, zones, .. } = &mut out.memo;
+    let Memo { dst, zones, .. } = memo;
     let texts = memoised(dst, &job.schedule, || {
         dst_warnings(&job.schedule, now, DST_HORIZON, zones)
     });
@@ -122,8 +128,8 @@ pub(super) fn warn_risky(job: &Job, scope: &str, now: DateTime<Utc>, out: &mut R
 }
 
 /// Warnings for a pinned schedule whose wall-clock time falls into a daylight-saving
-/// transition within `horizon` after `from` (SPEC section 3: `cronq check` warns about
-/// them), each as `"30 2 * * *" fires at 02:30 which …` (the caller adds the scope).
+/// transition within `horizon` after `from` (`cronq check` prints them; see the
+/// "Daylight-saving time" section of `docs/config.md`), each as `"30 2 * * *" fires at 02:30 which …` (the caller adds the scope).
 fn dst_warnings(
     schedule: &Schedule,
     from: DateTime<Utc>,

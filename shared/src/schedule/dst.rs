@@ -1,5 +1,6 @@
 //! Warnings for pinned schedules whose wall-clock times a daylight-saving change skips or
-//! repeats (`cronq check`, SPEC section 3).
+//! repeats (`cronq check`; the rules are in the "Daylight-saving time" section of
+//! `docs/config.md`).
 
 use std::collections::HashMap;
 use std::fmt;

@@ -168,10 +168,27 @@ pub(crate) fn parse_field(kind: FieldKind, text: &str) -> Result<Field, String> 
 
 /// Parses one list item into `out`; returns the largest value it can match.
 fn parse_item(kind: FieldKind, item: &str, out: &mut String) -> Result<u32, String> {
-    let (min, max) = kind.bounds();
-    let name = kind.name();
     let upper = item.to_ascii_uppercase();
+    check_specials(kind, item, &upper)?;
+    let special = match kind {
+        FieldKind::DayOfMonth => day_of_month_special(item, &upper, out)?,
+        FieldKind::DayOfWeek => day_of_week_special(item, &upper, out)?,
+        _ => None,
+    };
+    if let Some(largest) = special {
+        return Ok(largest);
+    }
+    if item == "?" {
+        // Inside a list: the same as *.
+        return parse_item(kind, "*", out);
+    }
+    parse_range(kind, item, out)
+}
 
+/// Refuses L, W, # and ? where the field does not allow them. `upper` is the item in
+/// upper case.
+fn check_specials(kind: FieldKind, item: &str, upper: &str) -> Result<(), String> {
+    let name = kind.name();
     // L, W and # belong to the day fields only. Names are removed first: JUL has an L,
     // WED a W.
     let names: &[&str] = match kind {
@@ -181,75 +198,82 @@ fn parse_item(kind: FieldKind, item: &str, out: &mut String) -> Result<u32, Stri
     };
     let bare = names
         .iter()
-        .fold(upper.clone(), |acc, name| acc.replace(name, ""));
+        .fold(upper.to_owned(), |acc, name| acc.replace(name, ""));
     let special = |c: char| bare.contains(c);
     match kind {
         FieldKind::DayOfMonth if special('#') => {
-            return Err(format!("{name} {item:?}: # is only allowed in day-of-week"));
+            Err(format!("{name} {item:?}: # is only allowed in day-of-week"))
         }
-        FieldKind::DayOfWeek if special('W') => {
-            return Err(format!(
-                "{name} {item:?}: W is only allowed in day-of-month"
-            ));
-        }
-        FieldKind::DayOfMonth | FieldKind::DayOfWeek => {}
-        _ if special('L') || special('W') || special('#') || special('?') => {
-            return Err(format!(
-                "{name} {item:?}: L, W, # and ? are only allowed in day-of-month and day-of-week"
-            ));
-        }
-        _ => {}
+        FieldKind::DayOfWeek if special('W') => Err(format!(
+            "{name} {item:?}: W is only allowed in day-of-month"
+        )),
+        FieldKind::DayOfMonth | FieldKind::DayOfWeek => Ok(()),
+        _ if special('L') || special('W') || special('#') || special('?') => Err(format!(
+            "{name} {item:?}: L, W, # and ? are only allowed in day-of-month and day-of-week"
+        )),
+        _ => Ok(()),
     }
+}
 
-    if kind == FieldKind::DayOfMonth {
-        if upper == "L" {
-            out.push('L');
-            return Ok(max);
-        }
-        if upper == "LW" {
-            out.push_str("LW");
-            return Ok(max);
-        }
-        if let Some(day) = upper.strip_suffix('W') {
-            let value = kind.value(day, item, false)?;
-            let _ = write!(out, "{value}W");
-            return Ok(max.min(value + 2));
-        }
-        if upper.contains('L') || upper.contains('W') {
-            return Err(format!(
-                "{name} {item:?} is not valid: use L (last day), LW (last weekday) or a day with W, such as 15W"
-            ));
-        }
+/// Day-of-month `L`, `LW` and `15W` into `out`, with the largest day they can match;
+/// `None` for any other item.
+fn day_of_month_special(item: &str, upper: &str, out: &mut String) -> Result<Option<u32>, String> {
+    let kind = FieldKind::DayOfMonth;
+    let (name, max) = (kind.name(), kind.bounds().1);
+    if upper == "L" {
+        out.push('L');
+        return Ok(Some(max));
     }
-    if kind == FieldKind::DayOfWeek {
-        if upper == "L" {
-            return Err(format!(
-                "{name} \"L\" needs a weekday before L, such as 5L for the last Friday of the month"
-            ));
-        }
-        if let Some((day, nth)) = item.split_once('#') {
-            let value = kind.value(day, item, false)?;
-            match nth {
-                "1" | "2" | "3" | "4" | "5" => {
-                    let _ = write!(out, "{value}#{nth}");
-                    return Ok(value);
-                }
-                _ => {
-                    return Err(format!("{name} {item:?}: the number after # must be 1-5"));
-                }
+    if upper == "LW" {
+        out.push_str("LW");
+        return Ok(Some(max));
+    }
+    if let Some(day) = upper.strip_suffix('W') {
+        let value = kind.value(day, item, false)?;
+        let _ = write!(out, "{value}W");
+        return Ok(Some(max.min(value + 2)));
+    }
+    if upper.contains('L') || upper.contains('W') {
+        return Err(format!(
+            "{name} {item:?} is not valid: use L (last day), LW (last weekday) or a day with W, such as 15W"
+        ));
+    }
+    Ok(None)
+}
+
+/// Day-of-week `5#3` and `5L` into `out`, with the weekday they match; `None` for any
+/// other item.
+fn day_of_week_special(item: &str, upper: &str, out: &mut String) -> Result<Option<u32>, String> {
+    let kind = FieldKind::DayOfWeek;
+    let name = kind.name();
+    if upper == "L" {
+        return Err(format!(
+            "{name} \"L\" needs a weekday before L, such as 5L for the last Friday of the month"
+        ));
+    }
+    if let Some((day, nth)) = item.split_once('#') {
+        let value = kind.value(day, item, false)?;
+        return match nth {
+            "1" | "2" | "3" | "4" | "5" => {
+                let _ = write!(out, "{value}#{nth}");
+                Ok(Some(value))
             }
-        }
-        if let Some(day) = upper.strip_suffix('L') {
-            let value = kind.value(day, item, false)?;
-            let _ = write!(out, "{value}L");
-            return Ok(value);
-        }
+            _ => Err(format!("{name} {item:?}: the number after # must be 1-5")),
+        };
     }
-    if item == "?" {
-        // Inside a list: the same as *.
-        return parse_item(kind, "*", out);
+    if let Some(day) = upper.strip_suffix('L') {
+        let value = kind.value(day, item, false)?;
+        let _ = write!(out, "{value}L");
+        return Ok(Some(value));
     }
+    Ok(None)
+}
 
+/// A value, a range or `*`, each with an optional `/step`, into `out`; returns the
+/// largest value it can match.
+fn parse_range(kind: FieldKind, item: &str, out: &mut String) -> Result<u32, String> {
+    let (min, max) = kind.bounds();
+    let name = kind.name();
     let (range, step) = match item.split_once('/') {
         Some((range, step)) => (range, Some(kind.step(step, item)?)),
         None => (item, None),

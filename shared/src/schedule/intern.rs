@@ -8,7 +8,8 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
-use super::{Schedule, ScheduleError};
+use super::Schedule;
+use super::error::ScheduleError;
 
 /// Parses schedules as of one `now`, reusing the result for a (text, zone) it has seen:
 /// the jobs that share a schedule share its parsed state, and pay for the parse and the

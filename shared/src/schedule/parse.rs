@@ -6,8 +6,9 @@ use std::time::Duration;
 use chrono_tz::Tz;
 use croner::parser::{CronParser, Seconds, Year};
 
+use super::error::ScheduleError;
 use super::fields::{Field, FieldKind, parse_field};
-use super::{CronSchedule, Kind, ScheduleError};
+use super::kind::{CronSchedule, Kind};
 
 /// Parses an `@` form: a descriptor or `@every`.
 pub(super) fn descriptor(text: &str, tz: Tz) -> Result<Kind, ScheduleError> {
@@ -59,8 +60,9 @@ fn every(text: &str) -> Result<Kind, ScheduleError> {
     Ok(Kind::Every { every, secs })
 }
 
-/// Parses a 5, 6 or 7-field cron expression.
-pub(super) fn cron(text: &str, tz: Tz) -> Result<CronSchedule, ScheduleError> {
+/// The seven fields of a 5, 6 or 7-field cron expression, in croner's order; the seconds
+/// default to `0` and the year to `*`.
+fn fields(text: &str) -> Result<[Field; 7], ScheduleError> {
     use FieldKind::{DayOfMonth, DayOfWeek, Hour, Minute, Month, Second, Year as YearField};
 
     let parts: Vec<&str> = text.split_whitespace().collect();
@@ -96,13 +98,20 @@ pub(super) fn cron(text: &str, tz: Tz) -> Result<CronSchedule, ScheduleError> {
         None => default(YearField, "*")?,
     };
     let missing = || ScheduleError::FieldCount { got: parts.len() };
-    let (min, hour, dom, month, dow) = (
+    Ok([
+        sec,
         min.ok_or_else(missing)?,
         hour.ok_or_else(missing)?,
         dom.ok_or_else(missing)?,
         month.ok_or_else(missing)?,
         dow.ok_or_else(missing)?,
-    );
+        year,
+    ])
+}
+
+/// Parses a 5, 6 or 7-field cron expression.
+pub(super) fn cron(text: &str, tz: Tz) -> Result<CronSchedule, ScheduleError> {
+    let [sec, min, hour, dom, month, dow, year] = fields(text)?;
 
     // crontab(5): when either day field starts with `*`, a day must match both; croner
     // only knows a bare `*` as unrestricted, so `+` (croner's AND) makes it agree.

@@ -1,7 +1,8 @@
 //! A bad config is rejected whole, each problem named by file, job and field.
 //!
 //! `cronq check` through the real binary: exit codes and the exact text of every kind of
-//! config problem (STYLE section 5), and the summary of a good config.
+//! config problem (the formats of `docs/config.md`, "Checking a config"), and the summary of a
+//! good config.
 //!
 //! These tests need no RabbitMQ or Redis: loading a config never connects.
 

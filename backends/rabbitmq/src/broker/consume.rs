@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
-use futures_util::stream::{self, BoxStream};
+use futures_util::stream::{self, BoxStream, SelectAll};
 use lapin::Channel;
 use lapin::options::{
     BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
@@ -22,9 +22,10 @@ use lapin::types::{FieldTable, ShortString};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use super::{
-    AmqpBroker, Failure, Link, backoff, broker_failure, chain, channel_gone, lapin_failure,
-};
+use super::AmqpBroker;
+use super::failure::{Failure, broker_failure, chain, channel_gone, lapin_failure};
+use super::link::{Link, backoff};
+use super::tasks::Tasks;
 use crate::topology::{self, short};
 use cronq_shared::broker::{Acker, BrokerError, Delivery};
 use cronq_shared::names::QueueName;
@@ -44,7 +45,10 @@ impl AmqpBroker {
         let ch = link.channel().await?;
         match self.start_consumers(&ch, queues, prefetch).await {
             Ok(consumers) => Ok(Subscription {
-                guard: Arc::new(ChannelGuard(ch)),
+                guard: Arc::new(ChannelGuard {
+                    channel: ch,
+                    tasks: self.inner.tasks.clone(),
+                }),
                 consumers,
             }),
             Err(failure) => {
@@ -61,7 +65,7 @@ impl AmqpBroker {
         queues: &[QueueName],
         prefetch: u16,
     ) -> Result<Vec<(QueueName, ShortString, lapin::Consumer)>, Failure> {
-        let names = &self.inner.names;
+        let names = self.names();
         topology::declare_base(ch, names)
             .await
             .map_err(broker_failure)?;
@@ -97,15 +101,17 @@ impl AmqpBroker {
 
 /// Closes a consuming channel once the subscription and every delivery from it are done,
 /// so anything still unacked returns to its queue.
-struct ChannelGuard(Channel);
+struct ChannelGuard {
+    channel: Channel,
+    /// The broker's tasks: the close runs as one of them (a `Drop` cannot wait).
+    tasks: Tasks,
+}
 
 impl Drop for ChannelGuard {
     fn drop(&mut self) {
-        let ch = self.0.clone();
-        if ch.status().connected()
-            && let Ok(rt) = tokio::runtime::Handle::try_current()
-        {
-            rt.spawn(async move {
+        let ch = self.channel.clone();
+        if ch.status().connected() {
+            self.tasks.spawn(async move {
                 let _ = ch.close(200, ShortString::from("subscription done")).await;
             });
         }
@@ -177,16 +183,15 @@ impl Drop for AmqpAcker {
             return;
         }
         let (acker, guard) = (self.acker.clone(), self.guard.clone());
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let requeue = BasicNackOptions {
-                    requeue: true,
-                    ..BasicNackOptions::default()
-                };
-                let _ = acker.nack(requeue).await;
-                drop(guard);
-            });
-        }
+        // A `Drop` cannot wait: the requeue runs as one of the broker's tasks.
+        self.guard.tasks.spawn(async move {
+            let requeue = BasicNackOptions {
+                requeue: true,
+                ..BasicNackOptions::default()
+            };
+            let _ = acker.nack(requeue).await;
+            drop(guard);
+        });
     }
 }
 
@@ -253,68 +258,18 @@ impl Feeder {
         }
     }
 
+    /// Feeds `sub` until it breaks or the feeder must stop, then cancels its consumers and
+    /// hands back what was still on its way.
     async fn feed(&self, sub: Subscription) -> End {
         let Subscription { guard, consumers } = sub;
         let tags: Vec<ShortString> = consumers.iter().map(|(_, t, _)| t.clone()).collect();
-        // Each stream ends with one `None` item, so the end of any one consumer (a
-        // broker-side cancel) is seen, not silently dropped from the merge.
-        let streams: Vec<BoxStream<'static, Item>> = consumers
-            .into_iter()
-            .map(|(q, _, c)| {
-                let q2 = q.clone();
-                c.map(move |d| (q.clone(), Some(d)))
-                    .chain(stream::once(async move { (q2, None) }))
-                    .boxed()
-            })
-            .collect();
-        let mut merged = stream::select_all(streams);
-        let end = loop {
-            let permit = tokio::select! {
-                biased;
-                () = self.token.cancelled() => break End::Stop,
-                permit = self.permits.clone().acquire_owned() => match permit {
-                    Ok(p) => p,
-                    Err(_) => break End::Stop,
-                },
-            };
-            let item = tokio::select! {
-                biased;
-                () = self.token.cancelled() => break End::Stop,
-                item = merged.next() => item,
-            };
-            match item {
-                Some((queue, Some(Ok(d)))) => {
-                    let delivery = Delivery {
-                        queue,
-                        body: d.data,
-                        redelivered: d.redelivered,
-                        acker: Box::new(AmqpAcker {
-                            acker: d.acker,
-                            settled: AtomicBool::new(false),
-                            permit: Mutex::new(Some(permit)),
-                            guard: guard.clone(),
-                        }),
-                    };
-                    if self.tx.send(delivery).await.is_err() {
-                        break End::Stop;
-                    }
-                }
-                Some((queue, Some(Err(e)))) => {
-                    tracing::warn!(queue = %queue, error = %chain(&e), "consumer failed, re-subscribing");
-                    break End::Lost;
-                }
-                Some((queue, None)) => {
-                    tracing::warn!(queue = %queue, "consumer ended by the broker, re-subscribing");
-                    break End::Lost;
-                }
-                None => break End::Lost,
-            }
-        };
+        let mut merged = merge(consumers);
+        let end = self.forward(&mut merged, &guard).await;
         // Stop intake on this channel; deliveries already handed out stay unacked until
         // settled (the guard keeps the channel open for them).
         for tag in tags {
             let _ = guard
-                .0
+                .channel
                 .basic_cancel(tag, BasicCancelOptions::default())
                 .await;
         }
@@ -333,4 +288,73 @@ impl Feeder {
         let _ = tokio::time::timeout(CANCEL_DRAIN, drain).await;
         end
     }
+
+    /// Sends each delivery of `merged` to the receiver, one permit each, until the token is
+    /// cancelled, the receiver is dropped or a consumer ends.
+    async fn forward(
+        &self,
+        merged: &mut SelectAll<BoxStream<'static, Item>>,
+        guard: &Arc<ChannelGuard>,
+    ) -> End {
+        loop {
+            let permit = tokio::select! {
+                biased;
+                () = self.token.cancelled() => return End::Stop,
+                permit = self.permits.clone().acquire_owned() => match permit {
+                    Ok(p) => p,
+                    Err(_) => return End::Stop,
+                },
+            };
+            let item = tokio::select! {
+                biased;
+                () = self.token.cancelled() => return End::Stop,
+                item = merged.next() => item,
+            };
+            match item {
+                Some((queue, Some(Ok(d)))) => {
+                    let delivery = Delivery {
+                        queue,
+                        body: d.data,
+                        redelivered: d.redelivered,
+                        acker: Box::new(AmqpAcker {
+                            acker: d.acker,
+                            settled: AtomicBool::new(false),
+                            permit: Mutex::new(Some(permit)),
+                            guard: guard.clone(),
+                        }),
+                    };
+                    if self.tx.send(delivery).await.is_err() {
+                        return End::Stop;
+                    }
+                }
+                Some((queue, Some(Err(e)))) => {
+                    tracing::warn!(queue = %queue, error = %chain(&e), "consumer failed, re-subscribing");
+                    return End::Lost;
+                }
+                Some((queue, None)) => {
+                    tracing::warn!(queue = %queue, "consumer ended by the broker, re-subscribing");
+                    return End::Lost;
+                }
+                None => return End::Lost,
+            }
+        }
+    }
+}
+
+/// One stream of every consumer's deliveries, each tagged with its queue. Each consumer's
+/// stream ends with one `None` item, so the end of any one consumer (a broker-side cancel)
+/// is seen, not silently dropped from the merge.
+fn merge(
+    consumers: Vec<(QueueName, ShortString, lapin::Consumer)>,
+) -> SelectAll<BoxStream<'static, Item>> {
+    let streams: Vec<BoxStream<'static, Item>> = consumers
+        .into_iter()
+        .map(|(q, _, c)| {
+            let q2 = q.clone();
+            c.map(move |d| (q.clone(), Some(d)))
+                .chain(stream::once(async move { (q2, None) }))
+                .boxed()
+        })
+        .collect();
+    stream::select_all(streams)
 }

@@ -10,7 +10,9 @@ use std::future::Future;
 use lapin::options::{BasicAckOptions, BasicGetOptions, QueueDeclareOptions};
 use lapin::types::{FieldTable, ShortString};
 
-use super::{AmqpBroker, Failure, Link, broker_failure, channel_gone, lapin_failure};
+use super::AmqpBroker;
+use super::failure::{Failure, broker_failure, channel_gone, lapin_failure};
+use super::link::Link;
 use crate::headers::read_dead_letter;
 use crate::topology::{self, short};
 use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Outgoing};
@@ -25,7 +27,7 @@ impl AmqpBroker {
         link: &Link,
         mut visit: impl AsyncVisit,
     ) -> Result<(), Failure> {
-        let names = &self.inner.names;
+        let names = self.names();
         let declare = link.channel().await?;
         topology::declare_base(&declare, names)
             .await

@@ -1,0 +1,14 @@
+//! Redis failures as the ports' [`StoreError`], named after this store.
+
+use cronq_shared::store::StoreError;
+
+/// The name errors give this store.
+pub(crate) const STORE: &str = "Redis";
+
+/// A failed Redis command as a [`StoreError`].
+pub(crate) fn command(source: redis::RedisError) -> StoreError {
+    StoreError::Command {
+        store: STORE,
+        source: Box::new(source),
+    }
+}
