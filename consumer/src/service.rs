@@ -12,7 +12,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cronq_shared::broker::Broker;
+use cronq_shared::broker::{Broker, bounded};
 use cronq_shared::config::Config;
 use cronq_shared::ledger::Ledger;
 use cronq_shared::message::Occurrence;
@@ -191,15 +191,14 @@ impl Consumer {
                 tracing::warn!(job = %job.name, "job has no handler in the config and none is registered: its occurrences will be dead-lettered");
             }
         }
-        self.broker
-            .declare(&self.config.queues())
+        // A consumer starting during a broker outage exits instead of waiting for ever.
+        bounded("declare", self.broker.declare(&self.config.queues()))
             .await
             .map_err(Error::Broker)?;
         let concurrency = self.options.concurrency.max(1);
         let intake = shutdown.child_token();
-        let mut rx = self
-            .broker
-            .consume(&queues, concurrency, intake.clone())
+        let subscribed = self.broker.consume(&queues, concurrency, intake.clone());
+        let mut rx = bounded("consume", subscribed)
             .await
             .map_err(Error::Broker)?;
         let lease = self.options.lease.max(Duration::from_millis(300));

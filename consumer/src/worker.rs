@@ -26,6 +26,7 @@ use cronq_shared::ledger::{
     Claim, ClaimOutcome, End, Ended, FollowUp, Lease, Ledger, Settle, State,
 };
 use cronq_shared::message::Occurrence;
+use cronq_shared::retry::{Backoff, retry};
 use cronq_shared::runlog::{Outcome, Run, RunLog};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
@@ -42,18 +43,20 @@ use crate::telemetry;
 /// a newer occurrence asked it to stop: a replace takes effect within about this long.
 const REPLACE_BEAT: Duration = Duration::from_millis(250);
 
-/// First wait after the idempotency store failed; doubled up to [`STORE_BACKOFF_MAX`].
-const STORE_BACKOFF: Duration = Duration::from_millis(500);
-/// See [`STORE_BACKOFF`].
-const STORE_BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// Claiming while the idempotency store is unreachable, until it is back or shutdown (the
+/// delivery stays unacked meanwhile): a Redis failover takes seconds, and the cap bounds
+/// how late a consumer notices the store is back.
+const CLAIM_RETRY: Backoff =
+    Backoff::exponential(Duration::from_millis(500), Duration::from_secs(5));
 
-/// Delays between tries to record an attempt's end.
-const COMPLETE_BACKOFF: &[Duration] = &[
-    Duration::from_millis(200),
-    Duration::from_millis(500),
-    Duration::from_secs(1),
-    Duration::from_secs(2),
-];
+/// Recording an attempt's end while the store is unreachable: a few seconds of tries, well
+/// inside the lease; after that the lease lapses and the reaper hands the occurrence out.
+const COMPLETE_RETRY: Backoff =
+    Backoff::exponential(Duration::from_millis(200), Duration::from_secs(2)).tries(5);
+
+/// How long a delivery whose settlement failed (the store unreachable) is held back after
+/// its requeue before this task ends, so a redelivery does not spin on a dead store.
+const SETTLE_PAUSE: Duration = Duration::from_millis(500);
 
 /// Everything a delivery's processing needs; shared by all tasks of a consumer.
 pub(crate) struct Worker {
@@ -184,19 +187,18 @@ impl Worker {
         d: &Delivery,
         shutdown: &CancellationToken,
     ) -> Option<ClaimOutcome> {
-        let mut wait = STORE_BACKOFF;
-        loop {
-            match self.ledger.claim(claim).await {
-                Ok(outcome) => return Some(outcome),
-                Err(err) => {
-                    tracing::warn!(job = %claim.job, key = %claim.key, error = %err, "cannot reach the idempotency store: holding the delivery unacked, nothing runs until it is back");
-                    let slept = shutdown.run_until_cancelled(tokio::time::sleep(wait)).await;
-                    if slept.is_none() {
-                        requeue(d).await;
-                        return None;
-                    }
-                    wait = (wait * 2).min(STORE_BACKOFF_MAX);
-                }
+        let claimed = retry(
+            CLAIM_RETRY,
+            shutdown,
+            || self.ledger.claim(claim),
+            |r| tracing::warn!(job = %claim.job, key = %claim.key, error = %r.error, "cannot reach the idempotency store: holding the delivery unacked, nothing runs until it is back"),
+        )
+        .await;
+        match claimed {
+            Ok(outcome) => Some(outcome),
+            Err(_) => {
+                requeue(d).await;
+                None
             }
         }
     }
@@ -276,7 +278,7 @@ impl Worker {
                 tracing::warn!(job = %occ.job, key = %occ.key, error = %err, "cannot reach the idempotency store: requeueing");
                 requeue(d).await;
                 shutdown
-                    .run_until_cancelled(tokio::time::sleep(STORE_BACKOFF))
+                    .run_until_cancelled(tokio::time::sleep(SETTLE_PAUSE))
                     .await;
             }
         }
@@ -493,25 +495,23 @@ impl Worker {
     /// unreachable (the lease then lapses and the reaper hands the occurrence to another
     /// consumer).
     async fn complete(&self, lease: &Lease, end: &End) -> Option<bool> {
-        let mut delays = COMPLETE_BACKOFF.iter();
-        loop {
-            match self.ledger.complete(lease, end).await {
-                Ok(Ended { recorded, woken }) => {
-                    if let Some(woken) = woken {
-                        republish(&*self.broker, &self.config, woken).await;
-                    }
-                    return Some(recorded);
+        let ended = retry(
+            COMPLETE_RETRY,
+            &CancellationToken::new(),
+            || self.ledger.complete(lease, end),
+            |r| tracing::warn!(job = %lease.job, key = %lease.key, error = %r.error, "cannot record the attempt's end, retrying"),
+        )
+        .await;
+        match ended {
+            Ok(Ended { recorded, woken }) => {
+                if let Some(woken) = woken {
+                    republish(&*self.broker, &self.config, woken).await;
                 }
-                Err(err) => match delays.next() {
-                    Some(d) => {
-                        tracing::warn!(job = %lease.job, key = %lease.key, error = %err, "cannot record the attempt's end, retrying");
-                        tokio::time::sleep(*d).await;
-                    }
-                    None => {
-                        tracing::error!(job = %lease.job, key = %lease.key, error = %err, "cannot record the attempt's end: the occurrence runs again after its lease lapses");
-                        return None;
-                    }
-                },
+                Some(recorded)
+            }
+            Err(gave_up) => {
+                tracing::error!(job = %lease.job, key = %lease.key, error = %gave_up.into_last(), "cannot record the attempt's end: the occurrence runs again after its lease lapses");
+                None
             }
         }
     }
