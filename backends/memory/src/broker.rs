@@ -4,7 +4,7 @@
 //! per-subscription prefetch, ack/requeue (a requeued message goes back to the head of its
 //! queue, marked redelivered, like a quorum queue's returns), delayed messages (tokio
 //! timers), and a dead-letter list. It leaves persistence and cross-process delivery to
-//! [`super::amqp`].
+//! `cronq-rabbitmq`.
 //!
 //! Invariant: a delivered message is either settled exactly once (ack or requeue) or,
 //! when its [`Acker`] is dropped unsettled, requeued as if its channel had closed; so no

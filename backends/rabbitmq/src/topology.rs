@@ -50,7 +50,7 @@ pub const HEADER_JOB: &str = "x-cronq-job";
 pub const HEADER_SCHEDULED_AT: &str = "x-cronq-scheduled-at";
 /// See [`HEADER_JOB`].
 pub const HEADER_ATTEMPT: &str = "x-cronq-attempt";
-/// Dead-letter headers set by [`super::Broker::dead_letter`].
+/// Dead-letter headers set by [`cronq_shared::broker::Broker::dead_letter`].
 pub const HEADER_REASON: &str = "x-cronq-reason";
 /// See [`HEADER_REASON`].
 pub const HEADER_ERROR: &str = "x-cronq-error";

@@ -1,7 +1,7 @@
 //! cronq's store ports on Redis: every operation that the guarantees rest on is one atomic
 //! Lua script (loaded with `include_str!`), timed by the Redis server's clock.
 //!
-//! - [`connect`]: the connection (fails fast while Redis is down, reconnects by itself).
+//! - [`connect()`]: the connection (fails fast while Redis is down, reconnects by itself).
 //! - [`ledger`]: [`RedisLedger`], idempotency records, execution leases, overlap locks and
 //!   wait lists (`ledger/*.lua`).
 //! - [`runlog`]: [`RedisRunLog`], the run history as a capped stream.
