@@ -17,7 +17,6 @@ use cronq_shared::config::Config;
 use cronq_shared::ledger::Ledger;
 use cronq_shared::message::Occurrence;
 use cronq_shared::names::{JobName, QueueName};
-use cronq_shared::runlog::RunLog;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -109,7 +108,6 @@ pub struct Consumer {
     config: Arc<Config>,
     broker: Arc<dyn Broker>,
     ledger: Arc<dyn Ledger>,
-    runlog: Arc<dyn RunLog>,
     handlers: Handlers,
     options: Options,
 }
@@ -126,19 +124,18 @@ impl std::fmt::Debug for Consumer {
 
 impl Consumer {
     /// A consumer over the given ports (RabbitMQ + Redis, or in-memory for `standalone`).
-    /// `ledger` must append runs to the same history that `runlog` lists and records into.
+    /// `ledger` also writes the run history: the consumer never does (see
+    /// [`cronq_shared::ledger`]).
     pub fn new(
         config: Config,
         broker: Arc<dyn Broker>,
         ledger: Arc<dyn Ledger>,
-        runlog: Arc<dyn RunLog>,
         options: Options,
     ) -> Self {
         Self {
             config: Arc::new(config),
             broker,
             ledger,
-            runlog,
             handlers: Handlers::new(),
             options,
         }
@@ -225,7 +222,6 @@ impl Consumer {
             config: Arc::clone(&self.config),
             broker: Arc::clone(&self.broker),
             ledger: Arc::clone(&self.ledger),
-            runlog: Arc::clone(&self.runlog),
             handlers: self.handlers.clone(),
             http: reqwest::Client::new(),
             lease,
