@@ -15,14 +15,17 @@
 //! | --- | --- | --- |
 //! | a broker call (publish, dead letter, declare, subscribe, list) | the broker backend, for what may pass (a lost connection: reconnect, redo), until the call succeeds, is refused, or is dropped | `cronq-rabbitmq`'s `RECONNECT` |
 //! | connecting to RabbitMQ, re-subscribing | the broker backend | `RECONNECT`, within the connect timeout / until its token |
-//! | the leader's publishes and take-over reads | the leader, for what the broker refuses and for store errors, while it leads | `cronq-producer`'s `LEADER_RETRY` |
+//! | the leader's publishes, queue declarations and cursor and pause reads | the leader, for what the broker refuses and for store errors, while it leads | `cronq-producer`'s `LEADER_RETRY` |
 //! | a consumer's claim | the consumer, until shutdown (the delivery stays unacked) | `cronq-consumer`'s `CLAIM_RETRY` |
 //! | recording an attempt's end | the consumer, a few tries, then the lease lapses | `cronq-consumer`'s `COMPLETE_RETRY` |
 //!
 //! Callers of a broker call that cannot wait for ever (a consumer's dead letter or retry
 //! message, a consumer starting, a command) bound it with [`crate::broker::bounded`]: a
 //! deadline, not a second retry loop. The stores (Redis ledger, control, run log) never
-//! retry: their callers above do.
+//! retry a command: their callers above do (the Redis client only re-establishes its
+//! connection by itself, `cronq-redis`'s `connect`). The other periodic loops (lease
+//! renewal, the reaper's sweeps, control polls) are not retries: they run on their own
+//! period whether the last round failed or not.
 
 use std::future::Future;
 use std::time::Duration;
