@@ -64,7 +64,6 @@ async fn main() -> anyhow::Result<()> {
         config,
         std::sync::Arc::new(broker),
         stores.ledger,
-        stores.runlog,
         Options::default(),
     );
     consumer.register(JobName::new("greet")?, greet);

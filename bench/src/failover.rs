@@ -283,7 +283,7 @@ async fn run_through_ledger(
         if let ClaimOutcome::Claimed { lease, .. } = ledger.claim(&claim).await? {
             *runs.entry(occ.key.to_string()).or_default() += 1;
             let end = End {
-                state: State::Succeeded,
+                state: Some(State::Succeeded),
                 error: None,
                 retention: Duration::from_secs(3600),
                 next: None,

@@ -306,13 +306,7 @@ async fn measure(env: &BenchEnv, args: &ThroughputArgs) -> anyhow::Result<Measur
         let broker = cronq_backends::broker(&env.endpoints)
             .await
             .context("while starting a consumer")?;
-        let mut consumer = Consumer::new(
-            config.clone(),
-            Arc::new(broker),
-            stores.ledger,
-            stores.runlog,
-            options,
-        );
+        let mut consumer = Consumer::new(config.clone(), Arc::new(broker), stores.ledger, options);
         for job in &config.jobs {
             let executed = Arc::clone(&executed);
             consumer.register(job.name.clone(), move |_occ, _token| {

@@ -1,20 +1,15 @@
-//! Building dead-letter records and putting them on the dead-letter queue, confirmed, with
-//! a short explicit retry schedule.
-
-use std::time::Duration;
+//! Building dead-letter records and sending the consumer's own messages (dead letters,
+//! retries, republished stored messages), confirmed.
+//!
+//! No retry loop here: the broker retries what may pass by itself (the table in
+//! `cronq_shared::retry`); each send is only bounded ([`bounded`]), since the consumer has
+//! a fallback for one that does not get through (requeue, the claim's lease lapsing, the
+//! reaper).
 
 use chrono::Utc;
-use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Outgoing};
+use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Outgoing, bounded};
 use cronq_shared::message::Occurrence;
 use cronq_shared::names::QueueName;
-
-/// Delays between publish attempts (dead letters, retries, republished orphans).
-pub(crate) const PUBLISH_BACKOFF: &[Duration] = &[
-    Duration::from_millis(100),
-    Duration::from_millis(500),
-    Duration::from_secs(1),
-    Duration::from_secs(2),
-];
 
 /// A letter for `body`; `occ` when the body decoded.
 pub(crate) fn letter(
@@ -37,43 +32,18 @@ pub(crate) fn letter(
     }
 }
 
-/// Dead-letters `letter`, retrying along [`PUBLISH_BACKOFF`].
+/// Dead-letters `letter`, confirmed, within the broker call deadline.
 ///
 /// # Errors
-/// The last [`BrokerError`] when every try failed.
+/// The broker's [`BrokerError`], or [`BrokerError::GaveUp`] at the deadline.
 pub(crate) async fn send(broker: &dyn Broker, letter: &DeadLetter) -> Result<(), BrokerError> {
-    let mut delays = PUBLISH_BACKOFF.iter();
-    loop {
-        match broker.dead_letter(letter).await {
-            Ok(()) => return Ok(()),
-            Err(err) => match delays.next() {
-                Some(d) => {
-                    tracing::warn!(key = letter.key.as_deref().unwrap_or(""), error = %err, "dead-lettering failed, retrying");
-                    tokio::time::sleep(*d).await;
-                }
-                None => return Err(err),
-            },
-        }
-    }
+    bounded("dead-letter", broker.dead_letter(letter)).await
 }
 
-/// Publishes `out`, retrying along [`PUBLISH_BACKOFF`].
+/// Publishes `out`, confirmed, within the broker call deadline.
 ///
 /// # Errors
-/// The last [`BrokerError`] when every try failed.
+/// As [`send`].
 pub(crate) async fn publish(broker: &dyn Broker, out: Outgoing) -> Result<(), BrokerError> {
-    let batch = [out];
-    let mut delays = PUBLISH_BACKOFF.iter();
-    loop {
-        match broker.publish(&batch).await {
-            Ok(()) => return Ok(()),
-            Err(err) => match delays.next() {
-                Some(d) => {
-                    tracing::warn!(job = %batch[0].occurrence.job, key = %batch[0].occurrence.key, error = %err, "publish failed, retrying");
-                    tokio::time::sleep(*d).await;
-                }
-                None => return Err(err),
-            },
-        }
-    }
+    bounded("publish", broker.publish(&[out])).await
 }

@@ -2,17 +2,26 @@
 //!
 //! - Before running: [`admit`] turns a delivery into a runnable occurrence, or a
 //!   [`Reject`] (malformed, unknown job, no handler): dead-lettered at once, never requeued.
-//! - After running: [`classify`] turns how an attempt ended into a [`Verdict`]: success,
-//!   `Retry { after }` with exponential capped backoff, `Fail` (dead-letter) once
-//!   `max_attempts` is reached, or a stop (cancelled, interrupted, lost).
+//! - After running: [`classify`] turns how the handler ended ([`Ending`]) into an
+//!   [`AttemptEnd`]: success, `Retry { after }` with exponential capped backoff, `Failed`
+//!   (dead-letter) once `max_attempts` is reached, or a stop (cancelled, interrupted,
+//!   lost). That one type then carries the attempt's end to the ledger's record state, the
+//!   run history's outcome and error, and the message that follows ([`AttemptEnd::state`],
+//!   [`AttemptEnd::outcome`], [`AttemptEnd::error`], [`AttemptEnd::follow_up`]); the
+//!   occurrences settled without running (`Skipped`, `Missed`, a superseded `Cancelled`)
+//!   are ends of the same type.
 //!
 //! Everything here is pure, so it is unit-tested without I/O.
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+use cronq_shared::broker::Outgoing;
 use cronq_shared::config::{Config, Job, Overlap};
+use cronq_shared::ledger::State;
 use cronq_shared::message::{DecodeError, Occurrence, Trigger};
 use cronq_shared::names::JobName;
+use cronq_shared::runlog::{Outcome, lost_error};
 
 /// Why a message is dead-lettered without running.
 #[derive(Debug, thiserror::Error)]
@@ -84,32 +93,127 @@ pub enum Ending {
     Stopped(Stop, Option<String>),
 }
 
-/// What to do after an attempt.
+/// How an attempt ended, or why an occurrence was not run: what is recorded and what
+/// follows.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// Record `succeeded`.
+pub enum AttemptEnd {
+    /// The handler succeeded.
     Succeeded,
-    /// Record `retrying` and publish the next attempt after `after`.
+    /// The attempt failed with attempts left: the next one follows after `after`.
     Retry {
         /// Broker-side delay of the retry.
         after: Duration,
         /// This attempt's error.
         error: String,
     },
-    /// Dead-letter, then record `failed`.
-    Fail {
+    /// The last attempt failed: dead-lettered, then recorded `failed`.
+    Failed {
         /// The last error.
         error: String,
     },
-    /// Record `cancelled` (replaced by a newer occurrence).
+    /// Replaced by a newer occurrence (overlap `replace`), running or not.
     Cancelled {
-        /// Why, for the record: `replaced by KEY`.
-        error: String,
+        /// `replaced by KEY`.
+        why: String,
     },
-    /// Release the claim and republish at once (shutdown).
+    /// Stopped by a consumer shutdown: released, and republished at once.
     Interrupted,
-    /// Record nothing: the claim is someone else's now.
-    Lost,
+    /// The claim is someone else's (or given up): nothing may be recorded for it.
+    Lost {
+        /// The attempt's own error before its claim was lost, if any.
+        after: Option<String>,
+    },
+    /// Not run: an earlier occurrence of the job was running (overlap `skip`).
+    Skipped {
+        /// Who was running.
+        why: String,
+    },
+    /// Not run: it could not start before its deadline.
+    Missed {
+        /// Which deadline.
+        why: String,
+    },
+}
+
+/// The error recorded for an attempt stopped by a consumer shutdown.
+const INTERRUPTED: &str = "consumer shut down";
+
+impl AttemptEnd {
+    /// The state the ledger records; `None` for a lost claim, which records nothing.
+    pub fn state(&self) -> Option<State> {
+        Some(match self {
+            Self::Succeeded => State::Succeeded,
+            Self::Retry { .. } => State::Retrying,
+            Self::Failed { .. } => State::Failed,
+            Self::Cancelled { .. } => State::Cancelled,
+            Self::Interrupted => State::Pending,
+            Self::Lost { .. } => return None,
+            Self::Skipped { .. } => State::Skipped,
+            Self::Missed { .. } => State::Missed,
+        })
+    }
+
+    /// The outcome the run history shows.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Self::Succeeded => Outcome::Succeeded,
+            Self::Retry { .. } => Outcome::Retrying,
+            Self::Failed { .. } => Outcome::Failed,
+            Self::Cancelled { .. } => Outcome::Cancelled,
+            Self::Interrupted => Outcome::Interrupted,
+            Self::Lost { .. } => Outcome::Lost,
+            Self::Skipped { .. } => Outcome::Skipped,
+            Self::Missed { .. } => Outcome::Missed,
+        }
+    }
+
+    /// The error recorded with it and shown in the history.
+    pub fn error(&self) -> Option<String> {
+        match self {
+            Self::Succeeded => None,
+            Self::Retry { error, .. } | Self::Failed { error } => Some(error.clone()),
+            Self::Cancelled { why } | Self::Skipped { why } | Self::Missed { why } => {
+                Some(why.clone())
+            }
+            Self::Interrupted => Some(INTERRUPTED.to_owned()),
+            Self::Lost { after } => Some(lost_error(after.as_deref())),
+        }
+    }
+
+    /// The same attempt once its claim is lost (fenced, or given up): as the ledger
+    /// appends it to the history then (`Run::lost`).
+    #[must_use]
+    pub fn lost(self) -> Self {
+        match self {
+            Self::Lost { .. } => self,
+            other => Self::Lost {
+                after: other.error(),
+            },
+        }
+    }
+
+    /// The message that must follow this end of attempt `occ` of `job`, published `now`:
+    /// the next attempt after its delay (retry), or at shutdown the same one at once.
+    pub fn follow_up(&self, occ: &Occurrence, job: &Job, now: DateTime<Utc>) -> Option<Outgoing> {
+        let (occurrence, delay) = match self {
+            Self::Retry { after, error } => (
+                Occurrence {
+                    attempt: occ.attempt + 1,
+                    last_error: Some(error.clone()),
+                    published_at: now,
+                    ..occ.clone()
+                },
+                *after,
+            ),
+            Self::Interrupted => (occ.clone(), Duration::ZERO),
+            _ => return None,
+        };
+        Some(Outgoing {
+            queue: job.queue.clone(),
+            occurrence,
+            delay,
+        })
+    }
 }
 
 /// The retry delay after failed attempt `attempt` (1-based): `backoff * 2^(attempt-1)`,
@@ -122,9 +226,9 @@ pub fn backoff(backoff: Duration, backoff_max: Duration, attempt: u32) -> Durati
 }
 
 /// Classifies how attempt `attempt` of a `job` occurrence ended.
-pub fn classify(job: &Job, attempt: u32, ending: Ending) -> Verdict {
+pub fn classify(job: &Job, attempt: u32, ending: Ending) -> AttemptEnd {
     let error = match ending {
-        Ending::Returned(Ok(())) => return Verdict::Succeeded,
+        Ending::Returned(Ok(())) => return AttemptEnd::Succeeded,
         Ending::Returned(Err(e)) => e,
         Ending::Panicked(msg) => format!("handler panicked: {msg}"),
         Ending::Stopped(Stop::Timeout(limit), own) => {
@@ -135,17 +239,17 @@ pub fn classify(job: &Job, attempt: u32, ending: Ending) -> Verdict {
             }
         }
         Ending::Stopped(Stop::Replaced { by }, _) => {
-            return Verdict::Cancelled {
-                error: replaced_by(&by),
+            return AttemptEnd::Cancelled {
+                why: replaced_by(&by),
             };
         }
-        Ending::Stopped(Stop::Lost, _) => return Verdict::Lost,
-        Ending::Stopped(Stop::Shutdown, _) => return Verdict::Interrupted,
+        Ending::Stopped(Stop::Lost, _) => return AttemptEnd::Lost { after: None },
+        Ending::Stopped(Stop::Shutdown, _) => return AttemptEnd::Interrupted,
     };
     if attempt >= job.max_attempts {
-        Verdict::Fail { error }
+        AttemptEnd::Failed { error }
     } else {
-        Verdict::Retry {
+        AttemptEnd::Retry {
             after: backoff(job.backoff, job.backoff_max, attempt),
             error,
         }
@@ -218,21 +322,21 @@ schedule = "@every 1s"
         let err = || Ending::Returned(Err("boom".into()));
         assert_eq!(
             classify(job, 1, err()),
-            Verdict::Retry {
+            AttemptEnd::Retry {
                 after: Duration::from_millis(200),
                 error: "boom".into()
             }
         );
         assert_eq!(
             classify(job, 2, Ending::Panicked("oops".into())),
-            Verdict::Retry {
+            AttemptEnd::Retry {
                 after: Duration::from_millis(400),
                 error: "handler panicked: oops".into()
             }
         );
         assert_eq!(
             classify(job, 3, err()),
-            Verdict::Fail {
+            AttemptEnd::Failed {
                 error: "boom".into()
             }
         );
@@ -242,13 +346,13 @@ schedule = "@every 1s"
                 3,
                 Ending::Stopped(Stop::Timeout(Duration::from_secs(1)), None)
             ),
-            Verdict::Fail {
+            AttemptEnd::Failed {
                 error: "timed out after 1s".into()
             }
         );
         assert_eq!(
             classify(job, 1, Ending::Returned(Ok(()))),
-            Verdict::Succeeded
+            AttemptEnd::Succeeded
         );
         assert_eq!(
             classify(
@@ -261,17 +365,141 @@ schedule = "@every 1s"
                     None
                 )
             ),
-            Verdict::Cancelled {
-                error: "replaced by a@2026-11-29T19:30:01Z".into()
+            AttemptEnd::Cancelled {
+                why: "replaced by a@2026-11-29T19:30:01Z".into()
             }
         );
         assert_eq!(
             classify(job, 1, Ending::Stopped(Stop::Shutdown, None)),
-            Verdict::Interrupted
+            AttemptEnd::Interrupted
         );
         assert_eq!(
             classify(job, 1, Ending::Stopped(Stop::Lost, None)),
-            Verdict::Lost
+            AttemptEnd::Lost { after: None }
+        );
+    }
+
+    fn sample(job: &str) -> Occurrence {
+        let at = "2026-11-29T19:30:00Z".parse().unwrap();
+        let job = JobName::new(job).unwrap();
+        Occurrence {
+            key: cronq_shared::key::OccurrenceKey::scheduled(job.clone(), at),
+            job,
+            scheduled_at: at,
+            scheduled_local: "2026-11-29T19:30:00+00:00".parse().unwrap(),
+            timezone: "UTC".into(),
+            trigger: cronq_shared::message::Trigger::Schedule,
+            attempt: 1,
+            payload: serde_json::Value::Null,
+            epoch: 0,
+            published_at: at,
+            deadline: None,
+            last_error: None,
+        }
+    }
+
+    #[test]
+    fn an_end_maps_to_its_state_outcome_error_and_follow_up() {
+        let cfg = config();
+        let job = cfg.job("a").unwrap();
+        let occ = sample("a");
+        let now = "2026-11-29T19:31:00Z".parse().unwrap();
+        let boom = || "boom".to_owned();
+        let ends = [
+            (
+                AttemptEnd::Succeeded,
+                Some(State::Succeeded),
+                Outcome::Succeeded,
+                None,
+            ),
+            (
+                AttemptEnd::Retry {
+                    after: Duration::from_secs(1),
+                    error: boom(),
+                },
+                Some(State::Retrying),
+                Outcome::Retrying,
+                Some("boom"),
+            ),
+            (
+                AttemptEnd::Failed { error: boom() },
+                Some(State::Failed),
+                Outcome::Failed,
+                Some("boom"),
+            ),
+            (
+                AttemptEnd::Cancelled {
+                    why: "replaced by k".into(),
+                },
+                Some(State::Cancelled),
+                Outcome::Cancelled,
+                Some("replaced by k"),
+            ),
+            (
+                AttemptEnd::Interrupted,
+                Some(State::Pending),
+                Outcome::Interrupted,
+                Some("consumer shut down"),
+            ),
+            (
+                AttemptEnd::Lost { after: None },
+                None,
+                Outcome::Lost,
+                Some("lost the claim: the lease lapsed and another consumer took over"),
+            ),
+            (
+                AttemptEnd::Skipped {
+                    why: "k was still running".into(),
+                },
+                Some(State::Skipped),
+                Outcome::Skipped,
+                Some("k was still running"),
+            ),
+            (
+                AttemptEnd::Missed { why: "late".into() },
+                Some(State::Missed),
+                Outcome::Missed,
+                Some("late"),
+            ),
+        ];
+        for (end, state, outcome, error) in ends {
+            assert_eq!(end.state(), state, "{end:?}");
+            assert_eq!(end.outcome(), outcome, "{end:?}");
+            assert_eq!(end.error().as_deref(), error, "{end:?}");
+            let lost = end.clone().lost();
+            assert_eq!((lost.state(), lost.outcome()), (None, Outcome::Lost));
+            let own = (end.outcome() != Outcome::Lost)
+                .then(|| end.error())
+                .flatten();
+            let run_lost = cronq_shared::runlog::lost_error(own.as_deref());
+            assert_eq!(
+                lost.error(),
+                Some(run_lost),
+                "as Run::lost shows it: {end:?}"
+            );
+        }
+
+        let retry = AttemptEnd::Retry {
+            after: Duration::from_secs(1),
+            error: boom(),
+        };
+        let next = retry.follow_up(&occ, job, now).unwrap();
+        assert_eq!(next.delay, Duration::from_secs(1));
+        assert_eq!(next.queue, job.queue);
+        assert_eq!(next.occurrence.attempt, 2);
+        assert_eq!(next.occurrence.key, occ.key);
+        assert_eq!(next.occurrence.last_error.as_deref(), Some("boom"));
+        assert_eq!(next.occurrence.published_at, now);
+        let again = AttemptEnd::Interrupted.follow_up(&occ, job, now).unwrap();
+        assert_eq!(
+            (again.delay, again.occurrence),
+            (Duration::ZERO, occ.clone())
+        );
+        assert!(AttemptEnd::Succeeded.follow_up(&occ, job, now).is_none());
+        assert!(
+            AttemptEnd::Failed { error: boom() }
+                .follow_up(&occ, job, now)
+                .is_none()
         );
     }
 
@@ -283,25 +511,7 @@ schedule = "@every 1s"
             reason.starts_with("malformed: message is not a cronq occurrence: "),
             "{reason}"
         );
-        let occ = |job: &str| {
-            let at = "2026-11-29T19:30:00Z".parse().unwrap();
-            let job = JobName::new(job).unwrap();
-            Occurrence {
-                key: cronq_shared::key::OccurrenceKey::scheduled(job.clone(), at),
-                job,
-                scheduled_at: at,
-                scheduled_local: "2026-11-29T19:30:00+00:00".parse().unwrap(),
-                timezone: "UTC".into(),
-                trigger: cronq_shared::message::Trigger::Schedule,
-                attempt: 1,
-                payload: serde_json::Value::Null,
-                epoch: 0,
-                published_at: at,
-                deadline: None,
-                last_error: None,
-            }
-            .encode()
-        };
+        let occ = |job: &str| sample(job).encode();
         assert_eq!(
             admit(&occ("zzz"), &cfg, |_| true).unwrap_err().reason(),
             "unknown job zzz: it is not in this consumer's config"

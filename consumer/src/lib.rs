@@ -14,8 +14,8 @@
 //! - [`replay`]: `cronq dlq replay`, dead letters sent back to run under their key.
 //!
 //! The consumer runs on the port traits of `cronq-shared` ([`cronq_shared::broker`],
-//! [`cronq_shared::ledger`], [`cronq_shared::runlog`]); `cronq-backends` connects the real
-//! ones.
+//! [`cronq_shared::ledger`], which also writes the [`cronq_shared::runlog`] history);
+//! `cronq-backends` connects the real ones.
 //!
 //! ```no_run
 //! # async fn demo(consumer: &mut cronq_consumer::Consumer) -> Result<(), Box<dyn std::error::Error>> {

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Outgoing};
+use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Outgoing, bounded};
 use cronq_shared::config::Config;
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::{Ledger, State};
@@ -176,7 +176,9 @@ pub async fn replay(
     selector: &Selector,
     dry_run: bool,
 ) -> Result<ReplayReport, ReplayError> {
-    let letters = broker.dead_letters().await.map_err(ReplayError::List)?;
+    let letters = bounded("list dead letters", broker.dead_letters())
+        .await
+        .map_err(ReplayError::List)?;
     let listed = letters.len();
     let (mut entries, approved) = plan(&letters, selector, config, dry_run);
     if dry_run || approved.is_empty() {

@@ -12,12 +12,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cronq_shared::broker::{Broker, Delivery};
+use cronq_shared::broker::{Broker, Delivery, bounded};
 use cronq_shared::config::Config;
 use cronq_shared::ledger::Ledger;
 use cronq_shared::message::Occurrence;
 use cronq_shared::names::{JobName, QueueName};
-use cronq_shared::runlog::RunLog;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -110,7 +109,6 @@ pub struct Consumer {
     config: Arc<Config>,
     broker: Arc<dyn Broker>,
     ledger: Arc<dyn Ledger>,
-    runlog: Arc<dyn RunLog>,
     handlers: Handlers,
     options: Options,
 }
@@ -127,19 +125,18 @@ impl std::fmt::Debug for Consumer {
 
 impl Consumer {
     /// A consumer over the given ports (RabbitMQ + Redis, or in-memory for `standalone`).
-    /// `ledger` must append runs to the same history that `runlog` lists and records into.
+    /// `ledger` also writes the run history: the consumer never does (see
+    /// [`cronq_shared::ledger`]).
     pub fn new(
         config: Config,
         broker: Arc<dyn Broker>,
         ledger: Arc<dyn Ledger>,
-        runlog: Arc<dyn RunLog>,
         options: Options,
     ) -> Self {
         Self {
             config: Arc::new(config),
             broker,
             ledger,
-            runlog,
             handlers: Handlers::new(),
             options,
         }
@@ -185,15 +182,14 @@ impl Consumer {
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
         let queues = self.queues()?;
         self.warn_unhandled(&queues);
-        self.broker
-            .declare(&self.config.queues())
+        // A consumer starting during a broker outage exits instead of waiting for ever.
+        bounded("declare", self.broker.declare(&self.config.queues()))
             .await
             .map_err(Error::Broker)?;
         let concurrency = self.options.concurrency.max(1);
         let intake = shutdown.child_token();
-        let mut rx = self
-            .broker
-            .consume(&queues, concurrency, intake.clone())
+        let subscribed = self.broker.consume(&queues, concurrency, intake.clone());
+        let mut rx = bounded("consume", subscribed)
             .await
             .map_err(Error::Broker)?;
         let lease = self.options.lease.max(Duration::from_millis(300));
@@ -256,7 +252,6 @@ impl Consumer {
             config: Arc::clone(&self.config),
             broker: Arc::clone(&self.broker),
             ledger: Arc::clone(&self.ledger),
-            runlog: Arc::clone(&self.runlog),
             handlers: self.handlers.clone(),
             http: reqwest::Client::new(),
             lease,

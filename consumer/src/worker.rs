@@ -15,24 +15,26 @@
 //! 5. The outcome is recorded (fenced by the claim) before anything that follows it: the
 //!    retry message, the dead letter's ledger record, the release at shutdown. A follow-up
 //!    message is stored in the record, so the reaper republishes it if this consumer dies.
+//!    One [`AttemptEnd`] carries the end throughout: its state, outcome, error and
+//!    follow-up are read off it; the ledger appends the run history entry (as `lost` when
+//!    the claim was fenced or given up), the consumer never writes the history itself.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use cronq_shared::broker::{Broker, Delivery, Outgoing};
+use cronq_shared::broker::{Broker, Delivery};
 use cronq_shared::config::{Config, Job, Overlap};
-use cronq_shared::ledger::{
-    Claim, ClaimOutcome, End, Ended, FollowUp, Lease, Ledger, Settle, State,
-};
+use cronq_shared::ledger::{Claim, ClaimOutcome, End, Ended, FollowUp, Lease, Ledger, Settle};
 use cronq_shared::message::Occurrence;
-use cronq_shared::runlog::{Outcome, Run, RunLog};
+use cronq_shared::retry::{Backoff, retry};
+use cronq_shared::runlog::Run;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use crate::attempt::{Supervision, supervise};
 use crate::dead_letter::{self, publish};
-use crate::executor::{self, Reject, Verdict};
+use crate::executor::{self, AttemptEnd, Reject};
 use crate::handler::Runner;
 use crate::reaper::republish;
 use crate::registry::Handlers;
@@ -42,25 +44,27 @@ use crate::telemetry;
 /// a newer occurrence asked it to stop: a replace takes effect within about this long.
 const REPLACE_BEAT: Duration = Duration::from_millis(250);
 
-/// First wait after the idempotency store failed; doubled up to [`STORE_BACKOFF_MAX`].
-const STORE_BACKOFF: Duration = Duration::from_millis(500);
-/// See [`STORE_BACKOFF`].
-const STORE_BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// Claiming while the idempotency store is unreachable, until it is back or shutdown (the
+/// delivery stays unacked meanwhile): a Redis failover takes seconds, and the cap bounds
+/// how late a consumer notices the store is back.
+const CLAIM_RETRY: Backoff =
+    Backoff::exponential(Duration::from_millis(500), Duration::from_secs(5));
 
-/// Delays between tries to record an attempt's end.
-const COMPLETE_BACKOFF: &[Duration] = &[
-    Duration::from_millis(200),
-    Duration::from_millis(500),
-    Duration::from_secs(1),
-    Duration::from_secs(2),
-];
+/// Recording an attempt's end while the store is unreachable: a few seconds of tries, well
+/// inside the lease; after that the lease lapses and the reaper hands the occurrence out.
+const COMPLETE_RETRY: Backoff =
+    Backoff::exponential(Duration::from_millis(200), Duration::from_secs(2)).tries(5);
+
+/// How long a delivery whose settlement failed (the store unreachable) is held back after
+/// its requeue before this task ends, so a redelivery does not spin on a dead store.
+const SETTLE_PAUSE: Duration = Duration::from_millis(500);
 
 /// Everything a delivery's processing needs; shared by all tasks of a consumer.
 pub(crate) struct Worker {
     pub(crate) config: Arc<Config>,
     pub(crate) broker: Arc<dyn Broker>,
+    /// Also the one writer of the run history (`cronq_shared::ledger`).
     pub(crate) ledger: Arc<dyn Ledger>,
-    pub(crate) runlog: Arc<dyn RunLog>,
     pub(crate) handlers: Handlers,
     pub(crate) http: reqwest::Client,
     /// Execution lease.
@@ -102,45 +106,56 @@ impl Worker {
             telemetry::redelivery();
         }
         let config = Arc::clone(&self.config);
-        let admitted = executor::admit(&d.body, &config, |job| self.has_handler(job)).and_then(
-            |(occ, job)| match Runner::resolve(job, &self.handlers, &self.http) {
-                Some(runner) => Ok((occ, job, runner)),
-                None => Err(Reject::NoHandler(job.name.clone())),
-            },
-        );
-        let (occ, job, runner) = match admitted {
-            Ok(x) => x,
+        let admitted = match self.admit(&d, &config) {
+            Ok(admitted) => admitted,
             Err(reject) => return self.reject(&d, &reject).await,
         };
-        if occ.attempt <= 1
-            && let Some(deadline) = start_deadline(&occ, job)
-            && Utc::now() > deadline
-        {
-            let why = format!(
-                "could not start before its deadline {}",
-                deadline.to_rfc3339()
-            );
-            return self
-                .settle(&d, &occ, job, State::Missed, why, &shutdown)
-                .await;
+        let (occ, job) = (&admitted.occ, admitted.job);
+        if let Some(missed) = missed(occ, job) {
+            return self.settle(&d, occ, job, missed, &shutdown).await;
         }
-        let overlap = executor::effective_overlap(job.overlap, occ.trigger);
-        let claim = Claim {
+        let claim = self.claim_of(occ, job, &d);
+        let Some(claimed) = self.claim(&claim, &d, &shutdown).await else {
+            return;
+        };
+        self.on_claim(claimed, d, admitted, &abort, &shutdown).await;
+    }
+
+    /// Decodes a delivery into a runnable occurrence of a configured job.
+    fn admit<'c>(&self, d: &Delivery, config: &'c Config) -> Result<Admitted<'c>, Reject> {
+        let (occ, job) = executor::admit(&d.body, config, |job| self.has_handler(job))?;
+        let runner = Runner::resolve(job, &self.handlers, &self.http)
+            .ok_or_else(|| Reject::NoHandler(job.name.clone()))?;
+        Ok(Admitted { occ, job, runner })
+    }
+
+    /// The claim of one attempt of `occ`, carrying the delivery's body for the reaper.
+    fn claim_of(&self, occ: &Occurrence, job: &Job, d: &Delivery) -> Claim {
+        Claim {
             key: occ.key.clone(),
             job: occ.job.clone(),
             queue: job.queue.clone(),
             attempt: occ.attempt,
-            overlap,
+            overlap: executor::effective_overlap(job.overlap, occ.trigger),
             lease: self.lease,
             retention: job.retention,
             body: d.body.clone(),
             scheduled_at: occ.scheduled_at,
-            recheck: self.recheck(&occ, job),
+            recheck: self.recheck(occ, job),
             consumer: self.consumer_id.clone(),
-        };
-        let Some(claimed) = self.claim(&claim, &d, &shutdown).await else {
-            return;
-        };
+        }
+    }
+
+    /// Acts on what the claim decided: run it, or settle, or leave it waiting.
+    async fn on_claim(
+        &self,
+        claimed: ClaimOutcome,
+        d: Delivery,
+        admitted: Admitted<'_>,
+        abort: &CancellationToken,
+        shutdown: &CancellationToken,
+    ) {
+        let Admitted { occ, job, runner } = admitted;
         match claimed {
             ClaimOutcome::Duplicate { state, attempt } => {
                 tracing::debug!(job = %occ.job, key = %occ.key, attempt = occ.attempt, state = %state, recorded_attempt = attempt, "duplicate delivery acked without running");
@@ -148,21 +163,23 @@ impl Worker {
                 ack(&d, occ.job.as_str()).await;
             }
             ClaimOutcome::Busy { holder } => {
-                let why = format!("{holder} was still running");
-                self.settle(&d, &occ, job, State::Skipped, why, &shutdown)
-                    .await;
+                let skipped = AttemptEnd::Skipped {
+                    why: format!("{holder} was still running"),
+                };
+                self.settle(&d, &occ, job, skipped, shutdown).await;
             }
             ClaimOutcome::Waiting { holder, woken } => {
                 tracing::debug!(job = %occ.job, key = %occ.key, holder = %holder, "waiting until the earlier occurrence ends");
                 ack(&d, occ.job.as_str()).await;
                 if let Some(woken) = woken {
-                    republish(&*self.broker, &config, woken).await;
+                    republish(&*self.broker, &self.config, woken).await;
                 }
             }
             ClaimOutcome::Superseded { by } => {
-                let why = executor::replaced_by(&by);
-                self.settle(&d, &occ, job, State::Cancelled, why, &shutdown)
-                    .await;
+                let cancelled = AttemptEnd::Cancelled {
+                    why: executor::replaced_by(&by),
+                };
+                self.settle(&d, &occ, job, cancelled, shutdown).await;
             }
             ClaimOutcome::Claimed { lease, takeover } => {
                 if takeover {
@@ -170,7 +187,7 @@ impl Worker {
                 }
                 ack(&d, occ.job.as_str()).await;
                 drop(d);
-                self.execute(runner, occ, job, lease, &abort).await;
+                self.execute(runner, occ, job, lease, abort).await;
             }
         }
     }
@@ -184,19 +201,18 @@ impl Worker {
         d: &Delivery,
         shutdown: &CancellationToken,
     ) -> Option<ClaimOutcome> {
-        let mut wait = STORE_BACKOFF;
-        loop {
-            match self.ledger.claim(claim).await {
-                Ok(outcome) => return Some(outcome),
-                Err(err) => {
-                    tracing::warn!(job = %claim.job, key = %claim.key, error = %err, "cannot reach the idempotency store: holding the delivery unacked, nothing runs until it is back");
-                    let slept = shutdown.run_until_cancelled(tokio::time::sleep(wait)).await;
-                    if slept.is_none() {
-                        requeue(d).await;
-                        return None;
-                    }
-                    wait = (wait * 2).min(STORE_BACKOFF_MAX);
-                }
+        let claimed = retry(
+            CLAIM_RETRY,
+            shutdown,
+            || self.ledger.claim(claim),
+            |r| tracing::warn!(job = %claim.job, key = %claim.key, error = %r.error, "cannot reach the idempotency store: holding the delivery unacked, nothing runs until it is back"),
+        )
+        .await;
+        match claimed {
+            Ok(outcome) => Some(outcome),
+            Err(_) => {
+                requeue(d).await;
+                None
             }
         }
     }
@@ -230,36 +246,33 @@ impl Worker {
         until_deadline.map_or(self.hold, |d| d.min(self.hold))
     }
 
-    /// Records `state` (missed, skipped, cancelled) without running, then acks.
+    /// Records `end` (missed, skipped, cancelled) without running, then acks.
     async fn settle(
         &self,
         d: &Delivery,
         occ: &Occurrence,
         job: &Job,
-        state: State,
-        why: String,
+        end: AttemptEnd,
         shutdown: &CancellationToken,
     ) {
-        let outcome = match state {
-            State::Missed => Outcome::Missed,
-            State::Cancelled => Outcome::Cancelled,
-            _ => Outcome::Skipped,
-        };
         let settle = Settle {
             key: occ.key.clone(),
             job: occ.job.clone(),
             attempt: occ.attempt,
-            state,
-            error: Some(why.clone()),
+            state: end
+                .state()
+                .expect("an occurrence settled without running ends in a recorded state"),
+            error: end.error(),
             retention: job.retention,
-            run: Some(self.run(occ, Utc::now(), Duration::ZERO, outcome, Some(why.clone()))),
+            run: Some(self.run(occ, Utc::now(), Duration::ZERO, &end)),
         };
         match self.ledger.settle(&settle).await {
             Ok(Ended {
                 recorded: true,
                 woken,
             }) => {
-                tracing::info!(job = %occ.job, key = %occ.key, outcome = %outcome, reason = %why, "occurrence not run");
+                let outcome = end.outcome();
+                tracing::info!(job = %occ.job, key = %occ.key, outcome = %outcome, reason = settle.error.as_deref().unwrap_or(""), "occurrence not run");
                 telemetry::attempt(occ.job.as_str(), outcome.as_str());
                 ack(d, occ.job.as_str()).await;
                 if let Some(woken) = woken {
@@ -276,7 +289,7 @@ impl Worker {
                 tracing::warn!(job = %occ.job, key = %occ.key, error = %err, "cannot reach the idempotency store: requeueing");
                 requeue(d).await;
                 shutdown
-                    .run_until_cancelled(tokio::time::sleep(STORE_BACKOFF))
+                    .run_until_cancelled(tokio::time::sleep(SETTLE_PAUSE))
                     .await;
             }
         }
@@ -309,7 +322,7 @@ impl Worker {
         let ending = supervise(runner, occ.clone(), sup).await;
         let took = t0.elapsed();
         telemetry::duration(occ.job.as_str(), took);
-        let verdict = executor::classify(job, occ.attempt, ending);
+        let end = executor::classify(job, occ.attempt, ending);
         // Keep the claim alive while the end is recorded and followed up (a dead letter may
         // wait for a broker reconnect), so the reaper does not hand it out meanwhile.
         let keepalive = async {
@@ -320,198 +333,111 @@ impl Worker {
             }
         };
         let attempt = Attempted { started_at, took };
-        let (outcome, error, recorded) = tokio::select! {
-            r = self.conclude(&occ, job, &lease, verdict, &attempt) => r,
+        let end = tokio::select! {
+            end = self.conclude(&occ, job, &lease, end, &attempt) => end,
             _ = keepalive => unreachable!("the keepalive loop never ends"),
         };
-        match outcome {
-            Outcome::Succeeded => {
-                tracing::debug!(job = %occ.job, key = %occ.key, attempt = occ.attempt, elapsed_ms = took.as_millis() as u64, "attempt succeeded");
-            }
-            _ => {
-                tracing::warn!(job = %occ.job, key = %occ.key, attempt = occ.attempt, elapsed_ms = took.as_millis() as u64, outcome = %outcome, error = error.as_deref().unwrap_or(""), "attempt did not succeed");
-            }
+        let outcome = end.outcome();
+        if end == AttemptEnd::Succeeded {
+            tracing::debug!(job = %occ.job, key = %occ.key, attempt = occ.attempt, elapsed_ms = took.as_millis() as u64, "attempt succeeded");
+        } else {
+            tracing::warn!(job = %occ.job, key = %occ.key, attempt = occ.attempt, elapsed_ms = took.as_millis() as u64, outcome = %outcome, error = end.error().as_deref().unwrap_or(""), "attempt did not succeed");
         }
         telemetry::attempt(occ.job.as_str(), outcome.as_str());
-        if !recorded {
-            let run = self.run(&occ, started_at, took, outcome, error);
-            if let Err(err) = self.runlog.record(&run).await {
-                tracing::warn!(job = %occ.job, key = %occ.key, error = %err, "cannot write the run history");
-            }
-        }
     }
 
-    /// Acts on a verdict; returns what the run history shows, and whether the ledger has
-    /// already appended it to the history (with the record, when the claim was held).
+    /// Records `end` (a failure once its dead letter is confirmed) with its run, then sends
+    /// the message that follows it. Returns the end as it stands: lost when it was not
+    /// recorded (fenced, given up, or the store stayed unreachable).
     async fn conclude(
         &self,
         occ: &Occurrence,
         job: &Job,
         lease: &Lease,
-        verdict: Verdict,
+        end: AttemptEnd,
         attempt: &Attempted,
-    ) -> (Outcome, Option<String>, bool) {
-        let end = |state, outcome, error: Option<String>, next| End {
-            state,
-            error: error.clone(),
+    ) -> AttemptEnd {
+        let end = match end {
+            AttemptEnd::Failed { error } => self.dead_letter(occ, job, error).await,
+            end => end,
+        };
+        let follow = end.follow_up(occ, job, Utc::now());
+        let record = End {
+            state: end.state(),
+            error: end.error(),
             retention: job.retention,
-            next,
-            run: Some(self.run(occ, attempt.started_at, attempt.took, outcome, error)),
+            next: follow.as_ref().map(|out| FollowUp {
+                attempt: out.occurrence.attempt,
+                body: out.occurrence.encode(),
+                within: out.delay + self.hold,
+            }),
+            run: Some(self.run(occ, attempt.started_at, attempt.took, &end)),
         };
-        let (done, outcome, error) = match verdict {
-            Verdict::Succeeded => {
-                let done = self
-                    .complete(
-                        lease,
-                        &end(State::Succeeded, Outcome::Succeeded, None, None),
-                    )
-                    .await;
-                (done, Outcome::Succeeded, None)
-            }
-            Verdict::Retry { after, error } => {
-                let next = Occurrence {
-                    attempt: occ.attempt + 1,
-                    last_error: Some(error.clone()),
-                    published_at: Utc::now(),
-                    ..occ.clone()
-                };
-                let follow = FollowUp {
-                    attempt: next.attempt,
-                    body: next.encode(),
-                    within: after + self.hold,
-                };
-                let state = end(
-                    State::Retrying,
-                    Outcome::Retrying,
-                    Some(error.clone()),
-                    Some(follow),
-                );
-                let done = self.complete(lease, &state).await;
-                if done == Some(true) {
-                    let out = Outgoing {
-                        queue: job.queue.clone(),
-                        occurrence: next,
-                        delay: after,
-                    };
-                    if let Err(err) = publish(&*self.broker, out).await {
-                        tracing::warn!(job = %occ.job, key = %occ.key, error = %err, "cannot publish the retry; the reaper republishes it later");
-                    }
-                }
-                (done, Outcome::Retrying, Some(error))
-            }
-            Verdict::Fail { error } => {
-                // Dead-letter first: a crash in between reruns the attempt (at-least-once)
-                // instead of losing the letter.
-                let letter = dead_letter::letter(
-                    &occ.encode(),
-                    Some(occ),
-                    &job.queue,
-                    occ.attempt,
-                    "failed".to_owned(),
-                    Some(error.clone()),
-                );
-                if let Err(err) = dead_letter::send(&*self.broker, &letter).await {
-                    tracing::error!(job = %occ.job, key = %occ.key, error = %err, "cannot dead-letter a failed occurrence: leaving its claim to lapse so it runs again");
-                    return (Outcome::Lost, Some(error), false);
-                }
-                telemetry::dead_lettered(occ.job.as_str());
-                let done = self
-                    .complete(
-                        lease,
-                        &end(State::Failed, Outcome::Failed, Some(error.clone()), None),
-                    )
-                    .await;
-                (done, Outcome::Failed, Some(error))
-            }
-            Verdict::Cancelled { error: why } => {
-                let done = self
-                    .complete(
-                        lease,
-                        &end(
-                            State::Cancelled,
-                            Outcome::Cancelled,
-                            Some(why.clone()),
-                            None,
-                        ),
-                    )
-                    .await;
-                (done, Outcome::Cancelled, Some(why))
-            }
-            Verdict::Interrupted => {
-                let follow = FollowUp {
-                    attempt: occ.attempt,
-                    body: occ.encode(),
-                    within: self.hold,
-                };
-                let why = "consumer shut down".to_owned();
-                let done = self
-                    .complete(
-                        lease,
-                        &end(
-                            State::Pending,
-                            Outcome::Interrupted,
-                            Some(why.clone()),
-                            Some(follow),
-                        ),
-                    )
-                    .await;
-                if done == Some(true) {
-                    let out = Outgoing {
-                        queue: job.queue.clone(),
-                        occurrence: occ.clone(),
-                        delay: Duration::ZERO,
-                    };
-                    if let Err(err) = publish(&*self.broker, out).await {
-                        tracing::warn!(job = %occ.job, key = %occ.key, error = %err, "cannot republish an interrupted occurrence; the reaper does it later");
-                    }
-                }
-                (done, Outcome::Interrupted, Some(why))
-            }
-            Verdict::Lost => (None, Outcome::Lost, None),
-        };
-        let recorded = done == Some(true);
-        let (outcome, error) = match done {
-            Some(true) => (outcome, error),
-            Some(false) | None if outcome != Outcome::Lost => {
+        if !self.complete(lease, &record).await {
+            if record.state.is_some() {
                 tracing::warn!(job = %occ.job, key = %occ.key, attempt = occ.attempt, "this consumer lost its claim: another consumer runs the occurrence again; outcome not recorded");
-                (Outcome::Lost, error)
             }
-            _ => (Outcome::Lost, error),
-        };
-        let error = match (outcome, error) {
-            (Outcome::Lost, e) => Some(e.map_or_else(
-                || "lost the claim: the lease lapsed and another consumer took over".to_owned(),
-                |e| format!("lost the claim after: {e}"),
-            )),
-            (_, e) => e,
-        };
-        (outcome, error, recorded)
+            return end.lost();
+        }
+        if let Some(out) = follow
+            && let Err(err) = publish(&*self.broker, out).await
+        {
+            if matches!(end, AttemptEnd::Retry { .. }) {
+                tracing::warn!(job = %occ.job, key = %occ.key, error = %err, "cannot publish the retry; the reaper republishes it later");
+            } else {
+                tracing::warn!(job = %occ.job, key = %occ.key, error = %err, "cannot republish an interrupted occurrence; the reaper does it later");
+            }
+        }
+        end
+    }
+
+    /// Dead-letters a failed occurrence before its end is recorded: a crash in between
+    /// reruns the attempt (at-least-once) instead of losing the letter. When the letter does
+    /// not get through, the claim is given up (lost) so that the occurrence runs again.
+    async fn dead_letter(&self, occ: &Occurrence, job: &Job, error: String) -> AttemptEnd {
+        let letter = dead_letter::letter(
+            &occ.encode(),
+            Some(occ),
+            &job.queue,
+            occ.attempt,
+            "failed".to_owned(),
+            Some(error.clone()),
+        );
+        let failed = AttemptEnd::Failed { error };
+        match dead_letter::send(&*self.broker, &letter).await {
+            Ok(()) => {
+                telemetry::dead_lettered(occ.job.as_str());
+                failed
+            }
+            Err(err) => {
+                tracing::error!(job = %occ.job, key = %occ.key, error = %err, "cannot dead-letter a failed occurrence: leaving its claim to lapse so it runs again");
+                failed.lost()
+            }
+        }
     }
 
     /// Records an attempt's end, retrying while the store is unreachable, and publishes the
-    /// waiter whose turn it is now. `Some(false)` when fenced, `None` when the store stayed
-    /// unreachable (the lease then lapses and the reaper hands the occurrence to another
-    /// consumer).
-    async fn complete(&self, lease: &Lease, end: &End) -> Option<bool> {
-        let mut delays = COMPLETE_BACKOFF.iter();
-        loop {
-            match self.ledger.complete(lease, end).await {
-                Ok(Ended { recorded, woken }) => {
-                    if let Some(woken) = woken {
-                        republish(&*self.broker, &self.config, woken).await;
-                    }
-                    return Some(recorded);
+    /// waiter whose turn it is now. Whether the end was recorded: not when fenced or given
+    /// up, nor when the store stayed unreachable (logged; the lease then lapses and the
+    /// reaper hands the occurrence to another consumer).
+    async fn complete(&self, lease: &Lease, end: &End) -> bool {
+        let ended = retry(
+            COMPLETE_RETRY,
+            &CancellationToken::new(),
+            || self.ledger.complete(lease, end),
+            |r| tracing::warn!(job = %lease.job, key = %lease.key, error = %r.error, "cannot record the attempt's end, retrying"),
+        )
+        .await;
+        match ended {
+            Ok(Ended { recorded, woken }) => {
+                if let Some(woken) = woken {
+                    republish(&*self.broker, &self.config, woken).await;
                 }
-                Err(err) => match delays.next() {
-                    Some(d) => {
-                        tracing::warn!(job = %lease.job, key = %lease.key, error = %err, "cannot record the attempt's end, retrying");
-                        tokio::time::sleep(*d).await;
-                    }
-                    None => {
-                        tracing::error!(job = %lease.job, key = %lease.key, error = %err, "cannot record the attempt's end: the occurrence runs again after its lease lapses");
-                        return None;
-                    }
-                },
+                recorded
+            }
+            Err(gave_up) => {
+                tracing::error!(job = %lease.job, key = %lease.key, error = %gave_up.into_last(), "cannot record the attempt's end: the occurrence runs again after its lease lapses");
+                false
             }
         }
     }
@@ -522,8 +448,7 @@ impl Worker {
         occ: &Occurrence,
         started_at: DateTime<Utc>,
         took: Duration,
-        outcome: Outcome,
-        error: Option<String>,
+        end: &AttemptEnd,
     ) -> Run {
         Run {
             key: occ.key.clone(),
@@ -532,16 +457,34 @@ impl Worker {
             consumer: self.consumer_id.clone(),
             started_at,
             duration: took,
-            outcome,
-            error,
+            outcome: end.outcome(),
+            error: end.error(),
         }
     }
+}
+
+/// A delivery that decoded into an occurrence of a configured job that can run here.
+struct Admitted<'c> {
+    occ: Occurrence,
+    job: &'c Job,
+    runner: Runner,
 }
 
 /// When an attempt started and how long it ran, for its run history entry.
 struct Attempted {
     started_at: DateTime<Utc>,
     took: Duration,
+}
+
+/// `Missed` when `occ` is a first attempt that is past its start deadline.
+fn missed(occ: &Occurrence, job: &Job) -> Option<AttemptEnd> {
+    let deadline = start_deadline(occ, job).filter(|_| occ.attempt <= 1)?;
+    (Utc::now() > deadline).then(|| AttemptEnd::Missed {
+        why: format!(
+            "could not start before its deadline {}",
+            deadline.to_rfc3339()
+        ),
+    })
 }
 
 /// The instant after which `occ` must not start: the message's, else the job's `deadline`

@@ -7,7 +7,8 @@
 //!   deterministic jitter, deadlines, the wire message.
 //! - [`timer`]: one min-heap of every job's next fire, so the leader sleeps until the
 //!   earliest one and never polls.
-//! - [`publisher`]: confirmed publishing, retried while the leadership lasts.
+//! - [`publisher`]: confirmed publishing, and the leader's one retry loop (what the broker
+//!   refuses, what the control store fails), while the leadership lasts.
 //! - [`scheduler`]: the leader's loop: take over, fire, commit cursors (fenced), carry out
 //!   pause flags and trigger/backfill requests, apply reloaded configs.
 //! - `term`: one term's bookkeeping (job table, timer, pauses, uncommitted cursors).

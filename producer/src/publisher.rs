@@ -1,36 +1,42 @@
-//! Publishing with confirms, retried until confirmed while the leadership lasts.
+//! The leader's confirmed publishing, and its one retry loop.
 //!
-//! Owns: the retry schedule and the publish metrics. Invariant: [`publish_confirmed`]
-//! returns `Ok` only after the broker confirmed the whole batch; the caller advances
-//! cursors only then, so no occurrence is ever skipped by a cursor (G2).
+//! Owns: [`LEADER_RETRY`], the schedule of everything the leader retries, and the publish
+//! metrics. Who retries what (the table in `cronq_shared::retry`): the broker retries by
+//! itself what may pass (a lost connection), until the call is dropped, so the leader adds
+//! no loop for that: it bounds each call by its leadership. What the broker refuses (a
+//! nack, an unroutable message) and what the control store fails (it never retries) the
+//! leader retries along [`LEADER_RETRY`] while it leads: dropping a due batch would lose
+//! occurrences (G2).
+//!
+//! Invariant: [`publish_confirmed`] returns `Ok` only after the broker confirmed the whole
+//! batch; the caller advances cursors only then, so no occurrence is ever skipped by a
+//! cursor (G2).
 
+use std::fmt::Display;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use cronq_shared::broker::{Broker, Outgoing};
+use cronq_shared::broker::{Broker, BrokerError, Outgoing};
 use cronq_shared::message::Trigger;
+use cronq_shared::retry::{Backoff, Retrying, retry};
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::leader::{Leadership, holds, lost};
 
-/// Delay before each retry of an unconfirmed publish; the last one repeats. Short first
-/// steps ride over a broker reconnect (lapin recovers in seconds); a cap keeps a long
-/// outage from being hammered. Each delay gets up to 20% random jitter.
-pub const PUBLISH_BACKOFF: &[Duration] = &[
-    Duration::from_millis(100),
-    Duration::from_millis(250),
-    Duration::from_millis(500),
-    Duration::from_secs(1),
-    Duration::from_secs(2),
-    Duration::from_secs(5),
-];
+/// The leader's retries (a refused publish, a control store error): short first steps ride
+/// over a refusal that passes by itself (a queue leader moving to another node), the cap
+/// keeps a lasting one from flooding the broker and the log.
+pub const LEADER_RETRY: Backoff =
+    Backoff::exponential(Duration::from_millis(100), Duration::from_secs(5));
 
-/// One publish attempt may take this long before it counts as failed (a broker that
-/// accepts the TCP connection but never confirms).
-pub const PUBLISH_TIMEOUT: Duration = Duration::from_secs(40);
+/// A publish still unconfirmed after this long is logged, and waited for further (a
+/// broker that takes messages but does not confirm them, as under a memory alarm).
+pub const CONFIRM_SLOW: Duration = Duration::from_secs(40);
 
 /// Why a batch was given up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,8 +47,8 @@ pub enum Abandoned {
     Cancelled,
 }
 
-/// Publishes `batch` until the broker confirms all of it, retrying per
-/// [`PUBLISH_BACKOFF`], for as long as `epoch` holds a valid leadership.
+/// Publishes `batch` until the broker confirms all of it, for as long as `epoch` holds a
+/// valid leadership (refusals retried along [`LEADER_RETRY`]).
 ///
 /// # Errors
 /// [`Abandoned`] when the leadership ended or `token` was cancelled first; nothing is
@@ -60,54 +66,111 @@ pub async fn publish_confirmed(
     if batch.is_empty() {
         return Ok(());
     }
-    let mut leadership = leadership.clone();
-    for attempt in 0usize.. {
-        if token.is_cancelled() {
-            return Err(Abandoned::Cancelled);
-        }
-        // Never publish without a leadership that is valid right now.
-        if !holds(&leadership, epoch) {
-            return Err(Abandoned::LostLeadership);
-        }
-        let outcome = tokio::select! {
-            biased;
-            () = token.cancelled() => return Err(Abandoned::Cancelled),
-            () = lost(&mut leadership, epoch) => return Err(Abandoned::LostLeadership),
-            r = tokio::time::timeout(PUBLISH_TIMEOUT, broker.publish(batch)) => r,
-        };
-        match outcome {
-            Ok(Ok(())) => {
-                record(batch);
-                return Ok(());
+    let refused = |r: &Retrying<'_, BrokerError>| {
+        metrics::counter!("cronq_publish_failures_total").increment(1);
+        warn!(
+            attempt = r.failures,
+            messages = batch.len(),
+            error = %r.error,
+            "publish not confirmed, retrying",
+        );
+    };
+    leading(
+        leadership,
+        epoch,
+        token,
+        || confirmed(broker, batch),
+        refused,
+    )
+    .await?;
+    record(batch);
+    Ok(())
+}
+
+/// Runs a store or broker operation until it succeeds, along [`LEADER_RETRY`], for as long
+/// as `epoch` holds a valid leadership; `what` names it in the log.
+///
+/// # Errors
+/// [`Abandoned`] when the leadership ended or `token` was cancelled first.
+///
+/// # Cancel safety
+/// Cancel-safe when `op`'s futures are.
+pub async fn while_leading<T, E, Fut>(
+    what: &'static str,
+    leadership: &watch::Receiver<Option<Leadership>>,
+    epoch: u64,
+    token: &CancellationToken,
+    op: impl FnMut() -> Fut,
+) -> Result<T, Abandoned>
+where
+    E: Display,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let failed = |r: &Retrying<'_, E>| {
+        warn!(
+            operation = what,
+            attempt = r.failures,
+            error = %r.error,
+            "leader operation failed, retrying",
+        );
+    };
+    leading(leadership, epoch, token, op, failed).await
+}
+
+/// The loop of [`publish_confirmed`] and [`while_leading`]: each try starts only under a
+/// leadership valid right now, and a try or a wait in flight ends as soon as the
+/// leadership does.
+async fn leading<T, E, Fut>(
+    leadership: &watch::Receiver<Option<Leadership>>,
+    epoch: u64,
+    token: &CancellationToken,
+    mut op: impl FnMut() -> Fut,
+    notify: impl FnMut(&Retrying<'_, E>),
+) -> Result<T, Abandoned>
+where
+    Fut: Future<Output = Result<T, E>>,
+{
+    let tries = retry(
+        LEADER_RETRY,
+        token,
+        || {
+            // Never act without a leadership that is valid right now.
+            let valid = holds(leadership, epoch);
+            let attempt = op();
+            async move {
+                if !valid {
+                    return Ok(Err(Abandoned::LostLeadership));
+                }
+                attempt.await.map(Ok)
             }
-            Ok(Err(err)) => {
-                metrics::counter!("cronq_publish_failures_total").increment(1);
-                warn!(
-                    attempt = attempt + 1,
-                    messages = batch.len(),
-                    error = %err,
-                    "publish not confirmed, retrying",
-                );
-            }
-            Err(_) => {
-                metrics::counter!("cronq_publish_failures_total").increment(1);
-                warn!(
-                    attempt = attempt + 1,
-                    messages = batch.len(),
-                    "publish confirm timed out, retrying"
-                );
-            }
-        }
-        let base = PUBLISH_BACKOFF[attempt.min(PUBLISH_BACKOFF.len() - 1)];
-        let delay = base.mul_f64(1.0 + rand::random::<f64>() * 0.2);
+        },
+        notify,
+    );
+    let mut watch = leadership.clone();
+    tokio::select! {
+        biased;
+        () = token.cancelled() => Err(Abandoned::Cancelled),
+        () = lost(&mut watch, epoch) => Err(Abandoned::LostLeadership),
+        // LEADER_RETRY never runs out: only the token ends the retrying.
+        done = tries => done.unwrap_or(Err(Abandoned::Cancelled)),
+    }
+}
+
+/// One publish, waited for until confirmed; logged while the confirm is slow.
+async fn confirmed(broker: &Arc<dyn Broker>, batch: &[Outgoing]) -> Result<(), BrokerError> {
+    let started = Instant::now();
+    let publish = broker.publish(batch);
+    tokio::pin!(publish);
+    loop {
         tokio::select! {
-            biased;
-            () = token.cancelled() => return Err(Abandoned::Cancelled),
-            () = lost(&mut leadership, epoch) => return Err(Abandoned::LostLeadership),
-            () = tokio::time::sleep(delay) => {}
+            done = &mut publish => return done,
+            () = tokio::time::sleep(CONFIRM_SLOW) => warn!(
+                messages = batch.len(),
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "publish not confirmed yet, still waiting",
+            ),
         }
     }
-    Err(Abandoned::LostLeadership)
 }
 
 fn record(batch: &[Outgoing]) {

@@ -10,7 +10,6 @@
 //! store fences it).
 
 use std::collections::HashSet;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,20 +24,13 @@ use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::leader::{Leadership, holds, lost};
-use crate::publisher::{Abandoned, PUBLISH_BACKOFF, publish_confirmed};
+use crate::leader::{Leadership, lost};
+use crate::publisher::{Abandoned, publish_confirmed, while_leading};
 use crate::term::Leading;
 
 /// At most this many messages go into one confirmed publish (and one cursor commit), so a
 /// million jobs firing together stream out in bounded batches.
 pub const PUBLISH_BATCH: usize = 1_000;
-
-/// A backfill publishes at most this many occurrences per control poll, so a year of
-/// `@every 1s` neither floods the broker nor blocks scheduled occurrences.
-pub const BACKFILL_CHUNK: usize = 1_000;
-
-/// At most this many requests are carried out per control poll.
-pub const REQUESTS_PER_POLL: usize = 100;
 
 /// The leader's loop; idle (waiting for leadership) on a standby.
 pub struct Scheduler {
@@ -103,15 +95,18 @@ impl Scheduler {
         let config = self.config.borrow_and_update().clone();
         let broker = self.broker.clone();
         let queues = config.queues();
-        self.retry("declare queues", epoch, token, || broker.declare(&queues))
-            .await?;
+        let leadership = &self.leadership;
+        while_leading("declare queues", leadership, epoch, token, || {
+            broker.declare(&queues)
+        })
+        .await?;
         let control = self.control.clone();
-        let cursors = self
-            .retry("read cursors", epoch, token, || control.cursors())
-            .await?;
-        let paused = self
-            .retry("read pauses", epoch, token, || control.paused())
-            .await?;
+        let cursors = while_leading("read cursors", leadership, epoch, token, || {
+            control.cursors()
+        })
+        .await?;
+        let paused =
+            while_leading("read pauses", leadership, epoch, token, || control.paused()).await?;
         let now = Utc::now();
         let (mut lead, catchup, moved) =
             Leading::take_over(term, config, &cursors, paused.into_keys().collect(), now);
@@ -168,7 +163,8 @@ impl Scheduler {
         let new = self.config.borrow_and_update().clone();
         let queues = new.queues();
         let broker = self.broker.clone();
-        self.retry("declare queues", lead.term.epoch, token, || {
+        let epoch = lead.term.epoch;
+        while_leading("declare queues", &self.leadership, epoch, token, || {
             broker.declare(&queues)
         })
         .await?;
@@ -261,49 +257,5 @@ impl Scheduler {
                 Ok(())
             }
         }
-    }
-
-    /// Retries a store or broker operation per [`PUBLISH_BACKOFF`] while `epoch` leads.
-    async fn retry<T, E, F, Fut>(
-        &self,
-        what: &'static str,
-        epoch: u64,
-        token: &CancellationToken,
-        mut op: F,
-    ) -> Result<T, Abandoned>
-    where
-        E: std::fmt::Display,
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-    {
-        let mut leadership = self.leadership.clone();
-        for attempt in 0usize.. {
-            if !holds(&leadership, epoch) {
-                return Err(Abandoned::LostLeadership);
-            }
-            let err = tokio::select! {
-                biased;
-                () = token.cancelled() => return Err(Abandoned::Cancelled),
-                () = lost(&mut leadership, epoch) => return Err(Abandoned::LostLeadership),
-                r = op() => match r {
-                    Ok(v) => return Ok(v),
-                    Err(e) => e,
-                },
-            };
-            warn!(
-                operation = what,
-                attempt = attempt + 1,
-                error = %err,
-                "leader operation failed, retrying",
-            );
-            let delay = PUBLISH_BACKOFF[attempt.min(PUBLISH_BACKOFF.len() - 1)];
-            tokio::select! {
-                biased;
-                () = token.cancelled() => return Err(Abandoned::Cancelled),
-                () = lost(&mut leadership, epoch) => return Err(Abandoned::LostLeadership),
-                () = sleep(delay) => {}
-            }
-        }
-        Err(Abandoned::LostLeadership)
     }
 }

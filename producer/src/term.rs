@@ -19,8 +19,14 @@ use cronq_shared::names::JobName;
 use tracing::{debug, info, warn};
 
 use crate::planner;
-use crate::scheduler::{BACKFILL_CHUNK, REQUESTS_PER_POLL};
 use crate::timer::{Entry, Timer};
+
+/// A backfill publishes at most this many occurrences per control poll, so a year of
+/// `@every 1s` neither floods the broker nor blocks scheduled occurrences.
+pub(crate) const BACKFILL_CHUNK: usize = 1_000;
+
+/// At most this many requests are carried out per control poll.
+pub(crate) const REQUESTS_PER_POLL: usize = 100;
 
 pub(crate) struct JobSlot {
     index: usize,

@@ -6,6 +6,11 @@
 //! batch as routed and stored; an unroutable (returned) or nacked message is an error, never
 //! a success (G2).
 //!
+//! Retries: a call retries by itself what may pass (a lost connection: reconnect, redo),
+//! until it succeeds, is refused, or is dropped; its callers never retry it for that
+//! (the table in [`crate::retry`]). A caller that cannot wait for ever bounds the call
+//! with [`bounded`]; the leader bounds it by its leadership.
+//!
 //! Semantics both implementations share (one behaviour suite, `tests/it/broker.rs`):
 //! per-queue FIFO; a requeued message comes back with `redelivered`; a delivery whose
 //! [`Acker`] is dropped unsettled is requeued; `consume` declares the queues it serves;
@@ -16,6 +21,7 @@
 //! reason `delivery limit reached in queue Q`.
 
 use std::collections::BTreeSet;
+use std::future::Future;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -30,6 +36,32 @@ use crate::names::QueueName;
 /// ("unlimited", as in AMQP): the receiver channel needs a bound, and no consumer runs
 /// more jobs than this at once.
 const UNLIMITED_PREFETCH: usize = 1024;
+
+/// How long [`bounded`] lets one broker call go on retrying: long enough to ride over a
+/// broker restart or a cluster node failing over, short enough that a consumer falls back
+/// (requeue, lease lapse, reaper) and a command exits instead of hanging.
+pub const CALL_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Runs one broker call `op` (named in the error) for at most [`CALL_DEADLINE`]: the
+/// bound of a caller that cannot wait for ever. Not a retry: the call retries by itself.
+///
+/// # Errors
+/// The call's error, or [`BrokerError::GaveUp`] when it was still retrying at the deadline
+/// (the broker logged each failure as it retried).
+///
+/// # Cancel safety
+/// As cancel-safe as `call`.
+pub async fn bounded<T>(
+    op: &'static str,
+    call: impl Future<Output = Result<T, BrokerError>>,
+) -> Result<T, BrokerError> {
+    tokio::time::timeout(CALL_DEADLINE, call)
+        .await
+        .unwrap_or(Err(BrokerError::GaveUp {
+            op,
+            after: CALL_DEADLINE,
+        }))
+}
 
 /// How many unsettled deliveries a subscription with `prefetch` may hold, on either
 /// backend.
@@ -146,6 +178,17 @@ pub enum BrokerError {
     /// The broker (or the in-memory queue) is shut down.
     #[error("broker is closed")]
     Closed,
+    /// A [`bounded`] call was still failing and retrying at its deadline.
+    #[error(
+        "broker operation {op} gave up after retrying for {}s; the warnings logged before say why",
+        .after.as_secs()
+    )]
+    GaveUp {
+        /// Which operation.
+        op: &'static str,
+        /// How long it retried.
+        after: Duration,
+    },
 }
 
 /// The queue port.
@@ -163,7 +206,8 @@ pub trait Broker: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`BrokerError::NotConfirmed`] for a nacked or returned message; nothing is known
-    /// about the others, so the caller retries the whole batch (consumers deduplicate).
+    /// about the others, so a caller that tries again sends the whole batch (consumers
+    /// deduplicate).
     async fn publish(&self, batch: &[Outgoing]) -> Result<(), BrokerError>;
 
     /// Subscribes to `queues` (declaring them) with at most `prefetch` unsettled

@@ -9,6 +9,18 @@
 //! a consumer dying in between can never leave an outcome the history does not show (G2).
 //! Leaves to the consumer: running handlers, the broker, deciding outcomes.
 //!
+//! The history has one writer, the ledger (the consumer never appends to it):
+//! - Every [`Ledger::complete`] given a run appends exactly one entry for its attempt. When
+//!   the end is recorded, that is [`End::run`] as given. When it is not — the claim was
+//!   fenced (lost to another consumer, or already ended), or its owner gives it up
+//!   ([`End::state`] `None`) — the record is left unchanged and the attempt is appended as
+//!   [`Run::lost`] (outcome `lost`, "lost the claim after: ERROR"), so a run that was cut
+//!   off still shows in the history.
+//! - A [`Ledger::settle`] appends [`Settle::run`] only when it records: a refused settle is
+//!   a duplicate of an occurrence whose history already shows it.
+//! - A waiter that a newer occurrence supersedes (overlap `replace`) gets its `cancelled`
+//!   entry from the [`Ledger::claim`] that supersedes it.
+//!
 //! Invariants (G1, G3):
 //! - At most one live claim per key. A key in a terminal state (`succeeded`, `failed`,
 //!   `skipped`, `cancelled`, `missed`) is never claimed again within its retention; a
@@ -20,7 +32,8 @@
 //!   hold period, across all reapers, so it can be republished (at-least-once).
 //! - Every change to a claimed record is fenced by the claim's token: an owner that lost its
 //!   claim (its lease lapsed and the key was reaped) gets [`Heartbeat::Lost`] and its
-//!   [`Ledger::complete`] returns `false` without changing anything.
+//!   [`Ledger::complete`] is not recorded ([`Ended::recorded`] `false`) and changes no
+//!   record (it only appends the attempt as lost, above).
 //! - At most one occurrence of an exclusive job holds the job lock at a time, fleet-wide.
 //! - An occurrence held back by overlap `queue` or `replace` is [`State::Waiting`]: its
 //!   message is stored and due for the reaper like a claim's, so it never depends on a
@@ -208,15 +221,19 @@ pub enum Heartbeat {
 /// How a claimed attempt ended.
 #[derive(Debug, Clone)]
 pub struct End {
-    /// [`State::Retrying`], [`State::Pending`] (released at shutdown) or a terminal state.
-    pub state: State,
+    /// What the record becomes: [`State::Retrying`], [`State::Pending`] (released at
+    /// shutdown) or a terminal state. `None` gives the claim up unrecorded (its owner
+    /// learnt that it lost it, or cannot follow the end up): the record stays as it is, its
+    /// lease lapses and the reaper hands the occurrence out again.
+    pub state: Option<State>,
     /// The attempt's error, if any.
     pub error: Option<String>,
     /// How long the record is kept.
     pub retention: Duration,
     /// For `Retrying` and `Pending`: the message that must follow.
     pub next: Option<FollowUp>,
-    /// The attempt's run, appended to the run history with the record; not when fenced.
+    /// The attempt's run: appended to the run history with the record, or as
+    /// [`Run::lost`] when the end is not recorded. `None`: no entry (tools, tests).
     pub run: Option<Run>,
 }
 
@@ -254,7 +271,7 @@ pub struct Settle {
 /// What [`Ledger::complete`] and [`Ledger::settle`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ended {
-    /// The end was recorded; `false` when fenced or already settled otherwise.
+    /// The end was recorded; `false` when fenced, given up, or already settled otherwise.
     pub recorded: bool,
     /// The waiter whose turn it is now, to publish.
     pub woken: Option<Orphan>,
@@ -344,8 +361,9 @@ pub trait Ledger: Send + Sync + 'static {
     async fn heartbeat(&self, lease: &Lease, duration: Duration) -> Result<Heartbeat, StoreError>;
 
     /// Ends the claim: records `end` (and appends `end.run` to the history), releases the
-    /// job lock and gives the earliest waiter its turn. Not recorded, changing nothing,
-    /// when the claim was lost (fenced).
+    /// job lock and gives the earliest waiter its turn. Not recorded when the claim was
+    /// lost (fenced) or `end.state` is `None`: then no record changes, and `end.run` is
+    /// appended as [`Run::lost`].
     ///
     /// # Errors
     /// [`StoreError`] when the store cannot be reached; the claim is unchanged.

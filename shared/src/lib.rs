@@ -9,6 +9,8 @@
 //! - [`endpoints`]: where the services are (`CRONQ_AMQP_URL`, `CRONQ_REDIS_URL`,
 //!   `CRONQ_NAMESPACE`).
 //! - [`redacted`]: URLs with credentials hidden, for logs and errors.
+//! - [`retry`]: the one retry primitive (exponential, capped, jittered, cancellable), and
+//!   which layer retries what.
 //! - The ports, each a trait with its rules in its docs: [`broker`] (the queue),
 //!   [`ledger`] (idempotency records and overlap), [`runlog`] (the run history), [`lease`]
 //!   (the producer's leader lease) and [`control`] (cursors, pauses, requests); [`store`]
@@ -24,6 +26,7 @@ pub mod ledger;
 pub mod message;
 pub mod names;
 pub mod redacted;
+pub mod retry;
 pub mod runlog;
 pub mod schedule;
 pub mod store;

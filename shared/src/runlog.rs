@@ -2,9 +2,11 @@
 //! newest first for `cronq runs`. Two implementations: `cronq-redis` (`RedisRunLog`, a
 //! Redis stream capped by length and trimmed by age) and `cronq-memory` (`MemoryRunLog`).
 //!
-//! Owns: storing and listing runs. Leaves to the consumer: deciding outcomes. Invariant:
-//! the history is bounded: at most about [`DEFAULT_MAX_RUNS`] entries, none much older than
-//! the retention.
+//! Owns: storing and listing runs. Leaves to the consumer: deciding outcomes. The entries
+//! of attempts and of occurrences settled without running have one writer, the ledger, in
+//! the same atomic step as the record ([`crate::ledger`]); [`RunLog::record`] is for the
+//! backends and tools. Invariant: the history is bounded: at most about
+//! [`DEFAULT_MAX_RUNS`] entries, none much older than the retention.
 
 use std::time::Duration;
 
@@ -100,10 +102,36 @@ pub struct Run {
     pub error: Option<String>,
 }
 
+impl Run {
+    /// This attempt as the history shows it when its claim was lost (fenced, or given up
+    /// by its owner): outcome `lost`, the error saying so after the attempt's own. A run
+    /// already `lost` is returned as it is.
+    #[must_use]
+    pub fn lost(self) -> Self {
+        if self.outcome == Outcome::Lost {
+            return self;
+        }
+        Self {
+            outcome: Outcome::Lost,
+            error: Some(lost_error(self.error.as_deref())),
+            ..self
+        }
+    }
+}
+
+/// The error shown for an attempt whose claim was lost, after its own error `after`.
+pub fn lost_error(after: Option<&str>) -> String {
+    after.map_or_else(
+        || "lost the claim: the lease lapsed and another consumer took over".to_owned(),
+        |e| format!("lost the claim after: {e}"),
+    )
+}
+
 /// The run history port.
 #[async_trait]
 pub trait RunLog: Send + Sync + 'static {
-    /// Appends one run.
+    /// Appends one run (the ledger appends those of attempts itself, see
+    /// [`crate::ledger`]).
     ///
     /// # Errors
     /// [`StoreError`] when the store cannot be reached.

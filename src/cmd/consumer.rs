@@ -50,13 +50,7 @@ pub async fn run(cli: &Cli, args: &ConsumerArgs, root: CancellationToken) -> any
                 .map_err(|e| format!("redis: {e}"))
         })
     });
-    let consumer = Consumer::new(
-        config,
-        Arc::new(broker),
-        stores.ledger,
-        stores.runlog,
-        options,
-    );
+    let consumer = Consumer::new(config, Arc::new(broker), stores.ledger, options);
     let (served, ran) = tokio::join!(
         admin::serve(args.serve.admin_addr, metrics, ready, root.clone()),
         consumer.run(root.clone()),

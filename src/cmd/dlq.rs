@@ -2,7 +2,7 @@
 //! [`cronq_consumer::replay::replay()`], which holds the replay rules.
 
 use cronq_consumer::replay::{self, Plan, Selector};
-use cronq_shared::broker::{Broker as _, DeadLetter};
+use cronq_shared::broker::{Broker as _, DeadLetter, bounded};
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::State;
 use serde_json::json;
@@ -19,7 +19,7 @@ use crate::output::{self, Table};
 pub async fn list(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
     let endpoints = super::settings::endpoints(cli)?;
     let broker = lookup::broker(&endpoints).await?;
-    let letters = broker.dead_letters().await;
+    let letters = bounded("list dead letters", broker.dead_letters()).await;
     broker.close().await;
     let letters = letters
         .map_err(|e| anyhow::Error::new(e).context("while listing the dead-letter queue"))?;

@@ -43,7 +43,6 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         config.clone(),
         Arc::new(broker.clone()),
         stores.ledger,
-        stores.runlog,
         options,
     );
     let (reloader, config_rx) = Reloader::new(config, hangups);

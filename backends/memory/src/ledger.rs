@@ -1,7 +1,8 @@
 //! The ledger in process memory, for `cronq standalone` and fast tests. Same rules as the
 //! Lua scripts of the Redis backend (`backends/redis/src/ledger/*.lua`), one mutex around
 //! the whole state (never held across an await), times from a monotonic clock. Runs of
-//! ended records go to a [`MemoryRunLog`], under the same lock.
+//! ended records go to a [`MemoryRunLog`], under the same lock; a fenced or given-up end
+//! appends its run as lost.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -370,14 +371,19 @@ impl Ledger for MemoryLedger {
         let now = Instant::now();
         let key = lease.key.to_string();
         let mut inner = self.lock();
-        let exclusive = match inner.live(&key, now) {
-            Some(rec) if rec.state == State::Running && rec.token == lease.token => rec.exclusive,
-            _ => {
-                return Ok(Ended {
-                    recorded: false,
-                    woken: None,
-                });
+        let held = inner
+            .live(&key, now)
+            .filter(|rec| rec.state == State::Running && rec.token == lease.token)
+            .map(|rec| rec.exclusive);
+        let (Some(state), Some(exclusive)) = (end.state, held) else {
+            // Fenced or given up: no record changes; the attempt shows as lost.
+            if let Some(run) = &end.run {
+                self.history.push(run.clone().lost());
             }
+            return Ok(Ended {
+                recorded: false,
+                woken: None,
+            });
         };
         let job = lease.job.as_str();
         if inner
@@ -395,7 +401,7 @@ impl Ledger for MemoryLedger {
             .records
             .get_mut(&key)
             .expect("checked live just above, under the same lock");
-        rec.state = end.state;
+        rec.state = state;
         rec.token.clear();
         rec.error.clone_from(&end.error);
         rec.expires = now + end.retention;

@@ -2,11 +2,14 @@
 //!
 //! It owns one connection per [`AmqpBroker`] (a *link*), rebuilt on demand when it drops:
 //! lapin's own auto-recovery does not retry a failed publish and can give up, so it is not
-//! used. Every operation takes the current link, reconnecting with
-//! capped, jittered backoff when it is gone; `publish` retries the whole batch on the new
-//! link until [`PUBLISH_DEADLINE`] (consumers deduplicate by key); `consume` re-subscribes
-//! after a reconnect and keeps feeding the same receiver until its token is cancelled.
-//! The topology itself is in [`super::topology`].
+//! used. Every operation takes the current link; this is the one layer that retries
+//! broker calls (`cronq_shared::retry`): a transient failure (the connection or channel
+//! went away) reconnects and redoes the whole operation along [`RECONNECT`], until it
+//! succeeds, is refused, or the caller drops it (callers bound it:
+//! `cronq_shared::broker::bounded`, or the leader's leadership); `publish` resends the
+//! whole batch (consumers deduplicate by key); `consume` re-subscribes after a reconnect
+//! and keeps feeding the same receiver until its token is cancelled. The topology itself
+//! is in [`super::topology`].
 //!
 //! Invariant: `publish` and `dead_letter` succeed only once the broker confirmed each
 //! message with a plain ack: a returned (`Ack(Some(_))`) or nacked message is
@@ -36,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 use self::consume::Feeder;
 use self::dead_letters::{Collect, Replay};
 use self::failure::{Failure, broker_failure, chain, lapin_failure};
-use self::link::{Link, backoff};
+use self::link::Link;
 use self::tasks::Tasks;
 use crate::headers::{dead_letter_properties, occurrence_properties};
 use crate::topology::{self, quantize_delay, short};
@@ -44,14 +47,34 @@ use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing};
 use cronq_shared::endpoints::CONNECT_TIMEOUT;
 use cronq_shared::names::{Names, QueueName};
 use cronq_shared::redacted::Redacted;
+use cronq_shared::retry::{Backoff, GaveUp, retry};
 
-/// How long `publish`, `dead_letter` and `declare` keep retrying across reconnects before
-/// they give up with the last error.
-pub const PUBLISH_DEADLINE: Duration = Duration::from_secs(30);
+/// Reconnecting and redoing an operation: a broker restart or a cluster node failing over
+/// takes seconds, so the first waits are short; the cap keeps a long outage from being
+/// hammered.
+pub const RECONNECT: Backoff =
+    Backoff::exponential(Duration::from_millis(100), Duration::from_secs(5));
 
 /// Heartbeat asked for when the URL sets none: a silently dead TCP connection is noticed
 /// within about twice this, instead of the server's default 60 s.
 const HEARTBEAT_SECS: u16 = 10;
+
+/// The error of a connection attempt that got no answer within [`CONNECT_TIMEOUT`].
+fn no_answer(redacted: &str) -> BrokerError {
+    BrokerError::Connect {
+        url: redacted.to_owned(),
+        source: format!("no answer within {}s", CONNECT_TIMEOUT.as_secs()).into(),
+    }
+}
+
+/// What a retried operation is about, for its log lines: the job and key of the one
+/// occurrence it concerns, if it concerns one, and how many messages.
+#[derive(Debug, Default)]
+struct About<'a> {
+    job: &'a str,
+    key: &'a str,
+    messages: usize,
+}
 
 /// A message ready to go on the wire.
 struct Prepared {
@@ -114,25 +137,19 @@ impl AmqpBroker {
             uri.query.heartbeat = Some(HEARTBEAT_SECS);
         }
         let started = Instant::now();
-        let mut attempt = 0;
-        let link = loop {
-            let left = CONNECT_TIMEOUT.saturating_sub(started.elapsed());
-            let error = match tokio::time::timeout(left, Link::open(&uri, &redacted)).await {
-                Ok(Ok(link)) => break link,
-                Ok(Err(e)) => e,
-                Err(_) => BrokerError::Connect {
-                    url: redacted.clone(),
-                    source: format!("no answer within {}s", CONNECT_TIMEOUT.as_secs()).into(),
-                },
-            };
-            let wait = backoff(attempt);
-            if started.elapsed() + wait >= CONNECT_TIMEOUT {
-                return Err(error);
-            }
-            tracing::debug!(error = %error, "broker not reachable yet, retrying");
-            tokio::time::sleep(wait).await;
-            attempt += 1;
-        };
+        let link = retry(
+            RECONNECT.within(CONNECT_TIMEOUT),
+            &CancellationToken::new(),
+            || async {
+                let left = CONNECT_TIMEOUT.saturating_sub(started.elapsed());
+                tokio::time::timeout(left, Link::open(&uri, &redacted))
+                    .await
+                    .unwrap_or_else(|_| Err(no_answer(&redacted)))
+            },
+            |r| tracing::debug!(error = %r.error, "broker not reachable yet, retrying"),
+        )
+        .await
+        .map_err(GaveUp::into_last)?;
         tracing::info!(url = %redacted, namespace = %names.namespace(), "connected to the broker");
         Ok(Self {
             inner: Arc::new(Inner {
@@ -184,20 +201,11 @@ impl AmqpBroker {
             Link::open(&self.inner.uri, &self.inner.redacted),
         )
         .await;
-        let link = match opened {
-            Ok(Ok(link)) => Arc::new(link),
-            Ok(Err(error)) => {
+        let link = match opened.unwrap_or_else(|_| Err(no_answer(&self.inner.redacted))) {
+            Ok(link) => Arc::new(link),
+            Err(error) => {
                 return Err(Failure {
                     error,
-                    transient: true,
-                });
-            }
-            Err(_) => {
-                return Err(Failure {
-                    error: BrokerError::Connect {
-                        url: self.inner.redacted.clone(),
-                        source: format!("no answer within {}s", CONNECT_TIMEOUT.as_secs()).into(),
-                    },
                     transient: true,
                 });
             }
@@ -207,40 +215,52 @@ impl AmqpBroker {
         Ok(link)
     }
 
-    /// Runs `f` on the current link, reconnecting and retrying transient failures with
-    /// backoff until [`PUBLISH_DEADLINE`] has passed.
-    async fn retrying<T, F, Fut>(&self, op: &'static str, mut f: F) -> Result<T, BrokerError>
+    /// Runs `f` on the current link; after a transient failure, reconnects and runs it
+    /// again along [`RECONNECT`], until it succeeds, fails for good, or is dropped.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping it abandons the operation (a publish may or may not have
+    /// arrived; consumers deduplicate).
+    async fn retrying<T, F, Fut>(
+        &self,
+        op: &'static str,
+        about: &About<'_>,
+        f: F,
+    ) -> Result<T, BrokerError>
     where
-        F: FnMut(Arc<Link>) -> Fut,
+        F: Fn(Arc<Link>) -> Fut,
         Fut: Future<Output = Result<T, Failure>>,
     {
-        let started = Instant::now();
-        let mut attempt = 0;
-        loop {
-            let failure = match self.link().await {
-                Ok(link) => match f(link).await {
-                    Ok(v) => return Ok(v),
-                    Err(failure) => failure,
-                },
-                Err(failure) => failure,
-            };
-            let wait = backoff(attempt);
-            if !failure.transient {
-                return Err(failure.error);
-            }
-            if started.elapsed() + wait >= PUBLISH_DEADLINE {
-                return Err(BrokerError::Protocol {
+        let f = &f;
+        let tried = retry(
+            RECONNECT,
+            &CancellationToken::new(),
+            || async move {
+                let link = match self.link().await {
+                    Ok(link) => link,
+                    Err(failure) => return failure.retried(),
+                };
+                match f(link).await {
+                    Ok(v) => Ok(Ok(v)),
+                    Err(failure) => failure.retried(),
+                }
+            },
+            |r| {
+                tracing::warn!(
                     op,
-                    source: Box::new(GaveUp {
-                        after: PUBLISH_DEADLINE,
-                        last: failure.error,
-                    }),
-                });
-            }
-            tracing::warn!(error = %chain(&failure.error), elapsed_ms = started.elapsed().as_millis() as u64, "broker operation failed, retrying on a new connection");
-            tokio::time::sleep(wait).await;
-            attempt += 1;
-        }
+                    job = about.job,
+                    key = about.key,
+                    messages = about.messages,
+                    error = %chain(r.error),
+                    elapsed_ms = r.elapsed.as_millis() as u64,
+                    "broker operation failed, retrying on a new connection",
+                );
+            },
+        )
+        .await;
+        // RECONNECT never runs out and nothing cancels its token, so only a success or a
+        // refusal ends the loop; keep the last error should that ever change.
+        tried.unwrap_or_else(|gave_up| Err(gave_up.into_last()))
     }
 
     fn prepare(&self, out: &Outgoing) -> Result<Prepared, BrokerError> {
@@ -405,19 +425,10 @@ impl AmqpBroker {
     }
 }
 
-/// Retries ran out; carries the last error.
-#[derive(Debug, thiserror::Error)]
-#[error("gave up after retrying for {}s", .after.as_secs())]
-struct GaveUp {
-    after: Duration,
-    #[source]
-    last: BrokerError,
-}
-
 #[async_trait]
 impl Broker for AmqpBroker {
     async fn declare(&self, queues: &BTreeSet<QueueName>) -> Result<(), BrokerError> {
-        self.retrying("declare", |link| async move {
+        self.retrying("declare", &About::default(), |link| async move {
             let names = &self.inner.names;
             let ch = link.channel().await?;
             topology::declare_base(&ch, names)
@@ -448,7 +459,18 @@ impl Broker for AmqpBroker {
             .iter()
             .map(|o| self.prepare(o))
             .collect::<Result<Vec<_>, _>>()?;
-        self.retrying("publish", |link| {
+        let about = match (batch, prepared.as_slice()) {
+            ([one], [message]) => About {
+                job: one.occurrence.job.as_str(),
+                key: &message.key,
+                messages: 1,
+            },
+            _ => About {
+                messages: batch.len(),
+                ..About::default()
+            },
+        };
+        self.retrying("publish", &about, |link| {
             let prepared = &prepared;
             async move {
                 self.prepare_delays(&link, batch).await?;
@@ -466,7 +488,7 @@ impl Broker for AmqpBroker {
     ) -> Result<mpsc::Receiver<Delivery>, BrokerError> {
         let limit = cronq_shared::broker::in_flight_limit(prefetch);
         let sub = self
-            .retrying("consume", |link| async move {
+            .retrying("consume", &About::default(), |link| async move {
                 self.subscribe(&link, queues, prefetch).await
             })
             .await?;
@@ -499,7 +521,12 @@ impl Broker for AmqpBroker {
             body: letter.body.clone(),
             properties: dead_letter_properties(letter)?,
         };
-        self.retrying("dead-letter", |link| {
+        let about = About {
+            job: letter.job.as_deref().unwrap_or(""),
+            key: &message.key,
+            messages: 1,
+        };
+        self.retrying("dead-letter", &about, |link| {
             let message = &message;
             async move {
                 // Make sure the dead-letter queue exists, else the letter is unroutable.
@@ -515,7 +542,7 @@ impl Broker for AmqpBroker {
     }
 
     async fn dead_letters(&self) -> Result<Vec<DeadLetter>, BrokerError> {
-        self.retrying("list dead letters", |link| async move {
+        self.retrying("list dead letters", &About::default(), |link| async move {
             let mut letters = Vec::new();
             self.walk(&link, Collect(&mut letters)).await?;
             Ok(letters)

@@ -9,7 +9,8 @@
 //! (the stored message, apart so that the hash stays small and listpack-encoded),
 //! `ns:leases` (zset KEY → lease expiry or due time ms), `ns:joblock:JOB` (`KEY|TOKEN`, PX
 //! lease), `ns:jobwait:JOB` (zset of waiting KEYs → scheduled ms, see `wait.lua`); runs are
-//! appended to the [`RedisRunLog`]'s stream by the same scripts that end a record.
+//! appended to the [`RedisRunLog`]'s stream by the same scripts that end a record (a fenced
+//! or given-up end appends its run as lost, see `complete.lua`).
 
 use std::time::Duration;
 
@@ -166,19 +167,16 @@ fn text(field: &[u8]) -> String {
     String::from_utf8_lossy(field).into_owned()
 }
 
-/// Appends the history arguments of `run` (bounds, then the entry's fields) to an
-/// invocation of complete.lua or settle.lua; no arguments when there is no run.
-fn history_args(
-    invocation: &mut redis::ScriptInvocation<'_>,
-    history: &RedisRunLog,
-    run: Option<&Run>,
-) {
-    if let Some(run) = run {
-        let (max_runs, min_id) = history.bounds();
-        invocation.arg(max_runs).arg(min_id);
-        for (name, value) in runlog::fields(run) {
-            invocation.arg(name).arg(value);
-        }
+/// Appends the history arguments of `runs` (bounds, then each entry's fields in turn) to
+/// an invocation of complete.lua or settle.lua; no arguments when there is no run.
+fn history_args(invocation: &mut redis::ScriptInvocation<'_>, history: &RedisRunLog, runs: &[Run]) {
+    if runs.is_empty() {
+        return;
+    }
+    let (max_runs, min_id) = history.bounds();
+    invocation.arg(max_runs).arg(min_id);
+    for (name, value) in runs.iter().flat_map(runlog::fields) {
+        invocation.arg(name).arg(value);
     }
 }
 
@@ -313,7 +311,7 @@ impl Ledger for RedisLedger {
             .key(self.wait_key(&lease.job))
             .arg(&key)
             .arg(&lease.token)
-            .arg(end.state.as_str())
+            .arg(end.state.map_or("", State::as_str))
             .arg(end.error.as_deref().unwrap_or(""))
             .arg(millis(end.retention))
             .arg(next)
@@ -322,7 +320,13 @@ impl Ledger for RedisLedger {
             .arg(&self.record_prefix)
             .arg(&self.body_prefix)
             .arg(millis(WAKE_RECHECK));
-        history_args(&mut invocation, &self.history, end.run.as_ref());
+        // The run as recorded, and as lost should the end not be recorded.
+        let runs: Vec<Run> = end
+            .run
+            .iter()
+            .flat_map(|run| [run.clone(), run.clone().lost()])
+            .collect();
+        history_args(&mut invocation, &self.history, &runs);
         let reply: Vec<Vec<u8>> = invocation
             .invoke_async(&mut self.conn.clone())
             .await
@@ -349,7 +353,7 @@ impl Ledger for RedisLedger {
             .arg(&self.record_prefix)
             .arg(&self.body_prefix)
             .arg(millis(WAKE_RECHECK));
-        history_args(&mut invocation, &self.history, settle.run.as_ref());
+        history_args(&mut invocation, &self.history, settle.run.as_slice());
         let reply: Vec<Vec<u8>> = invocation
             .invoke_async(&mut self.conn.clone())
             .await

@@ -1,7 +1,7 @@
 //! Every occurrence of a window gets exactly one terminal outcome under each overlap
 //! policy, plus what the policy promises.
 //!
-//! Overlap policies (SPEC section 4) through real processes only: `cronq producer` ×2 and
+//! Overlap policies (docs/consumer.md, "Overlap") through real processes only: `cronq producer` ×2 and
 //! `cronq consumer` ×2 on RabbitMQ and Redis, and `cronq standalone`. A job is scheduled
 //! `@every 1s` for a window of occurrences, then publishing stops and the consumers drain;
 //! then every occurrence of the window (every tick between the first and the last key

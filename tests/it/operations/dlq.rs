@@ -78,7 +78,7 @@ async fn ended(ledger: &dyn Ledger, occ: &Occurrence, attempt: u32, state: State
         panic!("claim of {}", occ.key);
     };
     let end = End {
-        state,
+        state: Some(state),
         error: None,
         retention: Duration::from_secs(600),
         next: None,

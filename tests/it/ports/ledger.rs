@@ -88,7 +88,7 @@ async fn attempts_suite(ledger: impl Ledger + Inspect) {
         within: LONG,
     };
     let retrying = End {
-        state: State::Retrying,
+        state: Some(State::Retrying),
         error: Some("boom".into()),
         retention: LONG,
         next: Some(follow),

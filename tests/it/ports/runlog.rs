@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use cronq_shared::config::Overlap;
-use cronq_shared::ledger::{End, Lease, Ledger, Settle, State};
+use cronq_shared::ledger::{End, Heartbeat, Lease, Ledger, Settle, State};
 use cronq_shared::names::JobName;
 use cronq_shared::runlog::{Outcome, Run, RunLog};
 
@@ -60,8 +60,9 @@ async fn list(backend: Backend, env: TestEnv) {
     runlog_suite(ports::runlog(backend, &env).await).await;
 }
 
-/// The run of an ended or settled record reaches the history in the same step, and only
-/// when the record changed: never for a fenced completion or a refused settle.
+/// The ledger is the one writer of the history: the run of an ended or settled record
+/// reaches it in the same step; a fenced or given-up completion changes no record but
+/// appends its run as `lost`; a refused settle appends nothing.
 async fn history_suite(ledger: impl Ledger + Inspect, log: &dyn RunLog) {
     let c = claim("hist", 1, 1, Overlap::Allow, LONG);
     let lease = claimed(&ledger, &c).await;
@@ -74,27 +75,83 @@ async fn history_suite(ledger: impl Ledger + Inspect, log: &dyn RunLog) {
         ..end(State::Failed)
     };
     assert!(!ledger.complete(&stranger, &fenced).await.unwrap().recorded);
-    assert!(
-        log.list(None, 10).await.unwrap().is_empty(),
-        "fenced: no run"
+    let record = ledger.inspect(&c.key).await.unwrap();
+    assert_eq!(
+        record.state,
+        State::Running,
+        "fenced: the record is unchanged"
     );
+    let runs = log.list(None, 10).await.unwrap();
+    assert_eq!(
+        runs.len(),
+        1,
+        "fenced: the attempt's run, as lost: {runs:?}"
+    );
+    assert_eq!(runs[0].outcome, Outcome::Lost);
+    assert_eq!(runs[0].error.as_deref(), Some("lost the claim after: boom"));
+    assert_eq!(runs[0].consumer, "c1");
     let succeeded = run("hist", 1, Outcome::Succeeded);
     let done = End {
         run: Some(succeeded.clone()),
         ..end(State::Succeeded)
     };
     assert!(ledger.complete(&lease, &done).await.unwrap().recorded);
-    assert!(
-        !ledger.complete(&lease, &done).await.unwrap().recorded,
-        "already ended"
-    );
     let runs = log.list(None, 10).await.unwrap();
-    assert_eq!(runs.len(), 1, "one run per recorded end: {runs:?}");
-    assert_eq!(runs[0].key, succeeded.key);
+    assert_eq!(runs.len(), 2, "one run per end: {runs:?}");
+    assert_eq!(runs[0].key, succeeded.key, "newest first");
     assert_eq!(runs[0].outcome, Outcome::Succeeded);
     assert_eq!(runs[0].consumer, "c1");
     assert_eq!(runs[0].duration, Duration::from_millis(1500));
     assert_eq!(runs[0].error, None);
+    assert!(
+        !ledger.complete(&lease, &done).await.unwrap().recorded,
+        "already ended"
+    );
+    let record = ledger.inspect(&c.key).await.unwrap();
+    assert_eq!(
+        record.state,
+        State::Succeeded,
+        "an ended claim is fenced too"
+    );
+    let runs = log.list(None, 10).await.unwrap();
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    assert_eq!(runs[0].outcome, Outcome::Lost);
+    assert_eq!(
+        runs[0].error.as_deref(),
+        Some("lost the claim: the lease lapsed and another consumer took over")
+    );
+
+    // Given up by its owner (no state): the record stays running, its lease lapses.
+    let kept = claim("hist", 3, 1, Overlap::Allow, LONG);
+    let kept_lease = claimed(&ledger, &kept).await;
+    let given_up = End {
+        state: None,
+        run: Some(run("hist", 3, Outcome::Failed)),
+        ..end(State::Failed)
+    };
+    assert!(
+        !ledger
+            .complete(&kept_lease, &given_up)
+            .await
+            .unwrap()
+            .recorded
+    );
+    let record = ledger.inspect(&kept.key).await.unwrap();
+    assert_eq!(
+        record.state,
+        State::Running,
+        "given up: the record is unchanged"
+    );
+    assert_eq!(
+        ledger.heartbeat(&kept_lease, LONG).await.unwrap(),
+        Heartbeat::Held,
+        "given up: the claim is still the owner's until its lease lapses"
+    );
+    let runs = log.list(None, 10).await.unwrap();
+    assert_eq!(runs.len(), 4, "{runs:?}");
+    assert_eq!(runs[0].key, kept.key);
+    assert_eq!(runs[0].outcome, Outcome::Lost);
+    assert_eq!(runs[0].error.as_deref(), Some("lost the claim after: boom"));
 
     let missed = run("hist", 2, Outcome::Missed);
     let settle = Settle {
@@ -112,7 +169,7 @@ async fn history_suite(ledger: impl Ledger + Inspect, log: &dyn RunLog) {
         "already settled"
     );
     let runs = log.list(None, 10).await.unwrap();
-    assert_eq!(runs.len(), 2, "a refused settle adds no run: {runs:?}");
+    assert_eq!(runs.len(), 5, "a refused settle adds no run: {runs:?}");
     assert_eq!(runs[0].key, missed.key, "newest first");
     assert_eq!(runs[0].outcome, Outcome::Missed);
     assert_eq!(runs[0].error.as_deref(), Some("boom"));

@@ -135,32 +135,25 @@ impl Fleet {
         handlers: Handlers,
         ledger: Option<Arc<dyn Ledger>>,
     ) -> CancellationToken {
-        let (broker, own_ledger, runlog): (Arc<dyn Broker>, Arc<dyn Ledger>, Arc<dyn RunLog>) =
-            match &self.ports {
-                Ports::Memory(_) => (
-                    self.broker.clone(),
-                    self.ledger.clone(),
-                    self.runlog.clone(),
-                ),
-                Ports::Real(_) => {
-                    let broker = AmqpBroker::connect(&amqp_url(), self.names.clone())
-                        .await
-                        .unwrap();
-                    let conn = cronq_redis::connect(&redis_url()).await.unwrap();
-                    let history =
-                        RedisRunLog::new(conn.clone(), &self.names, Duration::from_secs(3600));
-                    (
-                        Arc::new(broker),
-                        Arc::new(RedisLedger::new(conn, self.names.clone(), history.clone())),
-                        Arc::new(history),
-                    )
-                }
-            };
+        let (broker, own_ledger): (Arc<dyn Broker>, Arc<dyn Ledger>) = match &self.ports {
+            Ports::Memory(_) => (self.broker.clone(), self.ledger.clone()),
+            Ports::Real(_) => {
+                let broker = AmqpBroker::connect(&amqp_url(), self.names.clone())
+                    .await
+                    .unwrap();
+                let conn = cronq_redis::connect(&redis_url()).await.unwrap();
+                let history =
+                    RedisRunLog::new(conn.clone(), &self.names, Duration::from_secs(3600));
+                (
+                    Arc::new(broker),
+                    Arc::new(RedisLedger::new(conn, self.names.clone(), history)),
+                )
+            }
+        };
         let consumer = Consumer::new(
             self.config.clone(),
             broker,
             ledger.unwrap_or(own_ledger),
-            runlog,
             options,
         )
         .with_handlers(handlers);

@@ -70,7 +70,7 @@ pub fn claim(job: &str, i: u32, attempt: u32, overlap: Overlap, lease: Duration)
 /// An end in `state`, with no error, follow-up or run.
 pub fn end(state: State) -> End {
     End {
-        state,
+        state: Some(state),
         error: None,
         retention: LONG,
         next: None,

@@ -23,12 +23,14 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::AmqpBroker;
+use super::RECONNECT;
 use super::failure::{Failure, broker_failure, chain, channel_gone, lapin_failure};
-use super::link::{Link, backoff};
+use super::link::Link;
 use super::tasks::Tasks;
 use crate::topology::{self, short};
 use cronq_shared::broker::{Acker, BrokerError, Delivery};
 use cronq_shared::names::QueueName;
+use cronq_shared::retry::retry;
 
 /// How long a cancelled subscription waits for the broker's `cancel-ok` while it hands
 /// back messages that were already on their way.
@@ -232,30 +234,33 @@ impl Feeder {
         }
     }
 
+    /// Subscribes again along [`RECONNECT`]; `None` when the broker was closed or the
+    /// token cancelled first.
     async fn resubscribe(&self) -> Option<Subscription> {
-        let mut attempt = 0;
-        loop {
-            let result = match self.broker.link().await {
-                Ok(link) => {
-                    self.broker
-                        .subscribe(&link, &self.queues, self.prefetch)
-                        .await
+        // Every failure but a closed broker is retried: a refused subscription (a queue
+        // deleted meanwhile) passes once the queue is declared again.
+        let tried = retry(
+            RECONNECT,
+            &self.token,
+            || async {
+                let sub = match self.broker.link().await {
+                    Ok(link) => {
+                        self.broker
+                            .subscribe(&link, &self.queues, self.prefetch)
+                            .await
+                    }
+                    Err(f) => Err(f),
+                };
+                match sub {
+                    Ok(sub) => Ok(Some(sub)),
+                    Err(f) if matches!(f.error, BrokerError::Closed) => Ok(None),
+                    Err(f) => Err(f),
                 }
-                Err(f) => Err(f),
-            };
-            match result {
-                Ok(sub) => return Some(sub),
-                Err(f) if matches!(f.error, BrokerError::Closed) => return None,
-                Err(f) => {
-                    tracing::warn!(error = %chain(&f.error), queues = ?self.queues, "cannot re-subscribe yet, retrying");
-                }
-            }
-            let wait = backoff(attempt);
-            attempt += 1;
-            self.token
-                .run_until_cancelled(tokio::time::sleep(wait))
-                .await?;
-        }
+            },
+            |r| tracing::warn!(error = %chain(&r.error.error), queues = ?self.queues, "cannot re-subscribe yet, retrying"),
+        )
+        .await;
+        tried.ok().flatten()
     }
 
     /// Feeds `sub` until it breaks or the feeder must stop, then cancels its consumers and

@@ -19,6 +19,16 @@ impl Failure {
             transient: false,
         }
     }
+
+    /// As a try's result for `cronq_shared::retry::retry`: a transient failure is
+    /// retried, any other is handed back at once (`Ok(Err(_))`).
+    pub(super) fn retried<T>(self) -> Result<Result<T, BrokerError>, BrokerError> {
+        if self.transient {
+            Err(self.error)
+        } else {
+            Ok(Err(self.error))
+        }
+    }
 }
 
 /// Whether a lapin error is the connection or channel going away (retry on a new link),

@@ -1,9 +1,7 @@
-//! A *link*: one live AMQP connection and its shared publish channel, and the backoff
-//! between attempts to open one.
+//! A *link*: one live AMQP connection and its shared publish channel (the broker retries
+//! opening one along `RECONNECT`, see `broker.rs`).
 //!
 //! Invariant: the publish channel a link hands out is always in confirm mode.
-
-use std::time::Duration;
 
 use lapin::options::ConfirmSelectOptions;
 use lapin::types::LongString;
@@ -12,21 +10,6 @@ use lapin::{Channel, Connection, ConnectionProperties};
 
 use super::failure::{Failure, lapin_failure};
 use cronq_shared::broker::BrokerError;
-
-/// Reconnect backoff: the first wait, doubled after each failure up to [`BACKOFF_MAX`],
-/// each with up to 50% random jitter so a fleet does not reconnect in lockstep.
-const BACKOFF_FIRST: Duration = Duration::from_millis(100);
-/// See [`BACKOFF_FIRST`].
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
-
-/// The wait before reconnect attempt `attempt` (from 0): see [`BACKOFF_FIRST`].
-pub(super) fn backoff(attempt: u32) -> Duration {
-    let base = BACKOFF_FIRST
-        .saturating_mul(1u32.checked_shl(attempt.min(16)).unwrap_or(u32::MAX))
-        .min(BACKOFF_MAX);
-    let jitter = rand::random::<f64>() * 0.5;
-    base.mul_f64(1.0 + jitter).min(BACKOFF_MAX)
-}
 
 /// One live connection and its shared publish channel (in confirm mode).
 pub(super) struct Link {

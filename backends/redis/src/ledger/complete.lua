@@ -1,23 +1,29 @@
 -- Ends a claimed attempt, fenced by its token: a consumer that lost its claim (its lease
--- expired and the reaper took the key over) changes nothing. With run fields, the attempt's
--- run is appended to the history in the same step. An exclusive job's lock is released and
--- the earliest waiting occurrence, if any, is given its turn. Prepended: history.lua,
--- wait.lua.
+-- expired and the reaper took the key over), or that gives it up (no state), changes no
+-- record. With run fields, the attempt's run is appended to the history in the same step:
+-- as given when the end is recorded, as lost (the second half of the run fields) when it
+-- is not. An exclusive job's lock is released and the earliest waiting occurrence, if any,
+-- is given its turn. Prepended: history.lua, wait.lua.
 -- KEYS[1] record hash   KEYS[2] lease zset   KEYS[3] job lock   KEYS[4] run history stream
 -- KEYS[5] message body   KEYS[6] wait list (ns:jobwait:JOB)
--- ARGV[1] key   ARGV[2] token   ARGV[3] state   ARGV[4] error ('' = none)
+-- ARGV[1] key   ARGV[2] token   ARGV[3] state ('' = give the claim up)   ARGV[4] error ('' = none)
 -- ARGV[5] retention ms
 -- ARGV[6] next attempt allowed to claim ('' when the state is terminal)
 -- ARGV[7] body of the message that must follow (retry or release)
 -- ARGV[8] ms after which the reaper republishes that body if no one claimed it
 -- ARGV[9] record key prefix   ARGV[10] body key prefix
 -- ARGV[11] ms a woken waiter has to claim its turn
--- ARGV[12] history MAXLEN   ARGV[13] history MINID   ARGV[14..] run fields (none: no run)
--- Returns {1 [, woken key, woken queue, woken body]}, or {0} when fenced.
+-- ARGV[12] history MAXLEN   ARGV[13] history MINID   ARGV[14..] run fields (none: no run):
+-- the run as recorded, then the same run as lost, each half the rest of ARGV
+-- Returns {1 [, woken key, woken queue, woken body]}, or {0} when fenced or given up.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local half = (#ARGV - 13) / 2
 local rec = redis.call('HMGET', KEYS[1], 'state', 'token', 'exclusive')
-if rec[1] ~= 'running' or rec[2] ~= ARGV[2] then
+if ARGV[3] == '' or rec[1] ~= 'running' or rec[2] ~= ARGV[2] then
+  if half > 0 then
+    append_run(KEYS[4], ARGV[12], ARGV[13], 14 + half)
+  end
   return {'0'}
 end
 local woken
@@ -44,8 +50,8 @@ else
   redis.call('ZREM', KEYS[2], ARGV[1])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
-if #ARGV > 13 then
-  append_run(KEYS[4], ARGV[12], ARGV[13], 14)
+if half > 0 then
+  append_run(KEYS[4], ARGV[12], ARGV[13], 14, 13 + half)
 end
 if woken then
   return {'1', woken[1], woken[2], woken[3]}

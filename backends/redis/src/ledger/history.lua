@@ -13,10 +13,11 @@ local function append_fields(stream, maxlen, minid, fields)
   redis.call('XTRIM', stream, 'MINID', '~', minid)
 end
 
--- Appends the entry whose names and values alternate in ARGV from index `first` to the end.
-local function append_run(stream, maxlen, minid, first)
+-- Appends the entry whose names and values alternate in ARGV from index `first` to `last`
+-- (the end of ARGV when not given).
+local function append_run(stream, maxlen, minid, first, last)
   local fields = {}
-  for i = first, #ARGV do
+  for i = first, last or #ARGV do
     fields[#fields + 1] = ARGV[i]
   end
   append_fields(stream, maxlen, minid, fields)
