@@ -36,8 +36,8 @@ use lapin::{BasicProperties, Confirmation};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use self::consume::Feeder;
-use self::dead_letters::{Collect, Replay};
+use self::consume::{Connect, Feeder};
+use self::dead_letters::{Collect, Replay, walk};
 use self::failure::{Failure, broker_failure, chain, lapin_failure};
 use self::link::Link;
 use self::tasks::Tasks;
@@ -47,13 +47,9 @@ use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing};
 use cronq_shared::endpoints::CONNECT_TIMEOUT;
 use cronq_shared::names::{Names, QueueName};
 use cronq_shared::redacted::Redacted;
-use cronq_shared::retry::{Backoff, GaveUp, retry};
+use cronq_shared::retry::{GaveUp, retry};
 
-/// Reconnecting and redoing an operation: a broker restart or a cluster node failing over
-/// takes seconds, so the first waits are short; the cap keeps a long outage from being
-/// hammered.
-pub const RECONNECT: Backoff =
-    Backoff::exponential(Duration::from_millis(100), Duration::from_secs(5));
+pub use self::link::RECONNECT;
 
 /// Heartbeat asked for when the URL sets none: a silently dead TCP connection is noticed
 /// within about twice this, instead of the server's default 60 s.
@@ -425,6 +421,20 @@ impl AmqpBroker {
     }
 }
 
+impl Connect for AmqpBroker {
+    fn link(&self) -> impl Future<Output = Result<Arc<Link>, Failure>> + Send {
+        AmqpBroker::link(self)
+    }
+
+    fn names(&self) -> &Names {
+        AmqpBroker::names(self)
+    }
+
+    fn tasks(&self) -> &Tasks {
+        &self.inner.tasks
+    }
+}
+
 #[async_trait]
 impl Broker for AmqpBroker {
     async fn declare(&self, queues: &BTreeSet<QueueName>) -> Result<(), BrokerError> {
@@ -489,7 +499,7 @@ impl Broker for AmqpBroker {
         let limit = cronq_shared::broker::in_flight_limit(prefetch);
         let sub = self
             .retrying("consume", &About::default(), |link| async move {
-                self.subscribe(&link, queues, prefetch).await
+                consume::subscribe(self.names(), &self.inner.tasks, &link, queues, prefetch).await
             })
             .await?;
         let (tx, rx) = mpsc::channel(limit);
@@ -544,7 +554,7 @@ impl Broker for AmqpBroker {
     async fn dead_letters(&self) -> Result<Vec<DeadLetter>, BrokerError> {
         self.retrying("list dead letters", &About::default(), |link| async move {
             let mut letters = Vec::new();
-            self.walk(&link, Collect(&mut letters)).await?;
+            walk(self.names(), &link, Collect(&mut letters)).await?;
             Ok(letters)
         })
         .await
@@ -562,7 +572,9 @@ impl Broker for AmqpBroker {
             select,
             replayed: 0,
         };
-        self.walk(&link, &mut replay).await.map_err(|f| f.error)?;
+        walk(self.names(), &link, &mut replay)
+            .await
+            .map_err(|f| f.error)?;
         Ok(replay.replayed)
     }
 }

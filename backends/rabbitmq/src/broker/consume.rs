@@ -7,6 +7,7 @@
 //! what was on its way and keeps its channel open until every delivery handed out is
 //! settled, so none is acked or requeued behind its consumer's back.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -22,83 +23,91 @@ use lapin::types::{FieldTable, ShortString};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use super::AmqpBroker;
-use super::RECONNECT;
 use super::failure::{Failure, broker_failure, chain, channel_gone, lapin_failure};
-use super::link::Link;
+use super::link::{Link, RECONNECT};
 use super::tasks::Tasks;
 use crate::topology::{self, short};
 use cronq_shared::broker::{Acker, BrokerError, Delivery};
-use cronq_shared::names::QueueName;
+use cronq_shared::names::{Names, QueueName};
 use cronq_shared::retry::retry;
 
 /// How long a cancelled subscription waits for the broker's `cancel-ok` while it hands
 /// back messages that were already on their way.
 const CANCEL_DRAIN: Duration = Duration::from_secs(2);
 
-impl AmqpBroker {
-    /// Declares `queues` and starts one consumer per queue on a new channel of `link`.
-    pub(super) async fn subscribe(
-        &self,
-        link: &Link,
-        queues: &[QueueName],
-        prefetch: u16,
-    ) -> Result<Subscription, Failure> {
-        let ch = link.channel().await?;
-        match self.start_consumers(&ch, queues, prefetch).await {
-            Ok(consumers) => Ok(Subscription {
-                guard: Arc::new(ChannelGuard {
-                    channel: ch,
-                    tasks: self.inner.tasks.clone(),
-                }),
-                consumers,
+/// What a subscription needs from the broker that owns it: a live link (reconnecting when
+/// it is gone), its names, and the tasks it may spawn. The broker implements it, so this
+/// module depends on the broker's abilities, not on the broker.
+pub(super) trait Connect: Clone + Send + Sync + 'static {
+    /// The current link, or a new one when it is gone (one attempt).
+    fn link(&self) -> impl Future<Output = Result<Arc<Link>, Failure>> + Send;
+    /// The namespace's names.
+    fn names(&self) -> &Names;
+    /// The tasks the broker owns.
+    fn tasks(&self) -> &Tasks;
+}
+
+/// Declares `queues` and starts one consumer per queue on a new channel of `link`.
+pub(super) async fn subscribe(
+    names: &Names,
+    tasks: &Tasks,
+    link: &Link,
+    queues: &[QueueName],
+    prefetch: u16,
+) -> Result<Subscription, Failure> {
+    let ch = link.channel().await?;
+    match start_consumers(names, &ch, queues, prefetch).await {
+        Ok(consumers) => Ok(Subscription {
+            guard: Arc::new(ChannelGuard {
+                channel: ch,
+                tasks: tasks.clone(),
             }),
-            Err(failure) => {
-                // Consumers already started on it must not hold messages unacked.
-                let _ = ch.close(200, ShortString::from("subscribe failed")).await;
-                Err(failure)
-            }
+            consumers,
+        }),
+        Err(failure) => {
+            // Consumers already started on it must not hold messages unacked.
+            let _ = ch.close(200, ShortString::from("subscribe failed")).await;
+            Err(failure)
         }
     }
+}
 
-    async fn start_consumers(
-        &self,
-        ch: &Channel,
-        queues: &[QueueName],
-        prefetch: u16,
-    ) -> Result<Vec<(QueueName, ShortString, lapin::Consumer)>, Failure> {
-        let names = self.names();
-        topology::declare_base(ch, names)
+async fn start_consumers(
+    names: &Names,
+    ch: &Channel,
+    queues: &[QueueName],
+    prefetch: u16,
+) -> Result<Vec<(QueueName, ShortString, lapin::Consumer)>, Failure> {
+    topology::declare_base(ch, names)
+        .await
+        .map_err(broker_failure)?;
+    for q in queues {
+        topology::declare_queue(ch, names, q)
             .await
             .map_err(broker_failure)?;
-        for q in queues {
-            topology::declare_queue(ch, names, q)
-                .await
-                .map_err(broker_failure)?;
-        }
-        // Per consumer, not global: RabbitMQ 4.3 rejects global QoS.
-        ch.basic_qos(prefetch, BasicQosOptions { global: false })
-            .await
-            .map_err(lapin_failure("set prefetch"))?;
-        let mut consumers = Vec::with_capacity(queues.len());
-        for q in queues {
-            let tag = short(
-                "consume",
-                format!("cronq-{}", uuid::Uuid::new_v4().simple()),
-            )?;
-            let consumer = ch
-                .basic_consume(
-                    short("consume", names.queue(q))?,
-                    tag.clone(),
-                    BasicConsumeOptions::default(),
-                    FieldTable::default(),
-                )
-                .await
-                .map_err(lapin_failure("consume"))?;
-            consumers.push((q.clone(), tag, consumer));
-        }
-        Ok(consumers)
     }
+    // Per consumer, not global: RabbitMQ 4.3 rejects global QoS.
+    ch.basic_qos(prefetch, BasicQosOptions { global: false })
+        .await
+        .map_err(lapin_failure("set prefetch"))?;
+    let mut consumers = Vec::with_capacity(queues.len());
+    for q in queues {
+        let tag = short(
+            "consume",
+            format!("cronq-{}", uuid::Uuid::new_v4().simple()),
+        )?;
+        let consumer = ch
+            .basic_consume(
+                short("consume", names.queue(q))?,
+                tag.clone(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(lapin_failure("consume"))?;
+        consumers.push((q.clone(), tag, consumer));
+    }
+    Ok(consumers)
 }
 
 /// Closes a consuming channel once the subscription and every delivery from it are done,
@@ -200,8 +209,8 @@ impl Drop for AmqpAcker {
 /// Feeds one subscription's deliveries into the receiver, re-subscribing after a lost
 /// connection or a broker-side cancel, until the token is cancelled or the receiver is
 /// dropped.
-pub(super) struct Feeder {
-    pub(super) broker: AmqpBroker,
+pub(super) struct Feeder<C> {
+    pub(super) broker: C,
     pub(super) queues: Vec<QueueName>,
     pub(super) prefetch: u16,
     pub(super) permits: Arc<Semaphore>,
@@ -218,7 +227,7 @@ enum End {
 
 type Item = (QueueName, Option<lapin::Result<lapin::message::Delivery>>);
 
-impl Feeder {
+impl<C: Connect> Feeder<C> {
     /// Runs until the token is cancelled or the receiver is dropped.
     pub(super) async fn run(self, mut sub: Subscription) {
         loop {
@@ -245,9 +254,14 @@ impl Feeder {
             || async {
                 let sub = match self.broker.link().await {
                     Ok(link) => {
-                        self.broker
-                            .subscribe(&link, &self.queues, self.prefetch)
-                            .await
+                        subscribe(
+                            self.broker.names(),
+                            self.broker.tasks(),
+                            &link,
+                            &self.queues,
+                            self.prefetch,
+                        )
+                        .await
                     }
                     Err(f) => Err(f),
                 };

@@ -10,59 +10,56 @@ use std::future::Future;
 use lapin::options::{BasicAckOptions, BasicGetOptions, QueueDeclareOptions};
 use lapin::types::{FieldTable, ShortString};
 
-use super::AmqpBroker;
 use super::failure::{Failure, broker_failure, channel_gone, lapin_failure};
 use super::link::Link;
 use crate::headers::read_dead_letter;
 use crate::topology::{self, short};
 use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Outgoing};
+use cronq_shared::names::Names;
 
-impl AmqpBroker {
-    /// One walk over the dead-letter queue on a dedicated channel: every message is got
-    /// without ack, so closing the channel puts every message not acked back, in order.
-    /// The walk covers the letters present when it starts: letters arriving meanwhile
-    /// wait for the next walk, so a busy queue cannot keep it going forever.
-    pub(super) async fn walk(
-        &self,
-        link: &Link,
-        mut visit: impl AsyncVisit,
-    ) -> Result<(), Failure> {
-        let names = self.names();
-        let declare = link.channel().await?;
-        topology::declare_base(&declare, names)
+/// One walk over the dead-letter queue on a dedicated channel: every message is got
+/// without ack, so closing the channel puts every message not acked back, in order.
+/// The walk covers the letters present when it starts: letters arriving meanwhile
+/// wait for the next walk, so a busy queue cannot keep it going forever.
+pub(super) async fn walk(
+    names: &Names,
+    link: &Link,
+    mut visit: impl AsyncVisit,
+) -> Result<(), Failure> {
+    let declare = link.channel().await?;
+    topology::declare_base(&declare, names)
+        .await
+        .map_err(broker_failure)?;
+    let _ = declare.close(200, ShortString::from("declared")).await;
+    let ch = link.channel().await?;
+    let dlq = short("read dead letters", names.dead_letter_queue())?;
+    let result = async {
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..QueueDeclareOptions::default()
+        };
+        let present = ch
+            .queue_declare(dlq.clone(), passive, FieldTable::default())
             .await
-            .map_err(broker_failure)?;
-        let _ = declare.close(200, ShortString::from("declared")).await;
-        let ch = link.channel().await?;
-        let dlq = short("read dead letters", names.dead_letter_queue())?;
-        let result = async {
-            let passive = QueueDeclareOptions {
-                passive: true,
-                ..QueueDeclareOptions::default()
-            };
-            let present = ch
-                .queue_declare(dlq.clone(), passive, FieldTable::default())
+            .map_err(lapin_failure("count dead letters"))?
+            .message_count();
+        for _ in 0..present {
+            let got = ch
+                .basic_get(dlq.clone(), BasicGetOptions { no_ack: false })
                 .await
-                .map_err(lapin_failure("count dead letters"))?
-                .message_count();
-            for _ in 0..present {
-                let got = ch
-                    .basic_get(dlq.clone(), BasicGetOptions { no_ack: false })
-                    .await
-                    .map_err(lapin_failure("read dead letters"))?;
-                let Some(msg) = got else { break };
-                let letter = read_dead_letter(names, &msg.delivery.properties, &msg.delivery.data);
-                visit.visit(letter, &msg.delivery.acker).await?;
-            }
-            Ok(())
+                .map_err(lapin_failure("read dead letters"))?;
+            let Some(msg) = got else { break };
+            let letter = read_dead_letter(names, &msg.delivery.properties, &msg.delivery.data);
+            visit.visit(letter, &msg.delivery.acker).await?;
         }
-        .await;
-        let _ = ch.close(200, ShortString::from("walked")).await;
-        result
+        Ok(())
     }
+    .await;
+    let _ = ch.close(200, ShortString::from("walked")).await;
+    result
 }
 
-/// What [`AmqpBroker::walk`] does with each letter.
+/// What [`walk`] does with each letter.
 pub(super) trait AsyncVisit {
     fn visit(
         &mut self,
@@ -81,7 +78,7 @@ impl AsyncVisit for Collect<'_> {
 }
 
 pub(super) struct Replay<'a> {
-    pub(super) broker: &'a AmqpBroker,
+    pub(super) broker: &'a dyn Broker,
     pub(super) select: &'a (dyn for<'l> Fn(&'l DeadLetter) -> Option<Outgoing> + Send + Sync),
     pub(super) replayed: usize,
 }

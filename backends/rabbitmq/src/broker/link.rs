@@ -1,5 +1,5 @@
-//! A *link*: one live AMQP connection and its shared publish channel (the broker retries
-//! opening one along `RECONNECT`, see `broker.rs`).
+//! A *link*: one live AMQP connection and its shared publish channel and [`RECONNECT`], the schedule the
+//! broker reconnects and redoes an operation along.
 //!
 //! Invariant: the publish channel a link hands out is always in confirm mode.
 
@@ -8,8 +8,17 @@ use lapin::types::LongString;
 use lapin::uri::AMQPUri;
 use lapin::{Channel, Connection, ConnectionProperties};
 
+use std::time::Duration;
+
 use super::failure::{Failure, lapin_failure};
 use cronq_shared::broker::BrokerError;
+use cronq_shared::retry::Backoff;
+
+/// Reconnecting and redoing an operation: a broker restart or a cluster node failing over
+/// takes seconds, so the first waits are short; the cap keeps a long outage from being
+/// hammered.
+pub const RECONNECT: Backoff =
+    Backoff::exponential(Duration::from_millis(100), Duration::from_secs(5));
 
 /// One live connection and its shared publish channel (in confirm mode).
 pub(super) struct Link {
