@@ -14,6 +14,8 @@ use redis::Script;
 use redis::aio::ConnectionManager;
 
 use cronq_shared::lease::{Holder, Lease, LeaseError, Term};
+
+use crate::args::millis;
 use cronq_shared::names::Names;
 
 /// The lease in Redis.
@@ -94,10 +96,6 @@ impl RedisLease {
 /// The Redis key of the namespace's leader lease (the control store fences on it).
 pub(crate) fn lease_key(names: &Names) -> String {
     names.redis_key(&["leader"])
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 #[async_trait]

@@ -27,6 +27,7 @@ use cronq_shared::names::{JobName, Names};
 use cronq_shared::runlog::Run;
 use cronq_shared::store::StoreError;
 
+use crate::args::millis;
 use crate::error::command;
 use crate::runlog::{self, RedisRunLog};
 
@@ -180,11 +181,6 @@ fn history_args(invocation: &mut redis::ScriptInvocation<'_>, history: &RedisRun
     }
 }
 
-/// Milliseconds of a duration, at least 1, for Redis `PX`-style arguments.
-fn millis(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
-}
-
 fn new_token() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
@@ -211,7 +207,13 @@ impl Ledger for RedisLedger {
     async fn claim(&self, claim: &Claim) -> Result<ClaimOutcome, StoreError> {
         let key = claim.key.to_string();
         let token = new_token();
-        let (max_runs, min_id) = self.history.bounds();
+        // Only a `replace` claim can supersede waiters and append their history entries:
+        // no clock read or formatting on the hot path of the other policies.
+        let (now, (max_runs, min_id)) = if claim.overlap == cronq_shared::config::Overlap::Replace {
+            (chrono::Utc::now().to_rfc3339(), self.history.bounds())
+        } else {
+            (String::new(), (0, 0))
+        };
         let reply: Vec<Vec<u8>> = self
             .scripts
             .claim
@@ -236,7 +238,7 @@ impl Ledger for RedisLedger {
             .arg(&self.body_prefix)
             .arg(millis(WAKE_RECHECK))
             .arg(&claim.consumer)
-            .arg(chrono::Utc::now().to_rfc3339())
+            .arg(now)
             .arg(max_runs)
             .arg(min_id)
             .invoke_async(&mut self.conn.clone())

@@ -10,6 +10,7 @@
 //!
 //! The Redis key layout is in `docs/consumer.md` and in each module's docs.
 
+mod args;
 pub mod connect;
 pub mod control;
 mod error;

@@ -14,8 +14,8 @@
 -- ARGV[9] message body   ARGV[10] record key prefix (ns:occ:)
 -- ARGV[11] scheduled time ms   ARGV[12] ms until the reaper re-checks a waiting occurrence
 -- ARGV[13] body key prefix (ns:occbody:)   ARGV[14] ms a woken waiter has to claim its turn
--- ARGV[15] consumer id   ARGV[16] now, RFC 3339 (history entries)
--- ARGV[17] history MAXLEN   ARGV[18] history MINID
+-- ARGV[15] consumer id   ARGV[16] now, RFC 3339 (history entries; replace only)
+-- ARGV[17] history MAXLEN   ARGV[18] history MINID (replace only: it alone supersedes)
 -- Returns {"claimed", takeover 0|1} | {"duplicate", state, attempt} | {"busy", holder key}
 --   | {"waiting", holder key [, woken key, woken queue, woken body]} | {"superseded", by key}
 local t = redis.call('TIME')
