@@ -17,9 +17,9 @@ use cronq_shared::lease::Lease;
 use cronq_shared::ledger::Ledger;
 use cronq_shared::runlog::RunLog;
 use cronq_shared::store::StoreError;
-use cronq_sqlite::{Db, SqliteBroker, SqliteControl, SqliteLease, SqliteLedger, SqliteRunLog};
+use cronq_sqlite::{Db, SqliteControl, SqliteLease, SqliteLedger, SqliteRunLog};
 
-pub use cronq_sqlite::Sync;
+pub use cronq_sqlite::{SqliteBroker, Sync};
 
 /// The stores of one deployment. The ledger appends the runs it ends to `runlog`.
 #[derive(Clone)]
