@@ -127,7 +127,7 @@ async fn until_leading(lease: &dyn Lease, instance: &str, token: &CancellationTo
                 if standby {
                     tracing::info!(
                         instance_id = %instance,
-                        "standalone: took over from the standby: now running the jobs"
+                        "standalone: the standby took over: now running the jobs"
                     );
                 } else {
                     tracing::info!(instance_id = %instance, "standalone: leading: running the jobs");

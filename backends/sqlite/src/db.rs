@@ -146,6 +146,7 @@ impl Db {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        check_space(path)?;
         let mut conn = Connection::open_with_flags(path, flags)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
         // The first statement that reads the file: a file that is not a database fails here.
@@ -254,43 +255,81 @@ pub(crate) enum Opening {
     NoWal(String),
     #[error(transparent)]
     Schema(#[from] schema::SchemaError),
+    #[error("its file system has {} KiB free, less than the {} MiB cronq needs", free >> 10, MIN_FREE >> 20)]
+    Full { free: u64 },
 }
 
-/// The user's error for a file that cannot be opened: what is wrong and what to do.
+/// Free space a data file's file system must have at start: room for the write-ahead log
+/// to grow to its checkpoint size (1,000 pages) and then some, so that a nearly full disk
+/// stops cronq at start rather than in the middle of the night.
+pub(crate) const MIN_FREE: u64 = 8 << 20;
+
+/// Refuses a file system with less than [`MIN_FREE`] bytes free.
+fn check_space(path: &Path) -> Result<(), Opening> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    // A path whose directory cannot be inspected fails when it is opened, with its reason.
+    let Ok(stat) = nix::sys::statvfs::statvfs(dir) else {
+        return Ok(());
+    };
+    let free = u64::from(stat.blocks_available()).saturating_mul(u64::from(stat.fragment_size()));
+    if free < MIN_FREE {
+        return Err(Opening::Full { free });
+    }
+    Ok(())
+}
+
+/// The user's error for a file that cannot be opened: what is wrong and what to do; the
+/// SQLite error, when there is one, follows as the source.
 fn file_error(path: &Path, e: Opening) -> StoreError {
-    let (problem, hint): (String, &'static str) = match &e {
-        Opening::Schema(s) => (s.to_string(), s.hint()),
-        Opening::NoWal(_) => (
-            e.to_string(),
-            "put the data file on a local file system that supports SQLite's WAL mode",
-        ),
-        Opening::Sqlite(s) => match s.sqlite_error_code() {
-            Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => (
+    let full = "free space on its file system, or give another path with --data";
+    let sqlite = match &e {
+        Opening::Sqlite(s) | Opening::Schema(schema::SchemaError::Sqlite(s)) => Some(s),
+        _ => None,
+    };
+    let (problem, hint): (String, &'static str) =
+        match (&e, sqlite.and_then(rusqlite::Error::sqlite_error_code)) {
+            (Opening::Schema(s), None) => (s.to_string(), s.hint()),
+            (Opening::NoWal(_), _) => (
+                e.to_string(),
+                "put the data file on a local file system that supports SQLite's WAL mode",
+            ),
+            (Opening::Full { .. }, _) => (e.to_string(), full),
+            (_, Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt)) => (
                 "is not a cronq data file (not a SQLite database, or corrupt)".to_owned(),
                 "move it away to start afresh, or restore it from a backup",
             ),
-            Some(ErrorCode::ReadOnly | ErrorCode::CannotOpen | ErrorCode::PermissionDenied) => (
-                format!("cannot be created or written ({s})"),
+            (
+                _,
+                Some(ErrorCode::ReadOnly | ErrorCode::CannotOpen | ErrorCode::PermissionDenied),
+            ) => (
+                "cannot be created or written (a read-only path, or no permission)".to_owned(),
                 "give a writable path with --data or CRONQ_DATA",
             ),
-            Some(ErrorCode::DiskFull) => (
-                "the disk is full".to_owned(),
-                "free space on its file system, or give another path with --data",
+            (_, Some(ErrorCode::DiskFull)) => ("the disk is full".to_owned(), full),
+            (_, Some(ErrorCode::SystemIoFailure)) => (
+                "a disk I/O error (is its file system full or failing?)".to_owned(),
+                full,
             ),
-            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => (
+            (_, Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)) => (
                 format!("is locked by another process for more than {BUSY_TIMEOUT:?}"),
                 "check which process holds it (fuser FILE) and stop it",
             ),
             _ => (
-                format!("cannot be opened ({s})"),
+                "cannot be opened".to_owned(),
                 "check the path and the file system",
             ),
-        },
+        };
+    let source: Option<cronq_shared::store::Source> = match e {
+        Opening::Sqlite(s) | Opening::Schema(schema::SchemaError::Sqlite(s)) => Some(Box::new(s)),
+        _ => None,
     };
     StoreError::File {
         path: path.display().to_string(),
         problem,
         hint,
-        source: Some(Box::new(e)),
+        source,
     }
 }
