@@ -274,7 +274,7 @@ fn check_space(path: &Path) -> Result<(), Opening> {
     let Ok(stat) = nix::sys::statvfs::statvfs(dir) else {
         return Ok(());
     };
-    let free = u64::from(stat.blocks_available()).saturating_mul(u64::from(stat.fragment_size()));
+    let free = stat.blocks_available().saturating_mul(stat.fragment_size());
     if free < MIN_FREE {
         return Err(Opening::Full { free });
     }
