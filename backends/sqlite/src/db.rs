@@ -257,6 +257,8 @@ pub(crate) enum Opening {
     Schema(#[from] schema::SchemaError),
     #[error("its file system has {} KiB free, less than the {} MiB cronq needs", free >> 10, MIN_FREE >> 20)]
     Full { free: u64 },
+    #[error("its directory {0} does not exist")]
+    NoDir(String),
 }
 
 /// Free space a data file's file system must have at start: room for the write-ahead log
@@ -270,6 +272,9 @@ fn check_space(path: &Path) -> Result<(), Opening> {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
+    if !dir.is_dir() {
+        return Err(Opening::NoDir(dir.display().to_string()));
+    }
     // A path whose directory cannot be inspected fails when it is opened, with its reason.
     let Ok(stat) = nix::sys::statvfs::statvfs(dir) else {
         return Ok(());
@@ -297,6 +302,10 @@ fn file_error(path: &Path, e: Opening) -> StoreError {
                 "put the data file on a local file system that supports SQLite's WAL mode",
             ),
             (Opening::Full { .. }, _) => (e.to_string(), full),
+            (Opening::NoDir(_), _) => (
+                e.to_string(),
+                "create it first (mkdir -p), or give another path with --data",
+            ),
             (_, Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt)) => (
                 "is not a cronq data file (not a SQLite database, or corrupt)".to_owned(),
                 "move it away to start afresh, or restore it from a backup",
