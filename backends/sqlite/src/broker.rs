@@ -313,10 +313,15 @@ impl Broker for SqliteBroker {
                 self.shared.db.write(move |tx| {
                     // Like a mandatory publish: refuse the batch if any message has no
                     // queue, and store nothing then (the caller retries the whole batch).
+                    let mut checked: Vec<&str> = Vec::new();
                     for (i, (queue, _, _)) in rows.iter().enumerate() {
+                        if checked.contains(&queue.as_str()) {
+                            continue;
+                        }
                         if !declared(tx, queue)? {
                             return Ok(Some(i));
                         }
+                        checked.push(queue);
                     }
                     for (queue, body, delay) in rows.iter() {
                         insert(tx, queue, body, *delay)?;
