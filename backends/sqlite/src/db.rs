@@ -27,6 +27,9 @@ pub(crate) const STORE: &str = "SQLite";
 /// holding the file.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How many prepared statements a connection keeps: more than the ports use.
+const STATEMENT_CACHE: usize = 128;
+
 /// How a commit reaches the disk: SQLite's `synchronous` (`docs/standalone.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Sync {
@@ -155,6 +158,8 @@ impl Db {
         check_space(path)?;
         let mut conn = Connection::open_with_flags(path, flags)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
+        // Room for every statement the ports prepare (the default keeps 16).
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         // The first statement that reads the file: a file that is not a database fails here.
         let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
         if !mode.eq_ignore_ascii_case("wal") {
