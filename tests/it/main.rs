@@ -14,6 +14,9 @@
 //! - `operations`: pause, trigger, backfill, reload, the operations commands, the
 //!   dead-letter queue;
 //! - `standalone`: `cronq standalone` with its defaults;
+//! - `standalone_data`: `cronq standalone` on a data file: catch-up after a restart,
+//!   `kill -9`, operations on the file while it runs, a standby on the same file, start
+//!   errors;
 //! - `support`: the test environment, the backends and the helpers the modules share.
 //!
 //! Every behavioural suite is written once and run on every backend by
@@ -34,4 +37,5 @@ mod operations;
 mod ports;
 mod queues;
 mod standalone;
+mod standalone_data;
 mod support;
