@@ -4,12 +4,11 @@
 
 use std::io::Write as _;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use crate::support::data_file::{DataFile, open, raw};
 use crate::support::tmpfs::Tmpfs;
-use crate::support::{TestEnv, scoped};
+use crate::support::{TestEnv, scoped, until};
 
 /// How long a refused start may take.
 const REFUSED_WITHIN: Duration = Duration::from_secs(10);
@@ -108,16 +107,13 @@ async fn a_read_only_path_is_refused() {
         // An existing data file on a file system remounted read-only ...
         let existing = mount.dir.join("cronq.db");
         drop(open(&existing));
-        let status = Command::new("mount")
-            .args(["-o", "remount,ro"])
-            .arg(&mount.dir)
-            .status()
-            .unwrap();
-        assert!(
-            status.success(),
-            "remount {} read-only",
-            mount.dir.display()
-        );
+        // The dropped connection is closed by its own thread, a moment later.
+        until(
+            Duration::from_secs(10),
+            "the tmpfs to remount read-only",
+            || async { mount.remount("ro") },
+        )
+        .await;
         let line = refused(&env, "existing", &existing);
         assert!(line.contains("cannot be created or written"), "{line}");
         // ... and a new one there.

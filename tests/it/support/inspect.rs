@@ -33,6 +33,8 @@ impl Inspect for RedisLedger {
 #[async_trait]
 impl Inspect for SqliteLedger {
     async fn inspect(&self, key: &OccurrenceKey) -> Option<Record> {
-        self.record(key).await
+        self.record(key)
+            .await
+            .expect("read a record from the data file")
     }
 }

@@ -47,6 +47,23 @@ impl Tmpfs {
     }
 }
 
+impl Tmpfs {
+    /// Mounts it again with `options` (`ro`); `Err` with `mount`'s message when it refuses
+    /// (a file still open for writing makes a read-only remount "busy").
+    pub fn remount(&self, options: &str) -> Result<(), String> {
+        let out = Command::new("mount")
+            .args(["-o", &format!("remount,{options}")])
+            .arg(&self.dir)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
+        }
+    }
+}
+
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         let out = Command::new("umount").arg("-l").arg(&self.dir).output();
