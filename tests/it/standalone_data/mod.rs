@@ -7,6 +7,7 @@
 
 mod catch_up;
 mod crash;
+mod disk_full;
 mod operations;
 mod restart;
 mod standby;

@@ -91,6 +91,15 @@ impl DataFile {
         }
     }
 
+    /// A data file at `path` (not created yet; on a mount of the test's, say) and its config
+    /// `toml`.
+    pub fn at(env: &TestEnv, toml: &str, path: PathBuf) -> Self {
+        Self {
+            path,
+            ..Self::new(env, toml)
+        }
+    }
+
     /// Replaces the config (read by the next process started, or on SIGHUP).
     pub fn rewrite_config(&self, toml: &str) {
         std::fs::write(&self.config, toml).expect("rewrite the config");
