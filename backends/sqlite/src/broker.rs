@@ -3,14 +3,14 @@
 //! fleet, for the processes on one file.
 //!
 //! A delivery marks its row with this process (a *subscriber*, renewed every
-//! [`HEARTBEAT`]) and a random delivery tag; an ack deletes the row, a requeue (or a
+//! `HEARTBEAT`) and a random delivery tag; an ack deletes the row, a requeue (or a
 //! delivery dropped unsettled) gives it back, both fenced by that tag. A subscriber that
-//! stops renewing for [`SUBSCRIBER_TTL`] (killed) gets its deliveries given back to their
+//! stops renewing for `SUBSCRIBER_TTL` (killed) gets its deliveries given back to their
 //! queues by whoever consumes next, as RabbitMQ requeues the unacked messages of a closed
 //! connection; the ledger then keeps a second delivery from running twice.
 //!
 //! Wake-ups: a publish in this process wakes its subscriptions at once; another process's
-//! publish is seen within [`POLL`]; a delayed message is taken when its time comes.
+//! publish is seen within `POLL`; a delayed message is taken when its time comes.
 //!
 //! Retries: each call retries by itself what may pass (the file locked past the busy
 //! timeout, an I/O error, a full disk), logging each failure, until it succeeds, is

@@ -1,11 +1,11 @@
 //! The data file: one SQLite connection per process (WAL, a busy timeout for the other
 //! processes on the file), the schema brought up to date when it is opened, and the one way
-//! the ports run SQL on it ([`Db::read`], [`Db::write`]): on the connection's own thread
+//! the ports run SQL on it (`Db::read`, `Db::write`): on the connection's own thread
 //! (`crate::writer`), each operation atomic, batched with the others waiting into one
 //! `BEGIN IMMEDIATE` transaction.
 //!
 //! Owns: opening, the pragmas, the schema version, mapping SQLite failures to what a
-//! caller can do about them ([`Failure`]). Leaves retrying to the callers (the table in
+//! caller can do about them (`Failure`). Leaves retrying to the callers (the table in
 //! `cronq_shared::retry`): the queue retries its own calls, the stores' callers retry theirs.
 
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! The ledger in the data file: each port operation one transaction running the shared
-//! rules (`cronq_shared::ledger::rules`) on [`store::Store`], so a record, its job lock, its
+//! rules (`cronq_shared::ledger::rules`) on `store::Store`, so a record, its job lock, its
 //! wait list and its run in the history change together or not at all, whichever process on
-//! the file runs it. Times are the wall clock (see [`crate::db::now_ms`]).
+//! the file runs it. Times are the wall clock (see `crate::db::now_ms`).
 
 mod store;
 

@@ -1,5 +1,5 @@
 //! The run history in the data file: one row per run (JSON), newest last, bounded by count
-//! and by age; the ledger appends in its own transactions ([`append`]), so a record and
+//! and by age; the ledger appends in its own transactions (`append`), so a record and
 //! its run commit together.
 
 use std::time::Duration;
