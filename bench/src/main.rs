@@ -18,6 +18,7 @@
 mod env;
 mod failover;
 mod footprint;
+mod lateness;
 mod precision;
 mod procfs;
 mod raw;
@@ -26,6 +27,7 @@ mod report;
 mod scale;
 mod stats;
 mod throughput;
+mod workload;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
