@@ -31,6 +31,16 @@ pub struct Cli {
     #[arg(long, global = true, env = "CRONQ_NAMESPACE", default_value = "cronq")]
     pub namespace: String,
 
+    /// A standalone's data file (SQLite). `standalone` runs on it (default `cronq.db` in
+    /// the working directory; `:memory:` keeps everything in the process); the operations
+    /// commands then work on it instead of RabbitMQ and Redis.
+    #[arg(long, global = true, env = "CRONQ_DATA", value_name = "PATH")]
+    pub data: Option<PathBuf>,
+
+    /// How a data file's commits reach the disk (see docs/standalone.md).
+    #[arg(long, global = true, env = "CRONQ_DATA_SYNC", value_enum, default_value_t = DataSync::Normal)]
+    pub data_sync: DataSync,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -45,6 +55,25 @@ pub enum LogFormat {
     Json,
 }
 
+/// SQLite's `synchronous` for a data file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DataSync {
+    /// A killed process loses nothing; an OS crash or a power cut may lose the last
+    /// commits.
+    Normal,
+    /// Every commit is synced to disk: nothing committed is lost on a power cut (slower).
+    Full,
+}
+
+impl From<DataSync> for cronq_backends::Sync {
+    fn from(sync: DataSync) -> Self {
+        match sync {
+            DataSync::Normal => Self::Normal,
+            DataSync::Full => Self::Full,
+        }
+    }
+}
+
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -56,7 +85,7 @@ pub enum Command {
     Producer(ServeArgs),
     /// Execute occurrences from the queues.
     Consumer(ConsumerArgs),
-    /// Producer and consumer in one process, in memory: no RabbitMQ, no Redis.
+    /// Producer and consumer in one process on one SQLite file: no RabbitMQ, no Redis.
     Standalone(StandaloneArgs),
     /// Each job: schedule, zone, next fire, paused, last outcome.
     Jobs(JsonArg),
@@ -150,6 +179,10 @@ pub struct StandaloneArgs {
     /// How many attempts run at once.
     #[arg(long, default_value_t = 4)]
     pub concurrency: u16,
+    /// Execution lease: an attempt of a killed standalone runs again this long after its
+    /// last heartbeat (tests use short leases).
+    #[arg(long, env = "CRONQ_LEASE", default_value = "30s", value_parser = humantime::parse_duration, hide = true)]
+    pub lease: Duration,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub serve: ServeArgs,

@@ -1,7 +1,8 @@
 //! The one place where cronq chooses and connects its backends: a fleet runs on RabbitMQ
-//! (the queue) and Redis (every store), a standalone in memory. The producer, the consumer
-//! and the operations commands only see the port traits of `cronq-shared`; a new backend
-//! is a crate under `backends/` and a constructor here.
+//! (the queue) and Redis (every store), a standalone on one SQLite file (or in memory, for
+//! tests and demos). The producer, the consumer and the operations commands only see the
+//! port traits of `cronq-shared`; a new backend is a crate under `backends/` and a
+//! constructor here.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +17,9 @@ use cronq_shared::lease::Lease;
 use cronq_shared::ledger::Ledger;
 use cronq_shared::runlog::RunLog;
 use cronq_shared::store::StoreError;
+use cronq_sqlite::{Db, SqliteControl, SqliteLease, SqliteLedger, SqliteRunLog};
+
+pub use cronq_sqlite::{SqliteBroker, Sync};
 
 /// The stores of one deployment. The ledger appends the runs it ends to `runlog`.
 #[derive(Clone)]
@@ -86,4 +90,34 @@ pub fn memory(max_runs: usize) -> (MemoryBroker, Stores) {
         control,
     };
     (MemoryBroker::new(), stores)
+}
+
+/// The ports of a standalone on the data file at `path` (created, or brought to the
+/// current schema, when opened); the history keeps at most `max_runs`, none older than
+/// `retention`. Every process that opens the file shares its queue and stores.
+///
+/// # Errors
+/// [`StoreError::File`] naming the file when it cannot be used (not a cronq data file,
+/// written by a newer cronq, read-only, disk full).
+pub async fn sqlite(
+    path: &std::path::Path,
+    sync: Sync,
+    retention: Duration,
+    max_runs: usize,
+) -> Result<(SqliteBroker, Stores), StoreError> {
+    let path = path.to_owned();
+    let db = tokio::task::spawn_blocking(move || Db::open(&path, sync))
+        .await
+        .map_err(|e| StoreError::Command {
+            store: "SQLite",
+            source: Box::new(e),
+        })??;
+    let history = SqliteRunLog::new(db.clone(), retention, max_runs);
+    let stores = Stores {
+        ledger: Arc::new(SqliteLedger::new(db.clone(), history.clone())),
+        runlog: Arc::new(history),
+        lease: Arc::new(SqliteLease::new(db.clone())),
+        control: Control::new(SqliteControl::new(db.clone())),
+    };
+    Ok((SqliteBroker::new(db), stores))
 }

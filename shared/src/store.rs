@@ -1,5 +1,6 @@
 //! The error every store port ([`crate::ledger`], [`crate::runlog`]) returns, whatever
-//! the backend: unreachable, a failed command, or an unreadable record.
+//! the backend: unreachable, a failed command, an unusable data file, or an unreadable
+//! record.
 
 use crate::endpoints::CONNECT_TIMEOUT;
 
@@ -30,6 +31,20 @@ pub enum StoreError {
         /// Why.
         #[source]
         source: Source,
+    },
+    /// A store kept in a file (a standalone's data file) cannot be used: named, with what to
+    /// do.
+    #[error("data file {path}: {problem}; {hint}")]
+    File {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        problem: String,
+        /// What to do.
+        hint: &'static str,
+        /// Why, when known.
+        #[source]
+        source: Option<Source>,
     },
     /// A stored value could not be read back.
     #[error("stored record under {key} is unreadable")]

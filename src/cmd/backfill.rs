@@ -21,7 +21,7 @@ const COUNT_CAP: usize = 1_000_000;
 ///
 /// # Errors
 /// A usage error for an unknown job, a bad or reversed range, or a large range without
-/// `--yes`; Redis unreachable.
+/// `--yes`; Redis unreachable, or the data file unusable.
 pub async fn run(cli: &Cli, args: &BackfillArgs) -> anyhow::Result<()> {
     let config = super::settings::load_config(cli)?;
     let job = lookup::job(&config, &args.job)?;
@@ -58,8 +58,8 @@ pub async fn run(cli: &Cli, args: &BackfillArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let endpoints = super::settings::endpoints(cli)?;
-    let stores = lookup::stores(&endpoints, config.longest_retention()).await?;
+    let target = super::settings::target(cli)?;
+    let stores = lookup::stores(&target, config.longest_retention()).await?;
     let control = &stores.control;
     let id = control
         .request_backfill(&job.name, from, to)
@@ -71,7 +71,7 @@ pub async fn run(cli: &Cli, args: &BackfillArgs) -> anyhow::Result<()> {
         output::utc(from),
         output::utc(to)
     );
-    if let Some(note) = lookup::no_leader_note(&stores, &endpoints).await {
+    if let Some(note) = lookup::no_leader_note(&stores, &target).await {
         eprintln!("{note}");
     }
     Ok(())

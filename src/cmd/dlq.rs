@@ -2,7 +2,7 @@
 //! [`cronq_consumer::replay::replay()`], which holds the replay rules.
 
 use cronq_consumer::replay::{self, Plan, Selector};
-use cronq_shared::broker::{Broker as _, DeadLetter, bounded};
+use cronq_shared::broker::{DeadLetter, bounded};
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::State;
 use serde_json::json;
@@ -15,12 +15,12 @@ use crate::output::{self, Table};
 /// Lists every dead letter, oldest first, without consuming or reordering the queue.
 ///
 /// # Errors
-/// RabbitMQ unreachable.
+/// RabbitMQ unreachable, or the data file unusable.
 pub async fn list(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
-    let endpoints = super::settings::endpoints(cli)?;
-    let broker = lookup::broker(&endpoints).await?;
-    let letters = bounded("list dead letters", broker.dead_letters()).await;
-    broker.close().await;
+    let target = super::settings::target(cli)?;
+    let queue = lookup::queue(&target).await?;
+    let letters = bounded("list dead letters", queue.port().dead_letters()).await;
+    queue.close().await;
     let letters = letters
         .map_err(|e| anyhow::Error::new(e).context("while listing the dead-letter queue"))?;
     if args.json {
@@ -74,7 +74,7 @@ fn to_json(l: &DeadLetter) -> serde_json::Value {
 ///
 /// # Errors
 /// A usage error without a selector, for an unknown `--job` or a malformed `--key`;
-/// RabbitMQ or Redis unreachable; an interrupted replay (run it again).
+/// RabbitMQ or Redis unreachable, or the data file unusable; an interrupted replay (run it again).
 pub async fn replay(cli: &Cli, args: &ReplayArgs) -> anyhow::Result<()> {
     if !args.all && args.job.is_none() && args.key.is_none() {
         return Err(UsageError(
@@ -99,11 +99,18 @@ pub async fn replay(cli: &Cli, args: &ReplayArgs) -> anyhow::Result<()> {
         key,
         all: args.all,
     };
-    let endpoints = super::settings::endpoints(cli)?;
-    let stores = lookup::stores(&endpoints, config.longest_retention()).await?;
-    let broker = lookup::broker(&endpoints).await?;
-    let report = replay::replay(&broker, &*stores.ledger, &config, &selector, args.dry_run).await;
-    broker.close().await;
+    let target = super::settings::target(cli)?;
+    let stores = lookup::stores(&target, config.longest_retention()).await?;
+    let queue = lookup::queue(&target).await?;
+    let report = replay::replay(
+        queue.port(),
+        &*stores.ledger,
+        &config,
+        &selector,
+        args.dry_run,
+    )
+    .await;
+    queue.close().await;
     let report = report?;
     let mut table = Table::new(&["KEY", "JOB", "REASON", "RESULT"]);
     let mut kept = 0;

@@ -29,11 +29,11 @@ type Row<'c> = (
 /// Prints each job's status as a table or one JSON document.
 ///
 /// # Errors
-/// A config error; Redis unreachable.
+/// A config error; Redis unreachable, or the data file unusable.
 pub async fn run(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
     let config = super::settings::load_config(cli)?;
-    let endpoints = super::settings::endpoints(cli)?;
-    let stores = lookup::stores(&endpoints, config.longest_retention()).await?;
+    let target = super::settings::target(cli)?;
+    let stores = lookup::stores(&target, config.longest_retention()).await?;
     let paused = stores
         .control
         .paused()

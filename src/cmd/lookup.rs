@@ -1,17 +1,21 @@
 //! Look-ups shared by the operations commands: a job by name (with "did you mean"), an
-//! RFC 3339 instant from a flag, the service connections, and whether a producer leads.
+//! RFC 3339 instant from a flag, the state of the [`Target`] (the services, or a
+//! standalone's data file), and whether a producer leads.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
-use std::time::Duration;
 
 use cronq_backends::Stores;
 use cronq_rabbitmq::AmqpBroker;
+use cronq_shared::broker::Broker;
 use cronq_shared::config::{Config, Job, did_you_mean};
-use cronq_shared::endpoints::Endpoints;
 use cronq_shared::names::JobName;
+use cronq_shared::runlog::DEFAULT_MAX_RUNS;
 
-use super::settings::UsageError;
+use super::settings::{Target, UsageError};
 use crate::cli::Cli;
 
 /// The job called `name` in `config`, or a usage error naming the file and suggesting a
@@ -61,35 +65,101 @@ pub fn instant(flag: &str, text: &str) -> Result<DateTime<Utc>, UsageError> {
         })
 }
 
-/// The fleet's stores (fails within 10 s, naming the redacted URL); `retention` bounds
-/// the run history's trimming on write.
+/// The stores of `target` (the services fail within 10 s, naming the redacted URL; a data
+/// file at once, naming the file); `retention` bounds the run history's trimming on write.
 ///
 /// # Errors
-/// When Redis cannot be reached.
-pub async fn stores(endpoints: &Endpoints, retention: Duration) -> anyhow::Result<Stores> {
-    cronq_backends::stores(endpoints, retention, None)
-        .await
-        .context("while connecting to Redis")
+/// When Redis cannot be reached or the data file cannot be used.
+pub async fn stores(target: &Target, retention: Duration) -> anyhow::Result<Stores> {
+    match target {
+        Target::Fleet(endpoints) => cronq_backends::stores(endpoints, retention, None)
+            .await
+            .context("while connecting to Redis"),
+        Target::Data { path, sync } => {
+            let (_, stores) = open_data(path, *sync, retention).await?;
+            Ok(stores)
+        }
+    }
 }
 
-/// A broker connection (fails within 10 s, naming the redacted URL).
+/// The queue of `target`, to read and replay its dead letters.
+pub struct Queue {
+    port: Arc<dyn Broker>,
+    /// RabbitMQ's connection, to close.
+    amqp: Option<AmqpBroker>,
+}
+
+impl Queue {
+    /// The queue port.
+    pub fn port(&self) -> &dyn Broker {
+        &*self.port
+    }
+
+    /// Closes RabbitMQ's connection, if any.
+    pub async fn close(self) {
+        if let Some(amqp) = self.amqp {
+            amqp.close().await;
+        }
+    }
+}
+
+/// The queue of `target` (RabbitMQ fails within 10 s, naming the redacted URL).
 ///
 /// # Errors
-/// When RabbitMQ cannot be reached.
-pub async fn broker(endpoints: &Endpoints) -> anyhow::Result<AmqpBroker> {
-    cronq_backends::broker(endpoints)
-        .await
-        .context("while connecting to RabbitMQ")
+/// When RabbitMQ cannot be reached or the data file cannot be used.
+pub async fn queue(target: &Target) -> anyhow::Result<Queue> {
+    match target {
+        Target::Fleet(endpoints) => {
+            let amqp = cronq_backends::broker(endpoints)
+                .await
+                .context("while connecting to RabbitMQ")?;
+            Ok(Queue {
+                port: Arc::new(amqp.clone()),
+                amqp: Some(amqp),
+            })
+        }
+        Target::Data { path, sync } => {
+            let (broker, _) =
+                open_data(path, *sync, cronq_shared::config::DEFAULT_RETENTION).await?;
+            Ok(Queue {
+                port: Arc::new(broker),
+                amqp: None,
+            })
+        }
+    }
 }
 
-/// A warning for stderr when no producer leads the namespace now (requests then wait).
-pub async fn no_leader_note(stores: &Stores, endpoints: &Endpoints) -> Option<String> {
+async fn open_data(
+    path: &std::path::Path,
+    sync: cronq_backends::Sync,
+    retention: Duration,
+) -> anyhow::Result<(cronq_backends::SqliteBroker, Stores)> {
+    if !path.exists() {
+        return Err(UsageError(format!(
+            "data file {} does not exist: give the file `cronq standalone --data PATH` runs on (it creates it on first start)",
+            path.display()
+        ))
+        .into());
+    }
+    cronq_backends::sqlite(path, sync, retention, DEFAULT_MAX_RUNS)
+        .await
+        .context("while opening the data file")
+}
+
+/// A warning for stderr when nothing leads `target` now (requests then wait).
+pub async fn no_leader_note(stores: &Stores, target: &Target) -> Option<String> {
     match stores.lease.holder().await {
-        Ok(Some(_)) => None,
-        Ok(None) => Some(format!(
-            "note: no producer leads namespace {:?} now; the request waits until one does (start `cronq producer`)",
-            endpoints.namespace.as_str()
-        )),
-        Err(_) => None,
+        Ok(Some(_)) | Err(_) => None,
+        Ok(None) => Some(match target {
+            Target::Fleet(endpoints) => format!(
+                "note: no producer leads namespace {:?} now; the request waits until one does (start `cronq producer`)",
+                endpoints.namespace.as_str()
+            ),
+            Target::Data { path, .. } => format!(
+                "note: no standalone runs on data file {} now; the request waits until one does (start `cronq standalone --data {}`)",
+                path.display(),
+                path.display()
+            ),
+        }),
     }
 }

@@ -10,12 +10,12 @@ use crate::output;
 /// Pauses a job fleet-wide: the leading producer stops publishing it within one `retry`.
 ///
 /// # Errors
-/// A config or unknown-job usage error; Redis unreachable.
+/// A config or unknown-job usage error; Redis unreachable, or the data file unusable.
 pub async fn pause(cli: &Cli, args: &PauseArgs) -> anyhow::Result<()> {
     let config = super::settings::load_config(cli)?;
     let job = lookup::job(&config, &args.job)?;
-    let endpoints = super::settings::endpoints(cli)?;
-    let stores = lookup::stores(&endpoints, config.longest_retention()).await?;
+    let target = super::settings::target(cli)?;
+    let stores = lookup::stores(&target, config.longest_retention()).await?;
     let control = &stores.control;
     let pause = control
         .pause(&job.name, args.note.clone())
@@ -38,12 +38,12 @@ pub async fn pause(cli: &Cli, args: &PauseArgs) -> anyhow::Result<()> {
 /// Resumes a paused job; missed occurrences are not caught up (use `cronq backfill`).
 ///
 /// # Errors
-/// A config or unknown-job usage error; Redis unreachable.
+/// A config or unknown-job usage error; Redis unreachable, or the data file unusable.
 pub async fn resume(cli: &Cli, args: &JobArg) -> anyhow::Result<()> {
     let config = super::settings::load_config(cli)?;
     let job = lookup::job(&config, &args.job)?;
-    let endpoints = super::settings::endpoints(cli)?;
-    let stores = lookup::stores(&endpoints, config.longest_retention()).await?;
+    let target = super::settings::target(cli)?;
+    let stores = lookup::stores(&target, config.longest_retention()).await?;
     let control = &stores.control;
     let was = control
         .resume(&job.name)

@@ -1,4 +1,4 @@
-//! `cronq runs`: the run history, newest first, from the run log in Redis.
+//! `cronq runs`: the run history, newest first, from the run log (Redis, or a data file).
 
 use anyhow::Context as _;
 use cronq_shared::config::DEFAULT_RETENTION;
@@ -13,18 +13,18 @@ use crate::output::{self, Table};
 /// Prints up to `--limit` runs, newest first, as a table or one JSON document.
 ///
 /// # Errors
-/// A usage error for `--limit 0` or an unknown `--job`; Redis unreachable.
+/// A usage error for `--limit 0` or an unknown `--job`; Redis unreachable, or the data file unusable.
 pub async fn run(cli: &Cli, args: &RunsArgs) -> anyhow::Result<()> {
     if args.limit == 0 {
         return Err(UsageError("--limit must be at least 1".into()).into());
     }
-    let endpoints = super::settings::endpoints(cli)?;
+    let target = super::settings::target(cli)?;
     let job = match &args.job {
         Some(name) => Some(lookup::job_filter(cli, name)?),
         None => None,
     };
     // `runs` never writes, so the retention (for trimming on write) does not matter.
-    let stores = lookup::stores(&endpoints, DEFAULT_RETENTION).await?;
+    let stores = lookup::stores(&target, DEFAULT_RETENTION).await?;
     let runs = stores
         .runlog
         .list(job.as_ref(), args.limit)

@@ -1,10 +1,11 @@
-//! What every subcommand reads besides its own arguments: the config file and the service
-//! endpoints, from flags and environment; and [`UsageError`], for what clap cannot check.
+//! What every subcommand reads besides its own arguments: the config file, and where the
+//! state is (the service endpoints, or a standalone's data file), from flags and
+//! environment; and [`UsageError`], for what clap cannot check.
 //!
 //! Invariant: a missing or unusable setting is a [`UsageError`] or a config error (exit
 //! code 2), never a runtime failure.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use cronq_shared::config::Config;
@@ -34,4 +35,57 @@ pub fn endpoints(cli: &Cli) -> anyhow::Result<Endpoints> {
         redis_url: cli.redis_url.clone(),
         namespace,
     })
+}
+
+/// What `--data` says for `:memory:`: the state lives in the standalone's process.
+pub const IN_MEMORY: &str = ":memory:";
+
+/// The data file `cronq standalone` uses when `--data` and `CRONQ_DATA` are not given.
+pub const DEFAULT_DATA: &str = "cronq.db";
+
+/// Where an operations command finds the state: the fleet's services, or a standalone's
+/// data file.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// RabbitMQ and Redis.
+    Fleet(Endpoints),
+    /// The file of `--data`.
+    Data {
+        /// As given.
+        path: PathBuf,
+        /// `--data-sync`.
+        sync: cronq_backends::Sync,
+    },
+}
+
+/// The target of an operations command: `--data` when given, else the fleet.
+///
+/// # Errors
+/// A usage error for `--data :memory:` (no other process can reach that), a bad namespace.
+pub fn target(cli: &Cli) -> anyhow::Result<Target> {
+    match &cli.data {
+        Some(path) if path.as_os_str() == IN_MEMORY => Err(UsageError(format!(
+            "--data {IN_MEMORY}: a standalone in memory keeps its state in its own process, out of reach of other commands; give the data file of `cronq standalone --data PATH`"
+        ))
+        .into()),
+        Some(path) => Ok(Target::Data {
+            path: path.clone(),
+            sync: cli.data_sync.into(),
+        }),
+        None => Ok(Target::Fleet(endpoints(cli)?)),
+    }
+}
+
+/// The data file of `cronq standalone`, made absolute; `None` for `--data :memory:`.
+pub fn standalone_data(cli: &Cli) -> anyhow::Result<Option<PathBuf>> {
+    let path = cli
+        .data
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA));
+    if path.as_os_str() == IN_MEMORY {
+        return Ok(None);
+    }
+    Ok(Some(
+        std::path::absolute(&path).with_context(|| format!("--data {}", path.display()))?,
+    ))
 }

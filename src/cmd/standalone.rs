@@ -1,12 +1,21 @@
-//! `cronq standalone`: producer and consumer in one process over the in-memory queue and
-//! stores, with the same semantics for one instance: no RabbitMQ, no Redis. Nothing
-//! survives the process: it is for one machine, development and demos.
+//! `cronq standalone`: producer and consumer in one process, on one SQLite data file
+//! (`--data`, default `cronq.db`): no RabbitMQ, no Redis, and everything (queue, cursors,
+//! pauses, records, history, dead letters) survives a restart; or in memory with
+//! `--data :memory:`, where nothing does.
+//!
+//! Two standalones on one file: the one holding the leader lease in the file runs the jobs;
+//! the other waits as a standby (its consumer half starts only once it leads) and takes over
+//! within the lease when the first stops.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
-use cronq_consumer::{Consumer, DEFAULT_LEASE, Options};
+use cronq_backends::Stores;
+use cronq_consumer::{Consumer, Options};
 use cronq_producer::{Producer, Reloader, instance_id};
+use cronq_shared::broker::Broker;
+use cronq_shared::lease::Lease;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -14,15 +23,47 @@ use crate::admin::{self, ReadyProbe};
 use crate::cli::{Cli, StandaloneArgs};
 
 /// Run records kept in memory; the oldest are dropped first.
-const MAX_RUNS: usize = 10_000;
+const MAX_RUNS_IN_MEMORY: usize = 10_000;
+
+/// How often a standby looks whether it leads now.
+const STANDBY_POLL: Duration = Duration::from_millis(250);
 
 /// Runs until the root token is cancelled, then stops publishing and drains within
 /// `--grace`.
 pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> anyhow::Result<()> {
+    let data = super::settings::standalone_data(cli)?;
+    match &data {
+        Some(path) => tracing::info!(
+            data = %path.display(),
+            "standalone: data file {}",
+            path.display()
+        ),
+        None => tracing::info!(
+            data = super::settings::IN_MEMORY,
+            "standalone: in memory (--data :memory:): nothing survives this process"
+        ),
+    }
     let config = super::settings::load_config(cli)?;
     for warning in &config.warnings {
         tracing::warn!(warning = %warning, "config");
     }
+    let (broker, stores): (Arc<dyn Broker>, Stores) = match &data {
+        Some(path) => {
+            let (broker, stores) = cronq_backends::sqlite(
+                path,
+                cli.data_sync.into(),
+                config.longest_retention(),
+                cronq_shared::runlog::DEFAULT_MAX_RUNS,
+            )
+            .await
+            .context("while opening the data file")?;
+            (Arc::new(broker), stores)
+        }
+        None => {
+            let (broker, stores) = cronq_backends::memory(MAX_RUNS_IN_MEMORY);
+            (Arc::new(broker), stores)
+        }
+    };
     super::signals::cancel_on_signal(root.clone()).context("while installing signal handlers")?;
     // Owns the SIGHUP forwarder; dropping it (on any return) aborts it.
     let mut signal_tasks = JoinSet::new();
@@ -30,31 +71,19 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         .context("while installing the SIGHUP handler")?;
     let metrics = admin::install_metrics()?;
 
-    let (broker, stores) = cronq_backends::memory(MAX_RUNS);
     let instance = instance_id();
     let options = Options {
         queues: Vec::new(),
         concurrency: args.concurrency.max(1),
         grace: args.grace,
-        lease: DEFAULT_LEASE,
+        lease: args.lease,
         consumer_id: format!("standalone-{instance}"),
     };
-    let consumer = Consumer::new(
-        config.clone(),
-        Arc::new(broker.clone()),
-        stores.ledger,
-        options,
-    );
+    let consumer = Consumer::new(config.clone(), broker.clone(), stores.ledger, options);
     let (reloader, config_rx) = Reloader::new(config, hangups);
-    let producer = Producer::new(
-        Arc::new(broker),
-        stores.lease,
-        stores.control,
-        config_rx,
-        instance,
-    )
-    .with_reloader(reloader);
-    tracing::info!("standalone: producer and consumer in one process, in memory");
+    let lease = stores.lease.clone();
+    let producer = Producer::new(broker, stores.lease, stores.control, config_rx, &instance)
+        .with_reloader(reloader);
 
     let ready: ReadyProbe = Arc::new(|| Box::pin(async { Ok("standalone".to_owned()) }));
     // The producer stops at once on shutdown; the consumer drains within --grace. If one
@@ -73,7 +102,11 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
             r
         },
         async {
-            let r = consumer.run(token.child_token()).await;
+            let t = token.child_token();
+            if !until_leading(&*lease, &instance, &t).await {
+                return Ok(());
+            }
+            let r = consumer.run(t).await;
             stop_all(r.is_err());
             r
         },
@@ -82,4 +115,44 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
     produced.context("while running the producer")?;
     consumed.context("while running the consumer")?;
     served
+}
+
+/// Waits until `instance` holds the leader lease (`true`), or `token` is cancelled; says
+/// once that it is a standby while another standalone leads.
+async fn until_leading(lease: &dyn Lease, instance: &str, token: &CancellationToken) -> bool {
+    let mut standby = false;
+    loop {
+        match lease.holder().await {
+            Ok(Some(holder)) if holder.instance == instance => {
+                if standby {
+                    tracing::info!(
+                        instance_id = %instance,
+                        "standalone: the standby took over: now running the jobs"
+                    );
+                } else {
+                    tracing::info!(instance_id = %instance, "standalone: leading: running the jobs");
+                }
+                return true;
+            }
+            Ok(Some(holder)) if !standby => {
+                standby = true;
+                tracing::info!(
+                    instance_id = %instance,
+                    leader = %holder.instance,
+                    "standalone: another standalone runs on this data file: waiting as standby; it takes over within the leader lease when that one stops"
+                );
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "standalone: cannot read the leader lease, retrying")
+            }
+        }
+        if token
+            .run_until_cancelled(tokio::time::sleep(STANDBY_POLL))
+            .await
+            .is_none()
+        {
+            return false;
+        }
+    }
 }

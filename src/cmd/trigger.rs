@@ -10,7 +10,7 @@ use crate::cli::{Cli, TriggerArgs};
 /// Requests one manual occurrence and prints its key on stdout.
 ///
 /// # Errors
-/// A config, unknown-job or bad `--payload` usage error; Redis unreachable.
+/// A config, unknown-job or bad `--payload` usage error; Redis unreachable, or the data file unusable.
 pub async fn run(cli: &Cli, args: &TriggerArgs) -> anyhow::Result<()> {
     let config = super::settings::load_config(cli)?;
     let job = lookup::job(&config, &args.job)?;
@@ -22,15 +22,15 @@ pub async fn run(cli: &Cli, args: &TriggerArgs) -> anyhow::Result<()> {
             ))
         })?),
     };
-    let endpoints = super::settings::endpoints(cli)?;
-    let stores = lookup::stores(&endpoints, config.longest_retention()).await?;
+    let target = super::settings::target(cli)?;
+    let stores = lookup::stores(&target, config.longest_retention()).await?;
     let control = &stores.control;
     let key = control
         .request_trigger(&job.name, payload)
         .await
         .with_context(|| format!("while requesting a trigger of job {:?}", job.name.as_str()))?;
     println!("{key}");
-    if let Some(note) = lookup::no_leader_note(&stores, &endpoints).await {
+    if let Some(note) = lookup::no_leader_note(&stores, &target).await {
         eprintln!("{note}");
     }
     Ok(())
