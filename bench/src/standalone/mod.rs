@@ -11,13 +11,15 @@
 //!   load is the one method that is the same on both sides: catch-up needs a cursor, which
 //!   a fresh in-memory standalone never has, and `cronq backfill` reaches a standalone
 //!   only through its file.
-//! - Precision: M jobs `@every 1s` (with the same command, so execution shares the cores
-//!   as it would), publish lateness from the producer's `published occurrence` log lines
-//!   ([`crate::lateness`]).
+//! - Precision: M jobs `@every 1s` (with the same command and the default overlap, so
+//!   execution shares the cores as it would), publish lateness from the producer's
+//!   `published occurrence` log lines ([`crate::lateness`]).
 //!
 //! Each side gets a fresh data file (no cursor, no backlog from an earlier run); the two
-//! sides alternate which goes first from run to run. Also the standalone process's own
-//! CPU time (not its commands'), per occurrence executed and as a share of one core.
+//! sides alternate which goes first from run to run. Also the standalone process's own CPU
+//! time (not its commands'): per occurrence executed under the throughput load, and under
+//! the precision load, which both sides keep up with, as a share of one core and per
+//! occurrence: the figure that other work on the machine moves least.
 
 mod process;
 
@@ -111,147 +113,174 @@ async fn run_in(
     let sides = [Data::File(dir.join("bench.db")), Data::Memory];
     let mut figures = Vec::new();
     let mut notes = Vec::new();
-    let memory = "same, --data :memory:";
     for &jobs in &args.jobs {
-        let n = format(jobs as f64, Unit::Count);
-        let config = dir.join(format!("throughput-{jobs}.toml"));
-        let shape = Shape {
-            defaults: "overlap = \"allow\"\n",
-            job: COMMAND,
-        };
-        std::fs::write(&config, every_second("s", jobs, shape))?;
-        let what = format!(
-            "{n} jobs @every 1s (/bin/true), concurrency {}",
-            args.concurrency
-        );
-        let mut executed = Figure::new(
-            "standalone",
-            format!("executed/s on SQLite, {what}"),
-            Unit::PerSecond,
-        )
-        .baseline(memory)
-        .goal(">= 2,000/s");
-        let mut share = Figure::new("standalone", "SQLite / memory executed rate", Unit::Ratio);
-        let mut kept_up = Figure::new(
-            "standalone",
-            format!("executed / published on SQLite, {n} jobs (100% = keeps up)"),
-            Unit::Ratio,
-        )
-        .baseline(memory);
-        let mut cpu = Figure::new(
-            "standalone",
-            format!("standalone CPU per occurrence executed on SQLite, {n} jobs"),
-            Unit::Seconds,
-        )
-        .baseline(memory);
-        let mut cpu_share = Figure::new(
-            "standalone",
-            "SQLite / memory CPU per occurrence",
-            Unit::Ratio,
-        );
-        for run in 1..=runs {
-            let mut got = [None, None];
-            for i in order(run) {
-                eprintln!(
-                    "standalone: throughput, {n} jobs, {}, run {run}/{runs}",
-                    sides[i].label()
-                );
-                let rate = throughput(args, cronq, &config, &sides[i]).await?;
-                eprintln!(
-                    "  executed {:.0}/s, published {:.0}/s, CPU {:.0} µs per occurrence",
-                    rate.executed,
-                    rate.published,
-                    rate.cpu * 1e6
-                );
-                got[i] = Some(rate);
-            }
-            let [Some(file), Some(mem)] = got else {
-                bail!("a side of the throughput run was not measured");
-            };
-            executed.runs.push(file.executed);
-            executed.push_baseline(mem.executed);
-            share.runs.push(ratio(file.executed, mem.executed));
-            kept_up.runs.push(ratio(file.executed, file.published));
-            kept_up.push_baseline(ratio(mem.executed, mem.published));
-            cpu.runs.push(file.cpu);
-            cpu.push_baseline(mem.cpu);
-            cpu_share.runs.push(ratio(file.cpu, mem.cpu));
-        }
-        let load = offered_load(jobs, &kept_up);
-        notes.push(format!(
-            "{}; {load}",
-            verdict(
-                &format!("executed/s on SQLite at {n} jobs"),
-                &executed,
-                |v| v >= THROUGHPUT_GOAL,
-                ">= 2,000/s",
-            )
-        ));
-        figures.extend([executed, share, kept_up, cpu, cpu_share]);
+        let (f, note) = throughput_figures(args, runs, cronq, dir, &sides, jobs).await?;
+        figures.extend(f);
+        notes.push(note);
     }
+    let (f, note) = lateness_figures(args, runs, cronq, dir, &sides).await?;
+    figures.extend(f);
+    notes.push(note);
+    Ok((figures, notes))
+}
 
-    let m = format(args.lateness_jobs as f64, Unit::Count);
-    let config = dir.join("lateness.toml");
-    std::fs::write(
-        &config,
-        every_second(
-            "p",
-            args.lateness_jobs,
-            Shape {
-                defaults: "",
-                job: COMMAND,
-            },
+/// The baseline of every figure.
+const MEMORY: &str = "same, --data :memory:";
+
+/// The throughput figures at `jobs` jobs, and the note on the goal.
+async fn throughput_figures(
+    args: &StandaloneArgs,
+    runs: usize,
+    cronq: &Path,
+    dir: &Path,
+    sides: &[Data; 2],
+    jobs: usize,
+) -> anyhow::Result<(Vec<Figure>, String)> {
+    let n = format(jobs as f64, Unit::Count);
+    let config = dir.join(format!("throughput-{jobs}.toml"));
+    let shape = Shape {
+        defaults: "overlap = \"allow\"\n",
+        job: COMMAND,
+    };
+    std::fs::write(&config, every_second("s", jobs, shape))?;
+    let mut executed = Figure::new(
+        "standalone",
+        format!(
+            "executed/s on SQLite, {n} jobs @every 1s (/bin/true), concurrency {}",
+            args.concurrency
         ),
-    )?;
-    let mut lateness = crate::lateness::Figures::new(
-        "standalone",
-        &format!("{m} jobs @every 1s, SQLite"),
-        memory,
-        "p99 < 20 ms",
-    );
-    let mut busy = Figure::new(
-        "standalone",
-        format!("standalone CPU while publishing and running {m} jobs @every 1s, SQLite"),
-        Unit::CoreShare,
+        Unit::PerSecond,
     )
-    .baseline(memory);
+    .baseline(MEMORY)
+    .goal(">= 2,000/s");
+    let mut share = Figure::new("standalone", "SQLite / memory executed rate", Unit::Ratio);
+    let mut kept_up = Figure::new(
+        "standalone",
+        format!("executed / published on SQLite, {n} jobs (100% = keeps up)"),
+        Unit::Ratio,
+    )
+    .baseline(MEMORY);
+    let mut cpu = Figure::new(
+        "standalone",
+        format!(
+            "standalone CPU per occurrence executed on SQLite, {n} jobs (with publishing \
+             what it could not execute)"
+        ),
+        Unit::Seconds,
+    )
+    .baseline(MEMORY);
     for run in 1..=runs {
         let mut got = [None, None];
         for i in order(run) {
             eprintln!(
-                "standalone: lateness, {m} jobs, {}, run {run}/{runs}",
+                "standalone: throughput, {n} jobs, {}, run {run}/{runs}",
                 sides[i].label()
             );
-            let (samples, core) = late(args, cronq, &config, &sides[i]).await?;
-            let d = Distribution::of(&samples).with_context(|| {
-                format!(
-                    "no occurrence published in the window ({})",
-                    sides[i].label()
-                )
-            })?;
+            let rate = throughput(args, cronq, &config, &sides[i]).await?;
             eprintln!(
-                "  {}; CPU {:.1}% of a core",
-                crate::lateness::summary(&d),
-                core * 100.0
+                "  executed {:.0}/s, published {:.0}/s, CPU {:.0} µs per occurrence",
+                rate.executed,
+                rate.published,
+                rate.cpu * 1e6
             );
-            got[i] = Some((d, core));
+            got[i] = Some(rate);
         }
-        let [Some((file, file_core)), Some((mem, mem_core))] = got else {
+        let [Some(file), Some(mem)] = got else {
+            bail!("a side of the throughput run was not measured");
+        };
+        executed.runs.push(file.executed);
+        executed.push_baseline(mem.executed);
+        share.runs.push(ratio(file.executed, mem.executed));
+        kept_up.runs.push(ratio(file.executed, file.published));
+        kept_up.push_baseline(ratio(mem.executed, mem.published));
+        cpu.runs.push(file.cpu);
+        cpu.push_baseline(mem.cpu);
+    }
+    let note = format!(
+        "{}; {}",
+        verdict(
+            &format!("executed/s on SQLite at {n} jobs"),
+            &executed,
+            |v| v >= THROUGHPUT_GOAL,
+            ">= 2,000/s",
+        ),
+        offered_load(jobs, &kept_up)
+    );
+    Ok((vec![executed, share, kept_up, cpu], note))
+}
+
+/// The lateness and steady-state CPU figures, and the note on the goal.
+async fn lateness_figures(
+    args: &StandaloneArgs,
+    runs: usize,
+    cronq: &Path,
+    dir: &Path,
+    sides: &[Data; 2],
+) -> anyhow::Result<(Vec<Figure>, String)> {
+    let m = format(args.lateness_jobs as f64, Unit::Count);
+    let config = dir.join("lateness.toml");
+    let shape = Shape {
+        defaults: "",
+        job: COMMAND,
+    };
+    std::fs::write(&config, every_second("p", args.lateness_jobs, shape))?;
+    let what = format!("{m} jobs @every 1s, SQLite");
+    let mut lateness = crate::lateness::Figures::new("standalone", &what, MEMORY, "p99 < 20 ms");
+    let mut busy = Figure::new(
+        "standalone",
+        format!("standalone CPU (share of one core), {what}"),
+        Unit::CoreShare,
+    )
+    .baseline(MEMORY);
+    let mut cpu = Figure::new(
+        "standalone",
+        format!("standalone CPU per occurrence published and executed, {what}"),
+        Unit::Seconds,
+    )
+    .baseline(MEMORY);
+    let mut cpu_share = Figure::new(
+        "standalone",
+        format!("SQLite / memory CPU per occurrence, {m} jobs"),
+        Unit::Ratio,
+    );
+    for run in 1..=runs {
+        let mut got = [None, None];
+        for i in order(run) {
+            let label = sides[i].label();
+            eprintln!("standalone: lateness, {m} jobs, {label}, run {run}/{runs}");
+            let steady = late(args, cronq, &config, &sides[i]).await?;
+            let d = Distribution::of(&steady.samples)
+                .with_context(|| format!("no occurrence published in the window ({label})"))?;
+            eprintln!(
+                "  {}; executed {:.0}/s; CPU {:.1}% of a core, {:.0} µs per occurrence",
+                crate::lateness::summary(&d),
+                steady.executed,
+                steady.core * 100.0,
+                steady.per_occurrence * 1e6
+            );
+            got[i] = Some((d, steady));
+        }
+        let [Some((file_d, file)), Some((mem_d, mem))] = got else {
             bail!("a side of the lateness run was not measured");
         };
-        lateness.push(&file, &mem);
-        busy.runs.push(file_core);
-        busy.push_baseline(mem_core);
+        lateness.push(&file_d, &mem_d);
+        busy.runs.push(file.core);
+        busy.push_baseline(mem.core);
+        cpu.runs.push(file.per_occurrence);
+        cpu.push_baseline(mem.per_occurrence);
+        cpu_share
+            .runs
+            .push(ratio(file.per_occurrence, mem.per_occurrence));
     }
-    notes.push(verdict(
+    let note = verdict(
         &format!("publish lateness p99 on SQLite at {m} jobs"),
         lateness.p99(),
         |v| v < LATENESS_GOAL,
         "< 20 ms",
-    ));
-    figures.extend(lateness.into_figures());
-    figures.push(busy);
-    Ok((figures, notes))
+    );
+    let mut figures = Vec::from(lateness.into_figures());
+    figures.extend([busy, cpu, cpu_share]);
+    Ok((figures, note))
 }
 
 /// Which side goes first: SQLite in odd runs, memory in even ones.
@@ -357,14 +386,25 @@ async fn throughput(
     outcome
 }
 
-/// Publish lateness samples of the occurrences scheduled in the window, and the
-/// standalone's CPU over it as a share of one core.
+/// One lateness measurement: a load the standalone keeps up with.
+#[derive(Debug)]
+struct Steady {
+    /// Publish lateness of the occurrences scheduled in the window, seconds.
+    samples: Vec<f64>,
+    /// Occurrences executed per second over the window.
+    executed: f64,
+    /// The standalone's CPU over the window, as a share of one core.
+    core: f64,
+    /// The standalone's CPU seconds per occurrence executed.
+    per_occurrence: f64,
+}
+
 async fn late(
     args: &StandaloneArgs,
     cronq: &Path,
     config: &Path,
     data: &Data,
-) -> anyhow::Result<(Vec<f64>, f64)> {
+) -> anyhow::Result<Steady> {
     data.remove();
     let launch = Launch {
         cronq,
@@ -395,17 +435,20 @@ async fn late(
             + TimeDelta::seconds(1);
         let to = from + TimeDelta::from_std(args.duration)?;
         sleep_until(from).await;
-        let (cpu0, t0) = (child.cpu_time()?, Instant::now());
+        let (before, cpu0, t0) = (child.counters().await?, child.cpu_time()?, Instant::now());
         sleep_until(to).await;
-        let (cpu1, t1) = (child.cpu_time()?, Instant::now());
+        let (after, cpu1, t1) = (child.counters().await?, child.cpu_time()?, Instant::now());
         // The last second's publishes: lateness beyond this is a failure anyway.
         tokio::time::sleep(Duration::from_secs(1)).await;
         child.check_alive()?;
-        let samples = crate::lateness::in_window(&child.take_kept(), from, to);
-        anyhow::Ok((
-            samples,
-            ratio((cpu1 - cpu0).as_secs_f64(), (t1 - t0).as_secs_f64()),
-        ))
+        let (cpu, wall) = ((cpu1 - cpu0).as_secs_f64(), (t1 - t0).as_secs_f64());
+        let done = after.succeeded - before.succeeded;
+        anyhow::Ok(Steady {
+            samples: crate::lateness::in_window(&child.take_kept(), from, to),
+            executed: done / wall,
+            core: cpu / wall,
+            per_occurrence: ratio(cpu, done),
+        })
     }
     .await;
     child.stop().await;
