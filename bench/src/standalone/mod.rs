@@ -29,7 +29,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use chrono::{DurationRound as _, TimeDelta, Utc};
 
-use self::process::{Data, Launch, Standalone};
+pub use self::process::Data;
+use self::process::{Launch, Standalone};
 use crate::report::Figure;
 use crate::stats::{Distribution, Spread, Unit, format, ratio};
 use crate::workload::{Shape, every_second};
