@@ -24,6 +24,10 @@ use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+/// How often the leader reads pauses and requests at most: an operator's pause or trigger
+/// takes effect within about a second (or one `[leader] retry`, if shorter).
+const CONTROL_POLL: Duration = Duration::from_secs(1);
+
 use crate::leader::{Leadership, lost};
 use crate::publisher::{Abandoned, publish_confirmed, while_leading};
 use crate::term::Leading;
@@ -148,7 +152,7 @@ impl Scheduler {
                 }
                 () = sleep_until(control_at) => {
                     self.poll_control(&mut lead, token).await?;
-                    control_at = Instant::now() + lead.config.leader.retry;
+                    control_at = Instant::now() + lead.config.leader.retry.min(CONTROL_POLL);
                 }
             }
         }

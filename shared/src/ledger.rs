@@ -1,8 +1,9 @@
 //! The idempotency and overlap port: one record per occurrence key, claimed for an attempt
 //! under an execution lease, and one lock per exclusive job (overlap `skip`, `queue`,
-//! `replace`). Two implementations: `cronq-redis` (`RedisLedger`, atomic Lua scripts) and
-//! `cronq-memory` (`MemoryLedger`, `cronq standalone`, fast tests); both pass the same
-//! suite (`tests/it/consumer_ledger.rs`).
+//! `replace`). Three implementations: `cronq-redis` (`RedisLedger`, atomic Lua scripts),
+//! `cronq-sqlite` (`SqliteLedger`, `cronq standalone`) and `cronq-memory` (`MemoryLedger`,
+//! fast tests); the last two run the rules of [`rules`] on their own storage. All pass the
+//! same suite (`tests/it/ports/ledger.rs`).
 //!
 //! Owns: who may run an occurrence now, and what became of it: the record and, in the same
 //! atomic step, the attempt's entry in the run history ([`End::run`], [`Settle::run`]), so
@@ -40,6 +41,8 @@
 //!   broker timer. Ending the running occurrence (or settling one) gives the earliest waiter
 //!   its turn ([`Ended::woken`]). Under `replace` the newest occurrence runs: an older one,
 //!   running or waiting, is cancelled (`replaced by KEY`).
+
+pub mod rules;
 
 use std::time::Duration;
 

@@ -7,7 +7,8 @@ use super::lookup;
 use crate::cli::{Cli, JobArg, PauseArgs};
 use crate::output;
 
-/// Pauses a job fleet-wide: the leading producer stops publishing it within one `retry`.
+/// Pauses a job fleet-wide: the leading producer stops publishing it within
+/// about a second (one `[leader] retry`, if shorter).
 ///
 /// # Errors
 /// A config or unknown-job usage error; Redis unreachable, or the data file unusable.

@@ -29,6 +29,13 @@ pub fn load_config(cli: &Cli) -> anyhow::Result<Config> {
 
 /// The service endpoints and namespace from flags and environment.
 pub fn endpoints(cli: &Cli) -> anyhow::Result<Endpoints> {
+    if let Some(data) = &cli.data {
+        // Only `producer` and `consumer` get here with a data file: say it is not used.
+        tracing::warn!(
+            data = %data.display(),
+            "--data (CRONQ_DATA) is for `cronq standalone` and the operations commands; this command runs on RabbitMQ and Redis and does not use it"
+        );
+    }
     let namespace = Namespace::new(&cli.namespace).context("CRONQ_NAMESPACE")?;
     Ok(Endpoints {
         amqp_url: cli.amqp_url.clone(),

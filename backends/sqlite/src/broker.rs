@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -245,7 +245,7 @@ fn declared(conn: &Connection, queue: &str) -> Result<bool, Failure> {
 }
 
 /// Inserts one message, due `delay` from now.
-fn insert(tx: &Transaction<'_>, queue: &str, body: &[u8], delay: Duration) -> Result<(), Failure> {
+fn insert(tx: &Connection, queue: &str, body: &[u8], delay: Duration) -> Result<(), Failure> {
     tx.prepare_cached("INSERT INTO messages (queue, body, ready_at) VALUES (?1, ?2, ?3)")?
         .execute(params![queue, body, now_ms() + ms(delay)])?;
     Ok(())
@@ -313,10 +313,15 @@ impl Broker for SqliteBroker {
                 self.shared.db.write(move |tx| {
                     // Like a mandatory publish: refuse the batch if any message has no
                     // queue, and store nothing then (the caller retries the whole batch).
+                    let mut checked: Vec<&str> = Vec::new();
                     for (i, (queue, _, _)) in rows.iter().enumerate() {
+                        if checked.contains(&queue.as_str()) {
+                            continue;
+                        }
                         if !declared(tx, queue)? {
                             return Ok(Some(i));
                         }
+                        checked.push(queue);
                     }
                     for (queue, body, delay) in rows.iter() {
                         insert(tx, queue, body, *delay)?;

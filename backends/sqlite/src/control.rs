@@ -1,5 +1,5 @@
-//! The control store in the data file: cursors, pauses and requests, each a JSON value;
-//! a commit is fenced by the leader lease in the same transaction.
+//! The control store in the data file: cursors (instants), pauses and requests (JSON); a
+//! commit is fenced by the leader lease in the same transaction.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -81,9 +81,22 @@ impl ControlStore for SqliteControl {
     async fn cursors(&self) -> Result<HashMap<JobName, DateTime<Utc>>, ControlError> {
         self.db
             .read(|conn| {
-                rows::<DateTime<Utc>>(conn, "SELECT job, at FROM cursors", "cursors")?
-                    .into_iter()
-                    .map(|(job, at)| Ok((job_name("cursors", job)?, at)))
+                let rows: Vec<(String, i64)> = conn
+                    .prepare_cached("SELECT job, at_us FROM cursors")?
+                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect::<Result<_, _>>()?;
+                rows.into_iter()
+                    .map(|(job, us)| {
+                        let at = DateTime::<Utc>::from_timestamp_micros(us).ok_or_else(|| {
+                            Failure::Corrupt {
+                                key: format!("cursors/{job}"),
+                                source: serde::de::Error::custom(format!(
+                                    "{us} µs is out of range"
+                                )),
+                            }
+                        })?;
+                        Ok((job_name("cursors", job)?, at))
+                    })
                     .collect()
             })
             .await
@@ -100,29 +113,11 @@ impl ControlStore for SqliteControl {
                     return Ok(false);
                 }
                 for (job, at) in &commit.cursors {
-                    let current: Option<String> = tx
-                        .prepare_cached("SELECT at FROM cursors WHERE job = ?1")?
-                        .query_row([job.as_str()], |r| r.get(0))
-                        .map(Some)
-                        .or_else(|e| match e {
-                            rusqlite::Error::QueryReturnedNoRows => Ok(None),
-                            other => Err(other),
-                        })?;
-                    let later = match current {
-                        Some(text) => {
-                            let cur: DateTime<Utc> = serde_json::from_str(&text)
-                                .map_err(Failure::corrupt(format!("cursors/{job}")))?;
-                            cur < *at
-                        }
-                        None => true,
-                    };
-                    if later {
-                        tx.prepare_cached(
-                            "INSERT INTO cursors (job, at) VALUES (?1, ?2)
-                             ON CONFLICT (job) DO UPDATE SET at = excluded.at",
-                        )?
-                        .execute(params![job.as_str(), json(at, job.as_str())?])?;
-                    }
+                    tx.prepare_cached(
+                        "INSERT INTO cursors (job, at_us) VALUES (?1, ?2)
+                         ON CONFLICT (job) DO UPDATE SET at_us = max(at_us, excluded.at_us)",
+                    )?
+                    .execute(params![job.as_str(), at.timestamp_micros()])?;
                 }
                 for (id, request) in &commit.settle {
                     match request {

@@ -1,22 +1,23 @@
 //! The data file: one SQLite connection per process (WAL, a busy timeout for the other
 //! processes on the file), the schema brought up to date when it is opened, and the one way
-//! the ports run SQL on it ([`Db::read`], [`Db::write`]): on the blocking thread pool, each
-//! write one `BEGIN IMMEDIATE` transaction, so every port operation is atomic across
-//! processes.
+//! the ports run SQL on it ([`Db::read`], [`Db::write`]): on the connection's own thread
+//! (`crate::writer`), each operation atomic, batched with the others waiting into one
+//! `BEGIN IMMEDIATE` transaction.
 //!
 //! Owns: opening, the pragmas, the schema version, mapping SQLite failures to what a
 //! caller can do about them ([`Failure`]). Leaves retrying to the callers (the table in
 //! `cronq_shared::retry`): the queue retries its own calls, the stores' callers retry theirs.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior};
+use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use cronq_shared::store::StoreError;
 
 use crate::schema;
+use crate::writer::Writer;
 
 /// The name errors give this store.
 pub(crate) const STORE: &str = "SQLite";
@@ -55,7 +56,7 @@ pub struct Db {
 }
 
 struct Inner {
-    conn: Mutex<Connection>,
+    writer: Writer,
     path: PathBuf,
 }
 
@@ -134,9 +135,14 @@ impl Db {
     /// path), the disk is full.
     pub fn open(path: &Path, sync: Sync) -> Result<Self, StoreError> {
         let conn = Self::connect(path, sync).map_err(|e| file_error(path, e))?;
+        let writer =
+            Writer::start(conn, "cronq-sqlite".to_owned()).map_err(|e| StoreError::Command {
+                store: STORE,
+                source: Box::new(e),
+            })?;
         Ok(Self {
             inner: Arc::new(Inner {
-                conn: Mutex::new(conn),
+                writer,
                 path: path.to_owned(),
             }),
         })
@@ -180,56 +186,42 @@ impl Db {
         .map_err(Failure::into_store)
     }
 
-    /// Runs `f` on the connection, outside a transaction (reads; one statement is atomic).
+    /// Runs `f` on the connection (reads: a consistent view).
     pub(crate) async fn read<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> Result<T, Failure> + Send + 'static,
     ) -> Result<T, Failure> {
-        self.run(move |conn| f(conn)).await
+        self.write(f).await
     }
 
-    /// Runs `f` in one `BEGIN IMMEDIATE` transaction, committed when `f` returns `Ok` (even
-    /// an `Ok` holding a refusal), rolled back when it fails.
+    /// Runs `f` atomically: its changes commit when it returns `Ok` (even an `Ok` holding a
+    /// refusal), and are rolled back when it fails; it returns once they are committed.
     pub(crate) async fn write<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&Transaction<'_>) -> Result<T, Failure> + Send + 'static,
+        f: impl FnOnce(&Connection) -> Result<T, Failure> + Send + 'static,
     ) -> Result<T, Failure> {
-        self.run(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let out = f(&tx)?;
-            tx.commit()?;
-            Ok(out)
-        })
-        .await
-    }
-
-    /// Runs `f` with the connection on the blocking pool; blocking when there is no runtime
-    /// (a drop outside one).
-    async fn run<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut Connection) -> Result<T, Failure> + Send + 'static,
-    ) -> Result<T, Failure> {
-        let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || f(&mut inner.lock()))
+        self.inner
+            .writer
+            .submit(f)
             .await
-            .map_err(|e| Failure::Task(e.to_string()))?
+            .unwrap_or_else(|_| Err(stopped()))
     }
 
-    /// Runs `f` on this thread (for drops outside a runtime).
-    pub(crate) fn run_here<T>(
+    /// [`Db::write`] from outside an async runtime (a drop), blocking this thread.
+    pub(crate) fn write_blocking<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut Connection) -> Result<T, Failure>,
+        f: impl FnOnce(&Connection) -> Result<T, Failure> + Send + 'static,
     ) -> Result<T, Failure> {
-        f(&mut self.inner.lock())
+        self.inner
+            .writer
+            .submit(f)
+            .blocking_recv()
+            .unwrap_or_else(|_| Err(stopped()))
     }
 }
 
-impl Inner {
-    fn lock(&self) -> MutexGuard<'_, Connection> {
-        // A panic mid-statement leaves the connection usable: SQLite rolls the open
-        // transaction back when the next one begins.
-        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
-    }
+fn stopped() -> Failure {
+    Failure::Task("the data file's writer thread stopped".into())
 }
 
 /// Wall-clock milliseconds since the Unix epoch: every process on the file shares this
@@ -257,6 +249,8 @@ pub(crate) enum Opening {
     Schema(#[from] schema::SchemaError),
     #[error("its file system has {} KiB free, less than the {} MiB cronq needs", free >> 10, MIN_FREE >> 20)]
     Full { free: u64 },
+    #[error("its directory {0} does not exist")]
+    NoDir(String),
 }
 
 /// Free space a data file's file system must have at start: room for the write-ahead log
@@ -270,6 +264,9 @@ fn check_space(path: &Path) -> Result<(), Opening> {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
+    if !dir.is_dir() {
+        return Err(Opening::NoDir(dir.display().to_string()));
+    }
     // A path whose directory cannot be inspected fails when it is opened, with its reason.
     let Ok(stat) = nix::sys::statvfs::statvfs(dir) else {
         return Ok(());
@@ -297,6 +294,10 @@ fn file_error(path: &Path, e: Opening) -> StoreError {
                 "put the data file on a local file system that supports SQLite's WAL mode",
             ),
             (Opening::Full { .. }, _) => (e.to_string(), full),
+            (Opening::NoDir(_), _) => (
+                e.to_string(),
+                "create it first (mkdir -p), or give another path with --data",
+            ),
             (_, Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt)) => (
                 "is not a cronq data file (not a SQLite database, or corrupt)".to_owned(),
                 "move it away to start afresh, or restore it from a backup",

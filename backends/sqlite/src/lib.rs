@@ -5,7 +5,8 @@
 //! the operations commands, or a standby standalone.
 //!
 //! - [`db`]: [`Db`], the data file: one connection per process, WAL, the schema
-//!   ([`schema`]) brought up to date when opened.
+//!   ([`schema`]) brought up to date when opened, operations batched into transactions
+//!   by the connection's thread (`writer`).
 //! - [`broker`]: [`SqliteBroker`], messages as rows, delivered to one process at a time.
 //! - [`ledger`]: [`SqliteLedger`], idempotency records, leases, overlap locks, wait lists.
 //! - [`runlog`]: [`SqliteRunLog`], the run history, bounded.
@@ -21,6 +22,7 @@ pub mod lease;
 pub mod ledger;
 pub mod runlog;
 pub mod schema;
+mod writer;
 
 pub use broker::SqliteBroker;
 pub use control::SqliteControl;

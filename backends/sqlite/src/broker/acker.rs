@@ -120,7 +120,7 @@ impl Drop for SqliteAcker {
                 });
             }
             Err(_) => {
-                let _ = shared.db.run_here(|conn| {
+                let _ = shared.db.write_blocking(move |conn| {
                     conn.execute(REQUEUE, params![row.0, row.1])
                         .map_err(Failure::from)
                 });

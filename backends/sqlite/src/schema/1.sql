@@ -88,10 +88,11 @@ CREATE TABLE leader (
 );
 INSERT INTO leader (id, epoch) VALUES (1, 0);
 
--- The control store (cronq_shared::control); values are JSON.
+-- The control store (cronq_shared::control): cursors as microseconds since the epoch (so
+-- that "never backwards" is one max()), pauses and requests as JSON.
 CREATE TABLE cursors (
     job TEXT PRIMARY KEY,
-    at TEXT NOT NULL
+    at_us INTEGER NOT NULL
 ) WITHOUT ROWID;
 CREATE TABLE pauses (
     job TEXT PRIMARY KEY,

@@ -1,0 +1,185 @@
+//! The ledger's storage in the data file, for the rules of `cronq_shared::ledger::rules`:
+//! records, job locks and the history, read and written inside one transaction. A job's
+//! wait list is an index over its records in state `waiting`; the reaper's schedule an
+//! index over their `due` instants.
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use cronq_shared::ledger::State;
+use cronq_shared::ledger::rules::{JobLock, Rec, Records};
+use cronq_shared::runlog::Run;
+
+use crate::db::Failure;
+use crate::runlog;
+
+/// The rules' storage on one transaction, at one instant.
+pub(super) struct Store<'c> {
+    pub(super) conn: &'c Connection,
+    pub(super) now: i64,
+}
+
+const COLUMNS: &str = "job, state, attempt, next, token, queue, body, lease_until, cancel, \
+                       exclusive, sched, error, expires, due";
+
+fn from_row(key: &str, r: &Row<'_>) -> rusqlite::Result<Result<Rec, Failure>> {
+    let state: String = r.get(1)?;
+    let Some(state) = State::parse(&state) else {
+        return Ok(Err(Failure::Corrupt {
+            key: key.to_owned(),
+            source: serde::de::Error::custom(format!("unknown state {state:?}")),
+        }));
+    };
+    Ok(Ok(Rec {
+        job: r.get(0)?,
+        state,
+        attempt: r.get(2)?,
+        next: r.get(3)?,
+        token: r.get(4)?,
+        queue: r.get(5)?,
+        body: r.get(6)?,
+        lease_until: r.get(7)?,
+        cancel: r.get(8)?,
+        exclusive: r.get(9)?,
+        sched: r.get(10)?,
+        error: r.get(11)?,
+        expires: r.get(12)?,
+        due: r.get(13)?,
+    }))
+}
+
+fn limit(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl Store<'_> {
+    /// Drops up to `batch` records past their retention and the locks past their time.
+    pub(super) fn expire(&self, batch: usize) -> Result<(), Failure> {
+        self.conn
+            .prepare_cached(
+                "DELETE FROM records WHERE key IN
+                   (SELECT key FROM records WHERE expires <= ?1 LIMIT ?2)",
+            )?
+            .execute(params![self.now, limit(batch)])?;
+        self.conn
+            .prepare_cached("DELETE FROM job_locks WHERE until <= ?1")?
+            .execute([self.now])?;
+        Ok(())
+    }
+}
+
+impl Records for Store<'_> {
+    type Error = Failure;
+
+    fn now(&self) -> i64 {
+        self.now
+    }
+
+    fn get(&mut self, key: &str) -> Result<Option<Rec>, Failure> {
+        self.conn
+            .prepare_cached(&format!("SELECT {COLUMNS} FROM records WHERE key = ?1"))?
+            .query_row([key], |r| from_row(key, r))
+            .optional()?
+            .transpose()
+    }
+
+    fn put(&mut self, key: &str, rec: &Rec) -> Result<(), Failure> {
+        self.conn
+            .prepare_cached(&format!(
+                "INSERT OR REPLACE INTO records (key, {COLUMNS})
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
+            ))?
+            .execute(params![
+                key,
+                rec.job,
+                rec.state.as_str(),
+                rec.attempt,
+                rec.next,
+                rec.token,
+                rec.queue,
+                rec.body,
+                rec.lease_until,
+                rec.cancel,
+                rec.exclusive,
+                rec.sched,
+                rec.error,
+                rec.expires,
+                rec.due,
+            ])?;
+        Ok(())
+    }
+
+    fn remove(&mut self, key: &str) -> Result<(), Failure> {
+        self.conn
+            .prepare_cached("DELETE FROM records WHERE key = ?1")?
+            .execute([key])?;
+        Ok(())
+    }
+
+    fn lock(&mut self, job: &str) -> Result<Option<JobLock>, Failure> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT holder, token, until FROM job_locks WHERE job = ?1")?
+            .query_row([job], |r| {
+                Ok(JobLock {
+                    holder: r.get(0)?,
+                    token: r.get(1)?,
+                    until: r.get(2)?,
+                })
+            })
+            .optional()?)
+    }
+
+    fn set_lock(&mut self, job: &str, lock: Option<&JobLock>) -> Result<(), Failure> {
+        match lock {
+            Some(l) => self
+                .conn
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO job_locks (job, holder, token, until)
+                     VALUES (?1, ?2, ?3, ?4)",
+                )?
+                .execute(params![job, l.holder, l.token, l.until])?,
+            None => self
+                .conn
+                .prepare_cached("DELETE FROM job_locks WHERE job = ?1")?
+                .execute([job])?,
+        };
+        Ok(())
+    }
+
+    fn wait_end(&mut self, job: &str, last: bool) -> Result<Option<(i64, String)>, Failure> {
+        let order = if last { "DESC" } else { "ASC" };
+        Ok(self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT sched, key FROM records
+                 WHERE job = ?1 AND state = 'waiting' AND body IS NOT NULL AND expires > ?2
+                 ORDER BY sched {order}, key {order} LIMIT 1"
+            ))?
+            .query_row(params![job, self.now], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?)
+    }
+
+    fn waiting(&mut self, job: &str) -> Result<Vec<String>, Failure> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT key FROM records WHERE job = ?1 AND state = 'waiting' ORDER BY sched, key",
+            )?
+            .query_map([job], |r| r.get(0))?
+            .collect::<Result<_, _>>()?)
+    }
+
+    fn due(&mut self, n: usize) -> Result<Vec<String>, Failure> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT key FROM records WHERE due IS NOT NULL AND due <= ?1 ORDER BY due LIMIT ?2",
+            )?
+            .query_map(params![self.now, limit(n)], |r| r.get(0))?
+            .collect::<Result<_, _>>()?)
+    }
+
+    fn append(&mut self, run: &Run) -> Result<(), Failure> {
+        runlog::append(self.conn, run)
+    }
+}

@@ -1,0 +1,540 @@
+//! The ledger's rules, written once for every backend that does not run them as server-side
+//! scripts: the memory ledger (one mutex) and the SQLite ledger (one transaction) implement
+//! [`Records`] over their storage and call these functions inside their atomic step; the
+//! Redis ledger runs the same rules as Lua scripts (`backends/redis/src/ledger/*.lua`).
+//!
+//! Pure: no I/O, no clock (the step's instant is [`Records::now`]); a record whose
+//! retention has passed counts as absent, a job lock whose time has passed as free, and a
+//! job's wait list is its records in state `waiting` that still hold their message, by
+//! scheduled instant then key.
+
+use std::time::Duration;
+
+use chrono::Utc;
+
+use super::{
+    Claim, ClaimOutcome, End, Ended, Heartbeat, Lease, Orphan, Record, Republish, Settle, State,
+    WAKE_RECHECK,
+};
+use crate::config::Overlap;
+use crate::key::OccurrenceKey;
+use crate::runlog::{Outcome, Run};
+
+/// One record as stored. Instants are milliseconds on the backend's clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rec {
+    /// The job, for its wait list.
+    pub job: String,
+    /// Its state.
+    pub state: State,
+    /// The attempt it was last claimed or settled for.
+    pub attempt: u32,
+    /// The lowest attempt that may claim it.
+    pub next: u32,
+    /// The live claim's token, or empty.
+    pub token: String,
+    /// The logical queue a republished copy goes to.
+    pub queue: String,
+    /// The message a reaper republishes, while one may be needed.
+    pub body: Option<Vec<u8>>,
+    /// When the claim's lease ends.
+    pub lease_until: i64,
+    /// The key of the occurrence that asked this one to stop (overlap `replace`).
+    pub cancel: Option<String>,
+    /// It holds (or waits for) its job's lock.
+    pub exclusive: bool,
+    /// Its scheduled instant, ms since the Unix epoch.
+    pub sched: i64,
+    /// The last error.
+    pub error: Option<String>,
+    /// When its retention ends.
+    pub expires: i64,
+    /// When the reaper looks at it next, if ever.
+    pub due: Option<i64>,
+}
+
+/// A job lock as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobLock {
+    /// The holding occurrence's key.
+    pub holder: String,
+    /// Its claim's token.
+    pub token: String,
+    /// When it ends unless renewed.
+    pub until: i64,
+}
+
+/// The storage the rules run on, inside one atomic step of the backend.
+pub trait Records {
+    /// The backend's error.
+    type Error;
+
+    /// The step's instant, in ms.
+    fn now(&self) -> i64;
+    /// The stored record of `key`, expired or not.
+    fn get(&mut self, key: &str) -> Result<Option<Rec>, Self::Error>;
+    /// Stores `rec` as the record of `key` (its wait list follows its state).
+    fn put(&mut self, key: &str, rec: &Rec) -> Result<(), Self::Error>;
+    /// Forgets the record of `key`.
+    fn remove(&mut self, key: &str) -> Result<(), Self::Error>;
+    /// The stored lock of `job`, expired or not.
+    fn lock(&mut self, job: &str) -> Result<Option<JobLock>, Self::Error>;
+    /// Stores the lock of `job` (`None` frees it).
+    fn set_lock(&mut self, job: &str, lock: Option<&JobLock>) -> Result<(), Self::Error>;
+    /// The earliest (`last = false`) or latest member of `job`'s wait list, as (scheduled
+    /// ms, key): a live record in state `waiting` that holds its message.
+    fn wait_end(&mut self, job: &str, last: bool) -> Result<Option<(i64, String)>, Self::Error>;
+    /// Every record of `job` in state `waiting`, earliest first.
+    fn waiting(&mut self, job: &str) -> Result<Vec<String>, Self::Error>;
+    /// Up to `limit` keys whose reaper time has come, earliest first.
+    fn due(&mut self, limit: usize) -> Result<Vec<String>, Self::Error>;
+    /// Appends `run` to the history, in the same step.
+    fn append(&mut self, run: &Run) -> Result<(), Self::Error>;
+}
+
+/// Milliseconds of `d`, saturating.
+pub fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+const NOT_RECORDED: Ended = Ended {
+    recorded: false,
+    woken: None,
+};
+
+/// The live record of `key`, forgetting it when its retention has passed.
+fn live<S: Records>(s: &mut S, key: &str) -> Result<Option<Rec>, S::Error> {
+    match s.get(key)? {
+        Some(rec) if rec.expires <= s.now() => {
+            s.remove(key)?;
+            Ok(None)
+        }
+        other => Ok(other),
+    }
+}
+
+/// The holder and token of `job`'s lock, if it is held.
+fn live_lock<S: Records>(s: &mut S, job: &str) -> Result<Option<(String, String)>, S::Error> {
+    let now = s.now();
+    Ok(s.lock(job)?
+        .filter(|l| l.until > now)
+        .map(|l| (l.holder, l.token)))
+}
+
+/// `None` when a message of `attempt` may act on the record; else the duplicate reply.
+fn blocked<S: Records>(
+    s: &mut S,
+    key: &str,
+    attempt: u32,
+) -> Result<Option<(State, u32)>, S::Error> {
+    let now = s.now();
+    let Some(rec) = live(s, key)? else {
+        return Ok(None);
+    };
+    let live_run = rec.state == State::Running && rec.lease_until > now;
+    Ok((rec.state.is_terminal() || live_run || attempt < rec.next)
+        .then_some((rec.state, rec.attempt)))
+}
+
+/// Gives the earliest waiter of `job` its turn (see `wait.lua`).
+fn wake<S: Records>(s: &mut S, job: &str) -> Result<Option<Orphan>, S::Error> {
+    let Some((_, key)) = s.wait_end(job, false)? else {
+        return Ok(None);
+    };
+    let Some(mut rec) = live(s, &key)? else {
+        return Ok(None);
+    };
+    let Some(body) = rec.body.clone() else {
+        return Ok(None);
+    };
+    rec.due = Some(s.now() + ms(WAKE_RECHECK));
+    s.put(&key, &rec)?;
+    Ok(Some(Orphan {
+        key,
+        queue: rec.queue,
+        body,
+        why: Republish::Turn,
+    }))
+}
+
+/// A fresh record of `claim` in `state`.
+fn fresh(claim: &Claim, state: State, now: i64) -> Rec {
+    Rec {
+        job: claim.job.to_string(),
+        state,
+        attempt: claim.attempt,
+        next: claim.attempt,
+        token: String::new(),
+        queue: claim.queue.to_string(),
+        body: Some(claim.body.clone()),
+        lease_until: now,
+        cancel: None,
+        exclusive: true,
+        sched: claim.scheduled_at.timestamp_millis(),
+        error: None,
+        expires: now + ms(claim.retention),
+        due: None,
+    }
+}
+
+/// Records `claim` as waiting for its turn.
+fn wait_here<S: Records>(s: &mut S, claim: &Claim, key: &str) -> Result<(), S::Error> {
+    let now = s.now();
+    let rec = Rec {
+        due: Some(now + ms(claim.recheck)),
+        ..fresh(claim, State::Waiting, now)
+    };
+    s.put(key, &rec)
+}
+
+/// Applies the overlap rules of an exclusive job to `claim` (see `claim.lua`): `None` when
+/// it may take the job lock now.
+fn overlap<S: Records>(
+    s: &mut S,
+    claim: &Claim,
+    key: &str,
+) -> Result<Option<ClaimOutcome>, S::Error> {
+    let job = claim.job.as_str();
+    let sched = claim.scheduled_at.timestamp_millis();
+    let holder = live_lock(s, job)?.map(|h| h.0).filter(|h| h != key);
+    Ok(match claim.overlap {
+        Overlap::Allow => None,
+        Overlap::Skip => holder.map(|holder| ClaimOutcome::Busy { holder }),
+        Overlap::Queue => {
+            if let Some(holder) = holder {
+                wait_here(s, claim, key)?;
+                return Ok(Some(ClaimOutcome::Waiting {
+                    holder,
+                    woken: None,
+                }));
+            }
+            let Some((head_sched, head)) = s.wait_end(job, false)? else {
+                return Ok(None);
+            };
+            if head == key || head_sched > sched {
+                return Ok(None);
+            }
+            let Some(woken) = wake(s, job)?.filter(|w| w.key != key) else {
+                return Ok(None);
+            };
+            wait_here(s, claim, key)?;
+            Some(ClaimOutcome::Waiting {
+                holder: woken.key.clone(),
+                woken: Some(woken),
+            })
+        }
+        Overlap::Replace => {
+            if let Some(h) = &holder
+                && live(s, h)?.is_some_and(|r| r.sched > sched)
+            {
+                return Ok(Some(ClaimOutcome::Superseded { by: h.clone() }));
+            }
+            if let Some((newest_sched, newest)) = s.wait_end(job, true)?
+                && newest != key
+                && newest_sched > sched
+            {
+                return Ok(Some(ClaimOutcome::Superseded { by: newest }));
+            }
+            for other in s.waiting(job)? {
+                if other != key {
+                    supersede(s, claim, &other, key)?;
+                }
+            }
+            let Some(holder) = holder else {
+                return Ok(None);
+            };
+            if let Some(mut rec) = live(s, &holder)? {
+                rec.cancel = Some(key.to_owned());
+                s.put(&holder, &rec)?;
+            }
+            wait_here(s, claim, key)?;
+            Some(ClaimOutcome::Waiting {
+                holder,
+                woken: None,
+            })
+        }
+    })
+}
+
+/// Records the waiter `other` as cancelled, replaced by `key`, with its history entry.
+fn supersede<S: Records>(s: &mut S, claim: &Claim, other: &str, key: &str) -> Result<(), S::Error> {
+    let Some(mut rec) = live(s, other)?.filter(|r| r.state == State::Waiting) else {
+        return Ok(());
+    };
+    let why = format!("replaced by {key}");
+    rec.state = State::Cancelled;
+    rec.body = None;
+    rec.error = Some(why.clone());
+    rec.due = None;
+    s.put(other, &rec)?;
+    if let Ok(other_key) = other.parse() {
+        s.append(&Run {
+            key: other_key,
+            job: claim.job.clone(),
+            attempt: rec.attempt,
+            consumer: claim.consumer.clone(),
+            started_at: Utc::now(),
+            duration: Duration::ZERO,
+            outcome: Outcome::Cancelled,
+            error: Some(why),
+        })?;
+    }
+    Ok(())
+}
+
+/// [`super::Ledger::claim`]; `token` is the new claim's (random, unique).
+///
+/// # Errors
+/// The storage's.
+pub fn claim<S: Records>(
+    s: &mut S,
+    claim: &Claim,
+    token: String,
+) -> Result<ClaimOutcome, S::Error> {
+    let key = claim.key.to_string();
+    if let Some((state, attempt)) = blocked(s, &key, claim.attempt)? {
+        return Ok(ClaimOutcome::Duplicate { state, attempt });
+    }
+    let takeover =
+        live(s, &key)?.is_some_and(|r| matches!(r.state, State::Running | State::Pending));
+    if let Some(outcome) = overlap(s, claim, &key)? {
+        return Ok(outcome);
+    }
+    let now = s.now();
+    let exclusive = claim.overlap != Overlap::Allow;
+    let until = now + ms(claim.lease);
+    if exclusive {
+        let lock = JobLock {
+            holder: key.clone(),
+            token: token.clone(),
+            until,
+        };
+        s.set_lock(claim.job.as_str(), Some(&lock))?;
+    }
+    let rec = Rec {
+        token: token.clone(),
+        lease_until: until,
+        exclusive,
+        due: Some(until),
+        ..fresh(claim, State::Running, now)
+    };
+    s.put(&key, &rec)?;
+    Ok(ClaimOutcome::Claimed {
+        lease: Lease {
+            key: claim.key.clone(),
+            job: claim.job.clone(),
+            token,
+        },
+        takeover,
+    })
+}
+
+/// [`super::Ledger::heartbeat`].
+///
+/// # Errors
+/// The storage's.
+pub fn heartbeat<S: Records>(
+    s: &mut S,
+    lease: &Lease,
+    duration: Duration,
+) -> Result<Heartbeat, S::Error> {
+    let key = lease.key.to_string();
+    let Some(mut rec) = live(s, &key)? else {
+        return Ok(Heartbeat::Lost);
+    };
+    if rec.state != State::Running || rec.token != lease.token {
+        return Ok(Heartbeat::Lost);
+    }
+    let until = s.now() + ms(duration);
+    rec.lease_until = until;
+    rec.due = Some(until);
+    s.put(&key, &rec)?;
+    if rec.exclusive {
+        let job = lease.job.as_str();
+        let mine = live_lock(s, job)?.is_none_or(|(k, t)| k == key && t == lease.token);
+        if !mine {
+            // Another occurrence took the lapsed job lock: stop (see heartbeat.lua).
+            return Ok(Heartbeat::Lost);
+        }
+        let lock = JobLock {
+            holder: key,
+            token: lease.token.clone(),
+            until,
+        };
+        s.set_lock(job, Some(&lock))?;
+    }
+    Ok(match rec.cancel {
+        Some(by) => Heartbeat::CancelRequested { by },
+        None => Heartbeat::Held,
+    })
+}
+
+/// [`super::Ledger::complete`].
+///
+/// # Errors
+/// The storage's.
+pub fn complete<S: Records>(s: &mut S, lease: &Lease, end: &End) -> Result<Ended, S::Error> {
+    let key = lease.key.to_string();
+    let held = live(s, &key)?.filter(|rec| rec.state == State::Running && rec.token == lease.token);
+    let (Some(state), Some(mut rec)) = (end.state, held) else {
+        // Fenced or given up: no record changes; the attempt shows as lost.
+        if let Some(run) = &end.run {
+            s.append(&run.clone().lost())?;
+        }
+        return Ok(NOT_RECORDED);
+    };
+    let job = lease.job.as_str();
+    if live_lock(s, job)?.is_some_and(|(k, t)| k == key && t == lease.token) {
+        s.set_lock(job, None)?;
+    }
+    let woken = if rec.exclusive && live_lock(s, job)?.is_none() {
+        wake(s, job)?
+    } else {
+        None
+    };
+    let now = s.now();
+    rec.state = state;
+    rec.token.clear();
+    rec.error.clone_from(&end.error);
+    rec.expires = now + ms(end.retention);
+    match &end.next {
+        Some(f) => {
+            rec.next = f.attempt;
+            rec.body = Some(f.body.clone());
+            rec.due = Some(now + ms(f.within));
+        }
+        None => {
+            rec.body = None;
+            rec.due = None;
+        }
+    }
+    s.put(&key, &rec)?;
+    if let Some(run) = &end.run {
+        s.append(run)?;
+    }
+    Ok(Ended {
+        recorded: true,
+        woken,
+    })
+}
+
+/// [`super::Ledger::settle`].
+///
+/// # Errors
+/// The storage's.
+pub fn settle<S: Records>(s: &mut S, settle: &Settle) -> Result<Ended, S::Error> {
+    let key = settle.key.to_string();
+    if blocked(s, &key, settle.attempt)?.is_some() {
+        return Ok(NOT_RECORDED);
+    }
+    let queue = live(s, &key)?.map(|r| r.queue).unwrap_or_default();
+    let job = settle.job.as_str();
+    let now = s.now();
+    let rec = Rec {
+        job: job.to_owned(),
+        state: settle.state,
+        attempt: settle.attempt,
+        next: settle.attempt,
+        token: String::new(),
+        queue,
+        body: None,
+        lease_until: now,
+        cancel: None,
+        exclusive: false,
+        sched: 0,
+        error: settle.error.clone(),
+        expires: now + ms(settle.retention),
+        due: None,
+    };
+    s.put(&key, &rec)?;
+    if let Some(run) = &settle.run {
+        s.append(run)?;
+    }
+    let woken = if live_lock(s, job)?.is_none() {
+        wake(s, job)?
+    } else {
+        None
+    };
+    Ok(Ended {
+        recorded: true,
+        woken,
+    })
+}
+
+/// [`super::Ledger::reap`].
+///
+/// # Errors
+/// The storage's.
+pub fn reap<S: Records>(s: &mut S, limit: usize, hold: Duration) -> Result<Vec<Orphan>, S::Error> {
+    let now = s.now();
+    let mut out = Vec::new();
+    for key in s.due(limit.max(1))? {
+        let Some(mut rec) = live(s, &key)? else {
+            continue;
+        };
+        let Some(body) = rec.body.clone().filter(|_| !rec.state.is_terminal()) else {
+            rec.due = None;
+            s.put(&key, &rec)?;
+            continue;
+        };
+        if rec.state == State::Running && rec.lease_until > now {
+            rec.due = Some(rec.lease_until);
+            s.put(&key, &rec)?;
+            continue;
+        }
+        let why = match rec.state {
+            State::Running => {
+                rec.next = rec.attempt;
+                rec.state = State::Pending;
+                rec.token.clear();
+                Republish::Lapsed
+            }
+            State::Retrying => Republish::Retry,
+            State::Waiting => Republish::Waiting,
+            _ => Republish::Released,
+        };
+        rec.due = Some(now + ms(hold));
+        s.put(&key, &rec)?;
+        out.push(Orphan {
+            key,
+            queue: rec.queue,
+            body,
+            why,
+        });
+    }
+    Ok(out)
+}
+
+/// [`super::Ledger::admit_replay`].
+///
+/// # Errors
+/// The storage's.
+pub fn admit_replay<S: Records>(s: &mut S, key: &OccurrenceKey) -> Result<Option<State>, S::Error> {
+    let key = key.to_string();
+    let Some(mut rec) = live(s, &key)? else {
+        return Ok(None);
+    };
+    let before = rec.state;
+    if before == State::Failed {
+        // As admit_replay.lua: runnable again, attempt 1 may claim it.
+        rec.state = State::Retrying;
+        rec.next = 1;
+        rec.token.clear();
+        rec.body = None;
+        rec.due = None;
+        s.put(&key, &rec)?;
+    }
+    Ok(Some(before))
+}
+
+/// A key's record as it is now, for inspection.
+///
+/// # Errors
+/// The storage's.
+pub fn record<S: Records>(s: &mut S, key: &OccurrenceKey) -> Result<Option<Record>, S::Error> {
+    Ok(live(s, &key.to_string())?.map(|r| Record {
+        state: r.state,
+        attempt: r.attempt,
+        error: r.error,
+    }))
+}
