@@ -212,6 +212,14 @@ impl Standalone {
         crate::procfs::cpu_time(Some(self.pid))
     }
 
+    /// CPU time of the commands it ran (its children, once reaped).
+    ///
+    /// # Errors
+    /// When `/proc` cannot be read.
+    pub fn children_cpu_time(&self) -> anyhow::Result<Duration> {
+        crate::procfs::children_cpu_time(Some(self.pid))
+    }
+
     /// Reads `/metrics`.
     ///
     /// # Errors
