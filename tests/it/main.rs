@@ -13,13 +13,17 @@
 //! - `handlers`, `queues`: how a consumer runs a job, and which queues it serves;
 //! - `operations`: pause, trigger, backfill, reload, the operations commands, the
 //!   dead-letter queue;
-//! - `standalone`: `cronq standalone`, all in memory;
+//! - `standalone`: `cronq standalone` with its defaults;
+//! - `standalone_data`: `cronq standalone` on a data file: catch-up after a restart,
+//!   `kill -9`, operations on the file while it runs, a standby on the same file, start
+//!   errors;
 //! - `support`: the test environment, the backends and the helpers the modules share.
 //!
 //! Every behavioural suite is written once and run on every backend by
-//! `support::backends::on_every_backend!` (`<suite>::memory` on the in-memory ports
-//! `cronq standalone` uses, `<suite>::real` on RabbitMQ and Redis), so the backends
-//! cannot drift.
+//! `support::backends::on_every_backend!` (`<suite>::memory` on the in-memory ports of
+//! `cronq standalone --data :memory:`, `<suite>::real` on RabbitMQ and Redis,
+//! `<suite>::sqlite` on the SQLite data file of `cronq standalone`), so the backends cannot
+//! drift.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -33,4 +37,5 @@ mod operations;
 mod ports;
 mod queues;
 mod standalone;
+mod standalone_data;
 mod support;

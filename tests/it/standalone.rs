@@ -1,5 +1,6 @@
-//! `cronq standalone`: producer and consumer in one process, in memory. It must work with
-//! RabbitMQ and Redis unreachable, run an `@every 1s` job every second, expose moving
+//! `cronq standalone` with its defaults: producer and consumer in one process, on the data
+//! file `cronq.db` in its working directory (`standalone_data` tests what the file keeps).
+//! It must work with RabbitMQ and Redis unreachable, run an `@every 1s` job every second, expose moving
 //! counters on `/metrics`, and exit 0 on SIGTERM within its grace period. And the producer
 //! library on the memory ports: it publishes, and releases the lease on cancel.
 

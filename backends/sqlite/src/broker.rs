@@ -113,10 +113,10 @@ impl Shared {
                 }
             },
             |r| {
+                // The failure itself was logged with its cause (`Db::write`).
                 tracing::warn!(
                     data = %path,
                     op,
-                    error = %r.error,
                     failures = r.failures,
                     retry_in_ms = u64::try_from(r.wait.as_millis()).unwrap_or(u64::MAX),
                     "SQLite data file refused a queue operation, retrying"

@@ -27,6 +27,9 @@ pub(crate) const STORE: &str = "SQLite";
 /// holding the file.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How many prepared statements a connection keeps: more than the ports use.
+const STATEMENT_CACHE: usize = 128;
+
 /// How a commit reaches the disk: SQLite's `synchronous` (`docs/standalone.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Sync {
@@ -155,6 +158,8 @@ impl Db {
         check_space(path)?;
         let mut conn = Connection::open_with_flags(path, flags)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
+        // Room for every statement the ports prepare (the default keeps 16).
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         // The first statement that reads the file: a file that is not a database fails here.
         let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
         if !mode.eq_ignore_ascii_case("wal") {
@@ -200,11 +205,17 @@ impl Db {
         &self,
         f: impl FnOnce(&Connection) -> Result<T, Failure> + Send + 'static,
     ) -> Result<T, Failure> {
-        self.inner
+        let out = self
+            .inner
             .writer
             .submit(f)
             .await
-            .unwrap_or_else(|_| Err(stopped()))
+            .unwrap_or_else(|_| Err(stopped()));
+        if let Err(e) = &out {
+            // Said here, with the file: the ports' errors name only the store.
+            tracing::warn!(data = %self.inner.path.display(), error = %e, "SQLite data file operation failed");
+        }
+        out
     }
 
     /// [`Db::write`] from outside an async runtime (a drop), blocking this thread.
@@ -278,8 +289,7 @@ fn check_space(path: &Path) -> Result<(), Opening> {
     Ok(())
 }
 
-/// The user's error for a file that cannot be opened: what is wrong and what to do; the
-/// SQLite error, when there is one, follows as the source.
+/// The user's error for a file that cannot be opened: what is wrong and what to do.
 fn file_error(path: &Path, e: Opening) -> StoreError {
     let full = "free space on its file system, or give another path with --data";
     let sqlite = match &e {
@@ -319,18 +329,18 @@ fn file_error(path: &Path, e: Opening) -> StoreError {
                 "check which process holds it (fuser FILE) and stop it",
             ),
             _ => (
-                "cannot be opened".to_owned(),
+                format!(
+                    "cannot be opened ({})",
+                    sqlite.map_or_else(|| e.to_string(), ToString::to_string)
+                ),
                 "check the path and the file system",
             ),
         };
-    let source: Option<cronq_shared::store::Source> = match e {
-        Opening::Sqlite(s) | Opening::Schema(schema::SchemaError::Sqlite(s)) => Some(Box::new(s)),
-        _ => None,
-    };
+    // The problem says what SQLite said: no source to print it a second time.
     StoreError::File {
         path: path.display().to_string(),
         problem,
         hint,
-        source,
+        source: None,
     }
 }

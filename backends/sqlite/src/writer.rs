@@ -123,23 +123,24 @@ fn run(conn: &Connection, jobs: &mpsc::Receiver<Box<dyn Work>>) {
 
 /// Runs `batch` in one transaction, each job in a savepoint; the `COMMIT` error, if any.
 fn transaction(conn: &Connection, batch: &mut [Box<dyn Work>]) -> Result<(), rusqlite::Error> {
-    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let sql = |text: &str| conn.prepare_cached(text)?.execute([]).map(|_| ());
+    sql("BEGIN IMMEDIATE")?;
     for job in batch.iter_mut() {
         let step = (|| {
-            conn.execute_batch("SAVEPOINT op")?;
+            sql("SAVEPOINT op")?;
             if !job.run(conn) {
-                conn.execute_batch("ROLLBACK TO op")?;
+                sql("ROLLBACK TO op")?;
             }
-            conn.execute_batch("RELEASE op")
+            sql("RELEASE op")
         })();
         if let Err(e) = step {
             // The transaction itself is in doubt: give it up, every job with it.
-            let _ = conn.execute_batch("ROLLBACK");
+            let _ = sql("ROLLBACK");
             return Err(e);
         }
     }
-    if let Err(e) = conn.execute_batch("COMMIT") {
-        let _ = conn.execute_batch("ROLLBACK");
+    if let Err(e) = sql("COMMIT") {
+        let _ = sql("ROLLBACK");
         return Err(e);
     }
     Ok(())

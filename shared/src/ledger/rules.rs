@@ -121,19 +121,11 @@ fn live_lock<S: Records>(s: &mut S, job: &str) -> Result<Option<(String, String)
         .map(|l| (l.holder, l.token)))
 }
 
-/// `None` when a message of `attempt` may act on the record; else the duplicate reply.
-fn blocked<S: Records>(
-    s: &mut S,
-    key: &str,
-    attempt: u32,
-) -> Result<Option<(State, u32)>, S::Error> {
-    let now = s.now();
-    let Some(rec) = live(s, key)? else {
-        return Ok(None);
-    };
+/// `None` when a message of `attempt` may act on `rec` at `now`; else the duplicate reply.
+fn blocked(rec: Option<&Rec>, attempt: u32, now: i64) -> Option<(State, u32)> {
+    let rec = rec?;
     let live_run = rec.state == State::Running && rec.lease_until > now;
-    Ok((rec.state.is_terminal() || live_run || attempt < rec.next)
-        .then_some((rec.state, rec.attempt)))
+    (rec.state.is_terminal() || live_run || attempt < rec.next).then_some((rec.state, rec.attempt))
 }
 
 /// Gives the earliest waiter of `job` its turn (see `wait.lua`).
@@ -292,11 +284,11 @@ pub fn claim<S: Records>(
     token: String,
 ) -> Result<ClaimOutcome, S::Error> {
     let key = claim.key.to_string();
-    if let Some((state, attempt)) = blocked(s, &key, claim.attempt)? {
+    let current = live(s, &key)?;
+    if let Some((state, attempt)) = blocked(current.as_ref(), claim.attempt, s.now()) {
         return Ok(ClaimOutcome::Duplicate { state, attempt });
     }
-    let takeover =
-        live(s, &key)?.is_some_and(|r| matches!(r.state, State::Running | State::Pending));
+    let takeover = current.is_some_and(|r| matches!(r.state, State::Running | State::Pending));
     if let Some(outcome) = overlap(s, claim, &key)? {
         return Ok(outcome);
     }
@@ -384,11 +376,16 @@ pub fn complete<S: Records>(s: &mut S, lease: &Lease, end: &End) -> Result<Ended
         return Ok(NOT_RECORDED);
     };
     let job = lease.job.as_str();
-    if live_lock(s, job)?.is_some_and(|(k, t)| k == key && t == lease.token) {
-        s.set_lock(job, None)?;
-    }
-    let woken = if rec.exclusive && live_lock(s, job)?.is_none() {
-        wake(s, job)?
+    // Only an exclusive claim takes its job's lock.
+    let woken = if rec.exclusive {
+        match live_lock(s, job)? {
+            Some((k, t)) if k == key && t == lease.token => {
+                s.set_lock(job, None)?;
+                wake(s, job)?
+            }
+            Some(_) => None, // another occurrence took the lapsed lock: its end wakes
+            None => wake(s, job)?,
+        }
     } else {
         None
     };
@@ -424,10 +421,11 @@ pub fn complete<S: Records>(s: &mut S, lease: &Lease, end: &End) -> Result<Ended
 /// The storage's.
 pub fn settle<S: Records>(s: &mut S, settle: &Settle) -> Result<Ended, S::Error> {
     let key = settle.key.to_string();
-    if blocked(s, &key, settle.attempt)?.is_some() {
+    let current = live(s, &key)?;
+    if blocked(current.as_ref(), settle.attempt, s.now()).is_some() {
         return Ok(NOT_RECORDED);
     }
-    let queue = live(s, &key)?.map(|r| r.queue).unwrap_or_default();
+    let queue = current.map(|r| r.queue).unwrap_or_default();
     let job = settle.job.as_str();
     let now = s.now();
     let rec = Rec {

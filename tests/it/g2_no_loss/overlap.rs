@@ -15,7 +15,8 @@
 //!
 //! Each behaviour is written once as a plain async fn over a [`Deployment`] and a
 //! [`Length`], and run on every backend by `on_every_backend!` through a small adapter per
-//! length: `::memory` on `cronq standalone`, `::real` on the fleet.
+//! length: `::memory` on `cronq standalone --data :memory:`, `::sqlite` on `cronq
+//! standalone` on a data file, `::real` on the fleet.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -191,7 +192,7 @@ async fn window(kind: Deployment, env: &TestEnv, policy: &str, length: Length) -
         twice.is_empty(),
         &format!("started more than once: {twice:?}"),
     );
-    if kind == Deployment::Standalone {
+    if kind.is_standalone() {
         standalone_metrics_agree(&w).await;
     }
     w

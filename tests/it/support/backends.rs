@@ -23,6 +23,9 @@ pub enum Backend {
     /// `AmqpBroker` on RabbitMQ; `RedisLedger`, `RedisRunLog`, `RedisLease` and
     /// `RedisControl` on Redis.
     Real,
+    /// `SqliteBroker`, `SqliteLedger`, `SqliteRunLog`, `SqliteLease` and `SqliteControl` on
+    /// one SQLite file in the test's directory (what `cronq standalone --data` runs on).
+    Sqlite,
 }
 
 impl Backend {
@@ -31,6 +34,7 @@ impl Backend {
         match self {
             Self::Memory => "memory",
             Self::Real => "real",
+            Self::Sqlite => "sqlite",
         }
     }
 }
@@ -49,7 +53,7 @@ where
 }
 
 /// Instantiates a suite written once as `async fn(Backend, TestEnv)` as one test per
-/// backend, `<suite>::memory` and `<suite>::real`. `$short` names the test's namespace (at
+/// backend, `<suite>::memory`, `<suite>::real` and `<suite>::sqlite`. `$short` names the test's namespace (at
 /// most 64 characters in all); anything after it goes to `#[tokio::test(…)]`, e.g.
 /// `flavor = "multi_thread"`.
 macro_rules! on_every_backend {
@@ -57,6 +61,7 @@ macro_rules! on_every_backend {
         mod $suite {
             $crate::support::backends::on_every_backend!(@test $suite, $short, memory, Memory, $($($flavour)+)?);
             $crate::support::backends::on_every_backend!(@test $suite, $short, real, Real, $($($flavour)+)?);
+            $crate::support::backends::on_every_backend!(@test $suite, $short, sqlite, Sqlite, $($($flavour)+)?);
         }
     };
     (@test $suite:ident, $short:literal, $test:ident, $backend:ident, $($flavour:tt)*) => {

@@ -1,24 +1,29 @@
 //! Real `cronq` processes for behaviour tests: a fleet (producers and consumers on
-//! RabbitMQ and Redis, under the test's namespace) or one `cronq standalone`, with one way
-//! to stop publishing and to read what was published and what became of it, whichever
-//! runs.
+//! RabbitMQ and Redis, under the test's namespace) or one `cronq standalone` (in memory,
+//! or on the test's SQLite data file), with one way to stop publishing and to read what was
+//! published and what became of it, whichever runs.
 //!
 //! Every process logs JSON with the producers' `published occurrence` lines and the
 //! consumers' per-attempt lines on, so the keys published are known from outside; a
-//! fleet's history is read from the run log in Redis, a standalone's from its log (its
-//! history is in its memory, and `cronq runs` reads Redis only).
+//! fleet's history is read from the run log in Redis, a standalone's on a data file from
+//! the run log in that file, an in-memory standalone's from its log (its history is in its
+//! memory, which no other process can read).
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use cronq_redis::RedisRunLog;
 use cronq_shared::names::{JobName, Names, Namespace};
-use cronq_shared::runlog::RunLog;
+use cronq_shared::runlog::{DEFAULT_MAX_RUNS, RunLog};
+use cronq_sqlite::SqliteRunLog;
 use nix::sys::signal::Signal;
 
 use super::backends::Backend;
+use super::data_file;
 use super::history::{self, Entry};
+use super::ports;
 use super::{TestEnv, eventually, free_addr, redis_url};
 
 /// What every process logs: lifecycle, each publish, each attempt.
@@ -42,25 +47,41 @@ const STOP: Duration = Duration::from_secs(10);
 pub enum Deployment {
     /// `cronq producer` ×2 and `cronq consumer` ×N on RabbitMQ and Redis.
     Fleet,
-    /// One `cronq standalone` (producer and consumer in one process, in memory).
-    Standalone,
+    /// One `cronq standalone` (producer and consumer in one process) on `Data`.
+    Standalone(Data),
+}
+
+/// Where a standalone keeps its state (`--data`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Data {
+    /// `--data :memory:`: in its memory, gone with the process.
+    Memory,
+    /// `--data <dir>/cronq.db`: the test's SQLite data file.
+    File,
 }
 
 impl Deployment {
-    /// The deployment that runs on `backend`'s ports: `cronq standalone` in memory, a
-    /// fleet on RabbitMQ and Redis.
+    /// The deployment that runs on `backend`'s ports: `cronq standalone` in memory or on
+    /// the test's data file, a fleet on RabbitMQ and Redis.
     pub fn on(backend: Backend) -> Self {
         match backend {
-            Backend::Memory => Self::Standalone,
+            Backend::Memory => Self::Standalone(Data::Memory),
             Backend::Real => Self::Fleet,
+            Backend::Sqlite => Self::Standalone(Data::File),
         }
     }
 
     pub fn label(self) -> &'static str {
         match self {
             Self::Fleet => "fleet",
-            Self::Standalone => "standalone",
+            Self::Standalone(Data::Memory) => "standalone in memory",
+            Self::Standalone(Data::File) => "standalone on a data file",
         }
+    }
+
+    /// One `cronq standalone`, whatever its data.
+    pub fn is_standalone(self) -> bool {
+        matches!(self, Self::Standalone(_))
     }
 }
 
@@ -96,6 +117,9 @@ pub struct Running {
     pub admin: Option<String>,
     /// A fleet's run history.
     runlog: Option<RedisRunLog>,
+    /// A standalone's data file, and its run history once first read (opened late, so
+    /// that the standalone creates the file).
+    data: Option<(PathBuf, OnceLock<SqliteRunLog>)>,
     names: Names,
 }
 
@@ -128,6 +152,7 @@ impl Running {
             standalone: None,
             admin: None,
             runlog: None,
+            data: None,
             names: names.clone(),
         };
         match kind {
@@ -150,13 +175,21 @@ impl Running {
                     .expect("Redis for the run history");
                 running.runlog = Some(RedisRunLog::new(conn, &names, Duration::from_secs(3600)));
             }
-            Deployment::Standalone => {
+            Deployment::Standalone(data) => {
                 let admin = free_addr();
+                let file = ports::data_file(env);
+                let data_arg = match data {
+                    Data::Memory => ":memory:".to_owned(),
+                    Data::File => file.to_string_lossy().into_owned(),
+                };
                 running.standalone = Some(command(
                     "standalone",
-                    &["standalone", "--admin-addr", &admin],
+                    &["standalone", "--admin-addr", &admin, "--data", &data_arg],
                 ));
                 running.admin = Some(admin);
+                if data == Data::File {
+                    running.data = Some((file, OnceLock::new()));
+                }
             }
         }
         running
@@ -185,17 +218,29 @@ impl Running {
 
     /// Every history entry of `job` so far.
     pub async fn entries(&self, job: &str) -> Vec<Entry> {
-        match &self.runlog {
-            Some(runlog) => {
-                let job = JobName::new(job).expect("a job name");
-                let runs = runlog
-                    .list(Some(&job), 10_000)
-                    .await
-                    .expect("the run history in Redis");
-                history::from_runs(&runs)
-            }
-            None => history::from_json_log(&self.env.log("standalone"), job),
+        let name = JobName::new(job).expect("a job name");
+        if let Some(runlog) = &self.runlog {
+            let runs = runlog
+                .list(Some(&name), 10_000)
+                .await
+                .expect("the run history in Redis");
+            return history::from_runs(&runs);
         }
+        if let Some((file, runlog)) = &self.data {
+            let runlog = runlog.get_or_init(|| {
+                SqliteRunLog::new(
+                    data_file::open(file),
+                    Duration::from_secs(3600),
+                    DEFAULT_MAX_RUNS,
+                )
+            });
+            let runs = runlog
+                .list(Some(&name), 10_000)
+                .await
+                .expect("the run history in the data file");
+            return history::from_runs(&runs);
+        }
+        history::from_json_log(&self.env.log("standalone"), job)
     }
 
     /// Stops publishing: a fleet's producers get SIGTERM and exit (the leader releases at

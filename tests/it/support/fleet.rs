@@ -3,7 +3,8 @@
 //! recording Rust handler.
 //!
 //! In memory the consumers share one `MemoryBroker`, `MemoryLedger` and `MemoryRunLog`; on
-//! the real services each opens its own connections, as separate processes would.
+//! the real services each opens its own connections, and on SQLite each opens the test's
+//! data file on its own connection, as separate processes would.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -22,12 +23,14 @@ use cronq_shared::ledger::Ledger;
 use cronq_shared::message::Occurrence;
 use cronq_shared::names::{JobName, Names, Namespace, QueueName};
 use cronq_shared::runlog::{Outcome, Run, RunLog};
+use cronq_sqlite::SqliteBroker;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::backends::Backend;
 use super::inspect::Inspect;
 use super::{TestEnv, amqp_url, eventually, redis_url};
+use super::{data_file, ports};
 
 /// How long a consumer suite waits for what it expects.
 pub const WAIT: Duration = Duration::from_secs(30);
@@ -41,6 +44,9 @@ enum Ports {
     Memory(MemoryBroker),
     /// RabbitMQ: each consumer opens its own connections, as separate processes would.
     Real(AmqpBroker),
+    /// The test's data file: each consumer opens its own connection, as separate processes
+    /// would; this broker is the fleet's own (the test's publisher and reader).
+    Sqlite(SqliteBroker, TestEnv),
 }
 
 /// The three ports a consumer runs on.
@@ -93,6 +99,17 @@ impl Fleet {
                 let ledger = Arc::new(RedisLedger::new(conn, names.clone(), history.clone()));
                 (
                     Ports::Real(broker.clone()),
+                    (Arc::new(broker), ledger.clone(), ledger, Arc::new(history)),
+                )
+            }
+            Backend::Sqlite => {
+                // The test's own process: one connection for its publisher and readers.
+                let db = ports::open(env);
+                let broker = SqliteBroker::new(db.clone());
+                let (ledger, history) = ports::sqlite_ports_on(db);
+                let ledger = Arc::new(ledger);
+                (
+                    Ports::Sqlite(broker.clone(), env.clone()),
                     (Arc::new(broker), ledger.clone(), ledger, Arc::new(history)),
                 )
             }
@@ -149,6 +166,12 @@ impl Fleet {
                     Arc::new(RedisLedger::new(conn, self.names.clone(), history)),
                 )
             }
+            Ports::Sqlite(_, env) => {
+                // A process of its own: one connection for its queue and stores.
+                let db = ports::open(env);
+                let (ledger, _) = ports::sqlite_ports_on(db.clone());
+                (Arc::new(SqliteBroker::new(db)), Arc::new(ledger))
+            }
         };
         let consumer = Consumer::new(
             self.config.clone(),
@@ -187,6 +210,14 @@ impl Fleet {
                 .await;
                 let _ = conn.close(200, "done".into()).await;
             }
+            Ports::Sqlite(_, env) => {
+                // Each consumer's broker is one subscriber in the file, serving every queue.
+                let file = ports::data_file(env);
+                eventually(WAIT, &format!("{n} consumers on {queue}"), || async {
+                    (data_file::raw::subscribers(&file) >= n as usize).then_some(())
+                })
+                .await;
+            }
         }
     }
 
@@ -205,6 +236,9 @@ impl Fleet {
                     .message_count();
                 let _ = conn.close(200, "done".into()).await;
                 count
+            }
+            Ports::Sqlite(broker, _) => {
+                u32::try_from(broker.ready(&queue).await.unwrap().unwrap()).unwrap()
             }
         }
     }
@@ -234,6 +268,7 @@ impl Fleet {
                 .unwrap();
                 let _ = conn.close(200, "done".into()).await;
             }
+            Ports::Sqlite(_, env) => data_file::raw::publish(&ports::data_file(env), queue, body),
         }
     }
 

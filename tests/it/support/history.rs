@@ -1,8 +1,10 @@
 //! What became of each occurrence, read from outside the processes: the run history in
-//! Redis, a standalone's JSON log (its history lives in its memory, which `cronq runs`
-//! cannot reach), the keys producers logged as published, and the trace a job's command
-//! writes (`start KEY MS`, `end KEY MS`, `term KEY MS`). Plus the check every overlap test
-//! makes: each occurrence of the window has exactly one terminal outcome.
+//! Redis or in a standalone's data file, an in-memory standalone's JSON log (its history
+//! lives in its memory, which no other process can reach), the keys producers logged as
+//! published (and why: schedule, catch-up, …), and the trace a job's command writes
+//! (`start KEY MS`, `end KEY MS`, `term KEY MS`). Plus the checks every overlap and
+//! crash test makes: each occurrence of the window has exactly one terminal outcome, and
+//! none succeeded twice.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -103,6 +105,76 @@ pub fn published(log: &str, job: &str) -> BTreeSet<String> {
         .filter(|l| field(l, "job") == Some(job))
         .filter_map(|l| field(&l, "key").map(str::to_owned))
         .collect()
+}
+
+/// One `published occurrence` line of a producer's JSON log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    pub key: String,
+    /// Why it was published, as the producer logs it: `Schedule`, `Catchup`, `Manual`,
+    /// `Backfill`, `Replay`.
+    pub trigger: String,
+}
+
+/// Every occurrence of `job` a producer logged as published, in the order of the log.
+pub fn published_lines(log: &str, job: &str) -> Vec<Published> {
+    json_lines(log)
+        .filter(|l| field(l, "message") == Some("published occurrence"))
+        .filter(|l| field(l, "job") == Some(job))
+        .filter_map(|l| {
+            Some(Published {
+                key: field(&l, "key")?.to_owned(),
+                trigger: field(&l, "trigger").unwrap_or_default().to_owned(),
+            })
+        })
+        .collect()
+}
+
+/// How many successful attempts each key of `runs` has (keys without one are left out).
+pub fn successes(runs: &[Run]) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for r in runs.iter().filter(|r| r.outcome == Outcome::Succeeded) {
+        *out.entry(r.key.to_string()).or_insert(0) += 1;
+    }
+    out
+}
+
+/// What breaks "each of `expected` succeeded exactly once, and no key of `runs` succeeded
+/// twice": one line per problem, empty when none.
+pub fn not_once(expected: &[String], runs: &[Run]) -> Vec<String> {
+    let ok = successes(runs);
+    let mut out: Vec<String> = expected
+        .iter()
+        .filter(|k| !ok.contains_key(*k))
+        .map(|k| format!("{k}: no success"))
+        .collect();
+    out.extend(
+        ok.iter()
+            .filter(|(_, n)| **n > 1)
+            .map(|(k, n)| format!("{k}: {n} successes")),
+    );
+    out
+}
+
+/// The runs of `runs`, one line each, oldest first, for failure messages.
+pub fn render_runs(runs: &[Run]) -> String {
+    let mut out = String::new();
+    for r in runs.iter().rev() {
+        let _ = writeln!(
+            out,
+            "  {} attempt {} {} by {} at {}{}",
+            r.key,
+            r.attempt,
+            r.outcome,
+            r.consumer,
+            r.started_at.to_rfc3339_opts(SecondsFormat::Millis, true),
+            r.error
+                .as_ref()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default()
+        );
+    }
+    out
 }
 
 /// The scheduled instant of a key `JOB@RFC3339`, in unix seconds.

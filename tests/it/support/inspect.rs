@@ -7,6 +7,7 @@ use cronq_memory::MemoryLedger;
 use cronq_redis::RedisLedger;
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::Record;
+use cronq_sqlite::SqliteLedger;
 
 /// A ledger whose records a test can read.
 #[async_trait]
@@ -26,5 +27,14 @@ impl Inspect for MemoryLedger {
 impl Inspect for RedisLedger {
     async fn inspect(&self, key: &OccurrenceKey) -> Option<Record> {
         self.record(key).await.expect("read a record from Redis")
+    }
+}
+
+#[async_trait]
+impl Inspect for SqliteLedger {
+    async fn inspect(&self, key: &OccurrenceKey) -> Option<Record> {
+        self.record(key)
+            .await
+            .expect("read a record from the data file")
     }
 }

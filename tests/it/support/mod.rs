@@ -3,7 +3,8 @@
 //! panics, and the real `cronq` binary run in it), the backends every suite runs on
 //! ([`backends`], [`ports`]), and the helpers of each way of running cronq: in-process
 //! consumers ([`fleet`]) and producers ([`producers`], [`published`]), processes
-//! ([`producer_process`], [`consumer_process`], [`deployment`], [`history`]), the command
+//! ([`producer_process`], [`consumer_process`], [`deployment`], [`history`]), standalones
+//! on one data file ([`data_file`], and [`tmpfs`] for a read-only or full disk), the command
 //! line ([`cli`], [`config_dir`]), the queue ([`occurrences`], [`deliveries`],
 //! [`rabbitmq`]), the ledger ([`inspect`]) and the extra RabbitMQ node ([`nodes`]).
 
@@ -13,6 +14,7 @@ pub mod backends;
 pub mod cli;
 pub mod config_dir;
 pub mod consumer_process;
+pub mod data_file;
 pub mod deliveries;
 pub mod deployment;
 pub mod fleet;
@@ -25,6 +27,7 @@ pub mod producer_process;
 pub mod producers;
 pub mod published;
 pub mod rabbitmq;
+pub mod tmpfs;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};

@@ -4,8 +4,11 @@
 //! behind it, so that one generic suite serves every backend.
 //!
 //! In memory the handles a suite gets share one state, as the processes of a deployment
-//! share RabbitMQ and Redis; on the real services each handle has its own connection.
+//! share RabbitMQ and Redis; on the real services each handle has its own connection, and
+//! on SQLite each handle opens the test's data file ([`data_file`]) on its own connection,
+//! as separate processes would.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,8 +25,9 @@ use cronq_shared::ledger::{
     self, Claim, ClaimOutcome, End, Ended, Heartbeat, Ledger, Orphan, Record, Settle, State,
 };
 use cronq_shared::names::{JobName, Names, Namespace, QueueName};
-use cronq_shared::runlog::{Run, RunLog};
+use cronq_shared::runlog::{DEFAULT_MAX_RUNS, Run, RunLog};
 use cronq_shared::store::StoreError;
+use cronq_sqlite::{Db, SqliteBroker, SqliteControl, SqliteLease, SqliteLedger, SqliteRunLog};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -34,6 +38,29 @@ use super::{TestEnv, redis_url};
 
 /// How long a run log built here keeps its runs: longer than any test.
 const RETENTION: Duration = Duration::from_secs(60);
+
+/// The SQLite data file of a test: `cronq.db` in its directory.
+pub fn data_file(env: &TestEnv) -> PathBuf {
+    env.dir.join("cronq.db")
+}
+
+/// A connection of its own to the test's data file (created and migrated on first open),
+/// as one more process would have.
+pub fn open(env: &TestEnv) -> Db {
+    super::data_file::open(&data_file(env))
+}
+
+/// The SQLite ledger on a connection of its own, and the run log it appends to (on the
+/// same connection: one process's ledger and history).
+pub fn sqlite_ports(env: &TestEnv) -> (SqliteLedger, SqliteRunLog) {
+    sqlite_ports_on(open(env))
+}
+
+/// The SQLite ledger and its run log on `db`, a process's connection.
+pub fn sqlite_ports_on(db: Db) -> (SqliteLedger, SqliteRunLog) {
+    let history = SqliteRunLog::new(db.clone(), RETENTION, DEFAULT_MAX_RUNS);
+    (SqliteLedger::new(db, history.clone()), history)
+}
 
 /// A port of whichever backend, behind one type.
 pub struct Port<T: ?Sized>(Arc<T>);
@@ -88,6 +115,11 @@ pub async fn broker(backend: Backend, env: &TestEnv) -> TestBroker {
                 amqp: Some(broker),
             }
         }
+        Backend::Sqlite => TestBroker {
+            port: Port(Arc::new(SqliteBroker::new(open(env)))),
+            queue,
+            amqp: None,
+        },
     }
 }
 
@@ -106,6 +138,10 @@ pub async fn ledger_with_log(
             let (ledger, history) = redis_ports(env).await;
             (Port(Arc::new(ledger)), Arc::new(history))
         }
+        Backend::Sqlite => {
+            let (ledger, history) = sqlite_ports(env);
+            (Port(Arc::new(ledger)), Arc::new(history))
+        }
     }
 }
 
@@ -122,6 +158,11 @@ pub async fn runlog(backend: Backend, env: &TestEnv) -> Port<dyn RunLog> {
             let conn = cronq_redis::connect(&redis_url()).await.unwrap();
             Port(Arc::new(RedisRunLog::new(conn, &names(env), RETENTION)))
         }
+        Backend::Sqlite => Port(Arc::new(SqliteRunLog::new(
+            open(env),
+            RETENTION,
+            DEFAULT_MAX_RUNS,
+        ))),
     }
 }
 
@@ -139,6 +180,10 @@ pub async fn leases(backend: Backend, env: &TestEnv) -> (Port<dyn Lease>, Port<d
                 Port(Arc::new(redis_lease(&names).await)),
             )
         }
+        Backend::Sqlite => (
+            Port(Arc::new(SqliteLease::new(open(env)))),
+            Port(Arc::new(SqliteLease::new(open(env)))),
+        ),
     }
 }
 
@@ -158,6 +203,10 @@ pub async fn lease_and_control(backend: Backend, env: &TestEnv) -> (Port<dyn Lea
                 Control::new(cronq_redis::RedisControl::new(conn, &names)),
             )
         }
+        Backend::Sqlite => (
+            Port(Arc::new(SqliteLease::new(open(env)))),
+            Control::new(SqliteControl::new(open(env))),
+        ),
     }
 }
 

@@ -3,7 +3,8 @@
 //! to the `default` queue, drained through the `Broker` port.
 //!
 //! In memory the producers share one `MemoryBroker`, `MemoryLease` and control store; on
-//! the real services each producer has its own connections, as separate processes would.
+//! the real services each producer has its own connections, and on SQLite each opens the
+//! test's data file on its own connection, as separate processes would.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -22,11 +23,13 @@ use cronq_shared::control::Control;
 use cronq_shared::lease::Lease;
 use cronq_shared::message::{Occurrence, Trigger};
 use cronq_shared::names::{JobName, Names, Namespace, QueueName};
+use cronq_sqlite::{SqliteBroker, SqliteControl, SqliteLease};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::backends::Backend;
+use super::ports;
 use super::{TestEnv, amqp_url, eventually, redis_url};
 
 /// How long a producer suite waits for what it expects.
@@ -52,11 +55,20 @@ pub fn job(name: &str) -> JobName {
     JobName::new(name).unwrap()
 }
 
+/// Where a [`World`]'s producers get their ports.
+enum Shared {
+    /// The in-memory ports every producer shares (clones share state).
+    Memory(MemoryBroker, MemoryLease, Control),
+    /// RabbitMQ and Redis: a connection of its own per producer.
+    Real,
+    /// The test's data file: a connection of its own per producer.
+    Sqlite(TestEnv),
+}
+
 /// One test's ports, and what reached the `default` queue so far.
 pub struct World {
     names: Names,
-    /// The in-memory ports every producer shares (clones share state).
-    memory: Option<(MemoryBroker, MemoryLease, Control)>,
+    shared: Shared,
     /// For reading: the lease holder, pause flags and requests.
     lease: Arc<dyn Lease>,
     /// The control store, to make requests as an operator would.
@@ -85,12 +97,12 @@ impl World {
     /// The ports of `backend` under the test's namespace, already draining `default`.
     pub async fn new(backend: Backend, env: &TestEnv) -> Self {
         let names = Names::new(&Namespace::new(&env.namespace).unwrap());
-        let (memory, lease, control): (_, Arc<dyn Lease>, _) = match backend {
+        let (shared, lease, control): (_, Arc<dyn Lease>, _) = match backend {
             Backend::Memory => {
                 let lease = MemoryLease::new();
                 let control = Control::new(cronq_memory::MemoryControl::new(&lease));
                 (
-                    Some((MemoryBroker::new(), lease.clone(), control.clone())),
+                    Shared::Memory(MemoryBroker::new(), lease.clone(), control.clone()),
                     Arc::new(lease),
                     control,
                 )
@@ -99,15 +111,20 @@ impl World {
                 env.track_queue("default");
                 let conn = cronq_redis::connect(&redis_url()).await.unwrap();
                 (
-                    None,
+                    Shared::Real,
                     Arc::new(RedisLease::new(conn.clone(), &names)),
                     Control::new(cronq_redis::RedisControl::new(conn, &names)),
                 )
             }
+            Backend::Sqlite => (
+                Shared::Sqlite(env.clone()),
+                Arc::new(SqliteLease::new(ports::open(env))),
+                Control::new(SqliteControl::new(ports::open(env))),
+            ),
         };
         let mut world = Self {
             names,
-            memory,
+            shared,
             lease,
             control,
             seen: Arc::default(),
@@ -117,15 +134,17 @@ impl World {
         world
     }
 
-    /// A broker handle: the shared one in memory, a fresh connection on RabbitMQ.
+    /// A broker handle: the shared one in memory, a fresh connection on RabbitMQ and on
+    /// SQLite.
     async fn broker(&self) -> Arc<dyn Broker> {
-        match &self.memory {
-            Some((broker, _, _)) => Arc::new(broker.clone()),
-            None => Arc::new(
+        match &self.shared {
+            Shared::Memory(broker, _, _) => Arc::new(broker.clone()),
+            Shared::Real => Arc::new(
                 AmqpBroker::connect(&amqp_url(), self.names.clone())
                     .await
                     .unwrap(),
             ),
+            Shared::Sqlite(env) => Arc::new(SqliteBroker::new(ports::open(env))),
         }
     }
 
@@ -154,13 +173,21 @@ impl World {
 
     /// Starts a producer `instance` reading its config from `config`.
     pub async fn start(&self, instance: &str, config: watch::Receiver<Arc<Config>>) -> Running {
-        let (lease, control): (Arc<dyn Lease>, Control) = match &self.memory {
-            Some((_, lease, control)) => (Arc::new(lease.clone()), control.clone()),
-            None => {
+        let (lease, control): (Arc<dyn Lease>, Control) = match &self.shared {
+            Shared::Memory(_, lease, control) => (Arc::new(lease.clone()), control.clone()),
+            Shared::Real => {
                 let conn = cronq_redis::connect(&redis_url()).await.unwrap();
                 (
                     Arc::new(RedisLease::new(conn.clone(), &self.names)),
                     Control::new(cronq_redis::RedisControl::new(conn, &self.names)),
+                )
+            }
+            Shared::Sqlite(env) => {
+                // One process's lease and control store share its connection.
+                let db = ports::open(env);
+                (
+                    Arc::new(SqliteLease::new(db.clone())),
+                    Control::new(SqliteControl::new(db)),
                 )
             }
         };

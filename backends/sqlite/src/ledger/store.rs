@@ -18,8 +18,27 @@ pub(super) struct Store<'c> {
     pub(super) now: i64,
 }
 
-const COLUMNS: &str = "job, state, attempt, next, token, queue, body, lease_until, cancel, \
-                       exclusive, sched, error, expires, due";
+/// The columns of a record, after its key (a macro, so that the statements below are
+/// literals: no formatting on the hot path).
+macro_rules! columns {
+    () => {
+        "job, state, attempt, next, token, queue, body, lease_until, cancel, exclusive, sched, \
+         error, expires, due"
+    };
+}
+
+const GET: &str = concat!("SELECT ", columns!(), " FROM records WHERE key = ?1");
+const PUT: &str = concat!(
+    "INSERT OR REPLACE INTO records (key, ",
+    columns!(),
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
+);
+const FIRST_WAITER: &str = "SELECT sched, key FROM records
+     WHERE job = ?1 AND state = 'waiting' AND body IS NOT NULL AND expires > ?2
+     ORDER BY sched ASC, key ASC LIMIT 1";
+const LAST_WAITER: &str = "SELECT sched, key FROM records
+     WHERE job = ?1 AND state = 'waiting' AND body IS NOT NULL AND expires > ?2
+     ORDER BY sched DESC, key DESC LIMIT 1";
 
 fn from_row(key: &str, r: &Row<'_>) -> rusqlite::Result<Result<Rec, Failure>> {
     let state: String = r.get(1)?;
@@ -76,35 +95,30 @@ impl Records for Store<'_> {
 
     fn get(&mut self, key: &str) -> Result<Option<Rec>, Failure> {
         self.conn
-            .prepare_cached(&format!("SELECT {COLUMNS} FROM records WHERE key = ?1"))?
+            .prepare_cached(GET)?
             .query_row([key], |r| from_row(key, r))
             .optional()?
             .transpose()
     }
 
     fn put(&mut self, key: &str, rec: &Rec) -> Result<(), Failure> {
-        self.conn
-            .prepare_cached(&format!(
-                "INSERT OR REPLACE INTO records (key, {COLUMNS})
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
-            ))?
-            .execute(params![
-                key,
-                rec.job,
-                rec.state.as_str(),
-                rec.attempt,
-                rec.next,
-                rec.token,
-                rec.queue,
-                rec.body,
-                rec.lease_until,
-                rec.cancel,
-                rec.exclusive,
-                rec.sched,
-                rec.error,
-                rec.expires,
-                rec.due,
-            ])?;
+        self.conn.prepare_cached(PUT)?.execute(params![
+            key,
+            rec.job,
+            rec.state.as_str(),
+            rec.attempt,
+            rec.next,
+            rec.token,
+            rec.queue,
+            rec.body,
+            rec.lease_until,
+            rec.cancel,
+            rec.exclusive,
+            rec.sched,
+            rec.error,
+            rec.expires,
+            rec.due,
+        ])?;
         Ok(())
     }
 
@@ -147,14 +161,9 @@ impl Records for Store<'_> {
     }
 
     fn wait_end(&mut self, job: &str, last: bool) -> Result<Option<(i64, String)>, Failure> {
-        let order = if last { "DESC" } else { "ASC" };
         Ok(self
             .conn
-            .prepare_cached(&format!(
-                "SELECT sched, key FROM records
-                 WHERE job = ?1 AND state = 'waiting' AND body IS NOT NULL AND expires > ?2
-                 ORDER BY sched {order}, key {order} LIMIT 1"
-            ))?
+            .prepare_cached(if last { LAST_WAITER } else { FIRST_WAITER })?
             .query_row(params![job, self.now], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?)
     }
