@@ -1,7 +1,8 @@
 //! `footprint`: resident memory of idle `cronq producer`, `cronq consumer` and
 //! `cronq standalone` processes (the real release binary) after a few seconds, on a
-//! one-job config. A command that exits on its own (e.g. not built yet) is skipped with a
-//! note.
+//! one-job config; the standalone on a fresh data file in the bench's temporary directory
+//! (its default, `cronq.db`, would land in the working directory). A command that exits on
+//! its own (e.g. not built yet) is skipped with a note.
 
 use std::path::Path;
 use std::time::Duration;
@@ -12,6 +13,7 @@ use crate::env::BenchEnv;
 use crate::procfs;
 use crate::report::Figure;
 use crate::scale::{spawn_cronq, stop};
+use crate::standalone::Data;
 use crate::stats::Unit;
 
 /// Sizes of the footprint bench.
@@ -58,7 +60,15 @@ pub async fn run(
         for run in 1..=runs {
             eprintln!("footprint: cronq {command}, run {run}/{runs}");
             let env = BenchEnv::new()?;
-            let measured = measure(&env, cronq, command, &config, args.settle).await;
+            // A fresh data file for each standalone run.
+            let file = Data::File(dir.join("footprint.db"));
+            file.remove();
+            let data = dir.join("footprint.db").display().to_string();
+            let flags: Vec<&str> = match *command {
+                "standalone" => vec![command, "--data", &data, "--config"],
+                _ => vec![command, "--config"],
+            };
+            let measured = measure(&env, cronq, &flags, &config, args.settle).await;
             env.track_queue(&cronq_shared::names::QueueName::new("default")?);
             env.cleanup().await;
             match measured {
@@ -81,11 +91,11 @@ pub async fn run(
 async fn measure(
     env: &BenchEnv,
     cronq: &Path,
-    command: &str,
+    flags: &[&str],
     config: &Path,
     settle: Duration,
 ) -> anyhow::Result<u64> {
-    let mut child = spawn_cronq(env, cronq, &[command, "--config"], config, "warn")?;
+    let mut child = spawn_cronq(env, cronq, flags, config, "warn")?;
     let pid = child.id().context("exited at once")?;
     let mut stderr = child.stderr.take().context("no stderr pipe")?;
     let collect = tokio::spawn(async move {

@@ -11,6 +11,8 @@
 //! - [`failover`]: SIGKILL of the leading producer: time to the standby's first publish,
 //!   losses and duplicates.
 //! - [`footprint`]: idle memory of the `cronq` processes.
+//! - [`standalone`]: `cronq standalone` on SQLite vs in memory: occurrences executed per
+//!   second, publish lateness, CPU per occurrence (needs neither RabbitMQ nor Redis).
 //!
 //! Results: a table on stdout, a JSON file, and with `--markdown` a section of
 //! `docs/benchmarks.md` ([`report`]).
@@ -18,14 +20,17 @@
 mod env;
 mod failover;
 mod footprint;
+mod lateness;
 mod precision;
 mod procfs;
 mod raw;
 mod recorder;
 mod report;
 mod scale;
+mod standalone;
 mod stats;
 mod throughput;
+mod workload;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -50,7 +55,8 @@ struct Cli {
     /// Also write the results section into this Markdown file (e.g. docs/benchmarks.md).
     #[arg(long)]
     markdown: Option<PathBuf>,
-    /// The `cronq` binary run by scale, failover and footprint (default: next to this one).
+    /// The `cronq` binary run by scale, failover, footprint and standalone (default: next
+    /// to this one).
     #[arg(long)]
     cronq: Option<PathBuf>,
     #[command(flatten)]
@@ -63,6 +69,8 @@ struct Cli {
     failover: failover::FailoverArgs,
     #[command(flatten)]
     footprint: footprint::FootprintArgs,
+    #[command(flatten)]
+    standalone: standalone::StandaloneArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -72,6 +80,7 @@ enum Which {
     Scale,
     Failover,
     Footprint,
+    Standalone,
     /// Every benchmark, in the order above.
     All,
 }
@@ -157,6 +166,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 report.notes.extend(notes);
             }
             Err(e) => failures.push(format!("footprint failed: {e:#}")),
+        }
+    }
+    if all || cli.which == Which::Standalone {
+        report
+            .sizes
+            .insert("standalone".into(), serde_json::to_value(&cli.standalone)?);
+        match standalone::run(&cli.standalone, runs, &cronq).await {
+            Ok((f, notes)) => {
+                report.figures.extend(f);
+                report.notes.extend(notes);
+            }
+            Err(e) => failures.push(format!("standalone failed: {e:#}")),
         }
     }
     report.notes.extend(failures.iter().cloned());

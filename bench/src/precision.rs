@@ -82,26 +82,12 @@ pub async fn run(
     let mut figures = Vec::new();
     for &jobs in &args.jobs {
         let label = crate::stats::format(jobs as f64, Unit::Count);
-        let base = "bare lapin publish+confirm, 1 msg/s";
-        let mut p50 = Figure::new(
+        let mut lateness = crate::lateness::Figures::new(
             "precision",
-            format!("publish lateness p50, {label} jobs"),
-            Unit::Seconds,
-        )
-        .baseline(base);
-        let mut p99 = Figure::new(
-            "precision",
-            format!("publish lateness p99, {label} jobs"),
-            Unit::Seconds,
-        )
-        .baseline(base)
-        .goal("p99 < 5 ms");
-        let mut max = Figure::new(
-            "precision",
-            format!("publish lateness max, {label} jobs"),
-            Unit::Seconds,
-        )
-        .baseline(base);
+            &format!("{label} jobs"),
+            "bare lapin publish+confirm, 1 msg/s",
+            "p99 < 5 ms",
+        );
         let burst = format!("bare lapin burst of {label} pipelined publishes+confirms/s");
         let mut burst_p50 = Figure::new(
             "precision",
@@ -147,21 +133,11 @@ pub async fn run(
                 bail!("precision run with {jobs} jobs recorded no samples");
             };
             eprintln!(
-                "  cronq: {} samples p50 {:.2} ms p99 {:.2} ms max {:.2} ms; baseline: {} samples p50 {:.2} ms p99 {:.2} ms",
-                d.count,
-                d.p50 * 1e3,
-                d.p99 * 1e3,
-                d.max * 1e3,
-                b.count,
-                b.p50 * 1e3,
-                b.p99 * 1e3
+                "  cronq: {}; baseline: {}",
+                crate::lateness::summary(&d),
+                crate::lateness::summary(&b)
             );
-            p50.runs.push(d.p50);
-            p50.push_baseline(b.p50);
-            p99.runs.push(d.p99);
-            p99.push_baseline(b.p99);
-            max.runs.push(d.max);
-            max.push_baseline(b.max);
+            lateness.push(&d, &b);
             burst_p50.runs.push(d.p50);
             burst_p50.push_baseline(bursts.p50);
             burst_p99.runs.push(d.p99);
@@ -174,20 +150,10 @@ pub async fn run(
                 bursts.max * 1e3
             );
         }
-        figures.extend([p50, p99, max, burst_p50, burst_p99, own_p99]);
+        figures.extend(lateness.into_figures());
+        figures.extend([burst_p50, burst_p99, own_p99]);
     }
     Ok(figures)
-}
-
-/// A config of `jobs` jobs `@every 1s`, no handler (the producer needs none).
-pub fn config_text(jobs: usize) -> String {
-    let mut text = String::with_capacity(jobs * 48);
-    for i in 0..jobs {
-        text.push_str(&format!(
-            "[[job]]\nname = \"p{i}\"\nschedule = \"@every 1s\"\n"
-        ));
-    }
-    text
 }
 
 async fn measure(
@@ -196,7 +162,9 @@ async fn measure(
     args: &PrecisionArgs,
     samples: &Samples,
 ) -> anyhow::Result<Measured> {
-    let config = Config::from_toml(&config_text(jobs), Path::new("bench-precision.toml"))
+    // No handler: the producer needs none.
+    let text = crate::workload::every_second("p", jobs, crate::workload::Shape::default());
+    let config = Config::from_toml(&text, Path::new("bench-precision.toml"))
         .context("while building the precision config")?;
     let names = env.names();
     let queues = config.queues();

@@ -53,6 +53,21 @@ pub fn memory(pid: Option<u32>) -> anyhow::Result<Memory> {
 /// # Errors
 /// When the process is gone or the file is unreadable.
 pub fn cpu_time(pid: Option<u32>) -> anyhow::Result<Duration> {
+    stat_ticks(pid, 11)
+}
+
+/// User plus system CPU time of the children `pid` has waited for so far (`cutime` and
+/// `cstime`: the commands a consumer ran); `None` for the bench process.
+///
+/// # Errors
+/// When the process is gone or the file is unreadable.
+pub fn children_cpu_time(pid: Option<u32>) -> anyhow::Result<Duration> {
+    stat_ticks(pid, 13)
+}
+
+/// The sum of the two tick fields of `/proc/PID/stat` at `first` and `first + 1`,
+/// counted after the command name's closing paren.
+fn stat_ticks(pid: Option<u32>, first: usize) -> anyhow::Result<Duration> {
     let path = proc_path(pid, "stat");
     let text = std::fs::read_to_string(&path).with_context(|| format!("while reading {path}"))?;
     // The command name (field 2) may hold spaces: count fields after its closing paren.
@@ -61,14 +76,17 @@ pub fn cpu_time(pid: Option<u32>) -> anyhow::Result<Duration> {
         .map(|(_, rest)| rest)
         .ok_or_else(|| anyhow!("{path}: no command name"))?;
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After ")": field 3 (state) is index 0, so utime (14) is 11 and stime (15) is 12.
+    // After ")": field 3 (state) is index 0, so utime (14) is 11 and stime (15) is 12,
+    // cutime (16) is 13 and cstime (17) is 14.
     let tick = |i: usize| -> anyhow::Result<f64> {
         fields
             .get(i)
             .and_then(|f| f.parse::<f64>().ok())
             .ok_or_else(|| anyhow!("{path}: unreadable CPU time field"))
     };
-    Ok(Duration::from_secs_f64((tick(11)? + tick(12)?) / USER_HZ))
+    Ok(Duration::from_secs_f64(
+        (tick(first)? + tick(first + 1)?) / USER_HZ,
+    ))
 }
 
 fn proc_path(pid: Option<u32>, file: &str) -> String {
@@ -141,6 +159,7 @@ mod tests {
         let mem = memory(None).unwrap();
         assert!(mem.rss > 0 && mem.peak >= mem.rss);
         cpu_time(None).unwrap();
+        children_cpu_time(None).unwrap();
     }
 
     #[test]

@@ -236,13 +236,8 @@ fn local_services() -> Option<(u32, u32)> {
 
 /// `jobs` jobs with no handler (a Rust one is registered), overlap allowed.
 fn config_text(jobs: usize) -> String {
-    let mut text = String::from("[defaults]\noverlap = \"allow\"\nretention = \"1h\"\n");
-    for i in 0..jobs {
-        text.push_str(&format!(
-            "[[job]]\nname = \"t{i}\"\nschedule = \"@every 1s\"\n"
-        ));
-    }
-    text
+    let defaults = "overlap = \"allow\"\nretention = \"1h\"\n";
+    crate::workload::every_second("t", jobs, crate::workload::Shape { defaults, job: "" })
 }
 
 fn per_second(count: usize, took: Duration) -> f64 {

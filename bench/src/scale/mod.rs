@@ -455,9 +455,6 @@ mod tests {
         let config = Config::from_toml(&text, Path::new("scale.toml")).unwrap();
         assert_eq!(config.jobs.len(), 8);
         assert_eq!(build_timer(&config).len(), 8);
-        let precision =
-            Config::from_toml(&crate::precision::config_text(3), Path::new("p.toml")).unwrap();
-        assert_eq!(precision.jobs.len(), 3);
     }
 
     #[test]
