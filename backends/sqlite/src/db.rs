@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use cronq_shared::store::StoreError;
@@ -160,6 +161,11 @@ impl Db {
         conn.busy_timeout(BUSY_TIMEOUT)?;
         // Room for every statement the ports prepare (the default keeps 16).
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        // One plan per statement, whatever its parameters: otherwise SQLite re-prepares the
+        // statements whose partial-index choice looked at a parameter each time the
+        // statement cache clears their bindings (docs/benchmarks.md, "Where the
+        // standalone's time goes on SQLite").
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
         // The first statement that reads the file: a file that is not a database fails here.
         let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
         if !mode.eq_ignore_ascii_case("wal") {
