@@ -348,14 +348,18 @@ struct Rate {
     commands: f64,
 }
 
-async fn throughput(
+/// Starts a standalone of the bench on a fresh `data` (`--data-sync` on the SQLite side
+/// only), logging `log` and keeping the lines that contain `keep`.
+fn start(
     args: &StandaloneArgs,
     cronq: &Path,
     config: &Path,
     data: &Data,
-) -> anyhow::Result<Rate> {
+    log: &str,
+    keep: Option<&'static str>,
+) -> anyhow::Result<Standalone> {
     data.remove();
-    let launch = Launch {
+    Standalone::start(&Launch {
         cronq,
         config,
         data,
@@ -364,10 +368,18 @@ async fn throughput(
             .sync
             .as_deref()
             .filter(|_| matches!(data, Data::File(_))),
-        log: "info",
-        keep: None,
-    };
-    let mut child = Standalone::start(&launch)?;
+        log,
+        keep,
+    })
+}
+
+async fn throughput(
+    args: &StandaloneArgs,
+    cronq: &Path,
+    config: &Path,
+    data: &Data,
+) -> anyhow::Result<Rate> {
+    let mut child = start(args, cronq, config, data, "info", None)?;
     let outcome = async {
         let started = Instant::now();
         loop {
@@ -429,20 +441,14 @@ async fn late(
     config: &Path,
     data: &Data,
 ) -> anyhow::Result<Steady> {
-    data.remove();
-    let launch = Launch {
+    let mut child = start(
+        args,
         cronq,
         config,
         data,
-        concurrency: args.concurrency,
-        sync: args
-            .sync
-            .as_deref()
-            .filter(|_| matches!(data, Data::File(_))),
-        log: "info,cronq_producer::publisher=debug",
-        keep: Some(crate::lateness::PUBLISHED),
-    };
-    let mut child = Standalone::start(&launch)?;
+        "info,cronq_producer::publisher=debug",
+        Some(crate::lateness::PUBLISHED),
+    )?;
     let outcome = async {
         let started = Instant::now();
         while child.kept_len() == 0 {
