@@ -8,6 +8,7 @@
 //! - [`names`]: validated names, and the only place broker and store names are formatted.
 //! - [`endpoints`]: where the services are (`CRONQ_AMQP_URL`, `CRONQ_REDIS_URL`,
 //!   `CRONQ_NAMESPACE`).
+//! - [`job_labels`]: which jobs have a `job` label of their own on `/metrics`.
 //! - [`redacted`]: URLs with credentials hidden, for logs and errors.
 //! - [`retry`]: the one retry primitive (exponential, capped, jittered, cancellable), and
 //!   which layer retries what.
@@ -20,6 +21,7 @@ pub mod broker;
 pub mod config;
 pub mod control;
 pub mod endpoints;
+pub mod job_labels;
 pub mod key;
 pub mod lease;
 pub mod ledger;

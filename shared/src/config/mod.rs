@@ -46,6 +46,8 @@ pub struct Config {
     pub path: PathBuf,
     /// The producer's leader lease.
     pub leader: LeaderConfig,
+    /// `/metrics`: which jobs have a label of their own.
+    pub metrics: MetricsConfig,
     /// Every job, in file order, names unique.
     pub jobs: Vec<Job>,
     /// Legal but risky combinations, to log at startup and show in `cronq check`.
@@ -61,6 +63,30 @@ pub struct LeaderConfig {
     pub renew_deadline: Duration,
     /// How often the leader renews and a standby tries to acquire.
     pub retry: Duration,
+}
+
+/// `[metrics]` (`docs/config.md`): how many distinct jobs keep a `job` label of their own on
+/// `/metrics` before the rest are counted under `job="other"`
+/// ([`crate::job_labels::JobLabels`] applies it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetricsConfig {
+    /// The first this many distinct jobs seen keep their own label; `None` is unlimited
+    /// (`"unlimited"`), `Some(0)` puts every job under `other`.
+    pub job_label_limit: Option<usize>,
+}
+
+impl MetricsConfig {
+    /// The default `job_label_limit`: every job's own series in a deployment of up to this
+    /// many jobs, and a `/metrics` of bounded size past it.
+    pub const DEFAULT_JOB_LABEL_LIMIT: usize = 1000;
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self {
+            job_label_limit: Some(Self::DEFAULT_JOB_LABEL_LIMIT),
+        }
+    }
 }
 
 /// One job with every default applied.

@@ -76,6 +76,12 @@ pub(crate) const LEADER_FIELDS: &[Field] = &[
     field("retry", "a duration string such as \"2s\""),
 ];
 
+/// The fields of `[metrics]`.
+pub(crate) const METRICS_FIELDS: &[Field] = &[field(
+    "job_label_limit",
+    "an integer such as 1000, or \"unlimited\"",
+)];
+
 /// The fields of a job's `http = { … }`.
 pub(crate) const HTTP_FIELDS: &[Field] = &[
     field("url", "a string such as \"http://127.0.0.1:8080/sync\""),
@@ -95,6 +101,8 @@ pub(crate) struct RawConfig<'t> {
     pub(crate) defaults: Section<RawDefaults>,
     /// `[leader]`.
     pub(crate) leader: Section<RawLeader>,
+    /// `[metrics]`.
+    pub(crate) metrics: Section<RawMetrics>,
     /// Every `[[job]]`, in file order, read as the caller iterates.
     pub(crate) jobs: RawJobs<'t>,
 }
@@ -176,6 +184,21 @@ pub(crate) struct RawLeader {
     pub(crate) lease: Option<String>,
     pub(crate) renew_deadline: Option<String>,
     pub(crate) retry: Option<String>,
+}
+
+/// `[metrics]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMetrics {
+    pub(crate) job_label_limit: Option<RawLimit>,
+}
+
+/// A limit written as a count or as a word (`"unlimited"`); the word is checked in stage two.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawLimit {
+    Count(i64),
+    Word(String),
 }
 
 /// One `[[job]]`.
@@ -268,6 +291,12 @@ impl<'t> RawConfig<'t> {
                     Value::Table(t) => raw.leader = section(t, "[leader]", "", LEADER_FIELDS),
                     other => raw.problems.push(not_a_table(&key, "[leader]", &other)),
                 },
+                "metrics" => match value {
+                    Value::Table(t) => {
+                        raw.metrics = section(t, "[metrics]", "", METRICS_FIELDS);
+                    }
+                    other => raw.problems.push(not_a_table(&key, "[metrics]", &other)),
+                },
                 "job" => match value {
                     Value::Array(items) => raw.jobs.items = items.into_iter(),
                     other => raw.problems.push(Problem::new(
@@ -333,10 +362,12 @@ fn unknown_top_level(key: &str) -> Problem {
         "unknown top-level key; it belongs in a [[job]]".to_owned()
     } else if LEADER_FIELDS.iter().any(|f| f.name == key) {
         "unknown top-level key; it belongs in [leader]".to_owned()
+    } else if METRICS_FIELDS.iter().any(|f| f.name == key) {
+        "unknown top-level key; it belongs in [metrics]".to_owned()
     } else {
-        match did_you_mean(key, ["defaults", "leader", "job"]) {
+        match did_you_mean(key, ["defaults", "leader", "metrics", "job"]) {
             Some(s) => format!("unknown section; did you mean \"{s}\"?"),
-            None => "unknown section; allowed: [defaults], [leader], [[job]]".to_owned(),
+            None => "unknown section; allowed: [defaults], [leader], [metrics], [[job]]".to_owned(),
         }
     };
     Problem::new("", key_text(key), message)

@@ -204,6 +204,35 @@ fn backoff_order_is_checked_where_it_is_set() {
 }
 
 #[test]
+fn metrics_job_label_limit() {
+    let job = "[[job]]\nname = \"a\"\nschedule = \"@every 5m\"\n";
+    let limit = |head: &str| {
+        load(&format!("{head}{job}"))
+            .unwrap()
+            .metrics
+            .job_label_limit
+    };
+    assert_eq!(limit(""), Some(1000), "the default");
+    assert_eq!(limit("[metrics]\njob_label_limit = 2\n"), Some(2));
+    assert_eq!(limit("[metrics]\njob_label_limit = 0\n"), Some(0));
+    assert_eq!(limit("[metrics]\njob_label_limit = \"unlimited\"\n"), None);
+    assert_eq!(
+        problems("[metrics]\njob_label_limit = -3\n"),
+        [
+            "[metrics]: job_label_limit: must be 0 or more (0: no job has a label of its own), got -3"
+        ]
+    );
+    assert_eq!(
+        problems("[metrics]\njob_labels = \"all\"\n"),
+        ["[metrics]: job_labels: unknown field; did you mean \"job_label_limit\"?"]
+    );
+    assert_eq!(
+        problems("[metric]\n"),
+        ["metric: unknown section; did you mean \"metrics\"?"]
+    );
+}
+
+#[test]
 fn leader_order() {
     assert_eq!(
         problems("[leader]\nrenew_deadline = \"20s\"\n"),

@@ -12,11 +12,11 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
 use super::error::ConfigError;
-use super::raw::{RawConfig, RawDefaults, RawJob, RawLeader};
+use super::raw::{RawConfig, RawDefaults, RawJob, RawLeader, RawLimit, RawMetrics};
 use super::report::Report;
 use super::suggest::{did_you_mean, suggest_zone};
 use super::warnings::{Memo, warn_risky};
-use super::{Catchup, Config, Job, LeaderConfig, Overlap};
+use super::{Catchup, Config, Job, LeaderConfig, MetricsConfig, Overlap};
 use super::{handler, payload};
 use crate::names::{JobName, QueueName};
 use crate::schedule::{Interner, ScheduleError};
@@ -48,6 +48,9 @@ pub(crate) fn resolve(
 
     out.problems.extend(raw.leader.problems);
     let leader = resolve_leader(&raw.leader.value, &mut out);
+
+    out.problems.extend(raw.metrics.problems);
+    let metrics = resolve_metrics(&raw.metrics.value, &mut out);
 
     let mut jobs = Vec::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
@@ -90,6 +93,7 @@ pub(crate) fn resolve(
     Ok(Config {
         path: path.to_owned(),
         leader,
+        metrics,
         jobs,
         warnings: out.warnings,
     })
@@ -349,6 +353,28 @@ fn resolve_leader(raw: &RawLeader, out: &mut Report) -> LeaderConfig {
         );
     }
     leader
+}
+
+fn resolve_metrics(raw: &RawMetrics, out: &mut Report) -> MetricsConfig {
+    let mut metrics = MetricsConfig::default();
+    match &raw.job_label_limit {
+        None => {}
+        Some(RawLimit::Count(n)) => match usize::try_from(*n) {
+            Ok(n) => metrics.job_label_limit = Some(n),
+            Err(_) => out.problem(
+                "[metrics]",
+                "job_label_limit",
+                format!("must be 0 or more (0: no job has a label of its own), got {n}"),
+            ),
+        },
+        Some(RawLimit::Word(w)) if w == "unlimited" => metrics.job_label_limit = None,
+        Some(RawLimit::Word(w)) => out.problem(
+            "[metrics]",
+            "job_label_limit",
+            format!("expected an integer such as 1000, or \"unlimited\", got the string {w:?}"),
+        ),
+    }
+    metrics
 }
 
 fn resolve_job(
