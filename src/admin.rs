@@ -8,11 +8,15 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod recorder;
+
 use anyhow::Context as _;
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
+use cronq_shared::config::MetricsConfig;
+use cronq_shared::job_labels::JobLabels;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio_util::sync::CancellationToken;
 
@@ -27,16 +31,24 @@ const SECONDS_BUCKETS: &[f64] = &[
     300.0, 900.0, 3600.0,
 ];
 
-/// Installs the global metrics recorder once per process and returns its handle.
+/// Installs the global metrics recorder once per process and returns its handle. Series
+/// with a `job` label follow `[metrics] job_label_limit` (`config`), read once here: a
+/// reload does not change it.
 ///
 /// # Errors
 /// When a recorder is already installed.
-pub fn install_metrics() -> anyhow::Result<PrometheusHandle> {
-    PrometheusBuilder::new()
+pub fn install_metrics(config: &MetricsConfig) -> anyhow::Result<PrometheusHandle> {
+    let prometheus = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)
         .context("while configuring metric buckets")?
-        .install_recorder()
-        .context("while installing the metrics recorder")
+        .build_recorder();
+    let handle = prometheus.handle();
+    metrics::set_global_recorder(recorder::JobLabelRecorder {
+        inner: prometheus,
+        labels: JobLabels::new(config),
+    })
+    .context("while installing the metrics recorder")?;
+    Ok(handle)
 }
 
 #[derive(Clone)]

@@ -1,11 +1,13 @@
 //! The consumer's metrics, through the `metrics` facade (served by the binary's admin
 //! address). Labels are low-cardinality only: job names from the config, outcomes; never a
-//! key, never a job name taken from an unknown message.
+//! key, never a job name taken from an unknown message. How many job names get a series of
+//! their own is bounded where the recorder is installed (`[metrics] job_label_limit`, the
+//! policy in `cronq_shared::job_labels`), not here.
 
 use std::time::Duration;
 
 /// Label for messages whose job is not in the config (or unreadable).
-pub(crate) const UNKNOWN_JOB: &str = "unknown";
+pub(crate) const UNKNOWN_JOB: &str = cronq_shared::job_labels::UNKNOWN;
 
 /// `cronq_attempts_total{job,outcome}`.
 pub(crate) fn attempt(job: &str, outcome: &str) {

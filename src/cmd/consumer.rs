@@ -30,7 +30,7 @@ pub async fn run(cli: &Cli, args: &ConsumerArgs, root: CancellationToken) -> any
         tracing::warn!(warning = %warning, "config");
     }
     super::signals::cancel_on_signal(root.clone()).context("while installing signal handlers")?;
-    let metrics = admin::install_metrics()?;
+    let metrics = admin::install_metrics(&config.metrics)?;
     let stores = cronq_backends::stores(&endpoints, config.longest_retention(), None)
         .await
         .context("while starting the consumer: cannot connect to the idempotency store")?;

@@ -23,7 +23,7 @@ pub async fn run(cli: &Cli, args: &ServeArgs, root: CancellationToken) -> anyhow
         warn!(warning = %warning, "config warning");
     }
     signals::cancel_on_signal(root.clone()).context("while installing signal handlers")?;
-    let metrics = admin::install_metrics()?;
+    let metrics = admin::install_metrics(&config.metrics)?;
     // Owns the SIGHUP forwarder; dropping it (on any return) aborts it.
     let mut signal_tasks = JoinSet::new();
     let hangups = signals::hangups(&mut signal_tasks, root.child_token())

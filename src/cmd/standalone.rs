@@ -69,7 +69,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
     let mut signal_tasks = JoinSet::new();
     let hangups = super::signals::hangups(&mut signal_tasks, root.child_token())
         .context("while installing the SIGHUP handler")?;
-    let metrics = admin::install_metrics()?;
+    let metrics = admin::install_metrics(&config.metrics)?;
 
     let instance = instance_id();
     let options = Options {

@@ -33,6 +33,7 @@ mod g3_crash;
 mod g4_keys;
 mod g5_bad_input;
 mod handlers;
+mod job_labels;
 mod operations;
 mod ports;
 mod queues;

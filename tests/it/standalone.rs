@@ -14,7 +14,7 @@ use crate::support::producer_process::{LEADER, WAIT};
 use crate::support::{TestEnv, eventually, scoped};
 
 /// A port that was free a moment ago.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
     listener.local_addr().expect("local addr").port()
 }
@@ -37,7 +37,7 @@ fn counter(metrics: &str, prefix: &str) -> f64 {
         .sum()
 }
 
-async fn scrape(port: u16) -> Option<String> {
+pub(crate) async fn scrape(port: u16) -> Option<String> {
     let resp = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
         .await
         .ok()?;

@@ -155,6 +155,40 @@ cronq.toml: [leader]: retry: must be shorter than renew_deadline (20s), got \"30
 }
 
 #[test]
+fn metrics_section_names_the_field() {
+    assert_rejected(
+        "metrics",
+        "job_label_limit = 5\n[metrics]\njob_label_limt = 5\n",
+        "cronq: invalid config (2 problems):
+cronq.toml: job_label_limit: unknown top-level key; it belongs in [metrics]
+cronq.toml: [metrics]: job_label_limt: unknown field; did you mean \"job_label_limit\"?
+",
+    );
+    for (value, message) in [
+        (
+            "-1",
+            "must be 0 or more (0: no job has a label of its own), got -1",
+        ),
+        (
+            "\"all\"",
+            "expected an integer such as 1000, or \"unlimited\", got the string \"all\"",
+        ),
+        (
+            "1.5",
+            "expected an integer such as 1000, or \"unlimited\", got the number 1.5",
+        ),
+    ] {
+        assert_rejected(
+            "metrics-value",
+            &format!("[metrics]\njob_label_limit = {value}\n"),
+            &format!(
+                "cronq: invalid config (1 problem):\ncronq.toml: [metrics]: job_label_limit: {message}\n"
+            ),
+        );
+    }
+}
+
+#[test]
 fn missing_schedule_and_bad_or_missing_name() {
     assert_rejected(
         "names",
