@@ -100,8 +100,7 @@ pub async fn replay(cli: &Cli, args: &ReplayArgs) -> anyhow::Result<()> {
         all: args.all,
     };
     let target = super::settings::target(cli)?;
-    let stores = lookup::stores(&target, config.longest_retention()).await?;
-    let queue = lookup::queue(&target).await?;
+    let (stores, queue) = lookup::stores_and_queue(&target, config.longest_retention()).await?;
     let report = replay::replay(
         queue.port(),
         &*stores.ledger,

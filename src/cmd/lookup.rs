@@ -90,6 +90,14 @@ pub struct Queue {
 }
 
 impl Queue {
+    /// A data file's queue.
+    fn file(broker: cronq_backends::SqliteBroker) -> Self {
+        Self {
+            port: Arc::new(broker),
+            amqp: None,
+        }
+    }
+
     /// The queue port.
     pub fn port(&self) -> &dyn Broker {
         &*self.port
@@ -121,10 +129,24 @@ pub async fn queue(target: &Target) -> anyhow::Result<Queue> {
         Target::Data { path, sync } => {
             let (broker, _) =
                 open_data(path, *sync, cronq_shared::config::DEFAULT_RETENTION).await?;
-            Ok(Queue {
-                port: Arc::new(broker),
-                amqp: None,
-            })
+            Ok(Queue::file(broker))
+        }
+    }
+}
+
+/// The stores and the queue of `target`: a data file opened once for both.
+///
+/// # Errors
+/// As [`stores`] and [`queue`].
+pub async fn stores_and_queue(
+    target: &Target,
+    retention: Duration,
+) -> anyhow::Result<(Stores, Queue)> {
+    match target {
+        Target::Fleet(_) => Ok((stores(target, retention).await?, queue(target).await?)),
+        Target::Data { path, sync } => {
+            let (broker, stores) = open_data(path, *sync, retention).await?;
+            Ok((stores, Queue::file(broker)))
         }
     }
 }

@@ -97,7 +97,6 @@ impl Shared {
     where
         Fut: Future<Output = Result<T, Failure>>,
     {
-        let path = self.db.path().display().to_string();
         let mut call = call;
         let outcome = retry(
             REDO,
@@ -113,9 +112,9 @@ impl Shared {
                 }
             },
             |r| {
-                // The failure itself was logged with its cause (`Db::write`).
+                // The failure itself was logged with its cause (`Db::run`).
                 tracing::warn!(
-                    data = %path,
+                    data = %self.db.path().display(),
                     op,
                     failures = r.failures,
                     retry_in_ms = u64::try_from(r.wait.as_millis()).unwrap_or(u64::MAX),
@@ -178,7 +177,7 @@ impl SqliteBroker {
         let queue = queue.to_string();
         self.shared
             .db
-            .read(move |conn| {
+            .run(move |conn| {
                 if !declared(conn, &queue)? {
                     return Ok(None);
                 }
@@ -223,7 +222,7 @@ async fn renew(shared: &Shared) -> Result<(), BrokerError> {
     shared
         .redo("renew subscriber", || {
             let subscriber = shared.subscriber.clone();
-            shared.db.write(move |tx| {
+            shared.db.run(move |tx| {
                 tx.prepare_cached(
                     "INSERT INTO subscribers (instance, alive_until) VALUES (?1, ?2)
                      ON CONFLICT (instance) DO UPDATE SET alive_until = excluded.alive_until",
@@ -285,7 +284,7 @@ impl Broker for SqliteBroker {
         self.shared
             .redo("declare", || {
                 let names = names.clone();
-                self.shared.db.write(move |tx| {
+                self.shared.db.run(move |tx| {
                     for name in &names {
                         tx.prepare_cached("INSERT OR IGNORE INTO queues (name) VALUES (?1)")?
                             .execute([name])?;
@@ -310,7 +309,7 @@ impl Broker for SqliteBroker {
             .shared
             .redo("publish", || {
                 let rows = Arc::clone(&rows);
-                self.shared.db.write(move |tx| {
+                self.shared.db.run(move |tx| {
                     // Like a mandatory publish: refuse the batch if any message has no
                     // queue, and store nothing then (the caller retries the whole batch).
                     let mut checked: Vec<&str> = Vec::new();
@@ -369,7 +368,7 @@ impl Broker for SqliteBroker {
         self.shared
             .redo("dead letter", || {
                 let l = Arc::clone(&letter);
-                self.shared.db.write(move |tx| {
+                self.shared.db.run(move |tx| {
                     tx.prepare_cached(
                         "INSERT INTO dead_letters
                            (key, job, queue, attempts, reason, last_error, dead_lettered_at, body)
@@ -412,7 +411,7 @@ impl Broker for SqliteBroker {
                 .shared
                 .redo("replay", || {
                     let (queue, body) = (queue.clone(), Arc::clone(&body));
-                    self.shared.db.write(move |tx| {
+                    self.shared.db.run(move |tx| {
                         if !declared(tx, &queue)? {
                             return Ok(None);
                         }
@@ -445,7 +444,7 @@ impl SqliteBroker {
     async fn letters(&self) -> Result<Vec<(i64, DeadLetter)>, BrokerError> {
         self.shared
             .redo("list dead letters", || {
-                self.shared.db.read(|conn| {
+                self.shared.db.run(|conn| {
                     Ok(conn
                         .prepare_cached(
                             "SELECT id, key, job, queue, attempts, reason, last_error,

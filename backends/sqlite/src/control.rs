@@ -80,7 +80,7 @@ fn json(value: &impl serde::Serialize, key: &str) -> Result<String, Failure> {
 impl ControlStore for SqliteControl {
     async fn cursors(&self) -> Result<HashMap<JobName, DateTime<Utc>>, ControlError> {
         self.db
-            .read(|conn| {
+            .run(|conn| {
                 let rows: Vec<(String, i64)> = conn
                     .prepare_cached("SELECT job, at_us FROM cursors")?
                     .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
@@ -108,7 +108,7 @@ impl ControlStore for SqliteControl {
         let epoch = term.epoch;
         let written = self
             .db
-            .write(move |tx| {
+            .run(move |tx| {
                 if !lease::is_current(tx, &term)? {
                     return Ok(false);
                 }
@@ -144,7 +144,7 @@ impl ControlStore for SqliteControl {
         let job = job.as_str().to_owned();
         let pause = pause.map(|p| json(p, &job)).transpose();
         self.db
-            .write(move |tx| {
+            .run(move |tx| {
                 let was = tx
                     .prepare_cached("DELETE FROM pauses WHERE job = ?1")?
                     .execute([&job])?
@@ -161,7 +161,7 @@ impl ControlStore for SqliteControl {
 
     async fn paused(&self) -> Result<BTreeMap<JobName, Pause>, ControlError> {
         self.db
-            .read(|conn| {
+            .run(|conn| {
                 rows::<Pause>(conn, "SELECT job, pause FROM pauses", "pauses")?
                     .into_iter()
                     .map(|(job, pause)| Ok((job_name("pauses", job)?, pause)))
@@ -175,7 +175,7 @@ impl ControlStore for SqliteControl {
         let id = request.id.clone();
         let value = json(request, &id);
         self.db
-            .write(move |tx| {
+            .run(move |tx| {
                 tx.prepare_cached(
                     "INSERT INTO requests (id, request) VALUES (?1, ?2)
                      ON CONFLICT (id) DO UPDATE SET request = excluded.request",
@@ -189,7 +189,7 @@ impl ControlStore for SqliteControl {
 
     async fn pending(&self) -> Result<Vec<Request>, ControlError> {
         self.db
-            .read(|conn| {
+            .run(|conn| {
                 Ok(rows::<Request>(
                     conn,
                     "SELECT id, request FROM requests ORDER BY id",

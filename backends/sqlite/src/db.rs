@@ -1,6 +1,6 @@
 //! The data file: one SQLite connection per process (WAL, a busy timeout for the other
 //! processes on the file), the schema brought up to date when it is opened, and the one way
-//! the ports run SQL on it (`Db::read`, `Db::write`): on the connection's own thread
+//! the ports run SQL on it (`Db::run`): on the connection's own thread
 //! (`crate::writer`), each operation atomic, batched with the others waiting into one
 //! `BEGIN IMMEDIATE` transaction.
 //!
@@ -186,7 +186,7 @@ impl Db {
     /// # Errors
     /// [`StoreError`] when the check cannot run.
     pub async fn integrity_check(&self) -> Result<String, StoreError> {
-        self.read(|conn| {
+        self.run(|conn| {
             let mut stmt = conn.prepare("PRAGMA integrity_check")?;
             let lines = stmt
                 .query_map([], |r| r.get::<_, String>(0))?
@@ -197,17 +197,9 @@ impl Db {
         .map_err(Failure::into_store)
     }
 
-    /// Runs `f` on the connection (reads: a consistent view).
-    pub(crate) async fn read<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&Connection) -> Result<T, Failure> + Send + 'static,
-    ) -> Result<T, Failure> {
-        self.write(f).await
-    }
-
     /// Runs `f` atomically: its changes commit when it returns `Ok` (even an `Ok` holding a
     /// refusal), and are rolled back when it fails; it returns once they are committed.
-    pub(crate) async fn write<T: Send + 'static>(
+    pub(crate) async fn run<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> Result<T, Failure> + Send + 'static,
     ) -> Result<T, Failure> {
@@ -224,8 +216,8 @@ impl Db {
         out
     }
 
-    /// [`Db::write`] from outside an async runtime (a drop), blocking this thread.
-    pub(crate) fn write_blocking<T: Send + 'static>(
+    /// [`Db::run`] from outside an async runtime (a drop), blocking this thread.
+    pub(crate) fn run_blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> Result<T, Failure> + Send + 'static,
     ) -> Result<T, Failure> {
@@ -250,10 +242,8 @@ pub(crate) fn now_ms() -> i64 {
     i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// A duration in whole milliseconds, as stored.
-pub(crate) fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
+/// A duration in whole milliseconds, as stored (the ledger rules' conversion).
+pub(crate) use cronq_shared::ledger::rules::ms;
 
 /// Why a data file could not be opened.
 #[derive(Debug, thiserror::Error)]

@@ -81,7 +81,7 @@ impl Lease for SqliteLease {
     async fn acquire(&self, instance: &str, ttl: Duration) -> Result<Option<Term>, LeaseError> {
         let instance = instance.to_owned();
         self.db
-            .write(move |tx| {
+            .run(move |tx| {
                 let row = row(tx)?;
                 if row.held.is_some() {
                     return Ok(None);
@@ -97,7 +97,7 @@ impl Lease for SqliteLease {
     async fn renew(&self, term: &Term, ttl: Duration) -> Result<bool, LeaseError> {
         let term = term.clone();
         self.db
-            .write(move |tx| {
+            .run(move |tx| {
                 if !is_current(tx, &term)? {
                     return Ok(false);
                 }
@@ -111,7 +111,7 @@ impl Lease for SqliteLease {
     async fn release(&self, term: &Term) -> Result<bool, LeaseError> {
         let term = term.clone();
         self.db
-            .write(move |tx| {
+            .run(move |tx| {
                 if !is_current(tx, &term)? {
                     return Ok(false);
                 }
@@ -124,7 +124,7 @@ impl Lease for SqliteLease {
 
     async fn holder(&self) -> Result<Option<Holder>, LeaseError> {
         self.db
-            .read(|conn| {
+            .run(|conn| {
                 Ok(row(conn)?.held.map(|(term, until)| Holder {
                     epoch: term.epoch,
                     instance: term.instance,

@@ -51,7 +51,7 @@ impl SqliteLedger {
         f: impl FnOnce(&mut Store<'_>) -> Result<T, Failure> + Send + 'static,
     ) -> Result<T, StoreError> {
         self.db
-            .write(move |conn| {
+            .run(move |conn| {
                 f(&mut Store {
                     conn,
                     now: now_ms(),

@@ -70,7 +70,7 @@ impl RunLog for SqliteRunLog {
     async fn record(&self, run: &Run) -> Result<(), StoreError> {
         let (run, bounds) = (run.clone(), self.bounds);
         self.db
-            .write(move |tx| {
+            .run(move |tx| {
                 append(tx, &run)?;
                 trim(tx, bounds)?;
                 Ok(())
@@ -83,7 +83,7 @@ impl RunLog for SqliteRunLog {
         let job = job.map(|j| j.as_str().to_owned());
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.db
-            .read(move |conn| {
+            .run(move |conn| {
                 let rows: Vec<(i64, String)> = match &job {
                     Some(job) => conn
                         .prepare_cached(

@@ -76,7 +76,7 @@ async fn settle(
 ) -> Result<(), BrokerError> {
     shared
         .redo(op, || {
-            shared.db.write(move |tx| {
+            shared.db.run(move |tx| {
                 tx.prepare_cached(sql)?.execute(params![id, delivery])?;
                 Ok(())
             })
@@ -120,7 +120,7 @@ impl Drop for SqliteAcker {
                 });
             }
             Err(_) => {
-                let _ = shared.db.write_blocking(move |conn| {
+                let _ = shared.db.run_blocking(move |conn| {
                     conn.execute(REQUEUE, params![row.0, row.1])
                         .map_err(Failure::from)
                 });

@@ -146,7 +146,7 @@ impl Subscription {
             .redo("take messages", || {
                 let order = Arc::clone(&order);
                 let subscriber = shared.subscriber.clone();
-                shared.db.write(move |tx| {
+                shared.db.run(move |tx| {
                     let now = now_ms();
                     let mut taken = Vec::new();
                     for queue in order.iter() {
@@ -202,7 +202,7 @@ impl Subscription {
         let shared = &self.shared;
         let given = shared
             .redo("give back deliveries", || {
-                shared.db.write(|tx| {
+                shared.db.run(|tx| {
                     let now = now_ms();
                     let n = tx
                         .prepare_cached(
