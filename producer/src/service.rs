@@ -7,20 +7,22 @@ use cronq_shared::broker::Broker;
 use cronq_shared::config::Config;
 use cronq_shared::control::Control;
 use cronq_shared::lease::Lease;
+use std::future::Future;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::error::Error;
-use crate::leader::Elector;
+use crate::leader::{Elector, Leadership};
 use crate::reload::Reloader;
 use crate::scheduler::Scheduler;
 
 /// A producer: joins leader election; while leading, publishes occurrences.
 pub struct Producer {
     broker: Arc<dyn Broker>,
-    lease: Arc<dyn Lease>,
+    elector: Elector,
+    leadership: watch::Receiver<Option<Leadership>>,
     control: Control,
     config: watch::Receiver<Arc<Config>>,
     reloader: Option<Reloader>,
@@ -36,13 +38,26 @@ impl Producer {
         config: watch::Receiver<Arc<Config>>,
         instance: impl Into<String>,
     ) -> Self {
+        let instance = instance.into();
+        let (elector, leadership) = Elector::new(lease, instance.clone(), config.clone());
         Self {
             broker,
-            lease,
+            elector,
+            leadership,
             control,
             config,
             reloader: None,
-            instance: instance.into(),
+            instance,
+        }
+    }
+
+    /// Resolves once this producer leads for the first time, or once it has stopped
+    /// without having led (`cronq standalone` starts its consumer half on this).
+    pub fn first_term(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut leadership = self.leadership.clone();
+        async move {
+            // An error means the producer is gone: nothing more to wait for.
+            let _ = leadership.wait_for(Option::is_some).await;
         }
     }
 
@@ -58,11 +73,7 @@ impl Producer {
     /// # Errors
     /// [`Error::Task`] when a task panicked.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
-        let (elector, leadership) = Elector::new(
-            self.lease.clone(),
-            self.instance.clone(),
-            self.config.clone(),
-        );
+        let (elector, leadership) = (self.elector, self.leadership);
         let scheduler = Scheduler::new(self.broker, self.control, self.config, leadership.clone());
         info!(instance_id = %self.instance, "producer started: joining leader election");
         let mut tasks = JoinSet::new();

@@ -7,6 +7,7 @@
 //! the other waits as a standby (its consumer half starts only once it leads) and takes over
 //! within the lease when the first stops.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,8 +26,8 @@ use crate::cli::{Cli, StandaloneArgs};
 /// Run records kept in memory; the oldest are dropped first.
 const MAX_RUNS_IN_MEMORY: usize = 10_000;
 
-/// How often a standby looks whether it leads now.
-const STANDBY_POLL: Duration = Duration::from_millis(250);
+/// How long a standalone waits to lead before it looks whether another one holds the file.
+const STANDBY_NOTE_AFTER: Duration = Duration::from_secs(1);
 
 /// Runs until the root token is cancelled, then stops publishing and drains within
 /// `--grace`.
@@ -84,6 +85,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
     let lease = stores.lease.clone();
     let producer = Producer::new(broker, stores.lease, stores.control, config_rx, &instance)
         .with_reloader(reloader);
+    let first_term = producer.first_term();
 
     let ready: ReadyProbe = Arc::new(|| Box::pin(async { Ok("standalone".to_owned()) }));
     // The producer stops at once on shutdown; the consumer drains within --grace. If one
@@ -103,7 +105,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         },
         async {
             let t = token.child_token();
-            if !until_leading(&*lease, &instance, &t).await {
+            if !until_leading(first_term, &*lease, &instance, &t).await {
                 return Ok(());
             }
             let r = consumer.run(t).await;
@@ -117,42 +119,41 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
     served
 }
 
-/// Waits until `instance` holds the leader lease (`true`), or `token` is cancelled; says
-/// once that it is a standby while another standalone leads.
-async fn until_leading(lease: &dyn Lease, instance: &str, token: &CancellationToken) -> bool {
-    let mut standby = false;
-    loop {
-        match lease.holder().await {
-            Ok(Some(holder)) if holder.instance == instance => {
-                if standby {
-                    tracing::info!(
-                        instance_id = %instance,
-                        "standalone: the standby took over: now running the jobs"
-                    );
-                } else {
-                    tracing::info!(instance_id = %instance, "standalone: leading: running the jobs");
-                }
-                return true;
-            }
-            Ok(Some(holder)) if !standby => {
-                standby = true;
-                tracing::info!(
-                    instance_id = %instance,
-                    leader = %holder.instance,
-                    "standalone: another standalone runs on this data file: waiting as standby; it takes over within the leader lease when that one stops"
-                );
-            }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "standalone: cannot read the leader lease, retrying")
-            }
-        }
-        if token
-            .run_until_cancelled(tokio::time::sleep(STANDBY_POLL))
-            .await
-            .is_none()
-        {
+/// Waits until this standalone's producer leads (`true`), or `token` is cancelled; says
+/// once that it is a standby when another standalone leads the file meanwhile.
+async fn until_leading(
+    first_term: impl Future<Output = ()>,
+    lease: &dyn Lease,
+    instance: &str,
+    token: &CancellationToken,
+) -> bool {
+    tokio::pin!(first_term);
+    // Long enough for an uncontested start to win the lease, so only a real standby says so.
+    if let Ok(()) = tokio::time::timeout(STANDBY_NOTE_AFTER, &mut first_term).await {
+        // It also resolves when the producer stopped without leading (shutdown).
+        if token.is_cancelled() {
             return false;
         }
+        tracing::info!(instance_id = %instance, "standalone: leading: running the jobs");
+        return true;
+    }
+    if let Ok(Some(holder)) = lease.holder().await
+        && holder.instance != instance
+    {
+        tracing::info!(
+            instance_id = %instance,
+            leader = %holder.instance,
+            "standalone: another standalone runs on this data file: waiting as standby; it takes over within the leader lease when that one stops"
+        );
+    }
+    tokio::select! {
+        () = &mut first_term => {
+            if token.is_cancelled() {
+                return false;
+            }
+            tracing::info!(instance_id = %instance, "standalone: the standby took over: now running the jobs");
+            true
+        }
+        () = token.cancelled() => false,
     }
 }
