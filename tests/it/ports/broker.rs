@@ -8,13 +8,26 @@ use chrono::{DateTime, Utc};
 use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Outgoing};
 use cronq_shared::message::{Occurrence, Trigger};
 use cronq_shared::names::QueueName;
-use tokio_util::sync::CancellationToken;
 
 use crate::support::TestEnv;
 use crate::support::backends::{Backend, on_every_backend};
-use crate::support::deliveries::{WAIT, declare, key_of, next};
+use crate::support::deliveries::{WAIT, declare, key_of, next, subscribe};
 use crate::support::occurrences::{occurrence, outgoing, queue};
 use crate::support::ports;
+
+/// One test per backend of a suite `async fn(&impl Broker, &QueueName)`: on that backend's
+/// queue port and its test queue, closed afterwards.
+macro_rules! broker_suite {
+    ($test:ident, $short:literal, $suite:ident) => {
+        on_every_backend!($test, $short);
+
+        async fn $test(backend: Backend, env: TestEnv) {
+            let broker = ports::broker(backend, &env).await;
+            $suite(&broker.port, &broker.queue).await;
+            broker.close().await;
+        }
+    };
+}
 
 fn letter(q: &QueueName, i: u32, reason: &str) -> DeadLetter {
     let occ = occurrence("dead", i);
@@ -47,11 +60,7 @@ pub async fn round_trip_suite<B: Broker>(broker: &B, q: &QueueName) {
     declare(broker, &[q]).await;
     let out = outgoing(q, "round-trip", 1);
     broker.publish(std::slice::from_ref(&out)).await.unwrap();
-    let token = CancellationToken::new();
-    let mut rx = broker
-        .consume(std::slice::from_ref(q), 4, token.clone())
-        .await
-        .unwrap();
+    let (mut rx, token) = subscribe(broker, q, 4).await;
     let d = next(&mut rx).await;
     assert_eq!(&d.queue, q);
     assert!(!d.redelivered);
@@ -60,23 +69,13 @@ pub async fn round_trip_suite<B: Broker>(broker: &B, q: &QueueName) {
     token.cancel();
 }
 
-on_every_backend!(round_trip, "brk-round-trip");
-
-async fn round_trip(backend: Backend, env: TestEnv) {
-    let broker = ports::broker(backend, &env).await;
-    round_trip_suite(&broker.port, &broker.queue).await;
-    broker.close().await;
-}
+broker_suite!(round_trip, "brk-round-trip", round_trip_suite);
 
 pub async fn batch_exactly_once_suite<B: Broker>(broker: &B, q: &QueueName) {
     declare(broker, &[q]).await;
     let batch: Vec<Outgoing> = (0..1000).map(|i| outgoing(q, "batch", i)).collect();
     broker.publish(&batch).await.unwrap();
-    let token = CancellationToken::new();
-    let mut rx = broker
-        .consume(std::slice::from_ref(q), 50, token.clone())
-        .await
-        .unwrap();
+    let (mut rx, token) = subscribe(broker, q, 50).await;
     let mut seen: HashMap<String, u32> = HashMap::new();
     while seen.len() < 1000 {
         let d = next(&mut rx).await;
@@ -94,22 +93,12 @@ pub async fn batch_exactly_once_suite<B: Broker>(broker: &B, q: &QueueName) {
     token.cancel();
 }
 
-on_every_backend!(batch_exactly_once, "brk-batch");
-
-async fn batch_exactly_once(backend: Backend, env: TestEnv) {
-    let broker = ports::broker(backend, &env).await;
-    batch_exactly_once_suite(&broker.port, &broker.queue).await;
-    broker.close().await;
-}
+broker_suite!(batch_exactly_once, "brk-batch", batch_exactly_once_suite);
 
 pub async fn requeue_redelivers_suite<B: Broker>(broker: &B, q: &QueueName) {
     declare(broker, &[q]).await;
     broker.publish(&[outgoing(q, "requeue", 1)]).await.unwrap();
-    let token = CancellationToken::new();
-    let mut rx = broker
-        .consume(std::slice::from_ref(q), 1, token.clone())
-        .await
-        .unwrap();
+    let (mut rx, token) = subscribe(broker, q, 1).await;
     let first = next(&mut rx).await;
     assert!(!first.redelivered);
     first.acker.requeue().await.unwrap();
@@ -120,22 +109,12 @@ pub async fn requeue_redelivers_suite<B: Broker>(broker: &B, q: &QueueName) {
     token.cancel();
 }
 
-on_every_backend!(requeue_redelivers, "brk-requeue");
-
-async fn requeue_redelivers(backend: Backend, env: TestEnv) {
-    let broker = ports::broker(backend, &env).await;
-    requeue_redelivers_suite(&broker.port, &broker.queue).await;
-    broker.close().await;
-}
+broker_suite!(requeue_redelivers, "brk-requeue", requeue_redelivers_suite);
 
 pub async fn dropped_delivery_is_requeued_suite<B: Broker>(broker: &B, q: &QueueName) {
     declare(broker, &[q]).await;
     broker.publish(&[outgoing(q, "dropped", 1)]).await.unwrap();
-    let token = CancellationToken::new();
-    let mut rx = broker
-        .consume(std::slice::from_ref(q), 1, token.clone())
-        .await
-        .unwrap();
+    let (mut rx, token) = subscribe(broker, q, 1).await;
     let first = next(&mut rx).await;
     let key = key_of(&first);
     drop(first); // a consumer that lost track of it, as if its channel closed
@@ -146,24 +125,18 @@ pub async fn dropped_delivery_is_requeued_suite<B: Broker>(broker: &B, q: &Queue
     token.cancel();
 }
 
-on_every_backend!(dropped_delivery_is_requeued, "brk-dropped");
-
-async fn dropped_delivery_is_requeued(backend: Backend, env: TestEnv) {
-    let broker = ports::broker(backend, &env).await;
-    dropped_delivery_is_requeued_suite(&broker.port, &broker.queue).await;
-    broker.close().await;
-}
+broker_suite!(
+    dropped_delivery_is_requeued,
+    "brk-dropped",
+    dropped_delivery_is_requeued_suite
+);
 
 pub async fn delayed_publish_suite<B: Broker>(broker: &B, q: &QueueName) {
     declare(broker, &[q]).await;
     let delay = Duration::from_millis(1500);
     let mut late = outgoing(q, "delayed", 1);
     late.delay = delay;
-    let token = CancellationToken::new();
-    let mut rx = broker
-        .consume(std::slice::from_ref(q), 4, token.clone())
-        .await
-        .unwrap();
+    let (mut rx, token) = subscribe(broker, q, 4).await;
     let sent = Instant::now();
     broker
         .publish(&[late.clone(), outgoing(q, "delayed", 2)])
@@ -186,13 +159,7 @@ pub async fn delayed_publish_suite<B: Broker>(broker: &B, q: &QueueName) {
     token.cancel();
 }
 
-on_every_backend!(delayed_publish, "brk-delayed");
-
-async fn delayed_publish(backend: Backend, env: TestEnv) {
-    let broker = ports::broker(backend, &env).await;
-    delayed_publish_suite(&broker.port, &broker.queue).await;
-    broker.close().await;
-}
+broker_suite!(delayed_publish, "brk-delayed", delayed_publish_suite);
 
 pub async fn dead_letters_listed_in_order_suite<B: Broker>(broker: &B, q: &QueueName) {
     declare(broker, &[q]).await;
@@ -211,13 +178,11 @@ pub async fn dead_letters_listed_in_order_suite<B: Broker>(broker: &B, q: &Queue
     );
 }
 
-on_every_backend!(dead_letters_listed_in_order, "brk-dlq-list");
-
-async fn dead_letters_listed_in_order(backend: Backend, env: TestEnv) {
-    let broker = ports::broker(backend, &env).await;
-    dead_letters_listed_in_order_suite(&broker.port, &broker.queue).await;
-    broker.close().await;
-}
+broker_suite!(
+    dead_letters_listed_in_order,
+    "brk-dlq-list",
+    dead_letters_listed_in_order_suite
+);
 
 pub async fn replay_selected_suite<B: Broker>(broker: &B, q: &QueueName) {
     declare(broker, &[q]).await;
@@ -254,11 +219,7 @@ pub async fn replay_selected_suite<B: Broker>(broker: &B, q: &QueueName) {
         .collect();
     let expected: Vec<_> = [0, 2, 5, 6].iter().map(|i| summary(&letters[*i])).collect();
     assert_eq!(left, expected);
-    let token = CancellationToken::new();
-    let mut rx = broker
-        .consume(std::slice::from_ref(q), 4, token.clone())
-        .await
-        .unwrap();
+    let (mut rx, token) = subscribe(broker, q, 4).await;
     let mut got = BTreeSet::new();
     for _ in 0..4 {
         let d = next(&mut rx).await;
@@ -271,13 +232,7 @@ pub async fn replay_selected_suite<B: Broker>(broker: &B, q: &QueueName) {
     token.cancel();
 }
 
-on_every_backend!(replay_selected, "brk-replay");
-
-async fn replay_selected(backend: Backend, env: TestEnv) {
-    let broker = ports::broker(backend, &env).await;
-    replay_selected_suite(&broker.port, &broker.queue).await;
-    broker.close().await;
-}
+broker_suite!(replay_selected, "brk-replay", replay_selected_suite);
 
 pub async fn unroutable_is_an_error_suite<B: Broker>(
     broker: &B,
@@ -317,11 +272,7 @@ async fn unroutable_is_an_error(backend: Backend, env: TestEnv) {
 
 pub async fn consume_stops_on_cancel_suite<B: Broker>(broker: &B, q: &QueueName) {
     declare(broker, &[q]).await;
-    let token = CancellationToken::new();
-    let mut rx = broker
-        .consume(std::slice::from_ref(q), 2, token.clone())
-        .await
-        .unwrap();
+    let (mut rx, token) = subscribe(broker, q, 2).await;
     broker.publish(&[outgoing(q, "cancel", 1)]).await.unwrap();
     let d = next(&mut rx).await;
     token.cancel();
@@ -339,11 +290,7 @@ pub async fn consume_stops_on_cancel_suite<B: Broker>(broker: &B, q: &QueueName)
     );
     // Messages published afterwards stay in the queue for the next subscriber.
     broker.publish(&[outgoing(q, "cancel", 2)]).await.unwrap();
-    let token = CancellationToken::new();
-    let mut rx = broker
-        .consume(std::slice::from_ref(q), 2, token.clone())
-        .await
-        .unwrap();
+    let (mut rx, token) = subscribe(broker, q, 2).await;
     let d = next(&mut rx).await;
     assert_eq!(
         key_of(&d),
@@ -358,10 +305,8 @@ pub async fn consume_stops_on_cancel_suite<B: Broker>(broker: &B, q: &QueueName)
     );
 }
 
-on_every_backend!(consume_stops_on_cancel, "brk-cancel");
-
-async fn consume_stops_on_cancel(backend: Backend, env: TestEnv) {
-    let broker = ports::broker(backend, &env).await;
-    consume_stops_on_cancel_suite(&broker.port, &broker.queue).await;
-    broker.close().await;
-}
+broker_suite!(
+    consume_stops_on_cancel,
+    "brk-cancel",
+    consume_stops_on_cancel_suite
+);

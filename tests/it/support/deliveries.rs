@@ -8,6 +8,7 @@ use cronq_shared::broker::{Broker, Delivery};
 use cronq_shared::message::Occurrence;
 use cronq_shared::names::QueueName;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 /// How long to wait for a delivery.
 pub const WAIT: Duration = Duration::from_secs(20);
@@ -16,6 +17,20 @@ pub const WAIT: Duration = Duration::from_secs(20);
 pub async fn declare<B: Broker>(broker: &B, queues: &[&QueueName]) {
     let set: BTreeSet<QueueName> = queues.iter().map(|q| (*q).clone()).collect();
     broker.declare(&set).await.unwrap();
+}
+
+/// A subscription to `q` with `prefetch`, and the token that ends it.
+pub async fn subscribe<B: Broker>(
+    broker: &B,
+    q: &QueueName,
+    prefetch: u16,
+) -> (mpsc::Receiver<Delivery>, CancellationToken) {
+    let token = CancellationToken::new();
+    let rx = broker
+        .consume(std::slice::from_ref(q), prefetch, token.clone())
+        .await
+        .unwrap();
+    (rx, token)
 }
 
 /// The next delivery on `rx`, within [`WAIT`].
