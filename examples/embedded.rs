@@ -55,6 +55,9 @@ async fn main() -> anyhow::Result<()> {
     let endpoints = Endpoints {
         amqp_url: env("CRONQ_AMQP_URL", DEFAULT_AMQP_URL),
         redis_url: env("CRONQ_REDIS_URL", DEFAULT_REDIS_URL),
+        redis_min_replicas: env("CRONQ_REDIS_MIN_REPLICAS", "0")
+            .parse()
+            .context("CRONQ_REDIS_MIN_REPLICAS")?,
         namespace: Namespace::new(env("CRONQ_NAMESPACE", "cronq")).context("CRONQ_NAMESPACE")?,
     };
     // The fleet's backends: RabbitMQ for the queue, Redis for the idempotency records.

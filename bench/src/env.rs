@@ -35,6 +35,10 @@ impl BenchEnv {
                     .unwrap_or_else(|_| DEFAULT_AMQP_URL.to_owned()),
                 redis_url: std::env::var("CRONQ_REDIS_URL")
                     .unwrap_or_else(|_| DEFAULT_REDIS_URL.to_owned()),
+                redis_min_replicas: match std::env::var("CRONQ_REDIS_MIN_REPLICAS") {
+                    Ok(n) => n.parse().context("CRONQ_REDIS_MIN_REPLICAS")?,
+                    Err(_) => 0,
+                },
                 namespace,
             },
             queues: Mutex::default(),

@@ -105,6 +105,15 @@ pub enum ControlError {
         #[source]
         source: Source,
     },
+    /// A write the store applied but that too few replicas acknowledged: it counts as
+    /// failed (it may or may not survive a failover).
+    #[error("control store {op} not confirmed: {barrier}")]
+    Unreplicated {
+        /// Which operation.
+        op: &'static str,
+        /// How many replicas acknowledged it, of how many.
+        barrier: crate::store::Unreplicated,
+    },
     /// A stored record could not be read back.
     #[error("control record {field:?} under {key} is unreadable: delete it")]
     Corrupt {

@@ -1,9 +1,14 @@
-//! Connection settings shared by every command: service URLs and the namespace, from
-//! `CRONQ_AMQP_URL`, `CRONQ_REDIS_URL` and `CRONQ_NAMESPACE`.
+//! Connection settings shared by every command: service URLs, the namespace and the Redis
+//! replication barrier, from `CRONQ_AMQP_URL`, `CRONQ_REDIS_URL`, `CRONQ_NAMESPACE` and
+//! `CRONQ_REDIS_MIN_REPLICAS`; and the forms `CRONQ_REDIS_URL` takes ([`redis_url`]).
+
+pub mod redis_url;
 
 use std::time::Duration;
 
 use crate::names::{Names, Namespace};
+
+pub use redis_url::{RedisUrl, SentinelUrl, UrlError};
 
 /// How long a command waits for a service before it gives up (exit 1, see `docs/operations.md`).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -13,13 +18,20 @@ pub const DEFAULT_AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 /// Default Redis URL.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 
+/// The variable that sets [`Endpoints::redis_min_replicas`], named by the errors of writes
+/// that did not reach that many replicas.
+pub const MIN_REPLICAS_VARIABLE: &str = "CRONQ_REDIS_MIN_REPLICAS";
+
 /// Where the services are and which namespace to use.
 #[derive(Debug, Clone)]
 pub struct Endpoints {
     /// `amqp://` or `amqps://` URL (may hold credentials: never log it unredacted).
     pub amqp_url: String,
-    /// `redis://` or `rediss://` URL (same).
+    /// `redis://`, `rediss://` or Sentinel URL ([`RedisUrl`]; same).
     pub redis_url: String,
+    /// How many replicas must acknowledge each Redis write the guarantees rest on before it
+    /// counts as done (`CRONQ_REDIS_MIN_REPLICAS`; 0: none, no wait).
+    pub redis_min_replicas: u32,
     /// The prefix of every queue and key.
     pub namespace: Namespace,
 }

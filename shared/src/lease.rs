@@ -94,6 +94,15 @@ pub enum LeaseError {
         #[source]
         source: crate::store::Source,
     },
+    /// A write the store applied but that too few replicas acknowledged: it counts as
+    /// failed (an acquired lease is not held, a renewal not confirmed).
+    #[error("leader lease {op} not confirmed: {barrier}")]
+    Unreplicated {
+        /// `acquire`, `renew` or `release`.
+        op: &'static str,
+        /// How many replicas acknowledged it, of how many.
+        barrier: crate::store::Unreplicated,
+    },
     /// The stored lease value is not in the `EPOCH TOKEN INSTANCE` form.
     #[error("leader lease under {key} holds an unreadable value {value:?}: delete the key")]
     Corrupt {

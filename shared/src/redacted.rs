@@ -13,8 +13,10 @@ impl fmt::Display for Redacted<'_> {
             return f.write_str(url);
         };
         let rest = &url[scheme_end + 3..];
-        let authority_end = rest.find('/').unwrap_or(rest.len());
-        match rest[..authority_end].rfind('@') {
+        // The last '@' anywhere, not only before the first '/': a password with a raw '/'
+        // (an invalid URL, but a real mistake) must not show either. Hosts, paths and
+        // Sentinel master names hold no '@'.
+        match rest.rfind('@') {
             Some(at) => write!(f, "{}://***@{}", &url[..scheme_end], &rest[at + 1..]),
             None => f.write_str(url),
         }
@@ -44,6 +46,18 @@ mod tests {
         assert_eq!(
             Redacted("rediss://:pw@h:1/0").to_string(),
             "rediss://***@h:1/0"
+        );
+        assert_eq!(
+            Redacted("redis+sentinel://app:pw@h1:26379,h2:26379/cronq-ha/1").to_string(),
+            "redis+sentinel://***@h1:26379,h2:26379/cronq-ha/1"
+        );
+        assert_eq!(
+            Redacted("redis+sentinel://h1:26379,h2:26379/cronq-ha").to_string(),
+            "redis+sentinel://h1:26379,h2:26379/cronq-ha"
+        );
+        assert_eq!(
+            Redacted("redis://u:pa/ss@h:1/0").to_string(),
+            "redis://***@h:1/0"
         );
     }
 }

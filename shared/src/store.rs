@@ -1,8 +1,10 @@
 //! The error every store port ([`crate::ledger`], [`crate::runlog`]) returns, whatever
-//! the backend: unreachable, a failed command, an unusable data file, or an unreadable
-//! record.
+//! the backend: unreachable, a failed command, a write that did not reach enough replicas,
+//! an unusable address or data file, or an unreadable record.
 
-use crate::endpoints::CONNECT_TIMEOUT;
+use std::time::Duration;
+
+use crate::endpoints::{CONNECT_TIMEOUT, UrlError};
 
 /// A backend's error, kept as the source.
 pub type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -32,6 +34,13 @@ pub enum StoreError {
         #[source]
         source: Source,
     },
+    /// A write the store applied but that too few replicas acknowledged in time
+    /// ([`Unreplicated`]): it counts as failed.
+    #[error(transparent)]
+    Unreplicated(#[from] Unreplicated),
+    /// The store's URL is not one of the forms it takes.
+    #[error(transparent)]
+    Url(#[from] UrlError),
     /// A store kept in a file (a standalone's data file) cannot be used: named, with what to
     /// do.
     #[error("data file {path}: {problem}; {hint}")]
@@ -55,4 +64,28 @@ pub enum StoreError {
         #[source]
         source: serde_json::Error,
     },
+}
+
+/// A write the primary applied but fewer replicas than required acknowledged within the
+/// wait: a failover now could lose it, so it counts as failed. Whoever retries it runs it
+/// again on a store that may already hold it; every write that waits is safe to run twice
+/// (see `docs/operations.md`, "High availability").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{store} write reached {acknowledged} of the {required} replicas {setting} requires \
+     within {} ms: it is on the master but may be lost if the master fails, so it counts as \
+     failed (are the replicas up and in sync?)",
+    .waited.as_millis()
+)]
+pub struct Unreplicated {
+    /// Which store (`Redis`).
+    pub store: &'static str,
+    /// How many replicas acknowledged it.
+    pub acknowledged: u32,
+    /// How many were required.
+    pub required: u32,
+    /// The setting that requires them (`CRONQ_REDIS_MIN_REPLICAS`).
+    pub setting: &'static str,
+    /// How long the write waited for them.
+    pub waited: Duration,
 }

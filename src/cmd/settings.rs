@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use cronq_shared::config::Config;
-use cronq_shared::endpoints::Endpoints;
+use cronq_shared::endpoints::{Endpoints, RedisUrl};
 use cronq_shared::names::Namespace;
 
 use crate::cli::Cli;
@@ -28,6 +28,9 @@ pub fn load_config(cli: &Cli) -> anyhow::Result<Config> {
 }
 
 /// The service endpoints and namespace from flags and environment.
+///
+/// # Errors
+/// A usage error for a Redis URL in none of the forms taken, a bad namespace.
 pub fn endpoints(cli: &Cli) -> anyhow::Result<Endpoints> {
     if let Some(data) = &cli.data {
         // Only `producer` and `consumer` get here with a data file: say it is not used.
@@ -37,9 +40,11 @@ pub fn endpoints(cli: &Cli) -> anyhow::Result<Endpoints> {
         );
     }
     let namespace = Namespace::new(&cli.namespace).context("CRONQ_NAMESPACE")?;
+    RedisUrl::parse(&cli.redis_url).map_err(|e| UsageError(e.to_string()))?;
     Ok(Endpoints {
         amqp_url: cli.amqp_url.clone(),
         redis_url: cli.redis_url.clone(),
+        redis_min_replicas: cli.redis_min_replicas,
         namespace,
     })
 }
