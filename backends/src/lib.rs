@@ -48,19 +48,23 @@ pub async fn broker(endpoints: &Endpoints) -> Result<AmqpBroker, BrokerError> {
     AmqpBroker::connect(&endpoints.amqp_url, endpoints.names()).await
 }
 
-/// Connects the fleet's stores: Redis at `endpoints.redis_url`. `retention` bounds the
-/// run history (the longest job retention); `client` names the lease's connection, so an
-/// operator finds it in `CLIENT LIST`.
+/// Connects the fleet's stores: Redis at `endpoints.redis_url` (one server, or the master
+/// its sentinels name), their guarded writes waiting for `endpoints.redis_min_replicas`
+/// replicas. `retention` bounds the run history (the longest job retention); `client` names
+/// the lease's connection, so an operator finds it in `CLIENT LIST`.
 ///
 /// # Errors
-/// [`StoreError::Unreachable`] when Redis cannot be reached within the connect timeout.
+/// [`StoreError::Unreachable`] when Redis cannot be reached within the connect timeout;
+/// [`StoreError::Url`] when the URL is not one of the forms taken.
 pub async fn stores(
     endpoints: &Endpoints,
     retention: Duration,
     client: Option<String>,
 ) -> Result<Stores, StoreError> {
     let names = endpoints.names();
-    let conn = cronq_redis::connect(&endpoints.redis_url).await?;
+    let conn = cronq_redis::connect(&endpoints.redis_url)
+        .await?
+        .with_min_replicas(endpoints.redis_min_replicas);
     let history = RedisRunLog::new(conn.clone(), &names, retention);
     let mut lease = RedisLease::new(conn.clone(), &names);
     if let Some(client) = client {

@@ -1,39 +1,74 @@
-//! The Redis connection every store of this crate runs on.
+//! Opening the Redis connection every store of this crate runs on, from `CRONQ_REDIS_URL`:
+//! one server (`redis://`, `rediss://`), or a master found through Redis Sentinel
+//! (`redis+sentinel://`, `rediss+sentinel://`, see [`RedisUrl`]) and followed across
+//! failovers ([`crate::sentinel`]).
 
 use std::time::Duration;
 
-use cronq_shared::endpoints::CONNECT_TIMEOUT;
+use cronq_shared::endpoints::{CONNECT_TIMEOUT, RedisUrl};
 use cronq_shared::redacted::Redacted;
 use cronq_shared::store::StoreError;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use crate::conn::RedisConn;
+use crate::sentinel::{Follower, WATCH_EVERY};
+
 /// Opens a Redis connection that fails fast while Redis is down and reconnects by itself,
 /// without replaying commands its caller gave up on: unlike a client that queues commands
-/// across a reconnect, a renewal the leader gave up on is never applied later.
+/// across a reconnect, a renewal the leader gave up on is never applied later. Through
+/// Sentinel it also follows the master to another node, on the same terms. Guarded writes
+/// wait for no replica until [`RedisConn::with_min_replicas`].
 ///
 /// # Errors
-/// [`StoreError::Unreachable`] when Redis does not answer within [`CONNECT_TIMEOUT`].
-pub async fn connect(url: &str) -> Result<ConnectionManager, StoreError> {
-    let unreachable = |source: Option<redis::RedisError>| StoreError::Unreachable {
-        store: crate::error::STORE,
-        url: Redacted(url).to_string(),
-        hint: "start it with `redis-server`, or set CRONQ_REDIS_URL",
-        source: source.map(|e| Box::new(e) as _),
-    };
-    let client = redis::Client::open(url).map_err(|e| unreachable(Some(e)))?;
+/// [`StoreError::Url`] when `url` is not one of the forms taken; [`StoreError::Unreachable`]
+/// when Redis (or, through Sentinel, a master the sentinels name) does not answer within
+/// [`CONNECT_TIMEOUT`].
+pub async fn connect(url: &str) -> Result<RedisConn, StoreError> {
+    connect_with(url, Some(WATCH_EVERY)).await
+}
+
+/// [`connect()`], asking a sentinel every `watch_every` whether the master moved (`None`:
+/// only when a command fails; for tests of that path, since a planned switch then goes
+/// unseen until the old master is demoted, see [`crate::sentinel`]). One server has no
+/// watch.
+///
+/// # Errors
+/// As [`connect()`].
+pub async fn connect_with(
+    url: &str,
+    watch_every: Option<Duration>,
+) -> Result<RedisConn, StoreError> {
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(Duration::from_secs(2)))
         .set_response_timeout(Some(Duration::from_secs(3)))
         .set_number_of_retries(2)
         .set_max_delay(Duration::from_secs(2));
-    match tokio::time::timeout(
-        CONNECT_TIMEOUT,
-        ConnectionManager::new_with_config(client, config),
-    )
-    .await
-    {
-        Ok(Ok(conn)) => Ok(conn),
-        Ok(Err(e)) => Err(unreachable(Some(e))),
-        Err(_) => Err(unreachable(None)),
+    let redacted = Redacted(url).to_string();
+    let unreachable = |hint, source: Option<redis::RedisError>| StoreError::Unreachable {
+        store: crate::error::STORE,
+        url: redacted.clone(),
+        hint,
+        source: source.map(|e| Box::new(e) as _),
+    };
+    match RedisUrl::parse(url)? {
+        RedisUrl::Server(url) => {
+            const HINT: &str = "start it with `redis-server`, or set CRONQ_REDIS_URL";
+            let client = redis::Client::open(url).map_err(|e| unreachable(HINT, Some(e)))?;
+            let manager = ConnectionManager::new_with_config(client, config);
+            match tokio::time::timeout(CONNECT_TIMEOUT, manager).await {
+                Ok(Ok(manager)) => Ok(RedisConn::server(manager)),
+                Ok(Err(e)) => Err(unreachable(HINT, Some(e))),
+                Err(_) => Err(unreachable(HINT, None)),
+            }
+        }
+        RedisUrl::Sentinel(sentinel) => {
+            const HINT: &str = "check that the sentinels run and monitor that master name, and that the master answers; or set CRONQ_REDIS_URL";
+            let follower = Follower::connect(&sentinel, redacted.clone(), config, watch_every);
+            match tokio::time::timeout(CONNECT_TIMEOUT, follower).await {
+                Ok(Ok(follower)) => Ok(RedisConn::sentinel(follower)),
+                Ok(Err(e)) => Err(unreachable(HINT, Some(e))),
+                Err(_) => Err(unreachable(HINT, None)),
+            }
+        }
     }
 }

@@ -1,13 +1,16 @@
 //! Redis implementation of the control store: three hashes under the namespace (cursors as
-//! unix milliseconds, pause records and requests as JSON) and one fenced Lua commit.
+//! unix milliseconds, pause records and requests as JSON) and one fenced Lua commit. Every
+//! write (commit, pause, resume, submit) is guarded: with `CRONQ_REDIS_MIN_REPLICAS` it
+//! counts only once that many replicas have it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Script};
+
+use crate::conn::{RedisConn, WriteError};
 
 use cronq_shared::control::{Commit, ControlError, ControlStore, Pause, Request};
 use cronq_shared::lease::Term;
@@ -25,7 +28,7 @@ const READ_CHUNK: usize = 10_000;
 /// The control store in Redis.
 #[derive(Clone)]
 pub struct RedisControl {
-    conn: ConnectionManager,
+    conn: RedisConn,
     lease_key: String,
     cursors_key: String,
     paused_key: String,
@@ -35,7 +38,7 @@ pub struct RedisControl {
 
 impl RedisControl {
     /// The control store of the namespace `names`, over `conn`.
-    pub fn new(conn: ConnectionManager, names: &Names) -> Self {
+    pub fn new(conn: RedisConn, names: &Names) -> Self {
         Self {
             conn,
             lease_key: crate::lease::lease_key(names),
@@ -70,11 +73,11 @@ impl RedisControl {
             };
             invocation.arg(id).arg(value);
         }
-        let mut conn = self.conn.clone();
-        let moved: i64 = invocation
-            .invoke_async(&mut conn)
+        let moved: i64 = self
+            .conn
+            .write_script(&invocation)
             .await
-            .map_err(redis_err("commit"))?;
+            .map_err(unconfirmed("commit"))?;
         if moved < 0 {
             return Err(ControlError::NotLeader { epoch: term.epoch });
         }
@@ -87,6 +90,14 @@ fn redis_err(op: &'static str) -> impl FnOnce(redis::RedisError) -> ControlError
         store: crate::error::STORE,
         op,
         source: Box::new(source),
+    }
+}
+
+/// A guarded write's failure: the command's, or too few replicas.
+fn unconfirmed(op: &'static str) -> impl FnOnce(WriteError) -> ControlError {
+    move |err| match err {
+        WriteError::Redis(source) => redis_err(op)(source),
+        WriteError::Unreplicated(barrier) => ControlError::Unreplicated { op, barrier },
     }
 }
 
@@ -139,27 +150,25 @@ impl ControlStore for RedisControl {
     }
 
     async fn set_pause(&self, job: &JobName, pause: Option<&Pause>) -> Result<bool, ControlError> {
-        let mut conn = self.conn.clone();
+        let mut pipe = redis::pipe();
         match pause {
             Some(p) => {
                 let json = serde_json::to_string(p)
                     .expect("a pause record always serialises: every field is plain data");
-                let existed: Option<String> = redis::pipe()
-                    .atomic()
-                    .hget(&self.paused_key, job.as_str())
-                    .hset(&self.paused_key, job.as_str(), json)
-                    .ignore()
-                    .query_async::<(Option<String>,)>(&mut conn)
+                // HSET answers how many fields it added: 0 when the job was paused already.
+                let (added,): (i64,) = self
+                    .conn
+                    .write(pipe.hset(&self.paused_key, job.as_str(), json))
                     .await
-                    .map(|(v,)| v)
-                    .map_err(redis_err("pause"))?;
-                Ok(existed.is_some())
+                    .map_err(unconfirmed("pause"))?;
+                Ok(added == 0)
             }
             None => {
-                let removed: i64 = conn
-                    .hdel(&self.paused_key, job.as_str())
+                let (removed,): (i64,) = self
+                    .conn
+                    .write(pipe.hdel(&self.paused_key, job.as_str()))
                     .await
-                    .map_err(redis_err("resume"))?;
+                    .map_err(unconfirmed("resume"))?;
                 Ok(removed > 0)
             }
         }
@@ -189,11 +198,11 @@ impl ControlStore for RedisControl {
     async fn submit(&self, request: &Request) -> Result<(), ControlError> {
         let json = serde_json::to_string(request)
             .expect("a request always serialises: every field is plain data");
-        let mut conn = self.conn.clone();
-        let _: i64 = conn
-            .hset(&self.requests_key, &request.id, json)
+        let (_added,): (i64,) = self
+            .conn
+            .write(redis::pipe().hset(&self.requests_key, &request.id, json))
             .await
-            .map_err(redis_err("submit request"))?;
+            .map_err(unconfirmed("submit request"))?;
         Ok(())
     }
 

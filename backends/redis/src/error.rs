@@ -12,3 +12,11 @@ pub(crate) fn command(source: redis::RedisError) -> StoreError {
         source: Box::new(source),
     }
 }
+
+/// A guarded write's failure as a [`StoreError`]: the command's, or the barrier's.
+pub(crate) fn written(err: crate::conn::WriteError) -> StoreError {
+    match err {
+        crate::conn::WriteError::Redis(source) => command(source),
+        crate::conn::WriteError::Unreplicated(barrier) => StoreError::Unreplicated(barrier),
+    }
+}

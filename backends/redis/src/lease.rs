@@ -1,31 +1,35 @@
 //! Redis implementation of the lease port: atomic Lua scripts over one key holding
 //! `EPOCH TOKEN INSTANCE` with a millisecond TTL, plus a never-expiring epoch counter.
 //!
-//! Use it over [`crate::connect()`] (a `ConnectionManager`): it fails fast while Redis
-//! is down and never runs a command its caller gave up on after reconnecting, which the
-//! leader's renewal deadline (`producer/src/leader.rs`) relies on.
+//! Use it over [`crate::connect()`] (a [`RedisConn`]): it fails fast while Redis is down
+//! and never runs a command its caller gave up on after reconnecting (or after following
+//! the master to another node), which the leader's renewal deadline
+//! (`producer/src/leader.rs`) relies on. Acquire, renew and release are guarded writes:
+//! with `CRONQ_REDIS_MIN_REPLICAS` they count only once that many replicas have them.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::Script;
-use redis::aio::ConnectionManager;
 
 use cronq_shared::lease::{Holder, Lease, LeaseError, Term};
 
 use crate::args::millis;
+use crate::conn::{RedisConn, WriteError};
 use cronq_shared::names::Names;
 
 /// The lease in Redis.
 #[derive(Clone)]
 pub struct RedisLease {
-    conn: ConnectionManager,
+    conn: RedisConn,
     key: String,
     epoch_key: String,
     client_name: Option<String>,
-    named: Arc<AtomicBool>,
+    /// 1 + the connection's master changes when it was named; 0: not named (yet, or since
+    /// an error that may have been a reconnect).
+    named: Arc<AtomicU64>,
     scripts: Arc<Scripts>,
 }
 
@@ -38,13 +42,13 @@ struct Scripts {
 
 impl RedisLease {
     /// The lease of the namespace `names`, over `conn`.
-    pub fn new(conn: ConnectionManager, names: &Names) -> Self {
+    pub fn new(conn: RedisConn, names: &Names) -> Self {
         Self {
             conn,
             key: lease_key(names),
             epoch_key: names.redis_key(&["leader", "epoch"]),
             client_name: None,
-            named: Arc::new(AtomicBool::new(false)),
+            named: Arc::new(AtomicU64::new(0)),
             scripts: Arc::new(Scripts {
                 acquire: Script::new(include_str!("lease/acquire.lua")),
                 renew: Script::new(include_str!("lease/renew.lua")),
@@ -55,7 +59,8 @@ impl RedisLease {
     }
 
     /// Names the Redis connection (`CLIENT SETNAME`) so an operator (or a test) can find it
-    /// in `CLIENT LIST`; the name is set again after a reconnect. No spaces allowed.
+    /// in `CLIENT LIST`; the name is set again after a reconnect or a move to another
+    /// master. No spaces allowed.
     pub fn with_client_name(mut self, name: impl Into<String>) -> Self {
         self.client_name = Some(name.into());
         self
@@ -66,7 +71,8 @@ impl RedisLease {
         let Some(name) = &self.client_name else {
             return;
         };
-        if self.named.load(Ordering::Relaxed) {
+        let named = self.conn.master_changes() + 1;
+        if self.named.load(Ordering::Relaxed) == named {
             return;
         }
         let mut conn = self.conn.clone();
@@ -76,19 +82,28 @@ impl RedisLease {
             .query_async(&mut conn)
             .await;
         if res.is_ok() {
-            self.named.store(true, Ordering::Relaxed);
+            self.named.store(named, Ordering::Relaxed);
         }
     }
 
     fn failed(&self, op: &'static str) -> impl FnOnce(redis::RedisError) -> LeaseError + '_ {
         move |source| {
             // The manager reconnects with a fresh, unnamed connection: name it next time.
-            self.named.store(false, Ordering::Relaxed);
+            self.named.store(0, Ordering::Relaxed);
             LeaseError::Store {
                 store: crate::error::STORE,
                 op,
                 source: Box::new(source),
             }
+        }
+    }
+
+    /// A guarded write's failure: the command's (as [`RedisLease::failed`]), or too few
+    /// replicas (the write is on the master but does not count).
+    fn unconfirmed(&self, op: &'static str) -> impl FnOnce(WriteError) -> LeaseError + '_ {
+        move |err| match err {
+            WriteError::Redis(source) => self.failed(op)(source),
+            WriteError::Unreplicated(barrier) => LeaseError::Unreplicated { op, barrier },
         }
     }
 }
@@ -103,18 +118,18 @@ impl Lease for RedisLease {
     async fn acquire(&self, instance: &str, ttl: Duration) -> Result<Option<Term>, LeaseError> {
         self.name_connection().await;
         let mut term = Term::new(0, instance);
-        let mut conn = self.conn.clone();
-        let epoch: Option<u64> = self
-            .scripts
-            .acquire
+        let mut invocation = self.scripts.acquire.prepare_invoke();
+        invocation
             .key(&self.key)
             .key(&self.epoch_key)
             .arg(&term.token)
             .arg(instance)
-            .arg(millis(ttl))
-            .invoke_async(&mut conn)
+            .arg(millis(ttl));
+        let epoch: Option<u64> = self
+            .conn
+            .write_script(&invocation)
             .await
-            .map_err(self.failed("acquire"))?;
+            .map_err(self.unconfirmed("acquire"))?;
         Ok(epoch.map(|epoch| {
             term.epoch = epoch;
             term
@@ -123,29 +138,24 @@ impl Lease for RedisLease {
 
     async fn renew(&self, term: &Term, ttl: Duration) -> Result<bool, LeaseError> {
         self.name_connection().await;
-        let mut conn = self.conn.clone();
+        let mut invocation = self.scripts.renew.prepare_invoke();
+        invocation.key(&self.key).arg(term.value()).arg(millis(ttl));
         let renewed: i64 = self
-            .scripts
-            .renew
-            .key(&self.key)
-            .arg(term.value())
-            .arg(millis(ttl))
-            .invoke_async(&mut conn)
+            .conn
+            .write_script(&invocation)
             .await
-            .map_err(self.failed("renew"))?;
+            .map_err(self.unconfirmed("renew"))?;
         Ok(renewed == 1)
     }
 
     async fn release(&self, term: &Term) -> Result<bool, LeaseError> {
-        let mut conn = self.conn.clone();
+        let mut invocation = self.scripts.release.prepare_invoke();
+        invocation.key(&self.key).arg(term.value());
         let released: i64 = self
-            .scripts
-            .release
-            .key(&self.key)
-            .arg(term.value())
-            .invoke_async(&mut conn)
+            .conn
+            .write_script(&invocation)
             .await
-            .map_err(self.failed("release"))?;
+            .map_err(self.unconfirmed("release"))?;
         Ok(released == 1)
     }
 

@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::Script;
-use redis::aio::ConnectionManager;
 
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::{
@@ -28,13 +27,14 @@ use cronq_shared::runlog::Run;
 use cronq_shared::store::StoreError;
 
 use crate::args::millis;
-use crate::error::command;
+use crate::conn::RedisConn;
+use crate::error::{command, written};
 use crate::runlog::{self, RedisRunLog};
 
 /// The Redis ledger. Cheap to clone.
 #[derive(Clone)]
 pub struct RedisLedger {
-    conn: ConnectionManager,
+    conn: RedisConn,
     names: Names,
     history: RedisRunLog,
     scripts: Scripts,
@@ -67,7 +67,7 @@ impl std::fmt::Debug for RedisLedger {
 impl RedisLedger {
     /// A ledger over an open connection (see [`crate::connect()`]) that appends the
     /// runs of ended records to `history`.
-    pub fn new(conn: ConnectionManager, names: Names, history: RedisRunLog) -> Self {
+    pub fn new(conn: RedisConn, names: Names, history: RedisRunLog) -> Self {
         let with_history = |script: &str| {
             Script::new(
                 &[
@@ -214,9 +214,8 @@ impl Ledger for RedisLedger {
         } else {
             (String::new(), (0, 0))
         };
-        let reply: Vec<Vec<u8>> = self
-            .scripts
-            .claim
+        let mut invocation = self.scripts.claim.prepare_invoke();
+        invocation
             .key(self.record_key(&key))
             .key(&self.leases_key)
             .key(self.job_lock_key(&claim.job))
@@ -240,10 +239,12 @@ impl Ledger for RedisLedger {
             .arg(&claim.consumer)
             .arg(now)
             .arg(max_runs)
-            .arg(min_id)
-            .invoke_async(&mut self.conn.clone())
+            .arg(min_id);
+        let reply: Vec<Vec<u8>> = self
+            .conn
+            .write_script(&invocation)
             .await
-            .map_err(command)?;
+            .map_err(written)?;
         let Some((tag, rest)) = reply.split_first() else {
             return Err(unexpected("an empty reply"));
         };
@@ -277,18 +278,21 @@ impl Ledger for RedisLedger {
 
     async fn heartbeat(&self, lease: &Lease, duration: Duration) -> Result<Heartbeat, StoreError> {
         let key = lease.key.to_string();
-        let reply: Vec<String> = self
-            .scripts
-            .heartbeat
+        let mut invocation = self.scripts.heartbeat.prepare_invoke();
+        invocation
             .key(self.record_key(&key))
             .key(&self.leases_key)
             .key(self.job_lock_key(&lease.job))
             .arg(&key)
             .arg(&lease.token)
-            .arg(millis(duration))
-            .invoke_async(&mut self.conn.clone())
+            .arg(millis(duration));
+        // Guarded: a renewal a failover could lose would let the lease lapse early on the
+        // new master, and the reaper hand the occurrence out while it still runs.
+        let reply: Vec<String> = self
+            .conn
+            .write_script(&invocation)
             .await
-            .map_err(command)?;
+            .map_err(written)?;
         match reply.as_slice() {
             [tag] if tag == "held" => Ok(Heartbeat::Held),
             [tag, by] if tag == "cancel" => Ok(Heartbeat::CancelRequested { by: by.clone() }),
@@ -329,10 +333,16 @@ impl Ledger for RedisLedger {
             .flat_map(|run| [run.clone(), run.clone().lost()])
             .collect();
         history_args(&mut invocation, &self.history, &runs);
-        let reply: Vec<Vec<u8>> = invocation
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(command)?;
+        let reply: Vec<Vec<u8>> = if end.state.is_some() {
+            self.conn.write_script(&invocation).await.map_err(written)?
+        } else {
+            // Giving a claim up changes no record (it only appends the attempt as lost):
+            // nothing a guarantee rests on, no replica to wait for.
+            invocation
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(command)?
+        };
         ended(&reply)
     }
 
@@ -356,14 +366,19 @@ impl Ledger for RedisLedger {
             .arg(&self.body_prefix)
             .arg(millis(WAKE_RECHECK));
         history_args(&mut invocation, &self.history, settle.run.as_slice());
-        let reply: Vec<Vec<u8>> = invocation
-            .invoke_async(&mut self.conn.clone())
+        let reply: Vec<Vec<u8>> = self
+            .conn
+            .write_script(&invocation)
             .await
-            .map_err(command)?;
+            .map_err(written)?;
         ended(&reply)
     }
 
     async fn reap(&self, limit: usize, hold: Duration) -> Result<Vec<Orphan>, StoreError> {
+        // Not guarded: a reap only hands stored messages out again. If a failover loses
+        // what it wrote (due times, `pending`), the next sweep on the new master hands the
+        // same ones out again, and the claim (guarded) lets only one of the copies run;
+        // waiting for replicas here would only hold republishing back.
         let flat: Vec<Vec<u8>> = self
             .scripts
             .reap
@@ -390,16 +405,19 @@ impl Ledger for RedisLedger {
 
     async fn admit_replay(&self, key: &OccurrenceKey) -> Result<Option<State>, StoreError> {
         let key = key.to_string();
-        let before: String = self
-            .scripts
-            .admit_replay
+        let mut invocation = self.scripts.admit_replay.prepare_invoke();
+        invocation
             .key(self.record_key(&key))
             .key(&self.leases_key)
             .key(self.body_key(&key))
-            .arg(&key)
-            .invoke_async(&mut self.conn.clone())
+            .arg(&key);
+        // Guarded: were the reset lost, the replayed message would meet the `failed` record
+        // and be acked as a duplicate without running.
+        let before: String = self
+            .conn
+            .write_script(&invocation)
             .await
-            .map_err(command)?;
+            .map_err(written)?;
         if before.is_empty() {
             return Ok(None);
         }

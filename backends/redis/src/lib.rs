@@ -1,7 +1,10 @@
 //! cronq's store ports on Redis: every operation that the guarantees rest on is one atomic
 //! Lua script (loaded with `include_str!`), timed by the Redis server's clock.
 //!
-//! - [`connect`](mod@connect): the connection (fails fast while Redis is down, reconnects by itself).
+//! - [`connect`](mod@connect): the connection, [`RedisConn`] (fails fast while Redis is down,
+//!   reconnects by itself; through Sentinel it follows the master, see [`sentinel`]), and
+//!   the replication barrier of the writes the guarantees rest on (`CRONQ_REDIS_MIN_REPLICAS`,
+//!   in [`conn`]).
 //! - [`ledger`]: [`RedisLedger`], idempotency records, execution leases, overlap locks and
 //!   wait lists (`ledger/*.lua`).
 //! - [`runlog`]: [`RedisRunLog`], the run history as a capped stream.
@@ -11,14 +14,17 @@
 //! The Redis key layout is in `docs/consumer.md` and in each module's docs.
 
 mod args;
+pub mod conn;
 pub mod connect;
 pub mod control;
 mod error;
 pub mod lease;
 pub mod ledger;
 pub mod runlog;
+pub mod sentinel;
 
-pub use connect::connect;
+pub use conn::{REPLICA_WAIT, RedisConn};
+pub use connect::{connect, connect_with};
 pub use control::RedisControl;
 pub use lease::RedisLease;
 pub use ledger::RedisLedger;

@@ -10,14 +10,14 @@ use chrono::Utc;
 use cronq_shared::names::{JobName, Names};
 use cronq_shared::runlog::{DEFAULT_MAX_RUNS, Outcome, Run, RunLog};
 use cronq_shared::store::StoreError;
-use redis::aio::ConnectionManager;
 
+use crate::conn::RedisConn;
 use crate::error::command;
 
 /// The history as a Redis stream `ns:runs`.
 #[derive(Clone)]
 pub struct RedisRunLog {
-    conn: ConnectionManager,
+    conn: RedisConn,
     key: String,
     retention: Duration,
     max_runs: usize,
@@ -34,7 +34,7 @@ impl std::fmt::Debug for RedisRunLog {
 impl RedisRunLog {
     /// A run log keeping runs for `retention` (the longest job retention) and at most
     /// [`DEFAULT_MAX_RUNS`].
-    pub fn new(conn: ConnectionManager, names: &Names, retention: Duration) -> Self {
+    pub fn new(conn: RedisConn, names: &Names, retention: Duration) -> Self {
         Self {
             conn,
             key: names.redis_key(&["runs"]),

@@ -25,7 +25,7 @@ async fn ledger_redis_records_stay_compact() {
             names.redis_key(&["occ", &key]),
             names.redis_key(&["occbody", &key]),
         );
-        let encoding = |conn: &mut redis::aio::ConnectionManager| {
+        let encoding = |conn: &mut cronq_redis::RedisConn| {
             let mut conn = conn.clone();
             let record = record.clone();
             async move {
@@ -37,7 +37,7 @@ async fn ledger_redis_records_stay_compact() {
                     .unwrap()
             }
         };
-        let stored = |conn: &mut redis::aio::ConnectionManager| {
+        let stored = |conn: &mut cronq_redis::RedisConn| {
             let mut conn = conn.clone();
             let body = body.clone();
             async move {

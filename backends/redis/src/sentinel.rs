@@ -1,0 +1,314 @@
+//! Following a Redis master through Sentinel: a `ConnectionManager` reconnects only to the
+//! address it was built with, so a [`Follower`] holds the manager of the current master and
+//! swaps in a manager to the new one when the sentinels name another.
+//!
+//! Owns: finding the master (redis-rs's `SentinelClient`, which asks the sentinels in the
+//! order given and checks with `ROLE` that the node it names is a master), and one watch
+//! task per connection that looks again when a command saw a sign of failover (a
+//! connection error, a timeout, `READONLY` or `MASTERDOWN`: [`is_failover_sign`]) and,
+//! every [`WATCH_EVERY`], asks a sentinel whether the master moved. The periodic look is
+//! what catches a planned switch (`SENTINEL FAILOVER`): the old master keeps accepting
+//! writes, without an error, until Sentinel demotes it about 10 s later, and those writes
+//! are then lost.
+//!
+//! Invariants: one look at a time (the watch task does them all, nudges coalesce); a command
+//! is never replayed: the one that failed returns its error to its caller, who decides
+//! whether to try again (`connect.rs`); the master changes only to a node that says it is a
+//! master, and each change is logged once with the old and the new address.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{
+    AsyncConnectionConfig, ConnectionAddr, ErrorKind, RedisError, RedisResult, ServerErrorKind,
+    TlsMode, Value,
+};
+use tokio::sync::Notify;
+
+use cronq_shared::endpoints::SentinelUrl;
+
+/// How often the watch asks a sentinel where the master is, so a planned switch is followed
+/// within about this long (plus the sentinels' own agreement, about a second). One small
+/// command per connection per second is nothing to a sentinel.
+pub const WATCH_EVERY: Duration = Duration::from_secs(1);
+
+/// How long one look for the master may take (the sentinels, the new master's `ROLE`, the
+/// connection to it): redis-rs bounds each step by 1 s; a look that takes longer is given
+/// up and tried again on the next nudge or tick.
+const LOOK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The least time between two looks, so that a burst of failing commands (every one of them
+/// nudges) makes one look, not one per command.
+const LOOK_GAP: Duration = Duration::from_millis(200);
+
+/// Timeouts of the watch's own connection to a sentinel.
+const SENTINEL_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A Redis master found through Sentinel, followed across failovers. Shared by every clone
+/// of its `RedisConn`; the watch task stops when the last one is dropped.
+pub(crate) struct Follower {
+    shared: Arc<Shared>,
+    _watch: AbortOnDrop,
+}
+
+/// What the connection's clones and the watch task share.
+struct Shared {
+    /// The URL, redacted, for the log.
+    url: String,
+    /// The master's database.
+    db: i64,
+    current: RwLock<Master>,
+    /// How many times the master changed.
+    changes: AtomicU64,
+    /// Set by a command that saw a sign of failover: look again now.
+    nudge: Notify,
+}
+
+/// The master in use.
+struct Master {
+    manager: ConnectionManager,
+    /// `host:port`, as the sentinels name it.
+    addr: String,
+}
+
+/// Aborts the watch task when the follower is dropped: the task is owned, never detached.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl Follower {
+    /// Finds the master of `url` through its sentinels, connects to it, and starts watching.
+    ///
+    /// # Errors
+    /// The client's error when no sentinel names a master that answers (the caller bounds
+    /// the time and says what to check).
+    pub(crate) async fn connect(
+        url: &SentinelUrl,
+        redacted: String,
+        config: ConnectionManagerConfig,
+        watch_every: Option<Duration>,
+    ) -> RedisResult<Self> {
+        let mut sentinels = client(url)?;
+        let master = sentinels.async_get_client().await?;
+        let addr = master.get_connection_info().addr().to_string();
+        let manager = ConnectionManager::new_with_config(master, config.clone()).await?;
+        tracing::info!(url = %redacted, master = %addr, "found the Redis master through the sentinels");
+        let shared = Arc::new(Shared {
+            url: redacted,
+            db: url.db,
+            current: RwLock::new(Master { manager, addr }),
+            changes: AtomicU64::new(0),
+            nudge: Notify::new(),
+        });
+        let watch = Watch {
+            shared: Arc::clone(&shared),
+            sentinels,
+            master_name: url.master.clone(),
+            config,
+            every: watch_every,
+            poll: None,
+        };
+        Ok(Self {
+            shared,
+            _watch: AbortOnDrop(tokio::spawn(watch.run())),
+        })
+    }
+
+    /// The manager of the current master (cheap: a manager is a handle).
+    pub(crate) fn manager(&self) -> ConnectionManager {
+        self.shared.read().manager.clone()
+    }
+
+    /// The current master's `host:port`.
+    pub(crate) fn addr(&self) -> String {
+        self.shared.read().addr.clone()
+    }
+
+    /// How many times the master changed since the connection was made.
+    pub(crate) fn changes(&self) -> u64 {
+        self.shared.changes.load(Ordering::Relaxed)
+    }
+
+    /// The master's database.
+    pub(crate) fn db(&self) -> i64 {
+        self.shared.db
+    }
+
+    /// Asks the watch to look for the master now (at most one look runs; nudges coalesce).
+    pub(crate) fn nudge(&self) {
+        self.shared.nudge.notify_one();
+    }
+}
+
+impl Shared {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Master> {
+        // A poisoned lock only means a panic elsewhere while swapping two plain values.
+        self.current.read().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The `SentinelClient` of `url`: plain TCP or TLS to the sentinels as to the master, the
+/// credentials and database for the master (and replicas) only.
+fn client(url: &SentinelUrl) -> RedisResult<SentinelClient> {
+    let addrs = url.sentinels.iter().map(|(host, port)| {
+        if url.tls {
+            ConnectionAddr::TcpTls {
+                host: host.clone(),
+                port: *port,
+                insecure: false,
+                tls_params: None,
+            }
+        } else {
+            ConnectionAddr::Tcp(host.clone(), *port)
+        }
+    });
+    let mut builder = SentinelClientBuilder::new(addrs, &url.master, SentinelServerType::Master)?
+        .set_client_to_redis_db(url.db);
+    if url.tls {
+        builder = builder.set_client_to_redis_tls_mode(TlsMode::Secure);
+    }
+    if let Some(user) = &url.username {
+        builder = builder.set_client_to_redis_username(user);
+    }
+    if let Some(password) = &url.password {
+        builder = builder.set_client_to_redis_password(password);
+    }
+    builder.build()
+}
+
+/// Whether a command's outcome hints that the master moved: the connection failed or timed
+/// out, or the node answered as a replica (`READONLY`: a demoted master; `MASTERDOWN`: a
+/// replica cut off from its master). Looks into a pipeline's replies one level down.
+pub(crate) fn is_failover_sign<'a>(
+    outcome: Result<impl IntoIterator<Item = &'a Value>, &RedisError>,
+) -> bool {
+    let replica = |v: &Value| {
+        matches!(v, Value::ServerError(e) if e.kind().is_some_and(is_replica_answer))
+    };
+    match outcome {
+        Err(err) => {
+            err.is_io_error() || matches!(err.kind(), ErrorKind::Server(k) if is_replica_answer(k))
+        }
+        Ok(values) => values.into_iter().any(|v| match v {
+            Value::Array(items) => items.iter().any(replica),
+            v => replica(v),
+        }),
+    }
+}
+
+/// What only a replica answers to a write.
+fn is_replica_answer(kind: ServerErrorKind) -> bool {
+    matches!(kind, ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
+}
+
+/// The task that looks for the master: on a nudge, and on each tick when a sentinel names
+/// another master than the one in use.
+struct Watch {
+    shared: Arc<Shared>,
+    sentinels: SentinelClient,
+    master_name: String,
+    config: ConnectionManagerConfig,
+    /// How often to ask a sentinel; `None`: only on nudges.
+    every: Option<Duration>,
+    /// The watch's connection to a sentinel, made again after an error.
+    poll: Option<MultiplexedConnection>,
+}
+
+impl Watch {
+    async fn run(mut self) {
+        let mut tick = tokio::time::interval(self.every.unwrap_or(WATCH_EVERY));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await; // the first tick is now: the master was just found
+        loop {
+            tokio::select! {
+                biased;
+                () = self.shared.nudge.notified() => {}
+                _ = tick.tick(), if self.every.is_some() => {
+                    if !self.moved().await {
+                        continue;
+                    }
+                }
+            }
+            self.look().await;
+            tokio::time::sleep(LOOK_GAP).await;
+        }
+    }
+
+    /// Whether a sentinel names another master than the one in use (not when none answers:
+    /// the commands' own errors nudge then).
+    async fn moved(&mut self) -> bool {
+        let named = match self.poll_sentinel().await {
+            Ok(Some((host, port))) => format!("{host}:{port}"),
+            Ok(None) => return false,
+            Err(err) => {
+                tracing::debug!(url = %self.shared.url, error = %err, "cannot ask a sentinel where the Redis master is");
+                self.poll = None;
+                return false;
+            }
+        };
+        named != self.shared.read().addr
+    }
+
+    async fn poll_sentinel(&mut self) -> RedisResult<Option<(String, String)>> {
+        let conn = match &mut self.poll {
+            Some(conn) => conn,
+            None => {
+                let sentinel = self.sentinels.async_get_sentinel_client().await?;
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(SENTINEL_TIMEOUT))
+                    .set_response_timeout(Some(SENTINEL_TIMEOUT));
+                self.poll.insert(
+                    sentinel
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await?,
+                )
+            }
+        };
+        redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(&self.master_name)
+            .query_async(conn)
+            .await
+    }
+
+    /// Asks the sentinels for the master and, when it is another node, swaps in a manager
+    /// to it. Bounded by [`LOOK_TIMEOUT`]; a failure is logged and left to the next look.
+    async fn look(&mut self) {
+        let current = self.shared.read().addr.clone();
+        let found = tokio::time::timeout(LOOK_TIMEOUT, async {
+            let master = self.sentinels.async_get_client().await?;
+            let addr = master.get_connection_info().addr().to_string();
+            if addr == current {
+                return Ok(None);
+            }
+            let manager = ConnectionManager::new_with_config(master, self.config.clone()).await?;
+            Ok::<_, RedisError>(Some(Master { manager, addr }))
+        })
+        .await;
+        let url = &self.shared.url;
+        match found {
+            Ok(Ok(Some(master))) => {
+                let to = master.addr.clone();
+                *self.shared.current.write().unwrap_or_else(PoisonError::into_inner) = master;
+                self.shared.changes.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(url = %url, from = %current, to = %to, "the Redis master changed: following it");
+            }
+            Ok(Ok(None)) => {
+                tracing::debug!(url = %url, master = %current, "the Redis master is where it was");
+            }
+            Ok(Err(err)) => {
+                tracing::warn!(url = %url, master = %current, error = %err, "cannot find the Redis master through the sentinels, trying again");
+            }
+            Err(_) => {
+                tracing::warn!(url = %url, master = %current, timeout_ms = LOOK_TIMEOUT.as_millis() as u64, "looking for the Redis master through the sentinels timed out, trying again");
+            }
+        }
+    }
+}
