@@ -10,6 +10,9 @@
 //! - `g3_crash`: killed processes, dropped connections, a broker restart, a store outage (G3);
 //! - `g4_keys`: fire times and keys from the schedule alone, `cronq next` across DST (G4);
 //! - `g5_bad_input`: bad configs and bad messages (G5);
+//! - `ha`: high availability on a Redis Sentinel topology of its own (`scripts/ha`): the
+//!   stores through a Sentinel URL, following the master across failovers, the replication
+//!   barrier of `CRONQ_REDIS_MIN_REPLICAS`; run one at a time (`.config/nextest.toml`);
 //! - `handlers`, `queues`: how a consumer runs a job, and which queues it serves;
 //! - `operations`: pause, trigger, backfill, reload, the operations commands, the
 //!   dead-letter queue;
@@ -32,6 +35,7 @@ mod g2_no_loss;
 mod g3_crash;
 mod g4_keys;
 mod g5_bad_input;
+mod ha;
 mod handlers;
 mod job_labels;
 mod operations;

@@ -6,7 +6,8 @@
 //! ([`producer_process`], [`consumer_process`], [`deployment`], [`history`]), standalones
 //! on one data file ([`data_file`], and [`tmpfs`] for a read-only or full disk), the command
 //! line ([`cli`], [`config_dir`]), the queue ([`occurrences`], [`deliveries`],
-//! [`rabbitmq`]), the ledger ([`inspect`]) and the extra RabbitMQ node ([`nodes`]).
+//! [`rabbitmq`]), the ledger ([`inspect`]), the extra RabbitMQ node ([`nodes`]) and the
+//! Redis Sentinel topology of the `ha` tests ([`ha`]).
 
 #![allow(dead_code)]
 
@@ -18,6 +19,7 @@ pub mod data_file;
 pub mod deliveries;
 pub mod deployment;
 pub mod fleet;
+pub mod ha;
 pub mod history;
 pub mod inspect;
 pub mod nodes;

@@ -1,0 +1,508 @@
+//! cronq's stores on Redis Sentinel (`redis+sentinel://`): they work through the Sentinel
+//! URL, the connection follows the master across a planned switch (the watch) and a
+//! demoted master (`READONLY`), and `CRONQ_REDIS_MIN_REPLICAS` makes every write the
+//! guarantees rest on wait for that many replicas, or fail saying so.
+
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use cronq_redis::{RedisConn, RedisControl, RedisLease, RedisLedger, RedisRunLog};
+use cronq_shared::config::Overlap;
+use cronq_shared::control::{Commit, Control, ControlError};
+use cronq_shared::lease::{Lease, LeaseError};
+use cronq_shared::ledger::{ClaimOutcome, Heartbeat, Ledger, Settle, State};
+use cronq_shared::names::JobName;
+use cronq_shared::runlog::{Outcome, Run, RunLog};
+use cronq_shared::store::{StoreError, Unreplicated};
+
+use crate::support::eventually;
+use crate::support::ha::{FOLLOW_WITHIN, HaEnv, hgetall_on, scoped};
+use crate::support::occurrences::{LONG, claim, claimed, end};
+
+/// The ledger and its run log under the test's namespace, on `conn`.
+fn ports(conn: &RedisConn, env: &HaEnv) -> (RedisLedger, RedisRunLog) {
+    let history = RedisRunLog::new(conn.clone(), &env.names, LONG);
+    (
+        RedisLedger::new(conn.clone(), env.names.clone(), history.clone()),
+        history,
+    )
+}
+
+fn addr(port: u16) -> String {
+    format!("127.0.0.1:{port}")
+}
+
+fn port_of(addr: &str) -> u16 {
+    addr.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+/// A run of attempt 1 of `key` that succeeded, for the history.
+fn run_of(c: &cronq_shared::ledger::Claim) -> Run {
+    Run {
+        key: c.key.clone(),
+        job: c.job.clone(),
+        attempt: c.attempt,
+        consumer: "test".to_owned(),
+        started_at: Utc::now(),
+        duration: Duration::from_millis(5),
+        outcome: Outcome::Succeeded,
+        error: None,
+    }
+}
+
+/// Every store works through a Sentinel URL, on the node the sentinels name master.
+#[tokio::test]
+async fn ha_stores_work_through_a_sentinel_url() {
+    scoped("ha_stores", |env| async move {
+        let conn = cronq_redis::connect(&env.topology.sentinel_url)
+            .await
+            .unwrap();
+        assert_eq!(conn.master(), Some(addr(env.topology.master())));
+        let (ledger, history) = ports(&conn, &env);
+
+        let c = claim("stores", 1, 1, Overlap::Skip, LONG);
+        let lease = claimed(&ledger, &c).await;
+        assert_eq!(
+            ledger.heartbeat(&lease, LONG).await.unwrap(),
+            Heartbeat::Held
+        );
+        let done = cronq_shared::ledger::End {
+            run: Some(run_of(&c)),
+            ..end(State::Succeeded)
+        };
+        assert!(ledger.complete(&lease, &done).await.unwrap().recorded);
+        assert_eq!(
+            ledger.record(&c.key).await.unwrap().map(|r| r.state),
+            Some(State::Succeeded)
+        );
+        assert_eq!(history.list(None, 10).await.unwrap().len(), 1);
+
+        let leader = RedisLease::new(conn.clone(), &env.names);
+        let term = leader.acquire("a", LONG).await.unwrap().expect("a free lease");
+        assert!(leader.renew(&term, LONG).await.unwrap());
+        assert_eq!(
+            leader.holder().await.unwrap().map(|h| h.epoch),
+            Some(term.epoch)
+        );
+        let control = Control::new(RedisControl::new(conn.clone(), &env.names));
+        let job = JobName::new("stores").unwrap();
+        let commit = Commit {
+            cursors: vec![(job.clone(), Utc::now())],
+            settle: vec![],
+        };
+        control.commit(&term, &commit).await.unwrap();
+        assert!(control.cursors().await.unwrap().contains_key(&job));
+        control.pause(&job, None).await.unwrap();
+        assert!(control.paused().await.unwrap().contains_key(&job));
+        assert!(control.resume(&job).await.unwrap());
+        assert!(leader.release(&term).await.unwrap());
+    })
+    .await;
+}
+
+/// After a planned switch (`SENTINEL FAILOVER`) the connection follows the new master by
+/// itself, and writes reach it within seconds. Nothing fails on the way: the old master
+/// keeps taking writes until Sentinel demotes it about 10 s later (and then drops them), so
+/// only the connection's watch of the sentinels can tell.
+#[tokio::test]
+async fn ha_follows_the_master_after_a_planned_failover() {
+    scoped("ha_failover", |env| async move {
+        env.heal().await;
+        let conn = cronq_redis::connect(&env.topology.sentinel_url)
+            .await
+            .unwrap();
+        let (ledger, _) = ports(&conn, &env);
+        let old = addr(env.topology.master());
+        assert_eq!(conn.master().as_deref(), Some(old.as_str()));
+        claimed(&ledger, &claim("failover", 0, 1, Overlap::Allow, LONG)).await;
+
+        let started = Instant::now();
+        env.topology.failover().await;
+        // Write all along, a fresh key each time, until a write succeeds on another master.
+        let mut i = 1;
+        let (new, key) = loop {
+            let c = claim("failover", i, 1, Overlap::Allow, LONG);
+            i += 1;
+            let wrote = ledger.claim(&c).await;
+            let now = conn.master().unwrap();
+            if now != old && matches!(wrote, Ok(ClaimOutcome::Claimed { .. })) {
+                break (now, c.key);
+            }
+            assert!(
+                started.elapsed() < FOLLOW_WITHIN,
+                "still on {now} {FOLLOW_WITHIN:?} after SENTINEL FAILOVER (the sentinels name {:?}); last write: {wrote:?}",
+                env.topology.named_master().await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        eprintln!(
+            "followed the master from {old} to {new} {:?} after SENTINEL FAILOVER",
+            started.elapsed()
+        );
+        assert_eq!(env.topology.named_master().await.as_deref(), Some(new.as_str()));
+        assert_eq!(conn.master_changes(), 1);
+        // That write is on the new master itself.
+        let record = hgetall_on(
+            &env.topology,
+            port_of(&new),
+            &env.key(&["occ", &key.to_string()]),
+        )
+        .await;
+        assert_eq!(record.get("state").map(String::as_str), Some("running"));
+    })
+    .await;
+}
+
+/// A `READONLY` answer (the master was demoted) makes the connection look for the master
+/// at once. With the watch off, the connection stays on the old master through a planned
+/// switch: its writes succeed there (and are gone once it is demoted, which is why the
+/// watch exists); the first write after the demotion fails with `READONLY` and is not
+/// replayed, and the next one reaches the new master.
+#[tokio::test]
+async fn ha_readonly_answer_moves_the_connection_to_the_new_master() {
+    scoped("ha_readonly", |env| async move {
+        env.heal().await;
+        let conn = cronq_redis::connect_with(&env.topology.sentinel_url, None)
+            .await
+            .unwrap();
+        let (ledger, _) = ports(&conn, &env);
+        let old_port = env.topology.master();
+        let old = addr(old_port);
+        env.topology.failover().await;
+        let new = eventually(FOLLOW_WITHIN, "the sentinels to name a new master", || async {
+            env.topology.named_master().await.filter(|m| *m != old)
+        })
+        .await;
+
+        // Unwatched, the connection is still on the old master, which still takes writes.
+        let stale = claim("readonly", 1, 1, Overlap::Allow, LONG);
+        claimed(&ledger, &stale).await;
+        assert_eq!(conn.master().as_deref(), Some(old.as_str()));
+
+        // Demote it as Sentinel will, behind the connection's back.
+        let mut node = env.topology.node(old_port).await;
+        let (host, port) = new.split_once(':').unwrap();
+        let () = redis::cmd("REPLICAOF")
+            .arg(host)
+            .arg(port)
+            .query_async(&mut node)
+            .await
+            .unwrap();
+
+        let c = claim("readonly", 2, 1, Overlap::Allow, LONG);
+        let err = ledger
+            .claim(&c)
+            .await
+            .expect_err("a write to a demoted master fails");
+        let kind = match &err {
+            StoreError::Command { source, .. } => {
+                source.downcast_ref::<redis::RedisError>().map(redis::RedisError::kind)
+            }
+            _ => None,
+        };
+        assert_eq!(
+            kind,
+            Some(redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)),
+            "{err:?}"
+        );
+        // Not replayed: the caller tries again, and that write lands on the new master.
+        let started = Instant::now();
+        let lease = loop {
+            match ledger.claim(&c).await {
+                Ok(ClaimOutcome::Claimed { lease, .. }) => break lease,
+                other => assert!(
+                    started.elapsed() < FOLLOW_WITHIN,
+                    "still on {:?} after READONLY; last write: {other:?}",
+                    conn.master()
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        eprintln!(
+            "followed the master from {old} to {new} {:?} after READONLY",
+            started.elapsed()
+        );
+        assert_eq!(conn.master().as_deref(), Some(new.as_str()));
+        assert!(
+            ledger
+                .complete(&lease, &end(State::Succeeded))
+                .await
+                .unwrap()
+                .recorded
+        );
+        // The write the old master took after the switch is not on the new one.
+        let lost = hgetall_on(
+            &env.topology,
+            port_of(&new),
+            &env.key(&["occ", &stale.key.to_string()]),
+        )
+        .await;
+        assert!(lost.is_empty(), "{lost:?}");
+    })
+    .await;
+}
+
+#[track_caller]
+fn assert_unreplicated(barrier: &Unreplicated, acknowledged: u32, required: u32) {
+    assert_eq!(
+        (barrier.acknowledged, barrier.required),
+        (acknowledged, required)
+    );
+    let text = barrier.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "Redis write reached {acknowledged} of the {required} replicas CRONQ_REDIS_MIN_REPLICAS requires within 1000 ms"
+        )),
+        "{text}"
+    );
+}
+
+#[track_caller]
+fn assert_store_unreplicated<T: std::fmt::Debug>(
+    res: Result<T, StoreError>,
+    acknowledged: u32,
+    required: u32,
+) {
+    match res {
+        Err(StoreError::Unreplicated(barrier)) => {
+            assert_unreplicated(&barrier, acknowledged, required);
+        }
+        other => panic!("expected a write short of replicas, got {other:?}"),
+    }
+}
+
+#[track_caller]
+fn assert_lease_unreplicated<T: std::fmt::Debug>(
+    res: Result<T, LeaseError>,
+    op: &str,
+    acknowledged: u32,
+    required: u32,
+) {
+    match &res {
+        Err(err @ LeaseError::Unreplicated { op: o, barrier }) => {
+            assert_eq!(*o, op);
+            assert_unreplicated(barrier, acknowledged, required);
+            assert!(
+                err.to_string()
+                    .starts_with(&format!("leader lease {op} not confirmed: Redis write reached")),
+                "{err}"
+            );
+        }
+        other => panic!("expected a lease {op} short of replicas, got {other:?}"),
+    }
+}
+
+#[track_caller]
+fn assert_control_unreplicated<T: std::fmt::Debug>(
+    res: Result<T, ControlError>,
+    op: &str,
+    acknowledged: u32,
+    required: u32,
+) {
+    match &res {
+        Err(ControlError::Unreplicated { op: o, barrier }) => {
+            assert_eq!(*o, op);
+            assert_unreplicated(barrier, acknowledged, required);
+        }
+        other => panic!("expected a control {op} short of replicas, got {other:?}"),
+    }
+}
+
+/// With more replicas required than there are, every guarded write fails with an error
+/// that says how many acknowledged, how many were required, and names
+/// `CRONQ_REDIS_MIN_REPLICAS`; reads still work.
+#[tokio::test]
+async fn ha_more_replicas_required_than_exist_fails_every_guarded_write() {
+    scoped("ha_too_few", |env| async move {
+        env.heal().await;
+        let replicas = u32::try_from(env.topology.redis_ports.len() - 1).unwrap();
+        let required = replicas + 1;
+        let plain = cronq_redis::connect(&env.topology.sentinel_url)
+            .await
+            .unwrap();
+        let strict = plain.clone().with_min_replicas(required);
+        let (ledger, history) = ports(&strict, &env);
+        let (setup, _) = ports(&plain, &env);
+
+        // The ledger: claim, heartbeat, end, settle, dead-letter replay.
+        let c = claim("strict", 1, 1, Overlap::Skip, LONG);
+        assert_store_unreplicated(ledger.claim(&c).await, replicas, required);
+        let lease = claimed(&setup, &claim("strict", 2, 1, Overlap::Allow, LONG)).await;
+        assert_store_unreplicated(ledger.heartbeat(&lease, LONG).await, replicas, required);
+        assert_store_unreplicated(
+            ledger.complete(&lease, &end(State::Succeeded)).await,
+            replicas,
+            required,
+        );
+        let missed = claim("strict", 3, 1, Overlap::Allow, LONG);
+        let settle = Settle {
+            key: missed.key.clone(),
+            job: missed.job.clone(),
+            attempt: 1,
+            state: State::Missed,
+            error: None,
+            retention: LONG,
+            run: None,
+        };
+        assert_store_unreplicated(ledger.settle(&settle).await, replicas, required);
+        let failed = claim("strict", 4, 1, Overlap::Allow, LONG);
+        let failed_lease = claimed(&setup, &failed).await;
+        setup
+            .complete(&failed_lease, &end(State::Failed))
+            .await
+            .unwrap();
+        assert_store_unreplicated(ledger.admit_replay(&failed.key).await, replicas, required);
+
+        // The leader lease: acquire, renew, release.
+        let leader = RedisLease::new(strict.clone(), &env.names);
+        let short = Duration::from_millis(500);
+        assert_lease_unreplicated(leader.acquire("a", short).await, "acquire", replicas, required);
+        // That acquisition is on the master all the same (a barrier undoes nothing): wait
+        // for it to lapse, then take the lease without the barrier.
+        let term = eventually(Duration::from_secs(5), "the unconfirmed lease to lapse", || {
+            let setup = RedisLease::new(plain.clone(), &env.names);
+            async move { setup.acquire("b", LONG).await.unwrap() }
+        })
+        .await;
+        assert_lease_unreplicated(leader.renew(&term, LONG).await, "renew", replicas, required);
+
+        // The control store: the fenced commit, pauses, requests.
+        let control = Control::new(RedisControl::new(strict.clone(), &env.names));
+        let job = JobName::new("strict").unwrap();
+        let commit = Commit {
+            cursors: vec![(job.clone(), Utc::now())],
+            settle: vec![],
+        };
+        assert_control_unreplicated(control.commit(&term, &commit).await, "commit", replicas, required);
+        assert_control_unreplicated(control.pause(&job, None).await, "pause", replicas, required);
+        assert_control_unreplicated(control.resume(&job).await, "resume", replicas, required);
+        assert_control_unreplicated(
+            control.request_trigger(&job, None).await,
+            "submit request",
+            replicas,
+            required,
+        );
+
+        assert_lease_unreplicated(leader.release(&term).await, "release", replicas, required);
+
+        // Reads wait for nothing.
+        assert_eq!(
+            ledger.record(&c.key).await.unwrap().map(|r| r.state),
+            Some(State::Running),
+            "the claim is on the master, unconfirmed"
+        );
+        assert_eq!(
+            leader.holder().await.unwrap(),
+            None,
+            "the release is on the master, unconfirmed"
+        );
+        assert!(control.paused().await.unwrap().is_empty());
+        assert!(control.cursors().await.unwrap().contains_key(&job));
+        assert_eq!(control.pending().await.unwrap().len(), 1);
+        history.list(None, 10).await.unwrap();
+    })
+    .await;
+}
+
+/// With `CRONQ_REDIS_MIN_REPLICAS=1` each guarded write is on a replica when it returns:
+/// with one of the two replicas killed, every write is already on the other one; asking for
+/// two then fails, one of two acknowledged.
+#[tokio::test]
+async fn ha_each_write_is_on_a_replica_when_it_returns() {
+    scoped("ha_on_replica", |env| async move {
+        env.heal().await;
+        let replicas = env.topology.replicas();
+        let (dead, alive) = (replicas[0], replicas[1]);
+        env.topology.kill_redis(dead);
+        let conn = cronq_redis::connect(&env.topology.sentinel_url)
+            .await
+            .unwrap()
+            .with_min_replicas(1);
+        let (ledger, _) = ports(&conn, &env);
+        for i in 0..20 {
+            let c = claim("replicated", i, 1, Overlap::Allow, LONG);
+            let lease = claimed(&ledger, &c).await;
+            let key = env.key(&["occ", &c.key.to_string()]);
+            let record = hgetall_on(&env.topology, alive, &key).await;
+            assert_eq!(record.get("state").map(String::as_str), Some("running"), "{i}");
+            assert!(
+                ledger
+                    .complete(&lease, &end(State::Succeeded))
+                    .await
+                    .unwrap()
+                    .recorded
+            );
+            let record = hgetall_on(&env.topology, alive, &key).await;
+            assert_eq!(record.get("state").map(String::as_str), Some("succeeded"), "{i}");
+        }
+        let leader = RedisLease::new(conn.clone(), &env.names);
+        let term = leader.acquire("a", LONG).await.unwrap().expect("a free lease");
+        let mut node = env.topology.node(alive).await;
+        let on_replica: Option<String> = redis::cmd("GET")
+            .arg(env.key(&["leader"]))
+            .query_async(&mut node)
+            .await
+            .unwrap();
+        assert_eq!(on_replica, Some(term.value()));
+
+        let (both, _) = ports(&conn.clone().with_min_replicas(2), &env);
+        let c = claim("replicated", 99, 1, Overlap::Allow, LONG);
+        assert_store_unreplicated(both.claim(&c).await, 1, 2);
+    })
+    .await;
+}
+
+/// The command line takes the Sentinel URL and `--redis-min-replicas`
+/// (`CRONQ_REDIS_MIN_REPLICAS`) as the stores do.
+#[tokio::test]
+async fn ha_commands_take_the_sentinel_url_and_min_replicas() {
+    scoped("ha_cli", |env| async move {
+        let dir = std::env::temp_dir().join(&env.namespace);
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("cronq.toml");
+        std::fs::write(
+            &config,
+            "[[job]]\nname = \"nightly\"\nschedule = \"0 3 * * *\"\ncommand = [\"true\"]\n",
+        )
+        .unwrap();
+        let replicas = env.topology.redis_ports.len() - 1;
+        let cronq = |min_replicas: usize| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_cronq"))
+                .env("CRONQ_NAMESPACE", &env.namespace)
+                .env("CRONQ_REDIS_URL", &env.topology.sentinel_url)
+                .env("CRONQ_REDIS_MIN_REPLICAS", min_replicas.to_string())
+                .env_remove("CRONQ_CONFIG")
+                .args(["pause", "nightly", "--config"])
+                .arg(&config)
+                .output()
+                .unwrap()
+        };
+        let out = cronq(replicas + 1);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(&format!(
+                "control store pause not confirmed: Redis write reached {replicas} of the {} replicas CRONQ_REDIS_MIN_REPLICAS requires",
+                replicas + 1
+            )),
+            "{err}"
+        );
+        let out = cronq(replicas);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut master = env.topology.node(env.topology.master()).await;
+        let paused: bool = redis::cmd("HEXISTS")
+            .arg(env.key(&["paused"]))
+            .arg("nightly")
+            .query_async(&mut master)
+            .await
+            .unwrap();
+        assert!(paused);
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await;
+}
