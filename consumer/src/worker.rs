@@ -129,7 +129,8 @@ impl Worker {
         Ok(Admitted { occ, job, runner })
     }
 
-    /// The claim of one attempt of `occ`, carrying the delivery's body for the reaper.
+    /// The claim of one attempt of `occ`, carrying the delivery's body for the reaper, under a
+    /// token of its own that every try of this claim reuses.
     fn claim_of(&self, occ: &Occurrence, job: &Job, d: &Delivery) -> Claim {
         Claim {
             key: occ.key.clone(),
@@ -143,6 +144,7 @@ impl Worker {
             scheduled_at: occ.scheduled_at,
             recheck: self.recheck(occ, job),
             consumer: self.consumer_id.clone(),
+            token: cronq_shared::ledger::claim_token(),
         }
     }
 

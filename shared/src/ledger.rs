@@ -35,6 +35,13 @@
 //!   claim (its lease lapsed and the key was reaped) gets [`Heartbeat::Lost`] and its
 //!   [`Ledger::complete`] is not recorded ([`Ended::recorded`] `false`) and changes no
 //!   record (it only appends the attempt as lost, above).
+//! - A claim or an end may be run again by its caller after it was recorded without the
+//!   caller learning so (its answer lost with the connection, or the write short of the
+//!   replicas `CRONQ_REDIS_MIN_REPLICAS` requires): the token is chosen by the caller, once
+//!   per delivery ([`Claim::token`]), so a claim tried again with it is granted again (not
+//!   taken for a duplicate that nobody runs until its lease lapses), and an ended record
+//!   keeps the token that ended it, so the same end tried again is reported recorded,
+//!   changing and appending nothing more.
 //! - At most one occurrence of an exclusive job holds the job lock at a time, fleet-wide.
 //! - An occurrence held back by overlap `queue` or `replace` is [`State::Waiting`]: its
 //!   message is stored and due for the reaper like a claim's, so it never depends on a
@@ -153,6 +160,16 @@ pub struct Claim {
     pub recheck: Duration,
     /// The claiming consumer, named in the history entries of waiters it supersedes.
     pub consumer: String,
+    /// The claim's token ([`claim_token`]): chosen once per delivery and kept across the
+    /// tries of its claim, so that a try after one that was recorded unbeknown to the
+    /// caller is granted again; never shared by two deliveries.
+    pub token: String,
+}
+
+/// A fresh claim token: 64 random bits as 16 hex digits. Unique enough among the claims of
+/// one key (the only ones it is compared with), and short, since an ended record keeps it.
+pub fn claim_token() -> String {
+    format!("{:016x}", rand::random::<u64>())
 }
 
 /// A held claim: what fences every later change.
@@ -162,7 +179,7 @@ pub struct Lease {
     pub key: OccurrenceKey,
     /// Its job.
     pub job: JobName,
-    /// Random, unique per claim.
+    /// Random, unique per claim ([`Claim::token`]).
     pub token: String,
 }
 
@@ -351,7 +368,8 @@ pub struct Record {
 #[async_trait]
 pub trait Ledger: Send + Sync + 'static {
     /// Claims `claim.key` for `claim.attempt`, atomically with the job lock of an exclusive
-    /// job.
+    /// job. A key running under `claim.token` is this claim, recorded by an earlier try:
+    /// it is granted again, with a fresh lease.
     ///
     /// # Errors
     /// [`StoreError`] when the store cannot be reached; nothing was claimed.
@@ -366,7 +384,9 @@ pub trait Ledger: Send + Sync + 'static {
     /// Ends the claim: records `end` (and appends `end.run` to the history), releases the
     /// job lock and gives the earliest waiter its turn. Not recorded when the claim was
     /// lost (fenced) or `end.state` is `None`: then no record changes, and `end.run` is
-    /// appended as [`Run::lost`].
+    /// appended as [`Run::lost`]. The same end tried again by the claim that recorded it is
+    /// reported recorded and changes and appends nothing (no waiter is woken: the reaper
+    /// gives the one the first try woke its turn).
     ///
     /// # Errors
     /// [`StoreError`] when the store cannot be reached; the claim is unchanged.

@@ -195,8 +195,7 @@ impl MemoryLedger {
 #[async_trait]
 impl Ledger for MemoryLedger {
     async fn claim(&self, claim: &Claim) -> Result<ClaimOutcome, StoreError> {
-        let token = uuid::Uuid::new_v4().simple().to_string();
-        self.step(|s| rules::claim(s, claim, token))
+        self.step(|s| rules::claim(s, claim))
     }
 
     async fn heartbeat(&self, lease: &Lease, duration: Duration) -> Result<Heartbeat, StoreError> {

@@ -181,10 +181,6 @@ fn history_args(invocation: &mut redis::ScriptInvocation<'_>, history: &RedisRun
     }
 }
 
-fn new_token() -> String {
-    uuid::Uuid::new_v4().simple().to_string()
-}
-
 fn overlap_arg(overlap: cronq_shared::config::Overlap) -> &'static str {
     use cronq_shared::config::Overlap;
     match overlap {
@@ -206,7 +202,7 @@ fn unexpected(what: &str) -> StoreError {
 impl Ledger for RedisLedger {
     async fn claim(&self, claim: &Claim) -> Result<ClaimOutcome, StoreError> {
         let key = claim.key.to_string();
-        let token = new_token();
+        let token = &claim.token;
         // Only a `replace` claim can supersede waiters and append their history entries:
         // no clock read or formatting on the hot path of the other policies.
         let (now, (max_runs, min_id)) = if claim.overlap == cronq_shared::config::Overlap::Replace {
@@ -226,7 +222,7 @@ impl Ledger for RedisLedger {
             .arg(claim.job.as_str())
             .arg(claim.queue.as_str())
             .arg(claim.attempt)
-            .arg(&token)
+            .arg(token)
             .arg(millis(claim.lease))
             .arg(millis(claim.retention))
             .arg(overlap_arg(claim.overlap))
@@ -253,7 +249,7 @@ impl Ledger for RedisLedger {
                 lease: Lease {
                     key: claim.key.clone(),
                     job: claim.job.clone(),
-                    token,
+                    token: token.clone(),
                 },
                 takeover: takeover.as_slice() == b"1",
             }),

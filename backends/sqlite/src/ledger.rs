@@ -66,8 +66,7 @@ impl SqliteLedger {
 impl Ledger for SqliteLedger {
     async fn claim(&self, claim: &Claim) -> Result<ClaimOutcome, StoreError> {
         let claim = claim.clone();
-        let token = uuid::Uuid::new_v4().simple().to_string();
-        self.with(move |s| rules::claim(s, &claim, token)).await
+        self.with(move |s| rules::claim(s, &claim)).await
     }
 
     async fn heartbeat(&self, lease: &Lease, duration: Duration) -> Result<Heartbeat, StoreError> {

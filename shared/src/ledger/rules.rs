@@ -31,7 +31,8 @@ pub struct Rec {
     pub attempt: u32,
     /// The lowest attempt that may claim it.
     pub next: u32,
-    /// The live claim's token, or empty.
+    /// The token of the claim that runs it, or that ended it; empty when released, reaped,
+    /// waiting or settled.
     pub token: String,
     /// The logical queue a republished copy goes to.
     pub queue: String,
@@ -122,10 +123,15 @@ fn live_lock<S: Records>(s: &mut S, job: &str) -> Result<Option<(String, String)
 }
 
 /// `None` when a message of `attempt` may act on `rec` at `now`; else the duplicate reply.
-fn blocked(rec: Option<&Rec>, attempt: u32, now: i64) -> Option<(State, u32)> {
+fn blocked(rec: Option<&Rec>, attempt: u32, token: &str, now: i64) -> Option<(State, u32)> {
     let rec = rec?;
-    let live_run = rec.state == State::Running && rec.lease_until > now;
+    let live_run = rec.state == State::Running && rec.lease_until > now && !is_mine(rec, token);
     (rec.state.is_terminal() || live_run || attempt < rec.next).then_some((rec.state, rec.attempt))
+}
+
+/// `rec` runs under the claim of `token`: an earlier try of this very claim was recorded.
+fn is_mine(rec: &Rec, token: &str) -> bool {
+    rec.state == State::Running && !token.is_empty() && rec.token == token
 }
 
 /// Gives the earliest waiter of `job` its turn (see `wait.lua`).
@@ -274,21 +280,20 @@ fn supersede<S: Records>(s: &mut S, claim: &Claim, other: &str, key: &str) -> Re
     Ok(())
 }
 
-/// [`super::Ledger::claim`]; `token` is the new claim's (random, unique).
+/// [`super::Ledger::claim`], under `claim.token`.
 ///
 /// # Errors
 /// The storage's.
-pub fn claim<S: Records>(
-    s: &mut S,
-    claim: &Claim,
-    token: String,
-) -> Result<ClaimOutcome, S::Error> {
+pub fn claim<S: Records>(s: &mut S, claim: &Claim) -> Result<ClaimOutcome, S::Error> {
     let key = claim.key.to_string();
+    let token = claim.token.clone();
     let current = live(s, &key)?;
-    if let Some((state, attempt)) = blocked(current.as_ref(), claim.attempt, s.now()) {
+    if let Some((state, attempt)) = blocked(current.as_ref(), claim.attempt, &token, s.now()) {
         return Ok(ClaimOutcome::Duplicate { state, attempt });
     }
-    let takeover = current.is_some_and(|r| matches!(r.state, State::Running | State::Pending));
+    let takeover = current.is_some_and(|r| {
+        matches!(r.state, State::Running | State::Pending) && !is_mine(&r, &token)
+    });
     if let Some(outcome) = overlap(s, claim, &key)? {
         return Ok(outcome);
     }
@@ -367,7 +372,18 @@ pub fn heartbeat<S: Records>(
 /// The storage's.
 pub fn complete<S: Records>(s: &mut S, lease: &Lease, end: &End) -> Result<Ended, S::Error> {
     let key = lease.key.to_string();
-    let held = live(s, &key)?.filter(|rec| rec.state == State::Running && rec.token == lease.token);
+    let current = live(s, &key)?;
+    if current
+        .as_ref()
+        .is_some_and(|rec| Some(rec.state) == end.state && rec.token == lease.token)
+    {
+        // This very end, recorded by an earlier try (a running record is not an end).
+        return Ok(Ended {
+            recorded: true,
+            woken: None,
+        });
+    }
+    let held = current.filter(|rec| rec.state == State::Running && rec.token == lease.token);
     let (Some(state), Some(mut rec)) = (end.state, held) else {
         // Fenced or given up: no record changes; the attempt shows as lost.
         if let Some(run) = &end.run {
@@ -391,7 +407,7 @@ pub fn complete<S: Records>(s: &mut S, lease: &Lease, end: &End) -> Result<Ended
     };
     let now = s.now();
     rec.state = state;
-    rec.token.clear();
+    // The token stays: it tells an end tried again by this claim from a fenced one.
     rec.error.clone_from(&end.error);
     rec.expires = now + ms(end.retention);
     match &end.next {
@@ -422,7 +438,7 @@ pub fn complete<S: Records>(s: &mut S, lease: &Lease, end: &End) -> Result<Ended
 pub fn settle<S: Records>(s: &mut S, settle: &Settle) -> Result<Ended, S::Error> {
     let key = settle.key.to_string();
     let current = live(s, &key)?;
-    if blocked(current.as_ref(), settle.attempt, s.now()).is_some() {
+    if blocked(current.as_ref(), settle.attempt, "", s.now()).is_some() {
         return Ok(NOT_RECORDED);
     }
     let queue = current.map(|r| r.queue).unwrap_or_default();

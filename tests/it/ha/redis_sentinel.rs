@@ -1,7 +1,8 @@
 //! cronq's stores on Redis Sentinel (`redis+sentinel://`): they work through the Sentinel
 //! URL, the connection follows the master across a planned switch (the watch) and a
 //! demoted master (`READONLY`), and `CRONQ_REDIS_MIN_REPLICAS` makes every write the
-//! guarantees rest on wait for that many replicas, or fail saying so.
+//! guarantees rest on wait for that many replicas, or fail saying so, and a write that
+//! failed so is safe to try again.
 
 use std::time::{Duration, Instant};
 
@@ -400,6 +401,95 @@ async fn ha_more_replicas_required_than_exist_fails_every_guarded_write() {
         assert!(control.cursors().await.unwrap().contains_key(&job));
         assert_eq!(control.pending().await.unwrap().len(), 1);
         history.list(None, 10).await.unwrap();
+    })
+    .await;
+}
+
+/// A write short of replicas ran on the master all the same, and its caller tries it again
+/// (the consumer its claim and its end, the leader its renewal and its commit): each is
+/// safe to run twice. Here the tries that fail ask for one replica more than there are,
+/// and the tries again, as many as there are.
+#[tokio::test]
+async fn ha_a_write_short_of_replicas_is_safe_to_try_again() {
+    scoped("ha_try_again", |env| async move {
+        env.heal().await;
+        let replicas = u32::try_from(env.topology.redis_ports.len() - 1).unwrap();
+        let conn = cronq_redis::connect(&env.topology.sentinel_url)
+            .await
+            .unwrap();
+        let short = conn.clone().with_min_replicas(replicas + 1);
+        let enough = conn.clone().with_min_replicas(replicas);
+        let (failing, _) = ports(&short, &env);
+        let (ledger, history) = ports(&enough, &env);
+
+        // The same claim (one delivery, one token) is granted to its second try, not taken
+        // for a duplicate that nobody would run until its lease lapsed.
+        let c = claim("again", 1, 1, Overlap::Skip, LONG);
+        assert_store_unreplicated(failing.claim(&c).await, replicas, replicas + 1);
+        let lease = match ledger.claim(&c).await.unwrap() {
+            ClaimOutcome::Claimed { lease, takeover } => {
+                assert!(!takeover);
+                lease
+            }
+            other => panic!("the claim tried again: {other:?}"),
+        };
+        assert_store_unreplicated(failing.heartbeat(&lease, LONG).await, replicas, replicas + 1);
+        assert_eq!(ledger.heartbeat(&lease, LONG).await.unwrap(), Heartbeat::Held);
+        // The same end: recorded once, one run in the history, not a second one as lost.
+        let done = cronq_shared::ledger::End {
+            run: Some(run_of(&c)),
+            ..end(State::Succeeded)
+        };
+        assert_store_unreplicated(failing.complete(&lease, &done).await, replicas, replicas + 1);
+        assert!(ledger.complete(&lease, &done).await.unwrap().recorded);
+        let runs = history.list(None, 10).await.unwrap();
+        assert_eq!(
+            runs.iter().map(|r| r.outcome).collect::<Vec<_>>(),
+            [Outcome::Succeeded]
+        );
+        // A settle tried again finds its own record: not recorded twice (the consumer acks).
+        let missed = claim("again", 2, 1, Overlap::Allow, LONG);
+        let settle = Settle {
+            key: missed.key.clone(),
+            job: missed.job.clone(),
+            attempt: 1,
+            state: State::Missed,
+            error: None,
+            retention: LONG,
+            run: Some(Run {
+                outcome: Outcome::Missed,
+                ..run_of(&missed)
+            }),
+        };
+        assert_store_unreplicated(failing.settle(&settle).await, replicas, replicas + 1);
+        assert!(!ledger.settle(&settle).await.unwrap().recorded);
+        assert_eq!(history.list(None, 10).await.unwrap().len(), 2);
+
+        // The leader: a renewal and a fenced commit tried again.
+        let leader = RedisLease::new(enough.clone(), &env.names);
+        let term = leader.acquire("a", LONG).await.unwrap().expect("a free lease");
+        let unconfirmed = RedisLease::new(short.clone(), &env.names);
+        assert_lease_unreplicated(unconfirmed.renew(&term, LONG).await, "renew", replicas, replicas + 1);
+        assert!(leader.renew(&term, LONG).await.unwrap());
+        let job = JobName::new("again").unwrap();
+        let at = Utc::now();
+        let commit = Commit {
+            cursors: vec![(job.clone(), at)],
+            settle: vec![],
+        };
+        let control = Control::new(RedisControl::new(enough.clone(), &env.names));
+        let failing_control = Control::new(RedisControl::new(short.clone(), &env.names));
+        assert_control_unreplicated(
+            failing_control.commit(&term, &commit).await,
+            "commit",
+            replicas,
+            replicas + 1,
+        );
+        control.commit(&term, &commit).await.unwrap();
+        assert_eq!(
+            control.cursors().await.unwrap().get(&job).map(chrono::DateTime::timestamp_millis),
+            Some(at.timestamp_millis())
+        );
     })
     .await;
 }

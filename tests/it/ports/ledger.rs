@@ -5,7 +5,10 @@
 use std::time::Duration;
 
 use cronq_shared::config::Overlap;
-use cronq_shared::ledger::{ClaimOutcome, End, FollowUp, Heartbeat, Lease, Ledger, Settle, State};
+use cronq_shared::ledger::{
+    Claim, ClaimOutcome, End, FollowUp, Heartbeat, Lease, Ledger, Settle, State, claim_token,
+};
+use cronq_shared::runlog::{Outcome, Run, RunLog};
 
 use crate::support::backends::{Backend, on_every_backend};
 use crate::support::inspect::Inspect;
@@ -19,8 +22,13 @@ const WAIT: Duration = Duration::from_secs(10);
 async fn idempotency_suite(ledger: impl Ledger + Inspect) {
     let c = claim("idem", 1, 1, Overlap::Allow, LONG);
     let lease = claimed(&ledger, &c).await;
+    // Another delivery of the same message: a claim of its own.
+    let again = Claim {
+        token: claim_token(),
+        ..c.clone()
+    };
     assert_eq!(
-        ledger.claim(&c).await.unwrap(),
+        ledger.claim(&again).await.unwrap(),
         ClaimOutcome::Duplicate {
             state: State::Running,
             attempt: 1
@@ -75,6 +83,84 @@ on_every_backend!(idempotency, "ledger_idempotency");
 
 async fn idempotency(backend: Backend, env: TestEnv) {
     idempotency_suite(ports::ledger(backend, &env).await).await;
+}
+
+/// A claim or an end tried again after it was recorded, unbeknown to its caller (the
+/// answer lost, or the write short of replicas): the claim is granted again to its own
+/// token (another delivery's is a duplicate), and the same end is reported recorded once
+/// more, appending no second run; another end by that claim is not recorded.
+async fn retried_suite(ledger: impl Ledger + Inspect, history: &dyn RunLog) {
+    let c = claim("retried", 1, 1, Overlap::Skip, LONG);
+    let lease = claimed(&ledger, &c).await;
+    match ledger.claim(&c).await.unwrap() {
+        ClaimOutcome::Claimed {
+            lease: again,
+            takeover,
+        } => {
+            assert_eq!(again, lease);
+            assert!(!takeover, "its own claim is no takeover");
+        }
+        other => panic!("a claim tried again is granted again, got {other:?}"),
+    }
+    let other = Claim {
+        token: claim_token(),
+        ..c.clone()
+    };
+    assert!(matches!(
+        ledger.claim(&other).await.unwrap(),
+        ClaimOutcome::Duplicate {
+            state: State::Running,
+            ..
+        }
+    ));
+    let run = Run {
+        key: c.key.clone(),
+        job: c.job.clone(),
+        attempt: 1,
+        consumer: "test".into(),
+        started_at: chrono::Utc::now(),
+        duration: Duration::from_millis(3),
+        outcome: Outcome::Succeeded,
+        error: None,
+    };
+    let done = End {
+        run: Some(run),
+        ..end(State::Succeeded)
+    };
+    assert!(ledger.complete(&lease, &done).await.unwrap().recorded);
+    assert!(
+        ledger.complete(&lease, &done).await.unwrap().recorded,
+        "the same end, tried again"
+    );
+    let runs = history.list(Some(&c.job), 10).await.unwrap();
+    assert_eq!(
+        runs.iter().map(|r| r.outcome).collect::<Vec<_>>(),
+        [Outcome::Succeeded],
+        "one run for the end recorded once"
+    );
+    assert!(
+        !ledger
+            .complete(&lease, &end(State::Failed))
+            .await
+            .unwrap()
+            .recorded,
+        "another end of an ended claim"
+    );
+    assert_eq!(ledger.inspect(&c.key).await.unwrap().state, State::Succeeded);
+    assert!(matches!(
+        ledger.claim(&c).await.unwrap(),
+        ClaimOutcome::Duplicate {
+            state: State::Succeeded,
+            ..
+        }
+    ));
+}
+
+on_every_backend!(retried, "ledger_retried");
+
+async fn retried(backend: Backend, env: TestEnv) {
+    let (ledger, history) = ports::ledger_with_log(backend, &env).await;
+    retried_suite(ledger, &*history).await;
 }
 
 /// Retry attempts: only a higher attempt may claim a retrying key; stale ones are dups.
@@ -197,7 +283,12 @@ async fn lease_suite(ledger: impl Ledger + Inspect) {
         ledger.heartbeat(&old, short).await.unwrap(),
         Heartbeat::Lost
     );
-    let new = match ledger.claim(&c).await.unwrap() {
+    // The republished message: another delivery, a claim of its own.
+    let redelivered = Claim {
+        token: claim_token(),
+        ..c.clone()
+    };
+    let new = match ledger.claim(&redelivered).await.unwrap() {
         ClaimOutcome::Claimed { lease, takeover } => {
             assert!(takeover);
             lease

@@ -104,8 +104,17 @@ async fn history_suite(ledger: impl Ledger + Inspect, log: &dyn RunLog) {
     assert_eq!(runs[0].duration, Duration::from_millis(1500));
     assert_eq!(runs[0].error, None);
     assert!(
-        !ledger.complete(&lease, &done).await.unwrap().recorded,
-        "already ended"
+        ledger.complete(&lease, &done).await.unwrap().recorded,
+        "the same end tried again (its answer was lost): recorded already"
+    );
+    assert_eq!(
+        log.list(None, 10).await.unwrap().len(),
+        2,
+        "and not appended twice"
+    );
+    assert!(
+        !ledger.complete(&lease, &fenced).await.unwrap().recorded,
+        "another end of an ended claim"
     );
     let record = ledger.inspect(&c.key).await.unwrap();
     assert_eq!(
@@ -118,7 +127,7 @@ async fn history_suite(ledger: impl Ledger + Inspect, log: &dyn RunLog) {
     assert_eq!(runs[0].outcome, Outcome::Lost);
     assert_eq!(
         runs[0].error.as_deref(),
-        Some("lost the claim: the lease lapsed and another consumer took over")
+        Some("lost the claim after: boom")
     );
 
     // Given up by its owner (no state): the record stays running, its lease lapses.

@@ -64,6 +64,7 @@ pub fn claim(job: &str, i: u32, attempt: u32, overlap: Overlap, lease: Duration)
         scheduled_at: occ.scheduled_at,
         recheck: LONG,
         consumer: "test".to_owned(),
+        token: cronq_shared::ledger::claim_token(),
     }
 }
 

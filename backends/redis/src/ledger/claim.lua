@@ -9,7 +9,10 @@
 --                        the rest of its retention, 3x the memory)
 -- KEYS[5] wait list      (ns:jobwait:JOB) see wait.lua
 -- KEYS[6] run history stream, for the waiters this occurrence supersedes (replace)
--- ARGV[1] key   ARGV[2] job   ARGV[3] queue   ARGV[4] attempt   ARGV[5] token
+-- ARGV[1] key   ARGV[2] job   ARGV[3] queue   ARGV[4] attempt
+-- ARGV[5] token, the caller's for every try of this claim: a record running under it was
+--         claimed by an earlier try (its answer lost, or short of replicas) and is granted
+--         again
 -- ARGV[6] lease ms   ARGV[7] retention ms   ARGV[8] overlap (allow|skip|queue|replace)
 -- ARGV[9] message body   ARGV[10] record key prefix (ns:occ:)
 -- ARGV[11] scheduled time ms   ARGV[12] ms until the reaper re-checks a waiting occurrence
@@ -25,24 +28,25 @@ local attempt = tonumber(ARGV[4])
 local lease = tonumber(ARGV[6])
 local sched = tonumber(ARGV[11])
 local prefix = ARGV[10]
--- One read of everything the checks need (a new key reads four nils).
-local rec = redis.call('HMGET', KEYS[1], 'state', 'attempt', 'lease_until', 'next')
+-- One read of everything the checks need (a new key reads five nils).
+local rec = redis.call('HMGET', KEYS[1], 'state', 'attempt', 'lease_until', 'next', 'token')
 local st = rec[1]
 local takeover = 0
 if st then
   local rec_attempt = tonumber(rec[2] or '0')
+  local mine = st == 'running' and rec[5] == ARGV[5]
   -- A terminal state is final (a dead-letter replay first makes a failed record
   -- `retrying` again: admit_replay.lua).
   if st ~= 'running' and st ~= 'retrying' and st ~= 'pending' and st ~= 'waiting' then
     return {'duplicate', st, tostring(rec_attempt)}
   end
-  if st == 'running' and tonumber(rec[3] or '0') > now then
+  if st == 'running' and not mine and tonumber(rec[3] or '0') > now then
     return {'duplicate', st, tostring(rec_attempt)}
   end
   if attempt < tonumber(rec[4] or '0') then
     return {'duplicate', st, tostring(rec_attempt)}
   end
-  if st == 'running' or st == 'pending' then takeover = 1 end
+  if (st == 'running' and not mine) or st == 'pending' then takeover = 1 end
 end
 
 -- Records this occurrence as waiting for its turn.

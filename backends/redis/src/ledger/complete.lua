@@ -1,6 +1,8 @@
 -- Ends a claimed attempt, fenced by its token: a consumer that lost its claim (its lease
 -- expired and the reaper took the key over), or that gives it up (no state), changes no
--- record. With run fields, the attempt's run is appended to the history in the same step:
+-- record. The ended record keeps the token, so the same end tried again by the same claim
+-- (its answer lost, or short of replicas) is answered recorded, changing and appending
+-- nothing. With run fields, the attempt's run is appended to the history in the same step:
 -- as given when the end is recorded, as lost (the second half of the run fields) when it
 -- is not. An exclusive job's lock is released and the earliest waiting occurrence, if any,
 -- is given its turn. Prepended: history.lua, wait.lua.
@@ -20,6 +22,11 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local half = (#ARGV - 13) / 2
 local rec = redis.call('HMGET', KEYS[1], 'state', 'token', 'exclusive')
+if rec[1] == ARGV[3] and rec[2] == ARGV[2] then
+  -- This very end, recorded by an earlier try of this claim (no end is 'running', and a
+  -- give-up, '', is never a record's state).
+  return {'1'}
+end
 if ARGV[3] == '' or rec[1] ~= 'running' or rec[2] ~= ARGV[2] then
   if half > 0 then
     append_run(KEYS[4], ARGV[12], ARGV[13], 14 + half)
@@ -37,9 +44,9 @@ if rec[3] == '1' then
 end
 -- The claim removed any earlier error, so a running record has none to delete.
 if ARGV[4] ~= '' then
-  redis.call('HSET', KEYS[1], 'state', ARGV[3], 'token', '', 'updated', now, 'error', ARGV[4])
+  redis.call('HSET', KEYS[1], 'state', ARGV[3], 'updated', now, 'error', ARGV[4])
 else
-  redis.call('HSET', KEYS[1], 'state', ARGV[3], 'token', '', 'updated', now)
+  redis.call('HSET', KEYS[1], 'state', ARGV[3], 'updated', now)
 end
 if ARGV[6] ~= '' then
   redis.call('HSET', KEYS[1], 'next', ARGV[6])
