@@ -23,15 +23,21 @@ pub struct Cli {
     #[arg(long, global = true, env = "CRONQ_AMQP_URL", default_value = cronq_shared::endpoints::DEFAULT_AMQP_URL, hide_env_values = true, hide_default_value = true)]
     pub amqp_url: String,
 
-    /// Redis URL: redis:// or rediss:// for one server, or
-    /// redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB] (rediss+sentinel://
-    /// for TLS) for the master that Redis Sentinel names.
+    /// Redis URL: redis:// or rediss:// for one server, or for the master Redis Sentinel
+    /// names redis+sentinel://HOST:PORT,HOST:PORT/MASTER (USER:PASSWORD@ before the hosts and
+    /// /DB after the master are optional; rediss+sentinel:// for TLS).
     #[arg(long, global = true, env = "CRONQ_REDIS_URL", default_value = cronq_shared::endpoints::DEFAULT_REDIS_URL, hide_env_values = true, hide_default_value = true)]
     pub redis_url: String,
 
     /// How many Redis replicas must acknowledge each write the guarantees rest on before it
     /// counts (0: none; see docs/operations.md).
-    #[arg(long, global = true, env = "CRONQ_REDIS_MIN_REPLICAS", default_value_t = 0, value_name = "N")]
+    #[arg(
+        long,
+        global = true,
+        env = "CRONQ_REDIS_MIN_REPLICAS",
+        default_value_t = 0,
+        value_name = "N"
+    )]
     pub redis_min_replicas: u32,
 
     /// Prefix of every exchange, queue and Redis key: [a-z0-9_.-]{1,64}.

@@ -240,9 +240,7 @@ impl ConnectionLike for RedisConn {
             Route::Sentinel(follower) => Box::pin(async move {
                 // One manager for the whole pipeline: a write and its WAIT share a connection.
                 let mut manager = follower.manager();
-                let replies = manager
-                    .send_packed_commands(pipeline, offset, count)
-                    .await;
+                let replies = manager.send_packed_commands(pipeline, offset, count).await;
                 if is_failover_sign(replies.as_ref()) {
                     follower.nudge();
                 }

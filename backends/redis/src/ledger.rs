@@ -236,11 +236,7 @@ impl Ledger for RedisLedger {
             .arg(now)
             .arg(max_runs)
             .arg(min_id);
-        let reply: Vec<Vec<u8>> = self
-            .conn
-            .write_script(&invocation)
-            .await
-            .map_err(written)?;
+        let reply: Vec<Vec<u8>> = self.conn.write_script(&invocation).await.map_err(written)?;
         let Some((tag, rest)) = reply.split_first() else {
             return Err(unexpected("an empty reply"));
         };
@@ -284,11 +280,7 @@ impl Ledger for RedisLedger {
             .arg(millis(duration));
         // Guarded: a renewal a failover could lose would let the lease lapse early on the
         // new master, and the reaper hand the occurrence out while it still runs.
-        let reply: Vec<String> = self
-            .conn
-            .write_script(&invocation)
-            .await
-            .map_err(written)?;
+        let reply: Vec<String> = self.conn.write_script(&invocation).await.map_err(written)?;
         match reply.as_slice() {
             [tag] if tag == "held" => Ok(Heartbeat::Held),
             [tag, by] if tag == "cancel" => Ok(Heartbeat::CancelRequested { by: by.clone() }),
@@ -362,11 +354,7 @@ impl Ledger for RedisLedger {
             .arg(&self.body_prefix)
             .arg(millis(WAKE_RECHECK));
         history_args(&mut invocation, &self.history, settle.run.as_slice());
-        let reply: Vec<Vec<u8>> = self
-            .conn
-            .write_script(&invocation)
-            .await
-            .map_err(written)?;
+        let reply: Vec<Vec<u8>> = self.conn.write_script(&invocation).await.map_err(written)?;
         ended(&reply)
     }
 
@@ -409,11 +397,7 @@ impl Ledger for RedisLedger {
             .arg(&key);
         // Guarded: were the reset lost, the replayed message would meet the `failed` record
         // and be acked as a duplicate without running.
-        let before: String = self
-            .conn
-            .write_script(&invocation)
-            .await
-            .map_err(written)?;
+        let before: String = self.conn.write_script(&invocation).await.map_err(written)?;
         if before.is_empty() {
             return Ok(None);
         }

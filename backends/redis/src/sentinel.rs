@@ -1,11 +1,11 @@
 //! Following a Redis master through Sentinel: a `ConnectionManager` reconnects only to the
-//! address it was built with, so a [`Follower`] holds the manager of the current master and
+//! address it was built with, so a `Follower` holds the manager of the current master and
 //! swaps in a manager to the new one when the sentinels name another.
 //!
 //! Owns: finding the master (redis-rs's `SentinelClient`, which asks the sentinels in the
 //! order given and checks with `ROLE` that the node it names is a master), and one watch
 //! task per connection that looks again when a command saw a sign of failover (a
-//! connection error, a timeout, `READONLY` or `MASTERDOWN`: [`is_failover_sign`]) and,
+//! connection error, a timeout, `READONLY` or `MASTERDOWN`: `is_failover_sign`) and,
 //! every [`WATCH_EVERY`], asks a sentinel whether the master moved. The periodic look is
 //! what catches a planned switch (`SENTINEL FAILOVER`): the old master keeps accepting
 //! writes, without an error, until Sentinel demotes it about 10 s later, and those writes
@@ -99,7 +99,7 @@ impl Follower {
         let master = sentinels.async_get_client().await?;
         let addr = master.get_connection_info().addr().to_string();
         let manager = ConnectionManager::new_with_config(master, config.clone()).await?;
-        tracing::info!(url = %redacted, master = %addr, "found the Redis master through the sentinels");
+        tracing::debug!(url = %redacted, master = %addr, "found the Redis master through the sentinels");
         let shared = Arc::new(Shared {
             url: redacted,
             db: url.db,
@@ -114,6 +114,7 @@ impl Follower {
             config,
             every: watch_every,
             poll: None,
+            failing: false,
         };
         Ok(Self {
             shared,
@@ -189,9 +190,8 @@ fn client(url: &SentinelUrl) -> RedisResult<SentinelClient> {
 pub(crate) fn is_failover_sign<'a>(
     outcome: Result<impl IntoIterator<Item = &'a Value>, &RedisError>,
 ) -> bool {
-    let replica = |v: &Value| {
-        matches!(v, Value::ServerError(e) if e.kind().is_some_and(is_replica_answer))
-    };
+    let replica =
+        |v: &Value| matches!(v, Value::ServerError(e) if e.kind().is_some_and(is_replica_answer));
     match outcome {
         Err(err) => {
             err.is_io_error() || matches!(err.kind(), ErrorKind::Server(k) if is_replica_answer(k))
@@ -205,7 +205,10 @@ pub(crate) fn is_failover_sign<'a>(
 
 /// What only a replica answers to a write.
 fn is_replica_answer(kind: ServerErrorKind) -> bool {
-    matches!(kind, ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
+    matches!(
+        kind,
+        ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown
+    )
 }
 
 /// The task that looks for the master: on a nudge, and on each tick when a sentinel names
@@ -219,6 +222,9 @@ struct Watch {
     every: Option<Duration>,
     /// The watch's connection to a sentinel, made again after an error.
     poll: Option<MultiplexedConnection>,
+    /// The last look failed: the next failures of this outage are logged at debug only
+    /// (every failing command nudges, and its caller logs its own error).
+    failing: bool,
 }
 
 impl Watch {
@@ -293,22 +299,83 @@ impl Watch {
         })
         .await;
         let url = &self.shared.url;
-        match found {
+        let error = match found {
             Ok(Ok(Some(master))) => {
                 let to = master.addr.clone();
-                *self.shared.current.write().unwrap_or_else(PoisonError::into_inner) = master;
+                *self
+                    .shared
+                    .current
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner) = master;
                 self.shared.changes.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(url = %url, from = %current, to = %to, "the Redis master changed: following it");
+                None
             }
             Ok(Ok(None)) => {
                 tracing::debug!(url = %url, master = %current, "the Redis master is where it was");
+                None
             }
-            Ok(Err(err)) => {
-                tracing::warn!(url = %url, master = %current, error = %err, "cannot find the Redis master through the sentinels, trying again");
+            Ok(Err(err)) => Some(err.to_string()),
+            Err(_) => Some(format!("no answer within {} ms", LOOK_TIMEOUT.as_millis())),
+        };
+        let failed = error.is_some();
+        match error {
+            Some(error) if !self.failing => {
+                tracing::warn!(url = %url, master = %current, error = %error, "cannot find the Redis master through the sentinels, trying again");
             }
-            Err(_) => {
-                tracing::warn!(url = %url, master = %current, timeout_ms = LOOK_TIMEOUT.as_millis() as u64, "looking for the Redis master through the sentinels timed out, trying again");
+            Some(error) => {
+                tracing::debug!(url = %url, master = %current, error = %error, "still cannot find the Redis master through the sentinels");
             }
+            None => {}
         }
+        self.failing = failed;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(resp: &[u8]) -> Value {
+        redis::parse_redis_value(resp).expect("a valid RESP reply")
+    }
+
+    fn sign(values: &[Value]) -> bool {
+        is_failover_sign(Ok::<_, &RedisError>(values))
+    }
+
+    #[test]
+    fn a_replica_answer_is_a_sign() {
+        let readonly = reply(b"-READONLY You can't write against a read only replica.\r\n");
+        let masterdown = reply(b"-MASTERDOWN Link with MASTER is down\r\n");
+        assert!(sign(std::slice::from_ref(&readonly)));
+        assert!(sign(&[masterdown]));
+        // A pipeline: a write refused, then its WAIT; or inside an EXEC.
+        assert!(sign(&[readonly.clone(), Value::Int(0)]));
+        assert!(sign(&[Value::Array(vec![Value::Okay, readonly])]));
+    }
+
+    #[test]
+    fn connection_errors_and_timeouts_are_signs() {
+        for kind in [
+            std::io::ErrorKind::ConnectionReset,
+            std::io::ErrorKind::ConnectionRefused,
+            std::io::ErrorKind::TimedOut,
+            std::io::ErrorKind::BrokenPipe,
+        ] {
+            let err = RedisError::from(std::io::Error::from(kind));
+            assert!(is_failover_sign(Err::<&[Value], _>(&err)), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn other_answers_are_not() {
+        let noscript = reply(b"-NOSCRIPT No matching script.\r\n");
+        let wrongtype =
+            reply(b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n");
+        assert!(!sign(&[Value::Okay, Value::Int(1)]));
+        assert!(!sign(&[noscript, wrongtype]));
+        let parse = RedisError::from((ErrorKind::UnexpectedReturnType, "not a number"));
+        assert!(!is_failover_sign(Err::<&[Value], _>(&parse)));
     }
 }

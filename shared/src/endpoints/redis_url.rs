@@ -11,8 +11,7 @@ use std::fmt;
 pub const VARIABLE: &str = "CRONQ_REDIS_URL";
 
 /// The Sentinel form, as error messages show it.
-pub const SENTINEL_FORM: &str =
-    "redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB] (rediss+sentinel:// for TLS)";
+pub const SENTINEL_FORM: &str = "redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB] (rediss+sentinel:// for TLS)";
 
 /// The port of a sentinel whose address has none (Sentinel's own default).
 pub const DEFAULT_SENTINEL_PORT: u16 = 26379;
@@ -170,9 +169,7 @@ fn parse_sentinel(rest: &str, tls: bool) -> Result<SentinelUrl, UrlError> {
             .parse::<i64>()
             .ok()
             .filter(|db| *db >= 0)
-            .ok_or_else(|| {
-                UrlError::sentinel(format!("database {db:?} is not a number from 0"))
-            })?,
+            .ok_or_else(|| UrlError::sentinel(format!("database {db:?} is not a number from 0")))?,
     };
     if let Some(extra) = segments.find(|s| !s.is_empty()) {
         return Err(UrlError::sentinel(format!(
@@ -284,7 +281,9 @@ mod tests {
 
     #[test]
     fn sentinel_url_with_everything() {
-        let s = sentinel("rediss+sentinel://app:s3%40cret@h1:26391,10.0.0.2:26392,[::1]:26393/cronq-ha/3");
+        let s = sentinel(
+            "rediss+sentinel://app:s3%40cret@h1:26391,10.0.0.2:26392,[::1]:26393/cronq-ha/3",
+        );
         assert!(s.tls);
         assert_eq!(
             s.sentinels,
@@ -299,7 +298,10 @@ mod tests {
         assert_eq!(s.username.as_deref(), Some("app"));
         assert_eq!(s.password.as_deref(), Some("s3@cret"));
         let debug = format!("{s:?}");
-        assert!(!debug.contains("s3@cret") && !debug.contains("app"), "{debug}");
+        assert!(
+            !debug.contains("s3@cret") && !debug.contains("app"),
+            "{debug}"
+        );
     }
 
     #[test]

@@ -79,7 +79,11 @@ async fn ha_stores_work_through_a_sentinel_url() {
         assert_eq!(history.list(None, 10).await.unwrap().len(), 1);
 
         let leader = RedisLease::new(conn.clone(), &env.names);
-        let term = leader.acquire("a", LONG).await.unwrap().expect("a free lease");
+        let term = leader
+            .acquire("a", LONG)
+            .await
+            .unwrap()
+            .expect("a free lease");
         assert!(leader.renew(&term, LONG).await.unwrap());
         assert_eq!(
             leader.holder().await.unwrap().map(|h| h.epoch),
@@ -170,9 +174,11 @@ async fn ha_readonly_answer_moves_the_connection_to_the_new_master() {
         let old_port = env.topology.master();
         let old = addr(old_port);
         env.topology.failover().await;
-        let new = eventually(FOLLOW_WITHIN, "the sentinels to name a new master", || async {
-            env.topology.named_master().await.filter(|m| *m != old)
-        })
+        let new = eventually(
+            FOLLOW_WITHIN,
+            "the sentinels to name a new master",
+            || async { env.topology.named_master().await.filter(|m| *m != old) },
+        )
         .await;
 
         // Unwatched, the connection is still on the old master, which still takes writes.
@@ -196,9 +202,9 @@ async fn ha_readonly_answer_moves_the_connection_to_the_new_master() {
             .await
             .expect_err("a write to a demoted master fails");
         let kind = match &err {
-            StoreError::Command { source, .. } => {
-                source.downcast_ref::<redis::RedisError>().map(redis::RedisError::kind)
-            }
+            StoreError::Command { source, .. } => source
+                .downcast_ref::<redis::RedisError>()
+                .map(redis::RedisError::kind),
             _ => None,
         };
         assert_eq!(
@@ -284,8 +290,9 @@ fn assert_lease_unreplicated<T: std::fmt::Debug>(
             assert_eq!(*o, op);
             assert_unreplicated(barrier, acknowledged, required);
             assert!(
-                err.to_string()
-                    .starts_with(&format!("leader lease {op} not confirmed: Redis write reached")),
+                err.to_string().starts_with(&format!(
+                    "leader lease {op} not confirmed: Redis write reached"
+                )),
                 "{err}"
             );
         }
@@ -357,13 +364,22 @@ async fn ha_more_replicas_required_than_exist_fails_every_guarded_write() {
         // The leader lease: acquire, renew, release.
         let leader = RedisLease::new(strict.clone(), &env.names);
         let short = Duration::from_millis(500);
-        assert_lease_unreplicated(leader.acquire("a", short).await, "acquire", replicas, required);
+        assert_lease_unreplicated(
+            leader.acquire("a", short).await,
+            "acquire",
+            replicas,
+            required,
+        );
         // That acquisition is on the master all the same (a barrier undoes nothing): wait
         // for it to lapse, then take the lease without the barrier.
-        let term = eventually(Duration::from_secs(5), "the unconfirmed lease to lapse", || {
-            let setup = RedisLease::new(plain.clone(), &env.names);
-            async move { setup.acquire("b", LONG).await.unwrap() }
-        })
+        let term = eventually(
+            Duration::from_secs(5),
+            "the unconfirmed lease to lapse",
+            || {
+                let setup = RedisLease::new(plain.clone(), &env.names);
+                async move { setup.acquire("b", LONG).await.unwrap() }
+            },
+        )
         .await;
         assert_lease_unreplicated(leader.renew(&term, LONG).await, "renew", replicas, required);
 
@@ -374,7 +390,12 @@ async fn ha_more_replicas_required_than_exist_fails_every_guarded_write() {
             cursors: vec![(job.clone(), Utc::now())],
             settle: vec![],
         };
-        assert_control_unreplicated(control.commit(&term, &commit).await, "commit", replicas, required);
+        assert_control_unreplicated(
+            control.commit(&term, &commit).await,
+            "commit",
+            replicas,
+            required,
+        );
         assert_control_unreplicated(control.pause(&job, None).await, "pause", replicas, required);
         assert_control_unreplicated(control.resume(&job).await, "resume", replicas, required);
         assert_control_unreplicated(
@@ -433,14 +454,25 @@ async fn ha_a_write_short_of_replicas_is_safe_to_try_again() {
             }
             other => panic!("the claim tried again: {other:?}"),
         };
-        assert_store_unreplicated(failing.heartbeat(&lease, LONG).await, replicas, replicas + 1);
-        assert_eq!(ledger.heartbeat(&lease, LONG).await.unwrap(), Heartbeat::Held);
+        assert_store_unreplicated(
+            failing.heartbeat(&lease, LONG).await,
+            replicas,
+            replicas + 1,
+        );
+        assert_eq!(
+            ledger.heartbeat(&lease, LONG).await.unwrap(),
+            Heartbeat::Held
+        );
         // The same end: recorded once, one run in the history, not a second one as lost.
         let done = cronq_shared::ledger::End {
             run: Some(run_of(&c)),
             ..end(State::Succeeded)
         };
-        assert_store_unreplicated(failing.complete(&lease, &done).await, replicas, replicas + 1);
+        assert_store_unreplicated(
+            failing.complete(&lease, &done).await,
+            replicas,
+            replicas + 1,
+        );
         assert!(ledger.complete(&lease, &done).await.unwrap().recorded);
         let runs = history.list(None, 10).await.unwrap();
         assert_eq!(
@@ -467,9 +499,18 @@ async fn ha_a_write_short_of_replicas_is_safe_to_try_again() {
 
         // The leader: a renewal and a fenced commit tried again.
         let leader = RedisLease::new(enough.clone(), &env.names);
-        let term = leader.acquire("a", LONG).await.unwrap().expect("a free lease");
+        let term = leader
+            .acquire("a", LONG)
+            .await
+            .unwrap()
+            .expect("a free lease");
         let unconfirmed = RedisLease::new(short.clone(), &env.names);
-        assert_lease_unreplicated(unconfirmed.renew(&term, LONG).await, "renew", replicas, replicas + 1);
+        assert_lease_unreplicated(
+            unconfirmed.renew(&term, LONG).await,
+            "renew",
+            replicas,
+            replicas + 1,
+        );
         assert!(leader.renew(&term, LONG).await.unwrap());
         let job = JobName::new("again").unwrap();
         let at = Utc::now();
@@ -487,7 +528,12 @@ async fn ha_a_write_short_of_replicas_is_safe_to_try_again() {
         );
         control.commit(&term, &commit).await.unwrap();
         assert_eq!(
-            control.cursors().await.unwrap().get(&job).map(chrono::DateTime::timestamp_millis),
+            control
+                .cursors()
+                .await
+                .unwrap()
+                .get(&job)
+                .map(chrono::DateTime::timestamp_millis),
             Some(at.timestamp_millis())
         );
     })
@@ -514,7 +560,11 @@ async fn ha_each_write_is_on_a_replica_when_it_returns() {
             let lease = claimed(&ledger, &c).await;
             let key = env.key(&["occ", &c.key.to_string()]);
             let record = hgetall_on(&env.topology, alive, &key).await;
-            assert_eq!(record.get("state").map(String::as_str), Some("running"), "{i}");
+            assert_eq!(
+                record.get("state").map(String::as_str),
+                Some("running"),
+                "{i}"
+            );
             assert!(
                 ledger
                     .complete(&lease, &end(State::Succeeded))
@@ -523,10 +573,18 @@ async fn ha_each_write_is_on_a_replica_when_it_returns() {
                     .recorded
             );
             let record = hgetall_on(&env.topology, alive, &key).await;
-            assert_eq!(record.get("state").map(String::as_str), Some("succeeded"), "{i}");
+            assert_eq!(
+                record.get("state").map(String::as_str),
+                Some("succeeded"),
+                "{i}"
+            );
         }
         let leader = RedisLease::new(conn.clone(), &env.names);
-        let term = leader.acquire("a", LONG).await.unwrap().expect("a free lease");
+        let term = leader
+            .acquire("a", LONG)
+            .await
+            .unwrap()
+            .expect("a free lease");
         let mut node = env.topology.node(alive).await;
         let on_replica: Option<String> = redis::cmd("GET")
             .arg(env.key(&["leader"]))

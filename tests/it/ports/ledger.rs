@@ -146,7 +146,10 @@ async fn retried_suite(ledger: impl Ledger + Inspect, history: &dyn RunLog) {
             .recorded,
         "another end of an ended claim"
     );
-    assert_eq!(ledger.inspect(&c.key).await.unwrap().state, State::Succeeded);
+    assert_eq!(
+        ledger.inspect(&c.key).await.unwrap().state,
+        State::Succeeded
+    );
     assert!(matches!(
         ledger.claim(&c).await.unwrap(),
         ClaimOutcome::Duplicate {

@@ -125,10 +125,7 @@ async fn history_suite(ledger: impl Ledger + Inspect, log: &dyn RunLog) {
     let runs = log.list(None, 10).await.unwrap();
     assert_eq!(runs.len(), 3, "{runs:?}");
     assert_eq!(runs[0].outcome, Outcome::Lost);
-    assert_eq!(
-        runs[0].error.as_deref(),
-        Some("lost the claim after: boom")
-    );
+    assert_eq!(runs[0].error.as_deref(), Some("lost the claim after: boom"));
 
     // Given up by its owner (no state): the record stays running, its lease lapses.
     let kept = claim("hist", 3, 1, Overlap::Allow, LONG);

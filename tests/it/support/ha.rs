@@ -55,7 +55,11 @@ pub fn topology() -> Topology {
     let ports = |name: &str| -> Vec<u16> {
         var(name)
             .split(',')
-            .map(|p| p.trim().parse().unwrap_or_else(|_| panic!("{name}: bad port {p:?}")))
+            .map(|p| {
+                p.trim()
+                    .parse()
+                    .unwrap_or_else(|_| panic!("{name}: bad port {p:?}"))
+            })
             .collect()
     };
     let sentinel_url = var(SENTINEL_URL);
