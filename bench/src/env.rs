@@ -92,7 +92,38 @@ impl BenchEnv {
         }
     }
 
+    /// Deletes the namespace's Redis keys only (for a bench that declared nothing on the
+    /// broker); a failure is printed, as in [`BenchEnv::cleanup`].
+    pub async fn cleanup_redis(&self) {
+        if let Err(err) = self.cleanup_keys().await {
+            eprintln!(
+                "cronq-bench: clean-up of namespace {} incomplete: {err:#}",
+                self.namespace()
+            );
+        }
+    }
+
     async fn cleanup_inner(&self) -> anyhow::Result<()> {
+        self.cleanup_keys().await?;
+        let names = self.names();
+        let amqp = self.amqp().await?;
+        let ch = amqp.create_channel().await?;
+        let queues = self
+            .queues
+            .lock()
+            .expect("bench queue list lock is never poisoned")
+            .clone();
+        let raw = self
+            .raw_queues
+            .lock()
+            .expect("bench queue list lock is never poisoned")
+            .clone();
+        topology::delete_namespace(&ch, &names, &queues, raw).await;
+        let _ = amqp.close(200, "bench done".into()).await;
+        Ok(())
+    }
+
+    async fn cleanup_keys(&self) -> anyhow::Result<()> {
         let names = self.names();
         let mut conn = cronq_redis::connect(&self.endpoints.redis_url).await?;
         let pattern = names.redis_pattern();
@@ -119,20 +150,6 @@ impl BenchEnv {
             }
             cursor = next;
         }
-        let amqp = self.amqp().await?;
-        let ch = amqp.create_channel().await?;
-        let queues = self
-            .queues
-            .lock()
-            .expect("bench queue list lock is never poisoned")
-            .clone();
-        let raw = self
-            .raw_queues
-            .lock()
-            .expect("bench queue list lock is never poisoned")
-            .clone();
-        topology::delete_namespace(&ch, &names, &queues, raw).await;
-        let _ = amqp.close(200, "bench done".into()).await;
         Ok(())
     }
 }

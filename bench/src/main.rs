@@ -13,10 +13,13 @@
 //! - [`footprint`]: idle memory of the `cronq` processes.
 //! - [`standalone`]: `cronq standalone` on SQLite vs in memory: occurrences executed per
 //!   second, publish lateness, CPU per occurrence (needs neither RabbitMQ nor Redis).
+//! - [`barrier`]: the cost of `CRONQ_REDIS_MIN_REPLICAS` on the consumer's ledger writes
+//!   (needs Redis with replicas, e.g. through Sentinel; not part of `all`).
 //!
 //! Results: a table on stdout, a JSON file, and with `--markdown` a section of
 //! `docs/benchmarks.md` ([`report`]).
 
+mod barrier;
 mod env;
 mod failover;
 mod footprint;
@@ -71,6 +74,8 @@ struct Cli {
     footprint: footprint::FootprintArgs,
     #[command(flatten)]
     standalone: standalone::StandaloneArgs,
+    #[command(flatten)]
+    barrier: barrier::BarrierArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -81,7 +86,9 @@ enum Which {
     Failover,
     Footprint,
     Standalone,
-    /// Every benchmark, in the order above.
+    /// The cost of CRONQ_REDIS_MIN_REPLICAS (needs replicas: not part of `all`).
+    Barrier,
+    /// Every benchmark above but `barrier`, in that order.
     All,
 }
 
@@ -178,6 +185,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 report.notes.extend(notes);
             }
             Err(e) => failures.push(format!("standalone failed: {e:#}")),
+        }
+    }
+    if cli.which == Which::Barrier {
+        report
+            .sizes
+            .insert("barrier".into(), serde_json::to_value(&cli.barrier)?);
+        match barrier::run(&cli.barrier, runs).await {
+            Ok(f) => report.figures.extend(f),
+            Err(e) => failures.push(format!("barrier failed: {e:#}")),
         }
     }
     report.notes.extend(failures.iter().cloned());
