@@ -1,5 +1,7 @@
 //! G5, bad input never crashes or silently drops: a bad config is rejected with the file,
-//! job and field; a bad message is dead-lettered with its reason.
+//! job and field; a bad message is dead-lettered with its reason; bad connection settings
+//! are usage errors that name the variable.
 
 mod config;
 mod messages;
+mod settings;
