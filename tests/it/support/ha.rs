@@ -214,16 +214,7 @@ impl HaEnv {
             eprintln!("clean-up: the ha topology did not heal");
             return;
         }
-        let mut master = self.topology.node(self.topology.master()).await;
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{}:*", self.namespace))
-            .query_async(&mut master)
-            .await
-            .unwrap_or_default();
-        if !keys.is_empty() {
-            let _: redis::RedisResult<()> =
-                redis::cmd("DEL").arg(&keys).query_async(&mut master).await;
-        }
+        delete_keys(&self.topology, &self.namespace).await;
     }
 
     /// [`Topology::heal`], off the async runtime's threads.
@@ -237,6 +228,21 @@ impl HaEnv {
     /// The Redis key `parts` of this namespace.
     pub fn key(&self, parts: &[&str]) -> String {
         self.names.redis_key(parts)
+    }
+}
+
+/// Deletes every key of `namespace` on the topology's master (for a test that ran
+/// processes on the topology under a `TestEnv`'s namespace, whose clean-up only knows the
+/// local Redis).
+pub async fn delete_keys(topology: &Topology, namespace: &str) {
+    let mut master = topology.node(topology.master()).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{namespace}:*"))
+        .query_async(&mut master)
+        .await
+        .unwrap_or_default();
+    if !keys.is_empty() {
+        let _: redis::RedisResult<()> = redis::cmd("DEL").arg(&keys).query_async(&mut master).await;
     }
 }
 
