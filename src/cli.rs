@@ -19,9 +19,15 @@ pub struct Cli {
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Human)]
     pub log_format: LogFormat,
 
-    /// RabbitMQ URL (amqp:// or amqps://).
+    /// RabbitMQ URL (amqp:// or amqps://), or the URLs of a cluster's nodes separated by
+    /// commas (see docs/ha.md).
     #[arg(long, global = true, env = "CRONQ_AMQP_URL", default_value = cronq_shared::endpoints::DEFAULT_AMQP_URL, hide_env_values = true, hide_default_value = true)]
     pub amqp_url: String,
+
+    /// Members of each quorum queue a process declares (x-quorum-initial-group-size; a
+    /// cluster of fewer nodes gets one per node).
+    #[arg(long, global = true, env = "CRONQ_AMQP_QUORUM_SIZE", default_value_t = cronq_shared::endpoints::DEFAULT_QUORUM_SIZE, value_parser = clap::value_parser!(u16).range(1..))]
+    pub amqp_quorum_size: u16,
 
     /// Redis URL (redis:// or rediss://).
     #[arg(long, global = true, env = "CRONQ_REDIS_URL", default_value = cronq_shared::endpoints::DEFAULT_REDIS_URL, hide_env_values = true, hide_default_value = true)]

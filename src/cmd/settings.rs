@@ -39,6 +39,7 @@ pub fn endpoints(cli: &Cli) -> anyhow::Result<Endpoints> {
     let namespace = Namespace::new(&cli.namespace).context("CRONQ_NAMESPACE")?;
     Ok(Endpoints {
         amqp_url: cli.amqp_url.clone(),
+        amqp_quorum_size: cli.amqp_quorum_size,
         redis_url: cli.redis_url.clone(),
         namespace,
     })
