@@ -10,6 +10,8 @@
 //! - `g3_crash`: killed processes, dropped connections, a broker restart, a store outage (G3);
 //! - `g4_keys`: fire times and keys from the schedule alone, `cronq next` across DST (G4);
 //! - `g5_bad_input`: bad configs and bad messages (G5);
+//! - `ha`: a node of a RabbitMQ cluster or the Redis master lost under a running fleet, on
+//!   the harness of `scripts/ha`;
 //! - `handlers`, `queues`: how a consumer runs a job, and which queues it serves;
 //! - `operations`: pause, trigger, backfill, reload, the operations commands, the
 //!   dead-letter queue;
@@ -32,6 +34,7 @@ mod g2_no_loss;
 mod g3_crash;
 mod g4_keys;
 mod g5_bad_input;
+mod ha;
 mod handlers;
 mod job_labels;
 mod operations;

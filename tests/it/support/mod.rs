@@ -18,6 +18,7 @@ pub mod data_file;
 pub mod deliveries;
 pub mod deployment;
 pub mod fleet;
+pub mod ha;
 pub mod history;
 pub mod inspect;
 pub mod nodes;
