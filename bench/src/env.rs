@@ -73,9 +73,11 @@ impl BenchEnv {
         name
     }
 
-    /// Opens a plain lapin connection (baselines, observers).
+    /// Opens a plain lapin connection (baselines, observers): to the first node when
+    /// CRONQ_AMQP_URL lists a cluster's nodes.
     pub async fn amqp(&self) -> anyhow::Result<Connection> {
-        Connection::connect(&self.endpoints.amqp_url, ConnectionProperties::default())
+        let first = self.endpoints.amqp_url.split(',').next().unwrap_or_default();
+        Connection::connect(first.trim(), ConnectionProperties::default())
             .await
             .context("while connecting to RabbitMQ (is it running on CRONQ_AMQP_URL?)")
     }
