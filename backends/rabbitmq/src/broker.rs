@@ -390,6 +390,7 @@ impl AmqpBroker {
         // Await every confirm, even after a failure, so none is left dangling on the
         // channel; a refusal (not retried) wins over a lost connection (retried).
         let stall = self.confirm_stall();
+        let mut nacked = false;
         for (key, confirm) in pending {
             let confirmed = match stall {
                 None => confirm.await,
@@ -440,10 +441,13 @@ impl AmqpBroker {
                         transient: delayed,
                     }
                 }
-                Ok(Confirmation::Nack(_)) => Failure::fatal(BrokerError::NotConfirmed {
-                    key: key.to_owned(),
-                    reason: "nacked by the broker".to_owned(),
-                }),
+                Ok(Confirmation::Nack(_)) => {
+                    nacked = true;
+                    Failure::fatal(BrokerError::NotConfirmed {
+                        key: key.to_owned(),
+                        reason: "nacked by the broker".to_owned(),
+                    })
+                }
                 Ok(Confirmation::NotRequested) => Failure {
                     error: BrokerError::NotConfirmed {
                         key: key.to_owned(),
@@ -459,6 +463,12 @@ impl AmqpBroker {
             {
                 failure = Some(outcome);
             }
+        }
+        if nacked {
+            // A channel that published to a quorum queue while its leader was moving keeps
+            // nacking every later publish to it (seen on RabbitMQ 3.10 after its leader's
+            // node was killed): the retry gets a fresh channel.
+            link.reset_publisher().await;
         }
         failure.map_or(Ok(()), Err)
     }

@@ -84,8 +84,10 @@ command = {}
                 .env
                 .push(("CRONQ_REDIS_MIN_REPLICAS", min_replicas.to_string()));
         }
+        // The queues of the namespace are known by name (the nodes' own rabbitmqctl needs
+        // the harness's cookie, which `scripts/ha ctl` has).
         let first = ha.amqp_urls.split(',').next().expect("a node URL");
-        env.clean_broker_too(first, Some(&ha.rabbit_nodes[0]));
+        env.clean_broker_too(first, None);
         let running = Running::start_with(Deployment::Fleet, env, &toml, options).await;
         let fleet = Self { running, trace };
         until(PHASE, "three seconds to run", || async {
@@ -106,11 +108,11 @@ command = {}
         fleet
     }
 
-    /// Waits until seconds scheduled 3 s after `at` were published and have run: the
+    /// Waits until seconds scheduled 6 s after `at` were published and have run: the
     /// pipeline works again after a fault. Returns when the first second scheduled after
     /// `at` was published, as the producers logged it.
     pub async fn resumed(&self, at: DateTime<Utc>) {
-        let after = at.timestamp() + 3;
+        let after = at.timestamp() + 6;
         until(PHASE, "publishing and running to resume", || async {
             let ran = self.running.entries(JOB).await.iter().any(|e| {
                 e.outcome == Outcome::Succeeded && history::scheduled(&e.key) >= after

@@ -88,6 +88,14 @@ impl Link {
             .map_err(lapin_failure("open channel"))
     }
 
+    /// Closes the shared publish channel: the next publish opens a new one.
+    pub(super) async fn reset_publisher(&self) {
+        let old = self.publisher.lock().await.take();
+        if let Some(ch) = old {
+            let _ = ch.close(200, ShortString::from("publishes nacked")).await;
+        }
+    }
+
     /// The shared publish channel, reopened if a channel error closed it.
     pub(super) async fn publisher(&self) -> Result<Channel, Failure> {
         let mut slot = self.publisher.lock().await;
