@@ -16,7 +16,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use cronq_consumer::{Consumer, Options};
 use cronq_shared::config::Config;
-use cronq_shared::endpoints::{DEFAULT_AMQP_URL, DEFAULT_REDIS_URL, Endpoints};
+use cronq_shared::endpoints::{
+    DEFAULT_AMQP_URL, DEFAULT_QUORUM_SIZE, DEFAULT_REDIS_URL, Endpoints,
+};
 use cronq_shared::message::Occurrence;
 use cronq_shared::names::{JobName, Namespace};
 use tokio_util::sync::CancellationToken;
@@ -54,6 +56,7 @@ async fn main() -> anyhow::Result<()> {
     let env = |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.into());
     let endpoints = Endpoints {
         amqp_url: env("CRONQ_AMQP_URL", DEFAULT_AMQP_URL),
+        amqp_quorum_size: DEFAULT_QUORUM_SIZE,
         redis_url: env("CRONQ_REDIS_URL", DEFAULT_REDIS_URL),
         redis_min_replicas: env("CRONQ_REDIS_MIN_REPLICAS", "0")
             .parse()

@@ -19,13 +19,19 @@ pub struct Cli {
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Human)]
     pub log_format: LogFormat,
 
-    /// RabbitMQ URL (amqp:// or amqps://).
+    /// RabbitMQ URL (amqp:// or amqps://), or the URLs of a cluster's nodes separated by
+    /// commas (see docs/ha.md).
     #[arg(long, global = true, env = "CRONQ_AMQP_URL", default_value = cronq_shared::endpoints::DEFAULT_AMQP_URL, hide_env_values = true, hide_default_value = true)]
     pub amqp_url: String,
 
+    /// Members of each quorum queue a process declares (x-quorum-initial-group-size; a
+    /// cluster of fewer nodes gets one per node).
+    #[arg(long, global = true, env = "CRONQ_AMQP_QUORUM_SIZE", default_value_t = cronq_shared::endpoints::DEFAULT_QUORUM_SIZE, value_parser = clap::value_parser!(u16).range(1..))]
+    pub amqp_quorum_size: u16,
+
     /// Redis URL: redis:// or rediss:// for one server, or for the master Redis Sentinel
     /// names redis+sentinel://HOST:PORT,HOST:PORT/MASTER (USER:PASSWORD@ before the hosts and
-    /// /DB after the master are optional; rediss+sentinel:// for TLS).
+    /// /DB after the master are optional; rediss+sentinel:// for TLS; see docs/ha.md).
     #[arg(long, global = true, env = "CRONQ_REDIS_URL", default_value = cronq_shared::endpoints::DEFAULT_REDIS_URL, hide_env_values = true, hide_default_value = true)]
     pub redis_url: String,
 

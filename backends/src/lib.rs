@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use cronq_memory::{MemoryBroker, MemoryControl, MemoryLease, MemoryLedger, MemoryRunLog};
 use cronq_rabbitmq::AmqpBroker;
+use cronq_rabbitmq::topology::Replication;
 use cronq_redis::{RedisControl, RedisLease, RedisLedger, RedisRunLog};
 use cronq_shared::broker::BrokerError;
 use cronq_shared::control::Control;
@@ -45,7 +46,12 @@ impl std::fmt::Debug for Stores {
 /// # Errors
 /// [`BrokerError`] when RabbitMQ cannot be reached within the connect timeout.
 pub async fn broker(endpoints: &Endpoints) -> Result<AmqpBroker, BrokerError> {
-    AmqpBroker::connect(&endpoints.amqp_url, endpoints.names()).await
+    AmqpBroker::connect_with(
+        &endpoints.amqp_url,
+        endpoints.names(),
+        Replication::new(endpoints.amqp_quorum_size),
+    )
+    .await
 }
 
 /// Connects the fleet's stores: Redis at `endpoints.redis_url` (one server, or the master

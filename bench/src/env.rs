@@ -8,7 +8,9 @@ use std::sync::Mutex;
 
 use anyhow::Context as _;
 use cronq_rabbitmq::topology;
-use cronq_shared::endpoints::{DEFAULT_AMQP_URL, DEFAULT_REDIS_URL, Endpoints};
+use cronq_shared::endpoints::{
+    DEFAULT_AMQP_URL, DEFAULT_QUORUM_SIZE, DEFAULT_REDIS_URL, Endpoints,
+};
 use cronq_shared::names::{Names, Namespace, QueueName};
 use lapin::{Connection, ConnectionProperties};
 
@@ -33,6 +35,7 @@ impl BenchEnv {
             endpoints: Endpoints {
                 amqp_url: std::env::var("CRONQ_AMQP_URL")
                     .unwrap_or_else(|_| DEFAULT_AMQP_URL.to_owned()),
+                amqp_quorum_size: DEFAULT_QUORUM_SIZE,
                 redis_url: std::env::var("CRONQ_REDIS_URL")
                     .unwrap_or_else(|_| DEFAULT_REDIS_URL.to_owned()),
                 redis_min_replicas: match std::env::var("CRONQ_REDIS_MIN_REPLICAS") {
@@ -74,9 +77,16 @@ impl BenchEnv {
         name
     }
 
-    /// Opens a plain lapin connection (baselines, observers).
+    /// Opens a plain lapin connection (baselines, observers): to the first node when
+    /// CRONQ_AMQP_URL lists a cluster's nodes.
     pub async fn amqp(&self) -> anyhow::Result<Connection> {
-        Connection::connect(&self.endpoints.amqp_url, ConnectionProperties::default())
+        let first = self
+            .endpoints
+            .amqp_url
+            .split(',')
+            .next()
+            .unwrap_or_default();
+        Connection::connect(first.trim(), ConnectionProperties::default())
             .await
             .context("while connecting to RabbitMQ (is it running on CRONQ_AMQP_URL?)")
     }

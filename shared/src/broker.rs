@@ -230,9 +230,10 @@ pub trait Broker: Send + Sync + 'static {
     /// As [`Broker::publish`].
     async fn dead_letter(&self, letter: &DeadLetter) -> Result<(), BrokerError>;
 
-    /// Lists the dead-letter queue, oldest first, without consuming or reordering it.
-    /// (On RabbitMQ the letters are briefly held unacked while listing: a concurrent
-    /// listing or replay may see fewer.)
+    /// Lists the dead-letter queue, oldest first (by the time each was dead-lettered),
+    /// without consuming it. (On RabbitMQ the letters are briefly held unacked while
+    /// listing: a concurrent listing or replay may see fewer; its replicated dead-letter
+    /// queue may hold them in another order afterwards, which the listing's order hides.)
     ///
     /// # Errors
     /// [`BrokerError`] when the broker cannot be read.

@@ -1,5 +1,6 @@
-//! Connection settings shared by every command: service URLs, the namespace and the Redis
-//! replication barrier, from `CRONQ_AMQP_URL`, `CRONQ_REDIS_URL`, `CRONQ_NAMESPACE` and
+//! Connection settings shared by every command: service URLs, the namespace, the queues'
+//! replication and the Redis replication barrier, from `CRONQ_AMQP_URL`,
+//! `CRONQ_AMQP_QUORUM_SIZE`, `CRONQ_REDIS_URL`, `CRONQ_NAMESPACE` and
 //! `CRONQ_REDIS_MIN_REPLICAS`; and the forms `CRONQ_REDIS_URL` takes ([`redis_url`]).
 
 pub mod redis_url;
@@ -15,6 +16,10 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Default broker URL.
 pub const DEFAULT_AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+/// Members of each quorum queue when `CRONQ_AMQP_QUORUM_SIZE` is not set: on a cluster of
+/// three or more nodes, a queue survives the loss of one node.
+pub const DEFAULT_QUORUM_SIZE: u16 = 3;
+
 /// Default Redis URL.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 
@@ -25,8 +30,11 @@ pub const MIN_REPLICAS_VARIABLE: &str = "CRONQ_REDIS_MIN_REPLICAS";
 /// Where the services are and which namespace to use.
 #[derive(Debug, Clone)]
 pub struct Endpoints {
-    /// `amqp://` or `amqps://` URL (may hold credentials: never log it unredacted).
+    /// `amqp://` or `amqps://` URL, or several separated by commas (a cluster's nodes; may
+    /// hold credentials: never log it unredacted).
     pub amqp_url: String,
+    /// Members of each quorum queue declared.
+    pub amqp_quorum_size: u16,
     /// `redis://`, `rediss://` or Sentinel URL ([`RedisUrl`]; same).
     pub redis_url: String,
     /// How many replicas must acknowledge each Redis write the guarantees rest on before it

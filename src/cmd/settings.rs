@@ -43,6 +43,7 @@ pub fn endpoints(cli: &Cli) -> anyhow::Result<Endpoints> {
     RedisUrl::parse(&cli.redis_url).map_err(|e| UsageError(e.to_string()))?;
     Ok(Endpoints {
         amqp_url: cli.amqp_url.clone(),
+        amqp_quorum_size: cli.amqp_quorum_size,
         redis_url: cli.redis_url.clone(),
         redis_min_replicas: cli.redis_min_replicas,
         namespace,

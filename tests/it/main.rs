@@ -10,9 +10,9 @@
 //! - `g3_crash`: killed processes, dropped connections, a broker restart, a store outage (G3);
 //! - `g4_keys`: fire times and keys from the schedule alone, `cronq next` across DST (G4);
 //! - `g5_bad_input`: bad configs and bad messages (G5);
-//! - `ha`: high availability on a Redis Sentinel topology of its own (`scripts/ha`): the
-//!   stores through a Sentinel URL, following the master across failovers, the replication
-//!   barrier of `CRONQ_REDIS_MIN_REPLICAS`; run one at a time (`.config/nextest.toml`);
+//! - `ha`: a node of a RabbitMQ cluster or the Redis master lost under a running fleet, and
+//!   the Redis stores through Sentinel (following the master, the replication barrier of
+//!   `CRONQ_REDIS_MIN_REPLICAS`), on the harness of `scripts/ha`;
 //! - `handlers`, `queues`: how a consumer runs a job, and which queues it serves;
 //! - `operations`: pause, trigger, backfill, reload, the operations commands, the
 //!   dead-letter queue;

@@ -20,6 +20,7 @@ mod consume;
 mod dead_letters;
 mod failure;
 mod link;
+mod nodes;
 mod tasks;
 
 use std::collections::{BTreeSet, HashSet};
@@ -31,7 +32,6 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use lapin::options::BasicPublishOptions;
 use lapin::types::ShortString;
-use lapin::uri::AMQPUri;
 use lapin::{BasicProperties, Confirmation};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -40,28 +40,22 @@ use self::consume::{Connect, Feeder};
 use self::dead_letters::{Collect, Replay, walk};
 use self::failure::{Failure, broker_failure, chain, lapin_failure};
 use self::link::Link;
+use self::nodes::{Node, no_answer};
 use self::tasks::Tasks;
 use crate::headers::{dead_letter_properties, occurrence_properties};
-use crate::topology::{self, quantize_delay, short};
+use crate::topology::{Replication, quantize_delay, short};
 use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing};
 use cronq_shared::endpoints::CONNECT_TIMEOUT;
 use cronq_shared::names::{Names, QueueName};
-use cronq_shared::redacted::Redacted;
 use cronq_shared::retry::{GaveUp, retry};
 
 pub use self::link::RECONNECT;
 
-/// Heartbeat asked for when the URL sets none: a silently dead TCP connection is noticed
-/// within about twice this, instead of the server's default 60 s.
-const HEARTBEAT_SECS: u16 = 10;
-
-/// The error of a connection attempt that got no answer within [`CONNECT_TIMEOUT`].
-fn no_answer(redacted: &str) -> BrokerError {
-    BrokerError::Connect {
-        url: redacted.to_owned(),
-        source: format!("no answer within {}s", CONNECT_TIMEOUT.as_secs()).into(),
-    }
-}
+/// With several nodes, how long a publish waits for its next confirm before it gives its
+/// node up and goes to another (see [`AmqpBroker::confirm_stall`]). A node in a minority
+/// partition or in maintenance can keep a connection open and take messages without ever
+/// confirming them; a healthy node confirms a batch of thousands within a second.
+pub const CONFIRM_STALL: Duration = Duration::from_secs(5);
 
 /// What a retried operation is about, for its log lines: the job and key of the one
 /// occurrence it concerns, if it concerns one, and how many messages.
@@ -90,24 +84,26 @@ pub struct AmqpBroker {
 impl std::fmt::Debug for AmqpBroker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AmqpBroker")
-            .field("url", &self.inner.redacted)
+            .field("urls", &nodes::display(&self.inner.nodes))
             .field("namespace", self.inner.names.namespace())
             .finish()
     }
 }
 
-/// The URL is not an AMQP URL (its text is not repeated: it may hold credentials).
-#[derive(Debug, thiserror::Error)]
-#[error("not a valid AMQP URL: expected amqp://USER:PASSWORD@HOST:PORT/VHOST or amqps://…")]
-struct BadUrl;
+/// The current link, if any, and the node the next connection tries first.
+struct Slot {
+    link: Option<Arc<Link>>,
+    next: usize,
+}
 
 struct Inner {
-    /// The URL with credentials: only ever given to lapin, never logged.
-    uri: AMQPUri,
+    /// The nodes, in this process's order.
+    nodes: Vec<Node>,
+    /// How its queues replicate.
+    replication: Replication,
     closed: AtomicBool,
-    redacted: String,
     names: Names,
-    link: tokio::sync::Mutex<Option<Arc<Link>>>,
+    link: tokio::sync::Mutex<Slot>,
     /// The delay queues this process has declared.
     delays: Mutex<HashSet<Duration>>,
     /// Logical queues known to exist (declared or checked).
@@ -117,43 +113,53 @@ struct Inner {
 }
 
 impl AmqpBroker {
-    /// Connects to RabbitMQ at `url`, for the namespace of `names`, retrying with backoff
-    /// for up to [`CONNECT_TIMEOUT`].
+    /// Connects to RabbitMQ at `urls` (one URL, or the node URLs of a cluster separated by
+    /// commas: the first live node of a random order), for the namespace of `names`,
+    /// retrying with backoff for up to [`CONNECT_TIMEOUT`].
     ///
     /// # Errors
-    /// [`BrokerError::Connect`] naming the redacted URL when no connection could be made
-    /// within [`CONNECT_TIMEOUT`].
-    pub async fn connect(url: &str, names: Names) -> Result<Self, BrokerError> {
-        let redacted = Redacted(url).to_string();
-        let mut uri: AMQPUri = url.parse().map_err(|_| BrokerError::Connect {
-            url: redacted.clone(),
-            source: Box::new(BadUrl),
-        })?;
-        if uri.query.heartbeat.is_none() {
-            uri.query.heartbeat = Some(HEARTBEAT_SECS);
-        }
+    /// [`BrokerError::Connect`] naming the redacted URL when it is not an AMQP URL (list),
+    /// or when no node accepted a connection within [`CONNECT_TIMEOUT`].
+    pub async fn connect(urls: &str, names: Names) -> Result<Self, BrokerError> {
+        Self::connect_with(urls, names, Replication::default()).await
+    }
+
+    /// As [`Self::connect`], declaring its queues with `replication` (how many members each
+    /// quorum queue has).
+    ///
+    /// # Errors
+    /// As [`Self::connect`].
+    pub async fn connect_with(
+        urls: &str,
+        names: Names,
+        replication: Replication,
+    ) -> Result<Self, BrokerError> {
+        let nodes = nodes::parse(urls)?;
         let started = Instant::now();
-        let link = retry(
+        let (at, link) = retry(
             RECONNECT.within(CONNECT_TIMEOUT),
             &CancellationToken::new(),
             || async {
                 let left = CONNECT_TIMEOUT.saturating_sub(started.elapsed());
-                tokio::time::timeout(left, Link::open(&uri, &redacted))
+                tokio::time::timeout(left, nodes::open_first(&nodes, 0))
                     .await
-                    .unwrap_or_else(|_| Err(no_answer(&redacted)))
+                    .unwrap_or_else(|_| Err(no_answer(&nodes::display(&nodes), CONNECT_TIMEOUT)))
             },
             |r| tracing::debug!(error = %r.error, "broker not reachable yet, retrying"),
         )
         .await
         .map_err(GaveUp::into_last)?;
-        tracing::info!(url = %redacted, namespace = %names.namespace(), "connected to the broker");
+        tracing::info!(url = %nodes[at].redacted, namespace = %names.namespace(), "connected to the broker");
         Ok(Self {
             inner: Arc::new(Inner {
-                uri,
+                nodes,
+                replication,
                 closed: AtomicBool::new(false),
-                redacted,
                 names,
-                link: tokio::sync::Mutex::new(Some(Arc::new(link))),
+                link: tokio::sync::Mutex::new(Slot {
+                    link: Some(Arc::new(link)),
+                    next: at,
+                }),
                 delays: Mutex::default(),
                 known: Mutex::default(),
                 tasks: Tasks::default(),
@@ -171,7 +177,7 @@ impl AmqpBroker {
     pub async fn close(&self) {
         self.inner.closed.store(true, Ordering::Release);
         self.inner.tasks.close().await;
-        let link = self.inner.link.lock().await.take();
+        let link = self.inner.link.lock().await.link.take();
         if let Some(link) = link {
             let _ = link
                 .connection
@@ -180,34 +186,34 @@ impl AmqpBroker {
         }
     }
 
-    /// The current link, or a new one when it is gone (one attempt; callers back off).
+    /// The current link, or a new one when it is gone (one attempt on each node, from the
+    /// one after the lost link's; callers back off).
     async fn link(&self) -> Result<Arc<Link>, Failure> {
         let mut slot = self.inner.link.lock().await;
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Failure::fatal(BrokerError::Closed));
         }
-        if let Some(link) = slot.as_ref().filter(|l| l.is_open()) {
+        if let Some(link) = slot.link.as_ref().filter(|l| l.is_open()) {
             return Ok(link.clone());
         }
-        if slot.take().is_some() {
-            tracing::warn!(url = %self.inner.redacted, "broker connection lost, reconnecting");
+        let nodes = &self.inner.nodes;
+        if let Some(lost) = slot.link.take() {
+            tracing::warn!(url = %nodes[lost.node].redacted, "broker connection lost, reconnecting");
+            // Move on: the lost node is tried last.
+            slot.next = (lost.node + 1) % nodes.len();
         }
-        let opened = tokio::time::timeout(
-            CONNECT_TIMEOUT,
-            Link::open(&self.inner.uri, &self.inner.redacted),
-        )
-        .await;
-        let link = match opened.unwrap_or_else(|_| Err(no_answer(&self.inner.redacted))) {
-            Ok(link) => Arc::new(link),
-            Err(error) => {
-                return Err(Failure {
-                    error,
-                    transient: true,
-                });
-            }
+        let (at, link) = nodes::open_first(nodes, slot.next)
+            .await
+            .map_err(|error| Failure {
+                error,
+                transient: true,
+            })?;
+        let link = Arc::new(link);
+        tracing::info!(url = %nodes[at].redacted, "reconnected to the broker");
+        *slot = Slot {
+            link: Some(link.clone()),
+            next: at,
         };
-        tracing::info!(url = %self.inner.redacted, "reconnected to the broker");
-        *slot = Some(link.clone());
         Ok(link)
     }
 
@@ -308,9 +314,10 @@ impl AmqpBroker {
             return Ok(());
         }
         let names = &self.inner.names;
-        let ch = link.channel().await?;
+        let mut declare = link.declare(&self.inner.replication).await?;
         for delay in due {
-            topology::declare_delay_queue(&ch, names, delay)
+            declare
+                .delay_queue(names, delay)
                 .await
                 .map_err(broker_failure)?;
             self.inner
@@ -319,15 +326,15 @@ impl AmqpBroker {
                 .unwrap_or_else(PoisonError::into_inner)
                 .insert(delay);
         }
+        let mut missing = None;
         for out in unchecked {
-            if !topology::queue_exists(&ch, names, &out.queue)
+            if !declare
+                .exists(names, &out.queue)
                 .await
                 .map_err(broker_failure)?
             {
-                return Err(Failure::fatal(BrokerError::NotConfirmed {
-                    key: out.occurrence.key.to_string(),
-                    reason: format!("unroutable: queue {} is not declared", out.queue),
-                }));
+                missing = Some(out);
+                break;
             }
             self.inner
                 .known
@@ -335,8 +342,21 @@ impl AmqpBroker {
                 .unwrap_or_else(PoisonError::into_inner)
                 .insert(out.queue.clone());
         }
-        let _ = ch.close(200, ShortString::from("declared")).await;
-        Ok(())
+        declare.close().await;
+        match missing {
+            None => Ok(()),
+            Some(out) => Err(Failure::fatal(BrokerError::NotConfirmed {
+                key: out.occurrence.key.to_string(),
+                reason: format!("unroutable: queue {} is not declared", out.queue),
+            })),
+        }
+    }
+
+    /// How long a publish may wait for its next confirm before its node is given up: only
+    /// with several nodes (with one, there is nowhere else to go, and a broker that holds
+    /// confirms back under a memory alarm is waited for, see the producer's `CONFIRM_SLOW`).
+    fn confirm_stall(&self) -> Option<Duration> {
+        (self.inner.nodes.len() > 1).then_some(CONFIRM_STALL)
     }
 
     /// Publishes every message on the link's confirm channel, then awaits every confirm.
@@ -369,8 +389,32 @@ impl AmqpBroker {
         }
         // Await every confirm, even after a failure, so none is left dangling on the
         // channel; a refusal (not retried) wins over a lost connection (retried).
+        let stall = self.confirm_stall();
+        let mut nacked = false;
         for (key, confirm) in pending {
-            let outcome = match confirm.await {
+            let confirmed = match stall {
+                None => confirm.await,
+                Some(stall) => match tokio::time::timeout(stall, confirm).await {
+                    Ok(confirmed) => confirmed,
+                    Err(_) => {
+                        // A node that takes messages but confirms none (cut off from the
+                        // quorum): give up on it, so the retry goes to another node.
+                        link.abandon(stall).await;
+                        return Err(Failure {
+                            error: BrokerError::NotConfirmed {
+                                key: key.to_owned(),
+                                reason: format!(
+                                    "no confirm from {} for {} s: moving to another node",
+                                    self.inner.nodes[link.node].redacted,
+                                    stall.as_secs()
+                                ),
+                            },
+                            transient: true,
+                        });
+                    }
+                },
+            };
+            let outcome = match confirmed {
                 Ok(Confirmation::Ack(None)) => continue,
                 Ok(Confirmation::Ack(Some(returned))) => {
                     let delayed =
@@ -397,10 +441,13 @@ impl AmqpBroker {
                         transient: delayed,
                     }
                 }
-                Ok(Confirmation::Nack(_)) => Failure::fatal(BrokerError::NotConfirmed {
-                    key: key.to_owned(),
-                    reason: "nacked by the broker".to_owned(),
-                }),
+                Ok(Confirmation::Nack(_)) => {
+                    nacked = true;
+                    Failure::fatal(BrokerError::NotConfirmed {
+                        key: key.to_owned(),
+                        reason: "nacked by the broker".to_owned(),
+                    })
+                }
                 Ok(Confirmation::NotRequested) => Failure {
                     error: BrokerError::NotConfirmed {
                         key: key.to_owned(),
@@ -416,6 +463,12 @@ impl AmqpBroker {
             {
                 failure = Some(outcome);
             }
+        }
+        if nacked {
+            // A channel that published to a quorum queue while its leader was moving keeps
+            // nacking every later publish to it (seen on RabbitMQ 3.10 after its leader's
+            // node was killed): the retry gets a fresh channel.
+            link.reset_publisher().await;
         }
         failure.map_or(Ok(()), Err)
     }
@@ -433,6 +486,10 @@ impl Connect for AmqpBroker {
     fn tasks(&self) -> &Tasks {
         &self.inner.tasks
     }
+
+    fn replication(&self) -> &Replication {
+        &self.inner.replication
+    }
 }
 
 #[async_trait]
@@ -440,16 +497,12 @@ impl Broker for AmqpBroker {
     async fn declare(&self, queues: &BTreeSet<QueueName>) -> Result<(), BrokerError> {
         self.retrying("declare", &About::default(), |link| async move {
             let names = &self.inner.names;
-            let ch = link.channel().await?;
-            topology::declare_base(&ch, names)
-                .await
-                .map_err(broker_failure)?;
+            let mut declare = link.declare(&self.inner.replication).await?;
+            declare.base(names).await.map_err(broker_failure)?;
             for q in queues {
-                topology::declare_queue(&ch, names, q)
-                    .await
-                    .map_err(broker_failure)?;
+                declare.queue(names, q).await.map_err(broker_failure)?;
             }
-            let _ = ch.close(200, ShortString::from("declared")).await;
+            declare.close().await;
             Ok(())
         })
         .await?;
@@ -499,7 +552,7 @@ impl Broker for AmqpBroker {
         let limit = cronq_shared::broker::in_flight_limit(prefetch);
         let sub = self
             .retrying("consume", &About::default(), |link| async move {
-                consume::subscribe(self.names(), &self.inner.tasks, &link, queues, prefetch).await
+                consume::subscribe(self, &link, queues, prefetch).await
             })
             .await?;
         let (tx, rx) = mpsc::channel(limit);
@@ -540,11 +593,9 @@ impl Broker for AmqpBroker {
             let message = &message;
             async move {
                 // Make sure the dead-letter queue exists, else the letter is unroutable.
-                let ch = link.channel().await?;
-                topology::declare_base(&ch, names)
-                    .await
-                    .map_err(broker_failure)?;
-                let _ = ch.close(200, ShortString::from("declared")).await;
+                let mut declare = link.declare(&self.inner.replication).await?;
+                declare.base(names).await.map_err(broker_failure)?;
+                declare.close().await;
                 self.send(&link, std::slice::from_ref(message)).await
             }
         })
@@ -554,7 +605,17 @@ impl Broker for AmqpBroker {
     async fn dead_letters(&self) -> Result<Vec<DeadLetter>, BrokerError> {
         self.retrying("list dead letters", &About::default(), |link| async move {
             let mut letters = Vec::new();
-            walk(self.names(), &link, Collect(&mut letters)).await?;
+            walk(
+                self.names(),
+                &self.inner.replication,
+                &link,
+                Collect(&mut letters),
+            )
+            .await?;
+            // A quorum queue puts the letters a listing held back in another order than
+            // their own (RabbitMQ 3.10): oldest first is by the time each was
+            // dead-lettered (a stable sort: the queue's order among letters of one instant).
+            letters.sort_by_key(|l| l.dead_lettered_at);
             Ok(letters)
         })
         .await
@@ -572,7 +633,7 @@ impl Broker for AmqpBroker {
             select,
             replayed: 0,
         };
-        walk(self.names(), &link, &mut replay)
+        walk(self.names(), &self.inner.replication, &link, &mut replay)
             .await
             .map_err(|f| f.error)?;
         Ok(replay.replayed)

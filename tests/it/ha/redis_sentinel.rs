@@ -55,10 +55,8 @@ fn run_of(c: &cronq_shared::ledger::Claim) -> Run {
 #[tokio::test]
 async fn ha_stores_work_through_a_sentinel_url() {
     scoped("ha_stores", |env| async move {
-        let conn = cronq_redis::connect(&env.topology.sentinel_url)
-            .await
-            .unwrap();
-        assert_eq!(conn.master(), Some(addr(env.topology.master())));
+        let conn = cronq_redis::connect(&env.ha.sentinel_url).await.unwrap();
+        assert_eq!(conn.master(), Some(addr(env.ha.master_port())));
         let (ledger, history) = ports(&conn, &env);
 
         let c = claim("stores", 1, 1, Overlap::Skip, LONG);
@@ -113,16 +111,16 @@ async fn ha_stores_work_through_a_sentinel_url() {
 async fn ha_follows_the_master_after_a_planned_failover() {
     scoped("ha_failover", |env| async move {
         env.heal().await;
-        let conn = cronq_redis::connect(&env.topology.sentinel_url)
+        let conn = cronq_redis::connect(&env.ha.sentinel_url)
             .await
             .unwrap();
         let (ledger, _) = ports(&conn, &env);
-        let old = addr(env.topology.master());
+        let old = addr(env.ha.master_port());
         assert_eq!(conn.master().as_deref(), Some(old.as_str()));
         claimed(&ledger, &claim("failover", 0, 1, Overlap::Allow, LONG)).await;
 
         let started = Instant::now();
-        env.topology.failover().await;
+        env.ha.failover().await;
         // Write all along, a fresh key each time, until a write succeeds on another master.
         let mut i = 1;
         let (new, key) = loop {
@@ -136,7 +134,7 @@ async fn ha_follows_the_master_after_a_planned_failover() {
             assert!(
                 started.elapsed() < FOLLOW_WITHIN,
                 "still on {now} {FOLLOW_WITHIN:?} after SENTINEL FAILOVER (the sentinels name {:?}); last write: {wrote:?}",
-                env.topology.named_master().await
+                env.ha.named_master().await
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
@@ -144,11 +142,11 @@ async fn ha_follows_the_master_after_a_planned_failover() {
             "followed the master from {old} to {new} {:?} after SENTINEL FAILOVER",
             started.elapsed()
         );
-        assert_eq!(env.topology.named_master().await.as_deref(), Some(new.as_str()));
+        assert_eq!(env.ha.named_master().await.as_deref(), Some(new.as_str()));
         assert_eq!(conn.master_changes(), 1);
         // That write is on the new master itself.
         let record = hgetall_on(
-            &env.topology,
+            &env.ha,
             port_of(&new),
             &env.key(&["occ", &key.to_string()]),
         )
@@ -167,17 +165,17 @@ async fn ha_follows_the_master_after_a_planned_failover() {
 async fn ha_readonly_answer_moves_the_connection_to_the_new_master() {
     scoped("ha_readonly", |env| async move {
         env.heal().await;
-        let conn = cronq_redis::connect_with(&env.topology.sentinel_url, None)
+        let conn = cronq_redis::connect_with(&env.ha.sentinel_url, None)
             .await
             .unwrap();
         let (ledger, _) = ports(&conn, &env);
-        let old_port = env.topology.master();
+        let old_port = env.ha.master_port();
         let old = addr(old_port);
-        env.topology.failover().await;
+        env.ha.failover().await;
         let new = eventually(
             FOLLOW_WITHIN,
             "the sentinels to name a new master",
-            || async { env.topology.named_master().await.filter(|m| *m != old) },
+            || async { env.ha.named_master().await.filter(|m| *m != old) },
         )
         .await;
 
@@ -187,7 +185,7 @@ async fn ha_readonly_answer_moves_the_connection_to_the_new_master() {
         assert_eq!(conn.master().as_deref(), Some(old.as_str()));
 
         // Demote it as Sentinel will, behind the connection's back.
-        let mut node = env.topology.node(old_port).await;
+        let mut node = env.ha.node(old_port).await;
         let (host, port) = new.split_once(':').unwrap();
         let () = redis::cmd("REPLICAOF")
             .arg(host)
@@ -239,7 +237,7 @@ async fn ha_readonly_answer_moves_the_connection_to_the_new_master() {
         );
         // The write the old master took after the switch is not on the new one.
         let lost = hgetall_on(
-            &env.topology,
+            &env.ha,
             port_of(&new),
             &env.key(&["occ", &stale.key.to_string()]),
         )
@@ -323,11 +321,9 @@ fn assert_control_unreplicated<T: std::fmt::Debug>(
 async fn ha_more_replicas_required_than_exist_fails_every_guarded_write() {
     scoped("ha_too_few", |env| async move {
         env.heal().await;
-        let replicas = u32::try_from(env.topology.redis_ports.len() - 1).unwrap();
+        let replicas = u32::try_from(env.ha.redis_ports.len() - 1).unwrap();
         let required = replicas + 1;
-        let plain = cronq_redis::connect(&env.topology.sentinel_url)
-            .await
-            .unwrap();
+        let plain = cronq_redis::connect(&env.ha.sentinel_url).await.unwrap();
         let strict = plain.clone().with_min_replicas(required);
         let (ledger, history) = ports(&strict, &env);
         let (setup, _) = ports(&plain, &env);
@@ -434,10 +430,8 @@ async fn ha_more_replicas_required_than_exist_fails_every_guarded_write() {
 async fn ha_a_write_short_of_replicas_is_safe_to_try_again() {
     scoped("ha_try_again", |env| async move {
         env.heal().await;
-        let replicas = u32::try_from(env.topology.redis_ports.len() - 1).unwrap();
-        let conn = cronq_redis::connect(&env.topology.sentinel_url)
-            .await
-            .unwrap();
+        let replicas = u32::try_from(env.ha.redis_ports.len() - 1).unwrap();
+        let conn = cronq_redis::connect(&env.ha.sentinel_url).await.unwrap();
         let short = conn.clone().with_min_replicas(replicas + 1);
         let enough = conn.clone().with_min_replicas(replicas);
         let (failing, _) = ports(&short, &env);
@@ -547,10 +541,10 @@ async fn ha_a_write_short_of_replicas_is_safe_to_try_again() {
 async fn ha_each_write_is_on_a_replica_when_it_returns() {
     scoped("ha_on_replica", |env| async move {
         env.heal().await;
-        let replicas = env.topology.replicas();
+        let replicas = env.ha.replica_ports();
         let (dead, alive) = (replicas[0], replicas[1]);
-        env.topology.kill_redis(dead);
-        let conn = cronq_redis::connect(&env.topology.sentinel_url)
+        env.ha.kill_redis(dead);
+        let conn = cronq_redis::connect(&env.ha.sentinel_url)
             .await
             .unwrap()
             .with_min_replicas(1);
@@ -559,7 +553,7 @@ async fn ha_each_write_is_on_a_replica_when_it_returns() {
             let c = claim("replicated", i, 1, Overlap::Allow, LONG);
             let lease = claimed(&ledger, &c).await;
             let key = env.key(&["occ", &c.key.to_string()]);
-            let record = hgetall_on(&env.topology, alive, &key).await;
+            let record = hgetall_on(&env.ha, alive, &key).await;
             assert_eq!(
                 record.get("state").map(String::as_str),
                 Some("running"),
@@ -572,7 +566,7 @@ async fn ha_each_write_is_on_a_replica_when_it_returns() {
                     .unwrap()
                     .recorded
             );
-            let record = hgetall_on(&env.topology, alive, &key).await;
+            let record = hgetall_on(&env.ha, alive, &key).await;
             assert_eq!(
                 record.get("state").map(String::as_str),
                 Some("succeeded"),
@@ -585,7 +579,7 @@ async fn ha_each_write_is_on_a_replica_when_it_returns() {
             .await
             .unwrap()
             .expect("a free lease");
-        let mut node = env.topology.node(alive).await;
+        let mut node = env.ha.node(alive).await;
         let on_replica: Option<String> = redis::cmd("GET")
             .arg(env.key(&["leader"]))
             .query_async(&mut node)
@@ -613,11 +607,11 @@ async fn ha_commands_take_the_sentinel_url_and_min_replicas() {
             "[[job]]\nname = \"nightly\"\nschedule = \"0 3 * * *\"\ncommand = [\"true\"]\n",
         )
         .unwrap();
-        let replicas = env.topology.redis_ports.len() - 1;
+        let replicas = env.ha.redis_ports.len() - 1;
         let cronq = |min_replicas: usize| {
             std::process::Command::new(env!("CARGO_BIN_EXE_cronq"))
                 .env("CRONQ_NAMESPACE", &env.namespace)
-                .env("CRONQ_REDIS_URL", &env.topology.sentinel_url)
+                .env("CRONQ_REDIS_URL", &env.ha.sentinel_url)
                 .env("CRONQ_REDIS_MIN_REPLICAS", min_replicas.to_string())
                 .env_remove("CRONQ_CONFIG")
                 .args(["pause", "nightly", "--config"])
@@ -642,7 +636,7 @@ async fn ha_commands_take_the_sentinel_url_and_min_replicas() {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let mut master = env.topology.node(env.topology.master()).await;
+        let mut master = env.ha.node(env.ha.master_port()).await;
         let paused: bool = redis::cmd("HEXISTS")
             .arg(env.key(&["paused"]))
             .arg("nightly")

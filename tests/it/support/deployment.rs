@@ -90,6 +90,10 @@ impl Deployment {
 pub struct Options {
     /// The broker of a fleet; default the shared one (`CRONQ_AMQP_URL`).
     pub amqp_url: Option<String>,
+    /// The Redis of a fleet (its history is read there too); default the shared one.
+    pub redis_url: Option<String>,
+    /// More environment for every process.
+    pub env: Vec<(&'static str, String)>,
     /// Consumers of a fleet.
     pub consumers: usize,
     /// A fleet consumer's execution lease (`--lease`): a heartbeat every third of it.
@@ -100,6 +104,8 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             amqp_url: None,
+            redis_url: None,
+            env: Vec::new(),
             consumers: 2,
             lease: "3s",
         }
@@ -142,6 +148,10 @@ impl Running {
             if let Some(url) = &options.amqp_url {
                 cmd.env("CRONQ_AMQP_URL", url);
             }
+            if let Some(url) = &options.redis_url {
+                cmd.env("CRONQ_REDIS_URL", url);
+            }
+            cmd.envs(options.env.iter().map(|(k, v)| (k, v)));
             env.spawn_command(log, cmd)
         };
         let mut running = Self {
@@ -170,7 +180,8 @@ impl Running {
                         &["consumer", "--consumer-id", &id, "--lease", options.lease],
                     );
                 }
-                let conn = cronq_redis::connect(&redis_url())
+                let url = options.redis_url.clone().unwrap_or_else(redis_url);
+                let conn = cronq_redis::connect(&url)
                     .await
                     .expect("Redis for the run history");
                 running.runlog = Some(RedisRunLog::new(conn, &names, Duration::from_secs(3600)));
@@ -207,6 +218,20 @@ impl Running {
         names
     }
 
+    /// The log name (`producer-N`) and pid of the producer that leads now, as the
+    /// producers' logs say (the last leadership line of each).
+    pub fn leader(&self) -> Option<(String, u32)> {
+        self.producers.iter().enumerate().find_map(|(i, pid)| {
+            let name = format!("producer-{}", i + 1);
+            let log = self.env.log(&name);
+            let last = log
+                .lines()
+                .filter(|l| l.contains("became leader") || l.contains("lost leadership"))
+                .next_back()?;
+            last.contains("became leader").then(|| (name, *pid))
+        })
+    }
+
     /// Keys of `job` published so far, by any producer.
     pub fn published(&self, job: &str) -> BTreeSet<String> {
         self.log_names()
@@ -220,10 +245,20 @@ impl Running {
     pub async fn entries(&self, job: &str) -> Vec<Entry> {
         let name = JobName::new(job).expect("a job name");
         if let Some(runlog) = &self.runlog {
-            let runs = runlog
-                .list(Some(&name), 10_000)
-                .await
-                .expect("the run history in Redis");
+            // Through Sentinel, a read may meet a failover (the connection returns the
+            // error and moves to the new master; it never replays): read again, as the
+            // deployment's own processes do.
+            let started = std::time::Instant::now();
+            let runs = loop {
+                match runlog.list(Some(&name), 10_000).await {
+                    Ok(runs) => break runs,
+                    Err(err) if started.elapsed() < Duration::from_secs(30) => {
+                        eprintln!("reading the run history again: {err}");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    Err(err) => panic!("the run history in Redis: {err:?}"),
+                }
+            };
             return history::from_runs(&runs);
         }
         if let Some((file, runlog)) = &self.data {

@@ -1,113 +1,170 @@
-//! The Redis Sentinel topology of the `ha` tests (`scripts/ha`): a master and two replicas,
-//! three sentinels monitoring them under one master name, and the script that kills,
-//! restarts and heals them. Every test that changes the topology calls [`Topology::heal`]
-//! first; the tests share the topology, so nextest runs them one at a time (the `redis-ha`
-//! group of `.config/nextest.toml`).
+//! The high-availability harness of `scripts/ha`: a 3-node RabbitMQ cluster and a Redis
+//! master with 2 replicas and 3 sentinels on loopback ports of their own, started once per
+//! test run (`scripts/test` does). Fault tests kill and restart its nodes through the
+//! script; the machine's own RabbitMQ and Redis are never touched.
 //!
-//! [`scoped`] gives a test its own namespace on it, like [`super::scoped`] does on the local
-//! Redis, and deletes the namespace's keys on whichever node is master at the end.
+//! The tests that change its topology run one at a time (the `ha` test group of
+//! `.config/nextest.toml`), each starting from [`Ha::heal`].
+//!
+//! For tests of the Redis stores on it without a fleet: [`scoped`] gives a test its own
+//! namespace there, like [`super::scoped`] does on the local Redis, and deletes the
+//! namespace's keys on whichever node is master at the end ([`delete_keys`]); [`Ha::node`]
+//! reaches one Redis node directly (to read a replica, or demote a master behind the
+//! sentinels' back).
 
 use std::future::Future;
-use std::path::PathBuf;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cronq_shared::endpoints::RedisUrl;
 use cronq_shared::names::{Names, Namespace};
 
-/// The Sentinel URL of the topology.
-pub const SENTINEL_URL: &str = "CRONQ_TEST_HA_SENTINEL_URL";
-/// Its Redis ports, master and replicas, comma-separated.
-pub const REDIS_PORTS: &str = "CRONQ_TEST_HA_REDIS_PORTS";
-/// Its sentinels' ports, comma-separated.
-pub const SENTINEL_PORTS: &str = "CRONQ_TEST_HA_SENTINEL_PORTS";
-/// The path of `scripts/ha`.
-pub const SCRIPT: &str = "CRONQ_TEST_HA";
-
-/// The topology the environment names.
+/// The harness, from the environment `scripts/ha` prints.
 #[derive(Debug, Clone)]
-pub struct Topology {
-    /// `redis+sentinel://…/MASTER`.
+pub struct Ha {
+    script: String,
+    /// The AMQP URLs of the three nodes, separated by commas (`CRONQ_AMQP_URL`).
+    pub amqp_urls: String,
+    /// The Erlang node names, in the order of `amqp_urls`.
+    pub rabbit_nodes: Vec<String>,
+    /// `redis+sentinel://…/cronq-ha`.
     pub sentinel_url: String,
-    /// The master name the sentinels monitor.
-    pub master_name: String,
-    /// Every Redis node's port.
+    /// The Redis servers' ports.
     pub redis_ports: Vec<u16>,
-    /// Every sentinel's port.
+    /// The sentinels' ports.
     pub sentinel_ports: Vec<u16>,
-    script: PathBuf,
 }
 
-/// The topology from the environment `scripts/ha` prints.
+fn var(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!(
+            "{name} is not set: this test runs on the high-availability harness. Start it with \
+             `eval \"$(scripts/ha)\"` (scripts/test does), then run the test again"
+        )
+    })
+}
+
+fn ports(list: &str) -> Vec<u16> {
+    list.split(',')
+        .map(|p| p.parse().expect("a port"))
+        .collect()
+}
+
+/// The harness.
 ///
 /// # Panics
-/// When a variable is unset: the test cannot run, and must not pass silently.
-pub fn topology() -> Topology {
-    let var = |name: &str| {
-        std::env::var(name).unwrap_or_else(|_| {
-            panic!(
-                "{name} is not set: the ha tests run on a Redis Sentinel topology of their own \
-                 (a master, two replicas, three sentinels). Start it with \
-                 `eval \"$(scripts/ha)\"`, then run the tests again"
-            )
-        })
-    };
-    let ports = |name: &str| -> Vec<u16> {
-        var(name)
+/// When its variables are unset: the test cannot run, and must not pass silently.
+pub fn ha() -> Ha {
+    Ha {
+        script: var("CRONQ_TEST_HA"),
+        amqp_urls: var("CRONQ_TEST_HA_AMQP_URLS"),
+        rabbit_nodes: var("CRONQ_TEST_HA_RABBIT_NODES")
             .split(',')
-            .map(|p| {
-                p.trim()
-                    .parse()
-                    .unwrap_or_else(|_| panic!("{name}: bad port {p:?}"))
-            })
-            .collect()
-    };
-    let sentinel_url = var(SENTINEL_URL);
-    let master_name = match RedisUrl::parse(&sentinel_url) {
-        Ok(RedisUrl::Sentinel(s)) => s.master,
-        other => panic!("{SENTINEL_URL} is not a Sentinel URL: {other:?}"),
-    };
-    Topology {
-        master_name,
-        redis_ports: ports(REDIS_PORTS),
-        sentinel_ports: ports(SENTINEL_PORTS),
-        script: PathBuf::from(var(SCRIPT)),
-        sentinel_url,
+            .map(str::to_owned)
+            .collect(),
+        sentinel_url: var("CRONQ_TEST_HA_SENTINEL_URL"),
+        redis_ports: ports(&var("CRONQ_TEST_HA_REDIS_PORTS")),
+        sentinel_ports: ports(&var("CRONQ_TEST_HA_SENTINEL_PORTS")),
     }
 }
 
-impl Topology {
-    fn script(&self, args: &[&str]) -> String {
+impl Ha {
+    /// Runs `scripts/ha ARGS`; its stdout.
+    ///
+    /// # Panics
+    /// When it fails.
+    pub fn run(&self, args: &[&str]) -> String {
+        let started = Instant::now();
         let out = Command::new(&self.script)
             .args(args)
             .output()
-            .unwrap_or_else(|e| panic!("run {} {args:?}: {e}", self.script.display()));
+            .expect("scripts/ha runs");
         assert!(
             out.status.success(),
-            "{} {args:?} failed: {}{}",
-            self.script.display(),
+            "scripts/ha {} failed after {:?}:\n{}{}",
+            args.join(" "),
+            started.elapsed(),
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// Brings every node and sentinel back and waits until the topology is healthy (a
-    /// master with both replicas in sync, every sentinel agreeing).
+    /// Brings every node back (RabbitMQ nodes running and clustered, every Redis up with
+    /// one master and two replicas, the sentinels agreeing).
     pub fn heal(&self) {
-        self.script(&["heal"]);
+        self.run(&["heal"]);
     }
 
-    /// The port of the node that is master now.
-    pub fn master(&self) -> u16 {
-        let out = self.script(&["redis-master"]);
-        out.parse()
+    /// `rabbitmqctl` on node `n` (1-based).
+    pub fn ctl(&self, n: usize, args: &[&str]) -> String {
+        let mut all = vec!["ctl".to_owned(), n.to_string()];
+        all.extend(args.iter().map(|a| (*a).to_owned()));
+        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+        self.run(&refs)
+    }
+
+    /// The node (1-based) whose AMQP port `url` names, if it is one of the harness's.
+    pub fn node_of_url(&self, url: &str) -> Option<usize> {
+        let port = url.rsplit_once(':')?.1.split('/').next()?;
+        self.amqp_urls
+            .split(',')
+            .position(|u| u.contains(&format!(":{port}/")))
+            .map(|i| i + 1)
+    }
+
+    /// The node (1-based) that leads the quorum queue `queue`, as node 1 sees it.
+    pub fn queue_leader(&self, queue: &str) -> Option<usize> {
+        let out = self.ctl(
+            1,
+            &["list_queues", "name", "leader", "--no-table-headers", "-q"],
+        );
+        let leader = out.lines().find_map(|l| {
+            let mut cols = l.split_whitespace();
+            (cols.next()? == queue).then(|| cols.next().map(str::to_owned))?
+        })?;
+        self.rabbit_nodes
+            .iter()
+            .position(|n| *n == leader)
+            .map(|i| i + 1)
+    }
+
+    /// How many members each quorum queue of the namespace `prefix` has, by queue name.
+    pub fn queue_members(&self, prefix: &str) -> Vec<(String, usize)> {
+        let out = self.ctl(
+            1,
+            &["list_queues", "name", "members", "--no-table-headers", "-q"],
+        );
+        out.lines()
+            .filter(|l| l.starts_with(prefix))
+            .map(|l| {
+                let (name, members) = l.split_once(char::is_whitespace).unwrap_or((l, ""));
+                (name.to_owned(), members.matches('@').count())
+            })
+            .collect()
+    }
+}
+
+impl Ha {
+    /// The master name the sentinels monitor (the last part of the Sentinel URL).
+    pub fn master_name(&self) -> String {
+        match RedisUrl::parse(&self.sentinel_url) {
+            Ok(RedisUrl::Sentinel(s)) => s.master,
+            other => panic!("CRONQ_TEST_HA_SENTINEL_URL is not a Sentinel URL: {other:?}"),
+        }
+    }
+
+    /// The port of the Redis node that is master now, as the sentinels see it.
+    pub fn master_port(&self) -> u16 {
+        let out = self.run(&["redis-master"]);
+        out.trim()
+            .parse()
             .unwrap_or_else(|_| panic!("scripts/ha redis-master printed {out:?}"))
     }
 
-    /// The ports of every node but the master.
-    pub fn replicas(&self) -> Vec<u16> {
-        let master = self.master();
+    /// The ports of every Redis node but the master.
+    pub fn replica_ports(&self) -> Vec<u16> {
+        let master = self.master_port();
         self.redis_ports
             .iter()
             .copied()
@@ -115,33 +172,32 @@ impl Topology {
             .collect()
     }
 
-    /// Kills the node on `port` (SIGKILL).
+    /// Kills the Redis node on `port` (`kill -9`).
     pub fn kill_redis(&self, port: u16) {
-        self.script(&["kill-redis", &port.to_string()]);
+        self.run(&["kill-redis", &port.to_string()]);
     }
 
-    /// Starts the node on `port` again, as a replica.
+    /// Starts the Redis node on `port` again, as a replica of the current master.
     pub fn start_redis(&self, port: u16) {
-        self.script(&["start-redis", &port.to_string()]);
+        self.run(&["start-redis", &port.to_string()]);
     }
 
-    /// A plain connection to one node, bypassing Sentinel (to read a replica, or demote a
-    /// node behind the sentinels' back).
+    /// A plain connection to one Redis node or sentinel, bypassing Sentinel's discovery.
     pub async fn node(&self, port: u16) -> redis::aio::MultiplexedConnection {
         redis::Client::open(format!("redis://127.0.0.1:{port}"))
-            .unwrap()
+            .expect("a loopback Redis URL")
             .get_multiplexed_async_connection()
             .await
-            .unwrap_or_else(|e| panic!("cannot reach the ha Redis node on {port}: {e}"))
+            .unwrap_or_else(|e| panic!("cannot reach the harness's Redis on {port}: {e}"))
     }
 
-    /// Asks a sentinel for a planned switch (`SENTINEL FAILOVER`): a replica is promoted,
-    /// the old master is demoted about 10 s later. Returns at once.
+    /// Asks a sentinel for a planned switch (`SENTINEL FAILOVER`): a replica is promoted at
+    /// once, the old master demoted about 10 s later. Returns at once.
     pub async fn failover(&self) {
         let mut sentinel = self.node(self.sentinel_ports[0]).await;
         let () = redis::cmd("SENTINEL")
             .arg("FAILOVER")
-            .arg(&self.master_name)
+            .arg(self.master_name())
             .query_async(&mut sentinel)
             .await
             .expect("SENTINEL FAILOVER");
@@ -149,6 +205,7 @@ impl Topology {
 
     /// Where the sentinels say the master is now (`host:port`), per the first that answers.
     pub async fn named_master(&self) -> Option<String> {
+        let name = self.master_name();
         for port in &self.sentinel_ports {
             let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}")) else {
                 continue;
@@ -158,7 +215,7 @@ impl Topology {
             };
             let named: redis::RedisResult<Option<(String, String)>> = redis::cmd("SENTINEL")
                 .arg("GET-MASTER-ADDR-BY-NAME")
-                .arg(&self.master_name)
+                .arg(&name)
                 .query_async(&mut conn)
                 .await;
             if let Ok(Some((host, port))) = named {
@@ -169,58 +226,48 @@ impl Topology {
     }
 }
 
-/// One test's namespace on the topology.
+/// One test's namespace on the harness's Redis.
 #[derive(Debug, Clone)]
 pub struct HaEnv {
-    pub topology: Topology,
+    pub ha: Ha,
     pub namespace: String,
     pub names: Names,
 }
 
-/// Runs `body` under a fresh namespace on the topology; deletes the namespace's keys on the
-/// master at the end, even if `body` panics.
+/// Runs `body` under a fresh namespace on the harness's Redis; deletes the namespace's keys
+/// on the master at the end, even if `body` panics.
 pub async fn scoped<F, Fut>(test: &str, body: F)
 where
     F: FnOnce(HaEnv) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let topology = topology();
     let namespace = format!("t-{test}-{:08x}", rand::random::<u32>());
-    let names = Names::new(&Namespace::new(&namespace).unwrap());
     let env = HaEnv {
-        topology,
+        ha: ha(),
+        names: Names::new(&Namespace::new(&namespace).expect("a test namespace")),
         namespace,
-        names,
     };
     let outcome = tokio::spawn(body(env.clone())).await;
     if outcome.is_err() {
         eprintln!("test {test} failed in namespace {}", env.namespace);
     }
-    env.delete_namespace().await;
+    // Healed first, so there is a master to clean.
+    let ha = env.ha.clone();
+    if tokio::task::spawn_blocking(move || ha.heal()).await.is_ok() {
+        delete_keys(&env.ha, &env.namespace).await;
+    } else {
+        eprintln!("clean-up: the harness did not heal");
+    }
     if let Err(err) = outcome {
         std::panic::resume_unwind(err.into_panic());
     }
 }
 
 impl HaEnv {
-    /// Deletes the namespace's keys on the master (healing first, so there is one).
-    /// Best effort: a failure is printed, so the test's own failure stays the one shown.
-    async fn delete_namespace(&self) {
-        let topology = self.topology.clone();
-        if tokio::task::spawn_blocking(move || topology.heal())
-            .await
-            .is_err()
-        {
-            eprintln!("clean-up: the ha topology did not heal");
-            return;
-        }
-        delete_keys(&self.topology, &self.namespace).await;
-    }
-
-    /// [`Topology::heal`], off the async runtime's threads.
+    /// [`Ha::heal`], off the async runtime's threads.
     pub async fn heal(&self) {
-        let topology = self.topology.clone();
-        tokio::task::spawn_blocking(move || topology.heal())
+        let ha = self.ha.clone();
+        tokio::task::spawn_blocking(move || ha.heal())
             .await
             .expect("scripts/ha heal");
     }
@@ -231,11 +278,10 @@ impl HaEnv {
     }
 }
 
-/// Deletes every key of `namespace` on the topology's master (for a test that ran
-/// processes on the topology under a `TestEnv`'s namespace, whose clean-up only knows the
-/// local Redis).
-pub async fn delete_keys(topology: &Topology, namespace: &str) {
-    let mut master = topology.node(topology.master()).await;
+/// Deletes every key of `namespace` on the harness's master (also for a test that ran
+/// processes there under a `TestEnv`'s namespace, whose clean-up only knows the local Redis).
+pub async fn delete_keys(ha: &Ha, namespace: &str) {
+    let mut master = ha.node(ha.master_port()).await;
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{namespace}:*"))
         .query_async(&mut master)
@@ -246,21 +292,38 @@ pub async fn delete_keys(topology: &Topology, namespace: &str) {
     }
 }
 
-/// Reads hash `key` on the node at `port` directly (a replica, say).
+/// Reads hash `key` on the Redis node at `port` directly (a replica, say).
 pub async fn hgetall_on(
-    topology: &Topology,
+    ha: &Ha,
     port: u16,
     key: &str,
 ) -> std::collections::HashMap<String, String> {
-    let mut node = topology.node(port).await;
+    let mut node = ha.node(port).await;
     redis::cmd("HGETALL")
         .arg(key)
         .query_async(&mut node)
         .await
-        .unwrap()
+        .expect("HGETALL on a harness node")
 }
 
 /// How long the tests give a planned switch to be followed: Sentinel's own switch takes
-/// one to two seconds, the connection's watch one more; the rest is slack for a loaded
+/// one to three seconds, the connection's watch one more; the rest is slack for a loaded
 /// machine.
-pub const FOLLOW_WITHIN: Duration = Duration::from_secs(10);
+pub const FOLLOW_WITHIN: Duration = Duration::from_secs(15);
+
+/// The (redacted) URL of the broker node a process's JSON log says it is connected to now:
+/// its last `connected to the broker` or `reconnected to the broker` line.
+pub fn connected_url(log: &str) -> Option<String> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| {
+            v["message"]
+                .as_str()
+                .is_some_and(|m| m.ends_with("connected to the broker"))
+        })
+        .filter_map(|v| v["url"].as_str().map(str::to_owned))
+        .next_back()
+}
+
+/// How long a harness fault test may wait for one phase (a node's restart, a failover).
+pub const PHASE: Duration = Duration::from_secs(40);

@@ -7,7 +7,7 @@
 //! on one data file ([`data_file`], and [`tmpfs`] for a read-only or full disk), the command
 //! line ([`cli`], [`config_dir`]), the queue ([`occurrences`], [`deliveries`],
 //! [`rabbitmq`]), the ledger ([`inspect`]), the extra RabbitMQ node ([`nodes`]) and the
-//! Redis Sentinel topology of the `ha` tests ([`ha`]).
+//! high-availability harness of the `ha` tests ([`ha`]).
 
 #![allow(dead_code)]
 

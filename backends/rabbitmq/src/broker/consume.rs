@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use super::failure::{Failure, broker_failure, chain, channel_gone, lapin_failure};
 use super::link::{Link, RECONNECT};
 use super::tasks::Tasks;
-use crate::topology::{self, short};
+use crate::topology::{Replication, short};
 use cronq_shared::broker::{Acker, BrokerError, Delivery};
 use cronq_shared::names::{Names, QueueName};
 use cronq_shared::retry::retry;
@@ -45,22 +45,30 @@ pub(super) trait Connect: Clone + Send + Sync + 'static {
     fn names(&self) -> &Names;
     /// The tasks the broker owns.
     fn tasks(&self) -> &Tasks;
+    /// How its queues replicate.
+    fn replication(&self) -> &Replication;
 }
 
 /// Declares `queues` and starts one consumer per queue on a new channel of `link`.
 pub(super) async fn subscribe(
-    names: &Names,
-    tasks: &Tasks,
+    broker: &impl Connect,
     link: &Link,
     queues: &[QueueName],
     prefetch: u16,
 ) -> Result<Subscription, Failure> {
+    let names = broker.names();
+    let mut declare = link.declare(broker.replication()).await?;
+    declare.base(names).await.map_err(broker_failure)?;
+    for q in queues {
+        declare.queue(names, q).await.map_err(broker_failure)?;
+    }
+    declare.close().await;
     let ch = link.channel().await?;
     match start_consumers(names, &ch, queues, prefetch).await {
         Ok(consumers) => Ok(Subscription {
             guard: Arc::new(ChannelGuard {
                 channel: ch,
-                tasks: tasks.clone(),
+                tasks: broker.tasks().clone(),
             }),
             consumers,
         }),
@@ -78,14 +86,6 @@ async fn start_consumers(
     queues: &[QueueName],
     prefetch: u16,
 ) -> Result<Vec<(QueueName, ShortString, lapin::Consumer)>, Failure> {
-    topology::declare_base(ch, names)
-        .await
-        .map_err(broker_failure)?;
-    for q in queues {
-        topology::declare_queue(ch, names, q)
-            .await
-            .map_err(broker_failure)?;
-    }
     // Per consumer, not global: RabbitMQ 4.3 rejects global QoS.
     ch.basic_qos(prefetch, BasicQosOptions { global: false })
         .await
@@ -254,14 +254,7 @@ impl<C: Connect> Feeder<C> {
             || async {
                 let sub = match self.broker.link().await {
                     Ok(link) => {
-                        subscribe(
-                            self.broker.names(),
-                            self.broker.tasks(),
-                            &link,
-                            &self.queues,
-                            self.prefetch,
-                        )
-                        .await
+                        subscribe(&self.broker, &link, &self.queues, self.prefetch).await
                     }
                     Err(f) => Err(f),
                 };

@@ -1,9 +1,10 @@
 //! The dead-letter queue walk behind `dead_letters` and `replay`.
 //!
 //! Invariant: the walk gets every letter without ack on a dedicated channel and closes it
-//! at the end, so every letter not acked goes back in its original position (a classic
-//! queue requeues in order; checked on RabbitMQ 3.10 by the broker tests). A letter is
-//! acked only after its replay was confirmed, so an interrupted replay loses nothing.
+//! at the end, so every letter not acked goes back to the queue (a quorum queue, which on
+//! RabbitMQ 3.10 puts them back in another order: `dead_letters` sorts what it lists). A
+//! letter is acked only after its replay was confirmed, so an interrupted replay loses
+//! nothing.
 
 use std::future::Future;
 
@@ -13,24 +14,23 @@ use lapin::types::{FieldTable, ShortString};
 use super::failure::{Failure, broker_failure, channel_gone, lapin_failure};
 use super::link::Link;
 use crate::headers::read_dead_letter;
-use crate::topology::{self, short};
+use crate::topology::{Replication, short};
 use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Outgoing};
 use cronq_shared::names::Names;
 
 /// One walk over the dead-letter queue on a dedicated channel: every message is got
-/// without ack, so closing the channel puts every message not acked back, in order.
+/// without ack, so closing the channel puts every message not acked back.
 /// The walk covers the letters present when it starts: letters arriving meanwhile
 /// wait for the next walk, so a busy queue cannot keep it going forever.
 pub(super) async fn walk(
     names: &Names,
+    replication: &Replication,
     link: &Link,
     mut visit: impl AsyncVisit,
 ) -> Result<(), Failure> {
-    let declare = link.channel().await?;
-    topology::declare_base(&declare, names)
-        .await
-        .map_err(broker_failure)?;
-    let _ = declare.close(200, ShortString::from("declared")).await;
+    let mut declare = link.declare(replication).await?;
+    declare.base(names).await.map_err(broker_failure)?;
+    declare.close().await;
     let ch = link.channel().await?;
     let dlq = short("read dead letters", names.dead_letter_queue())?;
     let result = async {

@@ -4,13 +4,14 @@
 //! Invariant: the publish channel a link hands out is always in confirm mode.
 
 use lapin::options::ConfirmSelectOptions;
-use lapin::types::LongString;
+use lapin::types::{LongString, ShortString};
 use lapin::uri::AMQPUri;
 use lapin::{Channel, Connection, ConnectionProperties};
 
 use std::time::Duration;
 
-use super::failure::{Failure, lapin_failure};
+use super::failure::{Failure, broker_failure, lapin_failure};
+use crate::topology::{Declare, Replication};
 use cronq_shared::broker::BrokerError;
 use cronq_shared::retry::Backoff;
 
@@ -23,12 +24,19 @@ pub const RECONNECT: Backoff =
 /// One live connection and its shared publish channel (in confirm mode).
 pub(super) struct Link {
     pub(super) connection: Connection,
+    /// Which node of the broker's list it is connected to.
+    pub(super) node: usize,
     publisher: tokio::sync::Mutex<Option<Channel>>,
 }
 
 impl Link {
-    /// Opens a connection; `redacted` is the URL as errors show it.
-    pub(super) async fn open(uri: &AMQPUri, redacted: &str) -> Result<Self, BrokerError> {
+    /// Opens a connection to node `node` of the broker's list; `redacted` is its URL as
+    /// errors show it.
+    pub(super) async fn open(
+        uri: &AMQPUri,
+        redacted: &str,
+        node: usize,
+    ) -> Result<Self, BrokerError> {
         let properties =
             ConnectionProperties::default().with_connection_name(LongString::from("cronq"));
         let connection = Connection::connect_uri(uri.clone(), properties)
@@ -39,6 +47,7 @@ impl Link {
             })?;
         Ok(Self {
             connection,
+            node,
             publisher: tokio::sync::Mutex::new(None),
         })
     }
@@ -48,12 +57,43 @@ impl Link {
         self.connection.status().connected()
     }
 
+    /// Closes the connection after its node stopped answering for `after`: every operation
+    /// on it fails (its unsettled deliveries return to their queues) and the broker opens
+    /// a link to another node. Bounded: a node that does not answer does not answer the
+    /// close either.
+    pub(super) async fn abandon(&self, after: Duration) {
+        let reason = format!(
+            "no answer for {} s, moving to another node",
+            after.as_secs()
+        );
+        let close = self.connection.close(320, ShortString::from(reason));
+        let _ = tokio::time::timeout(Duration::from_secs(1), close).await;
+    }
+
+    /// A round of declarations on a channel of its own.
+    pub(super) async fn declare<'a>(
+        &'a self,
+        replication: &'a Replication,
+    ) -> Result<Declare<'a>, Failure> {
+        Declare::open(&self.connection, replication)
+            .await
+            .map_err(broker_failure)
+    }
+
     /// A new channel on the connection.
     pub(super) async fn channel(&self) -> Result<Channel, Failure> {
         self.connection
             .create_channel()
             .await
             .map_err(lapin_failure("open channel"))
+    }
+
+    /// Closes the shared publish channel: the next publish opens a new one.
+    pub(super) async fn reset_publisher(&self) {
+        let old = self.publisher.lock().await.take();
+        if let Some(ch) = old {
+            let _ = ch.close(200, ShortString::from("publishes nacked")).await;
+        }
     }
 
     /// The shared publish channel, reopened if a channel error closed it.

@@ -1,0 +1,188 @@
+//! The RabbitMQ nodes a broker may connect to: one URL, or a cluster's node URLs separated
+//! by commas (`CRONQ_AMQP_URL`), and how a link is opened on the first live one.
+//!
+//! Each process takes the list in its own random order, so a fleet spreads its
+//! connections over the cluster; when a link is lost, the next connection tries the node
+//! after the lost one first, then each other node once.
+//!
+//! Invariant: a URL's credentials are only ever given to lapin; every log line and error
+//! shows [`Node::redacted`].
+
+use std::time::Duration;
+
+use lapin::uri::AMQPUri;
+
+use super::link::Link;
+use cronq_shared::broker::BrokerError;
+use cronq_shared::endpoints::CONNECT_TIMEOUT;
+use cronq_shared::redacted::Redacted;
+
+/// Heartbeat asked for when the URL sets none: a silently dead TCP connection is noticed
+/// within about twice this, instead of the server's default 60 s.
+const HEARTBEAT_SECS: u16 = 10;
+
+/// How long one node of a list may take to accept a connection before the next one is
+/// tried: a node cut off by a partition does not answer at all, and the others must not
+/// wait the whole [`CONNECT_TIMEOUT`] behind it.
+const NODE_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// One node's URL.
+pub(super) struct Node {
+    /// With credentials: only ever given to lapin, never logged.
+    uri: AMQPUri,
+    /// As logs and errors show it.
+    pub(super) redacted: String,
+}
+
+/// An element of the list is not an AMQP URL (its text is not repeated: it may hold
+/// credentials).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "not a valid AMQP URL{position}: expected amqp://USER:PASSWORD@HOST:PORT/VHOST or \
+     amqps://…, several separated by commas for the nodes of a cluster"
+)]
+struct BadUrl {
+    /// Empty for a single URL, else which one of the list.
+    position: String,
+}
+
+/// The error of a connection attempt that got no answer within `within`.
+pub(super) fn no_answer(redacted: &str, within: Duration) -> BrokerError {
+    BrokerError::Connect {
+        url: redacted.to_owned(),
+        source: format!("no answer within {}s", within.as_secs()).into(),
+    }
+}
+
+/// The nodes of `urls` (one URL, or several separated by commas), in a random order.
+///
+/// # Errors
+/// [`BrokerError::Connect`] naming the whole list, redacted, when an element is empty or
+/// not an AMQP URL.
+pub(super) fn parse(urls: &str) -> Result<Vec<Node>, BrokerError> {
+    let parts: Vec<&str> = urls.split(',').map(str::trim).collect();
+    let bad = |i: usize| BrokerError::Connect {
+        url: Redacted(urls).to_string(),
+        source: Box::new(BadUrl {
+            position: if parts.len() == 1 {
+                String::new()
+            } else {
+                format!(" (URL {} of the {} in the list)", i + 1, parts.len())
+            },
+        }),
+    };
+    let mut nodes = Vec::with_capacity(parts.len());
+    for (i, part) in parts.iter().enumerate() {
+        if part.is_empty() {
+            return Err(bad(i));
+        }
+        let mut uri: AMQPUri = part.parse().map_err(|_| bad(i))?;
+        if uri.query.heartbeat.is_none() {
+            uri.query.heartbeat = Some(HEARTBEAT_SECS);
+        }
+        nodes.push(Node {
+            uri,
+            redacted: Redacted(part).to_string(),
+        });
+    }
+    fastrand::shuffle(&mut nodes);
+    Ok(nodes)
+}
+
+/// Opens a link on the first node of `nodes` that accepts one, trying each once, from
+/// index `start` on. Returns its node's index and the link.
+///
+/// # Errors
+/// The last node's error when none accepted (each within its connect timeout).
+pub(super) async fn open_first(nodes: &[Node], start: usize) -> Result<(usize, Link), BrokerError> {
+    // One node: nowhere else to go, so it has the whole connect timeout.
+    let within = if nodes.len() == 1 {
+        CONNECT_TIMEOUT
+    } else {
+        NODE_CONNECT_TIMEOUT
+    };
+    let mut last = None;
+    for i in (0..nodes.len()).map(|k| (start + k) % nodes.len()) {
+        let node = &nodes[i];
+        let opened = tokio::time::timeout(within, Link::open(&node.uri, &node.redacted, i))
+            .await
+            .unwrap_or_else(|_| Err(no_answer(&node.redacted, within)));
+        match opened {
+            Ok(link) => return Ok((i, link)),
+            Err(error) => {
+                if nodes.len() > 1 {
+                    tracing::debug!(url = %node.redacted, error = %error, "node not reachable, trying the next");
+                }
+                last = Some(error);
+            }
+        }
+    }
+    let last = last.unwrap_or(BrokerError::Connect {
+        url: String::new(),
+        source: "no node to connect to".into(),
+    });
+    if nodes.len() == 1 {
+        return Err(last);
+    }
+    // Name every node; the last one's error says why (the others' are in the debug log).
+    Err(BrokerError::Connect {
+        url: display(nodes),
+        source: Box::new(last),
+    })
+}
+
+/// The nodes as logs show them: their redacted URLs, separated by commas.
+pub(super) fn display(nodes: &[Node]) -> String {
+    nodes
+        .iter()
+        .map(|n| n.redacted.as_str())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    #[test]
+    fn takes_a_list_and_redacts_each_url() {
+        let nodes = parse(
+            "amqp://a:secret1@h1:5672/%2f, amqp://b:secret2@h2:5673/%2f,amqps://c:secret3@h3/v",
+        )
+        .unwrap();
+        let mut shown: Vec<&str> = nodes.iter().map(|n| n.redacted.as_str()).collect();
+        shown.sort_unstable();
+        assert_eq!(
+            shown,
+            [
+                "amqp://***@h1:5672/%2f",
+                "amqp://***@h2:5673/%2f",
+                "amqps://***@h3/v"
+            ]
+        );
+        assert!(nodes.iter().all(|n| n.uri.query.heartbeat == Some(10)));
+    }
+
+    #[test]
+    fn refuses_a_bad_element_without_echoing_credentials() {
+        let err = parse("amqp://a:secret1@h1/%2f,,amqp://b:secret2@h2/%2f")
+            .err()
+            .unwrap();
+        let text = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+        assert!(text.contains("URL 2 of the 3"), "{text}");
+        assert!(!text.contains("secret"), "{text}");
+        let err = parse("http://x:secret@h").err().unwrap();
+        let text = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+        assert!(text.contains("not a valid AMQP URL: expected"), "{text}");
+        assert!(!text.contains("secret"), "{text}");
+    }
+
+    #[test]
+    fn spreads_a_fleet_over_the_nodes() {
+        let list = "amqp://h1/%2f,amqp://h2/%2f,amqp://h3/%2f";
+        let firsts: std::collections::BTreeSet<String> = (0..200)
+            .map(|_| parse(list).unwrap()[0].redacted.clone())
+            .collect();
+        assert_eq!(firsts.len(), 3, "each node comes first for some process");
+    }
+}

@@ -1,0 +1,81 @@
+//! A node of the RabbitMQ cluster lost under a running fleet: `kill -9` of the node the
+//! leader publishes to, and `stop_app` then `start_app` of the node that leads the job
+//! queue. The fleet takes the three nodes' URLs (`CRONQ_AMQP_URL=a,b,c`), Redis is the
+//! machine's own.
+
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+
+use super::{HaFleet, Redis};
+use crate::support::ha::{self, PHASE, connected_url};
+use crate::support::{scoped, until};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_node_of_the_leader_loses_and_doubles_nothing() {
+    let ha = ha::ha();
+    ha.heal();
+    scoped("ha-rmq-kill", |env| async move {
+        let fleet = HaFleet::start(&env, &ha, Redis::Shared).await;
+        // Every queue of the namespace is replicated on the three nodes.
+        let members = ha.queue_members(&env.namespace);
+        assert!(
+            members.len() >= 2 && members.iter().all(|(_, n)| *n == 3),
+            "queues and their members: {members:?}"
+        );
+        let (log, _) = fleet.running.leader().expect("a leader");
+        let url = connected_url(&env.log(&log)).expect("the leader logged its node");
+        let node = ha.node_of_url(&url).expect("a node of the harness");
+        ha.run(&["kill-rabbit", &node.to_string()]);
+        let killed = Utc::now();
+        let started = Instant::now();
+        fleet.resumed(killed).await;
+        eprintln!(
+            "node {node} killed: running again after {:?}",
+            started.elapsed()
+        );
+        let (log, _) = fleet.running.leader().expect("a leader");
+        let now = connected_url(&env.log(&log)).expect("the leader logged its node");
+        assert_ne!(
+            ha.node_of_url(&now),
+            Some(node),
+            "the leader publishes to another node"
+        );
+        ha.run(&["start-rabbit", &node.to_string()]);
+        let report = fleet.settle().await;
+        report.assert_once_each();
+        ha.heal();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stopped_node_leading_the_job_queue_loses_and_doubles_nothing() {
+    let ha = ha::ha();
+    ha.heal();
+    scoped("ha-rmq-stop", |env| async move {
+        let fleet = HaFleet::start(&env, &ha, Redis::Shared).await;
+        let queue = format!("{}.q.default", env.namespace);
+        let node = until(PHASE, "the job queue's leader", || async {
+            ha.queue_leader(&queue)
+                .ok_or_else(|| ha.ctl(1, &["list_queues", "name", "leader"]))
+        })
+        .await;
+        ha.ctl(node, &["stop_app"]);
+        let stopped = Utc::now();
+        let started = Instant::now();
+        // Its queue leader moves to another node; the fleet's connections to it drop.
+        fleet.resumed(stopped).await;
+        eprintln!(
+            "node {node} stopped: running again after {:?}",
+            started.elapsed()
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        ha.ctl(node, &["start_app"]);
+        ha.ctl(node, &["await_startup", "--timeout", "60"]);
+        let report = fleet.settle().await;
+        report.assert_once_each();
+        ha.heal();
+    })
+    .await;
+}
