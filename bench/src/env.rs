@@ -76,7 +76,12 @@ impl BenchEnv {
     /// Opens a plain lapin connection (baselines, observers): to the first node when
     /// CRONQ_AMQP_URL lists a cluster's nodes.
     pub async fn amqp(&self) -> anyhow::Result<Connection> {
-        let first = self.endpoints.amqp_url.split(',').next().unwrap_or_default();
+        let first = self
+            .endpoints
+            .amqp_url
+            .split(',')
+            .next()
+            .unwrap_or_default();
         Connection::connect(first.trim(), ConnectionProperties::default())
             .await
             .context("while connecting to RabbitMQ (is it running on CRONQ_AMQP_URL?)")

@@ -114,9 +114,10 @@ command = {}
     pub async fn resumed(&self, at: DateTime<Utc>) {
         let after = at.timestamp() + 6;
         until(PHASE, "publishing and running to resume", || async {
-            let ran = self.running.entries(JOB).await.iter().any(|e| {
-                e.outcome == Outcome::Succeeded && history::scheduled(&e.key) >= after
-            });
+            let ran =
+                self.running.entries(JOB).await.iter().any(|e| {
+                    e.outcome == Outcome::Succeeded && history::scheduled(&e.key) >= after
+                });
             if ran {
                 Ok(())
             } else {
@@ -132,7 +133,10 @@ command = {}
         self.running.stop_producing().await;
         let published = self.running.published(JOB);
         let expected = history::ticks(JOB, &published, 1);
-        let gaps: Vec<&String> = expected.iter().filter(|k| !published.contains(*k)).collect();
+        let gaps: Vec<&String> = expected
+            .iter()
+            .filter(|k| !published.contains(*k))
+            .collect();
         assert!(
             gaps.is_empty(),
             "seconds never published: {gaps:?}\n{}",

@@ -94,7 +94,10 @@ async fn planned_sentinel_failover_loses_and_doubles_nothing() {
         let switched = Utc::now();
         let started = Instant::now();
         fleet.resumed(switched).await;
-        eprintln!("planned failover: running again after {:?}", started.elapsed());
+        eprintln!(
+            "planned failover: running again after {:?}",
+            started.elapsed()
+        );
         crate::support::until(
             crate::support::ha::PHASE,
             "the sentinels to name the new master",

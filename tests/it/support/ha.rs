@@ -35,7 +35,9 @@ fn var(name: &str) -> String {
 }
 
 fn ports(list: &str) -> Vec<u16> {
-    list.split(',').map(|p| p.parse().expect("a port")).collect()
+    list.split(',')
+        .map(|p| p.parse().expect("a port"))
+        .collect()
 }
 
 /// The harness.
