@@ -1,6 +1,7 @@
 //! A node of the RabbitMQ cluster lost under a running fleet: `kill -9` of the node the
-//! leader publishes to, and `stop_app` then `start_app` of the node that leads the job
-//! queue. The fleet takes the three nodes' URLs (`CRONQ_AMQP_URL=a,b,c`), Redis is the
+//! leader publishes to; that node frozen (SIGSTOP: its connections stay open and it confirms
+//! nothing, as a node cut off by a partition); and `stop_app` then `start_app` of the node
+//! that leads the job queue. The fleet takes the three nodes' URLs (`CRONQ_AMQP_URL=a,b,c`), Redis is the
 //! machine's own.
 
 use std::time::{Duration, Instant};
@@ -73,6 +74,44 @@ async fn stopped_node_leading_the_job_queue_loses_and_doubles_nothing() {
         tokio::time::sleep(Duration::from_secs(2)).await;
         ha.ctl(node, &["start_app"]);
         ha.ctl(node, &["await_startup", "--timeout", "60"]);
+        let report = fleet.settle().await;
+        report.assert_once_each();
+        ha.heal();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn frozen_node_of_the_leader_is_given_up_and_nothing_is_lost_or_doubled() {
+    let ha = ha::ha();
+    ha.heal();
+    scoped("ha-rmq-freeze", |env| async move {
+        let fleet = HaFleet::start(&env, &ha, Redis::Shared).await;
+        let (log, _) = fleet.running.leader().expect("a leader");
+        let url = connected_url(&env.log(&log)).expect("the leader logged its node");
+        let node = ha.node_of_url(&url).expect("a node of the harness");
+        ha.run(&["freeze-rabbit", &node.to_string()]);
+        let frozen = Utc::now();
+        let started = Instant::now();
+        // The connection stays open: only the missing confirms tell (CONFIRM_STALL, 5 s).
+        fleet.resumed(frozen).await;
+        eprintln!(
+            "node {node} frozen: running again after {:?}",
+            started.elapsed()
+        );
+        let (log, _) = fleet.running.leader().expect("a leader");
+        let text = env.log(&log);
+        assert!(
+            text.contains("moving to another node"),
+            "the leader gave the frozen node up:\n{text}"
+        );
+        let now = connected_url(&text).expect("the leader logged its node");
+        assert_ne!(
+            ha.node_of_url(&now),
+            Some(node),
+            "the leader publishes to another node"
+        );
+        ha.run(&["thaw-rabbit", &node.to_string()]);
         let report = fleet.settle().await;
         report.assert_once_each();
         ha.heal();

@@ -226,9 +226,8 @@ impl Running {
             let log = self.env.log(&name);
             let last = log
                 .lines()
-                .filter(|l| l.contains("became leader") || l.contains("lost leadership"))
-                .next_back()?;
-            last.contains("became leader").then(|| (name, *pid))
+                .rfind(|l| l.contains("became leader") || l.contains("lost leadership"))?;
+            last.contains("became leader").then_some((name, *pid))
         })
     }
 
