@@ -52,7 +52,7 @@ use cronq_shared::retry::{GaveUp, retry};
 pub use self::link::RECONNECT;
 
 /// With several nodes, how long a publish waits for its next confirm before it gives its
-/// node up and goes to another (see [`AmqpBroker::confirm_stall`]). A node in a minority
+/// node up and goes to another (with one there is nowhere to go). A node in a minority
 /// partition or in maintenance can keep a connection open and take messages without ever
 /// confirming them; a healthy node confirms a batch of thousands within a second.
 pub const CONFIRM_STALL: Duration = Duration::from_secs(5);

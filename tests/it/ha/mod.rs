@@ -113,11 +113,11 @@ command = {}
         fleet
     }
 
-    /// Waits until seconds scheduled 6 s after `at` were published and have run: the
+    /// Waits until seconds scheduled 8 s after `at` were published and have run: the
     /// pipeline works again after a fault. Returns when the first second scheduled after
     /// `at` was published, as the producers logged it.
     pub async fn resumed(&self, at: DateTime<Utc>) {
-        let after = at.timestamp() + 6;
+        let after = at.timestamp() + 8;
         until(PHASE, "publishing and running to resume", || async {
             let ran =
                 self.running.entries(JOB).await.iter().any(|e| {

@@ -1,7 +1,8 @@
 //! The Redis master lost under a running fleet that reaches Redis through its sentinels
 //! (`CRONQ_REDIS_URL=redis+sentinel://…`): `kill -9` of the master, Sentinel promoting a
 //! replica, with `CRONQ_REDIS_MIN_REPLICAS=1` (nothing lost, nothing doubled) and without
-//! (what happens is printed, and nothing may be lost); and a planned `SENTINEL FAILOVER`.
+//! (what happens is printed, and nothing may be lost); and a planned `SENTINEL FAILOVER`
+//! the way docs/ha.md says to make one (the master's writes paused first).
 //! RabbitMQ is the harness's cluster.
 
 use std::time::Instant;
@@ -80,17 +81,28 @@ async fn planned_sentinel_failover_loses_and_doubles_nothing() {
     scoped("ha-redis-switch", |env| async move {
         let fleet = HaFleet::start(&env, &ha, Redis::Sentinel { min_replicas: 0 }).await;
         let master = ha.run(&["redis-master"]).trim().to_owned();
-        let out = std::process::Command::new("redis-cli")
-            .args(["-p", &ha.sentinel_ports[0].to_string()])
-            .args(["SENTINEL", "FAILOVER", "cronq-ha"])
-            .output()
-            .expect("redis-cli runs");
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout).trim(),
-            "OK",
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        // The planned switch of docs/ha.md: the master's writes paused first, so that none
+        // is made to it between the promotion and its demotion (Sentinel promotes first).
+        for (port, args) in [
+            (&master, &["CLIENT", "PAUSE", "10000", "WRITE"][..]),
+            (
+                &ha.sentinel_ports[0].to_string(),
+                &["SENTINEL", "FAILOVER", "cronq-ha"][..],
+            ),
+        ] {
+            let out = std::process::Command::new("redis-cli")
+                .args(["-p", port])
+                .args(args)
+                .output()
+                .expect("redis-cli runs");
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout).trim(),
+                "OK",
+                "redis-cli -p {port} {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
         let switched = Utc::now();
         let started = Instant::now();
         fleet.resumed(switched).await;
