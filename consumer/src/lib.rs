@@ -40,5 +40,6 @@ mod telemetry;
 mod worker;
 
 pub use error::Error;
+pub use handler::identity::{CommandProblem, check_commands};
 pub use registry::{HandlerFuture, Handlers, JobHandler};
 pub use service::{Consumer, DEFAULT_LEASE, Options, default_consumer_id};

@@ -14,6 +14,7 @@ use crate::cli::{Cli, ConsumerArgs};
 /// Runs until the root token is cancelled (SIGTERM/SIGINT), then drains within `--grace`.
 pub async fn run(cli: &Cli, args: &ConsumerArgs, root: CancellationToken) -> anyhow::Result<()> {
     let config = super::settings::load_config(cli)?;
+    super::settings::check_commands(cli, &config)?;
     let endpoints = super::settings::endpoints(cli)?;
     let options = Options {
         queues: args.queues.clone(),

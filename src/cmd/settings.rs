@@ -19,6 +19,28 @@ use crate::cli::Cli;
 #[error("{0}")]
 pub struct UsageError(pub String);
 
+/// Checks what only the machine that runs the jobs can: each command's `user`, `group` and
+/// `cwd` (see `cronq_consumer::check_commands`), for `consumer` and `standalone`.
+///
+/// # Errors
+/// A [`UsageError`] with one line per problem, each naming the file, the job and the field.
+pub fn check_commands(cli: &Cli, config: &Config) -> anyhow::Result<()> {
+    cronq_consumer::check_commands(config).map_err(|problems| {
+        let file = cli
+            .config
+            .as_deref()
+            .map_or_else(|| "the config".to_owned(), |p| p.display().to_string());
+        let lines: Vec<String> = problems.iter().map(|p| format!("{file}: {p}")).collect();
+        UsageError(format!(
+            "cannot run the config's commands here ({} problem{}):\n{}",
+            lines.len(),
+            if lines.len() == 1 { "" } else { "s" },
+            lines.join("\n")
+        ))
+        .into()
+    })
+}
+
 /// Loads the config named by `--config` or `CRONQ_CONFIG`.
 pub fn load_config(cli: &Cli) -> anyhow::Result<Config> {
     let path = cli.config.as_deref().ok_or_else(|| {

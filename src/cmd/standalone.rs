@@ -45,6 +45,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         ),
     }
     let config = super::settings::load_config(cli)?;
+    super::settings::check_commands(cli, &config)?;
     for warning in &config.warnings {
         tracing::warn!(warning = %warning, "config");
     }

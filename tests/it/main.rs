@@ -14,6 +14,8 @@
 //!   the Redis stores through Sentinel (following the master, the replication barrier of
 //!   `CRONQ_REDIS_MIN_REPLICAS`), on the harness of `scripts/ha`;
 //! - `handlers`, `queues`: how a consumer runs a job, and which queues it serves;
+//! - `command_identity`: a command's `user`, `group`, `cwd`, `env` and `clear_env`, through a
+//!   real `cronq standalone`;
 //! - `operations`: pause, trigger, backfill, reload, the operations commands, the
 //!   dead-letter queue;
 //! - `standalone`: `cronq standalone` with its defaults;
@@ -30,6 +32,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod command_identity;
 mod g1_once;
 mod g2_no_loss;
 mod g3_crash;

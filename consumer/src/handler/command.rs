@@ -1,7 +1,10 @@
 //! The `command` handler: argv executed without a shell, in its own process group.
 //!
-//! Environment: `CRONQ_JOB`, `CRONQ_KEY`, `CRONQ_SCHEDULED_AT` (RFC 3339 in the job's zone),
-//! `CRONQ_ATTEMPT`; the payload JSON on stdin; exit 0 is success. On cancellation the whole
+//! Environment: the consumer's (none with `clear_env`), then the job's `env`, then
+//! `CRONQ_JOB`, `CRONQ_KEY`, `CRONQ_SCHEDULED_AT` (RFC 3339 in the job's zone),
+//! `CRONQ_ATTEMPT`; with `user`, also `USER`, `LOGNAME` and `HOME` of that user (unless
+//! `env` sets them). It runs as `user`/`group` ([`super::identity`]) in `cwd`. The payload
+//! JSON reaches it on stdin only, never on its command line; exit 0 is success. On cancellation the whole
 //! process group gets SIGTERM, then SIGKILL after the caller's grace, so grandchildren
 //! (`sh -c 'sleep 100'`) die too. The last [`TAIL_BYTES`] of stdout and stderr are kept;
 //! the stderr tail (or the stdout tail when stderr is empty) is the attempt's error.
@@ -9,12 +12,15 @@
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
+use cronq_shared::config::CommandHandler;
 use cronq_shared::message::Occurrence;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Child;
 use tokio_util::sync::CancellationToken;
+
+use super::identity;
 
 /// How much of stdout and stderr is kept.
 pub(crate) const TAIL_BYTES: usize = 4096;
@@ -69,15 +75,16 @@ fn text(bytes: &[u8]) -> String {
 /// Runs `argv` for `occ` until it exits or `token` is cancelled; once cancelled, the
 /// process group gets SIGTERM, then SIGKILL after `grace`.
 pub(crate) async fn run(
-    argv: &[String],
+    handler: &CommandHandler,
     occ: &Occurrence,
     grace: Duration,
     token: CancellationToken,
 ) -> Result<(), String> {
-    let (program, args) = argv
-        .split_first()
+    let program = handler
+        .argv
+        .first()
         .ok_or_else(|| "the command is empty".to_owned())?;
-    let (mut child, guard) = spawn(program, args, occ)?;
+    let (mut child, guard) = spawn(handler, occ)?;
     let payload = serde_json::to_vec(&occ.payload).unwrap_or_default();
     let stdin = child.stdin.take();
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
@@ -119,11 +126,41 @@ pub(crate) async fn run(
     outcome(program, status, &out, &err)
 }
 
-/// Starts `program` for `occ` in its own process group, with the occurrence in its
-/// environment and piped stdio.
-fn spawn(program: &str, args: &[String], occ: &Occurrence) -> Result<(Child, GroupGuard), String> {
+/// Starts the command for `occ` in its own process group, as its user in its directory,
+/// with the occurrence in its environment and piped stdio.
+fn spawn(handler: &CommandHandler, occ: &Occurrence) -> Result<(Child, GroupGuard), String> {
+    let (program, args) = handler
+        .argv
+        .split_first()
+        .ok_or_else(|| "the command is empty".to_owned())?;
+    let identity = identity::resolve(handler).map_err(|(field, problem)| {
+        format!("cannot start {program:?}: the job's {field}: {problem}")
+    })?;
     let mut cmd = tokio::process::Command::new(program);
+    if handler.clear_env {
+        cmd.env_clear();
+    }
+    if let Some((name, home)) = &identity.account {
+        cmd.env("USER", name).env("LOGNAME", name).env("HOME", home);
+    }
+    if let Some(uid) = identity.uid {
+        // As root, std also drops the supplementary groups before it takes the uid.
+        cmd.uid(uid.as_raw());
+    }
+    if let Some(gid) = identity.gid {
+        cmd.gid(gid.as_raw());
+    }
+    if let Some(cwd) = &handler.cwd {
+        if !cwd.is_dir() {
+            return Err(format!(
+                "cannot start {program:?}: the job's cwd {} is not a directory",
+                cwd.display()
+            ));
+        }
+        cmd.current_dir(cwd);
+    }
     cmd.args(args)
+        .envs(handler.env.iter().map(|(k, v)| (k, v)))
         .env("CRONQ_JOB", occ.job.as_str())
         .env("CRONQ_KEY", occ.key.to_string())
         .env("CRONQ_SCHEDULED_AT", occ.scheduled_local.to_rfc3339())

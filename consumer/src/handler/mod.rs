@@ -5,10 +5,11 @@
 
 pub(crate) mod command;
 pub(crate) mod http;
+pub(crate) mod identity;
 
 use std::sync::Arc;
 
-use cronq_shared::config::{Handler, Job};
+use cronq_shared::config::{CommandHandler, Handler, Job};
 use cronq_shared::message::Occurrence;
 use tokio_util::sync::CancellationToken;
 
@@ -21,7 +22,7 @@ pub(crate) const KILL_GRACE: std::time::Duration = std::time::Duration::from_sec
 /// A resolved handler, ready to run one attempt.
 #[derive(Clone)]
 pub(crate) enum Runner {
-    Command(Arc<[String]>),
+    Command(Arc<CommandHandler>),
     Http(Arc<cronq_shared::config::HttpHandler>, reqwest::Client),
     Rust(Arc<dyn JobHandler>),
 }
@@ -33,7 +34,7 @@ impl Runner {
             return Some(Self::Rust(h));
         }
         match &job.handler {
-            Some(Handler::Command(argv)) => Some(Self::Command(argv.clone().into())),
+            Some(Handler::Command(h)) => Some(Self::Command(Arc::new(h.clone()))),
             Some(Handler::Http(h)) => Some(Self::Http(Arc::new(h.clone()), http.clone())),
             None => None,
         }
@@ -50,7 +51,7 @@ impl Runner {
         // future kilobytes large, copied on every spawn (half the consumer's own CPU per
         // message for a no-op handler, docs/benchmarks.md).
         match self {
-            Self::Command(argv) => Box::pin(command::run(&argv, &occ, KILL_GRACE, token)).await,
+            Self::Command(h) => Box::pin(command::run(&h, &occ, KILL_GRACE, token)).await,
             Self::Http(h, client) => Box::pin(http::run(&h, &client, &occ, timeout, token)).await,
             Self::Rust(h) => h.call(occ, token).await,
         }

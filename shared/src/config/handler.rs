@@ -1,12 +1,14 @@
 //! A job's handler (`command` or `http`, or none for an embedded one), checked and
 //! resolved.
 //!
-//! Invariant: a resolved [`Handler`] is runnable as is: argv non-empty, URL http(s) with a
-//! host, method known, header names and values legal. URLs in messages are redacted.
+//! Invariant: a resolved [`Handler`] is runnable as is: argv non-empty, `env` names legal and
+//! `cwd` absolute, URL http(s) with a host, method known, header names and values legal.
+//! URLs in messages are redacted. `user` and `group` are looked up where the command runs
+//! (the consumer), not here.
 
 use super::raw::{RawHttp, RawJob, describe};
 use super::report::Report;
-use super::{Handler, HttpHandler};
+use super::{CommandHandler, Handler, HttpHandler};
 use crate::redacted::Redacted;
 
 /// HTTP methods an `http` handler may use.
@@ -41,13 +43,100 @@ pub(super) fn resolve_handler(raw: &RawJob, scope: &str, out: &mut Report) -> Op
                 );
                 None
             }
-            Some(_) => Some(Handler::Command(argv.clone())),
+            Some(_) => resolve_command(raw, argv, scope, out).map(Handler::Command),
         };
+    }
+    for (name, set) in command_options(raw) {
+        if set {
+            out.problem(
+                scope,
+                name,
+                "is only for a command handler: remove it, or give the job a command",
+            );
+        }
     }
     raw.http
         .as_ref()
         .and_then(|http| resolve_http(http, scope, out))
         .map(Handler::Http)
+}
+
+/// The fields that say how a command starts, and whether each is set.
+fn command_options(raw: &RawJob) -> [(&'static str, bool); 5] {
+    let own = &raw.own;
+    [
+        ("user", own.user.is_some()),
+        ("group", own.group.is_some()),
+        ("env", own.env.is_some()),
+        ("clear_env", own.clear_env.is_some()),
+        ("cwd", own.cwd.is_some()),
+    ]
+}
+
+/// The command and how it starts: `user` and `group` names or ids (looked up where it
+/// runs, by the consumer), `env` names that a process environment can hold, `cwd` absolute.
+fn resolve_command(
+    raw: &RawJob,
+    argv: &[String],
+    scope: &str,
+    out: &mut Report,
+) -> Option<CommandHandler> {
+    let own = &raw.own;
+    let before = out.problems.len();
+    for (name, value) in [("user", &own.user), ("group", &own.group)] {
+        if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
+            out.problem(
+                scope,
+                name,
+                format!("is empty: name a {name} or give its numeric id, or leave {name} out"),
+            );
+        }
+    }
+    let env: Vec<(String, String)> = own
+        .env
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    for (key, value) in &env {
+        if key.is_empty() || key.contains('=') || key.contains('\0') {
+            out.problem(
+                scope,
+                "env",
+                format!("{key:?} is not a variable name: it must be non-empty, without '=' or NUL"),
+            );
+        } else if key.starts_with("CRONQ_") {
+            out.problem(
+                scope,
+                "env",
+                format!("{key:?}: the CRONQ_ variables are set by cronq for each attempt; use another name"),
+            );
+        }
+        if value.contains('\0') {
+            out.problem(
+                scope,
+                "env",
+                format!("the value of {key:?} holds a NUL byte"),
+            );
+        }
+    }
+    if let Some(cwd) = own.cwd.as_deref()
+        && !cwd.starts_with('/')
+    {
+        out.problem(
+            scope,
+            "cwd",
+            format!("{cwd:?} is not an absolute path: give one such as \"/srv/report\""),
+        );
+    }
+    (out.problems.len() == before).then(|| CommandHandler {
+        argv: argv.to_vec(),
+        user: own.user.clone(),
+        group: own.group.clone(),
+        env,
+        clear_env: own.clear_env.unwrap_or(false),
+        cwd: own.cwd.as_ref().map(std::path::PathBuf::from),
+    })
 }
 
 fn resolve_http(raw: &RawHttp, scope: &str, out: &mut Report) -> Option<HttpHandler> {

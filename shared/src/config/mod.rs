@@ -158,9 +158,36 @@ pub enum Catchup {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Handler {
     /// argv, executed without a shell.
-    Command(Vec<String>),
+    Command(CommandHandler),
     /// An HTTP request with the message JSON as body.
     Http(HttpHandler),
+}
+
+/// `command = [...]` and how it is started.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CommandHandler {
+    /// The program and its arguments (never empty).
+    pub argv: Vec<String>,
+    /// `user`: the user (name or uid) it runs as; only when cronq runs as root.
+    pub user: Option<String>,
+    /// `group`: its group (name or gid); default the user's own group.
+    pub group: Option<String>,
+    /// `env`: variables set for it (after `clear_env`; the `CRONQ_*` ones win).
+    pub env: Vec<(String, String)>,
+    /// `clear_env`: start from an empty environment instead of the consumer's.
+    pub clear_env: bool,
+    /// `cwd`: its working directory (absolute); default the consumer's.
+    pub cwd: Option<std::path::PathBuf>,
+}
+
+impl CommandHandler {
+    /// A command with `argv` and nothing else set.
+    pub fn argv(argv: Vec<String>) -> Self {
+        Self {
+            argv,
+            ..Self::default()
+        }
+    }
 }
 
 /// `http = { url, method, headers }`.

@@ -67,6 +67,17 @@ pub(crate) const JOB_FIELDS: &[Field] = &[
         "http",
         "a table such as { url = \"http://127.0.0.1:8080/sync\", method = \"POST\" }",
     ),
+    field(
+        "user",
+        "a string naming a user or a uid, such as \"report\" or \"1001\"",
+    ),
+    field(
+        "group",
+        "a string naming a group or a gid, such as \"report\" or \"1001\"",
+    ),
+    field("env", "a table of strings such as { LANG = \"C.UTF-8\" }"),
+    field("clear_env", "true or false"),
+    field("cwd", "an absolute path such as \"/srv/report\""),
 ];
 
 /// The fields of `[leader]`.
@@ -227,6 +238,11 @@ pub(crate) struct RawJobOwn {
     pub(crate) schedule: Option<String>,
     pub(crate) payload: Option<Table>,
     pub(crate) command: Option<Vec<String>>,
+    pub(crate) user: Option<String>,
+    pub(crate) group: Option<String>,
+    pub(crate) env: Option<std::collections::BTreeMap<String, String>>,
+    pub(crate) clear_env: Option<bool>,
+    pub(crate) cwd: Option<String>,
     #[expect(
         dead_code,
         reason = "only type-checked here; the table is read into RawHttp"

@@ -138,7 +138,10 @@ fn defaults_section_then_job_overrides() {
     );
     assert_eq!(
         b.handler,
-        Some(Handler::Command(vec!["/bin/echo".into(), "hi".into()]))
+        Some(Handler::Command(CommandHandler::argv(vec![
+            "/bin/echo".into(),
+            "hi".into()
+        ])))
     );
     let queues: Vec<_> = config.queues().into_iter().map(|q| q.to_string()).collect();
     assert_eq!(queues, ["fast", "reports"]);
@@ -508,4 +511,74 @@ fn shared_zone_transitions_give_the_same_warnings_as_fresh_ones() {
         "the test needs warnings in both zones: {expected:?}"
     );
     assert_eq!(warnings, expected);
+}
+
+#[test]
+fn a_command_takes_its_user_group_env_and_cwd() {
+    let cfg = Config::from_toml(
+        r#"
+[[job]]
+name = "who"
+schedule = "@every 1m"
+command = ["/usr/bin/report"]
+user = "report"
+group = "staff"
+env = { LANG = "C.UTF-8", PATH = "/usr/bin" }
+clear_env = true
+cwd = "/srv/report"
+"#,
+        Path::new("cronq.toml"),
+    )
+    .unwrap();
+    assert_eq!(
+        cfg.jobs[0].handler,
+        Some(Handler::Command(CommandHandler {
+            argv: vec!["/usr/bin/report".into()],
+            user: Some("report".into()),
+            group: Some("staff".into()),
+            env: vec![
+                ("LANG".into(), "C.UTF-8".into()),
+                ("PATH".into(), "/usr/bin".into())
+            ],
+            clear_env: true,
+            cwd: Some("/srv/report".into()),
+        }))
+    );
+}
+
+#[test]
+fn command_options_are_checked_and_only_for_a_command() {
+    let err = Config::from_toml(
+        r#"
+[[job]]
+name = "web"
+schedule = "@every 1m"
+http = { url = "http://127.0.0.1:8080/sync" }
+user = "report"
+cwd = "/srv"
+
+[[job]]
+name = "cmd"
+schedule = "@every 1m"
+command = ["true"]
+user = " "
+env = { "A=B" = "x", CRONQ_KEY = "mine" }
+cwd = "relative/dir"
+clear_env = "yes"
+"#,
+        Path::new("cronq.toml"),
+    )
+    .unwrap_err()
+    .to_string();
+    for expected in [
+        "job \"web\": user: is only for a command handler",
+        "job \"web\": cwd: is only for a command handler",
+        "job \"cmd\": user: is empty",
+        "job \"cmd\": env: \"A=B\" is not a variable name",
+        "job \"cmd\": env: \"CRONQ_KEY\": the CRONQ_ variables are set by cronq",
+        "job \"cmd\": cwd: \"relative/dir\" is not an absolute path",
+        "job \"cmd\": clear_env: expected true or false",
+    ] {
+        assert!(err.contains(expected), "{expected} in:\n{err}");
+    }
 }
