@@ -29,7 +29,7 @@ use cronq_shared::runlog::Outcome;
 
 use crate::support::TestEnv;
 use crate::support::deployment::{Deployment, LEADER, Options, Running, argv};
-use crate::support::ha::{Ha, PHASE};
+use crate::support::ha::{Ha, PHASE, connected_url};
 use crate::support::history::{self, Entry, Mark, Trace};
 use crate::support::until;
 
@@ -111,6 +111,15 @@ command = {}
         })
         .await;
         fleet
+    }
+
+    /// The harness node (1-based) the leading producer is connected to now, and its log.
+    pub fn leader_node(&self, env: &TestEnv, ha: &Ha) -> (usize, String) {
+        let (name, _) = self.running.leader().expect("a leader");
+        let log = env.log(&name);
+        let url = connected_url(&log).expect("the leader logged its node");
+        let node = ha.node_of_url(&url).expect("a node of the harness");
+        (node, log)
     }
 
     /// Waits until seconds scheduled 8 s after `at` were published and have run: the

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 
 use super::{HaFleet, Redis};
-use crate::support::ha::{self, PHASE, connected_url};
+use crate::support::ha::{self, PHASE};
 use crate::support::{scoped, until};
 
 #[tokio::test(flavor = "multi_thread")]
@@ -24,9 +24,7 @@ async fn killed_node_of_the_leader_loses_and_doubles_nothing() {
             members.len() >= 2 && members.iter().all(|(_, n)| *n == 3),
             "queues and their members: {members:?}"
         );
-        let (log, _) = fleet.running.leader().expect("a leader");
-        let url = connected_url(&env.log(&log)).expect("the leader logged its node");
-        let node = ha.node_of_url(&url).expect("a node of the harness");
+        let (node, _) = fleet.leader_node(&env, &ha);
         ha.run(&["kill-rabbit", &node.to_string()]);
         let killed = Utc::now();
         let started = Instant::now();
@@ -35,11 +33,9 @@ async fn killed_node_of_the_leader_loses_and_doubles_nothing() {
             "node {node} killed: running again after {:?}",
             started.elapsed()
         );
-        let (log, _) = fleet.running.leader().expect("a leader");
-        let now = connected_url(&env.log(&log)).expect("the leader logged its node");
         assert_ne!(
-            ha.node_of_url(&now),
-            Some(node),
+            fleet.leader_node(&env, &ha).0,
+            node,
             "the leader publishes to another node"
         );
         ha.run(&["start-rabbit", &node.to_string()]);
@@ -87,9 +83,7 @@ async fn frozen_node_of_the_leader_is_given_up_and_nothing_is_lost_or_doubled() 
     ha.heal();
     scoped("ha-rmq-freeze", |env| async move {
         let fleet = HaFleet::start(&env, &ha, Redis::Shared).await;
-        let (log, _) = fleet.running.leader().expect("a leader");
-        let url = connected_url(&env.log(&log)).expect("the leader logged its node");
-        let node = ha.node_of_url(&url).expect("a node of the harness");
+        let (node, _) = fleet.leader_node(&env, &ha);
         ha.run(&["freeze-rabbit", &node.to_string()]);
         let frozen = Utc::now();
         let started = Instant::now();
@@ -99,18 +93,12 @@ async fn frozen_node_of_the_leader_is_given_up_and_nothing_is_lost_or_doubled() 
             "node {node} frozen: running again after {:?}",
             started.elapsed()
         );
-        let (log, _) = fleet.running.leader().expect("a leader");
-        let text = env.log(&log);
+        let (now, text) = fleet.leader_node(&env, &ha);
         assert!(
             text.contains("moving to another node"),
             "the leader gave the frozen node up:\n{text}"
         );
-        let now = connected_url(&text).expect("the leader logged its node");
-        assert_ne!(
-            ha.node_of_url(&now),
-            Some(node),
-            "the leader publishes to another node"
-        );
+        assert_ne!(now, node, "the leader publishes to another node");
         ha.run(&["thaw-rabbit", &node.to_string()]);
         let report = fleet.settle().await;
         report.assert_once_each();
