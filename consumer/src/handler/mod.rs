@@ -34,8 +34,8 @@ impl Runner {
             return Some(Self::Rust(h));
         }
         match &job.handler {
-            Some(Handler::Command(h)) => Some(Self::Command(Arc::new(h.clone()))),
-            Some(Handler::Http(h)) => Some(Self::Http(Arc::new(h.clone()), http.clone())),
+            Some(Handler::Command(h)) => Some(Self::Command(Arc::clone(h))),
+            Some(Handler::Http(h)) => Some(Self::Http(Arc::clone(h), http.clone())),
             None => None,
         }
     }

@@ -6,6 +6,8 @@
 //! URLs in messages are redacted. `user` and `group` are looked up where the command runs
 //! (the consumer), not here.
 
+use std::sync::Arc;
+
 use super::raw::{RawHttp, RawJob, describe};
 use super::report::Report;
 use super::{CommandHandler, Handler, HttpHandler};
@@ -43,7 +45,9 @@ pub(super) fn resolve_handler(raw: &RawJob, scope: &str, out: &mut Report) -> Op
                 );
                 None
             }
-            Some(_) => resolve_command(raw, argv, scope, out).map(Handler::Command),
+            Some(_) => {
+                resolve_command(raw, argv, scope, out).map(|h| Handler::Command(Arc::new(h)))
+            }
         };
     }
     for (name, set) in command_options(raw) {
@@ -58,7 +62,7 @@ pub(super) fn resolve_handler(raw: &RawJob, scope: &str, out: &mut Report) -> Op
     raw.http
         .as_ref()
         .and_then(|http| resolve_http(http, scope, out))
-        .map(Handler::Http)
+        .map(|h| Handler::Http(Arc::new(h)))
 }
 
 /// The fields that say how a command starts, and whether each is set.

@@ -29,6 +29,7 @@ mod tests;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono_tz::Tz;
@@ -154,13 +155,13 @@ pub enum Catchup {
     All,
 }
 
-/// How a job runs.
+/// How a job runs. Shared, not copied, by every attempt that runs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Handler {
     /// argv, executed without a shell.
-    Command(CommandHandler),
+    Command(Arc<CommandHandler>),
     /// An HTTP request with the message JSON as body.
-    Http(HttpHandler),
+    Http(Arc<HttpHandler>),
 }
 
 /// `command = [...]` and how it is started.

@@ -1,6 +1,7 @@
 //! Unit tests of loading: defaults, overrides, and the exact text of problems.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -138,10 +139,10 @@ fn defaults_section_then_job_overrides() {
     );
     assert_eq!(
         b.handler,
-        Some(Handler::Command(CommandHandler::argv(vec![
+        Some(Handler::Command(Arc::new(CommandHandler::argv(vec![
             "/bin/echo".into(),
             "hi".into()
-        ])))
+        ]))))
     );
     let queues: Vec<_> = config.queues().into_iter().map(|q| q.to_string()).collect();
     assert_eq!(queues, ["fast", "reports"]);
@@ -160,11 +161,11 @@ fn http_handler_defaults_to_post() {
     .unwrap();
     assert_eq!(
         config.jobs[0].handler,
-        Some(Handler::Http(HttpHandler {
+        Some(Handler::Http(Arc::new(HttpHandler {
             url: "https://example.com/sync".into(),
             method: "POST".into(),
             headers: vec![("X-Token".into(), "t".into())],
-        }))
+        })))
     );
 }
 
@@ -532,7 +533,7 @@ cwd = "/srv/report"
     .unwrap();
     assert_eq!(
         cfg.jobs[0].handler,
-        Some(Handler::Command(CommandHandler {
+        Some(Handler::Command(Arc::new(CommandHandler {
             argv: vec!["/usr/bin/report".into()],
             user: Some("report".into()),
             group: Some("staff".into()),
@@ -542,7 +543,7 @@ cwd = "/srv/report"
             ],
             clear_env: true,
             cwd: Some("/srv/report".into()),
-        }))
+        })))
     );
 }
 
