@@ -4,9 +4,12 @@
 //! at the end, so every letter not acked goes back to the queue (a quorum queue, which on
 //! RabbitMQ 3.10 puts them back in another order: `dead_letters` sorts what it lists). A
 //! letter is acked only after its replay was confirmed, so an interrupted replay loses
-//! nothing.
+//! nothing. A walk returns once the letters it held back are ready again: a quorum queue
+//! takes them back after the channel's close-ok (measured: a listing right after a replay
+//! saw none of them), and the next walk counts only ready letters.
 
 use std::future::Future;
+use std::time::Duration;
 
 use lapin::options::{BasicAckOptions, BasicGetOptions, QueueDeclareOptions};
 use lapin::types::{FieldTable, ShortString};
@@ -33,16 +36,9 @@ pub(super) async fn walk(
     declare.close().await;
     let ch = link.channel().await?;
     let dlq = short("read dead letters", names.dead_letter_queue())?;
+    let mut held = 0;
     let result = async {
-        let passive = QueueDeclareOptions {
-            passive: true,
-            ..QueueDeclareOptions::default()
-        };
-        let present = ch
-            .queue_declare(dlq.clone(), passive, FieldTable::default())
-            .await
-            .map_err(lapin_failure("count dead letters"))?
-            .message_count();
+        let present = ready(&ch, &dlq).await?;
         for _ in 0..present {
             let got = ch
                 .basic_get(dlq.clone(), BasicGetOptions { no_ack: false })
@@ -50,13 +46,59 @@ pub(super) async fn walk(
                 .map_err(lapin_failure("read dead letters"))?;
             let Some(msg) = got else { break };
             let letter = read_dead_letter(names, &msg.delivery.properties, &msg.delivery.data);
-            visit.visit(letter, &msg.delivery.acker).await?;
+            if visit.visit(letter, &msg.delivery.acker).await? == Visited::Kept {
+                held += 1;
+            }
         }
         Ok(())
     }
     .await;
     let _ = ch.close(200, ShortString::from("walked")).await;
+    if result.is_ok() && held > 0 {
+        settle(link, &dlq, held).await?;
+    }
     result
+}
+
+/// How many letters are ready in the dead-letter queue (held ones are not counted).
+async fn ready(ch: &lapin::Channel, dlq: &ShortString) -> Result<u32, Failure> {
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..QueueDeclareOptions::default()
+    };
+    Ok(ch
+        .queue_declare(dlq.clone(), passive, FieldTable::default())
+        .await
+        .map_err(lapin_failure("count dead letters"))?
+        .message_count())
+}
+
+/// The longest a walk waits for the letters it held back to be ready again; past it (a
+/// concurrent walk holds some) the walk returns anyway: nothing is lost, only the next
+/// listing may come before they are back.
+const SETTLE_WAIT: Duration = Duration::from_secs(5);
+
+/// Waits until at least `held` letters are ready (letters only arrive meanwhile: walks
+/// are the queue's only readers).
+async fn settle(link: &Link, dlq: &ShortString, held: u32) -> Result<(), Failure> {
+    let ch = link.channel().await?;
+    let deadline = tokio::time::Instant::now() + SETTLE_WAIT;
+    let result = async {
+        while ready(&ch, dlq).await? < held && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(())
+    }
+    .await;
+    let _ = ch.close(200, ShortString::from("settled")).await;
+    result
+}
+
+/// Whether a visit took a letter out of the queue or left it there.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Visited {
+    Acked,
+    Kept,
 }
 
 /// What [`walk`] does with each letter.
@@ -65,15 +107,15 @@ pub(super) trait AsyncVisit {
         &mut self,
         letter: DeadLetter,
         acker: &lapin::Acker,
-    ) -> impl Future<Output = Result<(), Failure>> + Send;
+    ) -> impl Future<Output = Result<Visited, Failure>> + Send;
 }
 
 pub(super) struct Collect<'a>(pub(super) &'a mut Vec<DeadLetter>);
 
 impl AsyncVisit for Collect<'_> {
-    async fn visit(&mut self, letter: DeadLetter, _: &lapin::Acker) -> Result<(), Failure> {
+    async fn visit(&mut self, letter: DeadLetter, _: &lapin::Acker) -> Result<Visited, Failure> {
         self.0.push(letter);
-        Ok(())
+        Ok(Visited::Kept)
     }
 }
 
@@ -84,9 +126,9 @@ pub(super) struct Replay<'a> {
 }
 
 impl AsyncVisit for Replay<'_> {
-    async fn visit(&mut self, letter: DeadLetter, acker: &lapin::Acker) -> Result<(), Failure> {
+    async fn visit(&mut self, letter: DeadLetter, acker: &lapin::Acker) -> Result<Visited, Failure> {
         let Some(out) = (self.select)(&letter) else {
-            return Ok(());
+            return Ok(Visited::Kept);
         };
         self.broker
             .publish(std::slice::from_ref(&out))
@@ -96,7 +138,7 @@ impl AsyncVisit for Replay<'_> {
         match acker.ack(BasicAckOptions::default()).await {
             Ok(true) => {
                 self.replayed += 1;
-                Ok(())
+                Ok(Visited::Acked)
             }
             Ok(false) => Err(Failure::fatal(channel_gone("ack replayed dead letter"))),
             Err(e) => Err(Failure::fatal(BrokerError::Protocol {
@@ -112,7 +154,7 @@ impl<T: AsyncVisit + Send> AsyncVisit for &mut T {
         &mut self,
         letter: DeadLetter,
         acker: &lapin::Acker,
-    ) -> impl Future<Output = Result<(), Failure>> + Send {
+    ) -> impl Future<Output = Result<Visited, Failure>> + Send {
         (**self).visit(letter, acker)
     }
 }
