@@ -11,6 +11,7 @@
 //! replaced after its lease, see the README's guarantees): keep them idempotent, e.g. keyed by `occ.key`.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -21,6 +22,7 @@ use cronq_shared::endpoints::{
 };
 use cronq_shared::message::Occurrence;
 use cronq_shared::names::{JobName, Namespace};
+use cronq_shared::signing::Keyring;
 use tokio_util::sync::CancellationToken;
 
 const DEMO_CONFIG: &str = r#"
@@ -62,16 +64,17 @@ async fn main() -> anyhow::Result<()> {
             .parse()
             .context("CRONQ_REDIS_MIN_REPLICAS")?,
         namespace: Namespace::new(env("CRONQ_NAMESPACE", "cronq")).context("CRONQ_NAMESPACE")?,
+        // With CRONQ_SIGNING_KEY set, what it publishes is signed and what it consumes must be.
+        keyring: Keyring::from_variable()?.map(Arc::new),
     };
     // The fleet's backends: RabbitMQ for the queue, Redis for the idempotency records.
     let stores = cronq_backends::stores(&endpoints, config.longest_retention(), None).await?;
     let broker = cronq_backends::broker(&endpoints).await?;
-    let mut consumer = Consumer::new(
-        config,
-        std::sync::Arc::new(broker),
-        stores.ledger,
-        Options::default(),
-    );
+    let options = Options {
+        keyring: endpoints.keyring.clone(),
+        ..Options::default()
+    };
+    let mut consumer = Consumer::new(config, Arc::new(broker), stores.ledger, options);
     consumer.register(JobName::new("greet")?, greet);
 
     let shutdown = CancellationToken::new();

@@ -46,6 +46,16 @@ pub struct Cli {
     )]
     pub redis_min_replicas: u32,
 
+    /// A file of message signing keys, one ID:SECRET per line, the first signing (instead
+    /// of the variable CRONQ_SIGNING_KEY; see docs/security.md).
+    #[arg(
+        long,
+        global = true,
+        env = "CRONQ_SIGNING_KEY_FILE",
+        value_name = "FILE"
+    )]
+    pub signing_key_file: Option<PathBuf>,
+
     /// Prefix of every exchange, queue and Redis key: [a-z0-9_.-]{1,64}.
     #[arg(long, global = true, env = "CRONQ_NAMESPACE", default_value = "cronq")]
     pub namespace: String,

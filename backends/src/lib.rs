@@ -17,6 +17,7 @@ use cronq_shared::endpoints::Endpoints;
 use cronq_shared::lease::Lease;
 use cronq_shared::ledger::Ledger;
 use cronq_shared::runlog::RunLog;
+use cronq_shared::signing::Keyring;
 use cronq_shared::store::StoreError;
 use cronq_sqlite::{Db, SqliteControl, SqliteLease, SqliteLedger, SqliteRunLog};
 
@@ -41,7 +42,8 @@ impl std::fmt::Debug for Stores {
     }
 }
 
-/// Connects the fleet's broker: RabbitMQ at `endpoints.amqp_url`.
+/// Connects the fleet's broker: RabbitMQ at `endpoints.amqp_url`, sealing what it
+/// publishes with `endpoints.keyring`.
 ///
 /// # Errors
 /// [`BrokerError`] when RabbitMQ cannot be reached within the connect timeout.
@@ -52,6 +54,7 @@ pub async fn broker(endpoints: &Endpoints) -> Result<AmqpBroker, BrokerError> {
         Replication::new(endpoints.amqp_quorum_size),
     )
     .await
+    .map(|broker| broker.signing(endpoints.keyring.clone()))
 }
 
 /// Connects the fleet's stores: Redis at `endpoints.redis_url` (one server, or the master
@@ -88,8 +91,9 @@ pub async fn stores(
     })
 }
 
-/// The ports of a standalone, in process memory; the history keeps at most `max_runs`.
-pub fn memory(max_runs: usize) -> (MemoryBroker, Stores) {
+/// The ports of a standalone, in process memory; the history keeps at most `max_runs`; the
+/// broker seals what it publishes with `keyring`.
+pub fn memory(max_runs: usize, keyring: Option<Arc<Keyring>>) -> (MemoryBroker, Stores) {
     let history = Arc::new(MemoryRunLog::new(max_runs));
     let lease = MemoryLease::new();
     let control = Control::new(MemoryControl::new(&lease));
@@ -99,12 +103,13 @@ pub fn memory(max_runs: usize) -> (MemoryBroker, Stores) {
         lease: Arc::new(lease),
         control,
     };
-    (MemoryBroker::new(), stores)
+    (MemoryBroker::new().signing(keyring), stores)
 }
 
 /// The ports of a standalone on the data file at `path` (created, or brought to the
 /// current schema, when opened); the history keeps at most `max_runs`, none older than
-/// `retention`. Every process that opens the file shares its queue and stores.
+/// `retention`. Every process that opens the file shares its queue and stores. The broker
+/// seals what it publishes with `keyring`.
 ///
 /// # Errors
 /// [`StoreError::File`] naming the file when it cannot be used (not a cronq data file,
@@ -114,6 +119,7 @@ pub async fn sqlite(
     sync: Sync,
     retention: Duration,
     max_runs: usize,
+    keyring: Option<Arc<Keyring>>,
 ) -> Result<(SqliteBroker, Stores), StoreError> {
     let path = path.to_owned();
     let db = tokio::task::spawn_blocking(move || Db::open(&path, sync))
@@ -129,5 +135,5 @@ pub async fn sqlite(
         lease: Arc::new(SqliteLease::new(db.clone())),
         control: Control::new(SqliteControl::new(db.clone())),
     };
-    Ok((SqliteBroker::new(db), stores))
+    Ok((SqliteBroker::new(db).signing(keyring), stores))
 }

@@ -4,7 +4,7 @@
 //! Owns: the namespace, the service URLs and deleting everything the run created (queues,
 //! exchanges, `ns:*` Redis keys), whether the run succeeded or not.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
 use cronq_rabbitmq::topology;
@@ -12,6 +12,7 @@ use cronq_shared::endpoints::{
     DEFAULT_AMQP_URL, DEFAULT_QUORUM_SIZE, DEFAULT_REDIS_URL, Endpoints,
 };
 use cronq_shared::names::{Names, Namespace, QueueName};
+use cronq_shared::signing::Keyring;
 use lapin::{Connection, ConnectionProperties};
 
 /// One run's namespace on the live services.
@@ -43,6 +44,7 @@ impl BenchEnv {
                     Err(_) => 0,
                 },
                 namespace,
+                keyring: Keyring::from_variable()?.map(Arc::new),
             },
             queues: Mutex::default(),
             raw_queues: Mutex::default(),

@@ -1,7 +1,8 @@
 //! The one place where outcomes are classified.
 //!
 //! - Before running: [`admit`] turns a delivery into a runnable occurrence, or a
-//!   [`Reject`] (malformed, unknown job, no handler): dead-lettered at once, never requeued.
+//!   [`Reject`] (unauthenticated, malformed, unknown job, no handler): dead-lettered at
+//!   once, never requeued.
 //! - After running: [`classify`] turns how the handler ended ([`Ending`]) into an
 //!   [`AttemptEnd`]: success, `Retry { after }` with exponential capped backoff, `Failed`
 //!   (dead-letter) once `max_attempts` is reached, or a stop (cancelled, interrupted,
@@ -22,10 +23,15 @@ use cronq_shared::ledger::State;
 use cronq_shared::message::{DecodeError, Occurrence, Trigger};
 use cronq_shared::names::JobName;
 use cronq_shared::runlog::{Outcome, lost_error};
+use cronq_shared::signing::{Keyring, Unauthenticated};
 
 /// Why a message is dead-lettered without running.
 #[derive(Debug, thiserror::Error)]
 pub enum Reject {
+    /// This consumer has a keyring and the message does not open with it: never run, so
+    /// that a publisher without the key cannot make the fleet run anything.
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(#[source] Unauthenticated),
     /// Not a cronq occurrence, too large, or inconsistent.
     #[error("malformed: {0}")]
     Malformed(#[source] DecodeError),
@@ -42,20 +48,27 @@ impl Reject {
     pub fn reason(&self) -> String {
         match self {
             Self::Malformed(DecodeError::Malformed(e)) => format!("{self}: {e}"),
+            Self::Unauthenticated(e) => format!("unauthenticated: {e}"),
             _ => self.to_string(),
         }
     }
 }
 
-/// Decodes a body and finds its job; `has_handler` says whether the job can run here.
+/// Checks a body's signature (with a keyring), decodes it and finds its job; `has_handler`
+/// says whether the job can run here.
 ///
 /// # Errors
 /// [`Reject`] with the reason the message cannot run.
 pub fn admit<'c>(
     body: &[u8],
+    keyring: Option<&Keyring>,
     config: &'c Config,
     has_handler: impl Fn(&Job) -> bool,
 ) -> Result<(Occurrence, &'c Job), Reject> {
+    let body = match keyring {
+        Some(keyring) => keyring.open(body).map_err(Reject::Unauthenticated)?,
+        None => body,
+    };
     let occ = Occurrence::decode(body).map_err(Reject::Malformed)?;
     let job = config
         .job(occ.job.as_str())
@@ -506,23 +519,49 @@ schedule = "@every 1s"
     #[test]
     fn admit_rejects_with_reasons() {
         let cfg = config();
-        let reason = admit(b"{", &cfg, |_| true).unwrap_err().reason();
+        let reason = admit(b"{", None, &cfg, |_| true).unwrap_err().reason();
         assert!(
             reason.starts_with("malformed: message is not a cronq occurrence: "),
             "{reason}"
         );
         let occ = |job: &str| sample(job).encode();
         assert_eq!(
-            admit(&occ("zzz"), &cfg, |_| true).unwrap_err().reason(),
+            admit(&occ("zzz"), None, &cfg, |_| true)
+                .unwrap_err()
+                .reason(),
             "unknown job zzz: it is not in this consumer's config"
         );
         assert_eq!(
-            admit(&occ("b"), &cfg, |j| j.handler.is_some())
+            admit(&occ("b"), None, &cfg, |j| j.handler.is_some())
                 .unwrap_err()
                 .reason(),
             "no handler registered for job b"
         );
-        assert!(admit(&occ("a"), &cfg, |j| j.handler.is_some()).is_ok());
+        assert!(admit(&occ("a"), None, &cfg, |j| j.handler.is_some()).is_ok());
+    }
+
+    #[test]
+    fn with_a_keyring_only_what_opens_with_it_is_admitted() {
+        use cronq_shared::signing::KeySource;
+        let cfg = config();
+        let ring = |t: &str| Keyring::parse(t, KeySource::Variable).unwrap();
+        let ours = ring("k1:0123456789abcdef0123");
+        let body = sample("a").encode();
+        let any = |_: &Job| true;
+        assert!(admit(&ours.seal(&body), Some(&ours), &cfg, any).is_ok());
+        // Without a keyring, a sealed message runs too (signing turned on producers first).
+        assert!(admit(&ours.seal(&body), None, &cfg, any).is_ok());
+        let reason = |b: &[u8]| admit(b, Some(&ours), &cfg, any).unwrap_err().reason();
+        assert_eq!(reason(&body), "unauthenticated: the message is not signed");
+        let theirs = ring("k1:not-our-secret-at-all");
+        assert!(
+            reason(&theirs.seal(&body))
+                .starts_with("unauthenticated: the signature of key \"k1\" does not match")
+        );
+        let other = ring("k7:0123456789abcdef0123");
+        assert!(reason(&other.seal(&body)).starts_with("unauthenticated: signed with key \"k7\""));
+        // Unauthenticated before anything else: a forged body is not even parsed.
+        assert!(reason(b"{").starts_with("unauthenticated: "));
     }
 
     #[test]

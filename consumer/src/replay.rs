@@ -2,7 +2,8 @@
 //! key, without losing any if interrupted.
 //!
 //! Steps: list the dead-letter queue; decide for each selected letter whether it can be
-//! replayed (its body decodes and its job is still in the config); admit each replayable
+//! replayed (its body decodes, its job is still in the config, and, with a keyring, it is
+//! sealed by one of its keys: a forged message is never laundered into a signed one); admit each replayable
 //! key in the ledger ([`Ledger::admit_replay`]: a `failed` record becomes runnable again);
 //! then let [`Broker::replay`] republish them
 //! (trigger `replay`, attempt 1, fresh `published_at`, to the job's queue) and remove each
@@ -25,6 +26,7 @@ use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::{Ledger, State};
 use cronq_shared::message::{Occurrence, Trigger};
 use cronq_shared::names::JobName;
+use cronq_shared::signing::Keyring;
 use cronq_shared::store::StoreError;
 
 /// Which dead letters to replay. With nothing set, none.
@@ -128,12 +130,19 @@ pub enum ReplayError {
 /// The message that replays `letter`, or why it cannot be replayed.
 ///
 /// # Errors
-/// A human reason when the body is not an occurrence or its job is not in `config`.
+/// A human reason when the body is not an occurrence, its job is not in `config`, or (with
+/// a `keyring`) it does not open with one of its keys.
 pub fn prepare(
     letter: &DeadLetter,
     config: &Config,
+    keyring: Option<&Keyring>,
     now: DateTime<Utc>,
 ) -> Result<Outgoing, String> {
+    if let Some(keyring) = keyring {
+        keyring.open(&letter.body).map_err(|e| {
+            format!("not replayed: unauthenticated: {e}; only messages signed by a key of CRONQ_SIGNING_KEY are replayed")
+        })?;
+    }
     let occ = Occurrence::decode(&letter.body).map_err(|e| {
         let mut text = format!("body is malformed: {e}");
         if let Some(source) = std::error::Error::source(&e) {
@@ -165,7 +174,8 @@ pub fn prepare(
 }
 
 /// Replays the letters `selector` picks (see the module docs); with `dry_run`, only
-/// reports what would be replayed and changes nothing.
+/// reports what would be replayed and changes nothing. With a `keyring`, only letters
+/// sealed by one of its keys are replayed (the broker seals the replays with its own).
 ///
 /// # Errors
 /// [`ReplayError`]; whatever was not replayed stays in the dead-letter queue.
@@ -174,13 +184,14 @@ pub async fn replay(
     ledger: &dyn Ledger,
     config: &Config,
     selector: &Selector,
+    keyring: Option<&Keyring>,
     dry_run: bool,
 ) -> Result<ReplayReport, ReplayError> {
     let letters = bounded("list dead letters", broker.dead_letters())
         .await
         .map_err(ReplayError::List)?;
     let listed = letters.len();
-    let (mut entries, approved) = plan(&letters, selector, config, dry_run);
+    let (mut entries, approved) = plan(&letters, selector, config, keyring, dry_run);
     if dry_run || approved.is_empty() {
         return Ok(ReplayReport {
             entries,
@@ -197,7 +208,7 @@ pub async fn replay(
     // Reset first: a record reset without its replay is harmless (the letter is still
     // there for the next run); a replay before the reset would be acked as a duplicate.
     let before = admit(ledger, &approved).await?;
-    let (replayed, done) = send(broker, config, selector, &approved).await?;
+    let (replayed, done) = send(broker, config, selector, keyring, &approved).await?;
     for entry in &mut entries {
         let Some(key) = entry.key.clone() else {
             continue;
@@ -219,13 +230,14 @@ fn plan(
     letters: &[DeadLetter],
     selector: &Selector,
     config: &Config,
+    keyring: Option<&Keyring>,
     dry_run: bool,
 ) -> (Vec<Entry>, HashSet<String>) {
     let now = Utc::now();
     let mut entries = Vec::new();
     let mut approved: HashSet<String> = HashSet::new();
     for letter in letters.iter().filter(|l| selector.matches(l)) {
-        let plan = match prepare(letter, config, now) {
+        let plan = match prepare(letter, config, keyring, now) {
             Ok(out) => {
                 approved.insert(out.occurrence.key.to_string());
                 if dry_run {
@@ -278,6 +290,7 @@ async fn send(
     broker: &dyn Broker,
     config: &Config,
     selector: &Selector,
+    keyring: Option<&Keyring>,
     approved: &HashSet<String>,
 ) -> Result<(usize, Vec<String>), ReplayError> {
     let done: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -287,7 +300,7 @@ async fn send(
         }
         // Only letters whose record was admitted: one that arrived since the listing
         // waits for the next replay.
-        let out = prepare(letter, config, Utc::now()).ok()?;
+        let out = prepare(letter, config, keyring, Utc::now()).ok()?;
         let key = out.occurrence.key.to_string();
         if !approved.contains(&key) {
             return None;

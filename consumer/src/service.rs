@@ -17,6 +17,7 @@ use cronq_shared::config::Config;
 use cronq_shared::ledger::Ledger;
 use cronq_shared::message::Occurrence;
 use cronq_shared::names::{JobName, QueueName};
+use cronq_shared::signing::Keyring;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -47,6 +48,9 @@ pub struct Options {
     pub lease: Duration,
     /// This consumer's name in the run history.
     pub consumer_id: String,
+    /// The signing keys (`CRONQ_SIGNING_KEY`): with them, a message that does not open with
+    /// one of them is dead-lettered as `unauthenticated` and never runs.
+    pub keyring: Option<Arc<Keyring>>,
 }
 
 impl Options {
@@ -89,6 +93,7 @@ impl Default for Options {
             grace: Duration::from_secs(30),
             lease: DEFAULT_LEASE,
             consumer_id: default_consumer_id(),
+            keyring: None,
         }
     }
 }
@@ -257,6 +262,7 @@ impl Consumer {
             lease,
             hold,
             consumer_id: self.options.consumer_id.clone(),
+            keyring: self.options.keyring.clone(),
         }
     }
 

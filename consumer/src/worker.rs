@@ -19,6 +19,7 @@
 //!    follow-up are read off it; the ledger appends the run history entry (as `lost` when
 //!    the claim was fenced or given up), the consumer never writes the history itself.
 
+use cronq_shared::signing::Keyring;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -73,6 +74,9 @@ pub(crate) struct Worker {
     pub(crate) hold: Duration,
     /// This consumer's name in the run history.
     pub(crate) consumer_id: String,
+    /// With a keyring, only messages sealed by one of its keys run, and the dead letters
+    /// of failed runs are sealed by it (so `dlq replay` can tell them from forged ones).
+    pub(crate) keyring: Option<Arc<Keyring>>,
 }
 
 async fn ack(d: &Delivery, job: &str) {
@@ -123,7 +127,9 @@ impl Worker {
 
     /// Decodes a delivery into a runnable occurrence of a configured job.
     fn admit<'c>(&self, d: &Delivery, config: &'c Config) -> Result<Admitted<'c>, Reject> {
-        let (occ, job) = executor::admit(&d.body, config, |job| self.has_handler(job))?;
+        let (occ, job) = executor::admit(&d.body, self.keyring.as_deref(), config, |job| {
+            self.has_handler(job)
+        })?;
         let runner = Runner::resolve(job, &self.handlers, &self.http)
             .ok_or_else(|| Reject::NoHandler(job.name.clone()))?;
         Ok(Admitted { occ, job, runner })
@@ -397,8 +403,13 @@ impl Worker {
     /// reruns the attempt (at-least-once) instead of losing the letter. When the letter does
     /// not get through, the claim is given up (lost) so that the occurrence runs again.
     async fn dead_letter(&self, occ: &Occurrence, job: &Job, error: String) -> AttemptEnd {
+        let body = occ.encode();
+        let body = match &self.keyring {
+            Some(keyring) => keyring.seal(&body),
+            None => body,
+        };
         let letter = dead_letter::letter(
-            &occ.encode(),
+            &body,
             Some(occ),
             &job.queue,
             occ.attempt,

@@ -31,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::message::Occurrence;
 use crate::names::QueueName;
+use crate::signing::Keyring;
 
 /// Receiver buffer and in-flight bound of a subscription whose prefetch is 0
 /// ("unlimited", as in AMQP): the receiver channel needs a bound, and no consumer runs
@@ -83,6 +84,18 @@ pub struct Outgoing {
     /// Hold it broker-side this long before it becomes deliverable (retry backoff); zero
     /// for immediate delivery.
     pub delay: Duration,
+}
+
+impl Outgoing {
+    /// The body to publish: the occurrence encoded, sealed when a keyring is given (the
+    /// one rule every backend applies, so a signing deployment signs every message).
+    pub fn body(&self, keyring: Option<&Keyring>) -> Vec<u8> {
+        let plain = self.occurrence.encode();
+        match keyring {
+            Some(k) => k.seal(&plain),
+            None => plain,
+        }
+    }
 }
 
 /// A received message; settle it with [`Delivery::acker`].

@@ -5,9 +5,11 @@
 
 pub mod redis_url;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::names::{Names, Namespace};
+use crate::signing::Keyring;
 
 pub use redis_url::{RedisUrl, SentinelUrl, UrlError};
 
@@ -42,6 +44,9 @@ pub struct Endpoints {
     pub redis_min_replicas: u32,
     /// The prefix of every queue and key.
     pub namespace: Namespace,
+    /// The message signing keys (`CRONQ_SIGNING_KEY`), when set: every message published
+    /// is sealed with the first, and consumers run only what opens with one of them.
+    pub keyring: Option<Arc<Keyring>>,
 }
 
 impl Endpoints {

@@ -10,6 +10,7 @@
 //!   `CRONQ_NAMESPACE`).
 //! - [`job_labels`]: which jobs have a `job` label of their own on `/metrics`.
 //! - [`redacted`]: URLs with credentials hidden, for logs and errors.
+//! - [`signing`]: signed messages (`CRONQ_SIGNING_KEY`): the keyring, sealing and opening.
 //! - [`retry`]: the one retry primitive (exponential, capped, jittered, cancellable), and
 //!   which layer retries what.
 //! - The ports, each a trait with its rules in its docs: [`broker`] (the queue),
@@ -31,4 +32,5 @@ pub mod redacted;
 pub mod retry;
 pub mod runlog;
 pub mod schedule;
+pub mod signing;
 pub mod store;

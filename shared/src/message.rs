@@ -3,6 +3,8 @@
 //! Invariant: the body is an internally tagged, versioned enum (`"kind": "occurrence.v1"`);
 //! decoding tolerates unknown fields (newer producers may add some) but refuses a body whose
 //! key does not match its job and scheduled time, so a consumer never runs the wrong thing.
+//! A signed body (`"kind": "signed.v1"`, [`crate::signing`]) decodes to the occurrence it
+//! seals; checking its signature is the consumer's, before it decodes.
 
 use chrono::{DateTime, FixedOffset, Utc};
 use serde::{Deserialize, Serialize};
@@ -105,7 +107,8 @@ impl Occurrence {
             .expect("an occurrence always serialises: every field is plain data")
     }
 
-    /// Decodes and checks a wire body.
+    /// Decodes and checks a wire body, plain or sealed (the seal unchecked: see
+    /// [`crate::signing::Keyring::open`]).
     ///
     /// # Errors
     /// [`DecodeError`] names why the body is not a usable occurrence.
@@ -117,7 +120,7 @@ impl Occurrence {
             });
         }
         let Message::OccurrenceV1(occ) =
-            serde_json::from_slice(body).map_err(DecodeError::Malformed)?;
+            serde_json::from_slice(crate::signing::unwrap(body)).map_err(DecodeError::Malformed)?;
         let slot_ok = match occ.key.slot() {
             Slot::Scheduled(at) => *at == occ.scheduled_at,
             Slot::Manual(_) => true,

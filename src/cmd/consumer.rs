@@ -22,6 +22,7 @@ pub async fn run(cli: &Cli, args: &ConsumerArgs, root: CancellationToken) -> any
         grace: args.grace,
         lease: args.lease,
         consumer_id: args.consumer_id.clone().unwrap_or_else(default_consumer_id),
+        keyring: endpoints.keyring.clone(),
     };
     // An unknown --queues name is a usage error (exit 2), found before connecting.
     options

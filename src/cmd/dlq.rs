@@ -106,6 +106,7 @@ pub async fn replay(cli: &Cli, args: &ReplayArgs) -> anyhow::Result<()> {
         &*stores.ledger,
         &config,
         &selector,
+        target.keyring(),
         args.dry_run,
     )
     .await;

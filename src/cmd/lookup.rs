@@ -14,6 +14,7 @@ use cronq_shared::broker::Broker;
 use cronq_shared::config::{Config, Job, did_you_mean};
 use cronq_shared::names::JobName;
 use cronq_shared::runlog::DEFAULT_MAX_RUNS;
+use cronq_shared::signing::Keyring;
 
 use super::settings::{Target, UsageError};
 use crate::cli::Cli;
@@ -75,8 +76,12 @@ pub async fn stores(target: &Target, retention: Duration) -> anyhow::Result<Stor
         Target::Fleet(endpoints) => cronq_backends::stores(endpoints, retention, None)
             .await
             .context("while connecting to Redis"),
-        Target::Data { path, sync } => {
-            let (_, stores) = open_data(path, *sync, retention).await?;
+        Target::Data {
+            path,
+            sync,
+            keyring,
+        } => {
+            let (_, stores) = open_data(path, *sync, retention, keyring).await?;
             Ok(stores)
         }
     }
@@ -126,9 +131,18 @@ pub async fn queue(target: &Target) -> anyhow::Result<Queue> {
                 amqp: Some(amqp),
             })
         }
-        Target::Data { path, sync } => {
-            let (broker, _) =
-                open_data(path, *sync, cronq_shared::config::DEFAULT_RETENTION).await?;
+        Target::Data {
+            path,
+            sync,
+            keyring,
+        } => {
+            let (broker, _) = open_data(
+                path,
+                *sync,
+                cronq_shared::config::DEFAULT_RETENTION,
+                keyring,
+            )
+            .await?;
             Ok(Queue::file(broker))
         }
     }
@@ -144,8 +158,12 @@ pub async fn stores_and_queue(
 ) -> anyhow::Result<(Stores, Queue)> {
     match target {
         Target::Fleet(_) => Ok((stores(target, retention).await?, queue(target).await?)),
-        Target::Data { path, sync } => {
-            let (broker, stores) = open_data(path, *sync, retention).await?;
+        Target::Data {
+            path,
+            sync,
+            keyring,
+        } => {
+            let (broker, stores) = open_data(path, *sync, retention, keyring).await?;
             Ok((stores, Queue::file(broker)))
         }
     }
@@ -155,6 +173,7 @@ async fn open_data(
     path: &std::path::Path,
     sync: cronq_backends::Sync,
     retention: Duration,
+    keyring: &Option<Arc<Keyring>>,
 ) -> anyhow::Result<(cronq_backends::SqliteBroker, Stores)> {
     if !path.exists() {
         return Err(UsageError(format!(
@@ -163,7 +182,7 @@ async fn open_data(
         ))
         .into());
     }
-    cronq_backends::sqlite(path, sync, retention, DEFAULT_MAX_RUNS)
+    cronq_backends::sqlite(path, sync, retention, DEFAULT_MAX_RUNS, keyring.clone())
         .await
         .context("while opening the data file")
 }

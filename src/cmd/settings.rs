@@ -6,11 +6,13 @@
 //! code 2), never a runtime failure.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use cronq_shared::config::Config;
 use cronq_shared::endpoints::{Endpoints, RedisUrl};
 use cronq_shared::names::Namespace;
+use cronq_shared::signing::{KEY_FILE_VARIABLE, KEY_VARIABLE, KeySource, Keyring};
 
 use crate::cli::Cli;
 
@@ -69,7 +71,59 @@ pub fn endpoints(cli: &Cli) -> anyhow::Result<Endpoints> {
         redis_url: cli.redis_url.clone(),
         redis_min_replicas: cli.redis_min_replicas,
         namespace,
+        keyring: keyring(cli)?,
     })
+}
+
+/// The message signing keys, from `CRONQ_SIGNING_KEY` or the file of `--signing-key-file`
+/// (`CRONQ_SIGNING_KEY_FILE`); `None` when neither is set (messages are not signed).
+///
+/// # Errors
+/// A usage error when both are set, the file cannot be read, or a key is not usable
+/// (each names the variable or file and the entry, never a secret).
+pub fn keyring(cli: &Cli) -> anyhow::Result<Option<Arc<Keyring>>> {
+    let variable = std::env::var(KEY_VARIABLE)
+        .ok()
+        .filter(|v| !v.trim().is_empty());
+    let ring = match (variable, &cli.signing_key_file) {
+        (Some(_), Some(file)) => {
+            return Err(UsageError(format!(
+                "{KEY_VARIABLE} and --signing-key-file ({KEY_FILE_VARIABLE}) {} are both set: keep one",
+                file.display()
+            ))
+            .into());
+        }
+        (Some(keys), None) => Keyring::parse(&keys, KeySource::Variable),
+        (None, Some(file)) => {
+            let text = std::fs::read_to_string(file).map_err(|e| {
+                UsageError(format!(
+                    "--signing-key-file ({KEY_FILE_VARIABLE}) {}: cannot read it: {e}",
+                    file.display()
+                ))
+            })?;
+            warn_if_readable_by_others(file);
+            Keyring::parse(&text, KeySource::File(&file.display().to_string()))
+        }
+        (None, None) => return Ok(None),
+    };
+    let ring = ring.map_err(|e| UsageError(e.to_string()))?;
+    tracing::debug!(signs_with = ring.signing_id(), accepts = ?ring.ids().collect::<Vec<_>>(), "message signing on");
+    Ok(Some(Arc::new(ring)))
+}
+
+/// A key file others may read gives its keys away: say so (not an error, the operator may
+/// have reasons, such as a group of service accounts).
+fn warn_if_readable_by_others(file: &Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    if let Ok(meta) = std::fs::metadata(file)
+        && meta.permissions().mode() & 0o077 != 0
+    {
+        tracing::warn!(
+            file = %file.display(),
+            mode = format!("{:o}", meta.permissions().mode() & 0o777),
+            "the signing key file is readable by its group or others: `chmod 600` it"
+        );
+    }
 }
 
 /// What `--data` says for `:memory:`: the state lives in the standalone's process.
@@ -90,7 +144,19 @@ pub enum Target {
         path: PathBuf,
         /// `--data-sync`.
         sync: cronq_backends::Sync,
+        /// The signing keys, as for a fleet.
+        keyring: Option<Arc<Keyring>>,
     },
+}
+
+impl Target {
+    /// The signing keys this command was given.
+    pub fn keyring(&self) -> Option<&Keyring> {
+        match self {
+            Self::Fleet(endpoints) => endpoints.keyring.as_deref(),
+            Self::Data { keyring, .. } => keyring.as_deref(),
+        }
+    }
 }
 
 /// The target of an operations command: `--data` when given, else the fleet.
@@ -106,6 +172,7 @@ pub fn target(cli: &Cli) -> anyhow::Result<Target> {
         Some(path) => Ok(Target::Data {
             path: path.clone(),
             sync: cli.data_sync.into(),
+            keyring: keyring(cli)?,
         }),
         None => Ok(Target::Fleet(endpoints(cli)?)),
     }

@@ -49,6 +49,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
     for warning in &config.warnings {
         tracing::warn!(warning = %warning, "config");
     }
+    let keyring = super::settings::keyring(cli)?;
     let (broker, stores): (Arc<dyn Broker>, Stores) = match &data {
         Some(path) => {
             let (broker, stores) = cronq_backends::sqlite(
@@ -56,13 +57,14 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
                 cli.data_sync.into(),
                 config.longest_retention(),
                 cronq_shared::runlog::DEFAULT_MAX_RUNS,
+                keyring.clone(),
             )
             .await
             .context("while opening the data file")?;
             (Arc::new(broker), stores)
         }
         None => {
-            let (broker, stores) = cronq_backends::memory(MAX_RUNS_IN_MEMORY);
+            let (broker, stores) = cronq_backends::memory(MAX_RUNS_IN_MEMORY, keyring.clone());
             (Arc::new(broker), stores)
         }
     };
@@ -80,6 +82,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         grace: args.grace,
         lease: args.lease,
         consumer_id: format!("standalone-{instance}"),
+        keyring,
     };
     let consumer = Consumer::new(config.clone(), broker.clone(), stores.ledger, options);
     let (reloader, config_rx) = Reloader::new(config, hangups);

@@ -24,16 +24,21 @@ use tokio_util::task::TaskTracker;
 
 use cronq_shared::broker::{Acker, Broker, BrokerError, DeadLetter, Delivery, Outgoing};
 use cronq_shared::names::QueueName;
+use cronq_shared::signing::Keyring;
 
 /// A broker that lives in this process only. Cheap to clone: clones share one state.
 #[derive(Clone, Default)]
 pub struct MemoryBroker {
     inner: Arc<Inner>,
+    /// Seals every message published (`Outgoing::body`).
+    keyring: Option<Arc<Keyring>>,
 }
 
 impl std::fmt::Debug for MemoryBroker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemoryBroker").finish_non_exhaustive()
+        f.debug_struct("MemoryBroker")
+            .field("keyring", &self.keyring)
+            .finish_non_exhaustive()
     }
 }
 
@@ -97,6 +102,13 @@ impl MemoryBroker {
     /// An empty broker: no queues, no dead letters.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// This broker, sealing every message it publishes with `keyring` (when given).
+    #[must_use]
+    pub fn signing(mut self, keyring: Option<Arc<Keyring>>) -> Self {
+        self.keyring = keyring;
+        self
     }
 
     /// How many messages wait (ready, not delivered) in a logical queue; `None` when the
@@ -331,11 +343,14 @@ impl Broker for MemoryBroker {
             }
             for out in batch {
                 if out.delay.is_zero() {
-                    state.enqueue(&out.queue, out.occurrence.encode());
+                    state.enqueue(&out.queue, out.body(self.keyring.as_deref()));
                 } else {
                     let inner = Arc::downgrade(&self.inner);
-                    let (queue, body, delay) =
-                        (out.queue.clone(), out.occurrence.encode(), out.delay);
+                    let (queue, body, delay) = (
+                        out.queue.clone(),
+                        out.body(self.keyring.as_deref()),
+                        out.delay,
+                    );
                     // The timer holds only a weak reference: a dropped broker drops its
                     // delayed messages, as a stopped standalone process would.
                     self.inner.spawn(async move {

@@ -48,6 +48,7 @@ use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing};
 use cronq_shared::endpoints::CONNECT_TIMEOUT;
 use cronq_shared::names::{Names, QueueName};
 use cronq_shared::retry::{GaveUp, retry};
+use cronq_shared::signing::Keyring;
 
 pub use self::link::RECONNECT;
 
@@ -79,6 +80,8 @@ struct Prepared {
 #[derive(Clone)]
 pub struct AmqpBroker {
     inner: Arc<Inner>,
+    /// Seals every message published (`Outgoing::body`).
+    keyring: Option<Arc<Keyring>>,
 }
 
 impl std::fmt::Debug for AmqpBroker {
@@ -86,6 +89,7 @@ impl std::fmt::Debug for AmqpBroker {
         f.debug_struct("AmqpBroker")
             .field("urls", &nodes::display(&self.inner.nodes))
             .field("namespace", self.inner.names.namespace())
+            .field("keyring", &self.keyring)
             .finish()
     }
 }
@@ -164,7 +168,15 @@ impl AmqpBroker {
                 known: Mutex::default(),
                 tasks: Tasks::default(),
             }),
+            keyring: None,
         })
+    }
+
+    /// This broker, sealing every message it publishes with `keyring` (when given).
+    #[must_use]
+    pub fn signing(mut self, keyring: Option<Arc<Keyring>>) -> Self {
+        self.keyring = keyring;
+        self
     }
 
     /// The names this broker uses.
@@ -277,7 +289,7 @@ impl AmqpBroker {
             key: out.occurrence.key.to_string(),
             exchange: short("publish", exchange)?,
             routing_key: short("publish", out.queue.as_str())?,
-            body: out.occurrence.encode(),
+            body: out.body(self.keyring.as_deref()),
             properties: occurrence_properties(&out.occurrence, delay_ms)?,
         })
     }

@@ -34,6 +34,7 @@ use tokio_util::task::TaskTracker;
 use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing, in_flight_limit};
 use cronq_shared::names::QueueName;
 use cronq_shared::retry::{Backoff, retry};
+use cronq_shared::signing::Keyring;
 
 use crate::db::{Db, Failure, ms, now_ms};
 
@@ -56,12 +57,15 @@ const REDO: Backoff = Backoff::exponential(Duration::from_millis(50), Duration::
 #[derive(Clone)]
 pub struct SqliteBroker {
     shared: Arc<Shared>,
+    /// Seals every message published (`Outgoing::body`).
+    keyring: Option<Arc<Keyring>>,
 }
 
 impl std::fmt::Debug for SqliteBroker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqliteBroker")
             .field("subscriber", &self.shared.subscriber)
+            .field("keyring", &self.keyring)
             .finish_non_exhaustive()
     }
 }
@@ -165,7 +169,15 @@ impl SqliteBroker {
                 token: CancellationToken::new(),
                 heartbeat: tokio::sync::OnceCell::new(),
             }),
+            keyring: None,
         }
+    }
+
+    /// This broker, sealing every message it publishes with `keyring` (when given).
+    #[must_use]
+    pub fn signing(mut self, keyring: Option<Arc<Keyring>>) -> Self {
+        self.keyring = keyring;
+        self
     }
 
     /// How many messages wait in a queue (ready or delayed, not delivered); `None` when the
@@ -302,7 +314,13 @@ impl Broker for SqliteBroker {
         let rows: Arc<Vec<(String, Vec<u8>, Duration)>> = Arc::new(
             batch
                 .iter()
-                .map(|o| (o.queue.to_string(), o.occurrence.encode(), o.delay))
+                .map(|o| {
+                    (
+                        o.queue.to_string(),
+                        o.body(self.keyring.as_deref()),
+                        o.delay,
+                    )
+                })
                 .collect(),
         );
         let refused = self
@@ -403,7 +421,10 @@ impl Broker for SqliteBroker {
             let Some(out) = select(&letter) else {
                 continue;
             };
-            let (queue, body) = (out.queue.to_string(), Arc::new(out.occurrence.encode()));
+            let (queue, body) = (
+                out.queue.to_string(),
+                Arc::new(out.body(self.keyring.as_deref())),
+            );
             let delay = out.delay;
             // One transaction: the letter leaves the dead-letter queue exactly when its
             // message is in its queue.

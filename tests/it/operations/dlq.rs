@@ -135,11 +135,18 @@ async fn replay_rules_suite(records: impl Ledger + Inspect) {
     };
 
     // Nothing selected without a selector; a dry run changes nothing.
-    let none = ops::replay(&broker, &records, &config, &Selector::default(), false)
-        .await
-        .unwrap();
+    let none = ops::replay(
+        &broker,
+        &records,
+        &config,
+        &Selector::default(),
+        None,
+        false,
+    )
+    .await
+    .unwrap();
     assert!(none.entries.is_empty());
-    let dry = ops::replay(&broker, &records, &config, &flaky, true)
+    let dry = ops::replay(&broker, &records, &config, &flaky, None, true)
         .await
         .unwrap();
     assert_eq!(dry.entries.len(), 3);
@@ -147,7 +154,7 @@ async fn replay_rules_suite(records: impl Ledger + Inspect) {
     assert_eq!(broker.dead_letters().await.unwrap().len(), 6);
     assert_eq!(state(&a).await, Some(State::Failed));
 
-    let report = ops::replay(&broker, &records, &config, &flaky, false)
+    let report = ops::replay(&broker, &records, &config, &flaky, None, false)
         .await
         .unwrap();
     assert_eq!(report.replayed, 3);
@@ -229,7 +236,7 @@ async fn replay_rules_suite(records: impl Ledger + Inspect) {
         all: true,
         ..Selector::default()
     };
-    let report = ops::replay(&broker, &records, &config, &all, false)
+    let report = ops::replay(&broker, &records, &config, &all, None, false)
         .await
         .unwrap();
     assert_eq!(report.replayed, 1, "only `other`");

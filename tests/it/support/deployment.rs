@@ -27,7 +27,7 @@ use super::ports;
 use super::{TestEnv, eventually, free_addr, redis_url};
 
 /// What every process logs: lifecycle, each publish, each attempt.
-const RUST_LOG: &str = "info,lapin=warn,cronq_producer::publisher=debug,cronq_consumer=debug";
+pub const RUST_LOG: &str = "info,lapin=warn,cronq_producer::publisher=debug,cronq_consumer=debug";
 
 /// A short leader lease, so that a standby takes over quickly if it must.
 pub const LEADER: &str =

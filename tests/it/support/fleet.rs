@@ -141,6 +141,7 @@ impl Fleet {
             grace: Duration::from_secs(5),
             lease: LEASE,
             consumer_id: id.to_owned(),
+            keyring: None,
         };
         self.start_with(options, handlers, None).await
     }
@@ -250,24 +251,7 @@ impl Fleet {
             Ports::Memory(broker) => {
                 assert!(broker.publish_raw(&QueueName::new(queue).unwrap(), body.to_vec()));
             }
-            Ports::Real(_) => {
-                let conn = lapin::Connection::connect(&amqp_url(), Default::default())
-                    .await
-                    .unwrap();
-                let ch = conn.create_channel().await.unwrap();
-                ch.basic_publish(
-                    self.names.exchange().as_str().into(),
-                    queue.into(),
-                    Default::default(),
-                    body,
-                    Default::default(),
-                )
-                .await
-                .unwrap()
-                .await
-                .unwrap();
-                let _ = conn.close(200, "done".into()).await;
-            }
+            Ports::Real(_) => super::rabbitmq::publish_raw(&self.names, queue, body).await,
             Ports::Sqlite(_, env) => data_file::raw::publish(&ports::data_file(env), queue, body),
         }
     }

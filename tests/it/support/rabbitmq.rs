@@ -57,3 +57,33 @@ where
     })
     .await
 }
+
+/// Puts `body` (not necessarily an occurrence) on the logical queue `queue` of `names`
+/// with a plain lapin publish, as a foreign publisher could; confirmed by the broker.
+pub async fn publish_raw(names: &Names, queue: &str, body: &[u8]) {
+    let conn = lapin::Connection::connect(&amqp_url(), Default::default())
+        .await
+        .unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    ch.confirm_select(Default::default()).await.unwrap();
+    let confirm = ch
+        .basic_publish(
+            names.exchange().as_str().into(),
+            queue.into(),
+            lapin::options::BasicPublishOptions {
+                mandatory: true,
+                ..Default::default()
+            },
+            body,
+            lapin::BasicProperties::default().with_delivery_mode(2),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert!(
+        matches!(confirm, lapin::Confirmation::Ack(None)),
+        "raw publish to {queue} not routed"
+    );
+    let _ = conn.close(200, "done".into()).await;
+}
