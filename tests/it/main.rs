@@ -44,6 +44,7 @@ mod job_labels;
 mod operations;
 mod ports;
 mod queues;
+mod secrets;
 mod signing;
 mod standalone;
 mod standalone_data;

@@ -1,9 +1,13 @@
 //! The `http` handler: one request per attempt with the message JSON as body; any 2xx
 //! status is success. A failure keeps the status and the start of the response body.
+//!
+//! Invariant: errors show the URL redacted, and a URL given from the environment or a file
+//! only by its scheme, host and port (it may carry a token in its path or query); header
+//! values never.
 
 use std::time::Duration;
 
-use cronq_shared::config::HttpHandler;
+use cronq_shared::config::{HttpHandler, Origin, Secret};
 use cronq_shared::message::Occurrence;
 use cronq_shared::redacted::Redacted;
 use tokio_util::sync::CancellationToken;
@@ -19,16 +23,16 @@ pub(crate) async fn run(
     timeout: Duration,
     token: CancellationToken,
 ) -> Result<(), String> {
-    let url = Redacted(&h.url);
+    let url = shown(&h.url);
     let method = reqwest::Method::from_bytes(h.method.as_bytes())
         .map_err(|_| format!("{:?} is not an HTTP method", h.method))?;
     let mut req = client
-        .request(method.clone(), &h.url)
+        .request(method.clone(), h.url.expose())
         .timeout(timeout)
         .header(reqwest::header::CONTENT_TYPE, "application/json")
         .body(occ.encode());
     for (name, value) in &h.headers {
-        req = req.header(name, value);
+        req = req.header(name, value.expose());
     }
     let send = async {
         let resp = req
@@ -48,5 +52,60 @@ pub(crate) async fn run(
     tokio::select! {
         r = send => r,
         () = token.cancelled() => Err(format!("{method} {url} was cancelled")),
+    }
+}
+
+/// The URL as errors show it: redacted when inline, scheme, host and port with its origin
+/// when it came from the environment or a file.
+fn shown(url: &Secret) -> String {
+    if *url.origin() == Origin::Inline {
+        return Redacted(url.expose()).to_string();
+    }
+    match reqwest::Url::parse(url.expose()) {
+        Ok(u) => format!(
+            "{}://{}{} (URL {url})",
+            u.scheme(),
+            u.host_str().unwrap_or_default(),
+            u.port().map(|p| format!(":{p}")).unwrap_or_default()
+        ),
+        Err(_) => format!("the URL {url}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cronq_shared::config::{Config, Handler};
+
+    #[test]
+    fn a_url_from_a_file_shows_its_origin_only() {
+        let inline = Secret::inline("https://app:pw@example.com:8443/hook?token=t0k");
+        assert_eq!(
+            shown(&inline),
+            "https://***@example.com:8443/hook?token=t0k"
+        );
+        let file = std::env::temp_dir().join(format!("cronq-url-{}", std::process::id()));
+        std::fs::write(&file, "https://app:pw@example.com:8443/hook?token=t0k\n").unwrap();
+        let toml = format!(
+            "[[job]]\nname = \"a\"\nschedule = \"@every 1s\"\nhttp = {{ url = {{ file = \"{}\" }} }}\n",
+            file.display()
+        );
+        let config = Config::from_toml(&toml, std::path::Path::new("cronq.toml")).unwrap();
+        std::fs::remove_file(&file).unwrap();
+        let Some(Handler::Http(h)) = &config.jobs[0].handler else {
+            panic!("an http handler");
+        };
+        assert_eq!(
+            h.url.expose(),
+            "https://app:pw@example.com:8443/hook?token=t0k"
+        );
+        assert_eq!(
+            shown(&h.url),
+            format!(
+                "https://example.com:8443 (URL from file {})",
+                file.display()
+            )
+        );
+        assert!(!format!("{config:?}").contains("t0k"));
     }
 }

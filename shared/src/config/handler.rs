@@ -3,13 +3,15 @@
 //!
 //! Invariant: a resolved [`Handler`] is runnable as is: argv non-empty, `env` names legal and
 //! `cwd` absolute, URL http(s) with a host, method known, header names and values legal.
-//! URLs in messages are redacted. `user` and `group` are looked up where the command runs
-//! (the consumer), not here.
+//! URLs in messages are redacted; the URL and header values are [`super::Secret`]s, read
+//! here from the environment or a file when so given, and never shown. `user` and `group`
+//! are looked up where the command runs (the consumer), not here.
 
 use std::sync::Arc;
 
-use super::raw::{RawHttp, RawJob, describe};
+use super::raw::{RawHttp, RawJob};
 use super::report::Report;
+use super::secret::{self, Origin};
 use super::{CommandHandler, Handler, HttpHandler};
 use crate::redacted::Redacted;
 
@@ -145,21 +147,31 @@ fn resolve_command(
 
 fn resolve_http(raw: &RawHttp, scope: &str, out: &mut Report) -> Option<HttpHandler> {
     let before = out.problems.len();
-    match raw.url.as_deref() {
-        None => out.problem(
-            scope,
-            "http.url",
-            "is required: an http:// or https:// URL such as \"http://127.0.0.1:8080/sync\"",
-        ),
-        Some(url) if !is_http_url(url) => out.problem(
+    let url = match &raw.url {
+        None => {
+            out.problem(
+                scope,
+                "http.url",
+                "is required: an http:// or https:// URL such as \"http://127.0.0.1:8080/sync\"",
+            );
+            None
+        }
+        Some(value) => secret::resolve(value, scope, "http.url", out),
+    };
+    if let Some(url) = &url
+        && !is_http_url(url.expose())
+    {
+        let shown = match url.origin() {
+            Origin::Inline => format!("\"{}\"", Redacted(url.expose())),
+            _ => format!("the URL {url}"),
+        };
+        out.problem(
             scope,
             "http.url",
             format!(
-                "\"{}\" is not an http:// or https:// URL with a host, such as \"http://127.0.0.1:8080/sync\"",
-                Redacted(url)
+                "{shown} is not an http:// or https:// URL with a host, such as \"http://127.0.0.1:8080/sync\""
             ),
-        ),
-        Some(_) => {}
+        );
     }
     let method = raw.method.as_deref().unwrap_or("POST").to_ascii_uppercase();
     if !HTTP_METHODS.contains(&method.as_str()) {
@@ -185,27 +197,23 @@ fn resolve_http(raw: &RawHttp, scope: &str, out: &mut Report) -> Option<HttpHand
             );
             continue;
         }
-        match value {
-            toml::Value::String(v) if v.chars().any(|c| c.is_control() && c != '\t') => {
+        match secret::resolve(value, scope, &field, out) {
+            Some(v) if v.expose().chars().any(|c| c.is_control() && c != '\t') => {
                 out.problem(
                     scope,
                     &field,
-                    "the value contains a line break or control character",
+                    format!("the value ({v}) contains a line break or control character"),
                 );
             }
-            toml::Value::String(v) => headers.push((name.clone(), v.clone())),
-            other => out.problem(
-                scope,
-                &field,
-                format!("expected a string, got {}", describe(other)),
-            ),
+            Some(v) => headers.push((name.clone(), v)),
+            None => {}
         }
     }
     if out.problems.len() > before {
         return None;
     }
     Some(HttpHandler {
-        url: raw.url.clone().unwrap_or_default(),
+        url: url?,
         method,
         headers,
     })

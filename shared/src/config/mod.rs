@@ -18,6 +18,7 @@ mod payload;
 mod pieces;
 mod raw;
 mod report;
+mod secret;
 mod suggest;
 mod validate;
 mod warnings;
@@ -35,6 +36,7 @@ use std::time::Duration;
 use chrono_tz::Tz;
 
 pub use error::{ConfigError, Problem};
+pub use secret::{Origin, Secret};
 pub use suggest::did_you_mean;
 
 use crate::names::{JobName, QueueName};
@@ -191,15 +193,16 @@ impl CommandHandler {
     }
 }
 
-/// `http = { url, method, headers }`.
+/// `http = { url, method, headers }`. The URL and the header values are [`Secret`]s: they
+/// may come from the environment or a file, and never show in logs or errors.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpHandler {
     /// Target URL (http or https).
-    pub url: String,
+    pub url: Secret,
     /// HTTP method, upper case; default `POST`.
     pub method: String,
     /// Extra request headers.
-    pub headers: Vec<(String, String)>,
+    pub headers: Vec<(String, Secret)>,
 }
 
 impl Config {

@@ -95,11 +95,14 @@ pub(crate) const METRICS_FIELDS: &[Field] = &[field(
 
 /// The fields of a job's `http = { … }`.
 pub(crate) const HTTP_FIELDS: &[Field] = &[
-    field("url", "a string such as \"http://127.0.0.1:8080/sync\""),
+    field(
+        "url",
+        "a string such as \"http://127.0.0.1:8080/sync\", or { env = \"VARIABLE\" } or { file = \"/path\" }",
+    ),
     field("method", "a string such as \"POST\""),
     field(
         "headers",
-        "a table of strings such as { \"X-Token\" = \"...\" }",
+        "a table such as { \"X-Token\" = { env = \"SYNC_TOKEN\" } } (each value a string, { env = … } or { file = … })",
     ),
 ];
 
@@ -254,7 +257,7 @@ pub(crate) struct RawJobOwn {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawHttp {
-    pub(crate) url: Option<String>,
+    pub(crate) url: Option<toml::Value>,
     pub(crate) method: Option<String>,
     pub(crate) headers: Option<Table>,
 }
@@ -584,7 +587,7 @@ mod tests {
             max_attempts = "3"
             timeout = "5m"
             command = "ls"
-            http = { url = 1, methd = "GET" }
+            http = { method = 1, methd = "GET" }
             "#,
         );
         let job = &raw.jobs.into_sections().next().unwrap();
@@ -595,7 +598,7 @@ mod tests {
                 "job \"a\": schedual: unknown field; did you mean \"schedule\"?",
                 "job \"a\": max_attempts: expected an integer such as 3, got the string \"3\"",
                 "job \"a\": command: expected an array of strings such as [\"/usr/local/bin/report\", \"--daily\"], got the string \"ls\"",
-                "job \"a\": http.url: expected a string such as \"http://127.0.0.1:8080/sync\", got the integer 1",
+                "job \"a\": http.method: expected a string such as \"POST\", got the integer 1",
                 "job \"a\": http.methd: unknown field; did you mean \"method\"?",
             ]
         );

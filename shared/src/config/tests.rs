@@ -162,9 +162,9 @@ fn http_handler_defaults_to_post() {
     assert_eq!(
         config.jobs[0].handler,
         Some(Handler::Http(Arc::new(HttpHandler {
-            url: "https://example.com/sync".into(),
+            url: Secret::inline("https://example.com/sync"),
             method: "POST".into(),
-            headers: vec![("X-Token".into(), "t".into())],
+            headers: vec![("X-Token".into(), Secret::inline("t"))],
         })))
     );
 }
@@ -307,9 +307,82 @@ fn http_problems_hide_credentials() {
             "job \"h\": http.url: \"ftp://***@host/x\" is not an http:// or https:// URL with a host, such as \"http://127.0.0.1:8080/sync\"",
             "job \"h\": http.method: \"FETCH\" is not an HTTP method: use GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS",
             "job \"h\": http.headers: \"X Y\" is not a valid header name: use letters, digits and -",
-            "job \"h\": http.headers.Z: expected a string, got the integer 1",
+            "job \"h\": http.headers.Z: expected a string, { env = \"VARIABLE\" } or { file = \"/absolute/path\" }, got the integer 1",
         ]
     );
+}
+
+#[test]
+fn http_secrets_come_from_the_environment_or_a_file_and_never_show() {
+    let dir = std::env::temp_dir().join(format!("cronq-secrets-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, "s3cret-t0ken\n").unwrap();
+    let url = dir.join("url");
+    std::fs::write(&url, "http://app:pw@127.0.0.1:9/sync?k=s3cret-q").unwrap();
+    let text = format!(
+        r#"
+        [[job]]
+        name = "h"
+        schedule = "@every 1m"
+        http = {{ url = {{ file = "{}" }}, headers = {{ "X-Token" = {{ file = "{}" }}, "X-Path" = {{ env = "PATH" }} }} }}
+        "#,
+        url.display(),
+        token.display()
+    );
+    let config = Config::from_toml(&text, Path::new("cronq.toml")).unwrap();
+    let Some(Handler::Http(h)) = &config.jobs[0].handler else {
+        panic!("an http handler")
+    };
+    assert_eq!(h.url.expose(), "http://app:pw@127.0.0.1:9/sync?k=s3cret-q");
+    assert_eq!(h.url.origin(), &Origin::File(url.clone()));
+    assert_eq!(
+        h.headers[0].1.expose(),
+        "s3cret-t0ken",
+        "one trailing newline dropped"
+    );
+    assert_eq!(h.headers[1].1.expose(), std::env::var("PATH").unwrap());
+    assert_eq!(h.headers[1].1.to_string(), "from env PATH");
+    let shown = format!("{config:?}");
+    assert!(
+        !shown.contains("s3cret") && !shown.contains(":pw@"),
+        "{shown}"
+    );
+
+    std::fs::write(&token, "").unwrap();
+    let bad = format!(
+        r#"
+        [[job]]
+        name = "h"
+        schedule = "@every 1m"
+        http = {{ url = {{ env = "CRONQ_TEST_NEVER_SET_URL" }}, headers = {{ "A" = {{ file = "{}" }}, "B" = {{ file = "relative/token" }}, "C" = {{ file = "/nonexistent/token" }}, "D" = {{ env = "X", file = "/y" }}, "E" = {{ }} }} }}
+        "#,
+        token.display()
+    );
+    assert_eq!(
+        problems(&bad),
+        [
+            "job \"h\": http.url: the environment variable CRONQ_TEST_NEVER_SET_URL is not set: set it where cronq runs (it is read at start and at each reload)".to_owned(),
+            format!("job \"h\": http.headers.A: the value from file {} is empty", token.display()),
+            "job \"h\": http.headers.B: \"relative/token\" is not an absolute path: give one such as \"/run/secrets/token\"".to_owned(),
+            "job \"h\": http.headers.C: cannot read the file /nonexistent/token: No such file or directory (os error 2)".to_owned(),
+            "job \"h\": http.headers.D: expected a string, { env = \"VARIABLE\" } or { file = \"/absolute/path\" }, got a table with \"env\", \"file\"".to_owned(),
+            "job \"h\": http.headers.E: expected a string, { env = \"VARIABLE\" } or { file = \"/absolute/path\" }, got a table with nothing in it".to_owned(),
+        ]
+    );
+    std::fs::write(&url, "ftp://app:pw@host/s3cret").unwrap();
+    let from_file = format!(
+        "[[job]]\nname = \"h\"\nschedule = \"@every 1m\"\nhttp = {{ url = {{ file = \"{}\" }} }}\n",
+        url.display()
+    );
+    assert_eq!(
+        problems(&from_file),
+        [format!(
+            "job \"h\": http.url: the URL from file {} is not an http:// or https:// URL with a host, such as \"http://127.0.0.1:8080/sync\"",
+            url.display()
+        )]
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
