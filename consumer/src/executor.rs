@@ -44,6 +44,16 @@ pub enum Reject {
 }
 
 impl Reject {
+    /// The `reason` label of `cronq_messages_refused_total`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Unauthenticated(_) => "unauthenticated",
+            Self::Malformed(_) => "malformed",
+            Self::UnknownJob(_) => "unknown_job",
+            Self::NoHandler(_) => "no_handler",
+        }
+    }
+
     /// The full reason for the dead-letter record (with the decode error's cause).
     pub fn reason(&self) -> String {
         match self {

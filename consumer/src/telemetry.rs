@@ -31,6 +31,12 @@ pub(crate) fn dead_lettered(job: &str) {
     metrics::counter!("cronq_dead_lettered_total", "job" => job.to_owned()).increment(1);
 }
 
+/// `cronq_messages_refused_total{reason}`: a message dead-lettered without running, by why
+/// (`unauthenticated`, `malformed`, `unknown_job`, `no_handler`): forged messages show here.
+pub(crate) fn refused(reason: &'static str) {
+    metrics::counter!("cronq_messages_refused_total", "reason" => reason).increment(1);
+}
+
 /// `cronq_redeliveries_total`.
 pub(crate) fn redelivery() {
     metrics::counter!("cronq_redeliveries_total").increment(1);

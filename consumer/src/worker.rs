@@ -236,6 +236,7 @@ impl Worker {
             Ok(()) => {
                 tracing::warn!(job = %label, key = letter.key.as_deref().unwrap_or(""), queue = %d.queue, reason = %letter.reason, "dead-lettered a message that cannot run");
                 telemetry::dead_lettered(&label);
+                telemetry::refused(reject.label());
                 ack(d, &label).await;
             }
             Err(err) => {

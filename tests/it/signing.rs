@@ -228,6 +228,12 @@ async fn forged_messages_never_run(kind: Deployment, env: TestEnv) {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(target.dead_letters(&env).len(), 4);
+    if let Some(metrics) = running.metrics().await {
+        assert!(
+            metrics.contains("cronq_messages_refused_total{reason=\"unauthenticated\"} 4"),
+            "{metrics}"
+        );
+    }
 
     // A captured signed message of a key that already succeeded runs no second time.
     let done = data_file::ran(&env, "tick")[0].clone();
