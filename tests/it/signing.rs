@@ -140,6 +140,15 @@ fn logged(env: &TestEnv, message: &str, key: &str) -> usize {
         .sum()
 }
 
+/// `entries`, once every key of `published` has a terminal one.
+fn all_settled(published: &[String], entries: Vec<Entry>) -> Option<Vec<Entry>> {
+    let settled = history::terminal(&entries);
+    published
+        .iter()
+        .all(|k| settled.contains_key(k))
+        .then_some(entries)
+}
+
 /// Every tick between the first and last published ran exactly once.
 fn assert_ticks_once(published: &[String], entries: &[Entry], logs: &str) {
     let expected = history::ticks("tick", published, 1);
@@ -272,12 +281,7 @@ async fn forged_messages_never_run(kind: Deployment, env: TestEnv) {
     running.stop_producing().await;
     let published: Vec<String> = running.published("tick").into_iter().collect();
     let entries = eventually(WAIT, "every published tick settled", || async {
-        let entries = running.entries("tick").await;
-        let settled = history::terminal(&entries);
-        published
-            .iter()
-            .all(|k| settled.contains_key(k))
-            .then_some(entries)
+        all_settled(&published, running.entries("tick").await)
     })
     .await;
     assert_ticks_once(&published, &entries, &running.logs());
@@ -402,12 +406,8 @@ async fn key_rotation_loses_and_refuses_nothing() {
         let runlog = RedisRunLog::new(conn, &names, Duration::from_secs(3600));
         let tick = JobName::new("tick").unwrap();
         let entries = eventually(WAIT, "every published tick settled", || async {
-            let entries = history::from_runs(&runlog.list(Some(&tick), 10_000).await.ok()?);
-            let settled = history::terminal(&entries);
-            published
-                .iter()
-                .all(|k| settled.contains_key(k))
-                .then_some(entries)
+            let runs = runlog.list(Some(&tick), 10_000).await.ok()?;
+            all_settled(&published, history::from_runs(&runs))
         })
         .await;
         let target = Target { names, data: None };
