@@ -1,13 +1,16 @@
 //! The queue port's contract (`Broker`): publish and consume, requeue and redelivery,
-//! delays, dead letters and their replay, refusals and cancellation, on every backend.
+//! delays, dead letters and their replay, refusals and cancellation, and sealing with a
+//! keyring, on every backend.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Outgoing};
 use cronq_shared::message::{Occurrence, Trigger};
 use cronq_shared::names::QueueName;
+use cronq_shared::signing::{KeySource, Keyring};
 
 use crate::support::TestEnv;
 use crate::support::backends::{Backend, on_every_backend};
@@ -160,6 +163,47 @@ pub async fn delayed_publish_suite<B: Broker>(broker: &B, q: &QueueName) {
 }
 
 broker_suite!(delayed_publish, "brk-delayed", delayed_publish_suite);
+
+/// With a keyring, every message the broker publishes is sealed by its signing key: at
+/// once, after a delay, and a replayed dead letter.
+async fn sealed_publish(backend: Backend, env: TestEnv) {
+    let ring = Keyring::parse("k2:0123456789abcdef0123", KeySource::Variable).unwrap();
+    let broker = ports::signing_broker(backend, &env, Some(Arc::new(ring.clone()))).await;
+    let (b, q) = (&broker.port, &broker.queue);
+    declare(b, &[q]).await;
+    let mut late = outgoing(q, "sealed", 2);
+    late.delay = Duration::from_millis(1500);
+    b.publish(&[outgoing(q, "sealed", 1), late]).await.unwrap();
+    b.dead_letter(&letter(q, 3, "failed")).await.unwrap();
+    let replayed = b
+        .replay(&|l: &DeadLetter| {
+            Some(Outgoing {
+                queue: q.clone(),
+                occurrence: Occurrence::decode(&l.body).ok()?,
+                delay: Duration::ZERO,
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(replayed, 1);
+    let (mut rx, token) = subscribe(b, q, 4).await;
+    let mut keys = BTreeSet::new();
+    for _ in 0..3 {
+        let d = next(&mut rx).await;
+        let inner = ring.open(&d.body).expect("sealed by the broker's key");
+        keys.insert(Occurrence::decode(inner).unwrap().key.to_string());
+        d.acker.ack().await.unwrap();
+    }
+    let expected: BTreeSet<String> = [("sealed", 1), ("sealed", 2), ("dead", 3)]
+        .iter()
+        .map(|(job, i)| occurrence(job, *i).key.to_string())
+        .collect();
+    assert_eq!(keys, expected);
+    token.cancel();
+    broker.close().await;
+}
+
+on_every_backend!(sealed_publish, "brk-sealed");
 
 pub async fn dead_letters_listed_in_order_suite<B: Broker>(broker: &B, q: &QueueName) {
     declare(broker, &[q]).await;

@@ -26,6 +26,7 @@ use cronq_shared::ledger::{
 };
 use cronq_shared::names::{JobName, Names, Namespace, QueueName};
 use cronq_shared::runlog::{DEFAULT_MAX_RUNS, Run, RunLog};
+use cronq_shared::signing::Keyring;
 use cronq_shared::store::StoreError;
 use cronq_sqlite::{Db, SqliteBroker, SqliteControl, SqliteLease, SqliteLedger, SqliteRunLog};
 use tokio::sync::mpsc;
@@ -97,16 +98,25 @@ impl TestBroker {
 /// The queue port of `backend`. On RabbitMQ its queue `a`, and the delay queue of the
 /// 1.5 s delays the suites publish with, are deleted at clean-up.
 pub async fn broker(backend: Backend, env: &TestEnv) -> TestBroker {
+    signing_broker(backend, env, None).await
+}
+
+/// As [`broker`], sealing what it publishes with `keyring`.
+pub async fn signing_broker(
+    backend: Backend,
+    env: &TestEnv,
+    keyring: Option<Arc<Keyring>>,
+) -> TestBroker {
     let queue = QueueName::new("a").unwrap();
     match backend {
         Backend::Memory => TestBroker {
-            port: Port(Arc::new(MemoryBroker::new())),
+            port: Port(Arc::new(MemoryBroker::new().signing(keyring))),
             queue,
             amqp: None,
         },
         Backend::Real => {
             env.track_queue(queue.as_str());
-            let broker = rabbitmq::connect(env).await;
+            let broker = rabbitmq::connect(env).await.signing(keyring);
             let delay = quantize_delay(Duration::from_millis(1500));
             env.track_raw_queue(&broker.names().delay_queue(delay));
             TestBroker {
@@ -116,7 +126,7 @@ pub async fn broker(backend: Backend, env: &TestEnv) -> TestBroker {
             }
         }
         Backend::Sqlite => TestBroker {
-            port: Port(Arc::new(SqliteBroker::new(open(env)))),
+            port: Port(Arc::new(SqliteBroker::new(open(env)).signing(keyring))),
             queue,
             amqp: None,
         },
