@@ -126,7 +126,11 @@ pub(super) struct Replay<'a> {
 }
 
 impl AsyncVisit for Replay<'_> {
-    async fn visit(&mut self, letter: DeadLetter, acker: &lapin::Acker) -> Result<Visited, Failure> {
+    async fn visit(
+        &mut self,
+        letter: DeadLetter,
+        acker: &lapin::Acker,
+    ) -> Result<Visited, Failure> {
         let Some(out) = (self.select)(&letter) else {
             return Ok(Visited::Kept);
         };
