@@ -17,7 +17,7 @@ use anyhow::Context as _;
 use cronq_consumer::{Consumer, Options};
 use cronq_shared::config::Config;
 use cronq_shared::endpoints::{
-    DEFAULT_AMQP_URL, DEFAULT_QUORUM_SIZE, DEFAULT_REDIS_URL, Endpoints,
+    DEFAULT_AMQP_URL, DEFAULT_QUORUM_SIZE, DEFAULT_REDIS_URL, Endpoints, Tls,
 };
 use cronq_shared::message::Occurrence;
 use cronq_shared::names::{JobName, Namespace};
@@ -62,6 +62,7 @@ async fn main() -> anyhow::Result<()> {
             .parse()
             .context("CRONQ_REDIS_MIN_REPLICAS")?,
         namespace: Namespace::new(env("CRONQ_NAMESPACE", "cronq")).context("CRONQ_NAMESPACE")?,
+        tls: Tls::default(),
     };
     // The fleet's backends: RabbitMQ for the queue, Redis for the idempotency records.
     let stores = cronq_backends::stores(&endpoints, config.longest_retention(), None).await?;

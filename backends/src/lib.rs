@@ -41,7 +41,8 @@ impl std::fmt::Debug for Stores {
     }
 }
 
-/// Connects the fleet's broker: RabbitMQ at `endpoints.amqp_url`.
+/// Connects the fleet's broker: RabbitMQ at `endpoints.amqp_url` (`amqps://` with
+/// `endpoints.tls`).
 ///
 /// # Errors
 /// [`BrokerError`] when RabbitMQ cannot be reached within the connect timeout.
@@ -50,12 +51,13 @@ pub async fn broker(endpoints: &Endpoints) -> Result<AmqpBroker, BrokerError> {
         &endpoints.amqp_url,
         endpoints.names(),
         Replication::new(endpoints.amqp_quorum_size),
+        &endpoints.tls,
     )
     .await
 }
 
 /// Connects the fleet's stores: Redis at `endpoints.redis_url` (one server, or the master
-/// its sentinels name), their guarded writes waiting for `endpoints.redis_min_replicas`
+/// its sentinels name; `rediss://` with `endpoints.tls`), their guarded writes waiting for `endpoints.redis_min_replicas`
 /// replicas. `retention` bounds the run history (the longest job retention); `client` names
 /// the lease's connection, so an operator finds it in `CLIENT LIST`.
 ///
@@ -68,7 +70,7 @@ pub async fn stores(
     client: Option<String>,
 ) -> Result<Stores, StoreError> {
     let names = endpoints.names();
-    let conn = cronq_redis::connect(&endpoints.redis_url)
+    let conn = cronq_redis::connect_tls(&endpoints.redis_url, &endpoints.tls)
         .await?
         .with_min_replicas(endpoints.redis_min_replicas);
     let history = RedisRunLog::new(conn.clone(), &names, retention);

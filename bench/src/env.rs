@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use anyhow::Context as _;
 use cronq_rabbitmq::topology;
 use cronq_shared::endpoints::{
-    DEFAULT_AMQP_URL, DEFAULT_QUORUM_SIZE, DEFAULT_REDIS_URL, Endpoints,
+    DEFAULT_AMQP_URL, DEFAULT_QUORUM_SIZE, DEFAULT_REDIS_URL, Endpoints, Tls,
 };
 use cronq_shared::names::{Names, Namespace, QueueName};
 use lapin::{Connection, ConnectionProperties};
@@ -43,6 +43,7 @@ impl BenchEnv {
                     Err(_) => 0,
                 },
                 namespace,
+                tls: Tls::default(),
             },
             queues: Mutex::default(),
             raw_queues: Mutex::default(),

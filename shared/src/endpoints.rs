@@ -1,15 +1,19 @@
 //! Connection settings shared by every command: service URLs, the namespace, the queues'
 //! replication and the Redis replication barrier, from `CRONQ_AMQP_URL`,
 //! `CRONQ_AMQP_QUORUM_SIZE`, `CRONQ_REDIS_URL`, `CRONQ_NAMESPACE` and
-//! `CRONQ_REDIS_MIN_REPLICAS`; and the forms `CRONQ_REDIS_URL` takes ([`redis_url`]).
+//! `CRONQ_REDIS_MIN_REPLICAS`; the forms `CRONQ_REDIS_URL` takes ([`redis_url`]); and the
+//! TLS files of both services, `CRONQ_TLS_CA_FILE`, `CRONQ_TLS_CERT_FILE` and
+//! `CRONQ_TLS_KEY_FILE` ([`tls`]).
 
 pub mod redis_url;
+pub mod tls;
 
 use std::time::Duration;
 
 use crate::names::{Names, Namespace};
 
 pub use redis_url::{RedisUrl, SentinelUrl, UrlError};
+pub use tls::{Tls, TlsFileError, TlsRefusal};
 
 /// How long a command waits for a service before it gives up (exit 1, see `docs/operations.md`).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -42,6 +46,9 @@ pub struct Endpoints {
     pub redis_min_replicas: u32,
     /// The prefix of every queue and key.
     pub namespace: Namespace,
+    /// The CAs trusted and the client certificate, for `amqps://` and `rediss://` (empty:
+    /// the system's roots, no client certificate).
+    pub tls: Tls,
 }
 
 impl Endpoints {
