@@ -18,7 +18,7 @@ use anyhow::Context as _;
 use cronq_consumer::{Consumer, Options};
 use cronq_shared::config::Config;
 use cronq_shared::endpoints::{
-    DEFAULT_AMQP_URL, DEFAULT_QUORUM_SIZE, DEFAULT_REDIS_URL, Endpoints,
+    DEFAULT_AMQP_URL, DEFAULT_QUORUM_SIZE, DEFAULT_REDIS_URL, Endpoints, Tls,
 };
 use cronq_shared::message::Occurrence;
 use cronq_shared::names::{JobName, Namespace};
@@ -66,6 +66,7 @@ async fn main() -> anyhow::Result<()> {
         namespace: Namespace::new(env("CRONQ_NAMESPACE", "cronq")).context("CRONQ_NAMESPACE")?,
         // With CRONQ_SIGNING_KEY set, what it publishes is signed and what it consumes must be.
         keyring: Keyring::from_variable()?.map(Arc::new),
+        tls: Tls::default(),
     };
     // The fleet's backends: RabbitMQ for the queue, Redis for the idempotency records.
     let stores = cronq_backends::stores(&endpoints, config.longest_retention(), None).await?;

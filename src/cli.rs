@@ -56,6 +56,20 @@ pub struct Cli {
     )]
     pub signing_key_file: Option<PathBuf>,
 
+    /// A PEM file of the CA certificates trusted for amqps:// and rediss:// (see
+    /// docs/config.md, "TLS").
+    #[arg(long, global = true, env = "CRONQ_TLS_CA_FILE", value_name = "FILE")]
+    pub tls_ca_file: Option<PathBuf>,
+
+    /// The client certificate (PEM) given to a TLS server that asks for one; with
+    /// --tls-key-file.
+    #[arg(long, global = true, env = "CRONQ_TLS_CERT_FILE", value_name = "FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// The private key (PEM) of --tls-cert-file.
+    #[arg(long, global = true, env = "CRONQ_TLS_KEY_FILE", value_name = "FILE")]
+    pub tls_key_file: Option<PathBuf>,
+
     /// Prefix of every exchange, queue and Redis key: [a-z0-9_.-]{1,64}.
     #[arg(long, global = true, env = "CRONQ_NAMESPACE", default_value = "cronq")]
     pub namespace: String,

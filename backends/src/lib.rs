@@ -42,8 +42,8 @@ impl std::fmt::Debug for Stores {
     }
 }
 
-/// Connects the fleet's broker: RabbitMQ at `endpoints.amqp_url`, sealing what it
-/// publishes with `endpoints.keyring`.
+/// Connects the fleet's broker: RabbitMQ at `endpoints.amqp_url` (`amqps://` with
+/// `endpoints.tls`), sealing what it publishes with `endpoints.keyring`.
 ///
 /// # Errors
 /// [`BrokerError`] when RabbitMQ cannot be reached within the connect timeout.
@@ -52,13 +52,14 @@ pub async fn broker(endpoints: &Endpoints) -> Result<AmqpBroker, BrokerError> {
         &endpoints.amqp_url,
         endpoints.names(),
         Replication::new(endpoints.amqp_quorum_size),
+        &endpoints.tls,
     )
     .await
     .map(|broker| broker.signing(endpoints.keyring.clone()))
 }
 
 /// Connects the fleet's stores: Redis at `endpoints.redis_url` (one server, or the master
-/// its sentinels name), their guarded writes waiting for `endpoints.redis_min_replicas`
+/// its sentinels name; `rediss://` with `endpoints.tls`), their guarded writes waiting for `endpoints.redis_min_replicas`
 /// replicas. `retention` bounds the run history (the longest job retention); `client` names
 /// the lease's connection, so an operator finds it in `CLIENT LIST`.
 ///
@@ -71,7 +72,7 @@ pub async fn stores(
     client: Option<String>,
 ) -> Result<Stores, StoreError> {
     let names = endpoints.names();
-    let conn = cronq_redis::connect(&endpoints.redis_url)
+    let conn = cronq_redis::connect_tls(&endpoints.redis_url, &endpoints.tls)
         .await?
         .with_min_replicas(endpoints.redis_min_replicas);
     let history = RedisRunLog::new(conn.clone(), &names, retention);

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context as _;
 use cronq_rabbitmq::topology;
 use cronq_shared::endpoints::{
-    DEFAULT_AMQP_URL, DEFAULT_QUORUM_SIZE, DEFAULT_REDIS_URL, Endpoints,
+    DEFAULT_AMQP_URL, DEFAULT_QUORUM_SIZE, DEFAULT_REDIS_URL, Endpoints, Tls,
 };
 use cronq_shared::names::{Names, Namespace, QueueName};
 use cronq_shared::signing::Keyring;
@@ -45,6 +45,7 @@ impl BenchEnv {
                 },
                 namespace,
                 keyring: Keyring::from_variable()?.map(Arc::new),
+                tls: Tls::default(),
             },
             queues: Mutex::default(),
             raw_queues: Mutex::default(),

@@ -171,6 +171,17 @@ pub enum BrokerError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The TLS handshake with the broker failed for a reason the operator must fix.
+    #[error("TLS with RabbitMQ at {url} failed: {refusal}")]
+    Tls {
+        /// The redacted URL.
+        url: String,
+        /// Why, and what to do.
+        refusal: crate::endpoints::TlsRefusal,
+        /// The TLS error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A protocol operation failed.
     #[error("broker operation {op} failed")]
     Protocol {

@@ -1,9 +1,12 @@
 //! Connection settings shared by every command: service URLs, the namespace, the queues'
 //! replication and the Redis replication barrier, from `CRONQ_AMQP_URL`,
 //! `CRONQ_AMQP_QUORUM_SIZE`, `CRONQ_REDIS_URL`, `CRONQ_NAMESPACE` and
-//! `CRONQ_REDIS_MIN_REPLICAS`; and the forms `CRONQ_REDIS_URL` takes ([`redis_url`]).
+//! `CRONQ_REDIS_MIN_REPLICAS`; the forms `CRONQ_REDIS_URL` takes ([`redis_url`]); and the
+//! TLS files of both services, `CRONQ_TLS_CA_FILE`, `CRONQ_TLS_CERT_FILE` and
+//! `CRONQ_TLS_KEY_FILE` ([`tls`]).
 
 pub mod redis_url;
+pub mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +15,7 @@ use crate::names::{Names, Namespace};
 use crate::signing::Keyring;
 
 pub use redis_url::{RedisUrl, SentinelUrl, UrlError};
+pub use tls::{Tls, TlsFileError, TlsRefusal};
 
 /// How long a command waits for a service before it gives up (exit 1, see `docs/operations.md`).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -47,6 +51,9 @@ pub struct Endpoints {
     /// The message signing keys (`CRONQ_SIGNING_KEY`), when set: every message published
     /// is sealed with the first, and consumers run only what opens with one of them.
     pub keyring: Option<Arc<Keyring>>,
+    /// The CAs trusted and the client certificate, for `amqps://` and `rediss://` (empty:
+    /// the system's roots, no client certificate).
+    pub tls: Tls,
 }
 
 impl Endpoints {

@@ -25,6 +25,19 @@ pub enum StoreError {
         #[source]
         source: Option<Source>,
     },
+    /// The TLS handshake with the store failed for a reason the operator must fix.
+    #[error("TLS with {store} at {url} failed: {refusal}")]
+    Tls {
+        /// Which store (`Redis`).
+        store: &'static str,
+        /// Redacted URL.
+        url: String,
+        /// Why, and what to do.
+        refusal: crate::endpoints::TlsRefusal,
+        /// The TLS error.
+        #[source]
+        source: Source,
+    },
     /// A command failed.
     #[error("{store} command failed")]
     Command {

@@ -44,7 +44,10 @@ pub async fn dispatch(cli: Cli, root: CancellationToken) -> anyhow::Result<()> {
 /// 2 for config and usage errors, 1 for everything else.
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     let usage = err.chain().any(|e| {
-        e.is::<ConfigError>() || e.is::<UsageError>() || e.is::<cronq_shared::names::NameError>()
+        e.is::<ConfigError>()
+            || e.is::<UsageError>()
+            || e.is::<cronq_shared::names::NameError>()
+            || e.is::<cronq_shared::endpoints::TlsFileError>()
     });
     if usage { 2 } else { 1 }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use cronq_shared::config::Config;
-use cronq_shared::endpoints::{Endpoints, RedisUrl};
+use cronq_shared::endpoints::{Endpoints, RedisUrl, Tls};
 use cronq_shared::names::Namespace;
 use cronq_shared::signing::{KEY_FILE_VARIABLE, KEY_VARIABLE, KeySource, Keyring};
 
@@ -51,10 +51,11 @@ pub fn load_config(cli: &Cli) -> anyhow::Result<Config> {
     Ok(Config::load(Path::new(path))?)
 }
 
-/// The service endpoints and namespace from flags and environment.
+/// The service endpoints, their TLS files and the namespace from flags and environment.
 ///
 /// # Errors
-/// A usage error for a Redis URL in none of the forms taken, a bad namespace.
+/// A usage error for a Redis URL in none of the forms taken, a TLS file that cannot be used
+/// (a [`cronq_shared::endpoints::TlsFileError`]), a bad namespace.
 pub fn endpoints(cli: &Cli) -> anyhow::Result<Endpoints> {
     if let Some(data) = &cli.data {
         // Only `producer` and `consumer` get here with a data file: say it is not used.
@@ -65,6 +66,11 @@ pub fn endpoints(cli: &Cli) -> anyhow::Result<Endpoints> {
     }
     let namespace = Namespace::new(&cli.namespace).context("CRONQ_NAMESPACE")?;
     RedisUrl::parse(&cli.redis_url).map_err(|e| UsageError(e.to_string()))?;
+    let tls = Tls::load(
+        cli.tls_ca_file.as_deref(),
+        cli.tls_cert_file.as_deref(),
+        cli.tls_key_file.as_deref(),
+    )?;
     Ok(Endpoints {
         amqp_url: cli.amqp_url.clone(),
         amqp_quorum_size: cli.amqp_quorum_size,
@@ -72,6 +78,7 @@ pub fn endpoints(cli: &Cli) -> anyhow::Result<Endpoints> {
         redis_min_replicas: cli.redis_min_replicas,
         namespace,
         keyring: keyring(cli)?,
+        tls,
     })
 }
 

@@ -22,6 +22,9 @@
 //! - `standalone_data`: `cronq standalone` on a data file: catch-up after a restart,
 //!   `kill -9`, operations on the file while it runs, a standby on the same file, start
 //!   errors;
+//! - `tls`: `amqps://` and `rediss://` for real, on the harness of `scripts/tls`: a fleet
+//!   over TLS runs each occurrence once; certificates from another CA or for another host
+//!   name refused; a client certificate; the TLS files checked at start;
 //! - `support`: the test environment, the backends and the helpers the modules share.
 //!
 //! Every behavioural suite is written once and run on every backend by
@@ -49,3 +52,4 @@ mod signing;
 mod standalone;
 mod standalone_data;
 mod support;
+mod tls;

@@ -45,7 +45,7 @@ use self::tasks::Tasks;
 use crate::headers::{dead_letter_properties, occurrence_properties};
 use crate::topology::{Replication, quantize_delay, short};
 use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing};
-use cronq_shared::endpoints::CONNECT_TIMEOUT;
+use cronq_shared::endpoints::{CONNECT_TIMEOUT, Tls};
 use cronq_shared::names::{Names, QueueName};
 use cronq_shared::retry::{GaveUp, retry};
 use cronq_shared::signing::Keyring;
@@ -125,34 +125,43 @@ impl AmqpBroker {
     /// [`BrokerError::Connect`] naming the redacted URL when it is not an AMQP URL (list),
     /// or when no node accepted a connection within [`CONNECT_TIMEOUT`].
     pub async fn connect(urls: &str, names: Names) -> Result<Self, BrokerError> {
-        Self::connect_with(urls, names, Replication::default()).await
+        Self::connect_with(urls, names, Replication::default(), &Tls::default()).await
     }
 
     /// As [`Self::connect`], declaring its queues with `replication` (how many members each
-    /// quorum queue has).
+    /// quorum queue has), and reaching an `amqps://` node with the TLS files of `tls`.
     ///
     /// # Errors
-    /// As [`Self::connect`].
+    /// As [`Self::connect`]; [`BrokerError::Tls`] at once (no retry) when a TLS handshake
+    /// failed for a reason the operator must fix.
     pub async fn connect_with(
         urls: &str,
         names: Names,
         replication: Replication,
+        tls: &Tls,
     ) -> Result<Self, BrokerError> {
-        let nodes = nodes::parse(urls)?;
+        let nodes = nodes::parse(urls, tls)?;
         let started = Instant::now();
-        let (at, link) = retry(
+        let opened = retry(
             RECONNECT.within(CONNECT_TIMEOUT),
             &CancellationToken::new(),
             || async {
                 let left = CONNECT_TIMEOUT.saturating_sub(started.elapsed());
-                tokio::time::timeout(left, nodes::open_first(&nodes, 0))
+                match tokio::time::timeout(left, nodes::open_first(&nodes, 0))
                     .await
                     .unwrap_or_else(|_| Err(no_answer(&nodes::display(&nodes), CONNECT_TIMEOUT)))
+                {
+                    Ok(link) => Ok(Ok(link)),
+                    // A refused handshake is refused again: no retry.
+                    Err(error @ BrokerError::Tls { .. }) => Ok(Err(error)),
+                    Err(error) => Err(error),
+                }
             },
             |r| tracing::debug!(error = %r.error, "broker not reachable yet, retrying"),
         )
         .await
         .map_err(GaveUp::into_last)?;
+        let (at, link) = opened?;
         tracing::info!(url = %nodes[at].redacted, namespace = %names.namespace(), "connected to the broker");
         Ok(Self {
             inner: Arc::new(Inner {

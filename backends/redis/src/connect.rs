@@ -1,14 +1,15 @@
 //! Opening the Redis connection every store of this crate runs on, from `CRONQ_REDIS_URL`:
 //! one server (`redis://`, `rediss://`), or a master found through Redis Sentinel
 //! (`redis+sentinel://`, `rediss+sentinel://`, see [`RedisUrl`]) and followed across
-//! failovers ([`crate::sentinel`]).
+//! failovers ([`crate::sentinel`]); over TLS with the files of `CRONQ_TLS_*` ([`Tls`]).
 
 use std::time::Duration;
 
-use cronq_shared::endpoints::{CONNECT_TIMEOUT, RedisUrl};
+use cronq_shared::endpoints::{CONNECT_TIMEOUT, RedisUrl, Tls, TlsRefusal};
 use cronq_shared::redacted::Redacted;
 use cronq_shared::store::StoreError;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{ClientTlsConfig, ConnectionAddr, IntoConnectionInfo as _, TlsCertificates};
 
 use crate::conn::RedisConn;
 use crate::sentinel::{Follower, WATCH_EVERY};
@@ -24,7 +25,19 @@ use crate::sentinel::{Follower, WATCH_EVERY};
 /// when Redis (or, through Sentinel, a master the sentinels name) does not answer within
 /// [`CONNECT_TIMEOUT`].
 pub async fn connect(url: &str) -> Result<RedisConn, StoreError> {
-    connect_with(url, Some(WATCH_EVERY)).await
+    open(url, Some(WATCH_EVERY), &Tls::default()).await
+}
+
+/// [`connect()`], a `rediss://` server (or, with `rediss+sentinel://`, the sentinels and
+/// the master) reached with the TLS files of `tls`: the CAs of `CRONQ_TLS_CA_FILE` are then
+/// the only ones trusted (redis-rs replaces the system's roots with them), and the client
+/// certificate is given to a server that asks for one. A plain `redis://` URL ignores them.
+///
+/// # Errors
+/// As [`connect()`]; [`StoreError::Tls`] when a TLS handshake failed for a reason the
+/// operator must fix.
+pub async fn connect_tls(url: &str, tls: &Tls) -> Result<RedisConn, StoreError> {
+    open(url, Some(WATCH_EVERY), tls).await
 }
 
 /// [`connect()`], asking a sentinel every `watch_every` whether the master moved (`None`:
@@ -38,22 +51,66 @@ pub async fn connect_with(
     url: &str,
     watch_every: Option<Duration>,
 ) -> Result<RedisConn, StoreError> {
+    open(url, watch_every, &Tls::default()).await
+}
+
+/// redis-rs's TLS settings from the TLS files; `None` when no file is set (the system's
+/// roots, no client certificate).
+pub(crate) fn certificates(tls: &Tls) -> Option<TlsCertificates> {
+    let root_cert = tls.ca_pem().map(<[u8]>::to_vec);
+    let client_tls = tls.client_pem().map(|(cert, key)| ClientTlsConfig {
+        client_cert: cert.to_vec(),
+        client_key: key.to_vec(),
+    });
+    (root_cert.is_some() || client_tls.is_some()).then_some(TlsCertificates {
+        client_tls,
+        root_cert,
+    })
+}
+
+/// The client of one server's URL: with the TLS files when the URL is `rediss://`.
+fn server_client(url: String, tls: &Tls) -> redis::RedisResult<redis::Client> {
+    let info = url.into_connection_info()?;
+    match certificates(tls) {
+        Some(certs) if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) => {
+            redis::Client::build_with_tls(info, certs)
+        }
+        _ => redis::Client::open(info),
+    }
+}
+
+async fn open(
+    url: &str,
+    watch_every: Option<Duration>,
+    tls: &Tls,
+) -> Result<RedisConn, StoreError> {
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(Duration::from_secs(2)))
         .set_response_timeout(Some(Duration::from_secs(3)))
         .set_number_of_retries(2)
         .set_max_delay(Duration::from_secs(2));
     let redacted = Redacted(url).to_string();
-    let unreachable = |hint, source: Option<redis::RedisError>| StoreError::Unreachable {
-        store: crate::error::STORE,
-        url: redacted.clone(),
-        hint,
-        source: source.map(|e| Box::new(e) as _),
+    let unreachable = |hint, source: Option<redis::RedisError>| {
+        let refusal = source.as_ref().and_then(|e| TlsRefusal::diagnose(e));
+        match (refusal, source) {
+            (Some(refusal), Some(source)) => StoreError::Tls {
+                store: crate::error::STORE,
+                url: redacted.clone(),
+                refusal,
+                source: Box::new(source),
+            },
+            (_, source) => StoreError::Unreachable {
+                store: crate::error::STORE,
+                url: redacted.clone(),
+                hint,
+                source: source.map(|e| Box::new(e) as _),
+            },
+        }
     };
     match RedisUrl::parse(url)? {
         RedisUrl::Server(url) => {
             const HINT: &str = "start it with `redis-server`, or set CRONQ_REDIS_URL";
-            let client = redis::Client::open(url).map_err(|e| unreachable(HINT, Some(e)))?;
+            let client = server_client(url, tls).map_err(|e| unreachable(HINT, Some(e)))?;
             let manager = ConnectionManager::new_with_config(client, config);
             match tokio::time::timeout(CONNECT_TIMEOUT, manager).await {
                 Ok(Ok(manager)) => Ok(RedisConn::server(manager)),
@@ -63,7 +120,7 @@ pub async fn connect_with(
         }
         RedisUrl::Sentinel(sentinel) => {
             const HINT: &str = "check that the sentinels run and monitor that master name, and that the master answers; or set CRONQ_REDIS_URL";
-            let follower = Follower::connect(&sentinel, redacted.clone(), config, watch_every);
+            let follower = Follower::connect(&sentinel, tls, redacted.clone(), config, watch_every);
             match tokio::time::timeout(CONNECT_TIMEOUT, follower).await {
                 Ok(Ok(follower)) => Ok(RedisConn::sentinel(follower)),
                 Ok(Err(e)) => Err(unreachable(HINT, Some(e))),

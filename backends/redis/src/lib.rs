@@ -24,7 +24,7 @@ pub mod runlog;
 pub mod sentinel;
 
 pub use conn::{REPLICA_WAIT, RedisConn};
-pub use connect::{connect, connect_with};
+pub use connect::{connect, connect_tls, connect_with};
 pub use control::RedisControl;
 pub use lease::RedisLease;
 pub use ledger::RedisLedger;

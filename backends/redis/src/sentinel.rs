@@ -28,7 +28,7 @@ use redis::{
 };
 use tokio::sync::Notify;
 
-use cronq_shared::endpoints::SentinelUrl;
+use cronq_shared::endpoints::{SentinelUrl, Tls};
 
 /// How often the watch asks a sentinel where the master is, so a planned switch is followed
 /// within about this long (plus the sentinels' own agreement, about a second). One small
@@ -84,18 +84,20 @@ impl Drop for AbortOnDrop {
 }
 
 impl Follower {
-    /// Finds the master of `url` through its sentinels, connects to it, and starts watching.
+    /// Finds the master of `url` through its sentinels, connects to it (both with the TLS
+    /// files of `tls` for `rediss+sentinel://`), and starts watching.
     ///
     /// # Errors
     /// The client's error when no sentinel names a master that answers (the caller bounds
     /// the time and says what to check).
     pub(crate) async fn connect(
         url: &SentinelUrl,
+        tls: &Tls,
         redacted: String,
         config: ConnectionManagerConfig,
         watch_every: Option<Duration>,
     ) -> RedisResult<Self> {
-        let mut sentinels = client(url)?;
+        let mut sentinels = client(url, tls)?;
         let master = sentinels.async_get_client().await?;
         let addr = master.get_connection_info().addr().to_string();
         let manager = ConnectionManager::new_with_config(master, config.clone()).await?;
@@ -155,9 +157,10 @@ impl Shared {
     }
 }
 
-/// The `SentinelClient` of `url`: plain TCP or TLS to the sentinels as to the master, the
-/// credentials and database for the master (and replicas) only.
-fn client(url: &SentinelUrl) -> RedisResult<SentinelClient> {
+/// The `SentinelClient` of `url`: plain TCP or TLS (with the files of `tls`) to the
+/// sentinels as to the master, the credentials and database for the master (and replicas)
+/// only.
+fn client(url: &SentinelUrl, tls: &Tls) -> RedisResult<SentinelClient> {
     let addrs = url.sentinels.iter().map(|(host, port)| {
         if url.tls {
             ConnectionAddr::TcpTls {
@@ -174,6 +177,11 @@ fn client(url: &SentinelUrl) -> RedisResult<SentinelClient> {
         .set_client_to_redis_db(url.db);
     if url.tls {
         builder = builder.set_client_to_redis_tls_mode(TlsMode::Secure);
+        if let Some(certs) = crate::connect::certificates(tls) {
+            builder = builder
+                .set_client_to_sentinel_certificates(certs.clone())
+                .set_client_to_redis_certificates(certs);
+        }
     }
     if let Some(user) = &url.username {
         builder = builder.set_client_to_redis_username(user);

@@ -15,6 +15,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use cronq_redis::RedisRunLog;
+use cronq_shared::endpoints::Tls;
 use cronq_shared::names::{JobName, Names, Namespace};
 use cronq_shared::runlog::{DEFAULT_MAX_RUNS, RunLog};
 use cronq_sqlite::SqliteRunLog;
@@ -98,6 +99,8 @@ pub struct Options {
     pub consumers: usize,
     /// A fleet consumer's execution lease (`--lease`): a heartbeat every third of it.
     pub lease: &'static str,
+    /// The TLS files the run history is read with (the processes get theirs in `env`).
+    pub tls: Tls,
 }
 
 impl Default for Options {
@@ -108,6 +111,7 @@ impl Default for Options {
             env: Vec::new(),
             consumers: 2,
             lease: "3s",
+            tls: Tls::default(),
         }
     }
 }
@@ -181,7 +185,7 @@ impl Running {
                     );
                 }
                 let url = options.redis_url.clone().unwrap_or_else(redis_url);
-                let conn = cronq_redis::connect(&url)
+                let conn = cronq_redis::connect_tls(&url, &options.tls)
                     .await
                     .expect("Redis for the run history");
                 running.runlog = Some(RedisRunLog::new(conn, &names, Duration::from_secs(3600)));

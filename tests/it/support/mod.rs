@@ -6,8 +6,9 @@
 //! ([`producer_process`], [`consumer_process`], [`deployment`], [`history`]), standalones
 //! on one data file ([`data_file`], and [`tmpfs`] for a read-only or full disk), the command
 //! line ([`cli`], [`config_dir`]), the queue ([`occurrences`], [`deliveries`],
-//! [`rabbitmq`]), the ledger ([`inspect`]), the extra RabbitMQ node ([`nodes`]) and the
-//! high-availability harness of the `ha` tests ([`ha`]).
+//! [`rabbitmq`]), the ledger ([`inspect`]), the extra RabbitMQ node ([`nodes`]), the
+//! high-availability harness of the `ha` tests ([`ha`]) and the TLS harness of the `tls`
+//! tests ([`tls`]).
 
 #![allow(dead_code)]
 
@@ -29,6 +30,7 @@ pub mod producer_process;
 pub mod producers;
 pub mod published;
 pub mod rabbitmq;
+pub mod tls;
 pub mod tmpfs;
 
 use std::future::Future;
@@ -216,12 +218,17 @@ impl TestEnv {
             })
     }
 
-    /// Deletes every queue, exchange and Redis key of the namespace, and kills children.
-    pub async fn delete_namespace(&self) {
+    /// Kills the children still running (they write no more keys).
+    pub fn kill_children(&self) {
         for mut child in self.children.lock().unwrap().drain(..) {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Deletes every queue, exchange and Redis key of the namespace, and kills children.
+    pub async fn delete_namespace(&self) {
+        self.kill_children();
         let mut conn = self.redis().await;
         let keys: Vec<String> = redis::cmd("KEYS")
             .arg(format!("{}:*", self.namespace))

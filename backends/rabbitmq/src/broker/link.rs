@@ -4,6 +4,7 @@
 //! Invariant: the publish channel a link hands out is always in confirm mode.
 
 use lapin::options::ConfirmSelectOptions;
+use lapin::tcp::OwnedTLSConfig;
 use lapin::types::{LongString, ShortString};
 use lapin::uri::AMQPUri;
 use lapin::{Channel, Connection, ConnectionProperties};
@@ -13,6 +14,7 @@ use std::time::Duration;
 use super::failure::{Failure, broker_failure, lapin_failure};
 use crate::topology::{Declare, Replication};
 use cronq_shared::broker::BrokerError;
+use cronq_shared::endpoints::TlsRefusal;
 use cronq_shared::retry::Backoff;
 
 /// Reconnecting and redoing an operation: a broker restart or a cluster node failing over
@@ -30,21 +32,38 @@ pub(super) struct Link {
 }
 
 impl Link {
-    /// Opens a connection to node `node` of the broker's list; `redacted` is its URL as
-    /// errors show it.
+    /// Opens a connection to node `node` of the broker's list (with `tls` for `amqps://`);
+    /// `redacted` is its URL as errors show it.
+    ///
+    /// # Errors
+    /// [`BrokerError::Tls`] when the TLS handshake failed for a reason the operator must
+    /// fix (retrying cannot help), else [`BrokerError::Connect`].
     pub(super) async fn open(
         uri: &AMQPUri,
+        tls: &OwnedTLSConfig,
         redacted: &str,
         node: usize,
     ) -> Result<Self, BrokerError> {
         let properties =
             ConnectionProperties::default().with_connection_name(LongString::from("cronq"));
-        let connection = Connection::connect_uri(uri.clone(), properties)
-            .await
-            .map_err(|e| BrokerError::Connect {
-                url: redacted.to_owned(),
-                source: Box::new(e),
-            })?;
+        let runtime = lapin::runtime::default_runtime().map_err(|e| BrokerError::Connect {
+            url: redacted.to_owned(),
+            source: Box::new(e),
+        })?;
+        let connection =
+            Connection::connect_uri_with_config(uri.clone(), properties, tls.clone(), runtime)
+                .await
+                .map_err(|e| match TlsRefusal::diagnose(&e) {
+                    Some(refusal) => BrokerError::Tls {
+                        url: redacted.to_owned(),
+                        refusal,
+                        source: Box::new(e),
+                    },
+                    None => BrokerError::Connect {
+                        url: redacted.to_owned(),
+                        source: Box::new(e),
+                    },
+                })?;
         Ok(Self {
             connection,
             node,

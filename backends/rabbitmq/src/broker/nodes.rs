@@ -6,15 +6,17 @@
 //! after the lost one first, then each other node once.
 //!
 //! Invariant: a URL's credentials are only ever given to lapin; every log line and error
-//! shows [`Node::redacted`].
+//! shows [`Node::redacted`]. Every node of an `amqps://` URL is reached with the same TLS
+//! files (`CRONQ_TLS_*`, [`tls_config`]).
 
 use std::time::Duration;
 
+use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
 use lapin::uri::AMQPUri;
 
 use super::link::Link;
 use cronq_shared::broker::BrokerError;
-use cronq_shared::endpoints::CONNECT_TIMEOUT;
+use cronq_shared::endpoints::{CONNECT_TIMEOUT, Tls};
 use cronq_shared::redacted::Redacted;
 
 /// Heartbeat asked for when the URL sets none: a silently dead TCP connection is noticed
@@ -32,6 +34,24 @@ pub(super) struct Node {
     uri: AMQPUri,
     /// As logs and errors show it.
     pub(super) redacted: String,
+    /// The CAs trusted and the client certificate, for `amqps://`.
+    tls: OwnedTLSConfig,
+}
+
+/// lapin's TLS settings from the TLS files: the CAs of `CRONQ_TLS_CA_FILE` are trusted
+/// besides the system's roots (lapin adds them to its platform verifier), and the client
+/// certificate is given to a server that asks for one.
+fn tls_config(tls: &Tls) -> OwnedTLSConfig {
+    OwnedTLSConfig {
+        // Checked as PEM when read: valid UTF-8.
+        cert_chain: tls
+            .ca_pem()
+            .map(|pem| String::from_utf8_lossy(pem).into_owned()),
+        identity: tls.client_pem().map(|(cert, key)| OwnedIdentity::PKCS8 {
+            pem: cert.to_vec(),
+            key: key.to_vec(),
+        }),
+    }
 }
 
 /// An element of the list is not an AMQP URL (its text is not repeated: it may hold
@@ -54,12 +74,14 @@ pub(super) fn no_answer(redacted: &str, within: Duration) -> BrokerError {
     }
 }
 
-/// The nodes of `urls` (one URL, or several separated by commas), in a random order.
+/// The nodes of `urls` (one URL, or several separated by commas), in a random order, each
+/// reached with `tls` when its URL is `amqps://`.
 ///
 /// # Errors
 /// [`BrokerError::Connect`] naming the whole list, redacted, when an element is empty or
 /// not an AMQP URL.
-pub(super) fn parse(urls: &str) -> Result<Vec<Node>, BrokerError> {
+pub(super) fn parse(urls: &str, tls: &Tls) -> Result<Vec<Node>, BrokerError> {
+    let config = tls_config(tls);
     let parts: Vec<&str> = urls.split(',').map(str::trim).collect();
     let bad = |i: usize| BrokerError::Connect {
         url: Redacted(urls).to_string(),
@@ -83,6 +105,7 @@ pub(super) fn parse(urls: &str) -> Result<Vec<Node>, BrokerError> {
         nodes.push(Node {
             uri,
             redacted: Redacted(part).to_string(),
+            tls: config.clone(),
         });
     }
     fastrand::shuffle(&mut nodes);
@@ -104,11 +127,14 @@ pub(super) async fn open_first(nodes: &[Node], start: usize) -> Result<(usize, L
     let mut last = None;
     for i in (0..nodes.len()).map(|k| (start + k) % nodes.len()) {
         let node = &nodes[i];
-        let opened = tokio::time::timeout(within, Link::open(&node.uri, &node.redacted, i))
-            .await
-            .unwrap_or_else(|_| Err(no_answer(&node.redacted, within)));
+        let opened =
+            tokio::time::timeout(within, Link::open(&node.uri, &node.tls, &node.redacted, i))
+                .await
+                .unwrap_or_else(|_| Err(no_answer(&node.redacted, within)));
         match opened {
             Ok(link) => return Ok((i, link)),
+            // The same files for every node: the next would refuse them too.
+            Err(error @ BrokerError::Tls { .. }) => return Err(error),
             Err(error) => {
                 if nodes.len() > 1 {
                     tracing::debug!(url = %node.redacted, error = %error, "node not reachable, trying the next");
@@ -143,11 +169,13 @@ pub(super) fn display(nodes: &[Node]) -> String {
 #[cfg(test)]
 mod tests {
     use super::parse;
+    use cronq_shared::endpoints::Tls;
 
     #[test]
     fn takes_a_list_and_redacts_each_url() {
         let nodes = parse(
             "amqp://a:secret1@h1:5672/%2f, amqp://b:secret2@h2:5673/%2f,amqps://c:secret3@h3/v",
+            &Tls::default(),
         )
         .unwrap();
         let mut shown: Vec<&str> = nodes.iter().map(|n| n.redacted.as_str()).collect();
@@ -165,13 +193,16 @@ mod tests {
 
     #[test]
     fn refuses_a_bad_element_without_echoing_credentials() {
-        let err = parse("amqp://a:secret1@h1/%2f,,amqp://b:secret2@h2/%2f")
-            .err()
-            .unwrap();
+        let err = parse(
+            "amqp://a:secret1@h1/%2f,,amqp://b:secret2@h2/%2f",
+            &Tls::default(),
+        )
+        .err()
+        .unwrap();
         let text = format!("{err}: {}", std::error::Error::source(&err).unwrap());
         assert!(text.contains("URL 2 of the 3"), "{text}");
         assert!(!text.contains("secret"), "{text}");
-        let err = parse("http://x:secret@h").err().unwrap();
+        let err = parse("http://x:secret@h", &Tls::default()).err().unwrap();
         let text = format!("{err}: {}", std::error::Error::source(&err).unwrap());
         assert!(text.contains("not a valid AMQP URL: expected"), "{text}");
         assert!(!text.contains("secret"), "{text}");
@@ -181,7 +212,7 @@ mod tests {
     fn spreads_a_fleet_over_the_nodes() {
         let list = "amqp://h1/%2f,amqp://h2/%2f,amqp://h3/%2f";
         let firsts: std::collections::BTreeSet<String> = (0..200)
-            .map(|_| parse(list).unwrap()[0].redacted.clone())
+            .map(|_| parse(list, &Tls::default()).unwrap()[0].redacted.clone())
             .collect();
         assert_eq!(firsts.len(), 3, "each node comes first for some process");
     }
