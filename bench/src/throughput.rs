@@ -267,13 +267,17 @@ async fn measure(env: &BenchEnv, args: &ThroughputArgs) -> anyhow::Result<Measur
             }
         })
         .collect();
-    let bodies: Vec<Vec<u8>> = batch.iter().map(|o| o.occurrence.encode()).collect();
+    // With CRONQ_SIGNING_KEY, the baseline moves the same signed bodies cronq does.
+    let keyring = env.endpoints.keyring.clone();
+    let bodies: Vec<Vec<u8>> = batch.iter().map(|o| o.body(keyring.as_deref())).collect();
 
     // Baseline first, so cronq's Redis records do not exist yet while it runs.
     let services = local_services();
     let (raw_publish, raw_drain, raw_cpu) = raw_loop(env, &bodies, args, services).await?;
 
-    let broker = AmqpBroker::connect(&env.endpoints.amqp_url, env.names()).await?;
+    let broker = AmqpBroker::connect(&env.endpoints.amqp_url, env.names())
+        .await?
+        .signing(keyring.clone());
     broker.declare(&config.queues()).await?;
     let started = Instant::now();
     for chunk in batch.chunks(BATCH) {
@@ -293,6 +297,7 @@ async fn measure(env: &BenchEnv, args: &ThroughputArgs) -> anyhow::Result<Measur
             concurrency: args.concurrency,
             grace: Duration::from_secs(5),
             consumer_id: format!("bench-consumer-{i}"),
+            keyring: env.endpoints.keyring.clone(),
             ..Options::default()
         };
         let stores = cronq_backends::stores(&env.endpoints, config.longest_retention(), None)
