@@ -16,6 +16,7 @@ mod handler;
 mod load;
 mod payload;
 mod pieces;
+mod quick;
 mod raw;
 mod report;
 mod secret;

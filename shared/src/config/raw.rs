@@ -150,14 +150,24 @@ impl Iterator for RawJobs<'_> {
     fn next(&mut self) -> Option<Section<RawJob>> {
         let item = match self.items.next() {
             Some(item) => item,
-            None => match super::pieces::job_of(self.pieces.next()?) {
-                Some(item) => item,
-                None => {
-                    self.broken.set(true);
-                    self.pieces = Vec::new().into_iter();
-                    return None;
+            None => {
+                let piece = self.pieces.next()?;
+                if let Some(job) = super::quick::read(piece, self.ordinal + 1) {
+                    self.ordinal += 1;
+                    return Some(Section {
+                        value: job,
+                        problems: Vec::new(),
+                    });
                 }
-            },
+                match super::pieces::job_of(piece) {
+                    Some(item) => item,
+                    None => {
+                        self.broken.set(true);
+                        self.pieces = Vec::new().into_iter();
+                        return None;
+                    }
+                }
+            }
         };
         self.ordinal += 1;
         Some(job(self.ordinal, item))
