@@ -56,12 +56,10 @@ struct QuickJob {
 /// The job of `piece` as the `ordinal`-th job, when it is well formed; `None` otherwise
 /// (then nothing is known about it, not even that it is bad).
 pub(super) fn read(piece: &str, ordinal: usize) -> Option<RawJob> {
-    let Piece { mut job } = toml::from_str(piece).ok()?;
-    let job = match (job.pop(), job.is_empty()) {
-        (Some(job), true) => job,
-        _ => return None,
+    let Piece { job: mut jobs } = toml::from_str(piece).ok()?;
+    let (Some(mut job), true) = (jobs.pop(), jobs.is_empty()) else {
+        return None;
     };
-    let mut job = job;
     if let Some(payload) = &mut job.payload {
         datetimes_as_strings(payload);
     }
