@@ -4,8 +4,13 @@
 //! Invariant: every broker object and every Redis key cronq touches starts with the
 //! namespace, so several deployments (or parallel tests) share one broker and one Redis
 //! without seeing each other. Nothing outside [`Names`] formats such a name.
+//!
+//! A name is an immutable shared string (`Arc<str>`): a producer with a million jobs keeps
+//! each job's name in its config, its job table, its timer and its cursors, and cloning a
+//! name shares the one allocation instead of copying it.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -42,9 +47,8 @@ fn check(
 macro_rules! name_type {
     ($(#[$doc:meta])* $name:ident, $what:literal, $allowed:literal, $max:literal, $ok:expr) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-        #[serde(transparent)]
-        pub struct $name(String);
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(Arc<str>);
 
         impl $name {
             /// Validates and wraps a name.
@@ -54,7 +58,7 @@ macro_rules! name_type {
             pub fn new(value: impl Into<String>) -> Result<Self, NameError> {
                 let value = value.into();
                 check(&value, $what, $allowed, $max, $ok)?;
-                Ok(Self(value))
+                Ok(Self(Arc::from(value)))
             }
 
             /// The name as text.
@@ -73,6 +77,12 @@ macro_rules! name_type {
             type Err = NameError;
             fn from_str(s: &str) -> Result<Self, Self::Err> {
                 Self::new(s)
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
             }
         }
 
@@ -115,7 +125,7 @@ name_type!(
 
 impl Default for Namespace {
     fn default() -> Self {
-        Self("cronq".to_owned())
+        Self(Arc::from("cronq"))
     }
 }
 

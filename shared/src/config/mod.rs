@@ -16,9 +16,11 @@ mod handler;
 mod load;
 mod payload;
 mod pieces;
+mod quick;
 mod raw;
 mod report;
 mod secret;
+mod share;
 mod suggest;
 mod validate;
 mod warnings;
@@ -93,12 +95,37 @@ impl Default for MetricsConfig {
 }
 
 /// One job with every default applied.
+///
+/// A compact record: what a job shares with others is behind an `Arc` (the parsed
+/// schedule, the [`Settings`], the handler), so a million jobs over a few distinct settings
+/// hold a few copies of them. The settings read as the job's own fields (`job.timeout`,
+/// `job.queue`) through [`Deref`](std::ops::Deref).
 #[derive(Debug, Clone)]
 pub struct Job {
     /// Unique name.
     pub name: JobName,
     /// When it fires, in its zone.
     pub schedule: Schedule,
+    /// Its resolved `[defaults]` fields, shared with every job that resolves the same.
+    pub settings: Arc<Settings>,
+    /// Delivered to the handler as JSON.
+    pub payload: serde_json::Value,
+    /// How it runs; `None` when an embedding program registers a handler.
+    pub handler: Option<Handler>,
+}
+
+impl std::ops::Deref for Job {
+    type Target = Settings;
+
+    fn deref(&self) -> &Settings {
+        &self.settings
+    }
+}
+
+/// The fields `[defaults]` sets and a job may override, resolved: built-in defaults, then
+/// `[defaults]`, then the job's own values.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Settings {
     /// The job's IANA zone.
     pub timezone: Tz,
     /// Per-attempt time limit.
@@ -123,10 +150,6 @@ pub struct Job {
     pub queue: QueueName,
     /// How long run and idempotency records are kept.
     pub retention: Duration,
-    /// Delivered to the handler as JSON.
-    pub payload: serde_json::Value,
-    /// How it runs; `None` when an embedding program registers a handler.
-    pub handler: Option<Handler>,
 }
 
 /// What an occurrence does while an earlier one of the same job still runs (the rules in
@@ -167,7 +190,7 @@ pub enum Handler {
 }
 
 /// `command = [...]` and how it is started.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct CommandHandler {
     /// The program and its arguments (never empty).
     pub argv: Vec<String>,

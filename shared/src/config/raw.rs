@@ -150,14 +150,24 @@ impl Iterator for RawJobs<'_> {
     fn next(&mut self) -> Option<Section<RawJob>> {
         let item = match self.items.next() {
             Some(item) => item,
-            None => match super::pieces::job_of(self.pieces.next()?) {
-                Some(item) => item,
-                None => {
-                    self.broken.set(true);
-                    self.pieces = Vec::new().into_iter();
-                    return None;
+            None => {
+                let piece = self.pieces.next()?;
+                if let Some(job) = super::quick::read(piece, self.ordinal + 1) {
+                    self.ordinal += 1;
+                    return Some(Section {
+                        value: job,
+                        problems: Vec::new(),
+                    });
                 }
-            },
+                match super::pieces::job_of(piece) {
+                    Some(item) => item,
+                    None => {
+                        self.broken.set(true);
+                        self.pieces = Vec::new().into_iter();
+                        return None;
+                    }
+                }
+            }
         };
         self.ordinal += 1;
         Some(job(self.ordinal, item))
@@ -413,6 +423,9 @@ fn job(ordinal: usize, item: Value) -> Section<RawJob> {
         }
         _ => format!("job #{ordinal}"),
     };
+    if let Some(read) = job_at_once(ordinal, &scope, &table) {
+        return read;
+    }
     let mut own = Table::new();
     let mut common = Table::new();
     let mut problems = Vec::new();
@@ -466,6 +479,48 @@ fn job(ordinal: usize, item: Value) -> Section<RawJob> {
     }
 }
 
+/// The common case of [`job`]: every field known and of its type, so each part of the job
+/// deserializes at once, from a copy (the field-by-field path still needs the table when it
+/// does not). `None` when some field is unknown or of the wrong type: then only the
+/// field-by-field path says which, and the result is the same as if this had not run.
+fn job_at_once(ordinal: usize, scope: &str, table: &Table) -> Option<Section<RawJob>> {
+    let mut own = Table::new();
+    let mut common = Table::new();
+    let mut http = None;
+    for (key, value) in table {
+        if key == "http" {
+            let Value::Table(t) = value else { return None };
+            http = Some(t.clone());
+        } else if JOB_FIELDS.iter().any(|f| f.name == key) {
+            own.insert(key.clone(), value.clone());
+        } else if COMMON_FIELDS.iter().any(|f| f.name == key) {
+            common.insert(key.clone(), value.clone());
+        } else {
+            return None;
+        }
+    }
+    let own: RawJobOwn = Value::Table(own).try_into().ok()?;
+    let common: RawDefaults = Value::Table(common).try_into().ok()?;
+    let (http, problems) = match http {
+        Some(t) => {
+            let read: Section<RawHttp> = section(t, scope, "http.", HTTP_FIELDS);
+            (Some(read.value), read.problems)
+        }
+        None => (None, Vec::new()),
+    };
+    Some(Section {
+        value: RawJob {
+            ordinal,
+            scope: scope.to_owned(),
+            own,
+            common,
+            http,
+            rejected: Vec::new(),
+        },
+        problems,
+    })
+}
+
 /// Checks that `key = value` alone deserializes into `T`.
 fn check_field<T: DeserializeOwned>(
     key: &str,
@@ -494,6 +549,16 @@ fn section<T: DeserializeOwned + Default>(
     prefix: &str,
     fields: &[Field],
 ) -> Section<T> {
+    // The common case first: every field known and of its type (from a copy, as the
+    // field-by-field reading below still needs the table when it is not).
+    if table.keys().all(|k| fields.iter().any(|f| f.name == k))
+        && let Ok(value) = Value::Table(table.clone()).try_into::<T>()
+    {
+        return Section {
+            value,
+            problems: Vec::new(),
+        };
+    }
     let mut problems = Vec::new();
     let mut clean = Table::new();
     for (key, value) in table {

@@ -14,9 +14,10 @@ use chrono_tz::Tz;
 use super::error::ConfigError;
 use super::raw::{RawConfig, RawDefaults, RawJob, RawLeader, RawLimit, RawMetrics};
 use super::report::Report;
+use super::share::Sharing;
 use super::suggest::{did_you_mean, suggest_zone};
 use super::warnings::{Memo, warn_risky};
-use super::{Catchup, Config, Job, LeaderConfig, MetricsConfig, Overlap};
+use super::{Catchup, Config, Job, LeaderConfig, MetricsConfig, Overlap, Settings};
 use super::{handler, payload};
 use crate::names::{JobName, QueueName};
 use crate::schedule::{Interner, ScheduleError};
@@ -39,7 +40,7 @@ pub(crate) fn resolve(
 
     out.problems.extend(raw.defaults.problems);
     let defaults = resolve_common(
-        &Common::builtin(),
+        &Settings::builtin(),
         &raw.defaults.value,
         "[defaults]",
         true,
@@ -59,6 +60,8 @@ pub(crate) fn resolve(
     let mut schedules = Interner::new(now);
     // Look-ahead results for the warnings, shared the same way.
     let mut memo = Memo::default();
+    // One copy of each distinct settings value and command, shared by the jobs (memory).
+    let mut sharing = Sharing::default();
     for section in raw.jobs.into_sections() {
         let job = &section.value;
         if let Some(name) = job.own.name.as_deref() {
@@ -75,7 +78,8 @@ pub(crate) fn resolve(
             }
         }
         out.problems.extend(section.problems.iter().cloned());
-        if let Some(resolved) = resolve_job(job, &defaults, &mut schedules, &mut out) {
+        if let Some(resolved) = resolve_job(job, &defaults, &mut schedules, &mut sharing, &mut out)
+        {
             warn_risky(&resolved, &job.scope, now, &mut memo, &mut out);
             jobs.push(resolved);
         }
@@ -99,24 +103,7 @@ pub(crate) fn resolve(
     })
 }
 
-/// The fields `[defaults]` sets and a job may override, resolved.
-#[derive(Debug, Clone)]
-struct Common {
-    timezone: Tz,
-    timeout: Duration,
-    overlap: Overlap,
-    catchup: Catchup,
-    catchup_window: Duration,
-    deadline: Option<Duration>,
-    max_attempts: u32,
-    backoff: Duration,
-    backoff_max: Duration,
-    jitter: Duration,
-    queue: QueueName,
-    retention: Duration,
-}
-
-impl Common {
+impl Settings {
     /// The built-in defaults, as listed in the `[defaults]` table of `docs/config.md`.
     fn builtin() -> Self {
         Self {
@@ -140,12 +127,12 @@ impl Common {
 /// so later checks still run. `own_section` is true for `[defaults]`; for a job, checks
 /// between two fields only run when the job sets one of them.
 fn resolve_common(
-    base: &Common,
+    base: &Settings,
     raw: &RawDefaults,
     scope: &str,
     own_section: bool,
     out: &mut Report,
-) -> Common {
+) -> Settings {
     let mut c = base.clone();
     out.set(
         scope,
@@ -202,7 +189,7 @@ fn resolve_common(
 
 /// The duration fields of `raw` into `c`, in field order; `timeout` and `retention` must
 /// be longer than zero.
-fn resolve_durations(raw: &RawDefaults, scope: &str, c: &mut Common, out: &mut Report) {
+fn resolve_durations(raw: &RawDefaults, scope: &str, c: &mut Settings, out: &mut Report) {
     let mut positive = |field: &str, value: &Option<String>, slot: &mut Duration| {
         if let Some(text) = value.as_deref() {
             match parse_duration(text) {
@@ -379,8 +366,9 @@ fn resolve_metrics(raw: &RawMetrics, out: &mut Report) -> MetricsConfig {
 
 fn resolve_job(
     raw: &RawJob,
-    defaults: &Common,
+    defaults: &Settings,
     schedules: &mut Interner,
+    sharing: &mut Sharing,
     out: &mut Report,
 ) -> Option<Job> {
     let scope = raw.scope.as_str();
@@ -430,20 +418,9 @@ fn resolve_job(
     let job = Job {
         name: name?,
         schedule: schedule?,
-        timezone: common.timezone,
-        timeout: common.timeout,
-        overlap: common.overlap,
-        catchup: common.catchup,
-        catchup_window: common.catchup_window,
-        deadline: common.deadline,
-        max_attempts: common.max_attempts,
-        backoff: common.backoff,
-        backoff_max: common.backoff_max,
-        jitter: common.jitter,
-        queue: common.queue,
-        retention: common.retention,
+        settings: sharing.settings(common),
         payload,
-        handler,
+        handler: handler.map(|h| sharing.handler(h)),
     };
     Some(job)
 }

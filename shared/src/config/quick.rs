@@ -1,0 +1,202 @@
+//! Reading a job's piece of text straight into its raw sections, for the common case.
+//!
+//! Most jobs of a large file are well formed: every field known, each of its type. Such a
+//! piece deserializes from the text in one pass into [`QuickJob`], without building a TOML
+//! table tree first and reading it again field by field (`raw`). Anything else (an unknown
+//! field, a wrong type, a piece holding more than its one job) is `None`, and the caller
+//! reads the piece the careful way, which finds and words every problem.
+//!
+//! Invariant: whatever [`read`] returns is exactly what the careful way would have read
+//! from the same piece (a test compares both on a job that sets every field).
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use toml::Table;
+
+use super::raw::{RawDefaults, RawHttp, RawJob, RawJobOwn};
+use crate::names::JobName;
+
+/// A piece as written: one `[[job]]` and nothing else.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Piece {
+    job: Vec<QuickJob>,
+}
+
+/// Every field a `[[job]]` may have (those of `RawJobOwn`, `RawDefaults` and `http`), in
+/// one struct, so one deserialization reads them all.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QuickJob {
+    name: Option<String>,
+    schedule: Option<String>,
+    payload: Option<Table>,
+    command: Option<Vec<String>>,
+    user: Option<String>,
+    group: Option<String>,
+    env: Option<BTreeMap<String, String>>,
+    clear_env: Option<bool>,
+    cwd: Option<String>,
+    http: Option<RawHttp>,
+    timezone: Option<String>,
+    timeout: Option<String>,
+    overlap: Option<String>,
+    catchup: Option<String>,
+    catchup_window: Option<String>,
+    deadline: Option<String>,
+    max_attempts: Option<i64>,
+    backoff: Option<String>,
+    backoff_max: Option<String>,
+    jitter: Option<String>,
+    queue: Option<String>,
+    retention: Option<String>,
+}
+
+/// The job of `piece` as the `ordinal`-th job, when it is well formed; `None` otherwise
+/// (then nothing is known about it, not even that it is bad).
+pub(super) fn read(piece: &str, ordinal: usize) -> Option<RawJob> {
+    let Piece { job: mut jobs } = toml::from_str(piece).ok()?;
+    let (Some(mut job), true) = (jobs.pop(), jobs.is_empty()) else {
+        return None;
+    };
+    if let Some(payload) = &mut job.payload {
+        datetimes_as_strings(payload);
+    }
+    let scope = match job.name.as_deref() {
+        Some(name) if JobName::new(name).is_ok() => format!("job {name:?}"),
+        _ => format!("job #{ordinal}"),
+    };
+    Some(RawJob {
+        ordinal,
+        scope,
+        own: RawJobOwn {
+            name: job.name,
+            schedule: job.schedule,
+            payload: job.payload,
+            command: job.command,
+            user: job.user,
+            group: job.group,
+            env: job.env,
+            clear_env: job.clear_env,
+            cwd: job.cwd,
+            http: None,
+        },
+        common: RawDefaults {
+            timezone: job.timezone,
+            timeout: job.timeout,
+            overlap: job.overlap,
+            catchup: job.catchup,
+            catchup_window: job.catchup_window,
+            deadline: job.deadline,
+            max_attempts: job.max_attempts,
+            backoff: job.backoff,
+            backoff_max: job.backoff_max,
+            jitter: job.jitter,
+            queue: job.queue,
+            retention: job.retention,
+        },
+        http: job.http,
+        rejected: Vec::new(),
+    })
+}
+
+/// Date-times in a payload as the strings the careful way reads them as (reading a
+/// [`toml::Value`] back gives its date-times as strings).
+fn datetimes_as_strings(table: &mut Table) {
+    for (_, value) in table.iter_mut() {
+        as_string(value);
+    }
+}
+
+fn as_string(value: &mut toml::Value) {
+    match value {
+        toml::Value::Datetime(d) => *value = toml::Value::String(d.to_string()),
+        toml::Value::Array(items) => items.iter_mut().for_each(as_string),
+        toml::Value::Table(table) => datetimes_as_strings(table),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::raw::RawConfig;
+    use super::*;
+
+    /// The careful reading of a one-job text, as `raw` does it.
+    fn careful(text: &str) -> Vec<String> {
+        let raw = RawConfig::parse_whole(text);
+        raw.jobs
+            .into_sections()
+            .map(|s| format!("{:?} {:?}", s.value, s.problems))
+            .collect()
+    }
+
+    fn quick(text: &str) -> Option<String> {
+        read(text, 1).map(|job| format!("{job:?} []"))
+    }
+
+    #[test]
+    fn a_well_formed_job_reads_as_the_careful_way_reads_it() {
+        let every_field = r#"[[job]]
+name = "all"
+schedule = "0 9 * * MON"
+payload = { region = "cn", n = [1, 2], at = 1979-05-27T07:32:00Z }
+command = ["/bin/report", "--daily"]
+user = "report"
+group = "report"
+env = { LANG = "C.UTF-8" }
+clear_env = true
+cwd = "/srv"
+timezone = "Europe/Berlin"
+timeout = "5m"
+overlap = "allow"
+catchup = "all"
+catchup_window = "2h"
+deadline = "none"
+max_attempts = 5
+backoff = "1s"
+backoff_max = "1m"
+jitter = "3s"
+queue = "reports"
+retention = "1d"
+"#;
+        let http = "[[job]]\nname = \"h\"\nschedule = \"@every 5m\"\n[job.http]\nurl = { env = \"URL\" }\nmethod = \"GET\"\nheaders = { \"X-Token\" = \"t\" }\n";
+        let bad_name = "[[job]]\nname = \"no spaces\"\nschedule = \"@daily\"\n";
+        for text in [every_field, http, bad_name] {
+            assert_eq!(
+                quick(text).as_deref(),
+                careful(text).first().map(String::as_str)
+            );
+        }
+    }
+
+    #[test]
+    fn what_it_reads_is_what_the_careful_way_reads() {
+        for text in [
+            "[[job]]\nname = \"a\"\ntimeout = 1979-05-27\n",
+            "[[job]]\nname = \"a\"\npayload = { deep = [{ at = 07:32:00 }] }\n",
+            "[[job]]\nname = \"a\"\nmax_attempts = 3.0\n",
+            "[[job]]\nname = \"a\"\ncommand = []\nhttp = { url = \"http://h\" }\n",
+            "[[job]]\nname = \"a\"\nenv = { A = 1 }\n",
+        ] {
+            if let Some(read) = quick(text) {
+                assert_eq!(Some(read), careful(text).first().cloned(), "{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn anything_else_is_left_to_the_careful_way() {
+        for text in [
+            "[[job]]\nname = \"a\"\nschedual = \"@daily\"\n",
+            "[[job]]\nname = \"a\"\nmax_attempts = \"3\"\n",
+            "[[job]]\nname = \"a\"\nhttp = { methd = \"GET\" }\n",
+            "[[job]]\nname = \"a\"\n[[job]]\nname = \"b\"\n",
+            "[[job]]\nname = \"a\"\n[defaults]\ntimeout = \"1m\"\n",
+            "[[job]]\nname = \"a\"\nname = \"b\"\n",
+        ] {
+            assert!(quick(text).is_none(), "{text}");
+        }
+    }
+}
