@@ -1,11 +1,12 @@
 //! TLS for real, on the harness of `scripts/tls` (a RabbitMQ node with AMQPS, Redis servers
 //! that speak only TLS, certificates made for the run): a fleet of `cronq producer` ×2 and
-//! `cronq consumer` ×2 on `amqps://` and `rediss://` with `CRONQ_TLS_CA_FILE` runs every
-//! second of an `@every 1s` job exactly once; a server certificate from another CA, or for
-//! another host name, is refused (exit 1, naming the service and saying why and what to
-//! do); a Redis that requires a client certificate refuses a process without one and
-//! serves one with `CRONQ_TLS_CERT_FILE` and `CRONQ_TLS_KEY_FILE`; a TLS file that cannot
-//! be used is exit 2, naming the variable and the file.
+//! `cronq consumer` ×2 on `amqps://` (a node that requires client certificates) and
+//! `rediss://` with `CRONQ_TLS_CA_FILE` and a client certificate runs every second of an
+//! `@every 1s` job exactly once; a server certificate from another CA, or for another host
+//! name, is refused (exit 1, naming the service and saying why and what to do); RabbitMQ
+//! and a Redis that require a client certificate refuse a process without one and serve
+//! one with `CRONQ_TLS_CERT_FILE` and `CRONQ_TLS_KEY_FILE`; a TLS file that cannot be used
+//! is exit 2, naming the variable and the file.
 
 use std::future::Future;
 use std::time::Duration;
@@ -92,7 +93,12 @@ command = {}
         let options = Options {
             amqp_url: Some(tls.amqp_url.clone()),
             redis_url: Some(tls.redis_url.clone()),
-            env: vec![("CRONQ_TLS_CA_FILE", tls.file("ca.pem"))],
+            // The node requires a client certificate: every process gives one.
+            env: vec![
+                ("CRONQ_TLS_CA_FILE", tls.file("ca.pem")),
+                ("CRONQ_TLS_CERT_FILE", tls.file("client.pem")),
+                ("CRONQ_TLS_KEY_FILE", tls.file("client.key")),
+            ],
             tls: tls.trusting(),
             ..Options::default()
         };
@@ -213,9 +219,36 @@ async fn a_server_certificate_for_another_host_name_is_refused() {
 }
 
 #[tokio::test]
-async fn a_redis_that_requires_a_client_certificate_gets_the_one_configured() {
+async fn a_server_that_requires_a_client_certificate_gets_the_one_configured() {
     on_harness("tls-client-cert", |env, tls| async move {
         let ca = tls.file("ca.pem");
+        let amqp = tls.amqp_url.as_str();
+        let err = failing(
+            &env,
+            &[("CRONQ_AMQP_URL", amqp), ("CRONQ_TLS_CA_FILE", &ca)],
+            1,
+            &["dlq", "list"],
+        );
+        assert_starts_with(
+            error_line(&err),
+            "cronq: while connecting to RabbitMQ: TLS with RabbitMQ at amqps://***@127.0.0.1:5691/%2f failed: \
+             the server requires a client certificate: set CRONQ_TLS_CERT_FILE and CRONQ_TLS_KEY_FILE: ",
+        );
+        let out = env
+            .cronq()
+            .env("CRONQ_AMQP_URL", amqp)
+            .args(["--tls-ca-file", &ca])
+            .args(["--tls-cert-file", &tls.file("client.pem")])
+            .args(["--tls-key-file", &tls.file("client.key")])
+            .args(["dlq", "list", "--json"])
+            .output()
+            .expect("run cronq");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "RabbitMQ with the client certificate: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let url = tls.redis_client_auth_url.as_str();
         let err = failing(
             &env,
