@@ -103,20 +103,9 @@ command = {}
             ..Options::default()
         };
         let running = Running::start_with(Deployment::Fleet, &env, &toml, options).await;
-        until(PHASE, "four seconds to run over TLS", || async {
-            let done = running
-                .entries(JOB)
-                .await
-                .iter()
-                .filter(|e| e.outcome == Outcome::Succeeded)
-                .count();
-            if done >= 4 {
-                Ok(())
-            } else {
-                Err(running.logs())
-            }
-        })
-        .await;
+        running
+            .until_succeeded(JOB, 4, PHASE, "four seconds to run over TLS")
+            .await;
         running.stop_producing().await;
         let published = running.published(JOB);
         let (expected, entries) = until(PHASE, "every second to settle", || async {

@@ -51,22 +51,11 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::names::QueueName;
 
     fn settings(timeout: u64) -> Settings {
         Settings {
-            timezone: chrono_tz::Tz::UTC,
             timeout: Duration::from_secs(timeout),
-            overlap: super::super::Overlap::Skip,
-            catchup: super::super::Catchup::Latest,
-            catchup_window: Duration::from_secs(3600),
-            deadline: None,
-            max_attempts: 3,
-            backoff: Duration::from_secs(10),
-            backoff_max: Duration::from_secs(600),
-            jitter: Duration::ZERO,
-            queue: QueueName::new("default").unwrap(),
-            retention: Duration::from_secs(60),
+            ..Settings::builtin()
         }
     }
 

@@ -105,7 +105,7 @@ pub(crate) fn resolve(
 
 impl Settings {
     /// The built-in defaults, as listed in the `[defaults]` table of `docs/config.md`.
-    fn builtin() -> Self {
+    pub(super) fn builtin() -> Self {
         Self {
             timezone: Tz::UTC,
             timeout: Duration::from_secs(600),

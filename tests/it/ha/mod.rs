@@ -95,21 +95,10 @@ command = {}
         env.clean_broker_too(first, None);
         let running = Running::start_with(Deployment::Fleet, env, &toml, options).await;
         let fleet = Self { running, trace };
-        until(PHASE, "three seconds to run", || async {
-            let done = fleet
-                .running
-                .entries(JOB)
-                .await
-                .iter()
-                .filter(|e| e.outcome == Outcome::Succeeded)
-                .count();
-            if done >= 3 {
-                Ok(())
-            } else {
-                Err(fleet.running.logs())
-            }
-        })
-        .await;
+        fleet
+            .running
+            .until_succeeded(JOB, 3, PHASE, "three seconds to run")
+            .await;
         fleet
     }
 

@@ -244,6 +244,21 @@ impl Running {
             .collect()
     }
 
+    /// Waits up to `within` until `job` has `n` successful attempts in the history; on
+    /// timeout the test fails with `what` and every process's last log lines.
+    pub async fn until_succeeded(&self, job: &str, n: usize, within: Duration, what: &str) {
+        super::until(within, what, || async {
+            let done = self
+                .entries(job)
+                .await
+                .iter()
+                .filter(|e| e.outcome == cronq_shared::runlog::Outcome::Succeeded)
+                .count();
+            if done >= n { Ok(()) } else { Err(self.logs()) }
+        })
+        .await;
+    }
+
     /// Every history entry of `job` so far.
     pub async fn entries(&self, job: &str) -> Vec<Entry> {
         let name = JobName::new(job).expect("a job name");
