@@ -19,7 +19,7 @@
 //!    follow-up are read off it; the ledger appends the run history entry (as `lost` when
 //!    the claim was fenced or given up), the consumer never writes the history itself.
 
-use cronq_shared::signing::Keyring;
+use cronq_shared::signing::{self, Keyring};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -404,11 +404,7 @@ impl Worker {
     /// reruns the attempt (at-least-once) instead of losing the letter. When the letter does
     /// not get through, the claim is given up (lost) so that the occurrence runs again.
     async fn dead_letter(&self, occ: &Occurrence, job: &Job, error: String) -> AttemptEnd {
-        let body = occ.encode();
-        let body = match &self.keyring {
-            Some(keyring) => keyring.seal(&body),
-            None => body,
-        };
+        let body = signing::seal_with(self.keyring.as_deref(), occ.encode());
         let letter = dead_letter::letter(
             &body,
             Some(occ),

@@ -90,11 +90,7 @@ impl Outgoing {
     /// The body to publish: the occurrence encoded, sealed when a keyring is given (the
     /// one rule every backend applies, so a signing deployment signs every message).
     pub fn body(&self, keyring: Option<&Keyring>) -> Vec<u8> {
-        let plain = self.occurrence.encode();
-        match keyring {
-            Some(k) => k.seal(&plain),
-            None => plain,
-        }
+        crate::signing::seal_with(keyring, self.occurrence.encode())
     }
 }
 

@@ -237,12 +237,9 @@ impl Keyring {
         let tag = URL_SAFE_NO_PAD
             .decode(sealed.mac.as_bytes())
             .map_err(|_| mismatch())?;
-        let mut mac = key.mac.clone();
-        mac.update(DOMAIN);
-        mac.update(key.id.as_bytes());
-        mac.update(b"\n");
-        mac.update(sealed.message);
-        mac.verify_slice(&tag).map_err(|_| mismatch())?;
+        key.keyed(sealed.message)
+            .verify_slice(&tag)
+            .map_err(|_| mismatch())?;
         Ok(sealed.message)
     }
 }
@@ -252,9 +249,13 @@ pub fn unwrap(body: &[u8]) -> &[u8] {
     Sealed::parse(body).map_or(body, |s| s.message)
 }
 
-/// The id of the key that sealed `body`, when it is sealed (unchecked).
-pub fn sealed_by(body: &[u8]) -> Option<String> {
-    Sealed::parse(body).map(|s| s.key)
+/// `plain` sealed by `keyring` when one is given, else `plain` itself: the one rule of
+/// every publisher of a deployment that may sign.
+pub fn seal_with(keyring: Option<&Keyring>, plain: Vec<u8>) -> Vec<u8> {
+    match keyring {
+        Some(k) => k.seal(&plain),
+        None => plain,
+    }
 }
 
 enum EntryError {
@@ -294,13 +295,18 @@ impl Key {
         })
     }
 
-    fn tag(&self, message: &[u8]) -> Vec<u8> {
+    /// The MAC state over what a seal covers: the domain label, the key id, the message.
+    fn keyed(&self, message: &[u8]) -> Hmac<Sha256> {
         let mut mac = self.mac.clone();
         mac.update(DOMAIN);
         mac.update(self.id.as_bytes());
         mac.update(b"\n");
         mac.update(message);
-        mac.finalize().into_bytes().to_vec()
+        mac
+    }
+
+    fn tag(&self, message: &[u8]) -> Vec<u8> {
+        self.keyed(message).finalize().into_bytes().to_vec()
     }
 }
 
@@ -354,7 +360,6 @@ mod tests {
         let sealed = k.seal(BODY);
         assert_eq!(k.open(&sealed).unwrap(), BODY);
         assert_eq!(unwrap(&sealed), BODY);
-        assert_eq!(sealed_by(&sealed).as_deref(), Some("k2"));
         let json: serde_json::Value = serde_json::from_slice(&sealed).unwrap();
         assert_eq!(json["kind"], "signed.v1");
         assert_eq!(json["key"], "k2");

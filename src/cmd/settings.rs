@@ -89,10 +89,8 @@ pub fn endpoints(cli: &Cli) -> anyhow::Result<Endpoints> {
 /// A usage error when both are set, the file cannot be read, or a key is not usable
 /// (each names the variable or file and the entry, never a secret).
 pub fn keyring(cli: &Cli) -> anyhow::Result<Option<Arc<Keyring>>> {
-    let variable = std::env::var(KEY_VARIABLE)
-        .ok()
-        .filter(|v| !v.trim().is_empty());
-    let ring = match (variable, &cli.signing_key_file) {
+    let from_variable = Keyring::from_variable().map_err(|e| UsageError(e.to_string()));
+    let ring = match (from_variable?, &cli.signing_key_file) {
         (Some(_), Some(file)) => {
             return Err(UsageError(format!(
                 "{KEY_VARIABLE} and --signing-key-file ({KEY_FILE_VARIABLE}) {} are both set: keep one",
@@ -100,7 +98,7 @@ pub fn keyring(cli: &Cli) -> anyhow::Result<Option<Arc<Keyring>>> {
             ))
             .into());
         }
-        (Some(keys), None) => Keyring::parse(&keys, KeySource::Variable),
+        (Some(ring), None) => Ok(ring),
         (None, Some(file)) => {
             let text = std::fs::read_to_string(file).map_err(|e| {
                 UsageError(format!(
