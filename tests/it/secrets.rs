@@ -7,6 +7,10 @@
 //!
 //! Through real processes on every deployment: `cronq standalone` in memory and on a data
 //! file, and a fleet.
+//!
+//! The passwords of a RabbitMQ node list (`CRONQ_AMQP_URL=a,b,c`) show nowhere either: not
+//! in a fleet's logs while it skips the nodes that are down, nor in the error of a command
+//! that reaches none of them.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,7 +20,7 @@ use axum::routing::post;
 
 use crate::support::backends::{Backend, on_every_backend};
 use crate::support::deployment::{Data, Deployment, LEADER, Options, Running};
-use crate::support::{TestEnv, eventually, ports};
+use crate::support::{TestEnv, amqp_url, eventually, ports, scoped};
 
 /// Secret values; each must reach the server and show nowhere else.
 const HEADER_FROM_ENV: &str = "hdr-from-env-7f3a91";
@@ -77,9 +81,8 @@ async fn server() -> (String, Seen, tokio::task::JoinHandle<()>) {
     (addr, seen, task)
 }
 
-/// Everything cronq printed about the deployment: every process log, the operations
-/// commands' output (those that reach its state), and `/metrics`.
-async fn every_output(kind: Deployment, env: &TestEnv, running: &Running) -> String {
+/// Every process log of the test, whole.
+fn process_logs(env: &TestEnv) -> String {
     let mut all = String::new();
     for entry in std::fs::read_dir(&env.dir).unwrap() {
         let path = entry.unwrap().path();
@@ -87,6 +90,13 @@ async fn every_output(kind: Deployment, env: &TestEnv, running: &Running) -> Str
             all.push_str(&std::fs::read_to_string(&path).unwrap());
         }
     }
+    all
+}
+
+/// Everything cronq printed about the deployment: every process log, the operations
+/// commands' output (those that reach its state), and `/metrics`.
+async fn every_output(kind: Deployment, env: &TestEnv, running: &Running) -> String {
+    let mut all = process_logs(env);
     let mut commands: Vec<Vec<&str>> = vec![vec!["check"], vec!["next", "--count", "2"]];
     let data = ports::data_file(env);
     let data = data.to_str().unwrap();
@@ -208,3 +218,76 @@ on_every_backend!(
     "secrets",
     flavor = "multi_thread"
 );
+
+/// Passwords of the nodes of a list that are down (nothing listens on their ports).
+const DOWN_NODE_PASSWORDS: [&str; 2] = ["node2-password-41d7aa", "node3-password-8c02f5"];
+
+/// A fleet given a node list of the shared broker and two nodes that are down runs its
+/// job on the live node, and no process log (the skipped nodes logged at debug), no
+/// operations command, and not the error of a command that reaches no node, shows a
+/// password of the list; that error names every node, redacted.
+#[tokio::test(flavor = "multi_thread")]
+async fn node_list_passwords_show_nowhere() {
+    scoped("secrets-node-list", |env| async move {
+        let down = [
+            format!("amqp://cronq:{}@127.0.0.1:9/%2f", DOWN_NODE_PASSWORDS[0]),
+            format!("amqp://cronq:{}@127.0.0.1:11/%2f", DOWN_NODE_PASSWORDS[1]),
+        ];
+        let list = format!("{},{}", amqp_url(), down.join(","));
+        let toml = format!(
+            "{LEADER}\n[[job]]\nname = \"tick\"\nschedule = \"@every 1s\"\ncommand = [\"true\"]\n"
+        );
+        env.write_config(CONFIG_COPY, &toml);
+        let options = Options {
+            amqp_url: Some(list.clone()),
+            env: vec![(
+                "RUST_LOG",
+                format!(
+                    "{},cronq_rabbitmq=debug",
+                    crate::support::deployment::RUST_LOG
+                ),
+            )],
+            ..Options::default()
+        };
+        let running = Running::start_with(Deployment::Fleet, &env, &toml, options).await;
+        running
+            .until_succeeded("tick", 2, Duration::from_secs(30), "runs on the live node")
+            .await;
+        running.stop_producing().await;
+
+        let mut all = process_logs(&env);
+        for args in [&["jobs", "--json"][..], &["dlq", "list", "--json"]] {
+            let out = env
+                .cronq()
+                .env("CRONQ_AMQP_URL", &list)
+                .arg("--config")
+                .arg(env.dir.join(CONFIG_COPY))
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "cronq {args:?}: {out:?}");
+            all.push_str(&String::from_utf8_lossy(&out.stdout));
+            all.push_str(&String::from_utf8_lossy(&out.stderr));
+        }
+        // Only nodes that are down: the command fails naming each, redacted.
+        let out = env
+            .cronq()
+            .env("CRONQ_AMQP_URL", down.join(","))
+            .arg("--config")
+            .arg(env.dir.join(CONFIG_COPY))
+            .args(["dlq", "list"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "{err}");
+        for port in [9, 11] {
+            let shown = format!("amqp://***@127.0.0.1:{port}/%2f");
+            assert!(err.contains(&shown), "{shown} not named: {err}");
+        }
+        all.push_str(&err);
+        for password in DOWN_NODE_PASSWORDS {
+            assert!(!all.contains(password), "{password} shown:\n{all}");
+        }
+    })
+    .await;
+}

@@ -238,4 +238,86 @@ schedule = "0 0 1 1 *"
             );
         }
     }
+
+    /// A file large enough to be read ahead in several batches, each over several threads
+    /// (`quick::read_ahead`): the same config as parsed whole, every job at its ordinal,
+    /// problems of jobs deep in it (a batch's first and last job, one a thread's share
+    /// starts with) named at their own position, and a piece that does not parse alone in
+    /// a later batch still caught.
+    #[test]
+    fn a_large_file_read_ahead_on_threads_loads_as_the_whole_file() {
+        let now: DateTime<Utc> = "2026-01-15T00:00:00Z".parse().unwrap();
+        let path = Path::new("c.toml");
+        let job = |i: usize| match i {
+            // Unknown field, wrong type, bad value: quick reads refuse the first two.
+            1 | 4096 | 4097 | 6145 => {
+                format!("[[job]]\nname = \"j{i}\"\nschedule = \"@every 1m\"\ncolour = 1\n")
+            }
+            2048 | 9000 => format!(
+                "[[job]]\nname = \"j{i}\"\nschedule = \"@every 1m\"\nmax_attempts = \"3\"\n"
+            ),
+            8191 => format!("[[job]]\nname = \"j{i}\"\nschedule = \"61 * * * *\"\n"),
+            // Not a valid name: the job is named by its position.
+            5000 => "[[job]]\nname = \"x y\"\nschedule = \"@every 1m\"\n".to_owned(),
+            _ => format!(
+                "[[job]]\nname = \"j{i}\"\nschedule = \"@every {}s\"\n",
+                i % 97 + 1
+            ),
+        };
+        let text: String = (1..=10_000).map(job).collect();
+        assert!(cut(&text).is_some());
+        let raw = RawConfig::parse(&text);
+        let broken = raw.broken();
+        let pieces = super::super::validate::resolve(raw, path, now);
+        assert!(!broken.get());
+        let whole = super::super::validate::resolve(RawConfig::parse_whole(&text), path, now);
+        let shown = format!("{pieces:?}");
+        assert_eq!(shown, format!("{whole:?}"));
+        for (i, field) in [
+            (1, "colour"),
+            (4096, "colour"),
+            (4097, "colour"),
+            (6145, "colour"),
+            (2048, "max_attempts"),
+            (9000, "max_attempts"),
+            (8191, "schedule"),
+        ] {
+            let problem = format!("scope: \"job \\\"j{i}\\\"\", field: \"{field}\"");
+            assert!(shown.contains(&problem), "{problem} not in {shown}");
+        }
+        assert!(
+            shown.contains("scope: \"job #5000\", field: \"name\""),
+            "{shown}"
+        );
+
+        let valid: String = (1..=10_000)
+            .map(|i| {
+                format!(
+                    "[[job]]\nname = \"j{i}\"\nschedule = \"@every {}s\"\n",
+                    i % 97 + 1
+                )
+            })
+            .collect();
+        let config = crate::config::Config::from_toml_at(&valid, path, now).unwrap();
+        assert_eq!(config.jobs.len(), 10_000);
+        for (i, job) in config.jobs.iter().enumerate() {
+            assert_eq!(job.name.as_str(), format!("j{}", i + 1));
+        }
+
+        // A piece holding two tables of one job, deep in a later batch.
+        let late = valid.replacen(
+            "name = \"j9500\"\n",
+            "name = \"j9500\"\nname = \"again\"\n",
+            1,
+        );
+        let raw = RawConfig::parse(&late);
+        let broken = raw.broken();
+        let _ = super::super::validate::resolve(raw, path, now);
+        assert!(broken.get());
+        let loaded = crate::config::Config::from_toml_at(&late, path, now);
+        assert!(
+            format!("{loaded:?}").contains("not valid TOML"),
+            "{loaded:?}"
+        );
+    }
 }

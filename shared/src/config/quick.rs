@@ -6,6 +6,9 @@
 //! field, a wrong type, a piece holding more than its one job) is `None`, and the caller
 //! reads the piece the careful way, which finds and words every problem.
 //!
+//! The pieces of a large file are read this way on every core ([`read_ahead`]): each
+//! piece is independent of the others, and this read is most of a load's time.
+//!
 //! Invariant: whatever [`read`] returns is exactly what the careful way would have read
 //! from the same piece (a test compares both on a job that sets every field).
 
@@ -51,6 +54,56 @@ struct QuickJob {
     jitter: Option<String>,
     queue: Option<String>,
     retention: Option<String>,
+}
+
+/// How many pieces [`read_ahead`] takes at a time: enough that starting its threads costs
+/// nothing next to reading them, few enough that the jobs read ahead of the caller take
+/// little memory.
+const AHEAD: usize = 4096;
+
+/// Pieces below which one thread reads a batch alone (a small file starts no thread).
+const PER_THREAD: usize = 512;
+
+/// Takes the next batch of `pieces`, the first of which is job #`first`, and reads each
+/// quickly, spread over the machine's cores; every piece comes back in order, with its
+/// job when it was well formed.
+pub(super) fn read_ahead<'t>(
+    pieces: &mut std::vec::IntoIter<&'t str>,
+    first: usize,
+) -> std::vec::IntoIter<(&'t str, Option<RawJob>)> {
+    let batch: Vec<&str> = pieces.by_ref().take(AHEAD).collect();
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let threads = cores.min(batch.len() / PER_THREAD).max(1);
+    let jobs = if threads == 1 {
+        read_each(&batch, first)
+    } else {
+        let share = batch.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            let readers: Vec<_> = batch
+                .chunks(share)
+                .enumerate()
+                .map(|(k, chunk)| scope.spawn(move || read_each(chunk, first + k * share)))
+                .collect();
+            readers
+                .into_iter()
+                .flat_map(|reader| {
+                    reader
+                        .join()
+                        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+                })
+                .collect()
+        })
+    };
+    batch.into_iter().zip(jobs).collect::<Vec<_>>().into_iter()
+}
+
+/// [`read`] of each piece, the first being job #`first`.
+fn read_each(pieces: &[&str], first: usize) -> Vec<Option<RawJob>> {
+    pieces
+        .iter()
+        .enumerate()
+        .map(|(i, piece)| read(piece, first + i))
+        .collect()
 }
 
 /// The job of `piece` as the `ordinal`-th job, when it is well formed; `None` otherwise

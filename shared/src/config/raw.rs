@@ -130,6 +130,9 @@ pub(crate) struct RawJobs<'t> {
     items: std::vec::IntoIter<Value>,
     /// From a file cut into pieces: each job's text.
     pieces: std::vec::IntoIter<&'t str>,
+    /// The next pieces, each with its quick read ([`super::quick::read_ahead`]) when it
+    /// was well formed.
+    ahead: std::vec::IntoIter<(&'t str, Option<RawJob>)>,
     /// How many jobs were handed out.
     ordinal: usize,
     /// Set when a piece did not parse to one job: the iteration stops there, and the
@@ -151,8 +154,13 @@ impl Iterator for RawJobs<'_> {
         let item = match self.items.next() {
             Some(item) => item,
             None => {
-                let piece = self.pieces.next()?;
-                if let Some(job) = super::quick::read(piece, self.ordinal + 1) {
+                if self.ahead.as_slice().is_empty() {
+                    // The pieces handed out so far were one job each: the next one is
+                    // job #ordinal + 1.
+                    self.ahead = super::quick::read_ahead(&mut self.pieces, self.ordinal + 1);
+                }
+                let (piece, quick) = self.ahead.next()?;
+                if let Some(job) = quick {
                     self.ordinal += 1;
                     return Some(Section {
                         value: job,
@@ -164,6 +172,7 @@ impl Iterator for RawJobs<'_> {
                     None => {
                         self.broken.set(true);
                         self.pieces = Vec::new().into_iter();
+                        self.ahead = Vec::new().into_iter();
                         return None;
                     }
                 }
