@@ -383,3 +383,29 @@ pub fn next_fires(job: &Job, now: DateTime<Utc>, n: usize) -> Vec<serde_json::Va
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn next_fires_mark_the_daylight_saving_change() {
+        let config = cronq_shared::config::Config::from_toml(
+            "[[job]]\nname = \"r\"\nschedule = \"30 2 * * *\"\ntimezone = \"Europe/Berlin\"\ncommand = [\"true\"]\n",
+            std::path::Path::new("cronq.toml"),
+        )
+        .unwrap();
+        let job = &config.jobs[0];
+        let now: DateTime<Utc> = "2026-10-23T12:00:00Z".parse().unwrap();
+        let fires = next_fires(job, now, 4);
+        let marks: Vec<_> = fires.iter().map(|f| f["transition"].as_str()).collect();
+        assert_eq!(
+            marks,
+            [None, None, Some("UTC offset +02:00 → +01:00"), None],
+            "{fires:?}"
+        );
+        // 02:30 of the 25th happens twice: it runs at the first, still +02:00.
+        assert_eq!(fires[1]["local"], "2026-10-25T02:30:00+02:00");
+        assert_eq!(fires[2]["local"], "2026-10-26T02:30:00+01:00");
+    }
+}

@@ -93,6 +93,19 @@ fn page(
     active: &str,
     main: Markup,
 ) -> Response {
+    render(app, headers, viewer, (title, active), main, true)
+}
+
+/// As [`page`]; `live` says whether the script refreshes it (not a form's answer to a
+/// POST, nor the login form).
+fn render(
+    app: &App,
+    headers: &HeaderMap,
+    viewer: &Viewer,
+    (title, active): (&str, &str),
+    main: Markup,
+    live: bool,
+) -> Response {
     if headers.get("x-cronq-fragment").is_some() {
         return html_response(StatusCode::OK, main);
     }
@@ -141,7 +154,7 @@ fn page(
                         }
                     }
                 }
-                main #main data-live="1" { (main) }
+                main #main data-live=[live.then_some("1")] { (main) }
                 footer { (app.source.place) " · " a href="/api/v1/openapi.json" { "API" } }
             }
         }
@@ -654,36 +667,52 @@ async fn dead_letters_page(
         @if let Ok(letters) = &letters {
             @if letters.is_empty() { p #dlq-empty { "The dead-letter queue is empty." } }
             @else {
-                form method="post" action="/ui/dead-letters/replay" #replay {
-                    @if viewer.can_act() { (viewer.csrf_field()) }
-                    table #letters {
-                        thead { tr { @if viewer.can_act() { th { "" } } th { "key" } th { "job" } th { "attempts" } th { "reason" } th { "last error" } th { "dead-lettered" } } }
-                        tbody {
-                            @for l in letters {
-                                tr data-key=[l.key.as_deref()] {
-                                    @if viewer.can_act() { td { @if let Some(k) = &l.key { input type="checkbox" name="key" value=(k); } } }
-                                    td { code { (l.key.as_deref().unwrap_or("-")) } }
-                                    td { (l.job.as_deref().unwrap_or("-")) }
-                                    td { (l.attempts) }
-                                    td { (l.reason) }
-                                    td.error { (l.last_error.as_deref().unwrap_or("")) }
-                                    td { (time(l.dead_lettered_at, None)) }
-                                }
-                            }
-                        }
-                    }
-                    @if viewer.can_act() {
+                @if viewer.can_act() {
+                    form method="post" action="/ui/dead-letters/replay" #replay {
+                        (viewer.csrf_field())
+                        (letters_table(letters, true))
                         p.actions {
                             label { input type="checkbox" name="dry_run" value="1" checked; " dry run first (shows what would be replayed, changes nothing)" }
                             button #replay-selected type="submit" name="scope" value="selected" { "Replay selected" }
                             button #replay-all type="submit" name="scope" value="all" { "Replay all" }
                         }
                     }
+                } @else {
+                    (letters_table(letters, false))
                 }
             }
         }
     };
-    page(app, headers, viewer, "Dead letters", "Dead letters", main)
+    let live = result.is_none();
+    render(
+        app,
+        headers,
+        viewer,
+        ("Dead letters", "Dead letters"),
+        main,
+        live,
+    )
+}
+
+fn letters_table(letters: &[cronq_shared::broker::DeadLetter], selectable: bool) -> Markup {
+    html! {
+        table #letters {
+            thead { tr { @if selectable { th { "" } } th { "key" } th { "job" } th { "attempts" } th { "reason" } th { "last error" } th { "dead-lettered" } } }
+            tbody {
+                @for l in letters {
+                    tr data-key=[l.key.as_deref()] {
+                        @if selectable { td { @if let Some(k) = &l.key { input type="checkbox" name="key" value=(k); } } }
+                        td { code { (l.key.as_deref().unwrap_or("-")) } }
+                        td { (l.job.as_deref().unwrap_or("-")) }
+                        td { (l.attempts) }
+                        td { (l.reason) }
+                        td.error { (l.last_error.as_deref().unwrap_or("")) }
+                        td { (time(l.dead_lettered_at, None)) }
+                    }
+                }
+            }
+        }
+    }
 }
 
 fn error_page(app: &App, headers: &HeaderMap, viewer: &Viewer, e: ApiError) -> Response {
@@ -867,7 +896,7 @@ fn login_page(app: &App, headers: &HeaderMap, next: Option<&str>, error: Option<
             }
         }
     };
-    let mut response = page(app, headers, &viewer, "Log in", "", main);
+    let mut response = render(app, headers, &viewer, ("Log in", ""), main, false);
     if error.is_some() {
         *response.status_mut() = StatusCode::UNAUTHORIZED;
     }
