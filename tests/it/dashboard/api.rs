@@ -3,7 +3,8 @@
 //! admin token (pause with a note seen by `cronq jobs`, resume, trigger, backfill preview,
 //! dry-run replay), errors as JSON (unknown job with a "did you mean", bad parameters,
 //! missing or wrong token); then the same through `--data` and a standalone's
-//! `--dashboard-addr` on one data file.
+//! `--dashboard-addr` on one data file; and the outage of a Redis of the test's own shown on
+//! the API and the pages, then gone once it is back.
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -179,6 +180,97 @@ async fn api_on_a_data_file() {
             v["place"].as_str().unwrap().starts_with("data file "),
             "{v}"
         );
+    })
+    .await;
+}
+
+/// A Redis server of the test's own on a free port, killed on drop.
+struct OwnRedis {
+    child: std::process::Child,
+    port: String,
+}
+
+impl OwnRedis {
+    fn start(port: &str) -> Self {
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                port,
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server (apt-get install redis-server)");
+        Self {
+            child,
+            port: port.to_owned(),
+        }
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn the_pages_say_when_redis_is_away_and_recover() {
+    scoped("dash-outage", |env| async move {
+        let config = cli::config(&env, &jobs(&env));
+        let port = crate::support::free_addr()
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .to_owned();
+        let redis = OwnRedis::start(&port);
+        let url = format!("redis://127.0.0.1:{}", redis.port);
+        eventually(WAIT, "the test's Redis", || async {
+            redis::Client::open(url.as_str())
+                .ok()?
+                .get_multiplexed_async_connection()
+                .await
+                .ok()
+        })
+        .await;
+        let d = dashboard::start_with(
+            &env,
+            "dashboard",
+            &["dashboard", "--config", &config],
+            "--addr",
+            true,
+            &[("CRONQ_REDIS_URL", &url)],
+        )
+        .await;
+        assert_eq!(d.json("/api/v1/fleet").await["outages"], json!([]));
+        drop(redis);
+        let fleet = eventually(WAIT, "the outage shown", || async {
+            let v = d.json("/api/v1/fleet").await;
+            (v["outages"][0]["service"] == "Redis").then_some(v)
+        })
+        .await;
+        let page = reqwest::get(d.url("/jobs"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            page.contains("Redis is unreachable since"),
+            "{fleet}\n{page}"
+        );
+        let _redis = OwnRedis::start(&port);
+        eventually(WAIT, "the recovery", || async {
+            let v = d.json("/api/v1/fleet").await;
+            (v["outages"] == json!([])).then_some(())
+        })
+        .await;
     })
     .await;
 }

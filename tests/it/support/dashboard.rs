@@ -35,8 +35,21 @@ pub async fn start(
     addr_flag: &str,
     token: bool,
 ) -> Dashboard {
+    start_with(env, log, args, addr_flag, token, &[]).await
+}
+
+/// As [`start`], with these environment variables set too.
+pub async fn start_with(
+    env: &TestEnv,
+    log: &str,
+    args: &[&str],
+    addr_flag: &str,
+    token: bool,
+    vars: &[(&str, &str)],
+) -> Dashboard {
     let addr = free_addr();
     let mut cmd = env.cronq();
+    cmd.envs(vars.iter().copied());
     cmd.env_remove("CRONQ_DASHBOARD_TOKEN_FILE")
         .env_remove("CRONQ_DATA")
         .args(args)
