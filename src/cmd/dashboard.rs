@@ -45,6 +45,7 @@ pub async fn run(cli: &Cli, args: &DashboardArgs, root: CancellationToken) -> an
                 names: amqp.names().clone(),
                 queues: Queues::Amqp(amqp),
                 keyring: endpoints.keyring.clone(),
+                runs_indexed: false,
                 store_name: "Redis",
                 queue_name: "RabbitMQ",
                 place: format!(
@@ -88,6 +89,7 @@ pub fn data_source(
         queues: Queues::File(broker),
         keyring,
         names: Names::new(&Namespace::default()),
+        runs_indexed: true,
         store_name: "the data file",
         queue_name: "the data file",
         place: format!("data file {path}"),
@@ -109,6 +111,7 @@ pub fn memory_source(
         queues: Queues::Memory,
         keyring,
         names: Names::new(&Namespace::default()),
+        runs_indexed: false,
         store_name: "the standalone's memory",
         queue_name: "the standalone's memory",
         place: "a standalone in memory".to_owned(),

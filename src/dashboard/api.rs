@@ -217,7 +217,40 @@ pub const JOB_RUNS: usize = 100;
 /// # Errors
 /// The store's error, as text.
 pub async fn job_runs(app: &App, job: &Job) -> Result<Vec<Run>, String> {
-    within(app.source.stores.runlog.list(Some(&job.name), JOB_RUNS)).await
+    runs_of(app, Some(&job.name), JOB_RUNS)
+        .await
+        .map(|(r, _)| r)
+}
+
+/// How many of the newest entries are scanned for one job's runs where the run log has no
+/// index by job (Redis: a stream); a data file answers from its index.
+pub const JOB_SCAN: usize = 10_000;
+
+/// Up to `limit` newest runs (of `job`), and how many entries were scanned for them.
+async fn runs_of(
+    app: &App,
+    job: Option<&cronq_shared::names::JobName>,
+    limit: usize,
+) -> Result<(Vec<Run>, usize), String> {
+    let log = &app.source.stores.runlog;
+    match job {
+        // Redis filters a stream by reading it: bound the read.
+        Some(job) if !app.source.runs_indexed => {
+            let all = within(log.list(None, JOB_SCAN)).await?;
+            let scanned = all.len();
+            let mine = all
+                .into_iter()
+                .filter(|r| r.job == *job)
+                .take(limit)
+                .collect();
+            Ok((mine, scanned))
+        }
+        _ => {
+            let runs = within(log.list(job, limit)).await?;
+            let scanned = runs.len();
+            Ok((runs, scanned))
+        }
+    }
 }
 
 /// A runs listing: the page, how many were scanned, and whether the store answered.
@@ -240,12 +273,10 @@ pub async fn select_runs(app: &App, q: &RunsQuery) -> Result<RunsPage, ApiError>
         Some(name) => Some(actions::job(&app.source, name)?.name.clone()),
         None => None,
     };
-    let read = within(app.source.stores.runlog.list(job.as_ref(), RUNS_SCANNED)).await;
-    let (runs, error) = match read {
-        Ok(r) => (r, None),
-        Err(e) => (Vec::new(), Some(e)),
+    let (runs, scanned, error) = match runs_of(app, job.as_ref(), RUNS_SCANNED).await {
+        Ok((r, scanned)) => (r, scanned, None),
+        Err(e) => (Vec::new(), 0, Some(e)),
     };
-    let scanned = runs.len();
     let kept: Vec<Run> = runs.into_iter().filter(|r| filter.keeps(r)).collect();
     Ok(RunsPage {
         page: paginate(kept, q.page, q.per_page),

@@ -620,7 +620,7 @@ pub async fn runs(
                 pairs.push(("page", p.to_string()));
                 format!("/runs?{}", encode(&pairs))
             }))
-            p.note { "Newest first; the filters apply to the newest " (r.scanned) " entries (of the job, when one is given)." }
+            p.note { "Newest first; filtered from the " (r.scanned) " newest entries read." }
         }
     };
     page(&app, &headers, &viewer, "Runs", "Runs", main)

@@ -42,6 +42,9 @@ pub struct Source {
     pub keyring: Option<Arc<Keyring>>,
     /// The namespace's names (queue names for RabbitMQ).
     pub names: Names,
+    /// Whether the run log finds one job's runs by an index (a data file) rather than by
+    /// reading the whole history (Redis).
+    pub runs_indexed: bool,
     /// What the stores are, for messages: `Redis`, `the data file`.
     pub store_name: &'static str,
     /// What the queue is, for messages: `RabbitMQ`, `the data file`.
