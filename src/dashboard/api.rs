@@ -75,7 +75,7 @@ pub async fn jobs(
     q.check().map_err(ApiError::bad_request)?;
     let snap = app.snapshot();
     let config = &app.source.config;
-    let page = q.select(config, &snap);
+    let page = q.select(config, &snap, &app.by_name);
     let now = Utc::now();
     let rows: Vec<Value> = page
         .rows

@@ -36,6 +36,8 @@ pub struct App {
     source: Source,
     admin: Admin,
     snapshot: watch::Receiver<Arc<Snapshot>>,
+    /// The config's jobs in name order (`query::by_name`).
+    by_name: Vec<usize>,
 }
 
 impl App {
@@ -125,7 +127,9 @@ pub async fn serve(
         "dashboard listening"
     );
     let (refresher, snapshot) = Refresher::new(source.clone());
+    let by_name = query::by_name(&source.config);
     let app = Arc::new(App {
+        by_name,
         source,
         admin,
         snapshot,

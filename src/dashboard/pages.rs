@@ -327,7 +327,7 @@ pub async fn jobs(
         err: q.check().err(),
     };
     let page_of = if flash.err.is_none() {
-        Some(q.select(config, &snap))
+        Some(q.select(config, &snap, &app.by_name))
     } else {
         None
     };

@@ -2,8 +2,6 @@
 //! [`Snapshot`] held in memory (pure: no store is read here), so a page of 100,000 jobs is
 //! one pass over the config.
 
-use std::cmp::Ordering;
-
 use chrono::{DateTime, Utc};
 use cronq_shared::config::{Config, Job};
 use cronq_shared::runlog::{Outcome, Run};
@@ -98,8 +96,10 @@ impl JobsQuery {
         Ok(())
     }
 
-    /// The page of jobs (their indices in the config) this query selects.
-    pub fn select(&self, config: &Config, snap: &Snapshot) -> Page<usize> {
+    /// The page of jobs (their indices in the config) this query selects; `by_name` is every
+    /// index of the config sorted by job name ([`by_name`]), so that the default order costs
+    /// no sort.
+    pub fn select(&self, config: &Config, snap: &Snapshot, by_name: &[usize]) -> Page<usize> {
         let needle = given(&self.q).map(str::to_lowercase);
         let queue = given(&self.queue);
         let outcome = given(&self.outcome);
@@ -115,43 +115,42 @@ impl JobsQuery {
                     Some(run) => run.outcome.as_str() == o,
                 })
         };
-        let mut hits: Vec<usize> = config
-            .jobs
+        let mut hits: Vec<usize> = by_name
             .iter()
-            .enumerate()
-            .filter(|(_, j)| keep(j))
-            .map(|(i, _)| i)
+            .copied()
+            .filter(|i| keep(&config.jobs[*i]))
             .collect();
-        let next = |i: usize| snap.next.get(i).copied().flatten();
-        let last = |i: usize| snap.last(&config.jobs[i].name).map(|r| r.started_at);
-        let by_name = |a: &usize, b: &usize| {
-            config.jobs[*a]
-                .name
-                .as_str()
-                .cmp(config.jobs[*b].name.as_str())
-        };
+        // Stable sorts of a list in name order: ties stay by name. "Never" and "no run"
+        // sort last.
         match given(&self.sort).unwrap_or("name") {
-            // "Never" and "no run" sort last either way.
-            "next" => {
-                hits.sort_by(|a, b| none_last(next(*a), next(*b)).then_with(|| by_name(a, b)))
-            }
-            "last" => {
-                hits.sort_by(|a, b| none_last(last(*b), last(*a)).then_with(|| by_name(a, b)))
-            }
-            "queue" => hits.sort_by(|a, b| {
-                config.jobs[*a]
-                    .queue
-                    .as_str()
-                    .cmp(config.jobs[*b].queue.as_str())
-                    .then_with(|| by_name(a, b))
+            "next" => hits.sort_by_cached_key(|i| {
+                let t = snap.next.get(*i).copied().flatten();
+                (t.is_none(), t)
             }),
-            _ => hits.sort_by(by_name),
+            "last" => hits.sort_by_cached_key(|i| {
+                let t = snap.last(&config.jobs[*i].name).map(|r| r.started_at);
+                (t.is_none(), std::cmp::Reverse(t))
+            }),
+            "queue" => hits.sort_by_cached_key(|i| config.jobs[*i].queue.as_str()),
+            _ => {}
         }
         if given(&self.order) == Some("desc") {
             hits.reverse();
         }
         paginate(hits, self.page, self.per_page)
     }
+}
+
+/// Every index of `config.jobs`, in the order of the job names.
+pub fn by_name(config: &Config) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..config.jobs.len()).collect();
+    order.sort_by(|a, b| {
+        config.jobs[*a]
+            .name
+            .as_str()
+            .cmp(config.jobs[*b].name.as_str())
+    });
+    order
 }
 
 /// Whether `hay` contains the lowercase `needle`, ignoring ASCII case (job names are
@@ -161,15 +160,6 @@ fn contains_ignore_case(hay: &str, needle: &str) -> bool {
         .windows(needle.len().max(1))
         .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
         || needle.is_empty()
-}
-
-fn none_last<T: Ord>(a: Option<T>, b: Option<T>) -> Ordering {
-    match (a, b) {
-        (Some(a), Some(b)) => a.cmp(&b),
-        (Some(_), None) => Ordering::Less,
-        (None, Some(_)) => Ordering::Greater,
-        (None, None) => Ordering::Equal,
-    }
 }
 
 /// Cuts `rows` to page `page` (from 1) of `per_page`.
