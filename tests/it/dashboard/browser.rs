@@ -154,6 +154,30 @@ async fn browser_operates_the_fleet_safely() {
             b.screenshot(&env, name).await;
         }
 
+        // Times in each job's zone: the Berlin job's next fire, 01:30 UTC, shows as 02:30.
+        b.goto(&d.url("/jobs")).await;
+        let zone = b
+            .client
+            .find(fantoccini::Locator::Css("#zone"))
+            .await
+            .unwrap();
+        zone.select_by_value("job").await.unwrap();
+        let next = b
+            .client
+            .find(fantoccini::Locator::Css(
+                "tr[data-job=report] td:nth-child(4) time",
+            ))
+            .await
+            .unwrap();
+        let shown = next.text().await.unwrap();
+        assert!(shown.contains(" 02:30:00 "), "{shown}");
+        let zone = b
+            .client
+            .find(fantoccini::Locator::Css("#zone"))
+            .await
+            .unwrap();
+        zone.select_by_value("utc").await.unwrap();
+
         // Without an admin token: no action anywhere, and the API refuses changes.
         let ro = dashboard::start(
             &env,
