@@ -24,7 +24,7 @@ use crate::output;
 pub const OPENAPI: &str = include_str!("openapi.json");
 
 /// How many of the newest runs (of one job, with `job`) the runs listing filters.
-pub const RUNS_SCANNED: usize = 5_000;
+pub const RUNS_SCANNED: usize = RECENT_RUNS;
 
 /// `GET /api/v1/openapi.json`.
 pub async fn openapi() -> Response {
@@ -222,35 +222,29 @@ pub async fn job_runs(app: &App, job: &Job) -> Result<Vec<Run>, String> {
         .map(|(r, _)| r)
 }
 
-/// How many of the newest entries are scanned for one job's runs where the run log has no
-/// index by job (Redis: a stream); a data file answers from its index.
-pub const JOB_SCAN: usize = 10_000;
-
-/// Up to `limit` newest runs (of `job`), and how many entries were scanned for them.
+/// Up to `limit` newest runs (of `job`), and how many entries they were chosen from: on a
+/// data file from its index (all of the job's history); on Redis, whose stream is not
+/// indexed by job and costs a read per entry, from the snapshot's newest entries (at most
+/// [`RECENT_RUNS`], at most [`super::snapshot::REFRESH`] old).
 async fn runs_of(
     app: &App,
     job: Option<&cronq_shared::names::JobName>,
     limit: usize,
 ) -> Result<(Vec<Run>, usize), String> {
-    let log = &app.source.stores.runlog;
-    match job {
-        // Redis filters a stream by reading it: bound the read.
-        Some(job) if !app.source.runs_indexed => {
-            let all = within(log.list(None, JOB_SCAN)).await?;
-            let scanned = all.len();
-            let mine = all
-                .into_iter()
-                .filter(|r| r.job == *job)
-                .take(limit)
-                .collect();
-            Ok((mine, scanned))
-        }
-        _ => {
-            let runs = within(log.list(job, limit)).await?;
-            let scanned = runs.len();
-            Ok((runs, scanned))
-        }
+    if app.source.runs_indexed {
+        let runs = within(app.source.stores.runlog.list(job, limit)).await?;
+        let scanned = runs.len();
+        return Ok((runs, scanned));
     }
+    let snap = app.snapshot();
+    let runs = snap
+        .recent
+        .iter()
+        .filter(|r| job.is_none_or(|j| r.job == *j))
+        .take(limit)
+        .cloned()
+        .collect();
+    Ok((runs, snap.recent.len()))
 }
 
 /// A runs listing: the page, how many were scanned, and whether the store answered.

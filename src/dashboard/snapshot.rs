@@ -30,8 +30,8 @@ pub const REFRESH: Duration = Duration::from_secs(2);
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How many of the newest runs the snapshot holds: the jobs page's last outcomes and
-/// outcome strips come from them (docs/dashboard.md, "What the pages read").
-pub const RECENT_RUNS: usize = 5_000;
+/// outcome strips come from them, and on Redis the runs listings too (docs/dashboard.md, "What the pages read").
+pub const RECENT_RUNS: usize = 10_000;
 
 /// How often the occurrences expected in the last hour are counted again.
 const EXPECTED_EVERY: chrono::TimeDelta = chrono::TimeDelta::minutes(5);
