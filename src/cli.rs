@@ -130,6 +130,8 @@ pub enum Command {
     Consumer(ConsumerArgs),
     /// Producer and consumer in one process on one SQLite file: no RabbitMQ, no Redis.
     Standalone(StandaloneArgs),
+    /// The web dashboard and its JSON API (read-only unless an admin token is configured).
+    Dashboard(DashboardArgs),
     /// Each job: schedule, zone, next fire, paused, last outcome.
     Jobs(JsonArg),
     /// Run history, newest first.
@@ -229,6 +231,33 @@ pub struct StandaloneArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub serve: ServeArgs,
+    /// Also serve the web dashboard here (as `cronq dashboard --data` does).
+    #[arg(long, value_name = "ADDR")]
+    pub dashboard_addr: Option<SocketAddr>,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub token: DashboardToken,
+}
+
+/// The admin token of the dashboard (docs/dashboard.md, "Security").
+#[derive(Debug, Args)]
+pub struct DashboardToken {
+    /// A file holding the dashboard's admin token (instead of the variable
+    /// CRONQ_DASHBOARD_TOKEN); without either the dashboard is read-only.
+    #[arg(long, env = "CRONQ_DASHBOARD_TOKEN_FILE", value_name = "FILE")]
+    pub dashboard_token_file: Option<PathBuf>,
+}
+
+/// `cronq dashboard`.
+#[derive(Debug, Args)]
+pub struct DashboardArgs {
+    /// Serve the dashboard here (loopback by default: see docs/dashboard.md before
+    /// opening it wider).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub addr: SocketAddr,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub token: DashboardToken,
 }
 
 /// `cronq runs`.

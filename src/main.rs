@@ -5,6 +5,8 @@
 mod admin;
 mod cli;
 mod cmd;
+mod dashboard;
+mod ops;
 mod output;
 mod telemetry;
 

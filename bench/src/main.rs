@@ -13,6 +13,8 @@
 //! - [`footprint`]: idle memory of the `cronq` processes.
 //! - [`standalone`]: `cronq standalone` on SQLite vs in memory: occurrences executed per
 //!   second, publish lateness, CPU per occurrence (needs neither RabbitMQ nor Redis).
+//! - [`dashboard`]: how long `cronq dashboard` takes to answer its Jobs and Runs pages at
+//!   100,000 jobs and 1,000,000 run-history entries (p50/p99 of 100 requests each).
 //! - [`barrier`]: the cost of `CRONQ_REDIS_MIN_REPLICAS` on the consumer's ledger writes
 //!   (needs Redis with replicas, e.g. through Sentinel; not part of `all`).
 //!
@@ -20,6 +22,7 @@
 //! `docs/benchmarks.md` ([`report`]).
 
 mod barrier;
+mod dashboard;
 mod env;
 mod failover;
 mod footprint;
@@ -75,6 +78,8 @@ struct Cli {
     #[command(flatten)]
     standalone: standalone::StandaloneArgs,
     #[command(flatten)]
+    dashboard: dashboard::DashboardArgs,
+    #[command(flatten)]
     barrier: barrier::BarrierArgs,
 }
 
@@ -86,6 +91,8 @@ enum Which {
     Failover,
     Footprint,
     Standalone,
+    /// The dashboard's page times.
+    Dashboard,
     /// The cost of CRONQ_REDIS_MIN_REPLICAS (needs replicas: not part of `all`).
     Barrier,
     /// Every benchmark above but `barrier`, in that order.
@@ -185,6 +192,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 report.notes.extend(notes);
             }
             Err(e) => failures.push(format!("standalone failed: {e:#}")),
+        }
+    }
+    if all || cli.which == Which::Dashboard {
+        report
+            .sizes
+            .insert("dashboard".into(), serde_json::to_value(&cli.dashboard)?);
+        match dashboard::run(&cli.dashboard, runs, &cronq).await {
+            Ok(f) => report.figures.extend(f),
+            Err(e) => failures.push(format!("dashboard failed: {e:#}")),
         }
     }
     if cli.which == Which::Barrier {

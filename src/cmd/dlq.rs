@@ -7,9 +7,9 @@ use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::State;
 use serde_json::json;
 
-use super::lookup;
 use super::settings::UsageError;
 use crate::cli::{Cli, JsonArg, ReplayArgs};
+use crate::ops::lookup;
 use crate::output::{self, Table};
 
 /// Lists every dead letter, oldest first, without consuming or reordering the queue.

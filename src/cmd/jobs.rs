@@ -11,8 +11,8 @@ use cronq_shared::names::JobName;
 use cronq_shared::runlog::Run;
 use serde_json::json;
 
-use super::lookup;
 use crate::cli::{Cli, JsonArg};
+use crate::ops::lookup;
 use crate::output::{self, Table};
 
 /// How many of the newest runs are read at once to find each job's last outcome.

@@ -3,14 +3,14 @@
 mod backfill;
 mod check;
 mod consumer;
+mod dashboard;
 mod dlq;
 mod jobs;
-mod lookup;
 mod next;
 mod pause;
 mod producer;
 mod runs;
-mod settings;
+pub(crate) mod settings;
 mod signals;
 mod standalone;
 mod trigger;
@@ -29,6 +29,7 @@ pub async fn dispatch(cli: Cli, root: CancellationToken) -> anyhow::Result<()> {
         Command::Producer(args) => producer::run(&cli, args, root).await,
         Command::Consumer(args) => consumer::run(&cli, args, root).await,
         Command::Standalone(args) => standalone::run(&cli, args, root).await,
+        Command::Dashboard(args) => dashboard::run(&cli, args, root).await,
         Command::Jobs(args) => jobs::run(&cli, args).await,
         Command::Runs(args) => runs::run(&cli, args).await,
         Command::Pause(args) => pause::pause(&cli, args).await,

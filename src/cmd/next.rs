@@ -50,7 +50,7 @@ pub fn run(cli: &Cli, args: &NextArgs) -> anyhow::Result<()> {
 
 /// `--job J`: the job, or the lookup's error under the flag's name.
 fn find_job<'a>(config: &'a Config, name: &str) -> Result<&'a Job, UsageError> {
-    super::lookup::job(config, name).map_err(|UsageError(e)| UsageError(format!("--job: {e}")))
+    crate::ops::lookup::job(config, name).map_err(|UsageError(e)| UsageError(format!("--job: {e}")))
 }
 
 fn utc(t: DateTime<Utc>) -> String {

@@ -3,8 +3,8 @@
 
 use anyhow::Context as _;
 
-use super::lookup;
 use crate::cli::{Cli, JobArg, PauseArgs};
+use crate::ops::lookup;
 use crate::output;
 
 /// Pauses a job fleet-wide: the leading producer stops publishing it within

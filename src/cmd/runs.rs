@@ -5,9 +5,9 @@ use cronq_shared::config::DEFAULT_RETENTION;
 use cronq_shared::runlog::Run;
 use serde_json::json;
 
-use super::lookup;
 use super::settings::UsageError;
 use crate::cli::{Cli, RunsArgs};
+use crate::ops::lookup;
 use crate::output::{self, Table};
 
 /// Prints up to `--limit` runs, newest first, as a table or one JSON document.

@@ -50,6 +50,13 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         tracing::warn!(warning = %warning, "config");
     }
     let keyring = super::settings::keyring(cli)?;
+    let admin = match args.dashboard_addr {
+        Some(_) => Some(crate::dashboard::Admin::load(
+            args.token.dashboard_token_file.as_deref(),
+        )?),
+        None => None,
+    };
+    let mut file_broker = None;
     let (broker, stores): (Arc<dyn Broker>, Stores) = match &data {
         Some(path) => {
             let (broker, stores) = cronq_backends::sqlite(
@@ -61,6 +68,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
             )
             .await
             .context("while opening the data file")?;
+            file_broker = Some(broker.clone());
             (Arc::new(broker), stores)
         }
         None => {
@@ -74,6 +82,30 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
     let hangups = super::signals::hangups(&mut signal_tasks, root.child_token())
         .context("while installing the SIGHUP handler")?;
     let metrics = admin::install_metrics(&config.metrics)?;
+
+    // The dashboard shows the config of the start (a SIGHUP reload does not change it).
+    let dashboard = match (args.dashboard_addr, admin) {
+        (Some(addr), Some(admin)) => {
+            let config = Arc::new(config.clone());
+            let source = match (file_broker, &data) {
+                (Some(file), Some(path)) => super::dashboard::data_source(
+                    config,
+                    stores.clone(),
+                    file,
+                    keyring.clone(),
+                    &path.display().to_string(),
+                ),
+                _ => super::dashboard::memory_source(
+                    config,
+                    stores.clone(),
+                    broker.clone(),
+                    keyring.clone(),
+                ),
+            };
+            Some((addr, source, admin))
+        }
+        _ => None,
+    };
 
     let instance = instance_id();
     let options = Options {
@@ -100,8 +132,16 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
             token.cancel();
         }
     };
-    let (served, produced, consumed) = tokio::join!(
+    let (served, shown, produced, consumed) = tokio::join!(
         admin::serve(args.serve.admin_addr, metrics, ready, token.clone()),
+        async {
+            let Some((addr, source, admin)) = dashboard else {
+                return Ok(());
+            };
+            let r = crate::dashboard::serve(addr, source, admin, token.child_token()).await;
+            stop_all(r.is_err());
+            r
+        },
         async {
             let r = producer.run(token.child_token()).await;
             stop_all(r.is_err());
@@ -120,6 +160,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
     signal_tasks.shutdown().await;
     produced.context("while running the producer")?;
     consumed.context("while running the consumer")?;
+    shown.context("while serving the dashboard")?;
     served
 }
 

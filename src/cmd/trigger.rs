@@ -3,9 +3,9 @@
 
 use anyhow::Context as _;
 
-use super::lookup;
 use super::settings::UsageError;
 use crate::cli::{Cli, TriggerArgs};
+use crate::ops::lookup;
 
 /// Requests one manual occurrence and prints its key on stdout.
 ///
@@ -14,14 +14,8 @@ use crate::cli::{Cli, TriggerArgs};
 pub async fn run(cli: &Cli, args: &TriggerArgs) -> anyhow::Result<()> {
     let config = super::settings::load_config(cli)?;
     let job = lookup::job(&config, &args.job)?;
-    let payload = match args.payload.as_deref() {
-        None => None,
-        Some(text) => Some(serde_json::from_str::<serde_json::Value>(text).map_err(|e| {
-            UsageError(format!(
-                "--payload is not valid JSON ({e}); pass a JSON value such as '{{\"region\": \"cn\"}}'"
-            ))
-        })?),
-    };
+    let payload = crate::ops::trigger::payload(args.payload.as_deref())
+        .map_err(|e| UsageError(format!("--payload {e}")))?;
     let target = super::settings::target(cli)?;
     let stores = lookup::stores(&target, config.longest_retention()).await?;
     let control = &stores.control;

@@ -14,6 +14,8 @@
 //!   the Redis stores through Sentinel (following the master, the replication barrier of
 //!   `CRONQ_REDIS_MIN_REPLICAS`), on the harness of `scripts/ha`;
 //! - `handlers`, `queues`: how a consumer runs a job, and which queues it serves;
+//! - `dashboard`: the web dashboard's API through a real `cronq dashboard` (on the
+//!   services and on a data file) and its pages in headless Chromium;
 //! - `command_identity`: a command's `user`, `group`, `cwd`, `env` and `clear_env`, through a
 //!   real `cronq standalone`;
 //! - `operations`: pause, trigger, backfill, reload, the operations commands, the
@@ -36,6 +38,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod command_identity;
+mod dashboard;
 mod g1_once;
 mod g2_no_loss;
 mod g3_crash;

@@ -18,6 +18,7 @@
 
 mod consume;
 mod dead_letters;
+mod depths;
 mod failure;
 mod link;
 mod nodes;
@@ -50,6 +51,7 @@ use cronq_shared::names::{Names, QueueName};
 use cronq_shared::retry::{GaveUp, retry};
 use cronq_shared::signing::Keyring;
 
+pub use self::depths::Depth;
 pub use self::link::RECONNECT;
 
 /// With several nodes, how long a publish waits for its next confirm before it gives its

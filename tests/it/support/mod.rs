@@ -16,6 +16,7 @@ pub mod backends;
 pub mod cli;
 pub mod config_dir;
 pub mod consumer_process;
+pub mod dashboard;
 pub mod data_file;
 pub mod deliveries;
 pub mod deployment;

@@ -16,8 +16,8 @@ use cronq_shared::names::JobName;
 use cronq_shared::runlog::DEFAULT_MAX_RUNS;
 use cronq_shared::signing::Keyring;
 
-use super::settings::{Target, UsageError};
 use crate::cli::Cli;
+use crate::cmd::settings::{Target, UsageError};
 
 /// The job called `name` in `config`, or a usage error naming the file and suggesting a
 /// likely match.
@@ -46,7 +46,7 @@ pub fn job<'a>(config: &'a Config, name: &str) -> Result<&'a Job, UsageError> {
 /// A usage error for an unknown job or an invalid name; a config error.
 pub fn job_filter(cli: &Cli, name: &str) -> anyhow::Result<JobName> {
     if cli.config.is_some() {
-        let config = super::settings::load_config(cli)?;
+        let config = crate::cmd::settings::load_config(cli)?;
         return Ok(job(&config, name)?.name.clone());
     }
     JobName::new(name).context("--job")
@@ -169,7 +169,11 @@ pub async fn stores_and_queue(
     }
 }
 
-async fn open_data(
+/// Opens a standalone's data file (which must exist) as its queue and its stores.
+///
+/// # Errors
+/// A usage error when the file does not exist; when it cannot be used.
+pub async fn open_data(
     path: &std::path::Path,
     sync: cronq_backends::Sync,
     retention: Duration,

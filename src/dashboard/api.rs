@@ -1,0 +1,437 @@
+//! The JSON API under `/api/v1` (described by `openapi.json`, served at
+//! `/api/v1/openapi.json`): the reads come from the snapshot (`super::snapshot`) or the
+//! stores, the changes go through `super::actions` after `super::auth` allowed them.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use chrono::Utc;
+use cronq_shared::config::{Handler, Job};
+use cronq_shared::runlog::Run;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::App;
+use super::actions::{self, ApiError};
+use super::query::{JobsQuery, RunsQuery, paginate};
+use super::snapshot::{RECENT_RUNS, Snapshot, within};
+use crate::output;
+
+/// The OpenAPI document of this API.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// How many of the newest runs (of one job, with `job`) the runs listing filters.
+pub const RUNS_SCANNED: usize = RECENT_RUNS;
+
+/// `GET /api/v1/openapi.json`.
+pub async fn openapi() -> Response {
+    ([("content-type", "application/json")], OPENAPI).into_response()
+}
+
+/// `GET /api/v1/fleet`.
+pub async fn fleet(State(app): State<Arc<App>>) -> Json<Value> {
+    Json(fleet_json(&app, &app.snapshot()))
+}
+
+/// The fleet's state as JSON.
+pub fn fleet_json(app: &App, snap: &Snapshot) -> Value {
+    let now = Utc::now();
+    let hour_ago = now - chrono::TimeDelta::hours(1);
+    json!({
+        "place": app.source.place,
+        "read_only": app.admin.is_read_only(),
+        "taken_at": snap.taken_at.map(output::utc),
+        "leader": snap.leader.as_ref().map(|h| json!({
+            "instance": h.instance,
+            "epoch": h.epoch,
+            "lease_left_ms": u64::try_from(h.remaining.as_millis()).unwrap_or(u64::MAX),
+        })),
+        "queues": snap.queues,
+        "dead_letters": snap.dead_letters,
+        "jobs": app.source.config.jobs.len(),
+        "paused": snap.paused.len(),
+        "last_hour": {
+            "expected": snap.expected_last_hour,
+            "outcomes": snap.outcomes_since(hour_ago),
+            "window": RECENT_RUNS,
+        },
+        "outages": outages(snap),
+    })
+}
+
+/// The outages of a snapshot, as JSON.
+pub fn outages(snap: &Snapshot) -> Vec<&super::snapshot::Outage> {
+    snap.store_outage.iter().chain(&snap.queue_outage).collect()
+}
+
+/// `GET /api/v1/jobs`.
+pub async fn jobs(
+    State(app): State<Arc<App>>,
+    Query(q): Query<JobsQuery>,
+) -> Result<Json<Value>, ApiError> {
+    q.check().map_err(ApiError::bad_request)?;
+    let snap = app.snapshot();
+    let config = &app.source.config;
+    let page = q.select(config, &snap, &app.by_name);
+    let now = Utc::now();
+    let rows: Vec<Value> = page
+        .rows
+        .iter()
+        .map(|i| {
+            job_row(
+                &config.jobs[*i],
+                snap.next
+                    .get(*i)
+                    .copied()
+                    .flatten()
+                    .or_else(|| config.jobs[*i].schedule.next_after(now)),
+                &snap,
+            )
+        })
+        .collect();
+    Ok(Json(json!({
+        "total": page.total,
+        "page": page.page,
+        "pages": page.pages(),
+        "per_page": page.per_page,
+        "window": RECENT_RUNS,
+        "jobs": rows,
+        "outages": outages(&snap),
+    })))
+}
+
+fn job_row(job: &Job, next: Option<chrono::DateTime<Utc>>, snap: &Snapshot) -> Value {
+    let mut strip: Vec<&str> = snap
+        .runs_of(&job.name)
+        .map(|r| r.outcome.as_str())
+        .collect();
+    strip.reverse();
+    json!({
+        "job": job.name.as_str(),
+        "schedule": job.schedule.as_str(),
+        "timezone": job.timezone.name(),
+        "queue": job.queue.as_str(),
+        "next": next.map(|t| json!({
+            "utc": output::utc(t),
+            "local": output::local(&t.with_timezone(&job.timezone)),
+        })),
+        "paused": snap.paused.get(&job.name).map(|p| json!({ "since": output::utc(p.since), "note": p.note })),
+        "last": snap.last(&job.name).map(|r| json!({
+            "key": r.key.to_string(),
+            "outcome": r.outcome.as_str(),
+            "at": output::utc(r.started_at),
+            "error": r.error,
+        })),
+        "strip": strip,
+    })
+}
+
+/// The config of a job as shown: an `http` handler's URL and header values by origin only.
+pub fn job_config(job: &Job) -> Value {
+    let handler = match &job.handler {
+        None => json!({ "embedded": "registered by an embedding program" }),
+        Some(Handler::Command(c)) => json!({ "command": {
+            "argv": c.argv,
+            "user": c.user,
+            "group": c.group,
+            "cwd": c.cwd.as_ref().map(|p| p.display().to_string()),
+            "env": c.env.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+            "clear_env": c.clear_env,
+        }}),
+        Some(Handler::Http(h)) => json!({ "http": {
+            "method": h.method,
+            "url": format!("hidden ({})", h.url),
+            "headers": h.headers.iter().map(|(k, v)| json!({ "name": k, "value": format!("hidden ({v})") })).collect::<Vec<_>>(),
+        }}),
+    };
+    let d = |d: std::time::Duration| humantime::format_duration(d).to_string();
+    json!({
+        "schedule": job.schedule.as_str(),
+        "timezone": job.timezone.name(),
+        "queue": job.queue.as_str(),
+        "timeout": d(job.timeout),
+        "overlap": job.overlap,
+        "catchup": job.catchup,
+        "catchup_window": d(job.catchup_window),
+        "deadline": job.deadline.map(d),
+        "max_attempts": job.max_attempts,
+        "backoff": d(job.backoff),
+        "backoff_max": d(job.backoff_max),
+        "jitter": d(job.jitter),
+        "retention": d(job.retention),
+        "payload": job.payload,
+        "handler": handler,
+    })
+}
+
+/// A run as the API shows it, with its start lateness (start minus scheduled time).
+pub fn run_json(r: &Run) -> Value {
+    let lateness = r
+        .key
+        .scheduled_at()
+        .map(|at| (r.started_at - at).num_milliseconds());
+    json!({
+        "key": r.key.to_string(),
+        "job": r.job.as_str(),
+        "attempt": r.attempt,
+        "consumer": r.consumer,
+        "started_at": output::utc(r.started_at),
+        "duration_ms": u64::try_from(r.duration.as_millis()).unwrap_or(u64::MAX),
+        "outcome": r.outcome.as_str(),
+        "error": r.error,
+        "start_lateness_ms": lateness,
+    })
+}
+
+/// `GET /api/v1/jobs/{job}`.
+pub async fn job(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let job = actions::job(&app.source, &name)?;
+    let snap = app.snapshot();
+    let runs = job_runs(&app, job).await;
+    let (runs, error) = match runs {
+        Ok(r) => (r, None),
+        Err(e) => (Vec::new(), Some(e)),
+    };
+    Ok(Json(json!({
+        "job": job.name.as_str(),
+        "config": job_config(job),
+        "next": actions::next_fires(job, Utc::now(), 10),
+        "paused": snap.paused.get(&job.name).map(|p| json!({ "since": output::utc(p.since), "note": p.note })),
+        "runs": runs.iter().map(run_json).collect::<Vec<_>>(),
+        "runs_error": error,
+        "outages": outages(&snap),
+    })))
+}
+
+/// How many runs a job's page shows.
+pub const JOB_RUNS: usize = 100;
+
+/// The newest runs of `job`, read from the run log.
+///
+/// # Errors
+/// The store's error, as text.
+pub async fn job_runs(app: &App, job: &Job) -> Result<Vec<Run>, String> {
+    runs_of(app, Some(&job.name), JOB_RUNS)
+        .await
+        .map(|(r, _)| r)
+}
+
+/// Up to `limit` newest runs (of `job`), and how many entries they were chosen from: on a
+/// data file from its index (all of the job's history); on Redis, whose stream is not
+/// indexed by job and costs a read per entry, from the snapshot's newest entries (at most
+/// [`RECENT_RUNS`], at most [`super::snapshot::REFRESH`] old).
+async fn runs_of(
+    app: &App,
+    job: Option<&cronq_shared::names::JobName>,
+    limit: usize,
+) -> Result<(Vec<Run>, usize), String> {
+    if app.source.runs_indexed {
+        let runs = within(app.source.stores.runlog.list(job, limit)).await?;
+        let scanned = runs.len();
+        return Ok((runs, scanned));
+    }
+    let snap = app.snapshot();
+    let runs = snap
+        .recent
+        .iter()
+        .filter(|r| job.is_none_or(|j| r.job == *j))
+        .take(limit)
+        .cloned()
+        .collect();
+    Ok((runs, snap.recent.len()))
+}
+
+/// A runs listing: the page, how many were scanned, and whether the store answered.
+pub struct RunsPage {
+    /// The page.
+    pub page: super::query::Page<Run>,
+    /// How many of the newest runs were scanned.
+    pub scanned: usize,
+    /// The store's error, if it did not answer.
+    pub error: Option<String>,
+}
+
+/// The runs a [`RunsQuery`] selects.
+///
+/// # Errors
+/// 400 for a bad parameter; 404 for an unknown job.
+pub async fn select_runs(app: &App, q: &RunsQuery) -> Result<RunsPage, ApiError> {
+    let filter = q.filter().map_err(ApiError::bad_request)?;
+    let job = match &filter.job {
+        Some(name) => Some(actions::job(&app.source, name)?.name.clone()),
+        None => None,
+    };
+    let (runs, scanned, error) = match runs_of(app, job.as_ref(), RUNS_SCANNED).await {
+        Ok((r, scanned)) => (r, scanned, None),
+        Err(e) => (Vec::new(), 0, Some(e)),
+    };
+    let kept: Vec<Run> = runs.into_iter().filter(|r| filter.keeps(r)).collect();
+    Ok(RunsPage {
+        page: paginate(kept, q.page, q.per_page),
+        scanned,
+        error,
+    })
+}
+
+/// `GET /api/v1/runs`.
+pub async fn runs(
+    State(app): State<Arc<App>>,
+    Query(q): Query<RunsQuery>,
+) -> Result<Response, ApiError> {
+    let r = select_runs(&app, &q).await?;
+    if let Some(error) = r.error {
+        return Err(ApiError::unavailable(format!(
+            "cannot read the run history from {}: {error}",
+            app.source.store_name
+        )));
+    }
+    Ok(Json(json!({
+        "total": r.page.total,
+        "page": r.page.page,
+        "pages": r.page.pages(),
+        "per_page": r.page.per_page,
+        "scanned": r.scanned,
+        "runs": r.page.rows.iter().map(run_json).collect::<Vec<_>>(),
+    }))
+    .into_response())
+}
+
+/// `GET /api/v1/dead-letters`.
+pub async fn dead_letters(State(app): State<Arc<App>>) -> Result<Json<Value>, ApiError> {
+    let letters = read_dead_letters(&app)
+        .await
+        .map_err(ApiError::unavailable)?;
+    Ok(Json(json!({
+        "count": letters.len(),
+        "letters": letters.iter().map(|l| json!({
+            "key": l.key,
+            "job": l.job,
+            "queue": l.queue.as_ref().map(|q| q.as_str()),
+            "attempts": l.attempts,
+            "reason": l.reason,
+            "last_error": l.last_error,
+            "dead_lettered_at": output::utc(l.dead_lettered_at),
+        })).collect::<Vec<_>>(),
+    })))
+}
+
+/// The dead letters, oldest first.
+///
+/// # Errors
+/// A message naming the queue's service.
+pub async fn read_dead_letters(app: &App) -> Result<Vec<cronq_shared::broker::DeadLetter>, String> {
+    within(app.source.broker.dead_letters()).await.map_err(|e| {
+        format!(
+            "cannot read the dead-letter queue from {}: {e}",
+            app.source.queue_name
+        )
+    })
+}
+
+/// Checks that the caller may change things.
+fn allowed(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
+    app.admin.authorize(headers, None).map_err(|r| ApiError {
+        status: StatusCode::from_u16(r.status).unwrap_or(StatusCode::FORBIDDEN),
+        message: r.message,
+    })
+}
+
+/// The body of `POST /api/v1/jobs/{job}/pause`.
+#[derive(Debug, Default, Deserialize)]
+pub struct PauseBody {
+    /// Why.
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+/// The body of `POST /api/v1/jobs/{job}/trigger`.
+#[derive(Debug, Default, Deserialize)]
+pub struct TriggerBody {
+    /// JSON replacing the configured payload.
+    #[serde(default)]
+    pub payload: Option<Value>,
+}
+
+/// A JSON body, or 400 naming what is wrong (an empty body is the default).
+fn body<T: serde::de::DeserializeOwned + Default>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::bad_request(format!("the request body is not the JSON expected: {e}"))
+    })
+}
+
+/// `POST /api/v1/jobs/{job}/pause`.
+pub async fn pause(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    bytes: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    allowed(&app, &headers)?;
+    let b: PauseBody = body(&bytes)?;
+    actions::pause(&app.source, &name, b.note).await.map(Json)
+}
+
+/// `POST /api/v1/jobs/{job}/resume`.
+pub async fn resume(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    allowed(&app, &headers)?;
+    actions::resume(&app.source, &name).await.map(Json)
+}
+
+/// `POST /api/v1/jobs/{job}/trigger`.
+pub async fn trigger(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    bytes: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    allowed(&app, &headers)?;
+    let b: TriggerBody = body(&bytes)?;
+    let payload = b.payload.map(|p| p.to_string());
+    actions::trigger(&app.source, &name, payload.as_deref())
+        .await
+        .map(Json)
+}
+
+/// `POST /api/v1/jobs/{job}/backfill`.
+pub async fn backfill(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    bytes: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    allowed(&app, &headers)?;
+    let b: actions::Backfill = body(&bytes)?;
+    actions::backfill(&app.source, &name, &b).await.map(Json)
+}
+
+/// `POST /api/v1/dead-letters/replay`.
+pub async fn replay(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    bytes: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    allowed(&app, &headers)?;
+    let b: actions::Replay = body(&bytes)?;
+    actions::replay(&app.source, &b).await.map(Json)
+}
+
+/// Any other path under `/api/v1`.
+pub async fn not_found() -> ApiError {
+    ApiError {
+        status: StatusCode::NOT_FOUND,
+        message: "no such API path: GET /api/v1/openapi.json lists them".into(),
+    }
+}

@@ -1,0 +1,151 @@
+//! The web dashboard and its JSON API (docs/dashboard.md): `cronq dashboard`, and
+//! `cronq standalone --dashboard-addr`. Server-rendered pages (`pages`) with a little
+//! JavaScript (`assets/`, compiled in), the API under `/api/v1` (`api`, `openapi.json`),
+//! the operations both share (`actions`), who may change things (`auth`), and the state
+//! they show (`snapshot`, read from `source`).
+//!
+//! Invariant: every response carries a Content-Security-Policy that allows only the
+//! dashboard's own script and style (no inline script), and every text a user or a store
+//! supplied is escaped by the templates; no GET changes anything.
+
+mod actions;
+mod api;
+mod auth;
+mod pages;
+mod query;
+mod snapshot;
+mod source;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::http::{HeaderValue, header};
+use axum::routing::{get, post};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+pub use self::auth::Admin;
+pub use self::source::{Queues, Source};
+
+use self::snapshot::{Refresher, Snapshot};
+
+/// What every request handler shares.
+pub struct App {
+    source: Source,
+    admin: Admin,
+    snapshot: watch::Receiver<Arc<Snapshot>>,
+    /// The config's jobs in name order (`query::by_name`).
+    by_name: Vec<usize>,
+}
+
+impl App {
+    /// The latest snapshot.
+    fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.borrow().clone()
+    }
+}
+
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// The routes of the dashboard.
+fn router(app: Arc<App>) -> Router {
+    let api = Router::new()
+        .route("/openapi.json", get(api::openapi))
+        .route("/fleet", get(api::fleet))
+        .route("/jobs", get(api::jobs))
+        .route("/jobs/{job}", get(api::job))
+        .route("/jobs/{job}/pause", post(api::pause))
+        .route("/jobs/{job}/resume", post(api::resume))
+        .route("/jobs/{job}/trigger", post(api::trigger))
+        .route("/jobs/{job}/backfill", post(api::backfill))
+        .route("/runs", get(api::runs))
+        .route("/dead-letters", get(api::dead_letters))
+        .route("/dead-letters/replay", post(api::replay))
+        .fallback(api::not_found);
+    Router::new()
+        .route("/", get(pages::fleet))
+        .route("/jobs", get(pages::jobs))
+        .route("/jobs/{job}", get(pages::job))
+        .route("/runs", get(pages::runs))
+        .route("/dead-letters", get(pages::dead_letters))
+        .route("/login", get(pages::login_form).post(pages::login))
+        .route("/logout", post(pages::logout))
+        .route("/ui/jobs/{job}/{action}", post(pages::job_action))
+        .route("/ui/dead-letters/replay", post(pages::replay))
+        .route("/assets/app.js", get(pages::script))
+        .route("/assets/app.css", get(pages::style))
+        .nest("/api/v1", api)
+        .fallback(pages::not_found)
+        .layer(axum::middleware::map_response(secure_headers))
+        .with_state(app)
+}
+
+async fn secure_headers(mut response: axum::response::Response) -> axum::response::Response {
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
+    response
+}
+
+/// Serves the dashboard on `addr` until `token` is cancelled, refreshing its snapshot of
+/// `source` meanwhile.
+///
+/// # Errors
+/// When the address cannot be bound, or the server fails.
+pub async fn serve(
+    addr: SocketAddr,
+    source: Source,
+    admin: Admin,
+    token: CancellationToken,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+        format!("cannot bind the dashboard address {addr}: choose a free one with --addr (or --dashboard-addr)")
+    })?;
+    let local = listener.local_addr().unwrap_or(addr);
+    if !local.ip().is_loopback() {
+        tracing::warn!(addr = %local, "the dashboard listens beyond this machine: put it behind TLS (see docs/dashboard.md)");
+    }
+    tracing::info!(
+        addr = %local,
+        read_only = admin.is_read_only(),
+        url = %format!("http://{local}/"),
+        "dashboard listening"
+    );
+    let (refresher, snapshot) = Refresher::new(source.clone());
+    let by_name = query::by_name(&source.config);
+    let app = Arc::new(App {
+        by_name,
+        source,
+        admin,
+        snapshot,
+    });
+    let refreshing = token.child_token();
+    let (served, refreshed) = tokio::join!(
+        async {
+            let r = axum::serve(listener, router(app))
+                .with_graceful_shutdown(token.clone().cancelled_owned())
+                .await
+                .context("dashboard server failed");
+            refreshing.cancel();
+            r
+        },
+        refresher.run(refreshing.clone()),
+    );
+    served?;
+    refreshed
+}

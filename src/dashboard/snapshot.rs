@@ -1,0 +1,278 @@
+//! What every page shows, read from the stores every [`REFRESH`] by one task and shared
+//! read-only with the requests (a `watch` channel): pause flags, the newest runs, the
+//! leader, queue depths and each job's next fire time. A page then costs no store round
+//! trip, however many jobs there are, and keeps showing the last state while Redis or
+//! RabbitMQ is away, saying since when.
+//!
+//! Invariant: a failed read keeps the previous value of what it reads and records the
+//! outage; the next successful read clears it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use cronq_shared::config::Config;
+use cronq_shared::control::Pause;
+use cronq_shared::lease::Holder;
+use cronq_shared::names::JobName;
+use cronq_shared::runlog::Run;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::source::{QueueDepth, Source};
+
+/// How often the snapshot is refreshed (pages poll about as often).
+pub const REFRESH: Duration = Duration::from_secs(2);
+
+/// The longest one read of a store may take before it counts as an outage.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How many of the newest runs the snapshot holds: the jobs page's last outcomes and
+/// outcome strips come from them, and on Redis the runs listings too (docs/dashboard.md, "What the pages read").
+pub const RECENT_RUNS: usize = 10_000;
+
+/// How often the occurrences expected in the last hour are counted again.
+const EXPECTED_EVERY: chrono::TimeDelta = chrono::TimeDelta::minutes(5);
+
+/// How many outcomes a job's strip shows.
+pub const STRIP: usize = 20;
+
+/// A service that did not answer.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Outage {
+    /// `Redis`, `RabbitMQ`, `the data file`.
+    pub service: &'static str,
+    /// Since the first failed read.
+    pub since: DateTime<Utc>,
+    /// The last error.
+    pub error: String,
+}
+
+/// The state at one moment.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// When the last refresh ended (`None` before the first).
+    pub taken_at: Option<DateTime<Utc>>,
+    /// Paused jobs.
+    pub paused: BTreeMap<JobName, Pause>,
+    /// The newest runs, newest first.
+    pub recent: Arc<Vec<Run>>,
+    /// Per job, the indices in `recent` of its newest runs (at most [`STRIP`]).
+    pub by_job: Arc<HashMap<JobName, Vec<usize>>>,
+    /// The leader, if any.
+    pub leader: Option<Holder>,
+    /// Each queue's depth.
+    pub queues: Vec<QueueDepth>,
+    /// Letters in the dead-letter queue.
+    pub dead_letters: Option<u64>,
+    /// Each job's next fire time, by its index in the config.
+    pub next: Arc<Vec<Option<DateTime<Utc>>>>,
+    /// Occurrences the schedules produced in the hour before `expected_at`.
+    pub expected_last_hour: Option<usize>,
+    /// When `expected_last_hour` was counted.
+    pub expected_at: Option<DateTime<Utc>>,
+    /// The store outage now, if any.
+    pub store_outage: Option<Outage>,
+    /// The queue outage now, if any.
+    pub queue_outage: Option<Outage>,
+}
+
+impl Snapshot {
+    /// The newest runs of `job` in the window, newest first.
+    pub fn runs_of<'s>(&'s self, job: &JobName) -> impl Iterator<Item = &'s Run> + 's {
+        self.by_job
+            .get(job)
+            .into_iter()
+            .flatten()
+            .map(|i| &self.recent[*i])
+    }
+
+    /// The last outcome of `job` in the window.
+    pub fn last(&self, job: &JobName) -> Option<&Run> {
+        self.runs_of(job).next()
+    }
+
+    /// Outcomes of the window's runs that started after `since`, by outcome.
+    pub fn outcomes_since(&self, since: DateTime<Utc>) -> BTreeMap<&'static str, usize> {
+        let mut out = BTreeMap::new();
+        for run in self.recent.iter().take_while(|r| r.started_at >= since) {
+            *out.entry(run.outcome.as_str()).or_insert(0) += 1;
+        }
+        out
+    }
+}
+
+/// Reads a snapshot every [`REFRESH`] until `token` is cancelled.
+pub struct Refresher {
+    source: Source,
+    tx: watch::Sender<Arc<Snapshot>>,
+}
+
+impl Refresher {
+    /// A refresher and the receiver the requests read.
+    pub fn new(source: Source) -> (Self, watch::Receiver<Arc<Snapshot>>) {
+        let (tx, rx) = watch::channel(Arc::new(Snapshot::default()));
+        (Self { source, tx }, rx)
+    }
+
+    /// Refreshes until `token` is cancelled.
+    ///
+    /// # Errors
+    /// None so far; the signature is that of every long-running part.
+    pub async fn run(self, token: CancellationToken) -> anyhow::Result<()> {
+        let mut next = Arc::new(Vec::new());
+        loop {
+            let previous = self.tx.borrow().clone();
+            next = next_fires(&self.source.config, next).await;
+            let mut snapshot = refresh(&self.source, &previous, next.clone()).await;
+            let now = Utc::now();
+            if previous
+                .expected_at
+                .is_none_or(|at| now - at >= EXPECTED_EVERY)
+            {
+                let config = self.source.config.clone();
+                let hour_ago = now - chrono::TimeDelta::hours(1);
+                snapshot.expected_last_hour = tokio::task::spawn_blocking(move || {
+                    config
+                        .jobs
+                        .iter()
+                        .map(|j| {
+                            crate::ops::backfill::Preview::of(&j.schedule, hour_ago, now).count
+                        })
+                        .sum()
+                })
+                .await
+                .ok();
+                snapshot.expected_at = Some(now);
+            }
+            self.tx.send_replace(Arc::new(snapshot));
+            if token
+                .run_until_cancelled(tokio::time::sleep(REFRESH))
+                .await
+                .is_none()
+            {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Each job's next fire time: recomputed only for the jobs whose last one has passed, so a
+/// refresh of 100,000 jobs costs the few that fired.
+async fn next_fires(
+    config: &Arc<Config>,
+    known: Arc<Vec<Option<DateTime<Utc>>>>,
+) -> Arc<Vec<Option<DateTime<Utc>>>> {
+    let now = Utc::now();
+    let stale =
+        known.len() != config.jobs.len() || known.iter().any(|t| t.is_some_and(|t| t <= now));
+    if !stale {
+        return known;
+    }
+    let config = config.clone();
+    let computed = tokio::task::spawn_blocking(move || {
+        let fresh = known.len() == config.jobs.len();
+        config
+            .jobs
+            .iter()
+            .enumerate()
+            .map(|(i, job)| match known.get(i).copied().flatten() {
+                Some(t) if fresh && t > now => Some(t),
+                None if fresh => None,
+                _ => job.schedule.next_after(now),
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_default();
+    Arc::new(computed)
+}
+
+/// `call` within [`READ_TIMEOUT`], its error as text.
+pub async fn within<T, E: Into<anyhow::Error>>(
+    call: impl Future<Output = Result<T, E>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(READ_TIMEOUT, call).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(format!("{:#}", e.into())),
+        Err(_) => Err(format!("no answer within {}s", READ_TIMEOUT.as_secs())),
+    }
+}
+
+async fn refresh(
+    source: &Source,
+    previous: &Snapshot,
+    next: Arc<Vec<Option<DateTime<Utc>>>>,
+) -> Snapshot {
+    let now = Utc::now();
+    let stores = &source.stores;
+    let (paused, recent, leader, depths) = tokio::join!(
+        within(stores.control.paused()),
+        within(stores.runlog.list(None, RECENT_RUNS)),
+        within(stores.lease.holder()),
+        source.depths(),
+    );
+    let mut out = Snapshot {
+        taken_at: Some(now),
+        next,
+        ..previous.clone()
+    };
+    let mut store_error = None;
+    match paused {
+        Ok(p) => out.paused = p,
+        Err(e) => store_error = Some(e),
+    }
+    match recent {
+        Ok(runs) => {
+            let mut by_job: HashMap<JobName, Vec<usize>> = HashMap::new();
+            for (i, run) in runs.iter().enumerate() {
+                let list = by_job.entry(run.job.clone()).or_default();
+                if list.len() < STRIP {
+                    list.push(i);
+                }
+            }
+            out.recent = Arc::new(runs);
+            out.by_job = Arc::new(by_job);
+        }
+        Err(e) => store_error = Some(e),
+    }
+    match leader {
+        Ok(l) => out.leader = l,
+        Err(e) => store_error = Some(e),
+    }
+    out.store_outage = outage(source.store_name, store_error, &previous.store_outage, now);
+    let queue_error = match depths {
+        Ok((rows, dlq)) => {
+            out.queues = rows;
+            out.dead_letters = dlq;
+            None
+        }
+        Err(e) => Some(e),
+    };
+    out.queue_outage = outage(source.queue_name, queue_error, &previous.queue_outage, now);
+    out
+}
+
+fn outage(
+    service: &'static str,
+    error: Option<String>,
+    before: &Option<Outage>,
+    now: DateTime<Utc>,
+) -> Option<Outage> {
+    let error = error?;
+    if let Some(before) = before {
+        tracing::debug!(service, error = %error, "dashboard: still cannot read");
+        return Some(Outage {
+            error,
+            ..before.clone()
+        });
+    }
+    tracing::warn!(service, error = %error, "dashboard: cannot read; showing the last state read");
+    Some(Outage {
+        service,
+        since: now,
+        error,
+    })
+}

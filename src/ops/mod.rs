@@ -1,0 +1,7 @@
+//! The operations behind `cronq jobs/runs/pause/resume/trigger/backfill/dlq` that the
+//! dashboard (`crate::dashboard`) performs too: written once here, called by both, so the
+//! command line and the browser cannot drift.
+
+pub mod backfill;
+pub mod lookup;
+pub mod trigger;

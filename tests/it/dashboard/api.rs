@@ -1,0 +1,276 @@
+//! The JSON API of a real `cronq dashboard`: reads (jobs with search, sort and pages; a job
+//! with its next fire times; runs by key; dead letters; the fleet), the changes with the
+//! admin token (pause with a note seen by `cronq jobs`, resume, trigger, backfill preview,
+//! dry-run replay), errors as JSON (unknown job with a "did you mean", bad parameters,
+//! missing or wrong token); then the same through `--data` and a standalone's
+//! `--dashboard-addr` on one data file; and the outage of a Redis of the test's own shown on
+//! the API and the pages, then gone once it is back.
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use super::jobs;
+use crate::support::cli::{self, start_consumer};
+use crate::support::dashboard::{self, TOKEN, WAIT};
+use crate::support::data_file::DataFile;
+use crate::support::producer_process::{LEADER, producer};
+use crate::support::{eventually, scoped};
+
+/// Waits until `GET /api/v1/runs?key=KEY` shows a run with `outcome`.
+async fn run_of(d: &dashboard::Dashboard, key: &str, outcome: &str) -> Value {
+    let path = format!("/api/v1/runs?key={key}");
+    eventually(WAIT, &format!("a {outcome} run of {key}"), || async {
+        let v = d.json(&path).await;
+        v["runs"]
+            .as_array()
+            .and_then(|r| r.iter().find(|r| r["outcome"] == outcome).cloned())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn api_over_rabbitmq_and_redis() {
+    scoped("dash-api", |env| async move {
+        let config = cli::config(&env, &jobs(&env));
+        producer(&env, "producer", &config);
+        start_consumer(&env, &config, "c1");
+        let d = dashboard::start(&env, "dashboard", &["dashboard", "--config", &config], "--addr", true).await;
+
+        let doc = d.json("/api/v1/openapi.json").await;
+        assert!(doc["paths"]["/api/v1/jobs/{job}/pause"]["post"].is_object(), "{doc}");
+
+        // Search, sort, pages.
+        let v = d.json("/api/v1/jobs?q=REP").await;
+        assert_eq!((v["total"].as_u64(), v["jobs"][0]["job"].as_str()), (Some(1), Some("report")), "{v}");
+        let v = d.json("/api/v1/jobs?per_page=1&page=2&sort=name").await;
+        assert_eq!((v["pages"].as_u64(), v["jobs"][0]["job"].as_str()), (Some(2), Some("report")), "{v}");
+        let v = d.json("/api/v1/jobs?sort=name&order=desc").await;
+        assert_eq!(v["jobs"][0]["job"], "report", "{v}");
+        assert_eq!(v["jobs"][0]["next"]["utc"].as_str().map(|t| &t[10..]), Some("T01:30:00Z"), "{v}");
+
+        // Errors are JSON with a message.
+        let (status, v) = dashboard::get(&d.url("/api/v1/jobs/reprot")).await.unwrap();
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert!(v["error"].as_str().unwrap().ends_with("did you mean \"report\"?"), "{v}");
+        let (status, v) = dashboard::get(&d.url("/api/v1/runs?outcome=great")).await.unwrap();
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(v["error"].as_str().unwrap().starts_with("outcome \"great\" is not one of"), "{v}");
+
+        // A job: its config (no secrets), the next 10 fire times.
+        let v = d.json("/api/v1/jobs/report").await;
+        assert_eq!(v["next"].as_array().map(Vec::len), Some(10), "{v}");
+        assert_eq!(v["config"]["timezone"], "Europe/Berlin");
+
+        // Changes need the token.
+        let note = "<script>alert(1)</script>";
+        let (status, v) = d.post("/api/v1/jobs/report/pause", None, json!({ "note": note })).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{v}");
+        let (status, v) = d.post("/api/v1/jobs/report/pause", Some("wrong-token-0123456789"), json!({ "note": note })).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{v}");
+        let (status, v) = d.post("/api/v1/jobs/report/pause", Some(TOKEN), json!({ "note": note })).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        let jobs = cli::json(&env, &["jobs", "--json", "--config", &config]);
+        let report = jobs["jobs"].as_array().unwrap().iter().find(|j| j["job"] == "report").unwrap();
+        assert_eq!(report["paused"]["note"], note, "{jobs}");
+        let (status, v) = d.post("/api/v1/jobs/report/resume", Some(TOKEN), json!({})).await;
+        assert_eq!((status, v["was_paused"].as_bool()), (StatusCode::OK, Some(true)), "{v}");
+
+        // Backfill: a preview first; a large range needs a confirmation.
+        let range = json!({ "from": "2026-01-01T00:00:00Z", "to": "2026-01-10T23:59:59Z", "dry_run": true });
+        let (status, v) = d.post("/api/v1/jobs/report/backfill", Some(TOKEN), range).await;
+        assert_eq!((status, v["count"].as_u64()), (StatusCode::OK, Some(10)), "{v}");
+        let large = json!({ "from": "1990-01-01T00:00:00Z", "to": "2026-01-01T00:00:00Z" });
+        let (status, v) = d.post("/api/v1/jobs/report/backfill", Some(TOKEN), large).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
+        assert!(v["error"].as_str().unwrap().contains("more than 10000"), "{v}");
+
+        // Trigger: the run appears; a failing one ends in the dead-letter queue.
+        let (status, v) = d.post("/api/v1/jobs/report/trigger", Some(TOKEN), json!({ "payload": { "x": 1 } })).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        let key = v["key"].as_str().unwrap().to_owned();
+        run_of(&d, &key, "succeeded").await;
+        let (status, v) = d.post("/api/v1/jobs/broken/trigger", Some(TOKEN), json!({})).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        let broken = v["key"].as_str().unwrap().to_owned();
+        let failed = run_of(&d, &broken, "failed").await;
+        assert!(failed["error"].as_str().unwrap().contains("boom"), "{failed}");
+        let letters = eventually(WAIT, "the dead letter", || async {
+            let v = d.json("/api/v1/dead-letters").await;
+            (v["count"] == 1).then_some(v)
+        })
+        .await;
+        assert_eq!(letters["letters"][0]["key"], broken.as_str(), "{letters}");
+        let (status, v) = d.post("/api/v1/dead-letters/replay", Some(TOKEN), json!({ "keys": [broken], "dry_run": true })).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        assert_eq!(v["entries"][0]["result"], "would replay", "{v}");
+        assert_eq!(d.json("/api/v1/dead-letters").await["count"], 1);
+
+        // The fleet: the leader, the consumer on its queue, the dead letter.
+        let fleet = eventually(WAIT, "the fleet's state", || async {
+            let v = d.json("/api/v1/fleet").await;
+            let default = v["queues"].as_array()?.iter().find(|q| q["queue"] == "default")?.clone();
+            (v["leader"]["epoch"].as_u64() >= Some(1) && default["consumers"].as_u64() >= Some(1) && v["dead_letters"] == 1).then_some(v)
+        })
+        .await;
+        assert_eq!(fleet["jobs"], 2, "{fleet}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn api_on_a_data_file() {
+    scoped("dash-data", |env| async move {
+        let file = DataFile::new(&env, &format!("{LEADER}\n{}", jobs(&env)));
+        let config = file.config.to_string_lossy().into_owned();
+        let data = file.arg();
+        // The standalone serves the dashboard itself; `cronq dashboard --data` reads the
+        // same file from another process.
+        let inside = dashboard::start(
+            &env,
+            "standalone",
+            &["standalone", "--config", &config, "--data", &data],
+            "--dashboard-addr",
+            true,
+        )
+        .await;
+        let outside = dashboard::start(
+            &env,
+            "dashboard",
+            &["dashboard", "--config", &config, "--data", &data],
+            "--addr",
+            false,
+        )
+        .await;
+        let (status, v) = inside
+            .post("/api/v1/jobs/report/trigger", Some(TOKEN), json!({}))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        let key = v["key"].as_str().unwrap().to_owned();
+        run_of(&outside, &key, "succeeded").await;
+        // Read-only: the API refuses every change with 403, whatever the token.
+        let (status, v) = outside
+            .post("/api/v1/jobs/report/pause", Some(TOKEN), json!({}))
+            .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{v}");
+        assert!(
+            v["error"]
+                .as_str()
+                .unwrap()
+                .starts_with("the dashboard is read-only"),
+            "{v}"
+        );
+        let (status, v) = inside
+            .post(
+                "/api/v1/jobs/report/pause",
+                Some(TOKEN),
+                json!({ "note": "maintenance" }),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        let jobs = file.json(&["jobs", "--json"]);
+        let report = jobs["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["job"] == "report")
+            .unwrap();
+        assert_eq!(report["paused"]["note"], "maintenance", "{jobs}");
+        let v = outside.json("/api/v1/fleet").await;
+        assert!(
+            v["place"].as_str().unwrap().starts_with("data file "),
+            "{v}"
+        );
+    })
+    .await;
+}
+
+/// A Redis server of the test's own on a free port, killed on drop.
+struct OwnRedis {
+    child: std::process::Child,
+    port: String,
+}
+
+impl OwnRedis {
+    fn start(port: &str) -> Self {
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                port,
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server (apt-get install redis-server)");
+        Self {
+            child,
+            port: port.to_owned(),
+        }
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn the_pages_say_when_redis_is_away_and_recover() {
+    scoped("dash-outage", |env| async move {
+        let config = cli::config(&env, &jobs(&env));
+        let port = crate::support::free_addr()
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .to_owned();
+        let redis = OwnRedis::start(&port);
+        let url = format!("redis://127.0.0.1:{}", redis.port);
+        eventually(WAIT, "the test's Redis", || async {
+            redis::Client::open(url.as_str())
+                .ok()?
+                .get_multiplexed_async_connection()
+                .await
+                .ok()
+        })
+        .await;
+        let d = dashboard::start_with(
+            &env,
+            "dashboard",
+            &["dashboard", "--config", &config],
+            "--addr",
+            true,
+            &[("CRONQ_REDIS_URL", &url)],
+        )
+        .await;
+        assert_eq!(d.json("/api/v1/fleet").await["outages"], json!([]));
+        drop(redis);
+        let fleet = eventually(WAIT, "the outage shown", || async {
+            let v = d.json("/api/v1/fleet").await;
+            (v["outages"][0]["service"] == "Redis").then_some(v)
+        })
+        .await;
+        let page = reqwest::get(d.url("/jobs"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            page.contains("Redis is unreachable since"),
+            "{fleet}\n{page}"
+        );
+        let _redis = OwnRedis::start(&port);
+        eventually(WAIT, "the recovery", || async {
+            let v = d.json("/api/v1/fleet").await;
+            (v["outages"] == json!([])).then_some(())
+        })
+        .await;
+    })
+    .await;
+}
