@@ -35,6 +35,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod chaos;
 mod command_identity;
 mod g1_once;
 mod g2_no_loss;
