@@ -204,8 +204,11 @@ impl Keyring {
         self.keys.iter().map(|k| k.id.as_str())
     }
 
-    /// Seals `message` (a plain wire body) with the signing key.
+    /// Seals `message` (a plain wire body, JSON) with the signing key. What
+    /// [`Keyring::open`] gives back is `message` without the JSON whitespace around it: a
+    /// JSON value inside the sealed body has none, so the MAC covers the value alone.
     pub fn seal(&self, message: &[u8]) -> Vec<u8> {
+        let message = trim_json_whitespace(message);
         let key = &self.keys[0];
         let mac = URL_SAFE_NO_PAD.encode(key.tag(message));
         let mut body = Vec::with_capacity(message.len() + key.id.len() + mac.len() + 48);
@@ -242,6 +245,14 @@ impl Keyring {
             .map_err(|_| mismatch())?;
         Ok(sealed.message)
     }
+}
+
+/// `bytes` without JSON's whitespace (space, tab, line feed, carriage return) at either end.
+fn trim_json_whitespace(bytes: &[u8]) -> &[u8] {
+    let ws = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    let start = bytes.iter().position(|b| !ws(b)).unwrap_or(bytes.len());
+    let end = bytes.iter().rposition(|b| !ws(b)).map_or(start, |i| i + 1);
+    &bytes[start..end]
 }
 
 /// The plain message inside `body` when it is sealed (unchecked), else `body` itself.

@@ -37,6 +37,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod chaos;
 mod command_identity;
 mod dashboard;
 mod g1_once;

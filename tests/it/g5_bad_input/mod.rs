@@ -5,3 +5,4 @@
 mod config;
 mod messages;
 mod settings;
+mod volume;

@@ -122,6 +122,7 @@ pub struct Running {
     kind: Deployment,
     config: PathBuf,
     producers: Vec<u32>,
+    consumers: Vec<u32>,
     standalone: Option<u32>,
     /// A standalone's admin address (`/metrics`).
     pub admin: Option<String>,
@@ -163,6 +164,7 @@ impl Running {
             kind,
             config: config.clone(),
             producers: Vec::new(),
+            consumers: Vec::new(),
             standalone: None,
             admin: None,
             runlog: None,
@@ -179,10 +181,11 @@ impl Running {
                 }
                 for i in 1..=options.consumers {
                     let id = format!("consumer-{i}");
-                    command(
+                    let pid = command(
                         &id,
                         &["consumer", "--consumer-id", &id, "--lease", options.lease],
                     );
+                    running.consumers.push(pid);
                 }
                 let url = options.redis_url.clone().unwrap_or_else(redis_url);
                 let conn = cronq_redis::connect_tls(&url, &options.tls)
@@ -233,6 +236,11 @@ impl Running {
                 .rfind(|l| l.contains("became leader") || l.contains("lost leadership"))?;
             last.contains("became leader").then_some((name, *pid))
         })
+    }
+
+    /// The pids of a fleet's consumers, in start order (`consumer-1` first).
+    pub fn consumers(&self) -> &[u32] {
+        &self.consumers
     }
 
     /// Keys of `job` published so far, by any producer.

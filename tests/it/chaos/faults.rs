@@ -1,0 +1,468 @@
+//! The soak's processes and the faults it injects into them: which process, when it comes
+//! back, and a record of every fault for the checker (a re-run must follow a kill or a
+//! freeze) and the table.
+//!
+//! The broker and Redis are shared with other tests: only the connections of this soak's
+//! own processes are closed, found by their local ports (`ss`), matched to RabbitMQ's
+//! `list_connections` peer ports and to Redis's `CLIENT LIST` addresses.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use nix::sys::signal::Signal;
+use rand::{Rng, RngExt};
+
+use super::{LEASE, PAUSABLE};
+use crate::support::TestEnv;
+
+/// What every process logs.
+const RUST_LOG: &str = "info,lapin=warn";
+
+/// One fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    KillConsumer,
+    KillProducer,
+    FreezeConsumer,
+    FreezeProducer,
+    CloseAmqp,
+    KillRedisClients,
+    Reload,
+    Pause,
+    Trigger,
+    Backfill,
+}
+
+impl Fault {
+    /// Its name in the table.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::KillConsumer => "SIGKILL + restart consumer",
+            Fault::KillProducer => "SIGKILL + restart producer",
+            Fault::FreezeConsumer => "SIGSTOP consumer past its lease, SIGCONT",
+            Fault::FreezeProducer => "SIGSTOP producer past the leader lease, SIGCONT",
+            Fault::CloseAmqp => "AMQP connections closed (rabbitmqctl close_connection)",
+            Fault::KillRedisClients => "Redis clients killed (CLIENT KILL ID)",
+            Fault::Reload => "SIGHUP reload with a changed config",
+            Fault::Pause => "pause, then resume, a job",
+            Fault::Trigger => "cronq trigger",
+            Fault::Backfill => "cronq backfill over the last 30 s",
+        }
+    }
+
+    /// A fault at random, weighted: process faults most often.
+    pub fn pick(rng: &mut impl Rng) -> Self {
+        const WEIGHTED: [(Fault, u32); 10] = [
+            (Fault::KillConsumer, 4),
+            (Fault::KillProducer, 3),
+            (Fault::FreezeConsumer, 3),
+            (Fault::FreezeProducer, 2),
+            (Fault::CloseAmqp, 2),
+            (Fault::KillRedisClients, 2),
+            (Fault::Reload, 1),
+            (Fault::Pause, 1),
+            (Fault::Trigger, 1),
+            (Fault::Backfill, 1),
+        ];
+        let total: u32 = WEIGHTED.iter().map(|w| w.1).sum();
+        let mut at = rng.random_range(0..total);
+        for (fault, weight) in WEIGHTED {
+            if at < weight {
+                return fault;
+            }
+            at -= weight;
+        }
+        Fault::KillConsumer
+    }
+}
+
+/// A fault that can make a consumer run an attempt again.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub at: DateTime<Utc>,
+    /// `kill`, `freeze` (of a consumer), or `connections`.
+    pub kind: &'static str,
+}
+
+struct Member {
+    role: &'static str,
+    name: String,
+    pid: u32,
+    generation: u32,
+    up: bool,
+    frozen: bool,
+}
+
+enum Pending {
+    Restart(usize),
+    Cont(usize),
+    Resume(String),
+}
+
+/// The soak's processes.
+pub struct Fleet {
+    env: TestEnv,
+    config: PathBuf,
+    members: Vec<Member>,
+    pending: Vec<(Instant, Pending)>,
+    /// Faults that can cause a re-run, in order.
+    pub events: Vec<Event>,
+    /// How many faults of each kind were injected.
+    pub faults: BTreeMap<&'static str, usize>,
+    /// Each pause: the job, when it was paused and when resumed.
+    pub paused: Vec<(String, DateTime<Utc>, DateTime<Utc>)>,
+    pausing: Option<(String, DateTime<Utc>)>,
+}
+
+impl Fleet {
+    /// Starts 3 producers and 3 consumers on `config`.
+    pub fn start(env: &TestEnv, config: &Path) -> Self {
+        let mut fleet = Self {
+            env: env.clone(),
+            config: config.to_owned(),
+            members: Vec::new(),
+            pending: Vec::new(),
+            events: Vec::new(),
+            faults: BTreeMap::new(),
+            paused: Vec::new(),
+            pausing: None,
+        };
+        for (role, n) in [("producer", 3), ("consumer", 3)] {
+            for i in 1..=n {
+                fleet.members.push(Member {
+                    role,
+                    name: format!("{role}-{i}"),
+                    pid: 0,
+                    generation: 0,
+                    up: false,
+                    frozen: false,
+                });
+                let index = fleet.members.len() - 1;
+                fleet.spawn(index);
+            }
+        }
+        fleet
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let m = &mut self.members[i];
+        m.generation += 1;
+        let mut cmd = self.env.cronq();
+        cmd.env("RUST_LOG", RUST_LOG)
+            .args(["--log-format", "json", "--config"])
+            .arg(&self.config)
+            .arg(m.role);
+        if m.role == "consumer" {
+            cmd.args([
+                "--consumer-id",
+                &m.name,
+                "--lease",
+                LEASE,
+                "--concurrency",
+                "8",
+                "--grace",
+                "10s",
+            ]);
+        }
+        m.pid = self
+            .env
+            .spawn_command(&format!("{}.{}", m.name, m.generation), cmd);
+        m.up = true;
+        m.frozen = false;
+    }
+
+    /// Waits `wait`, bringing back what is due meanwhile.
+    pub async fn tick(&mut self, wait: Duration) {
+        let until = Instant::now() + wait;
+        while Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            self.due(false);
+        }
+    }
+
+    /// Applies the pending restarts, SIGCONTs and resumes that are due (all, with `all`).
+    fn due(&mut self, all: bool) {
+        let now = Instant::now();
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|(at, _)| all || *at <= now);
+        self.pending = later;
+        for (_, what) in due {
+            match what {
+                Pending::Restart(i) => self.spawn(i),
+                Pending::Cont(i) => {
+                    self.env.signal(self.members[i].pid, Signal::SIGCONT);
+                    self.members[i].frozen = false;
+                }
+                Pending::Resume(job) => {
+                    let out = self.cli(&["resume", &job]);
+                    assert!(out.status.success(), "resume {job}: {out:?}");
+                    if let Some((job, from)) = self.pausing.take() {
+                        self.paused.push((job, from, Utc::now()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every process up and running, nothing paused.
+    pub async fn heal(&mut self) {
+        self.due(true);
+    }
+
+    fn cli(&self, args: &[&str]) -> std::process::Output {
+        let mut full = vec!["--config", self.config.to_str().expect("a UTF-8 path")];
+        full.extend_from_slice(args);
+        self.env.run(&full)
+    }
+
+    /// A running, unfrozen member of `role`, at random.
+    fn pick(&self, rng: &mut impl Rng, role: &str) -> Option<usize> {
+        let ready: Vec<usize> = (0..self.members.len())
+            .filter(|&i| {
+                let m = &self.members[i];
+                m.role == role && m.up && !m.frozen
+            })
+            .collect();
+        (!ready.is_empty()).then(|| ready[rng.random_range(0..ready.len())])
+    }
+
+    /// Injects `fault`, `elapsed` into the soak; prints what it did.
+    pub async fn inject(&mut self, fault: Fault, rng: &mut impl Rng, elapsed: Duration) {
+        let what = match fault {
+            Fault::KillConsumer | Fault::KillProducer => {
+                let role = if fault == Fault::KillConsumer {
+                    "consumer"
+                } else {
+                    "producer"
+                };
+                let Some(i) = self.pick(rng, role) else {
+                    return;
+                };
+                let pid = self.members[i].pid;
+                self.env.signal(pid, Signal::SIGKILL);
+                self.env.wait(pid, Duration::from_secs(5));
+                self.members[i].up = false;
+                if role == "consumer" {
+                    self.events.push(Event {
+                        at: Utc::now(),
+                        kind: "kill",
+                    });
+                }
+                let back = Duration::from_millis(rng.random_range(500..4000));
+                self.pending
+                    .push((Instant::now() + back, Pending::Restart(i)));
+                format!("{} (pid {pid}), back in {back:?}", self.members[i].name)
+            }
+            Fault::FreezeConsumer | Fault::FreezeProducer => {
+                let (role, range) = if fault == Fault::FreezeConsumer {
+                    ("consumer", 4000..8000)
+                } else {
+                    ("producer", 3000..5000)
+                };
+                let Some(i) = self.pick(rng, role) else {
+                    return;
+                };
+                self.env.signal(self.members[i].pid, Signal::SIGSTOP);
+                self.members[i].frozen = true;
+                if role == "consumer" {
+                    self.events.push(Event {
+                        at: Utc::now(),
+                        kind: "freeze",
+                    });
+                }
+                let back = Duration::from_millis(rng.random_range(range));
+                self.pending.push((Instant::now() + back, Pending::Cont(i)));
+                format!("{} for {back:?}", self.members[i].name)
+            }
+            Fault::CloseAmqp => {
+                let closed = close_amqp(&self.pids());
+                self.events.push(Event {
+                    at: Utc::now(),
+                    kind: "connections",
+                });
+                format!("{closed} connections")
+            }
+            Fault::KillRedisClients => {
+                let killed = kill_redis_clients(&self.env, &self.pids()).await;
+                self.events.push(Event {
+                    at: Utc::now(),
+                    kind: "connections",
+                });
+                format!("{killed} clients")
+            }
+            Fault::Reload => {
+                let mut n = 0;
+                for m in self.members.iter().filter(|m| m.role == "producer" && m.up) {
+                    self.env.signal(m.pid, Signal::SIGHUP);
+                    n += 1;
+                }
+                format!("{n} producers")
+            }
+            Fault::Pause => {
+                if self.pausing.is_some() {
+                    return;
+                }
+                let job = PAUSABLE[rng.random_range(0..PAUSABLE.len())].to_owned();
+                let out = self.cli(&["pause", &job, "--note", "chaos"]);
+                assert!(out.status.success(), "pause {job}: {out:?}");
+                self.pausing = Some((job.clone(), Utc::now()));
+                let back = Duration::from_millis(rng.random_range(5000..15000));
+                self.pending
+                    .push((Instant::now() + back, Pending::Resume(job.clone())));
+                format!("{job} for {back:?}")
+            }
+            Fault::Trigger => {
+                let job = format!("fast-{}", rng.random_range(1..=8));
+                let out = self.cli(&["trigger", &job]);
+                assert!(out.status.success(), "trigger {job}: {out:?}");
+                job
+            }
+            Fault::Backfill => {
+                let now = Utc::now();
+                let from = (now - chrono::Duration::seconds(30)).to_rfc3339();
+                let to = (now - chrono::Duration::seconds(10)).to_rfc3339();
+                let out = self.cli(&["backfill", "fast-1", "--from", &from, "--to", &to]);
+                assert!(out.status.success(), "backfill: {out:?}");
+                format!("fast-1 from {from} to {to}")
+            }
+        };
+        *self.faults.entry(fault.name()).or_insert(0) += 1;
+        eprintln!(
+            "chaos: t+{:.1}s {}: {what}",
+            elapsed.as_secs_f64(),
+            fault.name()
+        );
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        self.members
+            .iter()
+            .filter(|m| m.up)
+            .map(|m| m.pid)
+            .collect()
+    }
+
+    /// Sends `sig` to every running member of `role` and waits for them to exit.
+    pub fn stop(&mut self, sig: Signal, role: &str) {
+        for m in self.members.iter().filter(|m| m.role == role && m.up) {
+            self.env.signal(m.pid, sig);
+        }
+        for m in self.members.iter_mut().filter(|m| m.role == role && m.up) {
+            let code = self.env.wait(m.pid, Duration::from_secs(45));
+            assert!(code.is_some(), "{} (pid {}) did not exit", m.name, m.pid);
+            m.up = false;
+        }
+    }
+
+    /// The processes still running whose command line names the soak's directory (cronq
+    /// processes name its config, handlers its log).
+    pub fn left_running(&self, env: &TestEnv) -> Vec<String> {
+        let dir = env.dir.to_string_lossy().into_owned();
+        let me = std::process::id();
+        let mut left = Vec::new();
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            if pid == me {
+                continue;
+            }
+            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+                continue;
+            };
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if cmdline.contains(&dir) {
+                left.push(format!("{pid}: {cmdline}"));
+            }
+        }
+        left
+    }
+}
+
+/// The local ports of the TCP connections of `pids` to port `port` (`ss -tnp`).
+fn local_ports(pids: &[u32], port: u16) -> Vec<u16> {
+    let out = Command::new("ss")
+        .args(["-tnpH", "state", "established"])
+        .arg(format!("( dport = :{port} )"))
+        .output()
+        .expect("run ss (iproute2)");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| pids.iter().any(|p| l.contains(&format!("pid={p},"))))
+        .filter_map(|l| {
+            let local = l.split_whitespace().nth(2)?;
+            local.rsplit(':').next()?.parse().ok()
+        })
+        .collect()
+}
+
+/// Closes the AMQP connections of `pids` on the local RabbitMQ; returns how many.
+fn close_amqp(pids: &[u32]) -> usize {
+    let ours = local_ports(pids, 5672);
+    let out = Command::new("rabbitmqctl")
+        .args([
+            "list_connections",
+            "pid",
+            "peer_port",
+            "-q",
+            "--no-table-headers",
+        ])
+        .output()
+        .expect("run rabbitmqctl");
+    let mut closed = 0;
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let mut parts = line.split_whitespace();
+        let (Some(conn), Some(port)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        if port.parse().is_ok_and(|p: u16| ours.contains(&p)) {
+            let status = Command::new("rabbitmqctl")
+                .args(["close_connection", conn, "chaos soak"])
+                .output()
+                .expect("run rabbitmqctl");
+            if status.status.success() {
+                closed += 1;
+            }
+        }
+    }
+    closed
+}
+
+/// Kills the Redis clients of `pids` (`CLIENT KILL ID`); returns how many.
+async fn kill_redis_clients(env: &TestEnv, pids: &[u32]) -> usize {
+    let ours = local_ports(pids, 6379);
+    let mut conn = env.redis().await;
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut conn)
+        .await
+        .expect("CLIENT LIST");
+    let mut killed = 0;
+    for line in list.lines() {
+        let field = |name: &str| {
+            line.split_whitespace()
+                .find_map(|f| f.strip_prefix(name))
+                .map(str::to_owned)
+        };
+        let (Some(id), Some(addr)) = (field("id="), field("addr=")) else {
+            continue;
+        };
+        let port = addr.rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
+        if port.is_some_and(|p| ours.contains(&p)) {
+            let n: redis::RedisResult<i64> = redis::cmd("CLIENT")
+                .arg("KILL")
+                .arg("ID")
+                .arg(&id)
+                .query_async(&mut conn)
+                .await;
+            if n.is_ok_and(|n| n > 0) {
+                killed += 1;
+            }
+        }
+    }
+    killed
+}

@@ -1,0 +1,210 @@
+//! The chaos soak (docs/reliability.md): 3 `cronq producer` and 3 `cronq consumer`
+//! processes on the local RabbitMQ and Redis run 20 jobs (`@every 1s` and `@every 2s`:
+//! fast, slow 3-10 s under each overlap policy, flaky ~30 % with `max_attempts = 3`, always
+//! failing) while faults hit them at seeded random moments: SIGKILL and restart of
+//! producers and consumers, SIGSTOP past the lease then SIGCONT, the AMQP connections and
+//! Redis clients of these processes (only theirs: the broker is shared) closed, SIGHUP
+//! reloads with a changed config, a pause and resume, triggers and backfills.
+//!
+//! Then [`check`] reads the handlers' log (`KEY ATTEMPT START END OUTCOME` per attempt),
+//! `cronq runs --json` and `cronq dlq list --json`, and fails on any occurrence of the
+//! window without exactly one terminal outcome, any key with two successes, an
+//! always-failing occurrence not in the dead-letter queue exactly once, a re-run no fault
+//! explains, or a process left running. It prints the table of docs/reliability.md.
+//!
+//! `CRONQ_CHAOS_SECONDS` (default 90) is how long faults are injected, `CRONQ_CHAOS_SEED`
+//! the seed (default random; printed). `scripts/chaos` runs it for longer.
+
+mod check;
+mod faults;
+
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use nix::sys::signal::Signal;
+use rand::{RngExt, SeedableRng};
+
+use crate::support::deployment::argv;
+use crate::support::{TestEnv, eventually, scoped};
+
+use self::faults::{Fault, Fleet};
+
+/// A consumer's execution lease: a frozen consumer is frozen for longer.
+const LEASE: &str = "3s";
+/// The jobs: name, interval in seconds, kind, and the TOML lines of their own.
+const JOBS: &[(&str, i64, Kind, &str)] = &[
+    ("fast-1", 1, Kind::Fast, ""),
+    ("fast-2", 1, Kind::Fast, ""),
+    ("fast-3", 1, Kind::Fast, ""),
+    ("fast-4", 1, Kind::Fast, ""),
+    ("fast-5", 2, Kind::Fast, ""),
+    ("fast-6", 2, Kind::Fast, ""),
+    ("fast-7", 2, Kind::Fast, "queue = \"second\""),
+    ("fast-8", 1, Kind::Fast, "queue = \"second\""),
+    ("slow-allow", 2, Kind::Slow, "overlap = \"allow\""),
+    ("slow-skip", 2, Kind::Slow, "overlap = \"skip\""),
+    (
+        "slow-queue",
+        2,
+        Kind::Slow,
+        "overlap = \"queue\"\ndeadline = \"6s\"",
+    ),
+    ("slow-replace", 2, Kind::Slow, "overlap = \"replace\""),
+    ("flaky-1", 1, Kind::Flaky, ""),
+    ("flaky-2", 1, Kind::Flaky, ""),
+    ("flaky-3", 2, Kind::Flaky, "overlap = \"allow\""),
+    ("flaky-4", 2, Kind::Flaky, "queue = \"second\""),
+    ("fail-1", 2, Kind::Failing, "max_attempts = 2"),
+    (
+        "fail-2",
+        2,
+        Kind::Failing,
+        "max_attempts = 2\nqueue = \"second\"",
+    ),
+    ("fast-skip", 1, Kind::Fast, "overlap = \"skip\""),
+    ("fast-queue", 1, Kind::Fast, "overlap = \"queue\""),
+];
+/// The jobs a pause may stop.
+const PAUSABLE: &[&str] = &["fast-3", "fast-6", "flaky-2"];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Fast,
+    Slow,
+    Flaky,
+    Failing,
+}
+
+impl Kind {
+    /// The shell the job's command runs between its start and end stamps.
+    fn body(self) -> &'static str {
+        match self {
+            Kind::Fast => "true",
+            Kind::Slow => {
+                "sleep $((3 + $(printf %s \"$CRONQ_KEY$CRONQ_ATTEMPT\" | cksum | cut -d' ' -f1) % 8))"
+            }
+            // 77 of 256: fails about 30 % of its attempts.
+            Kind::Flaky => "[ $(od -An -N1 -tu1 /dev/urandom) -ge 77 ]",
+            Kind::Failing => "false",
+        }
+    }
+}
+
+fn kind_of(job: &str) -> Kind {
+    JOBS.iter().find(|j| j.0 == job).map_or(Kind::Fast, |j| j.2)
+}
+
+/// The config; `generation` changes every payload (a SIGHUP reload applies it).
+fn config(env: &TestEnv, generation: u32) -> String {
+    let log = env.dir.join("handlers.log");
+    let mut toml = String::from(
+        "[defaults]\ncatchup = \"all\"\nmax_attempts = 3\nbackoff = \"1s\"\nbackoff_max = \"2s\"\ntimeout = \"30s\"\n\n[leader]\nlease = \"2s\"\nrenew_deadline = \"1500ms\"\nretry = \"500ms\"\n",
+    );
+    for (name, every, kind, extra) in JOBS {
+        let script = format!(
+            "s=$(date +%s%3N); {}; rc=$?; e=$(date +%s%3N); if [ $rc = 0 ]; then o=ok; else o=fail; fi; echo \"$CRONQ_KEY $CRONQ_ATTEMPT $s $e $o\" >> '{}'; exit $rc",
+            kind.body(),
+            log.display()
+        );
+        toml.push_str(&format!(
+            "\n[[job]]\nname = \"{name}\"\nschedule = \"@every {every}s\"\npayload = {{ generation = {generation} }}\n{extra}\ncommand = {}\n",
+            argv(&["/bin/sh", "-c", &script])
+        ));
+    }
+    toml
+}
+
+fn seconds() -> u64 {
+    std::env::var("CRONQ_CHAOS_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(90)
+}
+
+/// Runs the soak for `CRONQ_CHAOS_SECONDS` with `CRONQ_CHAOS_SEED`, then checks it.
+async fn soak(env: TestEnv) {
+    let seed = std::env::var("CRONQ_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random::<u64>);
+    let secs = seconds();
+    eprintln!(
+        "chaos: seed {seed}, {secs} s of faults, namespace {}",
+        env.namespace
+    );
+    let mut rng = rand::rngs::Xoshiro256PlusPlus::seed_from_u64(seed);
+    env.track_queue("default");
+    env.track_queue("second");
+    let config_path = env.write_config("cronq.toml", &config(&env, 0));
+    let mut fleet = Fleet::start(&env, &config_path);
+    eventually(Duration::from_secs(60), "the first runs", || async {
+        (check::handler_lines(&env).len() >= 10).then_some(())
+    })
+    .await;
+    // A job with no history starts when a leader first sees it: the window starts once
+    // every job has run.
+    let started_at: DateTime<Utc> = Utc::now();
+
+    let start = Instant::now();
+    let until = start + Duration::from_secs(secs);
+    let mut generation = 0;
+    while Instant::now() < until {
+        let wait = Duration::from_millis(rng.random_range(1500..6000));
+        fleet.tick(wait).await;
+        if Instant::now() >= until {
+            break;
+        }
+        let fault = Fault::pick(&mut rng);
+        if fault == Fault::Reload {
+            generation += 1;
+            std::fs::write(&config_path, config(&env, generation)).expect("rewrite the config");
+        }
+        fleet.inject(fault, &mut rng, start.elapsed()).await;
+    }
+    // Heal: every process up and running, nothing paused, then stop publishing.
+    fleet.heal().await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let stopped_at: DateTime<Utc> = Utc::now();
+    fleet.stop(Signal::SIGTERM, "producer");
+    // Let every published occurrence settle (slow ones take up to 10 s, retries 2 s more).
+    let window = check::Window {
+        from: started_at + chrono::Duration::seconds(5),
+        to: stopped_at - chrono::Duration::seconds(3),
+        paused: fleet.paused.clone(),
+    };
+    let settled_by = Instant::now() + Duration::from_secs(120);
+    loop {
+        let report = check::check(&env, &window, &fleet.events);
+        if (report.lost == 0 && report.open == 0) || Instant::now() > settled_by {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    // Settled (or out of time): the consumers may go; then the final check.
+    fleet.stop(Signal::SIGTERM, "consumer");
+    let report = check::check(&env, &window, &fleet.events);
+    let left = fleet.left_running(&env);
+    eprintln!("{}", report.table(seed, secs, &fleet.faults));
+    assert!(report.problems.is_empty(), "{:#?}", report.problems);
+    assert!(left.is_empty(), "processes left running: {left:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chaos_soak() {
+    scoped("chaos", soak).await;
+}
+
+/// The kind of the job of `key`.
+pub fn kind_of_key(key: &str) -> Kind {
+    kind_of(key.split('@').next().unwrap_or(key))
+}
+
+/// The interval of `job`, in seconds.
+pub fn every(job: &str) -> Option<i64> {
+    JOBS.iter().find(|j| j.0 == job).map(|j| j.1)
+}
+
+/// Every job name.
+pub fn jobs() -> impl Iterator<Item = &'static str> {
+    JOBS.iter().map(|j| j.0)
+}
