@@ -2,14 +2,14 @@
 //! [`cronq_consumer::replay::replay()`], which holds the replay rules.
 
 use cronq_consumer::replay::{self, Plan, Selector};
-use cronq_shared::broker::{DeadLetter, bounded};
+use cronq_shared::broker::bounded;
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::State;
 use serde_json::json;
 
 use super::settings::UsageError;
 use crate::cli::{Cli, JsonArg, ReplayArgs};
-use crate::ops::lookup;
+use crate::ops::{self, lookup};
 use crate::output::{self, Table};
 
 /// Lists every dead letter, oldest first, without consuming or reordering the queue.
@@ -24,7 +24,7 @@ pub async fn list(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
     let letters = letters
         .map_err(|e| anyhow::Error::new(e).context("while listing the dead-letter queue"))?;
     if args.json {
-        let letters: Vec<_> = letters.iter().map(to_json).collect();
+        let letters: Vec<_> = letters.iter().map(ops::json::dead_letter).collect();
         output::print_json(&json!({ "count": letters.len(), "letters": letters }));
         return Ok(());
     }
@@ -56,18 +56,6 @@ pub async fn list(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
         letters.len()
     );
     Ok(())
-}
-
-fn to_json(l: &DeadLetter) -> serde_json::Value {
-    json!({
-        "key": l.key,
-        "job": l.job,
-        "queue": l.queue.as_ref().map(|q| q.as_str()),
-        "attempts": l.attempts,
-        "reason": l.reason,
-        "last_error": l.last_error,
-        "dead_lettered_at": output::utc(l.dead_lettered_at),
-    })
 }
 
 /// Replays the selected dead letters (or, with `--dry-run`, shows which would be).

@@ -12,7 +12,7 @@ use cronq_shared::runlog::Run;
 use serde_json::json;
 
 use crate::cli::{Cli, JsonArg};
-use crate::ops::lookup;
+use crate::ops::{self, lookup};
 use crate::output::{self, Table};
 
 /// How many of the newest runs are read at once to find each job's last outcome.
@@ -82,25 +82,7 @@ pub async fn run(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
 fn print_json(rows: &[Row<'_>]) {
     let jobs: Vec<_> = rows
         .iter()
-        .map(|(job, next, pause, last)| {
-            json!({
-                "job": job.name.as_str(),
-                "schedule": job.schedule.as_str(),
-                "timezone": job.timezone.name(),
-                "queue": job.queue.as_str(),
-                "next": next.map(|t| json!({
-                    "utc": output::utc(t),
-                    "local": output::local(&t.with_timezone(&job.timezone)),
-                })),
-                "paused": pause.map(|p| json!({ "since": output::utc(p.since), "note": p.note })),
-                "last": last.as_ref().map(|r| json!({
-                    "key": r.key.to_string(),
-                    "outcome": r.outcome.as_str(),
-                    "at": output::utc(r.started_at),
-                    "error": r.error,
-                })),
-            })
-        })
+        .map(|(job, next, pause, last)| ops::json::job(job, *next, *pause, last.as_ref()))
         .collect();
     output::print_json(&json!({ "jobs": jobs }));
 }

@@ -2,12 +2,11 @@
 
 use anyhow::Context as _;
 use cronq_shared::config::DEFAULT_RETENTION;
-use cronq_shared::runlog::Run;
 use serde_json::json;
 
 use super::settings::UsageError;
 use crate::cli::{Cli, RunsArgs};
-use crate::ops::lookup;
+use crate::ops::{self, lookup};
 use crate::output::{self, Table};
 
 /// Prints up to `--limit` runs, newest first, as a table or one JSON document.
@@ -31,7 +30,7 @@ pub async fn run(cli: &Cli, args: &RunsArgs) -> anyhow::Result<()> {
         .await
         .context("while reading the run history")?;
     if args.json {
-        let runs: Vec<_> = runs.iter().map(to_json).collect();
+        let runs: Vec<_> = runs.iter().map(ops::json::run).collect();
         output::print_json(&json!({ "runs": runs }));
         return Ok(());
     }
@@ -55,17 +54,4 @@ pub async fn run(cli: &Cli, args: &RunsArgs) -> anyhow::Result<()> {
     }
     print!("{}", table.render());
     Ok(())
-}
-
-fn to_json(r: &Run) -> serde_json::Value {
-    json!({
-        "key": r.key.to_string(),
-        "job": r.job.as_str(),
-        "attempt": r.attempt,
-        "consumer": r.consumer,
-        "started_at": output::utc(r.started_at),
-        "duration_ms": u64::try_from(r.duration.as_millis()).unwrap_or(u64::MAX),
-        "outcome": r.outcome.as_str(),
-        "error": r.error,
-    })
 }

@@ -18,7 +18,7 @@ use super::App;
 use super::actions::{self, ApiError};
 use super::query::{JobsQuery, RunsQuery, paginate};
 use super::snapshot::{RECENT_RUNS, Snapshot, within};
-use crate::output;
+use crate::{ops, output};
 
 /// The OpenAPI document of this API.
 pub const OPENAPI: &str = include_str!("openapi.json");
@@ -109,24 +109,9 @@ fn job_row(job: &Job, next: Option<chrono::DateTime<Utc>>, snap: &Snapshot) -> V
         .map(|r| r.outcome.as_str())
         .collect();
     strip.reverse();
-    json!({
-        "job": job.name.as_str(),
-        "schedule": job.schedule.as_str(),
-        "timezone": job.timezone.name(),
-        "queue": job.queue.as_str(),
-        "next": next.map(|t| json!({
-            "utc": output::utc(t),
-            "local": output::local(&t.with_timezone(&job.timezone)),
-        })),
-        "paused": snap.paused.get(&job.name).map(|p| json!({ "since": output::utc(p.since), "note": p.note })),
-        "last": snap.last(&job.name).map(|r| json!({
-            "key": r.key.to_string(),
-            "outcome": r.outcome.as_str(),
-            "at": output::utc(r.started_at),
-            "error": r.error,
-        })),
-        "strip": strip,
-    })
+    let mut row = ops::json::job(job, next, snap.paused.get(&job.name), snap.last(&job.name));
+    row["strip"] = json!(strip);
+    row
 }
 
 /// The config of a job as shown: an `http` handler's URL and header values by origin only.
@@ -173,17 +158,9 @@ pub fn run_json(r: &Run) -> Value {
         .key
         .scheduled_at()
         .map(|at| (r.started_at - at).num_milliseconds());
-    json!({
-        "key": r.key.to_string(),
-        "job": r.job.as_str(),
-        "attempt": r.attempt,
-        "consumer": r.consumer,
-        "started_at": output::utc(r.started_at),
-        "duration_ms": u64::try_from(r.duration.as_millis()).unwrap_or(u64::MAX),
-        "outcome": r.outcome.as_str(),
-        "error": r.error,
-        "start_lateness_ms": lateness,
-    })
+    let mut run = ops::json::run(r);
+    run["start_lateness_ms"] = json!(lateness);
+    run
 }
 
 /// `GET /api/v1/jobs/{job}`.
@@ -309,15 +286,7 @@ pub async fn dead_letters(State(app): State<Arc<App>>) -> Result<Json<Value>, Ap
         .map_err(ApiError::unavailable)?;
     Ok(Json(json!({
         "count": letters.len(),
-        "letters": letters.iter().map(|l| json!({
-            "key": l.key,
-            "job": l.job,
-            "queue": l.queue.as_ref().map(|q| q.as_str()),
-            "attempts": l.attempts,
-            "reason": l.reason,
-            "last_error": l.last_error,
-            "dead_lettered_at": output::utc(l.dead_lettered_at),
-        })).collect::<Vec<_>>(),
+        "letters": letters.iter().map(ops::json::dead_letter).collect::<Vec<_>>(),
     })))
 }
 

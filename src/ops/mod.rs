@@ -3,5 +3,6 @@
 //! command line and the browser cannot drift.
 
 pub mod backfill;
+pub mod json;
 pub mod lookup;
 pub mod trigger;

@@ -1,0 +1,65 @@
+//! The JSON shapes of a job's status, a run and a dead letter: one each, for the command
+//! line's `--json` output and the dashboard's API (which adds fields of its own to them).
+
+use chrono::{DateTime, Utc};
+use cronq_shared::broker::DeadLetter;
+use cronq_shared::config::Job;
+use cronq_shared::control::Pause;
+use cronq_shared::runlog::Run;
+use serde_json::{Value, json};
+
+use crate::output;
+
+/// A job's status: its schedule, next fire (UTC and the job's zone), pause flag and last
+/// run.
+pub fn job(
+    job: &Job,
+    next: Option<DateTime<Utc>>,
+    paused: Option<&Pause>,
+    last: Option<&Run>,
+) -> Value {
+    json!({
+        "job": job.name.as_str(),
+        "schedule": job.schedule.as_str(),
+        "timezone": job.timezone.name(),
+        "queue": job.queue.as_str(),
+        "next": next.map(|t| json!({
+            "utc": output::utc(t),
+            "local": output::local(&t.with_timezone(&job.timezone)),
+        })),
+        "paused": paused.map(|p| json!({ "since": output::utc(p.since), "note": p.note })),
+        "last": last.map(|r| json!({
+            "key": r.key.to_string(),
+            "outcome": r.outcome.as_str(),
+            "at": output::utc(r.started_at),
+            "error": r.error,
+        })),
+    })
+}
+
+/// One run of the history.
+pub fn run(r: &Run) -> Value {
+    json!({
+        "key": r.key.to_string(),
+        "job": r.job.as_str(),
+        "attempt": r.attempt,
+        "consumer": r.consumer,
+        "started_at": output::utc(r.started_at),
+        "duration_ms": u64::try_from(r.duration.as_millis()).unwrap_or(u64::MAX),
+        "outcome": r.outcome.as_str(),
+        "error": r.error,
+    })
+}
+
+/// One dead letter, without its body.
+pub fn dead_letter(l: &DeadLetter) -> Value {
+    json!({
+        "key": l.key,
+        "job": l.job,
+        "queue": l.queue.as_ref().map(|q| q.as_str()),
+        "attempts": l.attempts,
+        "reason": l.reason,
+        "last_error": l.last_error,
+        "dead_lettered_at": output::utc(l.dead_lettered_at),
+    })
+}
