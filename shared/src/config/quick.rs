@@ -64,6 +64,11 @@ const AHEAD: usize = 4096;
 /// Pieces below which one thread reads a batch alone (a small file starts no thread).
 const PER_THREAD: usize = 512;
 
+/// The machine's cores, asked once (on Linux the answer reads the cgroup's CPU quota
+/// files), not once per batch.
+static CORES: std::sync::LazyLock<usize> =
+    std::sync::LazyLock::new(|| std::thread::available_parallelism().map_or(1, usize::from));
+
 /// Takes the next batch of `pieces`, the first of which is job #`first`, and reads each
 /// quickly, spread over the machine's cores; every piece comes back in order, with its
 /// job when it was well formed.
@@ -72,8 +77,7 @@ pub(super) fn read_ahead<'t>(
     first: usize,
 ) -> std::vec::IntoIter<(&'t str, Option<RawJob>)> {
     let batch: Vec<&str> = pieces.by_ref().take(AHEAD).collect();
-    let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    let threads = cores.min(batch.len() / PER_THREAD).max(1);
+    let threads = (*CORES).min(batch.len() / PER_THREAD).max(1);
     let jobs = if threads == 1 {
         read_each(&batch, first)
     } else {
