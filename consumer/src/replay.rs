@@ -1,13 +1,16 @@
 //! `cronq dlq replay`: send selected dead letters back for execution under their original
 //! key, without losing any if interrupted.
 //!
-//! Steps: list the dead-letter queue; decide for each selected letter whether it can be
+//! Steps: list the dead-letter queue, folding copies of one dead run into one
+//! ([`fold_copies`]: a consumer killed after dead-lettering a run but before acking it
+//! leaves two letters for it); decide for each selected letter whether it can be
 //! replayed (its body decodes, its job is still in the config, and, with a keyring, it is
 //! sealed by one of its keys: a forged message is never laundered into a signed one); admit each replayable
 //! key in the ledger ([`Ledger::admit_replay`]: a `failed` record becomes runnable again);
 //! then let [`Broker::replay`] republish them
 //! (trigger `replay`, attempt 1, fresh `published_at`, to the job's queue) and remove each
-//! letter only after its republish was confirmed.
+//! letter only after its republish was confirmed. Each dead run is replayed once: its
+//! other copies are removed after that replay was confirmed ([`Pick::Remove`]).
 //!
 //! Why this is safe to interrupt and repeat: an admission without a replay leaves the letter in
 //! the queue for the next run; a replay whose letter was not yet removed is republished
@@ -20,7 +23,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Outgoing, bounded};
+use cronq_shared::broker::{
+    Broker, BrokerError, DeadLetter, DeadRun, Folded, Outgoing, Pick, bounded, fold_copies,
+};
 use cronq_shared::config::Config;
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::{Ledger, State};
@@ -77,7 +82,7 @@ pub enum Plan {
     Gone,
 }
 
-/// One selected letter and what became of it.
+/// One selected dead run (its letter and the copies of it) and what became of it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
     /// The occurrence key, when the body had one.
@@ -86,6 +91,8 @@ pub struct Entry {
     pub job: Option<String>,
     /// Why it had been dead-lettered.
     pub reason: String,
+    /// How many letters the dead-letter queue held for it when listed.
+    pub copies: usize,
     /// The key's idempotency record before the replay (`failed` ones were reset).
     pub record: Option<State>,
     /// What happened.
@@ -95,11 +102,11 @@ pub struct Entry {
 /// The outcome of a replay.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReplayReport {
-    /// Every selected letter, oldest first.
+    /// Every selected dead run, oldest first.
     pub entries: Vec<Entry>,
-    /// How many letters were replayed.
+    /// How many dead runs were replayed.
     pub replayed: usize,
-    /// How many letters the dead-letter queue held when listed.
+    /// How many dead runs (copies folded) the dead-letter queue held when listed.
     pub listed: usize,
 }
 
@@ -190,6 +197,7 @@ pub async fn replay(
     let letters = bounded("list dead letters", broker.dead_letters())
         .await
         .map_err(ReplayError::List)?;
+    let letters = fold_copies(&letters);
     let listed = letters.len();
     let (mut entries, approved) = plan(&letters, selector, config, keyring, dry_run);
     if dry_run || approved.is_empty() {
@@ -225,9 +233,9 @@ pub async fn replay(
     })
 }
 
-/// One entry per letter `selector` picks, and the keys of those that can be replayed.
+/// One entry per dead run `selector` picks, and the keys of those that can be replayed.
 fn plan(
-    letters: &[DeadLetter],
+    letters: &[Folded],
     selector: &Selector,
     config: &Config,
     keyring: Option<&Keyring>,
@@ -236,7 +244,7 @@ fn plan(
     let now = Utc::now();
     let mut entries = Vec::new();
     let mut approved: HashSet<String> = HashSet::new();
-    for letter in letters.iter().filter(|l| selector.matches(l)) {
+    for Folded { letter, copies } in letters.iter().filter(|f| selector.matches(&f.letter)) {
         let plan = match prepare(letter, config, keyring, now) {
             Ok(out) => {
                 approved.insert(out.occurrence.key.to_string());
@@ -252,6 +260,7 @@ fn plan(
             key: letter.key.clone(),
             job: letter.job.clone(),
             reason: letter.reason.clone(),
+            copies: *copies,
             record: None,
             plan,
         });
@@ -293,27 +302,38 @@ async fn send(
     keyring: Option<&Keyring>,
     approved: &HashSet<String>,
 ) -> Result<(usize, Vec<String>), ReplayError> {
-    let done: Mutex<Vec<String>> = Mutex::new(Vec::new());
-    let select = |letter: &DeadLetter| -> Option<Outgoing> {
+    // The keys replayed, and the dead runs they were copies of.
+    let done: Mutex<(Vec<String>, HashSet<DeadRun>)> = Mutex::new((Vec::new(), HashSet::new()));
+    let select = |letter: &DeadLetter| -> Pick {
         if !selector.matches(letter) {
-            return None;
+            return Pick::Keep;
+        }
+        let mut done = done
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let run = DeadRun::of(letter);
+        // The broker asks about a letter only once the replays picked before it were
+        // confirmed: this dead run is already back in its queue.
+        if done.1.contains(&run) {
+            return Pick::Remove;
         }
         // Only letters whose record was admitted: one that arrived since the listing
         // waits for the next replay.
-        let out = prepare(letter, config, keyring, Utc::now()).ok()?;
+        let Ok(out) = prepare(letter, config, keyring, Utc::now()) else {
+            return Pick::Keep;
+        };
         let key = out.occurrence.key.to_string();
         if !approved.contains(&key) {
-            return None;
+            return Pick::Keep;
         }
-        done.lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(key);
-        Some(out)
+        done.0.push(key);
+        done.1.insert(run);
+        Pick::Replay(out)
     };
     let result = broker.replay(&select).await;
     // A key is counted when selected; on error the last one may not have been confirmed.
     let replayed = result.map_err(ReplayError::Replay)?;
-    let done = done
+    let (done, _) = done
         .into_inner()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     Ok((replayed, done))

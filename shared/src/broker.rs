@@ -20,7 +20,7 @@
 //! delivery limit (`cronq_rabbitmq::topology::DELIVERY_LIMIT`; a poison message), with the
 //! reason `delivery limit reached in queue Q`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::time::Duration;
 
@@ -153,6 +153,73 @@ pub struct DeadLetter {
     pub body: Vec<u8>,
 }
 
+/// One dead run: a dead letter and how many copies of it the dead-letter queue holds.
+///
+/// A consumer killed or frozen after it dead-lettered a run but before it acked the
+/// delivery leaves the run to another consumer, which dead-letters it again: the queue
+/// then holds two letters for one dead run (docs/reliability.md). Letters with the same
+/// key, the same attempts and the same reason are copies; a letter without a key (a body
+/// that did not decode) is a copy only of a letter with the same body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Folded {
+    /// The oldest of the copies.
+    pub letter: DeadLetter,
+    /// How many letters the queue holds for this run (at least 1).
+    pub copies: usize,
+}
+
+/// Folds copies of one dead run into one [`Folded`], keeping the order of the first copy
+/// of each (oldest first, as [`Broker::dead_letters`] lists them).
+pub fn fold_copies(letters: &[DeadLetter]) -> Vec<Folded> {
+    let mut folded: Vec<Folded> = Vec::new();
+    let mut seen: HashMap<DeadRun, usize> = HashMap::new();
+    for letter in letters {
+        let id = DeadRun::of(letter);
+        if let Some(&i) = seen.get(&id) {
+            folded[i].copies += 1;
+            continue;
+        }
+        seen.insert(id, folded.len());
+        folded.push(Folded {
+            letter: letter.clone(),
+            copies: 1,
+        });
+    }
+    folded
+}
+
+/// What makes two dead letters copies of one dead run (see [`Folded`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DeadRun {
+    /// The key, or, for a letter without one, its body.
+    of: Result<String, Vec<u8>>,
+    attempts: u32,
+    reason: String,
+}
+
+impl DeadRun {
+    /// The dead run `letter` is a copy of.
+    pub fn of(letter: &DeadLetter) -> Self {
+        Self {
+            of: letter.key.clone().ok_or_else(|| letter.body.clone()),
+            attempts: letter.attempts,
+            reason: letter.reason.clone(),
+        }
+    }
+}
+
+/// What a replay does with one dead letter (see [`Broker::replay`]).
+#[derive(Debug, Clone)]
+pub enum Pick {
+    /// Leave it in the dead-letter queue.
+    Keep,
+    /// Publish this, and remove the letter once the publish was confirmed.
+    Replay(Outgoing),
+    /// Remove it without publishing anything: a copy (see [`Folded`]) of a letter this
+    /// replay already replayed, confirmed.
+    Remove,
+}
+
 /// What went wrong talking to the broker.
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
@@ -259,14 +326,86 @@ pub trait Broker: Send + Sync + 'static {
     /// [`BrokerError`] when the broker cannot be read.
     async fn dead_letters(&self) -> Result<Vec<DeadLetter>, BrokerError>;
 
-    /// For each dead letter, oldest first, `select` says whether to replay it and as what;
-    /// each selected letter is removed from the dead-letter queue only after its
-    /// republish was confirmed. The others stay, in order. Returns how many were replayed.
+    /// For each dead letter, one at a time, `select` says what to do with it ([`Pick`]);
+    /// a letter to replay is removed from the dead-letter queue only after its republish
+    /// was confirmed, and `select` is asked about the next letter only after that (so a
+    /// [`Pick::Remove`] never outruns the replay of its copy). The others stay. Returns
+    /// how many were replayed (removed copies are not counted).
     ///
     /// # Errors
     /// [`BrokerError`]; letters not yet removed stay in the dead-letter queue.
     async fn replay(
         &self,
-        select: &(dyn for<'l> Fn(&'l DeadLetter) -> Option<Outgoing> + Send + Sync),
+        select: &(dyn for<'l> Fn(&'l DeadLetter) -> Pick + Send + Sync),
     ) -> Result<usize, BrokerError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn letter(key: Option<&str>, attempts: u32, reason: &str, body: &[u8], at: i64) -> DeadLetter {
+        DeadLetter {
+            key: key.map(str::to_owned),
+            job: key.map(|k| k.split('@').next().unwrap_or_default().to_owned()),
+            queue: None,
+            attempts,
+            reason: reason.to_owned(),
+            last_error: Some(format!("error {at}")),
+            dead_lettered_at: DateTime::from_timestamp(at, 0).unwrap(),
+            body: body.to_vec(),
+        }
+    }
+
+    #[test]
+    fn copies_of_one_run_fold_into_the_oldest() {
+        let a = letter(Some("a@2026-01-01T00:00:00Z"), 3, "failed", b"1", 10);
+        let b = letter(Some("b@2026-01-01T00:00:00Z"), 3, "failed", b"2", 11);
+        // The copy a second consumer dead-lettered later: other time, other last error.
+        let a2 = letter(Some("a@2026-01-01T00:00:00Z"), 3, "failed", b"1", 12);
+        let folded = fold_copies(&[a.clone(), b.clone(), a2]);
+        assert_eq!(
+            folded,
+            vec![
+                Folded {
+                    letter: a,
+                    copies: 2
+                },
+                Folded {
+                    letter: b,
+                    copies: 1
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn other_attempts_or_reason_are_other_dead_runs() {
+        let key = Some("a@2026-01-01T00:00:00Z");
+        let letters = [
+            letter(key, 3, "failed", b"1", 10),
+            letter(key, 1, "failed", b"1", 11),
+            letter(key, 3, "unknown job", b"1", 12),
+            // A copy of the first.
+            letter(key, 3, "failed", b"1", 13),
+        ];
+        let copies: Vec<usize> = fold_copies(&letters).iter().map(|f| f.copies).collect();
+        assert_eq!(copies, vec![2, 1, 1]);
+    }
+
+    #[test]
+    fn letters_without_a_key_fold_only_with_the_same_body() {
+        let letters = [
+            letter(None, 1, "malformed: not JSON", b"x", 10),
+            letter(None, 1, "malformed: not JSON", b"y", 11),
+            letter(None, 1, "malformed: not JSON", b"x", 12),
+        ];
+        let copies: Vec<usize> = fold_copies(&letters).iter().map(|f| f.copies).collect();
+        assert_eq!(copies, vec![2, 1]);
+    }
+
+    #[test]
+    fn nothing_folds_in_an_empty_queue() {
+        assert!(fold_copies(&[]).is_empty());
+    }
 }

@@ -2,7 +2,7 @@
 //! [`cronq_consumer::replay::replay()`], which holds the replay rules.
 
 use cronq_consumer::replay::{self, Plan, Selector};
-use cronq_shared::broker::bounded;
+use cronq_shared::broker::{bounded, fold_copies};
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::State;
 use serde_json::json;
@@ -12,7 +12,8 @@ use crate::cli::{Cli, JsonArg, ReplayArgs};
 use crate::ops::{self, lookup};
 use crate::output::{self, Table};
 
-/// Lists every dead letter, oldest first, without consuming or reordering the queue.
+/// Lists every dead run, oldest first, without consuming or reordering the queue; copies
+/// of one run are listed once, with their count.
 ///
 /// # Errors
 /// RabbitMQ unreachable, or the data file unusable.
@@ -23,6 +24,7 @@ pub async fn list(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
     queue.close().await;
     let letters = letters
         .map_err(|e| anyhow::Error::new(e).context("while listing the dead-letter queue"))?;
+    let letters = fold_copies(&letters);
     if args.json {
         let letters: Vec<_> = letters.iter().map(ops::json::dead_letter).collect();
         output::print_json(&json!({ "count": letters.len(), "letters": letters }));
@@ -36,23 +38,34 @@ pub async fn list(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
         "KEY",
         "JOB",
         "ATTEMPTS",
+        "COPIES",
         "REASON",
         "LAST ERROR",
         "DEAD-LETTERED AT",
     ]);
-    for l in &letters {
+    for f in &letters {
+        let l = &f.letter;
         table.row(vec![
             output::or_dash(l.key.as_deref()),
             output::or_dash(l.job.as_deref()),
             l.attempts.to_string(),
+            f.copies.to_string(),
             l.reason.clone(),
             output::or_dash(l.last_error.as_deref()),
             output::utc(l.dead_lettered_at),
         ]);
     }
     print!("{}", table.render());
+    let copies: usize = letters.iter().map(|f| f.copies).sum();
+    let extra = if copies > letters.len() {
+        format!(
+            " ({copies} letters: a run dead-lettered twice by a consumer that died before it acked is one run, replayed once)"
+        )
+    } else {
+        String::new()
+    };
     println!(
-        "{} dead letters; replay with `cronq dlq replay --job JOB | --key KEY | --all`",
+        "{} dead letters{extra}; replay with `cronq dlq replay --job JOB | --key KEY | --all`",
         letters.len()
     );
     Ok(())

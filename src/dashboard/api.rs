@@ -290,17 +290,20 @@ pub async fn dead_letters(State(app): State<Arc<App>>) -> Result<Json<Value>, Ap
     })))
 }
 
-/// The dead letters, oldest first.
+/// The dead runs, oldest first, copies folded.
 ///
 /// # Errors
 /// A message naming the queue's service.
-pub async fn read_dead_letters(app: &App) -> Result<Vec<cronq_shared::broker::DeadLetter>, String> {
-    within(app.source.broker.dead_letters()).await.map_err(|e| {
-        format!(
-            "cannot read the dead-letter queue from {}: {e}",
-            app.source.queue_name
-        )
-    })
+pub async fn read_dead_letters(app: &App) -> Result<Vec<cronq_shared::broker::Folded>, String> {
+    within(app.source.broker.dead_letters())
+        .await
+        .map(|l| cronq_shared::broker::fold_copies(&l))
+        .map_err(|e| {
+            format!(
+                "cannot read the dead-letter queue from {}: {e}",
+                app.source.queue_name
+            )
+        })
 }
 
 /// Checks that the caller may change things.

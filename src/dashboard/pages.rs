@@ -694,17 +694,18 @@ async fn dead_letters_page(
     )
 }
 
-fn letters_table(letters: &[cronq_shared::broker::DeadLetter], selectable: bool) -> Markup {
+fn letters_table(letters: &[cronq_shared::broker::Folded], selectable: bool) -> Markup {
     html! {
         table #letters {
-            thead { tr { @if selectable { th { "" } } th { "key" } th { "job" } th { "attempts" } th { "reason" } th { "last error" } th { "dead-lettered" } } }
+            thead { tr { @if selectable { th { "" } } th { "key" } th { "job" } th { "attempts" } th { "copies" } th { "reason" } th { "last error" } th { "dead-lettered" } } }
             tbody {
-                @for l in letters {
+                @for cronq_shared::broker::Folded { letter: l, copies } in letters {
                     tr data-key=[l.key.as_deref()] {
                         @if selectable { td { @if let Some(k) = &l.key { input type="checkbox" name="key" value=(k); } } }
                         td { code { (l.key.as_deref().unwrap_or("-")) } }
                         td { (l.job.as_deref().unwrap_or("-")) }
                         td { (l.attempts) }
+                        td { (copies) }
                         td { (l.reason) }
                         td.error { (l.last_error.as_deref().unwrap_or("")) }
                         td { (time(l.dead_lettered_at, None)) }

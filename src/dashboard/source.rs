@@ -118,7 +118,7 @@ impl Source {
     async fn dead_letter_count(&self) -> Result<u64, String> {
         cronq_shared::broker::bounded("count dead letters", self.broker.dead_letters())
             .await
-            .map(|l| l.len() as u64)
+            .map(|l| cronq_shared::broker::fold_copies(&l).len() as u64)
             .map_err(|e| format!("{:#}", anyhow::Error::new(e)))
     }
 }

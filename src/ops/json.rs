@@ -2,7 +2,7 @@
 //! line's `--json` output and the dashboard's API (which adds fields of its own to them).
 
 use chrono::{DateTime, Utc};
-use cronq_shared::broker::DeadLetter;
+use cronq_shared::broker::Folded;
 use cronq_shared::config::Job;
 use cronq_shared::control::Pause;
 use cronq_shared::runlog::Run;
@@ -51,8 +51,10 @@ pub fn run(r: &Run) -> Value {
     })
 }
 
-/// One dead letter, without its body.
-pub fn dead_letter(l: &DeadLetter) -> Value {
+/// One dead run: its oldest letter, without its body, and how many copies of it the
+/// dead-letter queue holds (see [`cronq_shared::broker::Folded`]).
+pub fn dead_letter(f: &Folded) -> Value {
+    let l = &f.letter;
     json!({
         "key": l.key,
         "job": l.job,
@@ -61,5 +63,6 @@ pub fn dead_letter(l: &DeadLetter) -> Value {
         "reason": l.reason,
         "last_error": l.last_error,
         "dead_lettered_at": output::utc(l.dead_lettered_at),
+        "copies": f.copies,
     })
 }

@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use cronq_shared::broker::{Acker, Broker, BrokerError, DeadLetter, Delivery, Outgoing};
+use cronq_shared::broker::{Acker, Broker, BrokerError, DeadLetter, Delivery, Outgoing, Pick};
 use cronq_shared::names::QueueName;
 use cronq_shared::signing::Keyring;
 
@@ -421,19 +421,22 @@ impl Broker for MemoryBroker {
 
     async fn replay(
         &self,
-        select: &(dyn for<'l> Fn(&'l DeadLetter) -> Option<Outgoing> + Send + Sync),
+        select: &(dyn for<'l> Fn(&'l DeadLetter) -> Pick + Send + Sync),
     ) -> Result<usize, BrokerError> {
         let snapshot: Vec<(u64, DeadLetter)> = self.inner.lock().dead.iter().cloned().collect();
         let mut replayed = 0;
         for (id, letter) in snapshot {
-            let Some(out) = select(&letter) else {
-                continue;
-            };
-            self.publish(std::slice::from_ref(&out)).await?;
+            match select(&letter) {
+                Pick::Keep => continue,
+                Pick::Replay(out) => {
+                    self.publish(std::slice::from_ref(&out)).await?;
+                    replayed += 1;
+                }
+                Pick::Remove => {}
+            }
             self.inner.with_state(|state, _| {
                 state.dead.retain(|(i, _)| *i != id);
             });
-            replayed += 1;
         }
         Ok(replayed)
     }

@@ -45,7 +45,7 @@ use self::nodes::{Node, no_answer};
 use self::tasks::Tasks;
 use crate::headers::{dead_letter_properties, occurrence_properties};
 use crate::topology::{Replication, quantize_delay, short};
-use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing};
+use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing, Pick};
 use cronq_shared::endpoints::{CONNECT_TIMEOUT, Tls};
 use cronq_shared::names::{Names, QueueName};
 use cronq_shared::retry::{GaveUp, retry};
@@ -646,7 +646,7 @@ impl Broker for AmqpBroker {
 
     async fn replay(
         &self,
-        select: &(dyn for<'l> Fn(&'l DeadLetter) -> Option<Outgoing> + Send + Sync),
+        select: &(dyn for<'l> Fn(&'l DeadLetter) -> Pick + Send + Sync),
     ) -> Result<usize, BrokerError> {
         // One walk, not retried: a letter replayed but not yet acked when the walk breaks
         // stays in the dead-letter queue (and may be replayed twice; consumers dedup).

@@ -31,7 +31,9 @@ use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing, in_flight_limit};
+use cronq_shared::broker::{
+    Broker, BrokerError, DeadLetter, Delivery, Outgoing, Pick, in_flight_limit,
+};
 use cronq_shared::names::QueueName;
 use cronq_shared::retry::{Backoff, retry};
 use cronq_shared::signing::Keyring;
@@ -414,12 +416,25 @@ impl Broker for SqliteBroker {
 
     async fn replay(
         &self,
-        select: &(dyn for<'l> Fn(&'l DeadLetter) -> Option<Outgoing> + Send + Sync),
+        select: &(dyn for<'l> Fn(&'l DeadLetter) -> Pick + Send + Sync),
     ) -> Result<usize, BrokerError> {
         let mut replayed = 0;
         for (id, letter) in self.letters().await? {
-            let Some(out) = select(&letter) else {
-                continue;
+            let out = match select(&letter) {
+                Pick::Keep => continue,
+                Pick::Remove => {
+                    self.shared
+                        .redo("remove a copy of a replayed dead letter", || {
+                            self.shared.db.run(move |tx| {
+                                tx.prepare_cached("DELETE FROM dead_letters WHERE id = ?1")?
+                                    .execute([id])?;
+                                Ok(())
+                            })
+                        })
+                        .await?;
+                    continue;
+                }
+                Pick::Replay(out) => out,
             };
             let (queue, body) = (
                 out.queue.to_string(),

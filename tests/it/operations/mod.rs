@@ -5,4 +5,5 @@
 mod commands;
 mod control;
 mod dlq;
+mod dlq_copies;
 mod producer_process;

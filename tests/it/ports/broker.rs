@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Outgoing};
+use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Outgoing, Pick};
 use cronq_shared::message::{Occurrence, Trigger};
 use cronq_shared::names::QueueName;
 use cronq_shared::signing::{KeySource, Keyring};
@@ -176,12 +176,13 @@ async fn sealed_publish(backend: Backend, env: TestEnv) {
     b.publish(&[outgoing(q, "sealed", 1), late]).await.unwrap();
     b.dead_letter(&letter(q, 3, "failed")).await.unwrap();
     let replayed = b
-        .replay(&|l: &DeadLetter| {
-            Some(Outgoing {
+        .replay(&|l: &DeadLetter| match Occurrence::decode(&l.body) {
+            Ok(occurrence) => Pick::Replay(Outgoing {
                 queue: q.clone(),
-                occurrence: Occurrence::decode(&l.body).ok()?,
+                occurrence,
                 delay: Duration::ZERO,
-            })
+            }),
+            Err(_) => Pick::Keep,
         })
         .await
         .unwrap();
@@ -240,15 +241,15 @@ pub async fn replay_selected_suite<B: Broker>(broker: &B, q: &QueueName) {
         .collect();
     let replayed = broker
         .replay(&|l: &DeadLetter| {
-            let key = l.key.as_ref()?;
-            chosen.contains(key).then(|| {
-                let mut occ = Occurrence::decode(&l.body).unwrap();
-                occ.trigger = Trigger::Replay;
-                Outgoing {
-                    queue: q.clone(),
-                    occurrence: occ,
-                    delay: Duration::ZERO,
-                }
+            if !l.key.as_ref().is_some_and(|key| chosen.contains(key)) {
+                return Pick::Keep;
+            }
+            let mut occ = Occurrence::decode(&l.body).unwrap();
+            occ.trigger = Trigger::Replay;
+            Pick::Replay(Outgoing {
+                queue: q.clone(),
+                occurrence: occ,
+                delay: Duration::ZERO,
             })
         })
         .await
@@ -277,6 +278,55 @@ pub async fn replay_selected_suite<B: Broker>(broker: &B, q: &QueueName) {
 }
 
 broker_suite!(replay_selected, "brk-replay", replay_selected_suite);
+
+/// A copy of a dead run removed with [`Pick::Remove`] leaves the queue without being
+/// published: each run goes back once.
+pub async fn replay_removes_copies_suite<B: Broker>(broker: &B, q: &QueueName) {
+    declare(broker, &[q]).await;
+    let (a, b) = (letter(q, 0, "failed"), letter(q, 1, "failed"));
+    let mut copy = a.clone();
+    copy.dead_lettered_at += chrono::Duration::seconds(5);
+    for l in [&a, &b, &copy] {
+        broker.dead_letter(l).await.unwrap();
+    }
+    let seen = std::sync::Mutex::new(BTreeSet::new());
+    let replayed = broker
+        .replay(&|l: &DeadLetter| {
+            if !seen.lock().unwrap().insert(l.key.clone()) {
+                return Pick::Remove;
+            }
+            Pick::Replay(Outgoing {
+                queue: q.clone(),
+                occurrence: Occurrence::decode(&l.body).unwrap(),
+                delay: Duration::ZERO,
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(replayed, 2);
+    assert_eq!(broker.dead_letters().await.unwrap(), Vec::new());
+    let (mut rx, token) = subscribe(broker, q, 4).await;
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        let d = next(&mut rx).await;
+        got.push(key_of(&d));
+        d.acker.ack().await.unwrap();
+    }
+    got.sort();
+    assert_eq!(got, vec![a.key.clone().unwrap(), b.key.clone().unwrap()]);
+    let extra = tokio::time::timeout(Duration::from_secs(1), rx.recv()).await;
+    assert!(
+        !matches!(extra, Ok(Some(_))),
+        "a removed copy was published too"
+    );
+    token.cancel();
+}
+
+broker_suite!(
+    replay_removes_copies,
+    "brk-replay-copies",
+    replay_removes_copies_suite
+);
 
 pub async fn unroutable_is_an_error_suite<B: Broker>(
     broker: &B,

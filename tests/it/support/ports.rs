@@ -17,7 +17,7 @@ use cronq_memory::{MemoryBroker, MemoryLease, MemoryLedger, MemoryRunLog};
 use cronq_rabbitmq::AmqpBroker;
 use cronq_rabbitmq::topology::quantize_delay;
 use cronq_redis::{RedisLease, RedisLedger, RedisRunLog};
-use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing};
+use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing, Pick};
 use cronq_shared::control::Control;
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::lease::{Holder, Lease, LeaseError, Term};
@@ -274,7 +274,7 @@ impl<T: Broker + ?Sized> Broker for Port<T> {
 
     async fn replay(
         &self,
-        select: &(dyn for<'l> Fn(&'l DeadLetter) -> Option<Outgoing> + Send + Sync),
+        select: &(dyn for<'l> Fn(&'l DeadLetter) -> Pick + Send + Sync),
     ) -> Result<usize, BrokerError> {
         self.0.replay(select).await
     }
