@@ -6,4 +6,5 @@ mod commands;
 mod control;
 mod dlq;
 mod dlq_copies;
+mod dlq_scale;
 mod producer_process;
