@@ -4,7 +4,10 @@
 //!
 //! The broker and Redis are shared with other tests: only the connections of this soak's
 //! own processes are closed, found by their local ports (`ss`), matched to RabbitMQ's
-//! `list_connections` peer ports and to Redis's `CLIENT LIST` addresses.
+//! `list_connections` peer ports and to Redis's `CLIENT LIST` addresses. On the harness of
+//! `scripts/ha` the soak also stops and starts a RabbitMQ node (`stop_app`, `start_app`),
+//! kills the Redis master (Sentinel promotes a replica; the old master comes back as a
+//! replica) and asks for a planned `SENTINEL FAILOVER`, one Redis fault at a time.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -15,8 +18,9 @@ use chrono::{DateTime, Utc};
 use nix::sys::signal::Signal;
 use rand::{Rng, RngExt};
 
-use super::{LEASE, PAUSABLE};
+use super::{LEASE, PAUSABLE, cronq};
 use crate::support::TestEnv;
+use crate::support::ha::Ha;
 
 /// What every process logs.
 const RUST_LOG: &str = "info,lapin=warn";
@@ -34,6 +38,9 @@ pub enum Fault {
     Pause,
     Trigger,
     Backfill,
+    StopRabbitNode,
+    KillRedisMaster,
+    SentinelFailover,
 }
 
 impl Fault {
@@ -50,11 +57,20 @@ impl Fault {
             Fault::Pause => "pause, then resume, a job",
             Fault::Trigger => "cronq trigger",
             Fault::Backfill => "cronq backfill over the last 30 s",
+            Fault::StopRabbitNode => "RabbitMQ node stop_app, start_app",
+            Fault::KillRedisMaster => "Redis master killed (Sentinel promotes a replica)",
+            Fault::SentinelFailover => "SENTINEL FAILOVER",
         }
     }
 
-    /// A fault at random, weighted: process faults most often.
-    pub fn pick(rng: &mut impl Rng) -> Self {
+    /// A fault at random, weighted: process faults most often; with `ha`, the harness's
+    /// node faults too.
+    pub fn pick(rng: &mut impl Rng, ha: bool) -> Self {
+        const HA: [(Fault, u32); 3] = [
+            (Fault::StopRabbitNode, 2),
+            (Fault::KillRedisMaster, 1),
+            (Fault::SentinelFailover, 1),
+        ];
         const WEIGHTED: [(Fault, u32); 10] = [
             (Fault::KillConsumer, 4),
             (Fault::KillProducer, 3),
@@ -67,9 +83,11 @@ impl Fault {
             (Fault::Trigger, 1),
             (Fault::Backfill, 1),
         ];
-        let total: u32 = WEIGHTED.iter().map(|w| w.1).sum();
+        let extra: &[(Fault, u32)] = if ha { &HA } else { &[] };
+        let all = || WEIGHTED.iter().chain(extra).copied();
+        let total: u32 = all().map(|w| w.1).sum();
         let mut at = rng.random_range(0..total);
-        for (fault, weight) in WEIGHTED {
+        for (fault, weight) in all() {
             if at < weight {
                 return fault;
             }
@@ -100,11 +118,23 @@ enum Pending {
     Restart(usize),
     Cont(usize),
     Resume(String),
+    /// `start_app` on harness node N.
+    StartApp(usize),
+    /// The harness's Redis on this port started again.
+    StartRedis(u16),
+    /// A Redis fault over: the next may come.
+    RedisSettled,
 }
 
 /// The soak's processes.
 pub struct Fleet {
     env: TestEnv,
+    /// The harness the fleet runs on, if not the local services.
+    ha: Option<Ha>,
+    /// The harness's RabbitMQ node stopped now.
+    rabbit_down: Option<usize>,
+    /// A Redis fault of the harness is under way.
+    redis_busy: bool,
     config: PathBuf,
     members: Vec<Member>,
     pending: Vec<(Instant, Pending)>,
@@ -118,10 +148,13 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    /// Starts 3 producers and 3 consumers on `config`.
-    pub fn start(env: &TestEnv, config: &Path) -> Self {
+    /// Starts 3 producers and 3 consumers on `config`, on the harness `ha` if given.
+    pub fn start(env: &TestEnv, config: &Path, ha: Option<Ha>) -> Self {
         let mut fleet = Self {
             env: env.clone(),
+            ha,
+            rabbit_down: None,
+            redis_busy: false,
             config: config.to_owned(),
             members: Vec::new(),
             pending: Vec::new(),
@@ -150,7 +183,7 @@ impl Fleet {
     fn spawn(&mut self, i: usize) {
         let m = &mut self.members[i];
         m.generation += 1;
-        let mut cmd = self.env.cronq();
+        let mut cmd = cronq(&self.env, self.ha.as_ref());
         cmd.env("RUST_LOG", RUST_LOG)
             .args(["--log-format", "json", "--config"])
             .arg(&self.config)
@@ -204,19 +237,42 @@ impl Fleet {
                         self.paused.push((job, from, Utc::now()));
                     }
                 }
+                Pending::StartApp(n) => {
+                    let ha = self.ha.as_ref().expect("a harness fault");
+                    ha.ctl(n, &["start_app"]);
+                    self.rabbit_down = None;
+                    self.events.push(Event {
+                        at: Utc::now(),
+                        kind: "connections",
+                    });
+                    eprintln!("chaos: RabbitMQ node {n} started again");
+                }
+                Pending::StartRedis(port) => {
+                    let ha = self.ha.as_ref().expect("a harness fault");
+                    ha.start_redis(port);
+                    self.redis_busy = false;
+                    eprintln!("chaos: Redis on {port} started again, as a replica");
+                }
+                Pending::RedisSettled => self.redis_busy = false,
             }
         }
     }
 
-    /// Every process up and running, nothing paused.
+    /// Every process up and running, nothing paused, every harness node back.
     pub async fn heal(&mut self) {
         self.due(true);
+        if let Some(ha) = &self.ha {
+            ha.heal();
+        }
     }
 
     fn cli(&self, args: &[&str]) -> std::process::Output {
-        let mut full = vec!["--config", self.config.to_str().expect("a UTF-8 path")];
-        full.extend_from_slice(args);
-        self.env.run(&full)
+        cronq(&self.env, self.ha.as_ref())
+            .arg("--config")
+            .arg(&self.config)
+            .args(args)
+            .output()
+            .expect("run cronq")
     }
 
     /// A running, unfrozen member of `role`, at random.
@@ -279,7 +335,24 @@ impl Fleet {
                 format!("{} for {back:?}", self.members[i].name)
             }
             Fault::CloseAmqp => {
-                let closed = close_amqp(&self.pids());
+                let closed = match &self.ha {
+                    None => close_amqp(&self.pids(), 5672, |args| {
+                        let out = Command::new("rabbitmqctl")
+                            .args(args)
+                            .output()
+                            .expect("run rabbitmqctl");
+                        out.status
+                            .success()
+                            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+                    }),
+                    Some(ha) => (1..=3)
+                        .filter(|n| self.rabbit_down != Some(*n))
+                        .map(|n| {
+                            let port = u16::try_from(5680 + n).expect("a harness port");
+                            close_amqp(&self.pids(), port, |args| ha.try_ctl(n, args))
+                        })
+                        .sum(),
+                };
                 self.events.push(Event {
                     at: Utc::now(),
                     kind: "connections",
@@ -287,7 +360,14 @@ impl Fleet {
                 format!("{closed} connections")
             }
             Fault::KillRedisClients => {
-                let killed = kill_redis_clients(&self.env, &self.pids()).await;
+                let (mut conn, port) = match &self.ha {
+                    None => (self.env.redis().await, 6379),
+                    Some(ha) => {
+                        let port = ha.master_port();
+                        (ha.node(port).await, port)
+                    }
+                };
+                let killed = kill_redis_clients(&mut conn, port, &self.pids()).await;
                 self.events.push(Event {
                     at: Utc::now(),
                     kind: "connections",
@@ -328,6 +408,58 @@ impl Fleet {
                 let out = self.cli(&["backfill", "fast-1", "--from", &from, "--to", &to]);
                 assert!(out.status.success(), "backfill: {out:?}");
                 format!("fast-1 from {from} to {to}")
+            }
+            Fault::StopRabbitNode => {
+                let Some(ha) = self.ha.as_ref().filter(|_| self.rabbit_down.is_none()) else {
+                    return;
+                };
+                let n = rng.random_range(1..=3);
+                ha.ctl(n, &["stop_app"]);
+                self.rabbit_down = Some(n);
+                self.events.push(Event {
+                    at: Utc::now(),
+                    kind: "connections",
+                });
+                let back = Duration::from_millis(rng.random_range(5000..15000));
+                self.pending
+                    .push((Instant::now() + back, Pending::StartApp(n)));
+                format!("node {n}, start_app in {back:?}")
+            }
+            Fault::KillRedisMaster => {
+                let Some(ha) = self.ha.as_ref().filter(|_| !self.redis_busy) else {
+                    return;
+                };
+                let port = ha.master_port();
+                ha.kill_redis(port);
+                self.redis_busy = true;
+                self.events.push(Event {
+                    at: Utc::now(),
+                    kind: "connections",
+                });
+                // Sentinel promotes a replica in about 3.3 s; the old master comes back as
+                // a replica of the new one.
+                let back = Duration::from_millis(rng.random_range(8000..15000));
+                self.pending
+                    .push((Instant::now() + back, Pending::StartRedis(port)));
+                format!("master on {port}, back in {back:?}")
+            }
+            Fault::SentinelFailover => {
+                let Some(ha) = self.ha.as_ref().filter(|_| !self.redis_busy) else {
+                    return;
+                };
+                let from = ha.master_port();
+                ha.failover().await;
+                self.redis_busy = true;
+                self.events.push(Event {
+                    at: Utc::now(),
+                    kind: "connections",
+                });
+                // The old master is demoted about 10 s later.
+                self.pending.push((
+                    Instant::now() + Duration::from_secs(15),
+                    Pending::RedisSettled,
+                ));
+                format!("from the master on {from}")
             }
         };
         *self.faults.entry(fault.name()).or_insert(0) += 1;
@@ -400,45 +532,46 @@ fn local_ports(pids: &[u32], port: u16) -> Vec<u16> {
         .collect()
 }
 
-/// Closes the AMQP connections of `pids` on the local RabbitMQ; returns how many.
-fn close_amqp(pids: &[u32]) -> usize {
-    let ours = local_ports(pids, 5672);
-    let out = Command::new("rabbitmqctl")
-        .args([
-            "list_connections",
-            "pid",
-            "peer_port",
-            "-q",
-            "--no-table-headers",
-        ])
-        .output()
-        .expect("run rabbitmqctl");
+/// Closes the AMQP connections of `pids` to the RabbitMQ node on `port`, through
+/// `rabbitmqctl` (`ctl`: its stdout, `None` when it failed); returns how many.
+fn close_amqp(pids: &[u32], port: u16, ctl: impl Fn(&[&str]) -> Option<String>) -> usize {
+    let ours = local_ports(pids, port);
+    if ours.is_empty() {
+        return 0;
+    }
+    let listed = ctl(&[
+        "list_connections",
+        "pid",
+        "peer_port",
+        "-q",
+        "--no-table-headers",
+    ])
+    .unwrap_or_default();
     let mut closed = 0;
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
+    for line in listed.lines() {
         let mut parts = line.split_whitespace();
         let (Some(conn), Some(port)) = (parts.next(), parts.next()) else {
             continue;
         };
-        if port.parse().is_ok_and(|p: u16| ours.contains(&p)) {
-            let status = Command::new("rabbitmqctl")
-                .args(["close_connection", conn, "chaos soak"])
-                .output()
-                .expect("run rabbitmqctl");
-            if status.status.success() {
-                closed += 1;
-            }
+        if port.parse().is_ok_and(|p: u16| ours.contains(&p))
+            && ctl(&["close_connection", conn, "chaos soak"]).is_some()
+        {
+            closed += 1;
         }
     }
     closed
 }
 
-/// Kills the Redis clients of `pids` (`CLIENT KILL ID`); returns how many.
-async fn kill_redis_clients(env: &TestEnv, pids: &[u32]) -> usize {
-    let ours = local_ports(pids, 6379);
-    let mut conn = env.redis().await;
+/// Kills the clients of `pids` on the Redis on `port` (`CLIENT KILL ID`); returns how many.
+async fn kill_redis_clients(
+    conn: &mut redis::aio::MultiplexedConnection,
+    port: u16,
+    pids: &[u32],
+) -> usize {
+    let ours = local_ports(pids, port);
     let list: String = redis::cmd("CLIENT")
         .arg("LIST")
-        .query_async(&mut conn)
+        .query_async(conn)
         .await
         .expect("CLIENT LIST");
     let mut killed = 0;
@@ -457,7 +590,7 @@ async fn kill_redis_clients(env: &TestEnv, pids: &[u32]) -> usize {
                 .arg("KILL")
                 .arg("ID")
                 .arg(&id)
-                .query_async(&mut conn)
+                .query_async(conn)
                 .await;
             if n.is_ok_and(|n| n > 0) {
                 killed += 1;

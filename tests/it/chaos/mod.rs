@@ -14,10 +14,17 @@
 //!
 //! `CRONQ_CHAOS_SECONDS` (default 90) is how long faults are injected, `CRONQ_CHAOS_SEED`
 //! the seed (default random; printed). `scripts/chaos` runs it for longer.
+//!
+//! `chaos_soak_ha` runs the same soak on the harness of `scripts/ha` (the RabbitMQ
+//! cluster's three nodes, Redis through its sentinels with `CRONQ_REDIS_MIN_REPLICAS=1`),
+//! adding node faults: `stop_app` and `start_app` of a RabbitMQ node, the Redis master
+//! killed, `SENTINEL FAILOVER` (`scripts/chaos --ha`). Like the tests under `ha::`, it
+//! needs the harness (`scripts/test` starts it) and runs in their test group.
 
 mod check;
 mod faults;
 
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -25,6 +32,7 @@ use nix::sys::signal::Signal;
 use rand::{RngExt, SeedableRng};
 
 use crate::support::deployment::argv;
+use crate::support::ha::{Ha, delete_keys, ha};
 use crate::support::{TestEnv, eventually, scoped};
 
 use self::faults::{Fault, Fleet};
@@ -121,22 +129,44 @@ fn seconds() -> u64 {
         .unwrap_or(90)
 }
 
-/// Runs the soak for `CRONQ_CHAOS_SECONDS` with `CRONQ_CHAOS_SEED`, then checks it.
-async fn soak(env: TestEnv) {
+/// A `cronq` command of the soak: the test's namespace, on the harness `ha` if given.
+pub fn cronq(env: &TestEnv, ha: Option<&Ha>) -> Command {
+    let mut cmd = env.cronq();
+    if let Some(ha) = ha {
+        cmd.env("CRONQ_AMQP_URL", &ha.amqp_urls)
+            .env("CRONQ_REDIS_URL", &ha.sentinel_url)
+            .env("CRONQ_REDIS_MIN_REPLICAS", "1");
+    }
+    cmd
+}
+
+/// Runs the soak for `CRONQ_CHAOS_SECONDS` with `CRONQ_CHAOS_SEED` (on the harness `ha`
+/// if given), then checks it.
+async fn soak(env: TestEnv, ha: Option<Ha>) {
     let seed = std::env::var("CRONQ_CHAOS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(rand::random::<u64>);
     let secs = seconds();
     eprintln!(
-        "chaos: seed {seed}, {secs} s of faults, namespace {}",
-        env.namespace
+        "chaos: seed {seed}, {secs} s of faults, namespace {}{}",
+        env.namespace,
+        if ha.is_some() {
+            ", on the HA harness"
+        } else {
+            ""
+        }
     );
     let mut rng = rand::rngs::Xoshiro256PlusPlus::seed_from_u64(seed);
     env.track_queue("default");
     env.track_queue("second");
     let config_path = env.write_config("cronq.toml", &config(&env, 0));
-    let mut fleet = Fleet::start(&env, &config_path);
+    if let Some(ha) = &ha {
+        ha.heal();
+        let first = ha.amqp_urls.split(',').next().expect("a node URL");
+        env.clean_broker_too(first, None);
+    }
+    let mut fleet = Fleet::start(&env, &config_path, ha.clone());
     eventually(Duration::from_secs(60), "the first runs", || async {
         (check::handler_lines(&env).len() >= 10).then_some(())
     })
@@ -154,7 +184,7 @@ async fn soak(env: TestEnv) {
         if Instant::now() >= until {
             break;
         }
-        let fault = Fault::pick(&mut rng);
+        let fault = Fault::pick(&mut rng, ha.is_some());
         if fault == Fault::Reload {
             generation += 1;
             std::fs::write(&config_path, config(&env, generation)).expect("rewrite the config");
@@ -174,7 +204,7 @@ async fn soak(env: TestEnv) {
     };
     let settled_by = Instant::now() + Duration::from_secs(120);
     loop {
-        let report = check::check(&env, &window, &fleet.events);
+        let report = check::check(&env, ha.as_ref(), &window, &fleet.events);
         if (report.lost == 0 && report.open == 0) || Instant::now() > settled_by {
             break;
         }
@@ -182,16 +212,33 @@ async fn soak(env: TestEnv) {
     }
     // Settled (or out of time): the consumers may go; then the final check.
     fleet.stop(Signal::SIGTERM, "consumer");
-    let report = check::check(&env, &window, &fleet.events);
+    let report = check::check(&env, ha.as_ref(), &window, &fleet.events);
     let left = fleet.left_running(&env);
-    eprintln!("{}", report.table(seed, secs, &fleet.faults));
+    eprintln!("{}", report.table(seed, secs, ha.is_some(), &fleet.faults));
     assert!(report.problems.is_empty(), "{:#?}", report.problems);
     assert!(left.is_empty(), "processes left running: {left:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn chaos_soak() {
-    scoped("chaos", soak).await;
+    scoped("chaos", |env| soak(env, None)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chaos_soak_ha() {
+    let ha = ha();
+    scoped("chaos-ha", |env| async move {
+        let namespace = env.namespace.clone();
+        let outcome = tokio::spawn(soak(env, Some(ha.clone()))).await;
+        // Every node back (start_app of a stopped one), then the namespace's keys go.
+        let healer = ha.clone();
+        let _ = tokio::task::spawn_blocking(move || healer.heal()).await;
+        delete_keys(&ha, &namespace).await;
+        if let Err(err) = outcome {
+            std::panic::resume_unwind(err.into_panic());
+        }
+    })
+    .await;
 }
 
 /// The kind of the job of `key`.

@@ -104,6 +104,20 @@ impl Ha {
         self.run(&refs)
     }
 
+    /// `rabbitmqctl` on node `n` (1-based); its stdout, or `None` when it failed (a node
+    /// stopped, a connection gone meanwhile).
+    pub fn try_ctl(&self, n: usize, args: &[&str]) -> Option<String> {
+        let out = Command::new(&self.script)
+            .arg("ctl")
+            .arg(n.to_string())
+            .args(args)
+            .output()
+            .expect("scripts/ha runs");
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
     /// The node (1-based) whose AMQP port `url` names, if it is one of the harness's.
     pub fn node_of_url(&self, url: &str) -> Option<usize> {
         let port = url.rsplit_once(':')?.1.split('/').next()?;
