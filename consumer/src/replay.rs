@@ -328,7 +328,7 @@ async fn send(
         }
         done.0.push(key);
         done.1.insert(run);
-        Pick::Replay(out)
+        Pick::Replay(Box::new(out))
     };
     let result = broker.replay(&select).await;
     // A key is counted when selected; on error the last one may not have been confirmed.

@@ -214,7 +214,7 @@ pub enum Pick {
     /// Leave it in the dead-letter queue.
     Keep,
     /// Publish this, and remove the letter once the publish was confirmed.
-    Replay(Outgoing),
+    Replay(Box<Outgoing>),
     /// Remove it without publishing anything: a copy (see [`Folded`]) of a letter this
     /// replay already replayed, confirmed.
     Remove,

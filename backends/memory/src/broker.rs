@@ -429,7 +429,7 @@ impl Broker for MemoryBroker {
             match select(&letter) {
                 Pick::Keep => continue,
                 Pick::Replay(out) => {
-                    self.publish(std::slice::from_ref(&out)).await?;
+                    self.publish(std::slice::from_ref(&*out)).await?;
                     replayed += 1;
                 }
                 Pick::Remove => {}

@@ -434,7 +434,7 @@ impl Broker for SqliteBroker {
                         .await?;
                     continue;
                 }
-                Pick::Replay(out) => out,
+                Pick::Replay(out) => *out,
             };
             let (queue, body) = (
                 out.queue.to_string(),

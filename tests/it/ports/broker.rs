@@ -177,11 +177,11 @@ async fn sealed_publish(backend: Backend, env: TestEnv) {
     b.dead_letter(&letter(q, 3, "failed")).await.unwrap();
     let replayed = b
         .replay(&|l: &DeadLetter| match Occurrence::decode(&l.body) {
-            Ok(occurrence) => Pick::Replay(Outgoing {
+            Ok(occurrence) => Pick::Replay(Box::new(Outgoing {
                 queue: q.clone(),
                 occurrence,
                 delay: Duration::ZERO,
-            }),
+            })),
             Err(_) => Pick::Keep,
         })
         .await
@@ -246,11 +246,11 @@ pub async fn replay_selected_suite<B: Broker>(broker: &B, q: &QueueName) {
             }
             let mut occ = Occurrence::decode(&l.body).unwrap();
             occ.trigger = Trigger::Replay;
-            Pick::Replay(Outgoing {
+            Pick::Replay(Box::new(Outgoing {
                 queue: q.clone(),
                 occurrence: occ,
                 delay: Duration::ZERO,
-            })
+            }))
         })
         .await
         .unwrap();
@@ -295,11 +295,11 @@ pub async fn replay_removes_copies_suite<B: Broker>(broker: &B, q: &QueueName) {
             if !seen.lock().unwrap().insert(l.key.clone()) {
                 return Pick::Remove;
             }
-            Pick::Replay(Outgoing {
+            Pick::Replay(Box::new(Outgoing {
                 queue: q.clone(),
                 occurrence: Occurrence::decode(&l.body).unwrap(),
                 delay: Duration::ZERO,
-            })
+            }))
         })
         .await
         .unwrap();

@@ -196,7 +196,7 @@ impl AsyncVisit for Replay<'_> {
             Pick::Remove => false,
             Pick::Replay(out) => {
                 self.broker
-                    .publish(std::slice::from_ref(&out))
+                    .publish(std::slice::from_ref(&*out))
                     .await
                     .map_err(Failure::fatal)?;
                 true
