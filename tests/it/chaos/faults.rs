@@ -288,6 +288,10 @@ impl Fleet {
 
     /// Injects `fault`, `elapsed` into the soak; prints what it did.
     pub async fn inject(&mut self, fault: Fault, rng: &mut impl Rng, elapsed: Duration) {
+        // A connection fault takes effect while it is injected (`scripts/ha` and
+        // `rabbitmqctl` take seconds on a loaded machine): its start is a fault moment too.
+        let began = Utc::now();
+        let events = self.events.len();
         let what = match fault {
             Fault::KillConsumer | Fault::KillProducer => {
                 let role = if fault == Fault::KillConsumer {
@@ -462,6 +466,18 @@ impl Fleet {
                 format!("from the master on {from}")
             }
         };
+        if self.events[events..]
+            .iter()
+            .any(|e| e.kind == "connections")
+        {
+            self.events.insert(
+                events,
+                Event {
+                    at: began,
+                    kind: "connections",
+                },
+            );
+        }
         *self.faults.entry(fault.name()).or_insert(0) += 1;
         eprintln!(
             "chaos: t+{:.1}s {}: {what}",
