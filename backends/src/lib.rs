@@ -7,19 +7,22 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cronq_memory::{MemoryBroker, MemoryControl, MemoryLease, MemoryLedger, MemoryRunLog};
+use cronq_memory::{
+    MemoryBroker, MemoryControl, MemoryLease, MemoryLedger, MemoryRegistry, MemoryRunLog,
+};
 use cronq_rabbitmq::AmqpBroker;
 use cronq_rabbitmq::topology::Replication;
-use cronq_redis::{RedisControl, RedisLease, RedisLedger, RedisRunLog};
+use cronq_redis::{RedisControl, RedisLease, RedisLedger, RedisRegistry, RedisRunLog};
 use cronq_shared::broker::BrokerError;
 use cronq_shared::control::Control;
 use cronq_shared::endpoints::Endpoints;
 use cronq_shared::lease::Lease;
 use cronq_shared::ledger::Ledger;
+use cronq_shared::registry::Registry;
 use cronq_shared::runlog::RunLog;
 use cronq_shared::signing::Keyring;
 use cronq_shared::store::StoreError;
-use cronq_sqlite::{Db, SqliteControl, SqliteLease, SqliteLedger, SqliteRunLog};
+use cronq_sqlite::{Db, SqliteControl, SqliteLease, SqliteLedger, SqliteRegistry, SqliteRunLog};
 
 pub use cronq_sqlite::{SqliteBroker, Sync};
 
@@ -34,6 +37,8 @@ pub struct Stores {
     pub lease: Arc<dyn Lease>,
     /// Cursors, pauses, trigger and backfill requests.
     pub control: Control,
+    /// The instances alive, their config digests, the per-minute counts.
+    pub registry: Arc<dyn Registry>,
 }
 
 impl std::fmt::Debug for Stores {
@@ -88,6 +93,7 @@ pub async fn stores(
         )),
         runlog: Arc::new(history),
         lease: Arc::new(lease),
+        registry: Arc::new(RedisRegistry::new(conn.clone(), &names)),
         control: Control::new(RedisControl::new(conn, &names)),
     })
 }
@@ -103,6 +109,7 @@ pub fn memory(max_runs: usize, keyring: Option<Arc<Keyring>>) -> (MemoryBroker, 
         runlog: history,
         lease: Arc::new(lease),
         control,
+        registry: Arc::new(MemoryRegistry::new()),
     };
     (MemoryBroker::new().signing(keyring), stores)
 }
@@ -135,6 +142,7 @@ pub async fn sqlite(
         runlog: Arc::new(history),
         lease: Arc::new(SqliteLease::new(db.clone())),
         control: Control::new(SqliteControl::new(db.clone())),
+        registry: Arc::new(SqliteRegistry::new(db.clone())),
     };
     Ok((SqliteBroker::new(db).signing(keyring), stores))
 }

@@ -13,12 +13,14 @@
 //!   pause flags and trigger/backfill requests, apply reloaded configs.
 //! - `term`: one term's bookkeeping (job table, timer, pauses, uncommitted cursors).
 //! - [`reload`]: SIGHUP → reload the file → `watch` channel of `Arc<Config>`.
+//! - [`config_check`]: while leading, which instances run another config (log, `/metrics`).
 //! - [`Producer`]: all of it as one `run(self, shutdown)`.
 //!
 //! Guarantees: a cursor moves only after the occurrences before it were confirmed
 //! published, and only by the current leader (G2, G3); keys and jitter come from scheduled
 //! instants only (G4).
 
+pub mod config_check;
 mod error;
 pub mod leader;
 pub mod planner;
@@ -29,6 +31,7 @@ mod service;
 mod term;
 pub mod timer;
 
+pub use config_check::ConfigCheck;
 pub use error::Error;
 pub use leader::{Elector, Leadership};
 pub use reload::Reloader;

@@ -61,6 +61,11 @@ impl Producer {
         }
     }
 
+    /// This producer's leadership, as the scheduler sees it (`None` while a standby).
+    pub fn leadership(&self) -> watch::Receiver<Option<Leadership>> {
+        self.leadership.clone()
+    }
+
     /// Also runs `reloader` (SIGHUP handling) for the producer's lifetime.
     pub fn with_reloader(mut self, reloader: Reloader) -> Self {
         self.reloader = Some(reloader);

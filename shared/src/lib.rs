@@ -15,7 +15,8 @@
 //!   which layer retries what.
 //! - The ports, each a trait with its rules in its docs: [`broker`] (the queue),
 //!   [`ledger`] (idempotency records and overlap), [`runlog`] (the run history), [`lease`]
-//!   (the producer's leader lease) and [`control`] (cursors, pauses, requests); [`store`]
+//!   (the producer's leader lease), [`control`] (cursors, pauses, requests) and [`registry`]
+//!   (the instances alive, their config digests, per-minute counts); [`store`]
 //!   is the error the stores share.
 
 pub mod broker;
@@ -29,6 +30,7 @@ pub mod ledger;
 pub mod message;
 pub mod names;
 pub mod redacted;
+pub mod registry;
 pub mod retry;
 pub mod runlog;
 pub mod schedule;

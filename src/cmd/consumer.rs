@@ -5,6 +5,9 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use cronq_consumer::{Consumer, Options, default_consumer_id};
+use cronq_shared::registry::Role;
+use cronq_shared::registry::reporter::Reporter;
+use cronq_shared::registry::tally::{CountingLedger, Tally};
 use tokio_util::sync::CancellationToken;
 
 use super::settings::UsageError;
@@ -52,10 +55,27 @@ pub async fn run(cli: &Cli, args: &ConsumerArgs, root: CancellationToken) -> any
                 .map_err(|e| format!("redis: {e}"))
         })
     });
-    let consumer = Consumer::new(config, Arc::new(broker), stores.ledger, options);
-    let (served, ran) = tokio::join!(
+    // What this consumer runs to an end is counted for the Fleet page (docs/dashboard.md).
+    let tally = Tally::default();
+    let ledger = Arc::new(CountingLedger::new(stores.ledger, tally.clone()));
+    let (_config_tx, config_rx) = tokio::sync::watch::channel(Arc::new(config.clone()));
+    let reporter = Reporter::new(
+        stores.registry,
+        &options.consumer_id,
+        Role::Consumer,
+        config_rx,
+        tally,
+    );
+    let consumer = Consumer::new(config, Arc::new(broker), ledger, options);
+    let beside = root.child_token();
+    let (served, ran, ()) = tokio::join!(
         admin::serve(args.serve.admin_addr, metrics, ready, root.clone()),
-        consumer.run(root.clone()),
+        async {
+            let r = consumer.run(root.clone()).await;
+            beside.cancel();
+            r
+        },
+        reporter.run(beside.clone()),
     );
     ran.context("while running the consumer")?;
     served

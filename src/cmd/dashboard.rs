@@ -70,7 +70,8 @@ pub async fn run(cli: &Cli, args: &DashboardArgs, root: CancellationToken) -> an
         }
     };
     super::signals::cancel_on_signal(root.clone()).context("while installing signal handlers")?;
-    dashboard::serve(args.addr, source, admin, root.child_token()).await
+    let metrics = crate::admin::install_metrics(&source.config.metrics)?;
+    dashboard::serve(args.addr, source, admin, metrics, root.child_token()).await
 }
 
 /// The dashboard's source for a standalone's data file (also `cronq standalone

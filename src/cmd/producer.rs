@@ -4,8 +4,11 @@
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use cronq_producer::{Producer, Reloader, instance_id};
+use cronq_producer::{ConfigCheck, Producer, Reloader, instance_id};
 use cronq_shared::lease::Lease;
+use cronq_shared::registry::Role;
+use cronq_shared::registry::reporter::Reporter;
+use cronq_shared::registry::tally::{CountingBroker, Tally};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -52,11 +55,30 @@ pub async fn run(cli: &Cli, args: &ServeArgs, root: CancellationToken) -> anyhow
     let control = stores.control;
     let ready = readiness(lease.clone(), instance.clone());
     let (reloader, config_rx) = Reloader::new(config, hangups);
+    // What the leader publishes is counted for the Fleet page (docs/dashboard.md).
+    let tally = Tally::default();
+    let counted = Arc::new(CountingBroker::new(broker.clone(), tally.clone()));
+    let reporter = Reporter::new(
+        stores.registry.clone(),
+        &instance,
+        Role::Producer,
+        config_rx.clone(),
+        tally,
+    );
     let producer =
-        Producer::new(broker.clone(), lease, control, config_rx, instance).with_reloader(reloader);
-    let (served, ran) = tokio::join!(
+        Producer::new(counted, lease, control, config_rx.clone(), instance).with_reloader(reloader);
+    let check = ConfigCheck::new(stores.registry, config_rx, producer.leadership());
+    // The reporter and the check stop with the producer, so the record leaves last.
+    let beside = root.child_token();
+    let (served, ran, (), ()) = tokio::join!(
         admin::serve(args.admin_addr, metrics, ready, root.clone()),
-        producer.run(root.child_token()),
+        async {
+            let r = producer.run(root.child_token()).await;
+            beside.cancel();
+            r
+        },
+        reporter.run(beside.clone()),
+        check.run(beside.clone()),
     );
     signal_tasks.shutdown().await;
     broker.close().await;

@@ -14,9 +14,12 @@ use std::time::Duration;
 use anyhow::Context as _;
 use cronq_backends::Stores;
 use cronq_consumer::{Consumer, Options};
-use cronq_producer::{Producer, Reloader, instance_id};
+use cronq_producer::{ConfigCheck, Producer, Reloader, instance_id};
 use cronq_shared::broker::Broker;
 use cronq_shared::lease::Lease;
+use cronq_shared::registry::Role;
+use cronq_shared::registry::reporter::Reporter;
+use cronq_shared::registry::tally::{CountingBroker, CountingLedger, Tally};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -82,6 +85,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
     let hangups = super::signals::hangups(&mut signal_tasks, root.child_token())
         .context("while installing the SIGHUP handler")?;
     let metrics = admin::install_metrics(&config.metrics)?;
+    let shown_metrics = metrics.clone();
 
     // The dashboard shows the config of the start (a SIGHUP reload does not change it).
     let dashboard = match (args.dashboard_addr, admin) {
@@ -116,11 +120,29 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         consumer_id: format!("standalone-{instance}"),
         keyring,
     };
-    let consumer = Consumer::new(config.clone(), broker.clone(), stores.ledger, options);
+    // One instance on the Fleet page, counting what both halves do (docs/dashboard.md).
+    let tally = Tally::default();
+    let ledger = Arc::new(CountingLedger::new(stores.ledger, tally.clone()));
+    let consumer = Consumer::new(config.clone(), broker.clone(), ledger, options);
     let (reloader, config_rx) = Reloader::new(config, hangups);
     let lease = stores.lease.clone();
-    let producer = Producer::new(broker, stores.lease, stores.control, config_rx, &instance)
-        .with_reloader(reloader);
+    let counted = Arc::new(CountingBroker::new(broker, tally.clone()));
+    let reporter = Reporter::new(
+        stores.registry.clone(),
+        &instance,
+        Role::Standalone,
+        config_rx.clone(),
+        tally,
+    );
+    let producer = Producer::new(
+        counted,
+        stores.lease,
+        stores.control,
+        config_rx.clone(),
+        &instance,
+    )
+    .with_reloader(reloader);
+    let check = ConfigCheck::new(stores.registry, config_rx, producer.leadership());
     let first_term = producer.first_term();
 
     let ready: ReadyProbe = Arc::new(|| Box::pin(async { Ok("standalone".to_owned()) }));
@@ -132,13 +154,15 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
             token.cancel();
         }
     };
-    let (served, shown, produced, consumed) = tokio::join!(
+    let (served, shown, produced, consumed, (), ()) = tokio::join!(
         admin::serve(args.serve.admin_addr, metrics, ready, token.clone()),
         async {
             let Some((addr, source, admin)) = dashboard else {
                 return Ok(());
             };
-            let r = crate::dashboard::serve(addr, source, admin, token.child_token()).await;
+            let r =
+                crate::dashboard::serve(addr, source, admin, shown_metrics, token.child_token())
+                    .await;
             stop_all(r.is_err());
             r
         },
@@ -156,6 +180,8 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
             stop_all(r.is_err());
             r
         },
+        reporter.run(token.child_token()),
+        check.run(token.child_token()),
     );
     signal_tasks.shutdown().await;
     produced.context("while running the producer")?;

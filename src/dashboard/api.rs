@@ -10,6 +10,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use chrono::Utc;
 use cronq_shared::config::{Handler, Job};
+use cronq_shared::registry::{Beat, EXPIRY, Role};
 use cronq_shared::runlog::Run;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -49,17 +50,59 @@ pub fn fleet_json(app: &App, snap: &Snapshot) -> Value {
             "epoch": h.epoch,
             "lease_left_ms": u64::try_from(h.remaining.as_millis()).unwrap_or(u64::MAX),
         })),
+        "standbys": instances(snap, |b| {
+            b.role == Role::Producer && snap.leader.as_ref().is_none_or(|h| h.instance != b.instance)
+        }),
+        "consumers": instances(snap, |b| b.role == Role::Consumer),
+        "standalones": instances(snap, |b| b.role == Role::Standalone),
+        "instances_expire_after_ms": EXPIRY.as_millis() as u64,
+        "config": {
+            "reference": snap.reference,
+            "differ": snap.differences,
+        },
         "queues": snap.queues,
         "dead_letters": snap.dead_letters,
         "jobs": app.source.config.jobs.len(),
         "paused": snap.paused.len(),
         "last_hour": {
             "expected": snap.expected_last_hour,
+            "expected_from": snap.expected_from.map(precise),
+            "expected_at": snap.expected_at.map(precise),
+            "published": snap.published_last_hour,
+            "executed": snap.executed_last_hour,
             "outcomes": snap.outcomes_since(hour_ago),
+            "outcomes_lower_bound": snap.recent.len() >= RECENT_RUNS,
             "window": RECENT_RUNS,
         },
         "outages": outages(snap),
     })
+}
+
+/// An instant to the millisecond, for windows a client recounts.
+fn precise(t: chrono::DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// The instances alive that `keep` selects, as JSON rows.
+fn instances(snap: &Snapshot, keep: impl Fn(&Beat) -> bool) -> Vec<Value> {
+    snap.instances
+        .iter()
+        .filter(|b| keep(b))
+        .map(|b| {
+            json!({
+                "instance": b.instance,
+                "role": b.role,
+                "host": b.host,
+                "pid": b.pid,
+                "version": b.version,
+                "started_at": output::utc(b.started_at),
+                "last_seen": output::utc(b.last_seen),
+                "digest": b.digest,
+                "jobs": b.jobs,
+                "config_differs": snap.differences.iter().any(|d| d.instance == b.instance),
+            })
+        })
+        .collect()
 }
 
 /// The outages of a snapshot, as JSON.

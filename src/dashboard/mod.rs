@@ -23,6 +23,7 @@ use anyhow::Context as _;
 use axum::Router;
 use axum::http::{HeaderValue, header};
 use axum::routing::{get, post};
+use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -38,6 +39,8 @@ pub struct App {
     snapshot: watch::Receiver<Arc<Snapshot>>,
     /// The config's jobs in name order (`query::by_name`).
     by_name: Vec<usize>,
+    /// The process's metrics, served at `/metrics`.
+    metrics: PrometheusHandle,
 }
 
 impl App {
@@ -74,12 +77,26 @@ fn router(app: Arc<App>) -> Router {
         .route("/logout", post(pages::logout))
         .route("/ui/jobs/{job}/{action}", post(pages::job_action))
         .route("/ui/dead-letters/replay", post(pages::replay))
+        .route("/metrics", get(metrics))
         .route("/assets/app.js", get(pages::script))
         .route("/assets/app.css", get(pages::style))
         .nest("/api/v1", api)
         .fallback(pages::not_found)
         .layer(axum::middleware::map_response(secure_headers))
         .with_state(app)
+}
+
+/// `GET /metrics`: the dashboard's own metrics, with which instances run another config
+/// (`cronq_config_digest_mismatch`, docs/operations.md).
+async fn metrics(
+    axum::extract::State(app): axum::extract::State<Arc<App>>,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        app.metrics.render(),
+    )
+        .into_response()
 }
 
 async fn secure_headers(mut response: axum::response::Response) -> axum::response::Response {
@@ -103,7 +120,7 @@ async fn secure_headers(mut response: axum::response::Response) -> axum::respons
 }
 
 /// Serves the dashboard on `addr` until `token` is cancelled, refreshing its snapshot of
-/// `source` meanwhile.
+/// `source` meanwhile; `/metrics` renders `metrics`.
 ///
 /// # Errors
 /// When the address cannot be bound, or the server fails.
@@ -111,6 +128,7 @@ pub async fn serve(
     addr: SocketAddr,
     source: Source,
     admin: Admin,
+    metrics: PrometheusHandle,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
@@ -133,6 +151,7 @@ pub async fn serve(
         source,
         admin,
         snapshot,
+        metrics,
     });
     let refreshing = token.child_token();
     let (served, refreshed) = tokio::join!(

@@ -11,6 +11,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
+use cronq_shared::registry::{EXPIRY, REPORT_EVERY, Role};
 use maud::{DOCTYPE, Markup, html};
 use serde::Deserialize;
 use serde_json::Value;
@@ -220,7 +221,12 @@ pub async fn fleet(
                     }
                     None => p.warn { "no producer leads now: nothing is published (start " code { "cronq producer" } ")" }
                 }
-                p.note { "Standbys are not recorded: each waiting producer retries the lease." }
+                h3 { "Standbys" }
+                @let standbys = fleet["standbys"].as_array().cloned().unwrap_or_default();
+                @if standbys.is_empty() { p #standbys { "none alive" } }
+                @else {
+                    ul #standbys { @for b in &standbys { li { code { (b["instance"].as_str().unwrap_or("")) } " on " (b["host"].as_str().unwrap_or("")) } } }
+                }
             }
             div.card {
                 h2 { "Dead letters" }
@@ -234,13 +240,67 @@ pub async fn fleet(
             }
             div.card {
                 h2 { "Last hour" }
-                p { "expected by the schedules: " strong { @match snap.expected_last_hour { Some(n) => (n), None => "?" } } }
+                p { "expected by the schedules: " strong #expected { @match snap.expected_last_hour { Some(n) => (n), None => "?" } } }
+                p { "published: " strong #published { @match snap.published_last_hour { Some(n) => (n), None => "?" } } }
+                p { "executed: " strong #executed { @match snap.executed_last_hour { Some(n) => (n), None => "?" } } }
+                @if let Some(from) = snap.expected_from { p.note { "Expected counted from " (time(from, None)) " (the oldest producer alive started then, or an hour ago); paused jobs up to their pause." } }
                 @let outcomes = &fleet["last_hour"]["outcomes"];
                 @if let Some(map) = outcomes.as_object() {
                     @if map.is_empty() { p { "no run recorded" } }
                     @for (k, v) in map { p { (outcome(k)) " " (v) } }
                 }
-                p.note { "From the newest " (RECENT_RUNS) " run-history entries." }
+                p.note { "Published and executed: per-minute counters. Outcomes: from the newest " (RECENT_RUNS) " run-history entries (a lower bound when that many are read)." }
+            }
+        }
+        h2 { "Config" }
+        @if snap.differences.is_empty() {
+            p #config-same { "Every instance alive runs " (snap.reference.as_deref().unwrap_or("the same config")) "." }
+        } @else {
+            p.warn { (snap.differences.len()) " instances run another config than " (snap.reference.as_deref().unwrap_or("the reference")) ": deploy the same file to every host." }
+            table #config-differ {
+                thead { tr { th { "instance" } th { "role" } th { "digest" } th { "differing jobs" } } }
+                tbody {
+                    @for d in &snap.differences {
+                        tr {
+                            td { code { (d.instance) } }
+                            td { (d.role.as_str()) }
+                            td { code { (d.digest) } }
+                            td {
+                                @match d.count {
+                                    Some(n) => {
+                                        @for (i, j) in d.jobs.iter().enumerate() { @if i > 0 { ", " } code { (j) } }
+                                        @if n > d.jobs.len() { " and " (n - d.jobs.len()) " more" }
+                                        " (" (n) ")"
+                                    }
+                                    None => "not known yet"
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "Instances alive" }
+        p.note { "From their heartbeats (every " (REPORT_EVERY.as_secs()) " s; an instance that stops reporting is gone after " (EXPIRY.as_secs()) " s)." }
+        table #instances {
+            thead { tr { th { "instance" } th { "role" } th { "host" } th { "pid" } th { "version" } th { "started" } th { "last seen" } th { "config digest" } } }
+            tbody {
+                @for b in &snap.instances {
+                    tr {
+                        td { code { (b.instance) } }
+                        td {
+                            @if snap.leader.as_ref().is_some_and(|h| h.instance == b.instance) { "leader" }
+                            @else if b.role == Role::Producer { "standby" }
+                            @else { (b.role.as_str()) }
+                        }
+                        td { (b.host) }
+                        td { (b.pid) }
+                        td { (b.version) }
+                        td { (time(b.started_at, None)) }
+                        td { (time(b.last_seen, None)) }
+                        td { code { (b.digest) } @if snap.differences.iter().any(|d| d.instance == b.instance) { " " span.warn { "differs" } } }
+                    }
+                }
             }
         }
         h2 { "Queues and consumers" }

@@ -17,6 +17,9 @@ use cronq_shared::config::Config;
 use cronq_shared::control::Pause;
 use cronq_shared::lease::Holder;
 use cronq_shared::names::JobName;
+use cronq_shared::registry::compare::{Comparer, Difference, Reference};
+use cronq_shared::registry::digest::ConfigDigest;
+use cronq_shared::registry::{Beat, Counter, Role, minute_of};
 use cronq_shared::runlog::Run;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -69,10 +72,25 @@ pub struct Snapshot {
     pub dead_letters: Option<u64>,
     /// Each job's next fire time, by its index in the config.
     pub next: Arc<Vec<Option<DateTime<Utc>>>>,
-    /// Occurrences the schedules produced in the hour before `expected_at`.
+    /// Occurrences the schedules produced from `expected_from` to `expected_at`, paused
+    /// jobs counted only up to their pause.
     pub expected_last_hour: Option<usize>,
     /// When `expected_last_hour` was counted.
     pub expected_at: Option<DateTime<Utc>>,
+    /// Where its window starts: an hour before `expected_at`, or the start of the oldest
+    /// producer alive when that is later (before, nothing was published).
+    pub expected_from: Option<DateTime<Utc>>,
+    /// Occurrences published in the last hour (the per-minute counters).
+    pub published_last_hour: Option<u64>,
+    /// Occurrences run to a terminal outcome in the last hour (the per-minute counters).
+    pub executed_last_hour: Option<u64>,
+    /// The instances alive, from their heartbeats, in instance order.
+    pub instances: Vec<Beat>,
+    /// The instances whose config differs from the reference one.
+    pub differences: Vec<Difference>,
+    /// Whose config the others are compared with: the leader's, or the dashboard's own
+    /// when no leader reports.
+    pub reference: Option<String>,
     /// The store outage now, if any.
     pub store_outage: Option<Outage>,
     /// The queue outage now, if any.
@@ -123,29 +141,53 @@ impl Refresher {
     /// None so far; the signature is that of every long-running part.
     pub async fn run(self, token: CancellationToken) -> anyhow::Result<()> {
         let mut next = Arc::new(Vec::new());
+        let mut comparer = Comparer::default();
+        let config = self.source.config.clone();
+        let own = Reference::from(
+            &tokio::task::spawn_blocking(move || ConfigDigest::of(&config))
+                .await
+                .unwrap_or_else(|_| ConfigDigest::of(&self.source.config)),
+        );
         loop {
             let previous = self.tx.borrow().clone();
             next = next_fires(&self.source.config, next).await;
             let mut snapshot = refresh(&self.source, &previous, next.clone()).await;
+            fleet(&self.source, &mut snapshot, &mut comparer, &own).await;
             let now = Utc::now();
-            if previous
-                .expected_at
-                .is_none_or(|at| now - at >= EXPECTED_EVERY)
+            let hour_ago = now - chrono::TimeDelta::hours(1);
+            let from = snapshot
+                .instances
+                .iter()
+                .filter(|b| matches!(b.role, Role::Producer | Role::Standalone))
+                .map(|b| b.started_at)
+                .min()
+                .map_or(hour_ago, |t| t.max(hour_ago));
+            // Counted again every refresh while the fleet is younger than the hour (its
+            // window grows), else every EXPECTED_EVERY.
+            if from > hour_ago
+                || previous
+                    .expected_at
+                    .is_none_or(|at| now - at >= EXPECTED_EVERY)
             {
                 let config = self.source.config.clone();
-                let hour_ago = now - chrono::TimeDelta::hours(1);
+                let paused = snapshot.paused.clone();
                 snapshot.expected_last_hour = tokio::task::spawn_blocking(move || {
                     config
                         .jobs
                         .iter()
                         .map(|j| {
-                            crate::ops::backfill::Preview::of(&j.schedule, hour_ago, now).count
+                            let to = paused.get(&j.name).map_or(now, |p| p.since.min(now));
+                            if to < from {
+                                return 0;
+                            }
+                            crate::ops::backfill::Preview::of(&j.schedule, from, to).count
                         })
                         .sum()
                 })
                 .await
                 .ok();
                 snapshot.expected_at = Some(now);
+                snapshot.expected_from = Some(from);
             }
             self.tx.send_replace(Arc::new(snapshot));
             if token
@@ -253,6 +295,64 @@ async fn refresh(
     };
     out.queue_outage = outage(source.queue_name, queue_error, &previous.queue_outage, now);
     out
+}
+
+/// The instances alive, which run another config than the leader's (or, without a
+/// leader's report, the dashboard's own), and the last hour's counters: a failed read keeps
+/// the previous values (the outage is the other reads' to say).
+async fn fleet(source: &Source, out: &mut Snapshot, comparer: &mut Comparer, own: &Reference) {
+    let registry = &*source.stores.registry;
+    let now_minute = minute_of(Utc::now());
+    let minutes = now_minute - 59..=now_minute;
+    let (beats, published, executed) = tokio::join!(
+        within(registry.instances()),
+        within(registry.counted(Counter::Published, minutes.clone())),
+        within(registry.counted(Counter::Executed, minutes)),
+    );
+    if let Ok(n) = published {
+        out.published_last_hour = Some(n);
+    }
+    if let Ok(n) = executed {
+        out.executed_last_hour = Some(n);
+    }
+    let Ok(beats) = beats else { return };
+    let leader = out
+        .leader
+        .as_ref()
+        .and_then(|h| beats.iter().find(|b| b.instance == h.instance));
+    let mut reference = (own.clone(), "this dashboard's config".to_owned());
+    if let Some(leader) = leader
+        && let Ok(Some(jobs)) = within(comparer.map(registry, &leader.digest)).await
+    {
+        reference = (
+            Reference {
+                overall: leader.digest.clone(),
+                jobs,
+            },
+            format!("the leader's config ({})", leader.instance),
+        );
+    }
+    if let Ok(differences) = within(comparer.differences(registry, &reference.0, &beats)).await {
+        publish_mismatch(&out.differences, &differences);
+        out.differences = differences;
+    }
+    out.reference = Some(reference.1);
+    out.instances = beats;
+}
+
+/// `/metrics` of the dashboard: which instances differ (per instance, never per job).
+fn publish_mismatch(before: &[Difference], now: &[Difference]) {
+    for gone in before
+        .iter()
+        .filter(|b| !now.iter().any(|d| d.instance == b.instance))
+    {
+        metrics::gauge!("cronq_config_digest_mismatch", "instance" => gone.instance.clone())
+            .set(0.0);
+    }
+    for d in now {
+        metrics::gauge!("cronq_config_digest_mismatch", "instance" => d.instance.clone()).set(1.0);
+    }
+    metrics::gauge!("cronq_config_digest_mismatch_instances").set(now.len() as f64);
 }
 
 fn outage(

@@ -13,10 +13,12 @@ pub mod broker;
 pub mod control;
 pub mod lease;
 pub mod ledger;
+pub mod registry;
 pub mod runlog;
 
 pub use broker::MemoryBroker;
 pub use control::MemoryControl;
 pub use lease::MemoryLease;
 pub use ledger::MemoryLedger;
+pub use registry::MemoryRegistry;
 pub use runlog::MemoryRunLog;

@@ -20,6 +20,7 @@ pub mod control;
 mod error;
 pub mod lease;
 pub mod ledger;
+pub mod registry;
 pub mod runlog;
 pub mod sentinel;
 
@@ -28,4 +29,5 @@ pub use connect::{connect, connect_tls, connect_with};
 pub use control::RedisControl;
 pub use lease::RedisLease;
 pub use ledger::RedisLedger;
+pub use registry::RedisRegistry;
 pub use runlog::RedisRunLog;

@@ -8,4 +8,5 @@ mod ledger;
 mod ledger_overlap;
 mod rabbitmq;
 mod redis;
+mod registry;
 mod runlog;

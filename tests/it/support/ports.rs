@@ -220,6 +220,35 @@ pub async fn lease_and_control(backend: Backend, env: &TestEnv) -> (Port<dyn Lea
     }
 }
 
+/// Two processes' handles on the one fleet registry of `backend`.
+pub async fn registries(
+    backend: Backend,
+    env: &TestEnv,
+) -> (
+    Arc<dyn cronq_shared::registry::Registry>,
+    Arc<dyn cronq_shared::registry::Registry>,
+) {
+    match backend {
+        Backend::Memory => {
+            let r = cronq_memory::MemoryRegistry::new();
+            (Arc::new(r.clone()), Arc::new(r))
+        }
+        Backend::Real => {
+            let names = names(env);
+            let a = cronq_redis::connect(&redis_url()).await.unwrap();
+            let b = cronq_redis::connect(&redis_url()).await.unwrap();
+            (
+                Arc::new(cronq_redis::RedisRegistry::new(a, &names)),
+                Arc::new(cronq_redis::RedisRegistry::new(b, &names)),
+            )
+        }
+        Backend::Sqlite => (
+            Arc::new(cronq_sqlite::SqliteRegistry::new(open(env))),
+            Arc::new(cronq_sqlite::SqliteRegistry::new(open(env))),
+        ),
+    }
+}
+
 /// The Redis ledger under the test's namespace, and its run log.
 pub async fn redis_ports(env: &TestEnv) -> (RedisLedger, RedisRunLog) {
     let conn = cronq_redis::connect(&redis_url()).await.unwrap();

@@ -1,0 +1,156 @@
+//! The loop every producer, consumer and standalone runs beside its work: report itself
+//! to the registry every [`REPORT_EVERY`] (its record lapses [`EXPIRY`] after the last
+//! report), write the per-job digests of its config once per config, and add what its
+//! [`Tally`] counted to the per-minute counters.
+//!
+//! Invariant: a failing registry never stops the process's work: a failed report is logged
+//! once per outage and tried again on the next beat; counts not written are kept for it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::digest::ConfigDigest;
+use super::tally::Tally;
+use super::{Beat, Counter, DIGESTS_TTL, EXPIRY, REPORT_EVERY, Registry, Role, minute_of};
+use crate::config::Config;
+
+/// How often the per-job digests are written again, keeping them [`DIGESTS_TTL`].
+const DIGESTS_REFRESH: Duration = Duration::from_secs(600);
+
+/// Reports one process until cancelled.
+pub struct Reporter {
+    registry: Arc<dyn Registry>,
+    beat: Beat,
+    config: watch::Receiver<Arc<Config>>,
+    tally: Tally,
+}
+
+impl Reporter {
+    /// A reporter for the process `instance` of `role`, running the configs `config`
+    /// sends, adding what `tally` counts.
+    pub fn new(
+        registry: Arc<dyn Registry>,
+        instance: impl Into<String>,
+        role: Role,
+        config: watch::Receiver<Arc<Config>>,
+        tally: Tally,
+    ) -> Self {
+        let now = Utc::now();
+        let beat = Beat {
+            instance: instance.into(),
+            role,
+            host: host_name(),
+            pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            started_at: now,
+            last_seen: now,
+            digest: String::new(),
+            jobs: 0,
+        };
+        Self {
+            registry,
+            beat,
+            config,
+            tally,
+        }
+    }
+
+    /// Reports until `token` is cancelled, then removes the record.
+    pub async fn run(mut self, token: CancellationToken) {
+        let mut watching = true;
+        let mut digest = digest_of(self.config.borrow_and_update().clone()).await;
+        let mut digests_put: Option<DateTime<Utc>> = None;
+        let mut failing = false;
+        loop {
+            let now = Utc::now();
+            if digests_put
+                .is_none_or(|at| (now - at).to_std().unwrap_or_default() >= DIGESTS_REFRESH)
+            {
+                match self
+                    .registry
+                    .put_digests(&digest.overall, &digest.jobs, DIGESTS_TTL)
+                    .await
+                {
+                    Ok(()) => digests_put = Some(now),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "cannot write the config's job digests yet")
+                    }
+                }
+            }
+            self.beat.last_seen = now;
+            self.beat.digest.clone_from(&digest.overall);
+            self.beat.jobs = digest.jobs.len();
+            let reported = self.report().await;
+            match (&reported, failing) {
+                (Err(e), false) => {
+                    tracing::warn!(instance_id = %self.beat.instance, error = %e, "cannot report this instance to the fleet registry; retrying")
+                }
+                (Ok(()), true) => {
+                    tracing::info!(instance_id = %self.beat.instance, "reporting to the fleet registry again")
+                }
+                _ => {}
+            }
+            failing = reported.is_err();
+            tokio::select! {
+                biased;
+                () = token.cancelled() => break,
+                changed = self.config.changed(), if watching => {
+                    if changed.is_ok() {
+                        digest = digest_of(self.config.borrow_and_update().clone()).await;
+                        digests_put = None;
+                    } else {
+                        watching = false;
+                    }
+                }
+                () = tokio::time::sleep(REPORT_EVERY) => {}
+            }
+        }
+        self.flush().await.ok();
+        if let Err(e) = self.registry.leave(&self.beat.instance).await {
+            tracing::debug!(error = %e, "cannot remove this instance from the fleet registry; it lapses by itself");
+        }
+    }
+
+    async fn report(&self) -> Result<(), crate::store::StoreError> {
+        self.registry.report(&self.beat, EXPIRY).await?;
+        self.flush().await
+    }
+
+    /// Adds what was counted to this minute's counters; what cannot be written is kept.
+    async fn flush(&self) -> Result<(), crate::store::StoreError> {
+        let minute = minute_of(Utc::now());
+        for counter in [Counter::Published, Counter::Executed] {
+            let n = self.tally.take(counter);
+            if n == 0 {
+                continue;
+            }
+            if let Err(e) = self.registry.count(counter, minute, n).await {
+                self.tally.add(counter, n);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn digest_of(config: Arc<Config>) -> ConfigDigest {
+    let fallback = config.clone();
+    tokio::task::spawn_blocking(move || ConfigDigest::of(&config))
+        .await
+        .unwrap_or_else(|_| ConfigDigest::of(&fallback))
+}
+
+/// This machine's host name.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
