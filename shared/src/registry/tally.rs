@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::Counter;
-use crate::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing};
+use crate::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing, Pick};
 use crate::key::OccurrenceKey;
 use crate::ledger::{
     Claim, ClaimOutcome, End, Ended, Heartbeat, Lease, Ledger, Orphan, Settle, State,
@@ -95,7 +95,7 @@ impl Broker for CountingBroker {
 
     async fn replay(
         &self,
-        select: &(dyn for<'l> Fn(&'l DeadLetter) -> Option<Outgoing> + Send + Sync),
+        select: &(dyn for<'l> Fn(&'l DeadLetter) -> Pick + Send + Sync),
     ) -> Result<usize, BrokerError> {
         self.inner.replay(select).await
     }
