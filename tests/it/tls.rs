@@ -64,9 +64,16 @@ fn failing(env: &TestEnv, vars: &[(&str, &str)], code: i32, args: &[&str]) -> St
     String::from_utf8(out.stderr).expect("UTF-8 stderr")
 }
 
-/// The error line of a failed command: its last line of stderr.
+/// The error line of a failed command: its last line of stderr that is the command's own
+/// (`cronq: ...`). lapin's I/O thread may log the refused handshake after it, as a line of
+/// its own.
 fn error_line(stderr: &str) -> &str {
-    stderr.lines().last().unwrap_or_default()
+    stderr
+        .lines()
+        .rev()
+        .find(|line| line.starts_with("cronq: "))
+        .or_else(|| stderr.lines().last())
+        .unwrap_or_default()
 }
 
 fn assert_starts_with(line: &str, prefix: &str) {
