@@ -55,10 +55,7 @@ impl ConfigCheck {
                     .as_ref()
                     .is_none_or(|(c, _)| !Arc::ptr_eq(c, &config));
                 if stale {
-                    let c = config.clone();
-                    let digest = tokio::task::spawn_blocking(move || ConfigDigest::of(&c))
-                        .await
-                        .unwrap_or_else(|_| ConfigDigest::of(&config));
+                    let digest = ConfigDigest::of_shared(config.clone()).await;
                     reference = Some((config, Reference::from(&digest)));
                 }
                 if let Some((_, r)) = &reference {

@@ -142,12 +142,7 @@ impl Refresher {
     pub async fn run(self, token: CancellationToken) -> anyhow::Result<()> {
         let mut next = Arc::new(Vec::new());
         let mut comparer = Comparer::default();
-        let config = self.source.config.clone();
-        let own = Reference::from(
-            &tokio::task::spawn_blocking(move || ConfigDigest::of(&config))
-                .await
-                .unwrap_or_else(|_| ConfigDigest::of(&self.source.config)),
-        );
+        let own = Reference::from(&ConfigDigest::of_shared(self.source.config.clone()).await);
         loop {
             let previous = self.tx.borrow().clone();
             next = next_fires(&self.source.config, next).await;

@@ -31,6 +31,15 @@ pub struct ConfigDigest {
 }
 
 impl ConfigDigest {
+    /// [`ConfigDigest::of`] on a blocking thread, so that a large config does not hold up
+    /// the runtime (computed here instead if that thread could not finish).
+    pub async fn of_shared(config: std::sync::Arc<Config>) -> Self {
+        let fallback = std::sync::Arc::clone(&config);
+        tokio::task::spawn_blocking(move || Self::of(&config))
+            .await
+            .unwrap_or_else(|_| Self::of(&fallback))
+    }
+
     /// The digests of `config` (linear in its jobs: about a second per million).
     pub fn of(config: &Config) -> Self {
         let mut jobs: Vec<(JobName, String)> = config

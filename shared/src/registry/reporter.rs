@@ -62,7 +62,7 @@ impl Reporter {
     /// Reports until `token` is cancelled, then removes the record.
     pub async fn run(mut self, token: CancellationToken) {
         let mut watching = true;
-        let mut digest = digest_of(self.config.borrow_and_update().clone()).await;
+        let mut digest = ConfigDigest::of_shared(self.config.borrow_and_update().clone()).await;
         let mut digests_put: Option<DateTime<Utc>> = None;
         let mut failing = false;
         loop {
@@ -100,7 +100,7 @@ impl Reporter {
                 () = token.cancelled() => break,
                 changed = self.config.changed(), if watching => {
                     if changed.is_ok() {
-                        digest = digest_of(self.config.borrow_and_update().clone()).await;
+                        digest = ConfigDigest::of_shared(self.config.borrow_and_update().clone()).await;
                         digests_put = None;
                     } else {
                         watching = false;
@@ -135,13 +135,6 @@ impl Reporter {
         }
         Ok(())
     }
-}
-
-async fn digest_of(config: Arc<Config>) -> ConfigDigest {
-    let fallback = config.clone();
-    tokio::task::spawn_blocking(move || ConfigDigest::of(&config))
-        .await
-        .unwrap_or_else(|_| ConfigDigest::of(&fallback))
 }
 
 /// This machine's host name.
