@@ -367,6 +367,9 @@ impl Fleet {
             Fault::KillRedisClients => {
                 let (mut conn, port) = match &self.ha {
                     None => (self.env.redis().await, 6379),
+                    // While a Redis fault is under way the master the sentinels name may
+                    // be the one killed (not promoted over yet): nothing to connect to.
+                    Some(_) if self.redis_busy => return,
                     Some(ha) => {
                         let port = ha.master_port();
                         (ha.node(port).await, port)
