@@ -7,7 +7,8 @@
 //! `list_connections` peer ports and to Redis's `CLIENT LIST` addresses. On the harness of
 //! `scripts/ha` the soak also stops and starts a RabbitMQ node (`stop_app`, `start_app`),
 //! kills the Redis master (Sentinel promotes a replica; the old master comes back as a
-//! replica) and asks for a planned `SENTINEL FAILOVER`, one Redis fault at a time.
+//! replica) and makes a planned switch (`CLIENT PAUSE WRITE` then `SENTINEL FAILOVER`, as
+//! docs/ha.md says), one Redis fault at a time.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -59,7 +60,7 @@ impl Fault {
             Fault::Backfill => "cronq backfill over the last 30 s",
             Fault::StopRabbitNode => "RabbitMQ node stop_app, start_app",
             Fault::KillRedisMaster => "Redis master killed (Sentinel promotes a replica)",
-            Fault::SentinelFailover => "SENTINEL FAILOVER",
+            Fault::SentinelFailover => "planned switch (CLIENT PAUSE WRITE, SENTINEL FAILOVER)",
         }
     }
 
@@ -366,6 +367,9 @@ impl Fleet {
             Fault::KillRedisClients => {
                 let (mut conn, port) = match &self.ha {
                     None => (self.env.redis().await, 6379),
+                    // While a Redis fault is under way the master the sentinels name may
+                    // be the one killed (not promoted over yet): nothing to connect to.
+                    Some(_) if self.redis_busy => return,
                     Some(ha) => {
                         let port = ha.master_port();
                         (ha.node(port).await, port)
@@ -452,7 +456,7 @@ impl Fleet {
                     return;
                 };
                 let from = ha.master_port();
-                ha.failover().await;
+                ha.planned_failover().await;
                 self.redis_busy = true;
                 self.events.push(Event {
                     at: Utc::now(),
@@ -480,8 +484,9 @@ impl Fleet {
         }
         *self.faults.entry(fault.name()).or_insert(0) += 1;
         eprintln!(
-            "chaos: t+{:.1}s {}: {what}",
+            "chaos: t+{:.1}s ({}) {}: {what}",
             elapsed.as_secs_f64(),
+            began.format("%H:%M:%S%.3f"),
             fault.name()
         );
     }
