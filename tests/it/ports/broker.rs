@@ -163,7 +163,11 @@ pub async fn later_acks_leave_an_earlier_delivery_suite<B: Broker>(broker: &B, q
     drop(first); // requeued
     let again = next(&mut rx).await;
     assert!(again.redelivered);
-    assert_eq!(key_of(&again), expected[0], "the unsettled delivery came back");
+    assert_eq!(
+        key_of(&again),
+        expected[0],
+        "the unsettled delivery came back"
+    );
     again.acker.ack().await.unwrap();
     after.acker.ack().await.unwrap();
     token.cancel();

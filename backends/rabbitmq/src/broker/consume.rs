@@ -5,7 +5,8 @@
 //! semaphore permit travels with each delivery, since the broker's prefetch counts per
 //! queue); a delivery dropped unsettled is requeued; a cancelled subscription hands back
 //! what was on its way and keeps its channel open until every delivery handed out is
-//! settled, so none is acked or requeued behind its consumer's back.
+//! settled, so none is acked or requeued behind its consumer's back. Settlements go
+//! through the channel's settler (`settle.rs`), which coalesces acks.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
