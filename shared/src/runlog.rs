@@ -113,9 +113,17 @@ impl Run {
         }
         Self {
             outcome: Outcome::Lost,
-            error: Some(lost_error(self.error.as_deref())),
+            error: self.error_as_lost(),
             ..self
         }
+    }
+
+    /// The error [`Run::lost`] gives this run.
+    pub fn error_as_lost(&self) -> Option<String> {
+        if self.outcome == Outcome::Lost {
+            return self.error.clone();
+        }
+        Some(lost_error(self.error.as_deref()))
     }
 }
 

@@ -22,6 +22,7 @@ mod depths;
 mod failure;
 mod link;
 mod nodes;
+mod settle;
 mod tasks;
 
 use std::collections::{BTreeSet, HashSet};

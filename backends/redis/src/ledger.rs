@@ -314,13 +314,18 @@ impl Ledger for RedisLedger {
             .arg(&self.record_prefix)
             .arg(&self.body_prefix)
             .arg(millis(WAKE_RECHECK));
-        // The run as recorded, and as lost should the end not be recorded.
-        let runs: Vec<Run> = end
-            .run
-            .iter()
-            .flat_map(|run| [run.clone(), run.clone().lost()])
-            .collect();
-        history_args(&mut invocation, &self.history, &runs);
+        // The run as recorded, and the error it is appended with as lost should the end not
+        // be recorded (the script writes the lost entry from the same fields).
+        if let Some(run) = &end.run {
+            let (max_runs, min_id) = self.history.bounds();
+            invocation
+                .arg(max_runs)
+                .arg(min_id)
+                .arg(run.error_as_lost().unwrap_or_default());
+            for (name, value) in runlog::fields(run) {
+                invocation.arg(name).arg(value);
+            }
+        }
         let reply: Vec<Vec<u8>> = if end.state.is_some() {
             self.conn.write_script(&invocation).await.map_err(written)?
         } else {

@@ -134,6 +134,51 @@ broker_suite!(
     dropped_delivery_is_requeued_suite
 );
 
+/// Acks of later deliveries never settle an earlier one still unsettled (RabbitMQ coalesces
+/// acks into one `multiple` ack over the settled prefix of delivery tags): with the
+/// prefetch window full, acking all but the first lets a new message in, and the first,
+/// dropped afterwards, comes back.
+pub async fn later_acks_leave_an_earlier_delivery_suite<B: Broker>(broker: &B, q: &QueueName) {
+    declare(broker, &[q]).await;
+    let batch: Vec<Outgoing> = (1..=4).map(|i| outgoing(q, "prefix", i)).collect();
+    broker.publish(&batch).await.unwrap();
+    let (mut rx, token) = subscribe(broker, q, 4).await;
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        got.push(next(&mut rx).await);
+    }
+    let keys: Vec<String> = got.iter().map(key_of).collect();
+    let expected: Vec<String> = batch.iter().map(|o| o.occurrence.key.to_string()).collect();
+    assert_eq!(keys, expected, "delivered in order");
+    let mut got = got.into_iter();
+    let first = got.next().unwrap();
+    for d in got {
+        d.acker.ack().await.unwrap();
+    }
+    // The window (4) is full until the broker has the three acks.
+    let fifth = outgoing(q, "prefix", 5);
+    broker.publish(std::slice::from_ref(&fifth)).await.unwrap();
+    let after = next(&mut rx).await;
+    assert_eq!(key_of(&after), fifth.occurrence.key.to_string());
+    drop(first); // requeued
+    let again = next(&mut rx).await;
+    assert!(again.redelivered);
+    assert_eq!(
+        key_of(&again),
+        expected[0],
+        "the unsettled delivery came back"
+    );
+    again.acker.ack().await.unwrap();
+    after.acker.ack().await.unwrap();
+    token.cancel();
+}
+
+broker_suite!(
+    later_acks_leave_an_earlier_delivery,
+    "brk-prefix",
+    later_acks_leave_an_earlier_delivery_suite
+);
+
 pub async fn delayed_publish_suite<B: Broker>(broker: &B, q: &QueueName) {
     declare(broker, &[q]).await;
     let delay = Duration::from_millis(1500);

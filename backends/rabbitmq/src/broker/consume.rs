@@ -5,7 +5,8 @@
 //! semaphore permit travels with each delivery, since the broker's prefetch counts per
 //! queue); a delivery dropped unsettled is requeued; a cancelled subscription hands back
 //! what was on its way and keeps its channel open until every delivery handed out is
-//! settled, so none is acked or requeued behind its consumer's back.
+//! settled, so none is acked or requeued behind its consumer's back. Settlements go
+//! through the channel's settler (`settle.rs`), which coalesces acks.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,15 +17,14 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use futures_util::stream::{self, BoxStream, SelectAll};
 use lapin::Channel;
-use lapin::options::{
-    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
-};
+use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::{FieldTable, ShortString};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::failure::{Failure, broker_failure, chain, channel_gone, lapin_failure};
 use super::link::{Link, RECONNECT};
+use super::settle::{Settlement, Settler};
 use super::tasks::Tasks;
 use crate::topology::{Replication, short};
 use cronq_shared::broker::{Acker, BrokerError, Delivery};
@@ -65,13 +65,17 @@ pub(super) async fn subscribe(
     declare.close().await;
     let ch = link.channel().await?;
     match start_consumers(names, &ch, queues, prefetch).await {
-        Ok(consumers) => Ok(Subscription {
-            guard: Arc::new(ChannelGuard {
+        Ok(consumers) => {
+            let guard = Arc::new(ChannelGuard {
                 channel: ch,
                 tasks: broker.tasks().clone(),
-            }),
-            consumers,
-        }),
+            });
+            Ok(Subscription {
+                settler: Settler::spawn(broker.tasks(), Arc::clone(&guard)),
+                guard,
+                consumers,
+            })
+        }
         Err(failure) => {
             // Consumers already started on it must not hold messages unacked.
             let _ = ch.close(200, ShortString::from("subscribe failed")).await;
@@ -131,18 +135,24 @@ impl Drop for ChannelGuard {
 
 pub(super) struct Subscription {
     guard: Arc<ChannelGuard>,
+    /// Sends the channel's acks and requeues, in tag order (it keeps the guard too).
+    settler: Settler,
     consumers: Vec<(QueueName, ShortString, lapin::Consumer)>,
 }
 
-/// Settles one AMQP delivery; requeues it when dropped unsettled.
+/// Settles one AMQP delivery through its channel's [`Settler`]; requeues it when dropped
+/// unsettled.
 struct AmqpAcker {
     acker: lapin::Acker,
+    tag: u64,
     settled: AtomicBool,
     permit: Mutex<Option<OwnedSemaphorePermit>>,
-    guard: Arc<ChannelGuard>,
+    settler: Settler,
 }
 
 impl AmqpAcker {
+    /// Hands the settlement to the settler. An ack returns at once (the settler sends it
+    /// with the acks around it); a requeue returns once its frame went out.
     async fn settle(&self, op: &'static str, requeue: bool) -> Result<(), BrokerError> {
         if self.settled.swap(true, Ordering::AcqRel) {
             return Err(BrokerError::Protocol {
@@ -150,29 +160,38 @@ impl AmqpAcker {
                 source: "the delivery was already acked or requeued".into(),
             });
         }
-        let result = if requeue {
-            self.acker
-                .nack(BasicNackOptions {
-                    requeue: true,
-                    ..BasicNackOptions::default()
-                })
-                .await
+        let (sent, result) = if requeue {
+            let (tx, rx) = oneshot::channel();
+            (Some(tx), Some(rx))
         } else {
-            self.acker.ack(BasicAckOptions::default()).await
+            (None, None)
         };
+        let handed = self.acker.usable()
+            && self.settler.send(Settlement {
+                tag: self.tag,
+                acker: self.acker.clone(),
+                requeue,
+                sent,
+            });
         drop(
             self.permit
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .take(),
         );
+        if !handed {
+            return Err(channel_gone(op));
+        }
         match result {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(channel_gone(op)),
-            Err(e) => Err(BrokerError::Protocol {
-                op,
-                source: Box::new(e),
-            }),
+            None => Ok(()),
+            Some(rx) => match rx.await {
+                Ok(Ok(true)) => Ok(()),
+                Ok(Ok(false)) | Err(_) => Err(channel_gone(op)),
+                Ok(Err(e)) => Err(BrokerError::Protocol {
+                    op,
+                    source: Box::new(e),
+                }),
+            },
         }
     }
 }
@@ -193,15 +212,12 @@ impl Drop for AmqpAcker {
         if self.settled.swap(true, Ordering::AcqRel) || !self.acker.usable() {
             return;
         }
-        let (acker, guard) = (self.acker.clone(), self.guard.clone());
-        // A `Drop` cannot wait: the requeue runs as one of the broker's tasks.
-        self.guard.tasks.spawn(async move {
-            let requeue = BasicNackOptions {
-                requeue: true,
-                ..BasicNackOptions::default()
-            };
-            let _ = acker.nack(requeue).await;
-            drop(guard);
+        // A `Drop` cannot wait: the settler sends the requeue.
+        self.settler.send(Settlement {
+            tag: self.tag,
+            acker: self.acker.clone(),
+            requeue: true,
+            sent: None,
         });
     }
 }
@@ -273,10 +289,14 @@ impl<C: Connect> Feeder<C> {
     /// Feeds `sub` until it breaks or the feeder must stop, then cancels its consumers and
     /// hands back what was still on its way.
     async fn feed(&self, sub: Subscription) -> End {
-        let Subscription { guard, consumers } = sub;
+        let Subscription {
+            guard,
+            settler,
+            consumers,
+        } = sub;
         let tags: Vec<ShortString> = consumers.iter().map(|(_, t, _)| t.clone()).collect();
         let mut merged = merge(consumers);
-        let end = self.forward(&mut merged, &guard).await;
+        let end = self.forward(&mut merged, &settler).await;
         // Stop intake on this channel; deliveries already handed out stay unacked until
         // settled (the guard keeps the channel open for them).
         for tag in tags {
@@ -285,15 +305,17 @@ impl<C: Connect> Feeder<C> {
                 .basic_cancel(tag, BasicCancelOptions::default())
                 .await;
         }
-        // Hand back what was already on its way to us.
+        // Hand back what was already on its way to us (through the settler, so that its
+        // acks can move past these tags).
         let drain = async {
             while let Some((_, item)) = merged.next().await {
                 if let Some(Ok(d)) = item {
-                    let requeue = BasicNackOptions {
+                    settler.send(Settlement {
+                        tag: d.delivery_tag,
+                        acker: d.acker,
                         requeue: true,
-                        ..BasicNackOptions::default()
-                    };
-                    let _ = d.acker.nack(requeue).await;
+                        sent: None,
+                    });
                 }
             }
         };
@@ -306,7 +328,7 @@ impl<C: Connect> Feeder<C> {
     async fn forward(
         &self,
         merged: &mut SelectAll<BoxStream<'static, Item>>,
-        guard: &Arc<ChannelGuard>,
+        settler: &Settler,
     ) -> End {
         loop {
             let permit = tokio::select! {
@@ -330,9 +352,10 @@ impl<C: Connect> Feeder<C> {
                         redelivered: d.redelivered,
                         acker: Box::new(AmqpAcker {
                             acker: d.acker,
+                            tag: d.delivery_tag,
                             settled: AtomicBool::new(false),
                             permit: Mutex::new(Some(permit)),
-                            guard: guard.clone(),
+                            settler: settler.clone(),
                         }),
                     };
                     if self.tx.send(delivery).await.is_err() {

@@ -34,6 +34,19 @@ impl Tasks {
         );
     }
 
+    /// Runs the task `start` makes on the current runtime; it is given the token that
+    /// asks it to stop when the broker closes, and is waited for (not dropped) then, so it
+    /// can finish what it holds.
+    pub(super) fn spawn_stoppable<F>(&self, start: impl FnOnce(CancellationToken) -> F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let Ok(runtime) = Handle::try_current() else {
+            return;
+        };
+        self.tracker.spawn_on(start(self.token.clone()), &runtime);
+    }
+
     /// Stops every task and waits until each has ended.
     ///
     /// # Cancel safety

@@ -15,12 +15,12 @@
 -- ARGV[8] ms after which the reaper republishes that body if no one claimed it
 -- ARGV[9] record key prefix   ARGV[10] body key prefix
 -- ARGV[11] ms a woken waiter has to claim its turn
--- ARGV[12] history MAXLEN   ARGV[13] history MINID   ARGV[14..] run fields (none: no run):
--- the run as recorded, then the same run as lost, each half the rest of ARGV
+-- ARGV[12] history MAXLEN   ARGV[13] history MINID   ARGV[14] the error of the run as lost
+-- ARGV[15..] run fields (none: no run), the run as recorded
 -- Returns {1 [, woken key, woken queue, woken body]}, or {0} when fenced or given up.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local half = (#ARGV - 13) / 2
+local has_run = #ARGV > 14
 local rec = redis.call('HMGET', KEYS[1], 'state', 'token', 'exclusive')
 if rec[1] == ARGV[3] and rec[2] == ARGV[2] then
   -- This very end, recorded by an earlier try of this claim (no end is 'running', and a
@@ -28,8 +28,8 @@ if rec[1] == ARGV[3] and rec[2] == ARGV[2] then
   return {'1'}
 end
 if ARGV[3] == '' or rec[1] ~= 'running' or rec[2] ~= ARGV[2] then
-  if half > 0 then
-    append_run(KEYS[4], ARGV[12], ARGV[13], 14 + half)
+  if has_run then
+    append_run(KEYS[4], ARGV[12], ARGV[13], 15, ARGV[14])
   end
   return {'0'}
 end
@@ -57,8 +57,8 @@ else
   redis.call('ZREM', KEYS[2], ARGV[1])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
-if half > 0 then
-  append_run(KEYS[4], ARGV[12], ARGV[13], 14, 13 + half)
+if has_run then
+  append_run(KEYS[4], ARGV[12], ARGV[13], 15)
 end
 if woken then
   return {'1', woken[1], woken[2], woken[3]}
