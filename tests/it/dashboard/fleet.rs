@@ -2,8 +2,10 @@
 //! leader with its `/metrics`), two `cronq consumer`s, one of them on a config where a job
 //! is changed and one is added, and a `cronq dashboard`. What `/api/v1/fleet`, the page,
 //! `/metrics` and the leader's log say about the odd consumer; the last hour's expected,
-//! published and executed against the run history (`cronq runs --json`); a consumer killed
-//! with `kill -9` listed until its record lapses, gone after (docs/dashboard.md, "Fleet").
+//! published and executed against the run history (`cronq runs --json`); the producers
+//! reloading the odd config on SIGHUP, after which the other consumer is the odd one; that
+//! consumer killed with `kill -9`, listed until its record lapses and gone after, and the
+//! mismatch cleared with it (docs/dashboard.md, "Fleet").
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -141,8 +143,8 @@ async fn fleet_names_the_odd_config_counts_the_hour_and_drops_a_killed_consumer(
                 env.spawn(&log, &["producer", "--config", &config, "--admin-addr", admin])
             })
             .collect();
-        cli::start_consumer(&env, &config, SAME);
-        let odd_pid = cli::start_consumer(&env, &odd, ODD);
+        let same_pid = cli::start_consumer(&env, &config, SAME);
+        cli::start_consumer(&env, &odd, ODD);
         let d = dashboard::start(&env, "dashboard", &["dashboard", "--config", &config], "--addr", false).await;
         let (_, leader_pid) = wait_leader(&env, 0).await;
         let lead = producers.iter().position(|p| *p == leader_pid).expect("a producer leads");
@@ -189,14 +191,15 @@ async fn fleet_names_the_odd_config_counts_the_hour_and_drops_a_killed_consumer(
         }
 
         // The leader's log and /metrics say the same; the standby does not check.
-        let line = until(WAIT, "the leader's warning", || async {
+        until(WAIT, "the leader's warning naming the instance and its jobs", || async {
             let log = env.log(&leader_log);
-            log.lines().find(|l| l.contains("instances run another config than the leader")).map(str::to_owned).ok_or(log)
+            let named = log.lines().any(|l| {
+                l.contains("instances run another config than the leader")
+                    && l.contains(&format!("{ODD} (consumer): jobs changed, extra (2 in all)"))
+            });
+            if named { Ok(()) } else { Err(log) }
         })
         .await;
-        for name in [ODD, "jobs changed, extra (2 in all)"] {
-            assert!(line.contains(name), "{name} not in the leader's warning: {line}");
-        }
         assert!(!env.log(&standby_log).contains("another config"), "a standby does not check:\n{}", env.log(&standby_log));
         let m = until(WAIT, "the leader's mismatch series", || async {
             let m = text(&metrics).await;
@@ -243,40 +246,64 @@ async fn fleet_names_the_odd_config_counts_the_hour_and_drops_a_killed_consumer(
         assert!(published <= ran && ran - published <= in_flight, "published: {context}");
         assert!(executed <= ran && ran - executed <= in_flight, "executed: {context}");
 
+        // Both producers reload the odd config (SIGHUP): now the other consumer differs,
+        // as the leader's config check and every reporter follow the reload.
+        std::fs::write(&config, std::fs::read_to_string(&odd).unwrap()).unwrap();
+        for p in &producers {
+            env.signal(*p, Signal::SIGHUP);
+        }
+        let same_series = format!("cronq_config_digest_mismatch{{instance=\"{SAME}\"}}");
+        until(WAIT, "the other consumer named after the reload", || async {
+            let v = d.json("/api/v1/fleet").await;
+            let m = text(&metrics).await;
+            let differ = &v["config"]["differ"];
+            let named = differ.as_array().map(Vec::len) == Some(1)
+                && differ[0]["instance"] == SAME
+                && differ[0]["jobs"] == serde_json::json!(["changed", "extra"])
+                && differ[0]["count"] == 2
+                && v["standbys"][0]["config_differs"] == false
+                && (gauge(&m, &same_series), gauge(&m, &series)) == (Some(1.0), Some(0.0))
+                && gauge(&m, "cronq_config_digest_mismatch_instances") == Some(1.0)
+                && env.log(&leader_log).contains(&format!("{SAME} (consumer): jobs changed, extra (2 in all)"));
+            if named { Ok(()) } else { Err(format!("{v}\n{m}")) }
+        })
+        .await;
+
         // A consumer killed: listed while its last record lives (renewed at most
         // REPORT_EVERY before the kill, it lapses EXPIRY after that), gone once it lapsed.
         let conn = cronq_redis::connect(&redis_url()).await.unwrap();
         let registry = RedisRegistry::new(conn, &Names::new(&Namespace::new(&env.namespace).unwrap()));
-        env.signal(odd_pid, Signal::SIGKILL);
+        env.signal(same_pid, Signal::SIGKILL);
         let killed = Instant::now();
         let lives = EXPIRY - REPORT_EVERY - Duration::from_secs(2);
         while killed.elapsed() < lives {
             let v = d.json("/api/v1/fleet").await;
-            assert!(ids(&v["consumers"]).contains(ODD), "{ODD} gone {:?} after the kill, before its record could lapse: {v}", killed.elapsed());
-            assert!(alive(&registry).await.contains(ODD), "{ODD}'s record gone {:?} after the kill", killed.elapsed());
+            assert!(ids(&v["consumers"]).contains(SAME), "{SAME} gone {:?} after the kill, before its record could lapse: {v}", killed.elapsed());
+            assert!(alive(&registry).await.contains(SAME), "{SAME}'s record gone {:?} after the kill", killed.elapsed());
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
         let lapsed = EXPIRY + STALE + Duration::from_secs(2);
         let v = until(lapsed.saturating_sub(killed.elapsed()), "the killed consumer to be gone", || async {
             let v = d.json("/api/v1/fleet").await;
-            let gone = !ids(&v["consumers"]).contains(ODD) && !alive(&registry).await.contains(ODD);
+            let gone = !ids(&v["consumers"]).contains(SAME) && !alive(&registry).await.contains(SAME);
             if gone { Ok(v) } else { Err(v.to_string()) }
         })
         .await;
-        eprintln!("{ODD} gone {:?} after the kill", killed.elapsed());
-        assert_eq!(ids(&v["consumers"]), BTreeSet::from([SAME.to_owned()]), "the live consumer stays: {v}");
+        eprintln!("{SAME} gone {:?} after the kill", killed.elapsed());
+        assert_eq!(ids(&v["consumers"]), BTreeSet::from([ODD.to_owned()]), "the live consumer stays: {v}");
         // With it gone, the fleet runs the leader's config again.
         until(WAIT, "the mismatch cleared", || async {
             let m = text(&metrics).await;
             let v = d.json("/api/v1/fleet").await;
-            let cleared = gauge(&m, &series) == Some(0.0) && gauge(&m, "cronq_config_digest_mismatch_instances") == Some(0.0)
+            let cleared = gauge(&m, &same_series) == Some(0.0)
+                && gauge(&m, "cronq_config_digest_mismatch_instances") == Some(0.0)
                 && v["config"]["differ"] == serde_json::json!([])
                 && env.log(&leader_log).contains("every instance runs the leader's config again");
             if cleared { Ok(()) } else { Err(format!("{m}\n{v}")) }
         })
         .await;
         let html = text(&d.url("/")).await;
-        assert!(html.contains("id=\"config-same\"") && !html.contains(ODD), "{html}");
+        assert!(html.contains("id=\"config-same\"") && !html.contains(SAME), "{html}");
     })
     .await;
 }
