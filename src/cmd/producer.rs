@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use cronq_producer::{ConfigCheck, Producer, Reloader, instance_id};
+use cronq_producer::{ConfigCheck, Producer, Reloader, instance_id, leader};
 use cronq_shared::lease::Lease;
 use cronq_shared::registry::Role;
 use cronq_shared::registry::digest::Digester;
@@ -70,6 +70,7 @@ pub async fn run(cli: &Cli, args: &ServeArgs, root: CancellationToken) -> anyhow
     );
     let producer =
         Producer::new(counted, lease, control, config_rx, instance).with_reloader(reloader);
+    let reporter = reporter.with_leading(leader::leading_since(producer.leadership()));
     let check = ConfigCheck::new(stores.registry, digest_rx, producer.leadership());
     // The digester, the reporter and the check stop with the producer, so the record
     // leaves last.

@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use cronq_backends::Stores;
 use cronq_consumer::{Consumer, Options};
-use cronq_producer::{ConfigCheck, Producer, Reloader, instance_id};
+use cronq_producer::{ConfigCheck, Producer, Reloader, instance_id, leader};
 use cronq_shared::broker::Broker;
 use cronq_shared::lease::Lease;
 use cronq_shared::registry::Role;
@@ -145,6 +145,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         &instance,
     )
     .with_reloader(reloader);
+    let reporter = reporter.with_leading(leader::leading_since(producer.leadership()));
     let check = ConfigCheck::new(stores.registry, digest_rx, producer.leadership());
     let first_term = producer.first_term();
 

@@ -21,12 +21,16 @@ use super::{Beat, Counter, DIGESTS_TTL, EXPIRY, REPORT_EVERY, Registry, Role, mi
 /// How often the per-job digests are written again, keeping them [`DIGESTS_TTL`].
 const DIGESTS_REFRESH: Duration = Duration::from_secs(600);
 
+/// Since when the process leads, if it does ([`Reporter::with_leading`]).
+type Leading = Box<dyn Fn() -> Option<DateTime<Utc>> + Send + Sync>;
+
 /// Reports one process until cancelled.
 pub struct Reporter {
     registry: Arc<dyn Registry>,
     beat: Beat,
     digest: watch::Receiver<Arc<ConfigDigest>>,
     tally: Tally,
+    leading: Option<Leading>,
 }
 
 impl Reporter {
@@ -50,13 +54,26 @@ impl Reporter {
             last_seen: now,
             digest: String::new(),
             jobs: 0,
+            leading_since: None,
         };
         Self {
             registry,
             beat,
             digest,
             tally,
+            leading: None,
         }
+    }
+
+    /// Reports with each beat since when the process leads, as `leading` says (`None`
+    /// while it does not).
+    #[must_use]
+    pub fn with_leading(
+        mut self,
+        leading: impl Fn() -> Option<DateTime<Utc>> + Send + Sync + 'static,
+    ) -> Self {
+        self.leading = Some(Box::new(leading));
+        self
     }
 
     /// Reports until `token` is cancelled, then removes the record.
@@ -84,6 +101,7 @@ impl Reporter {
             self.beat.last_seen = now;
             self.beat.digest.clone_from(&digest.overall);
             self.beat.jobs = digest.jobs.len();
+            self.beat.leading_since = self.leading.as_ref().and_then(|since| since());
             let reported = self.report().await;
             match (&reported, failing) {
                 (Err(e), false) => {

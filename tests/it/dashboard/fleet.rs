@@ -10,7 +10,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Timelike as _, Utc};
 use cronq_redis::RedisRegistry;
 use cronq_shared::names::{Names, Namespace};
 use cronq_shared::registry::{EXPIRY, REPORT_EVERY, Registry};
@@ -135,6 +135,7 @@ async fn fleet_names_the_odd_config_counts_the_hour_and_drops_a_killed_consumer(
         let odd = env.write_config("odd.toml", &format!("{LEADER}\n{}", jobs("false", true)));
         let odd = odd.to_string_lossy().into_owned();
         let admins = [free_addr(), free_addr()];
+        let started = Utc::now().with_nanosecond(0).unwrap();
         let producers: Vec<u32> = admins
             .iter()
             .enumerate()
@@ -153,13 +154,14 @@ async fn fleet_names_the_odd_config_counts_the_hour_and_drops_a_killed_consumer(
         let metrics = format!("http://{}/metrics", admins[lead]);
         let series = format!("cronq_config_digest_mismatch{{instance=\"{ODD}\"}}");
 
-        // The API: the leader, the standby, both consumers alive; the odd one named with
-        // the job it changes and the one it adds.
+        // The API: the leader (since when it leads), the standby, both consumers alive; the
+        // odd one named with the job it changes and the one it adds.
         let fleet = until(WAIT, "the fleet with the odd consumer named", || async {
             let v = d.json("/api/v1/fleet").await;
             let standbys: Vec<u64> = v["standbys"].as_array().into_iter().flatten().filter_map(|b| b["pid"].as_u64()).collect();
             let named = v["config"]["differ"].as_array().is_some_and(|d| d.iter().any(|d| d["count"].is_u64()));
             let ok = v["leader"]["instance"].as_str().is_some_and(|i| i.contains(&format!("-{leader_pid}-")))
+                && v["leader"]["since"].is_string()
                 && standbys == [u64::from(standby_pid)]
                 && ids(&v["consumers"]) == BTreeSet::from([ODD.to_owned(), SAME.to_owned()])
                 && named;
@@ -177,6 +179,8 @@ async fn fleet_names_the_odd_config_counts_the_hour_and_drops_a_killed_consumer(
         }
         assert_eq!(fleet["standbys"][0]["config_differs"], false, "{fleet}");
         let standby = fleet["standbys"][0]["instance"].as_str().unwrap().to_owned();
+        let since = instant(&fleet["leader"]["since"]);
+        assert!(started <= since && since <= instant(&fleet["taken_at"]), "leading since {since}, test started {started}: {fleet}");
 
         // The page: the same instance and jobs; the standby and both consumers alive.
         let html = text(&d.url("/")).await;
@@ -185,6 +189,7 @@ async fn fleet_names_the_odd_config_counts_the_hour_and_drops_a_killed_consumer(
             assert!(differs.contains(name), "{name} not in the page's config table:\n{differs}");
         }
         assert!(!differs.contains(SAME), "{SAME} runs the leader's config:\n{differs}");
+        assert!(html.contains(&format!("leading since <time datetime=\"{}\"", fleet["leader"]["since"].as_str().unwrap())), "{html}");
         let instances = table(&html, "instances");
         for row in [format!("<td><code>{standby}</code></td><td>standby</td>"), format!("<td><code>{SAME}</code></td><td>consumer</td>"), format!("<td><code>{ODD}</code></td><td>consumer</td>")] {
             assert!(instances.contains(&row), "no {row} in the page's instances:\n{instances}");
@@ -216,6 +221,7 @@ async fn fleet_names_the_odd_config_counts_the_hour_and_drops_a_killed_consumer(
             if v["last_hour"]["executed"].as_u64() >= Some(10) { Ok(v) } else { Err(v.to_string()) }
         })
         .await;
+        assert_eq!(v["leader"]["since"], fleet["leader"]["since"], "one term, one start: {v}");
         let hour = &v["last_hour"];
         let (from, at) = (instant(&hour["expected_from"]), instant(&hour["expected_at"]));
         let window = ticks(from, at);
