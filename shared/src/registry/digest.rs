@@ -46,7 +46,7 @@ impl ConfigDigest {
             .unwrap_or_else(|_| Self::of(&fallback))
     }
 
-    /// The digests of `config` (linear in its jobs: a fifth to a third of the config load's
+    /// The digests of `config` (linear in its jobs: a tenth to a fifth of the config load's
     /// time, docs/benchmarks.md "Config digest").
     pub fn of(config: &Config) -> Self {
         let mut jobs: Vec<(JobName, String)> = config
