@@ -13,6 +13,8 @@
 //! - [`footprint`]: idle memory of the `cronq` processes.
 //! - [`standalone`]: `cronq standalone` on SQLite vs in memory: occurrences executed per
 //!   second, publish lateness, CPU per occurrence (needs neither RabbitMQ nor Redis).
+//! - [`digest`]: the config digest of the fleet registry at 100,000 and 1,000,000 jobs,
+//!   next to the config load of the same file (needs neither RabbitMQ nor Redis).
 //! - [`dashboard`]: how long `cronq dashboard` takes to answer its Jobs and Runs pages at
 //!   100,000 jobs and 1,000,000 run-history entries (p50/p99 of 100 requests each).
 //! - [`barrier`]: the cost of `CRONQ_REDIS_MIN_REPLICAS` on the consumer's ledger writes
@@ -23,6 +25,7 @@
 
 mod barrier;
 mod dashboard;
+mod digest;
 mod env;
 mod failover;
 mod footprint;
@@ -80,6 +83,8 @@ struct Cli {
     #[command(flatten)]
     dashboard: dashboard::DashboardArgs,
     #[command(flatten)]
+    digest: digest::DigestArgs,
+    #[command(flatten)]
     barrier: barrier::BarrierArgs,
 }
 
@@ -93,6 +98,8 @@ enum Which {
     Standalone,
     /// The dashboard's page times.
     Dashboard,
+    /// The config digest's cost at many jobs.
+    Digest,
     /// The cost of CRONQ_REDIS_MIN_REPLICAS (needs replicas: not part of `all`).
     Barrier,
     /// Every benchmark above but `barrier`, in that order.
@@ -201,6 +208,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         match dashboard::run(&cli.dashboard, runs, &cronq).await {
             Ok(f) => report.figures.extend(f),
             Err(e) => failures.push(format!("dashboard failed: {e:#}")),
+        }
+    }
+    if all || cli.which == Which::Digest {
+        report
+            .sizes
+            .insert("digest".into(), serde_json::to_value(&cli.digest)?);
+        match digest::run(&cli.digest, runs) {
+            Ok(f) => report.figures.extend(f),
+            Err(e) => failures.push(format!("digest failed: {e:#}")),
         }
     }
     if cli.which == Which::Barrier {

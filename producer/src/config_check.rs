@@ -1,6 +1,7 @@
 //! The leader's check that the fleet runs its config: every `REPORT_EVERY`, while this
 //! producer leads, it compares the config digest each live instance reports
-//! (`cronq_shared::registry`) with its own; it logs once per change which instances differ
+//! (`cronq_shared::registry`) with its own (the digest the process's `Digester` computed,
+//! shared with its reporter); it logs once per change which instances differ
 //! and in which jobs (warn; info once they agree again), and keeps `/metrics` current:
 //! `cronq_config_digest_mismatch{instance}` (1 differs, 0 agrees again) and
 //! `cronq_config_digest_mismatch_instances`.
@@ -11,7 +12,6 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use cronq_shared::config::Config;
 use cronq_shared::registry::compare::{Comparer, Difference, Reference};
 use cronq_shared::registry::digest::ConfigDigest;
 use cronq_shared::registry::{REPORT_EVERY, Registry};
@@ -24,20 +24,20 @@ use crate::leader::Leadership;
 /// Compares the fleet's configs with this leader's.
 pub struct ConfigCheck {
     registry: Arc<dyn Registry>,
-    config: watch::Receiver<Arc<Config>>,
+    digest: watch::Receiver<Arc<ConfigDigest>>,
     leadership: watch::Receiver<Option<Leadership>>,
 }
 
 impl ConfigCheck {
-    /// Checks while `leadership` holds, against the configs `config` sends.
+    /// Checks while `leadership` holds, against the config whose digest `digest` sends.
     pub fn new(
         registry: Arc<dyn Registry>,
-        config: watch::Receiver<Arc<Config>>,
+        digest: watch::Receiver<Arc<ConfigDigest>>,
         leadership: watch::Receiver<Option<Leadership>>,
     ) -> Self {
         Self {
             registry,
-            config,
+            digest,
             leadership,
         }
     }
@@ -45,18 +45,18 @@ impl ConfigCheck {
     /// Checks until `token` is cancelled.
     pub async fn run(self, token: CancellationToken) {
         let mut comparer = Comparer::default();
-        let mut reference: Option<(Arc<Config>, Reference)> = None;
+        let mut reference: Option<(Arc<ConfigDigest>, Reference)> = None;
         let mut said: Option<Vec<String>> = None;
         let mut flagged: BTreeSet<String> = BTreeSet::new();
         loop {
             if self.leadership.borrow().is_some() {
-                let config = self.config.borrow().clone();
+                let digest = self.digest.borrow().clone();
                 let stale = reference
                     .as_ref()
-                    .is_none_or(|(c, _)| !Arc::ptr_eq(c, &config));
+                    .is_none_or(|(d, _)| !Arc::ptr_eq(d, &digest));
                 if stale {
-                    let digest = ConfigDigest::of_shared(config.clone()).await;
-                    reference = Some((config, Reference::from(&digest)));
+                    let r = Reference::from(&*digest);
+                    reference = Some((digest, r));
                 }
                 if let Some((_, r)) = &reference {
                     self.check(&mut comparer, r, &mut said, &mut flagged).await;

@@ -24,6 +24,8 @@ pub struct Leadership {
     pub term: Term,
     /// Past this instant, the holder must not publish (renew deadline).
     pub valid_until: Instant,
+    /// When the term was acquired (wall clock: the Fleet page's "leading since").
+    pub since: chrono::DateTime<chrono::Utc>,
 }
 
 impl Leadership {
@@ -31,6 +33,14 @@ impl Leadership {
     pub fn is_valid_at(&self, now: Instant) -> bool {
         now < self.valid_until
     }
+}
+
+/// Since when the leadership `rx` holds was acquired, read anew at each call (`None` while
+/// this producer does not lead): what its fleet registry reports say.
+pub fn leading_since(
+    rx: watch::Receiver<Option<Leadership>>,
+) -> impl Fn() -> Option<chrono::DateTime<chrono::Utc>> + Send + Sync + 'static {
+    move || rx.borrow().as_ref().map(|l| l.since)
 }
 
 /// Whether `rx` currently holds a valid leadership of `epoch`.
@@ -170,6 +180,7 @@ impl Elector {
                 let l = Leadership {
                     term,
                     valid_until: sent + renew_deadline,
+                    since: chrono::Utc::now(),
                 };
                 self.tx.send_replace(Some(l.clone()));
                 Some(l)
@@ -204,6 +215,7 @@ impl Elector {
                 let l = Leadership {
                     term: current.term,
                     valid_until: sent + renew_deadline,
+                    since: current.since,
                 };
                 self.tx.send_replace(Some(l.clone()));
                 Some(l)

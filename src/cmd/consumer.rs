@@ -6,6 +6,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use cronq_consumer::{Consumer, Options, default_consumer_id};
 use cronq_shared::registry::Role;
+use cronq_shared::registry::digest::ConfigDigest;
 use cronq_shared::registry::reporter::Reporter;
 use cronq_shared::registry::tally::{CountingLedger, Tally};
 use tokio_util::sync::CancellationToken;
@@ -58,12 +59,14 @@ pub async fn run(cli: &Cli, args: &ConsumerArgs, root: CancellationToken) -> any
     // What this consumer runs to an end is counted for the Fleet page (docs/dashboard.md).
     let tally = Tally::default();
     let ledger = Arc::new(CountingLedger::new(stores.ledger, tally.clone()));
-    let (_config_tx, config_rx) = tokio::sync::watch::channel(Arc::new(config.clone()));
+    // A consumer does not reload its config: one digest, computed once.
+    let digest = ConfigDigest::of_shared(Arc::new(config.clone())).await;
+    let (_digest_tx, digest_rx) = tokio::sync::watch::channel(Arc::new(digest));
     let reporter = Reporter::new(
         stores.registry,
         &options.consumer_id,
         Role::Consumer,
-        config_rx,
+        digest_rx,
         tally,
     );
     let consumer = Consumer::new(config, Arc::new(broker), ledger, options);

@@ -4,9 +4,10 @@
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use cronq_producer::{ConfigCheck, Producer, Reloader, instance_id};
+use cronq_producer::{ConfigCheck, Producer, Reloader, instance_id, leader};
 use cronq_shared::lease::Lease;
 use cronq_shared::registry::Role;
+use cronq_shared::registry::digest::Digester;
 use cronq_shared::registry::reporter::Reporter;
 use cronq_shared::registry::tally::{CountingBroker, Tally};
 use tokio::task::JoinSet;
@@ -55,6 +56,8 @@ pub async fn run(cli: &Cli, args: &ServeArgs, root: CancellationToken) -> anyhow
     let control = stores.control;
     let ready = readiness(lease.clone(), instance.clone());
     let (reloader, config_rx) = Reloader::new(config, hangups);
+    // One digest per config, for the reporter and the config check alike.
+    let (digester, digest_rx) = Digester::new(config_rx.clone()).await;
     // What the leader publishes is counted for the Fleet page (docs/dashboard.md).
     let tally = Tally::default();
     let counted = Arc::new(CountingBroker::new(broker.clone(), tally.clone()));
@@ -62,21 +65,24 @@ pub async fn run(cli: &Cli, args: &ServeArgs, root: CancellationToken) -> anyhow
         stores.registry.clone(),
         &instance,
         Role::Producer,
-        config_rx.clone(),
+        digest_rx.clone(),
         tally,
     );
     let producer =
-        Producer::new(counted, lease, control, config_rx.clone(), instance).with_reloader(reloader);
-    let check = ConfigCheck::new(stores.registry, config_rx, producer.leadership());
-    // The reporter and the check stop with the producer, so the record leaves last.
+        Producer::new(counted, lease, control, config_rx, instance).with_reloader(reloader);
+    let reporter = reporter.with_leading(leader::leading_since(producer.leadership()));
+    let check = ConfigCheck::new(stores.registry, digest_rx, producer.leadership());
+    // The digester, the reporter and the check stop with the producer, so the record
+    // leaves last.
     let beside = root.child_token();
-    let (served, ran, (), ()) = tokio::join!(
+    let (served, ran, (), (), ()) = tokio::join!(
         admin::serve(args.admin_addr, metrics, ready, root.clone()),
         async {
             let r = producer.run(root.child_token()).await;
             beside.cancel();
             r
         },
+        digester.run(beside.clone()),
         reporter.run(beside.clone()),
         check.run(beside.clone()),
     );

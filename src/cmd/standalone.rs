@@ -14,10 +14,11 @@ use std::time::Duration;
 use anyhow::Context as _;
 use cronq_backends::Stores;
 use cronq_consumer::{Consumer, Options};
-use cronq_producer::{ConfigCheck, Producer, Reloader, instance_id};
+use cronq_producer::{ConfigCheck, Producer, Reloader, instance_id, leader};
 use cronq_shared::broker::Broker;
 use cronq_shared::lease::Lease;
 use cronq_shared::registry::Role;
+use cronq_shared::registry::digest::Digester;
 use cronq_shared::registry::reporter::Reporter;
 use cronq_shared::registry::tally::{CountingBroker, CountingLedger, Tally};
 use tokio::task::JoinSet;
@@ -125,13 +126,15 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
     let ledger = Arc::new(CountingLedger::new(stores.ledger, tally.clone()));
     let consumer = Consumer::new(config.clone(), broker.clone(), ledger, options);
     let (reloader, config_rx) = Reloader::new(config, hangups);
+    // One digest per config, for the reporter and the config check alike.
+    let (digester, digest_rx) = Digester::new(config_rx.clone()).await;
     let lease = stores.lease.clone();
     let counted = Arc::new(CountingBroker::new(broker, tally.clone()));
     let reporter = Reporter::new(
         stores.registry.clone(),
         &instance,
         Role::Standalone,
-        config_rx.clone(),
+        digest_rx.clone(),
         tally,
     );
     let producer = Producer::new(
@@ -142,7 +145,8 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         &instance,
     )
     .with_reloader(reloader);
-    let check = ConfigCheck::new(stores.registry, config_rx, producer.leadership());
+    let reporter = reporter.with_leading(leader::leading_since(producer.leadership()));
+    let check = ConfigCheck::new(stores.registry, digest_rx, producer.leadership());
     let first_term = producer.first_term();
 
     let ready: ReadyProbe = Arc::new(|| Box::pin(async { Ok("standalone".to_owned()) }));
@@ -154,7 +158,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
             token.cancel();
         }
     };
-    let (served, shown, produced, consumed, (), ()) = tokio::join!(
+    let (served, shown, produced, consumed, (), (), ()) = tokio::join!(
         admin::serve(args.serve.admin_addr, metrics, ready, token.clone()),
         async {
             let Some((addr, source, admin)) = dashboard else {
@@ -180,6 +184,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
             stop_all(r.is_err());
             r
         },
+        digester.run(token.child_token()),
         reporter.run(token.child_token()),
         check.run(token.child_token()),
     );

@@ -48,6 +48,7 @@ pub fn fleet_json(app: &App, snap: &Snapshot) -> Value {
         "leader": snap.leader.as_ref().map(|h| json!({
             "instance": h.instance,
             "epoch": h.epoch,
+            "since": snap.leading_since().map(output::utc),
             "lease_left_ms": u64::try_from(h.remaining.as_millis()).unwrap_or(u64::MAX),
         })),
         "standbys": instances(snap, |b| {

@@ -217,6 +217,7 @@ pub async fn fleet(
                     Some(h) => {
                         p { "instance " code { (h.instance) } }
                         p { "epoch " strong #epoch { (h.epoch) } }
+                        @if let Some(since) = snap.leading_since() { p #leading-since { "leading since " (time(since, None)) } }
                         p { "lease renewed: " (output::duration(h.remaining)) " left" }
                     }
                     None => p.warn { "no producer leads now: nothing is published (start " code { "cronq producer" } ")" }

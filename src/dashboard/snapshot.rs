@@ -107,6 +107,16 @@ impl Snapshot {
             .map(|i| &self.recent[*i])
     }
 
+    /// Since when the leader leads, as its last heartbeat says (none before its first
+    /// heartbeat as the leader).
+    pub fn leading_since(&self) -> Option<DateTime<Utc>> {
+        let leader = self.leader.as_ref()?;
+        self.instances
+            .iter()
+            .find(|b| b.instance == leader.instance)?
+            .leading_since
+    }
+
     /// The last outcome of `job` in the window.
     pub fn last(&self, job: &JobName) -> Option<&Run> {
         self.runs_of(job).next()

@@ -15,7 +15,10 @@
 //!   `CRONQ_REDIS_MIN_REPLICAS`), on the harness of `scripts/ha`;
 //! - `handlers`, `queues`: how a consumer runs a job, and which queues it serves;
 //! - `dashboard`: the web dashboard's API through a real `cronq dashboard` (on the
-//!   services and on a data file) and its pages in headless Chromium;
+//!   services and on a data file) and its pages in headless Chromium; its Fleet page over
+//!   real `cronq producer`s and `cronq consumer`s (`dashboard::fleet`: a config that differs
+//!   named on the page, `/metrics` and the leader's log; the last hour against the run
+//!   history; a killed consumer's record lapsing);
 //! - `command_identity`: a command's `user`, `group`, `cwd`, `env` and `clear_env`, through a
 //!   real `cronq standalone`;
 //! - `operations`: pause, trigger, backfill, reload, the operations commands, the

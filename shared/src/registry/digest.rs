@@ -9,10 +9,16 @@
 //! value do not change it. A secret (an `http` URL or header value) given inline counts by
 //! its value; one read from the environment or a file counts by where it is read from, as
 //! that value is each host's own.
+//!
+//! A process computes each config's digest once ([`Digester`]), and every reader (the
+//! reporter, the leader's config check) shares it.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use sha2::{Digest as _, Sha256};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, Handler, Job};
 use crate::config::{Origin, Secret};
@@ -40,7 +46,8 @@ impl ConfigDigest {
             .unwrap_or_else(|_| Self::of(&fallback))
     }
 
-    /// The digests of `config` (linear in its jobs: about a second per million).
+    /// The digests of `config` (linear in its jobs: a tenth to a fifth of the config load's
+    /// time, docs/benchmarks.md "Config digest").
     pub fn of(config: &Config) -> Self {
         let mut jobs: Vec<(JobName, String)> = config
             .jobs
@@ -58,6 +65,50 @@ impl ConfigDigest {
         Self {
             overall: hex(&all.finalize()),
             jobs,
+        }
+    }
+}
+
+/// Computes the digest of each config a `watch` channel sends, once, and sends it on to
+/// every reader: a config with 100,000 jobs takes a while to digest (docs/benchmarks.md),
+/// so the reporter and the leader's config check must not each compute it.
+pub struct Digester {
+    config: watch::Receiver<Arc<Config>>,
+    tx: watch::Sender<Arc<ConfigDigest>>,
+}
+
+impl Digester {
+    /// The digest of the config `config` holds now (computed on a blocking thread), and a
+    /// digester that follows the configs it sends next ([`Digester::run`]).
+    pub async fn new(
+        mut config: watch::Receiver<Arc<Config>>,
+    ) -> (Self, watch::Receiver<Arc<ConfigDigest>>) {
+        let first = ConfigDigest::of_shared(config.borrow_and_update().clone()).await;
+        let (tx, rx) = watch::channel(Arc::new(first));
+        (Self { config, tx }, rx)
+    }
+
+    /// Sends the digest of each new config until `token` is cancelled or the configs end
+    /// (then the receivers keep the last digest). Configs sent while one is digested are
+    /// coalesced: only the newest of them is digested next.
+    pub async fn run(mut self, token: CancellationToken) {
+        loop {
+            tokio::select! {
+                biased;
+                () = token.cancelled() => return,
+                changed = self.config.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+            }
+            let config = self.config.borrow_and_update().clone();
+            let digest = tokio::select! {
+                biased;
+                () = token.cancelled() => return,
+                d = ConfigDigest::of_shared(config) => d,
+            };
+            self.tx.send_replace(Arc::new(digest));
         }
     }
 }

@@ -88,6 +88,9 @@ pub struct Beat {
     pub digest: String,
     /// How many jobs that config has.
     pub jobs: usize,
+    /// Since when it leads, while it holds the leader lease (a producer or standalone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leading_since: Option<DateTime<Utc>>,
 }
 
 /// What the per-minute counters count.

@@ -1,7 +1,8 @@
 //! The loop every producer, consumer and standalone runs beside its work: report itself
 //! to the registry every [`REPORT_EVERY`] (its record lapses [`EXPIRY`] after the last
-//! report), write the per-job digests of its config once per config, and add what its
-//! [`Tally`] counted to the per-minute counters.
+//! report), write the per-job digests of its config once per config (the digests come from
+//! the process's [`Digester`](super::digest::Digester)), and add what its [`Tally`] counted
+//! to the per-minute counters.
 //!
 //! Invariant: a failing registry never stops the process's work: a failed report is logged
 //! once per outage and tried again on the next beat; counts not written are kept for it.
@@ -16,27 +17,30 @@ use tokio_util::sync::CancellationToken;
 use super::digest::ConfigDigest;
 use super::tally::Tally;
 use super::{Beat, Counter, DIGESTS_TTL, EXPIRY, REPORT_EVERY, Registry, Role, minute_of};
-use crate::config::Config;
 
 /// How often the per-job digests are written again, keeping them [`DIGESTS_TTL`].
 const DIGESTS_REFRESH: Duration = Duration::from_secs(600);
+
+/// Since when the process leads, if it does ([`Reporter::with_leading`]).
+type Leading = Box<dyn Fn() -> Option<DateTime<Utc>> + Send + Sync>;
 
 /// Reports one process until cancelled.
 pub struct Reporter {
     registry: Arc<dyn Registry>,
     beat: Beat,
-    config: watch::Receiver<Arc<Config>>,
+    digest: watch::Receiver<Arc<ConfigDigest>>,
     tally: Tally,
+    leading: Option<Leading>,
 }
 
 impl Reporter {
-    /// A reporter for the process `instance` of `role`, running the configs `config`
-    /// sends, adding what `tally` counts.
+    /// A reporter for the process `instance` of `role`, running the configs whose digests
+    /// `digest` sends, adding what `tally` counts.
     pub fn new(
         registry: Arc<dyn Registry>,
         instance: impl Into<String>,
         role: Role,
-        config: watch::Receiver<Arc<Config>>,
+        digest: watch::Receiver<Arc<ConfigDigest>>,
         tally: Tally,
     ) -> Self {
         let now = Utc::now();
@@ -50,19 +54,32 @@ impl Reporter {
             last_seen: now,
             digest: String::new(),
             jobs: 0,
+            leading_since: None,
         };
         Self {
             registry,
             beat,
-            config,
+            digest,
             tally,
+            leading: None,
         }
+    }
+
+    /// Reports with each beat since when the process leads, as `leading` says (`None`
+    /// while it does not).
+    #[must_use]
+    pub fn with_leading(
+        mut self,
+        leading: impl Fn() -> Option<DateTime<Utc>> + Send + Sync + 'static,
+    ) -> Self {
+        self.leading = Some(Box::new(leading));
+        self
     }
 
     /// Reports until `token` is cancelled, then removes the record.
     pub async fn run(mut self, token: CancellationToken) {
         let mut watching = true;
-        let mut digest = ConfigDigest::of_shared(self.config.borrow_and_update().clone()).await;
+        let mut digest = self.digest.borrow_and_update().clone();
         let mut digests_put: Option<DateTime<Utc>> = None;
         let mut failing = false;
         loop {
@@ -84,6 +101,7 @@ impl Reporter {
             self.beat.last_seen = now;
             self.beat.digest.clone_from(&digest.overall);
             self.beat.jobs = digest.jobs.len();
+            self.beat.leading_since = self.leading.as_ref().and_then(|since| since());
             let reported = self.report().await;
             match (&reported, failing) {
                 (Err(e), false) => {
@@ -98,9 +116,9 @@ impl Reporter {
             tokio::select! {
                 biased;
                 () = token.cancelled() => break,
-                changed = self.config.changed(), if watching => {
+                changed = self.digest.changed(), if watching => {
                     if changed.is_ok() {
-                        digest = ConfigDigest::of_shared(self.config.borrow_and_update().clone()).await;
+                        digest = self.digest.borrow_and_update().clone();
                         digests_put = None;
                     } else {
                         watching = false;

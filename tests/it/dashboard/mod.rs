@@ -1,10 +1,14 @@
 //! The web dashboard (`cronq dashboard`, `cronq standalone --dashboard-addr`): its JSON API
 //! through a real process against RabbitMQ and Redis and against a standalone's data file
 //! (`api`), and its pages in headless Chromium (`browser`): log in, pause, trigger and see
-//! the run appear live, replay a dead letter, a note escaped, CSRF, read-only mode.
+//! the run appear live, replay a dead letter, a note escaped, CSRF, read-only mode; the
+//! Fleet page over real producers and consumers (`fleet`): an instance on another config
+//! named on the page, `/metrics` and the leader's log, the last hour's counts against the
+//! run history, a consumer killed with `kill -9` listed until its record lapses.
 
 mod api;
 mod browser;
+mod fleet;
 
 use crate::support::TestEnv;
 use crate::support::cli;

@@ -23,6 +23,7 @@ fn beat(instance: &str, role: Role, digest: &str) -> Beat {
         last_seen: now,
         digest: digest.to_owned(),
         jobs: 2,
+        leading_since: None,
     }
 }
 
