@@ -1,7 +1,7 @@
 //! The reaper: runs in every consumer and periodically takes over claims whose owner
 //! stopped renewing its lease (crashed, partitioned), whose follow-up message (retry,
-//! release) was never claimed, or that wait behind an earlier occurrence of their job
-//! (overlap `queue`, `replace`) and have not started in time, and republishes the stored
+//! release) was never claimed, or that wait for another occurrence of their job (overlap
+//! `queue`, `replace`, `skip` behind a later one) and have not started in time, and republishes the stored
 //! message: same key, same attempt (G3, at-least-once). Each log line says which of these
 //! it was ([`Republish`]).
 //!

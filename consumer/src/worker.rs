@@ -4,8 +4,9 @@
 //! 1. [`executor::admit`]: malformed, unknown job, no handler → dead-letter, then ack.
 //! 2. Past its start deadline → `missed`, then ack.
 //! 3. [`Ledger::claim`] (idempotency + overlap, one atomic step): duplicate → ack without
-//!    running; busy → `skipped` (skip); waiting (queue, replace) → recorded in the ledger
-//!    with its message, then acked: it is published again when its turn comes (or by the
+//!    running; busy → `skipped` (skip, an earlier occurrence runs); waiting (queue,
+//!    replace, skip behind a later occurrence) → recorded in the ledger with its message,
+//!    then acked: it is published again when its turn comes (or by the
 //!    reaper), never parked on a broker timer; superseded by a newer occurrence (replace) →
 //!    `cancelled`; store unreachable → hold the delivery unacked and retry with backoff:
 //!    nothing runs, nothing is acked.
@@ -177,7 +178,7 @@ impl Worker {
                 self.settle(&d, &occ, job, skipped, shutdown).await;
             }
             ClaimOutcome::Waiting { holder, woken } => {
-                tracing::debug!(job = %occ.job, key = %occ.key, holder = %holder, "waiting until the earlier occurrence ends");
+                tracing::debug!(job = %occ.job, key = %occ.key, holder = %holder, "waiting until the occurrence holding the job lock ends");
                 ack(&d, occ.job.as_str()).await;
                 if let Some(woken) = woken {
                     republish(&*self.broker, &self.config, woken).await;

@@ -43,7 +43,13 @@
 //!   keeps the token that ended it, so the same end tried again is reported recorded,
 //!   changing and appending nothing more.
 //! - At most one occurrence of an exclusive job holds the job lock at a time, fleet-wide.
-//! - An occurrence held back by overlap `queue` or `replace` is [`State::Waiting`]: its
+//! - Overlap `skip` makes an occurrence [`ClaimOutcome::Busy`] (settled `skipped`) only when
+//!   the holder of the job lock was scheduled no later than it. Behind a *later* holder (a
+//!   retry, or an attempt republished after its owner stopped, of an occurrence the next
+//!   one overtook) it waits for its turn as under `queue`: an occurrence is never skipped
+//!   for one scheduled after it, so one that already ran attempts reaches a real outcome.
+//! - An occurrence held back by overlap `queue` or `replace`, or by `skip` behind a later
+//!   holder, is [`State::Waiting`]: its
 //!   message is stored and due for the reaper like a claim's, so it never depends on a
 //!   broker timer. Ending the running occurrence (or settling one) gives the earliest waiter
 //!   its turn ([`Ended::woken`]). Under `replace` the newest occurrence runs: an older one,
@@ -71,8 +77,8 @@ pub enum State {
     Retrying,
     /// Released (shutdown) or reaped (owner died): the stored message is being republished.
     Pending,
-    /// Held back by the job's overlap policy (`queue`, `replace`) until an earlier
-    /// occurrence ends.
+    /// Held back by the job's overlap policy (`queue`, `replace`; `skip` behind a later
+    /// occurrence) until the occurrence holding the job lock ends.
     Waiting,
     /// Terminal: the handler succeeded.
     Succeeded,
@@ -153,7 +159,7 @@ pub struct Claim {
     /// The message body, kept so that a reaper can republish it if the owner dies.
     pub body: Vec<u8>,
     /// The occurrence's scheduled instant: under `queue` waiters run in this order, under
-    /// `replace` the latest one wins.
+    /// `replace` the latest one wins, under `skip` only an earlier holder skips it.
     pub scheduled_at: DateTime<Utc>,
     /// How long a waiting occurrence stays untouched before the reaper republishes it to
     /// look again (no later than its start deadline).
@@ -201,13 +207,14 @@ pub enum ClaimOutcome {
         /// The record's attempt.
         attempt: u32,
     },
-    /// Overlap `skip`: another occurrence of the job holds the job lock; nothing was
-    /// recorded.
+    /// Overlap `skip`: an occurrence of the job scheduled no later than this one holds the
+    /// job lock; nothing was recorded.
     Busy {
         /// The holder's key, as text.
         holder: String,
     },
-    /// Overlap `queue` or `replace`: recorded [`State::Waiting`] until `holder` ends (for
+    /// Overlap `queue` or `replace`, or `skip` behind a later holder: recorded
+    /// [`State::Waiting`] until `holder` ends (for
     /// `replace`, `holder` has been asked to stop: its heartbeat returns
     /// [`Heartbeat::CancelRequested`]). The delivery can be acked.
     Waiting {
@@ -334,8 +341,8 @@ impl Republish {
             Self::Lapsed => "its owner stopped renewing its execution lease",
             Self::Retry => "its retry message was not claimed in time",
             Self::Released => "its released message was not claimed in time",
-            Self::Waiting => "it waits behind an earlier occurrence of its job: look again",
-            Self::Turn => "the earlier occurrence it waited for ended",
+            Self::Waiting => "it waits for another occurrence of its job to end: look again",
+            Self::Turn => "the occurrence it waited for ended",
         }
     }
 }

@@ -159,7 +159,8 @@ pub struct Settings {
 pub enum Overlap {
     /// Run concurrently.
     Allow,
-    /// Record `skipped` while an earlier one runs.
+    /// Record `skipped` while an earlier one runs; behind a later one (a retry of an
+    /// overtaken occurrence), wait as under `Queue`.
     Skip,
     /// Wait for the earlier one to end.
     Queue,

@@ -197,8 +197,13 @@ fn overlap<S: Records>(
     let holder = live_lock(s, job)?.map(|h| h.0).filter(|h| h != key);
     Ok(match claim.overlap {
         Overlap::Allow => None,
-        Overlap::Skip => holder.map(|holder| ClaimOutcome::Busy { holder }),
-        Overlap::Queue => {
+        // Skip: an earlier (or same-instant) holder makes this one `skipped`; behind a later
+        // one (a retry or a republished attempt of an occurrence the next one overtook) it
+        // waits for its turn as under `queue`, never skipped for an occurrence after it.
+        Overlap::Skip if holder_not_later(s, holder.as_deref(), sched)? => {
+            holder.map(|holder| ClaimOutcome::Busy { holder })
+        }
+        Overlap::Skip | Overlap::Queue => {
             if let Some(holder) = holder {
                 wait_here(s, claim, key)?;
                 return Ok(Some(ClaimOutcome::Waiting {
@@ -252,6 +257,19 @@ fn overlap<S: Records>(
             })
         }
     })
+}
+
+/// `holder` holds the job lock and was scheduled no later than `sched` (a holder whose
+/// record is gone counts as earlier).
+fn holder_not_later<S: Records>(
+    s: &mut S,
+    holder: Option<&str>,
+    sched: i64,
+) -> Result<bool, S::Error> {
+    let Some(holder) = holder else {
+        return Ok(false);
+    };
+    Ok(live(s, holder)?.is_none_or(|r| r.sched <= sched))
 }
 
 /// Records the waiter `other` as cancelled, replaced by `key`, with its history entry.

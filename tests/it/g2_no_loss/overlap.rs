@@ -124,8 +124,14 @@ impl Window {
 /// one terminal outcome and ran at most once.
 async fn window(kind: Deployment, env: &TestEnv, policy: &str, length: Length) -> Window {
     let trace_path = env.dir.join("trace");
-    let running = Running::start(kind, env, &config(policy, length, &trace_path)).await;
-    let n = length.window();
+    let config = config(policy, length, &trace_path);
+    window_of(kind, env, &config, length.window()).await
+}
+
+/// [`window`] of `n` occurrences of the job `config` schedules, tracing to `trace`.
+async fn window_of(kind: Deployment, env: &TestEnv, config: &str, n: usize) -> Window {
+    let trace_path = env.dir.join("trace");
+    let running = Running::start(kind, env, config).await;
     until(WAIT, &format!("{n} occurrences published"), || async {
         let published = running.published(JOB);
         if published.len() >= n {
@@ -304,6 +310,66 @@ async fn skip_long(backend: Backend, env: TestEnv) {
     skip_never_runs_two_at_once(Deployment::on(backend), env, Length::Long).await;
 }
 
+/// `skip` with a retry: the first occurrence to run fails its attempt 1 at once; its retry
+/// comes back (backoff 2 s) while the next occurrence runs (3 s). It is not skipped for
+/// that later one: it waits, runs when the later one ends, and succeeds; never two at once.
+async fn skip_retry_waits_for_a_later_occurrence(kind: Deployment, env: TestEnv) {
+    let trace_path = env.dir.join("trace");
+    let failed = env.dir.join("failed");
+    let script = format!(
+        "if [ \"$CRONQ_ATTEMPT\" = 1 ] && mkdir '{dir}' 2>/dev/null; then \
+         echo \"$CRONQ_KEY\" > '{dir}/key'; exit 1; fi; {traced}",
+        dir = failed.display(),
+        traced = history::traced_script(&trace_path, Length::Long.sleep()),
+    );
+    let config = format!(
+        "{LEADER}\n[[job]]\nname = \"{JOB}\"\nschedule = \"@every 1s\"\noverlap = \"skip\"\n\
+         max_attempts = 2\nbackoff = \"2s\"\ncatchup = \"all\"\ntimeout = \"1m\"\ncommand = {}\n",
+        argv(&["sh", "-c", &script])
+    );
+    let w = window_of(kind, &env, &config, Length::Long.window()).await;
+    w.check(w.trace.max_concurrency() <= 1, "two runs overlapped");
+    let retried = std::fs::read_to_string(failed.join("key"))
+        .unwrap_or_else(|_| w.fail("no attempt failed"))
+        .trim()
+        .to_owned();
+    let attempts: Vec<(Option<u32>, Outcome)> = w
+        .entries
+        .iter()
+        .filter(|e| e.key == retried)
+        .map(|e| (e.attempt, e.outcome))
+        .collect();
+    w.check(
+        w.outcome(&retried) == Outcome::Succeeded && w.ran_to_the_end(&retried),
+        &format!("{retried}, retried, did not run to a success: {attempts:?}"),
+    );
+    // The case under test happened: a later occurrence started before the retry did.
+    let retry_start = w.trace.first(Mark::Start, &retried).unwrap_or(i64::MAX);
+    let overtaken = w.expected.iter().any(|k| {
+        history::scheduled(k) > history::scheduled(&retried)
+            && w.trace
+                .first(Mark::Start, k)
+                .is_some_and(|at| at < retry_start)
+    });
+    w.check(
+        overtaken,
+        &format!("no later occurrence ran before {retried}'s retry"),
+    );
+    for key in w.expected.iter().filter(|k| **k != retried) {
+        let ok = match w.outcome(key) {
+            Outcome::Succeeded => w.ran_to_the_end(key),
+            Outcome::Skipped => w.trace.count(Mark::Start, key) == 0,
+            _ => false,
+        };
+        w.check(ok, &format!("{key}: neither a full run nor a skip"));
+    }
+}
+
+on_every_backend!(skip_retry, "ovl-skip-retry", flavor = "multi_thread");
+
+async fn skip_retry(backend: Backend, env: TestEnv) {
+    skip_retry_waits_for_a_later_occurrence(Deployment::on(backend), env).await;
+}
 /// `queue`: never two at once, and every occurrence runs to a success in turn; long ones
 /// wait for the one before.
 async fn queue_runs_each_in_turn(kind: Deployment, env: TestEnv, length: Length) {

@@ -1,11 +1,14 @@
-//! The ledger's overlap locks: `skip` excludes, `allow` does not lock, `queue` waiters take
-//! their turns in scheduled order, `replace` stops the running one, a waiter whose turn
-//! never comes is handed back by the reaper; on every backend.
+//! The ledger's overlap locks: `skip` excludes a later occurrence and makes an earlier one
+//! wait, `allow` does not lock, `queue` waiters take their turns in scheduled order,
+//! `replace` stops the running one, a waiter whose turn never comes is handed back by the
+//! reaper; on every backend.
 
 use std::time::Duration;
 
 use cronq_shared::config::Overlap;
-use cronq_shared::ledger::{ClaimOutcome, Ended, Heartbeat, Ledger, Republish, Settle, State};
+use cronq_shared::ledger::{
+    ClaimOutcome, End, Ended, FollowUp, Heartbeat, Ledger, Republish, Settle, State,
+};
 use cronq_shared::names::JobName;
 use cronq_shared::runlog::{Outcome, RunLog};
 
@@ -277,4 +280,107 @@ on_every_backend!(recheck, "ledger_overlap_recheck");
 
 async fn recheck(backend: Backend, env: TestEnv) {
     overlap_recheck_suite(ports::ledger(backend, &env).await).await;
+}
+
+/// `skip`: an earlier holder makes a later occurrence busy (skipped), but a retry or a
+/// republished attempt of an occurrence that a later one overtook is not skipped for it: it
+/// waits for its turn, as under `queue`, is woken when the later one ends and runs; the job
+/// never runs two at once.
+async fn overlap_skip_suite(ledger: impl Ledger + Inspect) {
+    let s = |i, attempt| claim("sk", i, attempt, Overlap::Skip, LONG);
+    let busy = |i| ClaimOutcome::Busy {
+        holder: key("sk", i),
+    };
+    let t1 = claimed(&ledger, &s(1, 1)).await;
+    assert_eq!(
+        ledger.claim(&s(2, 1)).await.unwrap(),
+        busy(1),
+        "earlier holder"
+    );
+    // Attempt 1 of sk1 fails; its retry (attempt 2) follows after a backoff.
+    let retry = End {
+        next: Some(FollowUp {
+            attempt: 2,
+            body: s(1, 2).body,
+            within: LONG,
+        }),
+        ..end(State::Retrying)
+    };
+    assert_eq!(woken(ledger.complete(&t1, &retry).await.unwrap()), None);
+    // Meanwhile the next occurrence takes the free lock.
+    let t3 = claimed(&ledger, &s(3, 1)).await;
+    // The retry comes back while sk3 runs: it waits for sk3, it is not skipped.
+    assert_eq!(
+        waiting(ledger.claim(&s(1, 2)).await.unwrap()),
+        (key("sk", 3), None)
+    );
+    assert_eq!(
+        waiting(ledger.claim(&s(1, 2)).await.unwrap()),
+        (key("sk", 3), None),
+        "a redelivered copy waits again"
+    );
+    let rec = ledger.inspect(&occurrence("sk", 1).key).await.unwrap();
+    assert_eq!((rec.state, rec.attempt), (State::Waiting, 2));
+    assert_eq!(ledger.heartbeat(&t3, LONG).await.unwrap(), Heartbeat::Held);
+    assert_eq!(
+        ledger.claim(&s(4, 1)).await.unwrap(),
+        busy(3),
+        "earlier holder"
+    );
+    // sk3 ends: sk1's turn; its attempt 2 runs, and excludes the later ones.
+    assert_eq!(
+        woken(ledger.complete(&t3, &end(State::Succeeded)).await.unwrap()),
+        Some(key("sk", 1))
+    );
+    let t1 = claimed(&ledger, &s(1, 2)).await;
+    assert_eq!(
+        ledger.claim(&s(5, 1)).await.unwrap(),
+        busy(1),
+        "earlier holder"
+    );
+    assert_eq!(
+        woken(ledger.complete(&t1, &end(State::Succeeded)).await.unwrap()),
+        None
+    );
+    let rec = ledger.inspect(&occurrence("sk", 1).key).await.unwrap();
+    assert_eq!((rec.state, rec.attempt), (State::Succeeded, 2));
+
+    // The soak's case: the owner of sk6 stops, the reaper hands sk6 back, and the later
+    // sk7 has taken the lapsed lock by the time the republished attempt arrives.
+    let short = Duration::from_millis(300);
+    let t6 = claimed(&ledger, &claim("sk", 6, 1, Overlap::Skip, short)).await;
+    let t7 = eventually(WAIT, "the lapsed job lock to be taken", || async {
+        match ledger.claim(&s(7, 1)).await.unwrap() {
+            ClaimOutcome::Claimed { lease, .. } => Some(lease),
+            _ => None,
+        }
+    })
+    .await;
+    let orphans = eventually(WAIT, "sk6 to be handed back", || async {
+        let o = ledger.reap(10, LONG).await.unwrap();
+        (!o.is_empty()).then_some(o)
+    })
+    .await;
+    assert_eq!(orphans.len(), 1, "{orphans:?}");
+    assert_eq!(
+        (orphans[0].key.clone(), orphans[0].why),
+        (key("sk", 6), Republish::Lapsed)
+    );
+    assert_eq!(ledger.heartbeat(&t6, LONG).await.unwrap(), Heartbeat::Lost);
+    assert_eq!(
+        waiting(ledger.claim(&s(6, 1)).await.unwrap()),
+        (key("sk", 7), None)
+    );
+    assert_eq!(
+        woken(ledger.complete(&t7, &end(State::Succeeded)).await.unwrap()),
+        Some(key("sk", 6))
+    );
+    let t6 = claimed(&ledger, &s(6, 1)).await;
+    assert_eq!(ledger.heartbeat(&t6, LONG).await.unwrap(), Heartbeat::Held);
+}
+
+on_every_backend!(skip, "ledger_overlap_skip");
+
+async fn skip(backend: Backend, env: TestEnv) {
+    overlap_skip_suite(ports::ledger(backend, &env).await).await;
 }

@@ -85,11 +85,14 @@ if exclusive then
     -- This occurrence's own lock, left by an owner that stopped: take it over.
     holder_key = nil
   end
-  if policy == 'skip' then
-    if holder_key then
-      return {'busy', holder_key}
-    end
-  elseif policy == 'queue' then
+  if policy == 'skip' and holder_key
+      and tonumber(redis.call('HGET', prefix .. holder_key, 'sched') or '0') <= sched then
+    -- skip: an earlier (or same-instant) holder makes this occurrence skipped.
+    return {'busy', holder_key}
+  end
+  if policy == 'skip' or policy == 'queue' then
+    -- queue, and skip behind a later holder (a retry, or a republished attempt, of an
+    -- occurrence the next one overtook): wait for the turn, never skipped for a later one.
     if holder_key then
       wait_here()
       return {'waiting', holder_key}

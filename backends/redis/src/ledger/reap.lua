@@ -5,7 +5,7 @@
 --   retrying → "retry": the retry message was not claimed in time (lost by the broker?)
 --   pending  → "released": a released or reaped occurrence was not claimed in time
 --   waiting  → "waiting": held back by its job's overlap policy, and not started in time
---              (its turn's message was lost, or its earlier occurrence still runs)
+--              (its turn's message was lost, or the holder of its job's lock still runs)
 -- KEYS[1] lease zset
 -- ARGV[1] record key prefix (ns:occ:)   ARGV[2] max entries   ARGV[3] hold ms
 -- ARGV[4] message body key prefix (ns:occbody:)

@@ -1,5 +1,5 @@
 -- Prepended to claim.lua, complete.lua and settle.lua: the wait list of an exclusive job
--- (overlap queue or replace). It is a zset of the keys of waiting occurrences, scored by
+-- (overlap queue or replace, or skip behind a later holder). It is a zset of the keys of waiting occurrences, scored by
 -- scheduled time (ms); each has a record in state "waiting", its message in its body key,
 -- and a due time in the lease zset, so the reaper republishes it if its turn is lost.
 -- rec_prefix: ns:occ:   body_prefix: ns:occbody:
