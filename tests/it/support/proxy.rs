@@ -1,8 +1,9 @@
 //! A loopback TCP proxy a test owns, to take a shared service away from one process only:
 //! it forwards every connection to its target until [`Proxy::cut`], which drops every open
-//! connection and closes each new one at once (the client reads EOF before any byte), and
-//! [`Proxy::restore`] lets connections through again. The service itself never stops, so
-//! the other tests using it see nothing.
+//! connection and closes each new one at once (the client reads EOF before any byte), or
+//! [`Proxy::stall`], which keeps every connection open but passes no byte either way (a
+//! service that hangs); [`Proxy::restore`] drops the stalled connections and lets new ones
+//! through again. The service itself never stops, so the other tests using it see nothing.
 
 use std::sync::Arc;
 
@@ -10,12 +11,22 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+/// What the proxy does with connections now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Forwards them.
+    Open,
+    /// Drops them.
+    Cut,
+    /// Holds them open, passing nothing.
+    Stalled,
+}
+
 /// A running proxy; dropping it ends it and every connection through it.
 pub struct Proxy {
     /// `127.0.0.1:PORT`, where clients connect.
     pub addr: String,
-    /// `true` while connections go through.
-    open: Arc<watch::Sender<bool>>,
+    mode: Arc<watch::Sender<Mode>>,
     accept: JoinHandle<()>,
 }
 
@@ -24,53 +35,70 @@ impl Proxy {
     pub async fn start(target: &str) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("proxy port");
         let addr = listener.local_addr().expect("proxy address").to_string();
-        let open = Arc::new(watch::Sender::new(true));
+        let mode = Arc::new(watch::Sender::new(Mode::Open));
         let target = target.to_owned();
         let accept = tokio::spawn({
-            let open = open.clone();
+            let mode = mode.clone();
             async move {
                 loop {
                     let Ok((client, _)) = listener.accept().await else {
                         continue;
                     };
-                    if !*open.borrow() {
-                        // Cut: the client's connection ends before a byte is exchanged.
-                        drop(client);
-                        continue;
+                    let now = *mode.borrow();
+                    match now {
+                        // The client's connection ends before a byte is exchanged.
+                        Mode::Cut => drop(client),
+                        Mode::Stalled => {
+                            tokio::spawn(hold(vec![client], mode.subscribe()));
+                        }
+                        Mode::Open => {
+                            tokio::spawn(forward(client, target.clone(), mode.subscribe()));
+                        }
                     }
-                    tokio::spawn(forward(client, target.clone(), open.subscribe()));
                 }
             }
         });
-        Self { addr, open, accept }
+        Self { addr, mode, accept }
     }
 
     /// Drops every open connection and refuses new ones until [`Proxy::restore`].
     pub fn cut(&self) {
-        self.open.send_replace(false);
+        self.mode.send_replace(Mode::Cut);
     }
 
-    /// Lets connections through again.
+    /// Keeps every connection, open and new, but passes no byte until [`Proxy::restore`].
+    pub fn stall(&self) {
+        self.mode.send_replace(Mode::Stalled);
+    }
+
+    /// Drops the stalled connections and lets new ones through again.
     pub fn restore(&self) {
-        self.open.send_replace(true);
+        self.mode.send_replace(Mode::Open);
     }
 }
 
 impl Drop for Proxy {
     fn drop(&mut self) {
-        self.open.send_replace(false);
+        self.mode.send_replace(Mode::Cut);
         self.accept.abort();
     }
 }
 
-/// Copies both ways between `client` and `target` until either side closes or the proxy is
-/// cut; both sockets are dropped then.
-async fn forward(mut client: TcpStream, target: String, mut open: watch::Receiver<bool>) {
+/// Copies both ways between `client` and `target` until either side closes or the proxy
+/// leaves [`Mode::Open`]; both sockets are dropped then, or held while it stalls.
+async fn forward(mut client: TcpStream, target: String, mut mode: watch::Receiver<Mode>) {
     let Ok(mut upstream) = TcpStream::connect(&target).await else {
         return;
     };
     tokio::select! {
-        _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
-        _ = open.wait_for(|open| !*open) => {}
+        _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => return,
+        _ = mode.wait_for(|m| *m != Mode::Open) => {}
     }
+    hold(vec![client, upstream], mode).await;
+}
+
+/// Keeps `sockets` open, reading nothing, while the proxy stalls.
+async fn hold(sockets: Vec<TcpStream>, mut mode: watch::Receiver<Mode>) {
+    let _ = mode.wait_for(|m| *m != Mode::Stalled).await;
+    drop(sockets);
 }
