@@ -75,10 +75,10 @@ impl Source {
             Queues::Amqp(amqp) => {
                 let mut names: Vec<String> = logical.iter().map(|q| self.names.queue(q)).collect();
                 names.push(self.names.dead_letter_queue());
-                let depths = amqp
-                    .depths(&names)
-                    .await
-                    .map_err(|e| format!("{:#}", anyhow::Error::new(e)))?;
+                // Bounded like every other read: a RabbitMQ that hangs would otherwise hold
+                // the whole refresh (the Redis reads too) until the connection's heartbeat
+                // gives up.
+                let depths = super::snapshot::within(amqp.depths(&names)).await?;
                 let mut rows: Vec<QueueDepth> = logical
                     .iter()
                     .zip(&depths)

@@ -3,8 +3,9 @@
 //! admin token (pause with a note seen by `cronq jobs`, resume, trigger, backfill preview,
 //! dry-run replay), errors as JSON (unknown job with a "did you mean", bad parameters,
 //! missing or wrong token); then the same through `--data` and a standalone's
-//! `--dashboard-addr` on one data file; and the outage of a Redis of the test's own shown on
-//! the API and the pages, then gone once it is back.
+//! `--dashboard-addr` on one data file; and the outage of a Redis of the test's own, and of
+//! RabbitMQ behind a proxy of the test's own, shown on the API and the pages, then gone once
+//! it is back.
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -13,7 +14,11 @@ use super::jobs;
 use crate::support::cli::{self, start_consumer};
 use crate::support::dashboard::{self, TOKEN, WAIT};
 use crate::support::data_file::DataFile;
+use crate::support::deliveries::declare;
+use crate::support::occurrences::queue;
 use crate::support::producer_process::{LEADER, producer};
+use crate::support::proxy::Proxy;
+use crate::support::rabbitmq::{self, publish_raw};
 use crate::support::{eventually, scoped};
 
 /// Waits until `GET /api/v1/runs?key=KEY` shows a run with `outcome`.
@@ -271,6 +276,133 @@ async fn the_pages_say_when_redis_is_away_and_recover() {
             (v["outages"] == json!([])).then_some(())
         })
         .await;
+    })
+    .await;
+}
+
+/// The ready messages of the logical queue `default` on the fleet's JSON.
+fn default_depth(fleet: &Value) -> Option<u64> {
+    fleet["queues"]
+        .as_array()?
+        .iter()
+        .find(|q| q["queue"] == "default")?["messages"]
+        .as_u64()
+}
+
+#[tokio::test]
+async fn the_pages_say_when_rabbitmq_is_away_and_recover() {
+    scoped("dash-amqp-outage", |env| async move {
+        let config = cli::config(&env, &jobs(&env));
+        let broker = rabbitmq::connect(&env).await;
+        declare(&broker, &[&queue("default")]).await;
+        // Only the dashboard goes through the proxy: the test reaches RabbitMQ directly.
+        let proxy = Proxy::start("127.0.0.1:5672").await;
+        let url = format!("amqp://guest:guest@{}/%2f", proxy.addr);
+        let d = dashboard::start_with(
+            &env,
+            "dashboard",
+            &["dashboard", "--config", &config],
+            "--addr",
+            true,
+            &[("CRONQ_AMQP_URL", &url)],
+        )
+        .await;
+        let replay = || {
+            d.post(
+                "/api/v1/dead-letters/replay",
+                Some(TOKEN),
+                json!({ "all": true }),
+            )
+        };
+        eventually(WAIT, "the empty queue read", || async {
+            let v = d.json("/api/v1/fleet").await;
+            (v["outages"] == json!([]) && default_depth(&v) == Some(0)).then_some(())
+        })
+        .await;
+
+        proxy.cut();
+        let fleet = eventually(WAIT, "the outage shown", || async {
+            let v = d.json("/api/v1/fleet").await;
+            (v["outages"][0]["service"] == "RabbitMQ").then_some(v)
+        })
+        .await;
+        let since = fleet["outages"][0]["since"].clone();
+        assert!(
+            since
+                .as_str()
+                .is_some_and(|s| s.parse::<chrono::DateTime<chrono::Utc>>().is_ok()),
+            "{fleet}"
+        );
+        assert_eq!(
+            fleet["outages"].as_array().map(Vec::len),
+            Some(1),
+            "only RabbitMQ is away: {fleet}"
+        );
+        let page = reqwest::get(d.url("/"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            page.contains("RabbitMQ is unreachable since"),
+            "{fleet}\n{page}"
+        );
+        // The queue changes meanwhile; the dashboard keeps the last state it read.
+        publish_raw(broker.names(), "default", b"while RabbitMQ is away").await;
+        let (status, v) = replay().await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+        assert!(
+            v["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("list dead letters")),
+            "{v}"
+        );
+        let fleet = d.json("/api/v1/fleet").await;
+        assert_eq!(fleet["outages"][0]["since"], since, "{fleet}");
+        assert_eq!(
+            default_depth(&fleet),
+            Some(0),
+            "the last state read: {fleet}"
+        );
+
+        proxy.restore();
+        eventually(WAIT, "the recovery with the new depth", || async {
+            let v = d.json("/api/v1/fleet").await;
+            (v["outages"] == json!([]) && default_depth(&v) == Some(1)).then_some(())
+        })
+        .await;
+        let page = reqwest::get(d.url("/"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(!page.contains("is unreachable since"), "{page}");
+        let (status, v) = replay().await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+
+        // RabbitMQ hangs rather than refusing: the read gives up after 5 s, the same way.
+        proxy.stall();
+        let fleet = eventually(WAIT, "the hang shown", || async {
+            let v = d.json("/api/v1/fleet").await;
+            (v["outages"][0]["service"] == "RabbitMQ").then_some(v)
+        })
+        .await;
+        assert!(
+            fleet["outages"][0]["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("no answer within")),
+            "{fleet}"
+        );
+        publish_raw(broker.names(), "default", b"while RabbitMQ hangs").await;
+        proxy.restore();
+        eventually(WAIT, "the recovery from the hang", || async {
+            let v = d.json("/api/v1/fleet").await;
+            (v["outages"] == json!([]) && default_depth(&v) == Some(2)).then_some(())
+        })
+        .await;
+        broker.close().await;
     })
     .await;
 }
