@@ -16,7 +16,8 @@
 -- ARGV[9] record key prefix   ARGV[10] body key prefix
 -- ARGV[11] ms a woken waiter has to claim its turn
 -- ARGV[12] history MAXLEN   ARGV[13] history MINID   ARGV[14..] run fields (none: no run):
--- the run as recorded, then the same run as lost, each half the rest of ARGV
+-- the run as recorded, then the same run as lost, each half the rest of ARGV (both have the
+-- same fields: runlog::fields)
 -- Returns {1 [, woken key, woken queue, woken body]}, or {0} when fenced or given up.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
