@@ -575,7 +575,9 @@ fn chart(runs: &[cronq_shared::runlog::Run]) -> Markup {
         .fold(0.001, f64::max);
     let w = 6.0;
     let h = 80.0;
-    let secs = |d: Option<chrono::TimeDelta>| d.map_or(0.0, |d| d.num_milliseconds().max(0) as f64 / 1000.0);
+    let secs = |d: Option<chrono::TimeDelta>| {
+        d.map_or(0.0, |d| d.num_milliseconds().max(0) as f64 / 1000.0)
+    };
     let (publish, start): (Vec<f64>, Vec<f64>) = runs
         .iter()
         .map(|r| {
@@ -614,7 +616,9 @@ fn chart(runs: &[cronq_shared::runlog::Run]) -> Markup {
 
 /// A lateness as the runs table shows it: seconds, empty when not known.
 fn late(d: Option<chrono::TimeDelta>) -> String {
-    d.map_or_else(String::new, |d| format!("{:.3} s", d.num_milliseconds() as f64 / 1000.0))
+    d.map_or_else(String::new, |d| {
+        format!("{:.3} s", d.num_milliseconds() as f64 / 1000.0)
+    })
 }
 
 fn runs_table(runs: &[cronq_shared::runlog::Run], zone: Option<Tz>, with_job: bool) -> Markup {
