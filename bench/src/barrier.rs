@@ -219,6 +219,7 @@ async fn occurrence(ledger: &dyn Ledger, job: &JobName, i: usize) -> anyhow::Res
             duration: Duration::from_millis(1),
             outcome: Outcome::Succeeded,
             error: None,
+            published_at: Some(Utc::now()),
         }),
     };
     anyhow::ensure!(

@@ -470,6 +470,7 @@ impl Worker {
             duration: took,
             outcome: end.outcome(),
             error: end.error(),
+            published_at: Some(occ.published_at),
         }
     }
 }

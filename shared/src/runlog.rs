@@ -100,6 +100,12 @@ pub struct Run {
     pub outcome: Outcome,
     /// The error, if any.
     pub error: Option<String>,
+    /// When the message this attempt ran from was published (its `published_at`): for a
+    /// first attempt the producer's publish, for a retry, a replay or a manual trigger the
+    /// publish of that attempt's own message. `None` for an entry written without a message
+    /// (a waiter superseded by a newer occurrence) and for entries older than this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub published_at: Option<DateTime<Utc>>,
 }
 
 impl Run {

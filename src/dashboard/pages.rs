@@ -562,8 +562,8 @@ pub async fn job(
     page(&app, &headers, &viewer, job.name.as_str(), "Jobs", main)
 }
 
-/// Bars of run durations over time (oldest left), coloured by outcome, and the start
-/// lateness as a line.
+/// Bars of run durations over time (oldest left), coloured by outcome, and two lines on one
+/// scale: the publish lateness (scheduled time to publish) and the start lateness (to start).
 fn chart(runs: &[cronq_shared::runlog::Run]) -> Markup {
     if runs.is_empty() {
         return html! { p { "no run recorded yet" } };
@@ -575,43 +575,56 @@ fn chart(runs: &[cronq_shared::runlog::Run]) -> Markup {
         .fold(0.001, f64::max);
     let w = 6.0;
     let h = 80.0;
-    let lateness: Vec<f64> = runs
+    let secs = |d: Option<chrono::TimeDelta>| {
+        d.map_or(0.0, |d| d.num_milliseconds().max(0) as f64 / 1000.0)
+    };
+    let (publish, start): (Vec<f64>, Vec<f64>) = runs
         .iter()
         .map(|r| {
-            r.key.scheduled_at().map_or(0.0, |at| {
-                (r.started_at - at).num_milliseconds().max(0) as f64 / 1000.0
-            })
+            let (publish, start) = api::lateness(r);
+            (secs(publish), secs(start))
         })
-        .collect();
-    let late_max = lateness.iter().copied().fold(0.001, f64::max);
-    let points: Vec<String> = lateness
-        .iter()
-        .enumerate()
-        .map(|(i, l)| format!("{:.1},{:.1}", i as f64 * w + w / 2.0, h - l / late_max * h))
-        .collect();
+        .unzip();
+    let late_max = publish.iter().chain(&start).copied().fold(0.001, f64::max);
+    let line = |lateness: &[f64]| -> String {
+        lateness
+            .iter()
+            .enumerate()
+            .map(|(i, l)| format!("{:.1},{:.1}", i as f64 * w + w / 2.0, h - l / late_max * h))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
     html! {
         figure.chart {
-            svg width=(runs.len() as f64 * w) height=(h) viewBox={ "0 0 " (runs.len() as f64 * w) " " (h) } role="img" aria-label="run durations and start lateness" {
+            svg width=(runs.len() as f64 * w) height=(h) viewBox={ "0 0 " (runs.len() as f64 * w) " " (h) } role="img" aria-label="run durations, publish lateness and start lateness" {
                 @for (i, r) in runs.iter().enumerate() {
                     @let bh = (r.duration.as_secs_f64() / longest * h).max(2.0);
                     rect class=(r.outcome.as_str()) x=(format!("{:.1}", i as f64 * w)) y=(format!("{:.1}", h - bh)) width=(w - 1.0) height=(format!("{:.1}", bh)) {
                         title { (r.key) ": " (r.outcome) ", " (output::duration(r.duration)) }
                     }
                 }
-                polyline.lateness points=(points.join(" ")) {}
+                polyline.publish-lateness points=(line(&publish)) {}
+                polyline.lateness points=(line(&start)) {}
             }
             figcaption {
                 "Bars: duration (longest " (output::duration(std::time::Duration::from_secs_f64(longest))) "), coloured by outcome. "
-                "Line: start lateness (scheduled time to start; largest " (format!("{late_max:.1}")) " s)."
+                "Dashed line: publish lateness (scheduled time to publish); solid line: start lateness (scheduled time to start); one scale, largest " (format!("{late_max:.1}")) " s."
             }
         }
     }
 }
 
+/// A lateness as the runs table shows it: seconds, empty when not known.
+fn late(d: Option<chrono::TimeDelta>) -> String {
+    d.map_or_else(String::new, |d| {
+        format!("{:.3} s", d.num_milliseconds() as f64 / 1000.0)
+    })
+}
+
 fn runs_table(runs: &[cronq_shared::runlog::Run], zone: Option<Tz>, with_job: bool) -> Markup {
     html! {
         table #runs {
-            thead { tr { th { "key" } @if with_job { th { "job" } } th { "attempt" } th { "consumer" } th { "started" } th { "duration" } th { "outcome" } th { "error" } } }
+            thead { tr { th { "key" } @if with_job { th { "job" } } th { "attempt" } th { "consumer" } th { "started" } th title="scheduled time to publish" { "published late" } th title="scheduled time to start" { "started late" } th { "duration" } th { "outcome" } th { "error" } } }
             tbody {
                 @for r in runs {
                     tr data-key=(r.key) {
@@ -620,6 +633,9 @@ fn runs_table(runs: &[cronq_shared::runlog::Run], zone: Option<Tz>, with_job: bo
                         td { (r.attempt) }
                         td { (r.consumer) }
                         td { (time(r.started_at, zone)) }
+                        @let (publish, start) = api::lateness(r);
+                        td.publish-lateness { (late(publish)) }
+                        td.start-lateness { (late(start)) }
                         td { (output::duration(r.duration)) }
                         td { (outcome(r.outcome.as_str())) }
                         td.error { (r.error.as_deref().unwrap_or("")) }

@@ -37,7 +37,8 @@ pub fn job(
     })
 }
 
-/// One run of the history.
+/// One run of the history; `published_at` is null when not known (see
+/// [`cronq_shared::runlog::Run::published_at`]).
 pub fn run(r: &Run) -> Value {
     json!({
         "key": r.key.to_string(),
@@ -48,6 +49,7 @@ pub fn run(r: &Run) -> Value {
         "duration_ms": u64::try_from(r.duration.as_millis()).unwrap_or(u64::MAX),
         "outcome": r.outcome.as_str(),
         "error": r.error,
+        "published_at": r.published_at.map(output::utc),
     })
 }
 

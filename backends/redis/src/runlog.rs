@@ -58,9 +58,12 @@ impl RedisRunLog {
     }
 }
 
-/// A run's stream entry: field names and values, as [`parse_run`] reads them back.
-pub(crate) fn fields(run: &Run) -> [(&'static str, String); 8] {
-    [
+/// A run's stream entry: field names and values, as [`parse_run`] reads them back. An
+/// entry without `published_at` (none known, or written before the field existed) reads
+/// back as `None`. `error` is always there (empty for none): `complete.lua` writes the
+/// same run as lost by replacing its `outcome` and `error`.
+pub(crate) fn fields(run: &Run) -> Vec<(&'static str, String)> {
+    let mut fields = vec![
         ("key", run.key.to_string()),
         ("job", run.job.as_str().to_owned()),
         ("attempt", run.attempt.to_string()),
@@ -74,7 +77,11 @@ pub(crate) fn fields(run: &Run) -> [(&'static str, String); 8] {
         ),
         ("outcome", run.outcome.as_str().to_owned()),
         ("error", run.error.clone().unwrap_or_default()),
-    ]
+    ];
+    if let Some(at) = run.published_at {
+        fields.push(("published_at", at.to_rfc3339()));
+    }
+    fields
 }
 
 /// How many stream entries one `XREVRANGE` page reads while filtering by job.
@@ -110,6 +117,10 @@ fn parse_run(stream: &str, entry: &redis::streams::StreamId) -> Result<Run, Stor
         ),
         outcome: Outcome::parse(&get("outcome")?).ok_or_else(|| corrupt(stream, "outcome"))?,
         error: field(entry, "error").filter(|e| !e.is_empty()),
+        published_at: field(entry, "published_at")
+            .filter(|at| !at.is_empty())
+            .map(|at| at.parse().map_err(|_| corrupt(stream, "published_at")))
+            .transpose()?,
     })
 }
 

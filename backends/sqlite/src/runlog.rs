@@ -1,6 +1,7 @@
 //! The run history in the data file: one row per run (JSON), newest last, bounded by count
 //! and by age; the ledger appends in its own transactions (`append`), so a record and
-//! its run commit together.
+//! its run commit together. A field added to `Run` with a default needs no schema change:
+//! rows written before it (e.g. without `published_at`) read back with the default.
 
 use std::time::Duration;
 

@@ -293,6 +293,7 @@ fn supersede<S: Records>(s: &mut S, claim: &Claim, other: &str, key: &str) -> Re
             duration: Duration::ZERO,
             outcome: Outcome::Cancelled,
             error: Some(why),
+            published_at: None,
         })?;
     }
     Ok(())

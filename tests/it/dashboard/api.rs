@@ -33,6 +33,94 @@ async fn run_of(d: &dashboard::Dashboard, key: &str, outcome: &str) -> Value {
     .await
 }
 
+/// How much later than its publish an occurrence may seem to start, at most: the producer's
+/// and the consumer's clocks (one machine here).
+const CLOCK_SLACK_MS: i64 = 1000;
+
+/// Backfills one past occurrence of `report` through `d` (whose dashboard takes changes),
+/// waits for its run on `reader` and checks the run's publish lateness on
+/// `GET /api/v1/jobs/report`: present, from the scheduled instant to `published_at`,
+/// non-negative and no larger than the start lateness (plus [`CLOCK_SLACK_MS`]).
+async fn check_publish_lateness(d: &dashboard::Dashboard, reader: &dashboard::Dashboard) {
+    let range = json!({ "from": "2026-01-01T00:00:00Z", "to": "2026-01-01T23:59:59Z" });
+    let (status, v) = d
+        .post("/api/v1/jobs/report/backfill", Some(TOKEN), range)
+        .await;
+    assert_eq!(
+        (status, v["count"].as_u64()),
+        (StatusCode::OK, Some(1)),
+        "{v}"
+    );
+    let key = "report@2026-01-01T01:30:00Z";
+    run_of(reader, key, "succeeded").await;
+    let v = reader.json("/api/v1/jobs/report").await;
+    let run = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["key"] == key)
+        .unwrap_or_else(|| panic!("{v}"));
+    let published_at: chrono::DateTime<chrono::Utc> = run["published_at"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a publish time: {run}"))
+        .parse()
+        .unwrap();
+    let scheduled: chrono::DateTime<chrono::Utc> = "2026-01-01T01:30:00Z".parse().unwrap();
+    let publish = run["publish_lateness_ms"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("a publish lateness: {run}"));
+    let start = run["start_lateness_ms"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("a start lateness: {run}"));
+    // published_at is shown to the second, the lateness to the ms.
+    let shown = (published_at - scheduled).num_milliseconds();
+    assert!(
+        (shown..shown + 1000).contains(&publish),
+        "scheduled to published_at: {run}"
+    );
+    assert!(publish >= 0, "published after its scheduled instant: {run}");
+    assert!(
+        publish <= start + CLOCK_SLACK_MS,
+        "published before it started: {run}"
+    );
+    // A manual trigger has no scheduled instant: no lateness, but its publish time.
+    let manual = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["key"].as_str().is_some_and(|k| k.contains("@manual-")));
+    if let Some(manual) = manual {
+        assert!(
+            manual["publish_lateness_ms"].is_null() && manual["published_at"].is_string(),
+            "{manual}"
+        );
+    }
+    // The job page shows it in the run's row and plots it.
+    let page = reqwest::get(reader.url("/jobs/report"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let row = &page[page
+        .find(&format!("data-key=\"{key}\""))
+        .unwrap_or_else(|| panic!("{page}"))..];
+    let cell = &row[row
+        .find("class=\"publish-lateness\">")
+        .unwrap_or_else(|| panic!("{row}"))..];
+    assert!(
+        cell.starts_with(&format!(
+            "class=\"publish-lateness\">{:.3} s<",
+            publish as f64 / 1000.0
+        )),
+        "{cell}"
+    );
+    assert!(
+        page.contains("<polyline class=\"publish-lateness\""),
+        "{page}"
+    );
+}
+
 #[tokio::test]
 async fn api_over_rabbitmq_and_redis() {
     scoped("dash-api", |env| async move {
@@ -43,6 +131,7 @@ async fn api_over_rabbitmq_and_redis() {
 
         let doc = d.json("/api/v1/openapi.json").await;
         assert!(doc["paths"]["/api/v1/jobs/{job}/pause"]["post"].is_object(), "{doc}");
+        assert!(doc["components"]["schemas"]["Run"]["properties"]["publish_lateness_ms"].is_object(), "{doc}");
 
         // Search, sort, pages.
         let v = d.json("/api/v1/jobs?q=REP").await;
@@ -118,6 +207,8 @@ async fn api_over_rabbitmq_and_redis() {
         })
         .await;
         assert_eq!(fleet["jobs"], 2, "{fleet}");
+
+        check_publish_lateness(&d, &d).await;
     })
     .await;
 }
@@ -152,6 +243,7 @@ async fn api_on_a_data_file() {
         assert_eq!(status, StatusCode::OK, "{v}");
         let key = v["key"].as_str().unwrap().to_owned();
         run_of(&outside, &key, "succeeded").await;
+        check_publish_lateness(&inside, &outside).await;
         // Read-only: the API refuses every change with 403, whatever the token.
         let (status, v) = outside
             .post("/api/v1/jobs/report/pause", Some(TOKEN), json!({}))

@@ -48,6 +48,7 @@ fn run_of(c: &cronq_shared::ledger::Claim) -> Run {
         duration: Duration::from_millis(5),
         outcome: Outcome::Succeeded,
         error: None,
+        published_at: Some(Utc::now()),
     }
 }
 

@@ -53,6 +53,9 @@ async fn ops_commands_against_a_running_producer_and_consumer() {
             );
             assert!(r["key"].as_str().unwrap().starts_with("tick@"));
             assert!(r["duration_ms"].is_u64());
+            // Published by the producer no later than the attempt started (one clock).
+            let published = r["published_at"].as_str().unwrap_or_else(|| panic!("{r}"));
+            assert!(published <= r["started_at"].as_str().unwrap(), "{r}");
         }
         let table = ok(
             &env,

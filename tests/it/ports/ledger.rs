@@ -122,6 +122,7 @@ async fn retried_suite(ledger: impl Ledger + Inspect, history: &dyn RunLog) {
         duration: Duration::from_millis(3),
         outcome: Outcome::Succeeded,
         error: None,
+        published_at: Some(chrono::Utc::now()),
     };
     let done = End {
         run: Some(run),

@@ -27,6 +27,7 @@ fn run(job: &str, i: u32, outcome: Outcome) -> Run {
         duration: Duration::from_millis(1500),
         outcome,
         error: (outcome != Outcome::Succeeded).then(|| "boom".to_owned()),
+        published_at: None,
     }
 }
 
@@ -52,6 +53,27 @@ async fn runlog_suite(log: impl RunLog) {
     assert_eq!(only_a[0].error.as_deref(), Some("boom"));
     assert_eq!(only_a[1].error, None);
     assert_eq!(log.list(None, 1).await.unwrap().len(), 1);
+    assert!(
+        all.iter().all(|r| r.published_at.is_none()),
+        "an entry written without a publish time (as before the field existed) reads as none: {all:?}"
+    );
+
+    // The publish time round-trips, to the nanosecond the message carried.
+    let published_at = Utc::now() - chrono::TimeDelta::nanoseconds(1_234_567_891);
+    let published = Run {
+        published_at: Some(published_at),
+        ..run("c", 1, Outcome::Succeeded)
+    };
+    log.record(&published).await.unwrap();
+    let c = JobName::new("c").unwrap();
+    let only_c = log.list(Some(&c), 10).await.unwrap();
+    assert_eq!(only_c, vec![published], "the run as recorded");
+    assert_eq!(only_c[0].published_at, Some(published_at));
+    assert_eq!(
+        log.list(Some(&a), 10).await.unwrap()[0].published_at,
+        None,
+        "older entries unchanged"
+    );
 }
 
 on_every_backend!(list, "runlog");

@@ -61,7 +61,8 @@ local function wait_here()
   redis.call('ZADD', KEYS[5], sched, key)
 end
 
--- Records the waiter `other` as cancelled: this newer occurrence replaces it.
+-- Records the waiter `other` as cancelled: this newer occurrence replaces it. Its entry has
+-- no published_at (read back as none), as the ledger's rules write it.
 local function supersede(other)
   local other_rec = prefix .. other
   local why = 'replaced by ' .. key
