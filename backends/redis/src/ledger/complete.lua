@@ -3,9 +3,9 @@
 -- record. The ended record keeps the token, so the same end tried again by the same claim
 -- (its answer lost, or short of replicas) is answered recorded, changing and appending
 -- nothing. With run fields, the attempt's run is appended to the history in the same step:
--- as given when the end is recorded, as lost (the second half of the run fields) when it
--- is not. An exclusive job's lock is released and the earliest waiting occurrence, if any,
--- is given its turn. Prepended: history.lua, wait.lua.
+-- as given when the end is recorded, as lost (the same fields, outcome `lost` and ARGV[14]
+-- as its error) when it is not. An exclusive job's lock is released and the earliest
+-- waiting occurrence, if any, is given its turn. Prepended: history.lua, wait.lua.
 -- KEYS[1] record hash   KEYS[2] lease zset   KEYS[3] job lock   KEYS[4] run history stream
 -- KEYS[5] message body   KEYS[6] wait list (ns:jobwait:JOB)
 -- ARGV[1] key   ARGV[2] token   ARGV[3] state ('' = give the claim up)   ARGV[4] error ('' = none)
