@@ -31,6 +31,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use lapin::options::BasicPublishOptions;
 use lapin::types::ShortString;
 use lapin::{BasicProperties, Confirmation};
@@ -382,8 +383,13 @@ impl AmqpBroker {
         (self.inner.nodes.len() > 1).then_some(CONFIRM_STALL)
     }
 
-    /// Publishes every message on the link's confirm channel, then awaits every confirm.
-    async fn send(&self, link: &Link, messages: &[Prepared]) -> Result<(), Failure> {
+    /// Publishes every message on the link's confirm channel, then awaits every confirm;
+    /// returns when each confirm arrived, in `messages`' order.
+    async fn send(
+        &self,
+        link: &Link,
+        messages: &[Prepared],
+    ) -> Result<Vec<DateTime<Utc>>, Failure> {
         let ch = link.publisher().await?;
         let options = BasicPublishOptions {
             // Unroutable messages come back instead of vanishing.
@@ -414,6 +420,7 @@ impl AmqpBroker {
         // channel; a refusal (not retried) wins over a lost connection (retried).
         let stall = self.confirm_stall();
         let mut nacked = false;
+        let mut confirmed_at = Vec::with_capacity(pending.len());
         for (key, confirm) in pending {
             let confirmed = match stall {
                 None => confirm.await,
@@ -438,7 +445,10 @@ impl AmqpBroker {
                 },
             };
             let outcome = match confirmed {
-                Ok(Confirmation::Ack(None)) => continue,
+                Ok(Confirmation::Ack(None)) => {
+                    confirmed_at.push(Utc::now());
+                    continue;
+                }
                 Ok(Confirmation::Ack(Some(returned))) => {
                     let delayed =
                         returned.delivery.exchange.as_str() == self.inner.names.delay_exchange();
@@ -493,7 +503,7 @@ impl AmqpBroker {
             // node was killed): the retry gets a fresh channel.
             link.reset_publisher().await;
         }
-        failure.map_or(Ok(()), Err)
+        failure.map_or(Ok(confirmed_at), Err)
     }
 }
 
@@ -538,8 +548,12 @@ impl Broker for AmqpBroker {
     }
 
     async fn publish(&self, batch: &[Outgoing]) -> Result<(), BrokerError> {
+        self.publish_timed(batch).await.map(drop)
+    }
+
+    async fn publish_timed(&self, batch: &[Outgoing]) -> Result<Vec<DateTime<Utc>>, BrokerError> {
         if batch.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let prepared = batch
             .iter()
@@ -619,7 +633,9 @@ impl Broker for AmqpBroker {
                 let mut declare = link.declare(&self.inner.replication).await?;
                 declare.base(names).await.map_err(broker_failure)?;
                 declare.close().await;
-                self.send(&link, std::slice::from_ref(message)).await
+                self.send(&link, std::slice::from_ref(message))
+                    .await
+                    .map(drop)
             }
         })
         .await
