@@ -212,9 +212,11 @@ impl Scheduler {
         {
             return Err(Abandoned::Cancelled);
         }
-        futures_util::future::try_join_all(messages.chunks(PUBLISH_BATCH).map(|batch| {
-            publish_confirmed(&self.broker, batch, &self.leadership, epoch, token)
-        }))
+        futures_util::future::try_join_all(
+            messages.chunks(PUBLISH_BATCH).map(|batch| {
+                publish_confirmed(&self.broker, batch, &self.leadership, epoch, token)
+            }),
+        )
         .await?;
         lead.uncommitted.cursors.extend(cursors);
         self.commit(lead).await
