@@ -2,7 +2,8 @@
 //! instant to its publisher confirm, with N jobs `@every 1s`.
 //!
 //! The producer runs in-process (leader lease in Redis, `AmqpBroker`) and records
-//! `cronq_publish_lateness_seconds` per occurrence; [`crate::recorder`] keeps the samples.
+//! `cronq_publish_lateness_seconds` per occurrence, when that occurrence's own confirm
+//! arrived; [`crate::recorder`] keeps the samples.
 //! Baseline, same run and same seconds: a bare lapin publish-with-confirm of one message
 //! at each whole second (waking 1 ms after it, as the producer's timer does). A no-ack
 //! observer drains the job queue so the broker is not slowed by a growing backlog.
@@ -103,10 +104,9 @@ pub async fn run(
         .baseline(burst);
         // The broker alone cannot confirm N persistent messages due at one instant in less
         // than its burst time; what cronq adds on top of that is its own part of the delay.
-        // cronq's samples are batch confirms (every occurrence of a batch of up to 1,000
-        // gets the time its whole batch was confirmed), the burst's are each message's own
-        // confirm: so cronq's p99, the slowest seconds' last confirms, is set against the
-        // burst's max, the slowest second's last confirm.
+        // Both sides take each message's own confirm (the producer records each
+        // occurrence's when its confirm arrives, as the burst does), and cronq's p99 is set
+        // against the burst's max, the slowest second's last confirm.
         let mut own_p99 = Figure::new(
             "precision",
             format!("cronq's own part of the lateness, {label} jobs: p99 minus the burst max"),

@@ -17,7 +17,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use cronq_shared::broker::{Broker, BrokerError, Outgoing};
 use cronq_shared::message::Trigger;
 use cronq_shared::retry::{Backoff, Retrying, retry};
@@ -75,7 +75,7 @@ pub async fn publish_confirmed(
             "publish not confirmed, retrying",
         );
     };
-    leading(
+    let confirmed_at = leading(
         leadership,
         epoch,
         token,
@@ -83,7 +83,7 @@ pub async fn publish_confirmed(
         refused,
     )
     .await?;
-    record(batch);
+    record(batch, &confirmed_at);
     Ok(())
 }
 
@@ -156,10 +156,14 @@ where
     }
 }
 
-/// One publish, waited for until confirmed; logged while the confirm is slow.
-async fn confirmed(broker: &Arc<dyn Broker>, batch: &[Outgoing]) -> Result<(), BrokerError> {
+/// One publish, waited for until confirmed; logged while the confirm is slow. Returns
+/// when each message's confirm arrived.
+async fn confirmed(
+    broker: &Arc<dyn Broker>,
+    batch: &[Outgoing],
+) -> Result<Vec<DateTime<Utc>>, BrokerError> {
     let started = Instant::now();
-    let publish = broker.publish(batch);
+    let publish = broker.publish_timed(batch);
     tokio::pin!(publish);
     loop {
         tokio::select! {
@@ -173,14 +177,18 @@ async fn confirmed(broker: &Arc<dyn Broker>, batch: &[Outgoing]) -> Result<(), B
     }
 }
 
-fn record(batch: &[Outgoing]) {
+/// Counts each message published and records its lateness: its scheduled instant to its
+/// own confirm (`confirmed_at`, in `batch`'s order), as the precision bench's bare lapin
+/// baselines take theirs.
+fn record(batch: &[Outgoing], confirmed_at: &[DateTime<Utc>]) {
     let now = Utc::now();
-    for out in batch {
+    for (i, out) in batch.iter().enumerate() {
         let occ = &out.occurrence;
+        let at = confirmed_at.get(i).copied().unwrap_or(now);
         metrics::counter!("cronq_occurrences_published_total", "job" => occ.job.to_string())
             .increment(1);
         if matches!(occ.trigger, Trigger::Schedule | Trigger::Catchup) {
-            let late = (now - occ.scheduled_at).to_std().unwrap_or_default();
+            let late = (at - occ.scheduled_at).to_std().unwrap_or_default();
             metrics::histogram!("cronq_publish_lateness_seconds").record(late.as_secs_f64());
         }
         debug!(

@@ -297,6 +297,18 @@ pub trait Broker: Send + Sync + 'static {
     /// deduplicate).
     async fn publish(&self, batch: &[Outgoing]) -> Result<(), BrokerError>;
 
+    /// As [`Broker::publish`], and also says when each message's confirm arrived, in
+    /// `batch`'s order (the producer's lateness metric is taken per message from these).
+    /// By default every message gets the instant the whole batch was confirmed; a broker
+    /// that sees each confirm arrive says so.
+    ///
+    /// # Errors
+    /// As [`Broker::publish`].
+    async fn publish_timed(&self, batch: &[Outgoing]) -> Result<Vec<DateTime<Utc>>, BrokerError> {
+        self.publish(batch).await?;
+        Ok(vec![Utc::now(); batch.len()])
+    }
+
     /// Subscribes to `queues` (declaring them) with at most `prefetch` unsettled
     /// deliveries in all. Deliveries arrive on the receiver; the subscription survives
     /// reconnects and ends (the receiver closes) when `token` is cancelled. Deliveries

@@ -24,6 +24,14 @@ pub enum Message {
     OccurrenceV1(Occurrence),
 }
 
+/// [`Message`] borrowed, for encoding without copying the occurrence; the same wire form.
+#[derive(Serialize)]
+#[serde(tag = "kind")]
+enum MessageRef<'a> {
+    #[serde(rename = "occurrence.v1")]
+    OccurrenceV1(&'a Occurrence),
+}
+
 /// Why an occurrence was published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -103,7 +111,7 @@ pub enum DecodeError {
 impl Occurrence {
     /// Encodes this occurrence as a wire body.
     pub fn encode(&self) -> Vec<u8> {
-        serde_json::to_vec(&Message::OccurrenceV1(self.clone()))
+        serde_json::to_vec(&MessageRef::OccurrenceV1(self))
             .expect("an occurrence always serialises: every field is plain data")
     }
 
@@ -167,6 +175,9 @@ mod tests {
         assert_eq!(json["kind"], "occurrence.v1");
         assert_eq!(json["key"], "nightly-report@2026-11-29T19:30:00Z");
         assert_eq!(Occurrence::decode(&body).unwrap(), occ);
+        // Encoded borrowed, byte for byte the owned message's form.
+        let owned = serde_json::to_vec(&Message::OccurrenceV1(occ.clone())).unwrap();
+        assert_eq!(body, owned);
     }
 
     #[test]

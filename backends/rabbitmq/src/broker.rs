@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use lapin::options::BasicPublishOptions;
 use lapin::types::ShortString;
 use lapin::{BasicProperties, Confirmation};
@@ -383,28 +384,36 @@ impl AmqpBroker {
         (self.inner.nodes.len() > 1).then_some(CONFIRM_STALL)
     }
 
-    /// Publishes every message on the link's confirm channel, then awaits every confirm.
-    async fn send(&self, link: &Link, messages: &[Prepared]) -> Result<(), Failure> {
+    /// Publishes `count` messages on the link's confirm channel, each made by `message`
+    /// right before it goes out (so the first leaves before the last is encoded), then
+    /// awaits every confirm; returns when each confirm arrived, in order.
+    async fn send(
+        &self,
+        link: &Link,
+        count: usize,
+        message: impl Fn(usize) -> Result<Prepared, BrokerError>,
+    ) -> Result<Vec<DateTime<Utc>>, Failure> {
         let ch = link.publisher().await?;
         let options = BasicPublishOptions {
             // Unroutable messages come back instead of vanishing.
             mandatory: true,
             ..BasicPublishOptions::default()
         };
-        let mut pending = Vec::with_capacity(messages.len());
+        let mut pending = Vec::with_capacity(count);
         let mut failure = None;
-        for m in messages {
+        for i in 0..count {
+            let m = match message(i) {
+                Ok(m) => m,
+                Err(error) => {
+                    failure = Some(Failure::fatal(error));
+                    break;
+                }
+            };
             match ch
-                .basic_publish(
-                    m.exchange.clone(),
-                    m.routing_key.clone(),
-                    options,
-                    &m.body,
-                    m.properties.clone(),
-                )
+                .basic_publish(m.exchange, m.routing_key, options, &m.body, m.properties)
                 .await
             {
-                Ok(confirm) => pending.push((m.key.as_str(), confirm)),
+                Ok(confirm) => pending.push((m.key, confirm)),
                 Err(e) => {
                     failure = Some(lapin_failure("publish")(e));
                     break;
@@ -415,6 +424,7 @@ impl AmqpBroker {
         // channel; a refusal (not retried) wins over a lost connection (retried).
         let stall = self.confirm_stall();
         let mut nacked = false;
+        let mut confirmed_at = Vec::with_capacity(pending.len());
         for (key, confirm) in pending {
             let confirmed = match stall {
                 None => confirm.await,
@@ -439,7 +449,10 @@ impl AmqpBroker {
                 },
             };
             let outcome = match confirmed {
-                Ok(Confirmation::Ack(None)) => continue,
+                Ok(Confirmation::Ack(None)) => {
+                    confirmed_at.push(Utc::now());
+                    continue;
+                }
                 Ok(Confirmation::Ack(Some(returned))) => {
                     let delayed =
                         returned.delivery.exchange.as_str() == self.inner.names.delay_exchange();
@@ -494,7 +507,7 @@ impl AmqpBroker {
             // node was killed): the retry gets a fresh channel.
             link.reset_publisher().await;
         }
-        failure.map_or(Ok(()), Err)
+        failure.map_or(Ok(confirmed_at), Err)
     }
 }
 
@@ -539,17 +552,21 @@ impl Broker for AmqpBroker {
     }
 
     async fn publish(&self, batch: &[Outgoing]) -> Result<(), BrokerError> {
+        self.publish_timed(batch).await.map(drop)
+    }
+
+    async fn publish_timed(&self, batch: &[Outgoing]) -> Result<Vec<DateTime<Utc>>, BrokerError> {
         if batch.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
-        let prepared = batch
-            .iter()
-            .map(|o| self.prepare(o))
-            .collect::<Result<Vec<_>, _>>()?;
-        let about = match (batch, prepared.as_slice()) {
-            ([one], [message]) => About {
+        let one_key = match batch {
+            [one] => one.occurrence.key.to_string(),
+            _ => String::new(),
+        };
+        let about = match batch {
+            [one] => About {
                 job: one.occurrence.job.as_str(),
-                key: &message.key,
+                key: &one_key,
                 messages: 1,
             },
             _ => About {
@@ -557,12 +574,10 @@ impl Broker for AmqpBroker {
                 ..About::default()
             },
         };
-        self.retrying("publish", &about, |link| {
-            let prepared = &prepared;
-            async move {
-                self.prepare_delays(&link, batch).await?;
-                self.send(&link, prepared).await
-            }
+        self.retrying("publish", &about, |link| async move {
+            self.prepare_delays(&link, batch).await?;
+            self.send(&link, batch.len(), |i| self.prepare(&batch[i]))
+                .await
         })
         .await
     }
@@ -598,30 +613,32 @@ impl Broker for AmqpBroker {
 
     async fn dead_letter(&self, letter: &DeadLetter) -> Result<(), BrokerError> {
         let names = &self.inner.names;
-        let message = Prepared {
-            key: letter.key.clone().unwrap_or_else(|| "(no key)".to_owned()),
-            exchange: short("dead-letter", names.dead_letter_exchange())?,
-            routing_key: short(
-                "dead-letter",
-                letter.queue.as_ref().map_or("", QueueName::as_str),
-            )?,
-            body: letter.body.clone(),
-            properties: dead_letter_properties(letter)?,
+        let key = letter.key.clone().unwrap_or_else(|| "(no key)".to_owned());
+        let message = || {
+            Ok(Prepared {
+                key: key.clone(),
+                exchange: short("dead-letter", names.dead_letter_exchange())?,
+                routing_key: short(
+                    "dead-letter",
+                    letter.queue.as_ref().map_or("", QueueName::as_str),
+                )?,
+                body: letter.body.clone(),
+                properties: dead_letter_properties(letter)?,
+            })
         };
+        // Refused at once, before any connection, when it cannot be sent at all.
+        drop(message()?);
         let about = About {
             job: letter.job.as_deref().unwrap_or(""),
-            key: &message.key,
+            key: &key,
             messages: 1,
         };
-        self.retrying("dead-letter", &about, |link| {
-            let message = &message;
-            async move {
-                // Make sure the dead-letter queue exists, else the letter is unroutable.
-                let mut declare = link.declare(&self.inner.replication).await?;
-                declare.base(names).await.map_err(broker_failure)?;
-                declare.close().await;
-                self.send(&link, std::slice::from_ref(message)).await
-            }
+        self.retrying("dead-letter", &about, |link| async move {
+            // Make sure the dead-letter queue exists, else the letter is unroutable.
+            let mut declare = link.declare(&self.inner.replication).await?;
+            declare.base(names).await.map_err(broker_failure)?;
+            declare.close().await;
+            self.send(&link, 1, |_| message()).await.map(drop)
         })
         .await
     }

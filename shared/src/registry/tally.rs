@@ -76,6 +76,15 @@ impl Broker for CountingBroker {
         Ok(())
     }
 
+    async fn publish_timed(
+        &self,
+        batch: &[Outgoing],
+    ) -> Result<Vec<chrono::DateTime<chrono::Utc>>, BrokerError> {
+        let confirmed = self.inner.publish_timed(batch).await?;
+        self.tally.add(Counter::Published, batch.len() as u64);
+        Ok(confirmed)
+    }
+
     async fn consume(
         &self,
         queues: &[QueueName],
