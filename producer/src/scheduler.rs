@@ -202,15 +202,20 @@ impl Scheduler {
         let Some(instant) = lead.timer.next_fire() else {
             return Ok(());
         };
-        // Built with the instant as their publish time: they go out right at it.
         let due = lead.take_due(instant.max(Utc::now()));
         let (messages, cursors): (Vec<Option<Outgoing>>, Vec<Cursor>) = due.into_iter().unzip();
-        let messages: Vec<Outgoing> = messages.into_iter().flatten().collect();
+        let mut messages: Vec<Outgoing> = messages.into_iter().flatten().collect();
         let publish_at = instant + chrono::TimeDelta::milliseconds(1);
         if let Ok(wait) = (publish_at - Utc::now()).to_std()
             && token.run_until_cancelled(sleep(wait)).await.is_none()
         {
             return Err(Abandoned::Cancelled);
+        }
+        // Stamped when the publishing starts, not when the messages were built: the run
+        // history's publish lateness (the dashboard's job page) is read from it.
+        let now = Utc::now();
+        for m in &mut messages {
+            m.occurrence.published_at = now;
         }
         futures_util::future::try_join_all(
             messages.chunks(PUBLISH_BATCH).map(|batch| {

@@ -35,6 +35,17 @@ async fn every_second_once(backend: Backend, env: TestEnv) {
         "{:?}",
         keys(&msgs)
     );
+    // A tick's messages are built ahead of its instant, but none goes out before it (the
+    // stamp is taken right before publishing).
+    let early: Vec<_> = msgs
+        .iter()
+        .filter(|m| m.published_at <= m.scheduled_at)
+        .map(|m| (m.key.to_string(), m.published_at))
+        .collect();
+    assert!(
+        early.is_empty(),
+        "published at or before the instant: {early:?}"
+    );
 }
 
 on_every_backend!(
