@@ -2,17 +2,16 @@
 //! producer leads, it compares the config digest each live instance reports
 //! (`cronq_shared::registry`) with its own (the digest the process's `Digester` computed,
 //! shared with its reporter); it logs once per change which instances differ
-//! and in which jobs (warn; info once they agree again), and keeps `/metrics` current:
-//! `cronq_config_digest_mismatch{instance}` (1 differs, 0 agrees again) and
-//! `cronq_config_digest_mismatch_instances`.
+//! and in which jobs (warn; info once they agree again), and keeps `/metrics` current
+//! ([`publish_mismatch`], which the dashboard's `/metrics` uses too).
 //!
-//! Invariant: label values are instance ids, never job names, so the series are bounded
-//! by the instances seen; job names appear only in the (capped) log line.
+//! Invariant: the series are bounded by the instances seen: per instance, at most
+//! [`NAMED`] job names (those [`Difference::jobs`] names), whatever the number of jobs.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use cronq_shared::registry::compare::{Comparer, Difference, Reference};
+use cronq_shared::registry::compare::{Comparer, Difference, NAMED, Reference};
 use cronq_shared::registry::digest::ConfigDigest;
 use cronq_shared::registry::{REPORT_EVERY, Registry};
 use tokio::sync::watch;
@@ -47,7 +46,7 @@ impl ConfigCheck {
         let mut comparer = Comparer::default();
         let mut reference: Option<(Arc<ConfigDigest>, Reference)> = None;
         let mut said: Option<Vec<String>> = None;
-        let mut flagged: BTreeSet<String> = BTreeSet::new();
+        let mut flagged: Vec<Difference> = Vec::new();
         loop {
             if self.leadership.borrow().is_some() {
                 let digest = self.digest.borrow().clone();
@@ -77,7 +76,7 @@ impl ConfigCheck {
         comparer: &mut Comparer,
         reference: &Reference,
         said: &mut Option<Vec<String>>,
-        flagged: &mut BTreeSet<String>,
+        flagged: &mut Vec<Difference>,
     ) {
         let differences = match self.registry.instances().await {
             Ok(beats) => {
@@ -94,17 +93,9 @@ impl ConfigCheck {
                 return;
             }
         };
-        let now: BTreeSet<String> = differences.iter().map(|d| d.instance.clone()).collect();
-        for gone in flagged.difference(&now) {
-            metrics::gauge!("cronq_config_digest_mismatch", "instance" => gone.clone()).set(0.0);
-        }
-        for instance in &now {
-            metrics::gauge!("cronq_config_digest_mismatch", "instance" => instance.clone())
-                .set(1.0);
-        }
-        metrics::gauge!("cronq_config_digest_mismatch_instances").set(now.len() as f64);
-        *flagged = now;
+        publish_mismatch(flagged, &differences);
         let lines: Vec<String> = differences.iter().map(Difference::describe).collect();
+        *flagged = differences;
         if said.as_ref() == Some(&lines) {
             return;
         }
@@ -122,4 +113,47 @@ impl ConfigCheck {
         }
         *said = Some(lines);
     }
+}
+
+/// Brings `/metrics` from the differences published last (`before`) to `now`:
+/// - `cronq_config_digest_mismatch{instance}`: 1 for each instance whose config differs
+///   from the reference, 0 once it agrees again (or is gone);
+/// - `cronq_config_digest_mismatch_jobs{instance}`: how many of its jobs differ, lack or
+///   are extra (0 when they agree, or when its per-job digests are not known);
+/// - `cronq_config_digest_mismatch_job{instance, job}`: 1 for each job named in its
+///   difference (at most [`NAMED`] per instance), 0 once it no longer differs;
+/// - `cronq_config_digest_mismatch_instances`: how many instances differ now.
+pub fn publish_mismatch(before: &[Difference], now: &[Difference]) {
+    let named = |d: &Difference| -> BTreeSet<(String, String)> {
+        d.jobs
+            .iter()
+            .take(NAMED)
+            .map(|j| (d.instance.clone(), j.as_str().to_owned()))
+            .collect()
+    };
+    let was: BTreeSet<(String, String)> = before.iter().flat_map(named).collect();
+    let is: BTreeSet<(String, String)> = now.iter().flat_map(named).collect();
+    for (instance, job) in was.difference(&is) {
+        metrics::gauge!("cronq_config_digest_mismatch_job", "instance" => instance.clone(), "job" => job.clone())
+            .set(0.0);
+    }
+    for (instance, job) in &is {
+        metrics::gauge!("cronq_config_digest_mismatch_job", "instance" => instance.clone(), "job" => job.clone())
+            .set(1.0);
+    }
+    for gone in before
+        .iter()
+        .filter(|b| !now.iter().any(|d| d.instance == b.instance))
+    {
+        metrics::gauge!("cronq_config_digest_mismatch", "instance" => gone.instance.clone())
+            .set(0.0);
+        metrics::gauge!("cronq_config_digest_mismatch_jobs", "instance" => gone.instance.clone())
+            .set(0.0);
+    }
+    for d in now {
+        metrics::gauge!("cronq_config_digest_mismatch", "instance" => d.instance.clone()).set(1.0);
+        metrics::gauge!("cronq_config_digest_mismatch_jobs", "instance" => d.instance.clone())
+            .set(d.count.unwrap_or(0) as f64);
+    }
+    metrics::gauge!("cronq_config_digest_mismatch_instances").set(now.len() as f64);
 }

@@ -338,26 +338,11 @@ async fn fleet(source: &Source, out: &mut Snapshot, comparer: &mut Comparer, own
         );
     }
     if let Ok(differences) = within(comparer.differences(registry, &reference.0, &beats)).await {
-        publish_mismatch(&out.differences, &differences);
+        cronq_producer::config_check::publish_mismatch(&out.differences, &differences);
         out.differences = differences;
     }
     out.reference = Some(reference.1);
     out.instances = beats;
-}
-
-/// `/metrics` of the dashboard: which instances differ (per instance, never per job).
-fn publish_mismatch(before: &[Difference], now: &[Difference]) {
-    for gone in before
-        .iter()
-        .filter(|b| !now.iter().any(|d| d.instance == b.instance))
-    {
-        metrics::gauge!("cronq_config_digest_mismatch", "instance" => gone.instance.clone())
-            .set(0.0);
-    }
-    for d in now {
-        metrics::gauge!("cronq_config_digest_mismatch", "instance" => d.instance.clone()).set(1.0);
-    }
-    metrics::gauge!("cronq_config_digest_mismatch_instances").set(now.len() as f64);
 }
 
 fn outage(

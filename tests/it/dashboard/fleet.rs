@@ -58,6 +58,24 @@ fn gauge(text: &str, series: &str) -> Option<f64> {
     })
 }
 
+/// `instance`'s count of differing jobs and its series for the jobs `changed` and `extra`.
+fn named_jobs(text: &str, instance: &str) -> (Option<f64>, Option<f64>, Option<f64>) {
+    let job = |job: &str| {
+        gauge(
+            text,
+            &format!("cronq_config_digest_mismatch_job{{instance=\"{instance}\",job=\"{job}\"}}"),
+        )
+    };
+    (
+        gauge(
+            text,
+            &format!("cronq_config_digest_mismatch_jobs{{instance=\"{instance}\"}}"),
+        ),
+        job("changed"),
+        job("extra"),
+    )
+}
+
 /// GET `url` as text.
 async fn text(url: &str) -> String {
     reqwest::get(url)
@@ -212,8 +230,10 @@ async fn fleet_names_the_odd_config_counts_the_hour_and_drops_a_killed_consumer(
         })
         .await;
         assert_eq!(gauge(&m, "cronq_config_digest_mismatch_instances"), Some(1.0), "{m}");
+        assert_eq!(named_jobs(&m, ODD), (Some(2.0), Some(1.0), Some(1.0)), "the leader's /metrics names the jobs:\n{m}");
         let m = text(&d.url("/metrics")).await;
         assert_eq!((gauge(&m, &series), gauge(&m, "cronq_config_digest_mismatch_instances")), (Some(1.0), Some(1.0)), "the dashboard's /metrics:\n{m}");
+        assert_eq!(named_jobs(&m, ODD), (Some(2.0), Some(1.0), Some(1.0)), "the dashboard's /metrics names the jobs:\n{m}");
 
         // The last hour: expected, published and executed against the run history.
         let v = until(WAIT, "10 ticks executed", || async {
@@ -269,6 +289,8 @@ async fn fleet_names_the_odd_config_counts_the_hour_and_drops_a_killed_consumer(
                 && differ[0]["count"] == 2
                 && v["standbys"][0]["config_differs"] == false
                 && (gauge(&m, &same_series), gauge(&m, &series)) == (Some(1.0), Some(0.0))
+                && named_jobs(&m, SAME) == (Some(2.0), Some(1.0), Some(1.0))
+                && named_jobs(&m, ODD) == (Some(0.0), Some(0.0), Some(0.0))
                 && gauge(&m, "cronq_config_digest_mismatch_instances") == Some(1.0)
                 && env.log(&leader_log).contains(&format!("{SAME} (consumer): jobs changed, extra (2 in all)"));
             if named { Ok(()) } else { Err(format!("{v}\n{m}")) }
@@ -302,6 +324,7 @@ async fn fleet_names_the_odd_config_counts_the_hour_and_drops_a_killed_consumer(
             let m = text(&metrics).await;
             let v = d.json("/api/v1/fleet").await;
             let cleared = gauge(&m, &same_series) == Some(0.0)
+                && named_jobs(&m, SAME) == (Some(0.0), Some(0.0), Some(0.0))
                 && gauge(&m, "cronq_config_digest_mismatch_instances") == Some(0.0)
                 && v["config"]["differ"] == serde_json::json!([])
                 && env.log(&leader_log).contains("every instance runs the leader's config again");
