@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::jobs;
 use crate::support::cli::{self, start_consumer};
-use crate::support::dashboard::{self, TOKEN, WAIT};
+use crate::support::dashboard::{self, TOKEN, WAIT, text};
 use crate::support::data_file::DataFile;
 use crate::support::deliveries::declare;
 use crate::support::occurrences::queue;
@@ -96,12 +96,7 @@ async fn check_publish_lateness(d: &dashboard::Dashboard, reader: &dashboard::Da
         );
     }
     // The job page shows it in the run's row and plots it.
-    let page = reqwest::get(reader.url("/jobs/report"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = text(&reader.url("/jobs/report")).await;
     let row = &page[page
         .find(&format!("data-key=\"{key}\""))
         .unwrap_or_else(|| panic!("{page}"))..];
@@ -352,12 +347,7 @@ async fn the_pages_say_when_redis_is_away_and_recover() {
             (v["outages"][0]["service"] == "Redis").then_some(v)
         })
         .await;
-        let page = reqwest::get(d.url("/jobs"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let page = text(&d.url("/jobs")).await;
         assert!(
             page.contains("Redis is unreachable since"),
             "{fleet}\n{page}"
@@ -430,12 +420,7 @@ async fn the_pages_say_when_rabbitmq_is_away_and_recover() {
             Some(1),
             "only RabbitMQ is away: {fleet}"
         );
-        let page = reqwest::get(d.url("/"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let page = text(&d.url("/")).await;
         assert!(
             page.contains("RabbitMQ is unreachable since"),
             "{fleet}\n{page}"
@@ -464,12 +449,7 @@ async fn the_pages_say_when_rabbitmq_is_away_and_recover() {
             (v["outages"] == json!([]) && default_depth(&v) == Some(1)).then_some(())
         })
         .await;
-        let page = reqwest::get(d.url("/"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let page = text(&d.url("/")).await;
         assert!(!page.contains("is unreachable since"), "{page}");
         let (status, v) = replay().await;
         assert_eq!(status, StatusCode::OK, "{v}");

@@ -17,7 +17,7 @@ use cronq_shared::registry::{EXPIRY, REPORT_EVERY, Registry};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
-use crate::support::dashboard::{self, WAIT};
+use crate::support::dashboard::{self, WAIT, text};
 use crate::support::history::scheduled;
 use crate::support::producer_process::{LEADER, wait_leader};
 use crate::support::{TestEnv, cli, free_addr, redis_url, scoped, until};
@@ -74,16 +74,6 @@ fn named_jobs(text: &str, instance: &str) -> (Option<f64>, Option<f64>, Option<f
         job("changed"),
         job("extra"),
     )
-}
-
-/// GET `url` as text.
-async fn text(url: &str) -> String {
-    reqwest::get(url)
-        .await
-        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
-        .text()
-        .await
-        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
 }
 
 /// The `instance` of each row of `rows` (a list of instances in `/api/v1/fleet`).

@@ -111,6 +111,16 @@ impl Dashboard {
     }
 }
 
+/// GET `url` as text.
+pub async fn text(url: &str) -> String {
+    reqwest::get(url)
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+        .text()
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+}
+
 /// GET `url` as JSON; `None` when it does not answer.
 pub async fn get(url: &str) -> Option<(StatusCode, Value)> {
     let resp = reqwest::get(url).await.ok()?;
