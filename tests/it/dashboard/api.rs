@@ -342,16 +342,7 @@ async fn the_pages_say_when_redis_is_away_and_recover() {
         .await;
         assert_eq!(d.json("/api/v1/fleet").await["outages"], json!([]));
         drop(redis);
-        let fleet = eventually(WAIT, "the outage shown", || async {
-            let v = d.json("/api/v1/fleet").await;
-            (v["outages"][0]["service"] == "Redis").then_some(v)
-        })
-        .await;
-        let page = text(&d.url("/jobs")).await;
-        assert!(
-            page.contains("Redis is unreachable since"),
-            "{fleet}\n{page}"
-        );
+        outage_shown(&d, "Redis", "/jobs").await;
         let _redis = OwnRedis::start(&port);
         eventually(WAIT, "the recovery", || async {
             let v = d.json("/api/v1/fleet").await;
@@ -360,6 +351,22 @@ async fn the_pages_say_when_redis_is_away_and_recover() {
         .await;
     })
     .await;
+}
+
+/// Waits until the fleet's JSON shows `service` away, and asserts the page at `path` says
+/// since when; returns the fleet's JSON.
+async fn outage_shown(d: &dashboard::Dashboard, service: &str, path: &str) -> Value {
+    let fleet = eventually(WAIT, "the outage shown", || async {
+        let v = d.json("/api/v1/fleet").await;
+        (v["outages"][0]["service"] == service).then_some(v)
+    })
+    .await;
+    let page = text(&d.url(path)).await;
+    assert!(
+        page.contains(&format!("{service} is unreachable since")),
+        "{fleet}\n{page}"
+    );
+    fleet
 }
 
 /// The ready messages of the logical queue `default` on the fleet's JSON.
@@ -403,11 +410,7 @@ async fn the_pages_say_when_rabbitmq_is_away_and_recover() {
         .await;
 
         proxy.cut();
-        let fleet = eventually(WAIT, "the outage shown", || async {
-            let v = d.json("/api/v1/fleet").await;
-            (v["outages"][0]["service"] == "RabbitMQ").then_some(v)
-        })
-        .await;
+        let fleet = outage_shown(&d, "RabbitMQ", "/").await;
         let since = fleet["outages"][0]["since"].clone();
         assert!(
             since
@@ -419,11 +422,6 @@ async fn the_pages_say_when_rabbitmq_is_away_and_recover() {
             fleet["outages"].as_array().map(Vec::len),
             Some(1),
             "only RabbitMQ is away: {fleet}"
-        );
-        let page = text(&d.url("/")).await;
-        assert!(
-            page.contains("RabbitMQ is unreachable since"),
-            "{fleet}\n{page}"
         );
         // The queue changes meanwhile; the dashboard keeps the last state it read.
         publish_raw(broker.names(), "default", b"while RabbitMQ is away").await;
