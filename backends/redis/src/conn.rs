@@ -13,13 +13,13 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{
-    Cmd, ErrorKind, FromRedisValue, ParsingError, Pipeline, RedisError, RedisFuture,
-    ScriptInvocation, ServerErrorKind, Value,
+    Cmd, ErrorKind, FromRedisValue, ParsingError, Pipeline, RedisError, RedisFuture, Value,
 };
 
 use cronq_shared::endpoints::MIN_REPLICAS_VARIABLE;
 use cronq_shared::store::Unreplicated;
 
+use crate::script::{Call, is_noscript};
 use crate::sentinel::{Follower, is_failover_sign};
 
 /// How long a guarded write waits for its replicas (`WAIT N 1000`). Replicas on a healthy
@@ -135,20 +135,20 @@ impl RedisConn {
     /// [`WriteError::Unreplicated`] when it ran but too few replicas acknowledged it.
     pub(crate) async fn write_script<T: FromRedisValue>(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        call: &Call<'_>,
     ) -> Result<T, WriteError> {
         let mut conn = self.clone();
         if self.min_replicas == 0 {
-            return Ok(invocation.invoke_async(&mut conn).await?);
+            return Ok(call.query(&mut conn).await?);
         }
         let mut pipe = redis::pipe();
-        pipe.invoke_script(invocation);
+        pipe.add_command(call.cmd().clone());
         self.wait_after(&mut pipe);
         let values: Vec<Value> = match pipe.query_async(&mut conn).await {
             // Nothing ran: this node has not loaded the script yet (a new master, a
-            // restart). Load it and send the pipeline again, as `invoke_async` does.
-            Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                invocation.load_async(&mut conn).await?;
+            // restart). Load it and send the pipeline again, as `Call::query` does.
+            Err(err) if is_noscript(&err) => {
+                call.load(&mut conn).await?;
                 pipe.query_async(&mut conn).await?
             }
             other => other?,

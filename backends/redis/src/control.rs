@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 use redis::{AsyncCommands, Script};
 
 use crate::conn::{RedisConn, WriteError};
+use crate::script::Call;
 
 use cronq_shared::control::{Commit, ControlError, ControlStore, Pause, Request};
 use cronq_shared::lease::Term;
@@ -55,7 +56,7 @@ impl RedisControl {
         cursors: &[(JobName, DateTime<Utc>)],
         settle: &[(String, Option<Request>)],
     ) -> Result<(), ControlError> {
-        let mut invocation = self.commit.prepare_invoke();
+        let mut invocation = Call::new(&self.commit, 3);
         invocation
             .key(&self.lease_key)
             .key(&self.cursors_key)

@@ -18,6 +18,7 @@ use cronq_shared::lease::{Holder, Lease, LeaseError, Term};
 
 use crate::args::millis;
 use crate::conn::{RedisConn, WriteError};
+use crate::script::Call;
 use cronq_shared::names::Names;
 
 /// The lease in Redis.
@@ -118,7 +119,7 @@ impl Lease for RedisLease {
     async fn acquire(&self, instance: &str, ttl: Duration) -> Result<Option<Term>, LeaseError> {
         self.name_connection().await;
         let mut term = Term::new(0, instance);
-        let mut invocation = self.scripts.acquire.prepare_invoke();
+        let mut invocation = Call::new(&self.scripts.acquire, 2);
         invocation
             .key(&self.key)
             .key(&self.epoch_key)
@@ -138,7 +139,7 @@ impl Lease for RedisLease {
 
     async fn renew(&self, term: &Term, ttl: Duration) -> Result<bool, LeaseError> {
         self.name_connection().await;
-        let mut invocation = self.scripts.renew.prepare_invoke();
+        let mut invocation = Call::new(&self.scripts.renew, 1);
         invocation.key(&self.key).arg(term.value()).arg(millis(ttl));
         let renewed: i64 = self
             .conn
@@ -149,7 +150,7 @@ impl Lease for RedisLease {
     }
 
     async fn release(&self, term: &Term) -> Result<bool, LeaseError> {
-        let mut invocation = self.scripts.release.prepare_invoke();
+        let mut invocation = Call::new(&self.scripts.release, 1);
         invocation.key(&self.key).arg(term.value());
         let released: i64 = self
             .conn
@@ -161,11 +162,9 @@ impl Lease for RedisLease {
 
     async fn holder(&self) -> Result<Option<Holder>, LeaseError> {
         let mut conn = self.conn.clone();
-        let found: Option<(String, i64)> = self
-            .scripts
-            .holder
+        let found: Option<(String, i64)> = Call::new(&self.scripts.holder, 1)
             .key(&self.key)
-            .invoke_async(&mut conn)
+            .query(&mut conn)
             .await
             .map_err(self.failed("holder"))?;
         let Some((value, pttl)) = found else {

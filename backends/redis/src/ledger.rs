@@ -5,7 +5,8 @@
 //! consumers', so clock skew between hosts cannot shorten or stretch a lease.
 //!
 //! Key layout (all through [`Names::redis_key`]): `ns:occ:KEY` (hash: state, attempt,
-//! next, token, job, queue, lease_until, cancel, exclusive, error, updated), `ns:occbody:KEY`
+//! next, token, job, queue, lease_until, cancel, exclusive, sched, error, updated; a new
+//! record of an `allow` job has no cancel and no exclusive, read as none), `ns:occbody:KEY`
 //! (the stored message, apart so that the hash stays small and listpack-encoded),
 //! `ns:leases` (zset KEY → lease expiry or due time ms), `ns:joblock:JOB` (`KEY|TOKEN`, PX
 //! lease), `ns:jobwait:JOB` (zset of waiting KEYs → scheduled ms, see `wait.lua`); runs are
@@ -30,6 +31,7 @@ use crate::args::millis;
 use crate::conn::RedisConn;
 use crate::error::{command, written};
 use crate::runlog::{self, RedisRunLog};
+use crate::script::Call;
 
 /// The Redis ledger. Cheap to clone.
 #[derive(Clone)]
@@ -71,6 +73,7 @@ impl RedisLedger {
         let with_history = |script: &str| {
             Script::new(
                 &[
+                    include_str!("ledger/clock.lua"),
                     include_str!("ledger/history.lua"),
                     include_str!("ledger/wait.lua"),
                     script,
@@ -168,16 +171,16 @@ fn text(field: &[u8]) -> String {
     String::from_utf8_lossy(field).into_owned()
 }
 
-/// Appends the history arguments of `runs` (bounds, then each entry's fields in turn) to
-/// an invocation of complete.lua or settle.lua; no arguments when there is no run.
-fn history_args(invocation: &mut redis::ScriptInvocation<'_>, history: &RedisRunLog, runs: &[Run]) {
-    if runs.is_empty() {
+/// Appends the history arguments of `run` (bounds, then its field values in
+/// [`runlog::FIELDS`] order) to an invocation of settle.lua; none when there is no run.
+fn history_args(invocation: &mut Call<'_>, history: &RedisRunLog, run: Option<&Run>) {
+    let Some(run) = run else {
         return;
-    }
+    };
     let (max_runs, min_id) = history.bounds();
     invocation.arg(max_runs).arg(min_id);
-    for (name, value) in runs.iter().flat_map(runlog::fields) {
-        invocation.arg(name).arg(value);
+    for value in runlog::values(run) {
+        invocation.arg(value);
     }
 }
 
@@ -203,21 +206,21 @@ impl Ledger for RedisLedger {
     async fn claim(&self, claim: &Claim) -> Result<ClaimOutcome, StoreError> {
         let key = claim.key.to_string();
         let token = &claim.token;
-        // Only a `replace` claim can supersede waiters and append their history entries:
-        // no clock read or formatting on the hot path of the other policies.
-        let (now, (max_runs, min_id)) = if claim.overlap == cronq_shared::config::Overlap::Replace {
-            (chrono::Utc::now().to_rfc3339(), self.history.bounds())
-        } else {
-            (String::new(), (0, 0))
-        };
-        let mut invocation = self.scripts.claim.prepare_invoke();
+        // An exclusive job's lock, wait list and what its waiters need: an `allow` claim
+        // sends none of it.
+        let exclusive = claim.overlap != cronq_shared::config::Overlap::Allow;
+        let mut invocation = Call::new(&self.scripts.claim, if exclusive { 6 } else { 3 });
         invocation
             .key(self.record_key(&key))
             .key(&self.leases_key)
-            .key(self.job_lock_key(&claim.job))
-            .key(self.body_key(&key))
-            .key(self.wait_key(&claim.job))
-            .key(self.history.key())
+            .key(self.body_key(&key));
+        if exclusive {
+            invocation
+                .key(self.job_lock_key(&claim.job))
+                .key(self.wait_key(&claim.job))
+                .key(self.history.key());
+        }
+        invocation
             .arg(&key)
             .arg(claim.job.as_str())
             .arg(claim.queue.as_str())
@@ -227,15 +230,24 @@ impl Ledger for RedisLedger {
             .arg(millis(claim.retention))
             .arg(overlap_arg(claim.overlap))
             .arg(&claim.body[..])
-            .arg(&self.record_prefix)
-            .arg(claim.scheduled_at.timestamp_millis())
-            .arg(millis(claim.recheck))
-            .arg(&self.body_prefix)
-            .arg(millis(WAKE_RECHECK))
-            .arg(&claim.consumer)
-            .arg(now)
-            .arg(max_runs)
-            .arg(min_id);
+            .arg(claim.scheduled_at.timestamp_millis());
+        if exclusive {
+            // Only a `replace` claim can supersede waiters and append their history
+            // entries: no clock read or formatting for the other policies.
+            let (now, (max_runs, min_id)) =
+                if claim.overlap == cronq_shared::config::Overlap::Replace {
+                    (chrono::Utc::now().to_rfc3339(), self.history.bounds())
+                } else {
+                    (String::new(), (0, 0))
+                };
+            invocation
+                .arg(millis(claim.recheck))
+                .arg(millis(WAKE_RECHECK))
+                .arg(&claim.consumer)
+                .arg(now)
+                .arg(max_runs)
+                .arg(min_id);
+        }
         let reply: Vec<Vec<u8>> = self.conn.write_script(&invocation).await.map_err(written)?;
         let Some((tag, rest)) = reply.split_first() else {
             return Err(unexpected("an empty reply"));
@@ -270,7 +282,7 @@ impl Ledger for RedisLedger {
 
     async fn heartbeat(&self, lease: &Lease, duration: Duration) -> Result<Heartbeat, StoreError> {
         let key = lease.key.to_string();
-        let mut invocation = self.scripts.heartbeat.prepare_invoke();
+        let mut invocation = Call::new(&self.scripts.heartbeat, 3);
         invocation
             .key(self.record_key(&key))
             .key(&self.leases_key)
@@ -295,7 +307,7 @@ impl Ledger for RedisLedger {
             Some(f) => (f.attempt.to_string(), f.body.clone(), millis(f.within)),
             None => (String::new(), Vec::new(), 1),
         };
-        let mut invocation = self.scripts.complete.prepare_invoke();
+        let mut invocation = Call::new(&self.scripts.complete, 6);
         invocation
             .key(self.record_key(&key))
             .key(&self.leases_key)
@@ -311,8 +323,6 @@ impl Ledger for RedisLedger {
             .arg(next)
             .arg(body)
             .arg(within)
-            .arg(&self.record_prefix)
-            .arg(&self.body_prefix)
             .arg(millis(WAKE_RECHECK));
         // The run as recorded, and the error it is appended with as lost should the end not
         // be recorded (the script writes the lost entry from the same fields).
@@ -322,8 +332,8 @@ impl Ledger for RedisLedger {
                 .arg(max_runs)
                 .arg(min_id)
                 .arg(run.error_as_lost().unwrap_or_default());
-            for (name, value) in runlog::fields(run) {
-                invocation.arg(name).arg(value);
+            for value in runlog::values(run) {
+                invocation.arg(value);
             }
         }
         let reply: Vec<Vec<u8>> = if end.state.is_some() {
@@ -332,7 +342,7 @@ impl Ledger for RedisLedger {
             // Giving a claim up changes no record (it only appends the attempt as lost):
             // nothing a guarantee rests on, no replica to wait for.
             invocation
-                .invoke_async(&mut self.conn.clone())
+                .query(&mut self.conn.clone())
                 .await
                 .map_err(command)?
         };
@@ -341,7 +351,7 @@ impl Ledger for RedisLedger {
 
     async fn settle(&self, settle: &Settle) -> Result<Ended, StoreError> {
         let key = settle.key.to_string();
-        let mut invocation = self.scripts.settle.prepare_invoke();
+        let mut invocation = Call::new(&self.scripts.settle, 6);
         invocation
             .key(self.record_key(&key))
             .key(&self.leases_key)
@@ -358,7 +368,7 @@ impl Ledger for RedisLedger {
             .arg(&self.record_prefix)
             .arg(&self.body_prefix)
             .arg(millis(WAKE_RECHECK));
-        history_args(&mut invocation, &self.history, settle.run.as_slice());
+        history_args(&mut invocation, &self.history, settle.run.as_ref());
         let reply: Vec<Vec<u8>> = self.conn.write_script(&invocation).await.map_err(written)?;
         ended(&reply)
     }
@@ -368,15 +378,13 @@ impl Ledger for RedisLedger {
         // what it wrote (due times, `pending`), the next sweep on the new master hands the
         // same ones out again, and the claim (guarded) lets only one of the copies run;
         // waiting for replicas here would only hold republishing back.
-        let flat: Vec<Vec<u8>> = self
-            .scripts
-            .reap
+        let flat: Vec<Vec<u8>> = Call::new(&self.scripts.reap, 1)
             .key(&self.leases_key)
             .arg(&self.record_prefix)
             .arg(limit.max(1))
             .arg(millis(hold))
             .arg(&self.body_prefix)
-            .invoke_async(&mut self.conn.clone())
+            .query(&mut self.conn.clone())
             .await
             .map_err(command)?;
         flat.chunks_exact(4)
@@ -394,7 +402,7 @@ impl Ledger for RedisLedger {
 
     async fn admit_replay(&self, key: &OccurrenceKey) -> Result<Option<State>, StoreError> {
         let key = key.to_string();
-        let mut invocation = self.scripts.admit_replay.prepare_invoke();
+        let mut invocation = Call::new(&self.scripts.admit_replay, 3);
         invocation
             .key(self.record_key(&key))
             .key(&self.leases_key)

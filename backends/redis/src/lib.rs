@@ -22,6 +22,7 @@ pub mod lease;
 pub mod ledger;
 pub mod registry;
 pub mod runlog;
+mod script;
 pub mod sentinel;
 
 pub use conn::{REPLICA_WAIT, RedisConn};

@@ -58,30 +58,43 @@ impl RedisRunLog {
     }
 }
 
-/// A run's stream entry: field names and values, as [`parse_run`] reads them back. An
-/// entry without `published_at` (none known, or written before the field existed) reads
-/// back as `None`. `error` is always there (empty for none): `complete.lua` writes the
-/// same run as lost by replacing its `outcome` and `error`.
-pub(crate) fn fields(run: &Run) -> Vec<(&'static str, String)> {
-    let mut fields = vec![
-        ("key", run.key.to_string()),
-        ("job", run.job.as_str().to_owned()),
-        ("attempt", run.attempt.to_string()),
-        ("consumer", run.consumer.clone()),
-        ("started_at", run.started_at.to_rfc3339()),
-        (
-            "duration_ms",
-            u64::try_from(run.duration.as_millis())
-                .unwrap_or(u64::MAX)
-                .to_string(),
-        ),
-        ("outcome", run.outcome.as_str().to_owned()),
-        ("error", run.error.clone().unwrap_or_default()),
-    ];
+/// The names of a run entry's fields, in the order [`values`] gives their values. The
+/// ledger's scripts get the values alone and name them in this order
+/// (`ledger/history.lua`); an entry without `published_at` (none known, or written
+/// before the field existed) reads back as `None`.
+pub(crate) const FIELDS: [&str; 9] = [
+    "key",
+    "job",
+    "attempt",
+    "consumer",
+    "started_at",
+    "duration_ms",
+    "outcome",
+    "error",
+    "published_at",
+];
+
+/// A run's field values in [`FIELDS`] order, as [`parse_run`] reads them back: 8, or 9
+/// with `published_at`. `error` is always there (empty for none): `complete.lua` writes
+/// the same run as lost by replacing its `outcome` and `error`.
+pub(crate) fn values(run: &Run) -> Vec<String> {
+    let mut values = Vec::with_capacity(FIELDS.len());
+    values.extend([
+        run.key.to_string(),
+        run.job.as_str().to_owned(),
+        run.attempt.to_string(),
+        run.consumer.clone(),
+        run.started_at.to_rfc3339(),
+        u64::try_from(run.duration.as_millis())
+            .unwrap_or(u64::MAX)
+            .to_string(),
+        run.outcome.as_str().to_owned(),
+        run.error.clone().unwrap_or_default(),
+    ]);
     if let Some(at) = run.published_at {
-        fields.push(("published_at", at.to_rfc3339()));
+        values.push(at.to_rfc3339());
     }
-    fields
+    values
 }
 
 /// How many stream entries one `XREVRANGE` page reads while filtering by job.
@@ -139,7 +152,7 @@ impl RunLog for RedisRunLog {
             .arg("~")
             .arg(max_runs)
             .arg("*");
-        for (name, value) in fields(run) {
+        for (name, value) in FIELDS.iter().zip(values(run)) {
             xadd.arg(name).arg(value);
         }
         pipe.ignore()
@@ -184,5 +197,38 @@ impl RunLog for RedisRunLog {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FIELDS;
+
+    /// The quoted words of `text`, in order.
+    fn quoted(text: &str) -> Vec<&str> {
+        text.split('\'').skip(1).step_by(2).collect()
+    }
+
+    /// The ledger's scripts get a run's values alone and name them themselves: each XADD
+    /// of `append_run` names them in the order of `FIELDS` (with and without
+    /// `published_at`), so an entry they append reads back as `parse_run` expects.
+    #[test]
+    fn the_history_script_names_the_values_in_field_order() {
+        let script = include_str!("ledger/history.lua");
+        let run = &script[script
+            .find("local function append_run")
+            .expect("history.lua defines append_run")..];
+        let named: Vec<Vec<&str>> = run
+            .split("redis.call('XADD'")
+            .skip(1)
+            .map(|call| {
+                let call = &call[..call.find(")\n").expect("an XADD call ends a line")];
+                quoted(call)
+                    .into_iter()
+                    .filter(|w| !["MAXLEN", "~", "*"].contains(w))
+                    .collect()
+            })
+            .collect();
+        assert_eq!(named, [&FIELDS[..], &FIELDS[..8]]);
     }
 }

@@ -1,12 +1,13 @@
 -- Claims an occurrence key for one attempt, atomically with the overlap rules of its job.
--- Prepended: history.lua, wait.lua.
+-- Prepended: clock.lua, history.lua, wait.lua.
 -- KEYS[1] record hash    (ns:occ:KEY)
 -- KEYS[2] lease zset     (ns:leases)      member KEY, score = lease expiry or due time (ms,
 --                        server time)
--- KEYS[3] job lock       (ns:joblock:JOB) value "KEY|TOKEN", PX lease; only for exclusive jobs
--- KEYS[4] message body   (ns:occbody:KEY) kept apart, so that the record stays a small
+-- KEYS[3] message body   (ns:occbody:KEY) kept apart, so that the record stays a small
 --                        listpack-encoded hash (a long value would make it a hashtable for
 --                        the rest of its retention, 3x the memory)
+-- Only for an exclusive job (overlap skip, queue or replace):
+-- KEYS[4] job lock       (ns:joblock:JOB) value "KEY|TOKEN", PX lease
 -- KEYS[5] wait list      (ns:jobwait:JOB) see wait.lua
 -- KEYS[6] run history stream, for the waiters this occurrence supersedes (replace)
 -- ARGV[1] key   ARGV[2] job   ARGV[3] queue   ARGV[4] attempt
@@ -14,20 +15,26 @@
 --         claimed by an earlier try (its answer lost, or short of replicas) and is granted
 --         again
 -- ARGV[6] lease ms   ARGV[7] retention ms   ARGV[8] overlap (allow|skip|queue|replace)
--- ARGV[9] message body   ARGV[10] record key prefix (ns:occ:)
--- ARGV[11] scheduled time ms   ARGV[12] ms until the reaper re-checks a waiting occurrence
--- ARGV[13] body key prefix (ns:occbody:)   ARGV[14] ms a woken waiter has to claim its turn
--- ARGV[15] consumer id   ARGV[16] now, RFC 3339 (history entries; replace only)
--- ARGV[17] history MAXLEN   ARGV[18] history MINID (replace only: it alone supersedes)
+-- ARGV[9] message body   ARGV[10] scheduled time ms
+-- Only for an exclusive job:
+-- ARGV[11] ms until the reaper re-checks a waiting occurrence
+-- ARGV[12] ms a woken waiter has to claim its turn
+-- ARGV[13] consumer id   ARGV[14] now, RFC 3339 (history entries; replace only)
+-- ARGV[15] history MAXLEN   ARGV[16] history MINID (replace only: it alone supersedes)
+-- The record and body key prefixes (ns:occ:, ns:occbody:) are KEYS[1] and KEYS[3] less
+-- the key. Numbers go to Redis as the strings they came in where they can: Lua turns a
+-- number back into text with sprintf, 2,000 to 3,000 instructions each (see
+-- docs/benchmarks.md, throughput step 2).
 -- Returns {"claimed", takeover 0|1} | {"duplicate", state, attempt} | {"busy", holder key}
 --   | {"waiting", holder key [, woken key, woken queue, woken body]} | {"superseded", by key}
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_s = server_now()
+local now = tonumber(now_s)
 local key = ARGV[1]
-local attempt = tonumber(ARGV[4])
+local attempt = ARGV[4]
 local lease = tonumber(ARGV[6])
-local sched = tonumber(ARGV[11])
-local prefix = ARGV[10]
+local lease_until = tostring(now + lease)
+-- ns:occ: and ns:occbody:, read off the keys when an exclusive job needs them.
+local prefix, body_prefix
 -- One read of everything the checks need (a new key reads five nils).
 local rec = redis.call('HMGET', KEYS[1], 'state', 'attempt', 'lease_until', 'next', 'token')
 local st = rec[1]
@@ -43,7 +50,7 @@ if st then
   if st == 'running' and not mine and tonumber(rec[3] or '0') > now then
     return {'duplicate', st, tostring(rec_attempt)}
   end
-  if attempt < tonumber(rec[4] or '0') then
+  if tonumber(attempt) < tonumber(rec[4] or '0') then
     return {'duplicate', st, tostring(rec_attempt)}
   end
   if (st == 'running' and not mine) or st == 'pending' then takeover = 1 end
@@ -53,12 +60,12 @@ end
 local function wait_here()
   redis.call('HSET', KEYS[1], 'state', 'waiting', 'attempt', attempt, 'next', attempt,
     'token', '', 'job', ARGV[2], 'queue', ARGV[3], 'cancel', '', 'exclusive', '1',
-    'sched', sched, 'updated', now)
+    'sched', ARGV[10], 'updated', now_s)
   redis.call('HDEL', KEYS[1], 'error')
   redis.call('PEXPIRE', KEYS[1], ARGV[7])
-  redis.call('SET', KEYS[4], ARGV[9], 'PX', ARGV[7])
-  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[12]), key)
-  redis.call('ZADD', KEYS[5], sched, key)
+  redis.call('SET', KEYS[3], ARGV[9], 'PX', ARGV[7])
+  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[11]), key)
+  redis.call('ZADD', KEYS[5], ARGV[10], key)
 end
 
 -- Records the waiter `other` as cancelled: this newer occurrence replaces it. Its entry has
@@ -66,21 +73,24 @@ end
 local function supersede(other)
   local other_rec = prefix .. other
   local why = 'replaced by ' .. key
-  redis.call('HSET', other_rec, 'state', 'cancelled', 'token', '', 'updated', now,
+  redis.call('HSET', other_rec, 'state', 'cancelled', 'token', '', 'updated', now_s,
     'error', why)
-  redis.call('DEL', ARGV[13] .. other)
+  redis.call('DEL', body_prefix .. other)
   redis.call('ZREM', KEYS[2], other)
   redis.call('ZREM', KEYS[5], other)
-  append_fields(KEYS[6], ARGV[17], ARGV[18], {
+  append_fields(KEYS[6], ARGV[15], ARGV[16], {
     'key', other, 'job', ARGV[2], 'attempt', redis.call('HGET', other_rec, 'attempt') or '1',
-    'consumer', ARGV[15], 'started_at', ARGV[16], 'duration_ms', '0',
+    'consumer', ARGV[13], 'started_at', ARGV[14], 'duration_ms', '0',
     'outcome', 'cancelled', 'error', why})
 end
 
 local policy = ARGV[8]
 local exclusive = policy ~= 'allow'
 if exclusive then
-  local holder = redis.call('GET', KEYS[3])
+  prefix = string.sub(KEYS[1], 1, #KEYS[1] - #key)
+  body_prefix = string.sub(KEYS[3], 1, #KEYS[3] - #key)
+  local sched = tonumber(ARGV[10])
+  local holder = redis.call('GET', KEYS[4])
   local holder_key = holder and (string.match(holder, '^(.*)|[^|]*$') or holder)
   if holder_key == key then
     -- This occurrence's own lock, left by an owner that stopped: take it over.
@@ -101,7 +111,7 @@ if exclusive then
     -- Free, but earlier occurrences wait: they go first, in scheduled order.
     local head, head_sched = wait_end(KEYS[5], prefix, false)
     if head and head ~= key and head_sched <= sched then
-      local woken = wake(KEYS[5], KEYS[2], prefix, ARGV[13], now, tonumber(ARGV[14]))
+      local woken = wake(KEYS[5], KEYS[2], prefix, body_prefix, now, tonumber(ARGV[12]))
       if woken and woken[1] ~= key then
         wait_here()
         return {'waiting', woken[1], woken[1], woken[2], woken[3]}
@@ -130,17 +140,25 @@ if exclusive then
     end
   end
   redis.call('ZREM', KEYS[5], key)
-  redis.call('SET', KEYS[3], key .. '|' .. ARGV[5], 'PX', lease)
+  redis.call('SET', KEYS[4], key .. '|' .. ARGV[5], 'PX', ARGV[6])
 end
-redis.call('HSET', KEYS[1], 'state', 'running', 'attempt', attempt, 'next', attempt,
-  'token', ARGV[5], 'job', ARGV[2], 'queue', ARGV[3],
-  'lease_until', now + lease, 'cancel', '', 'exclusive', exclusive and '1' or '0',
-  'sched', sched, 'updated', now)
+if st or exclusive then
+  redis.call('HSET', KEYS[1], 'state', 'running', 'attempt', attempt, 'next', attempt,
+    'token', ARGV[5], 'job', ARGV[2], 'queue', ARGV[3],
+    'lease_until', lease_until, 'cancel', '', 'exclusive', exclusive and '1' or '0',
+    'sched', ARGV[10], 'updated', now_s)
+else
+  -- A new record of an `allow` job: no cancel request and not exclusive, which every
+  -- script reads off absent fields as well (two fields less to write and to keep).
+  redis.call('HSET', KEYS[1], 'state', 'running', 'attempt', attempt, 'next', attempt,
+    'token', ARGV[5], 'job', ARGV[2], 'queue', ARGV[3], 'lease_until', lease_until,
+    'sched', ARGV[10], 'updated', now_s)
+end
 if st then
   -- Only an earlier attempt can have left an error behind.
   redis.call('HDEL', KEYS[1], 'error')
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[7])
-redis.call('SET', KEYS[4], ARGV[9], 'PX', ARGV[7])
-redis.call('ZADD', KEYS[2], now + lease, key)
+redis.call('SET', KEYS[3], ARGV[9], 'PX', ARGV[7])
+redis.call('ZADD', KEYS[2], lease_until, key)
 return {'claimed', tostring(takeover)}

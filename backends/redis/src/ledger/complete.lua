@@ -3,9 +3,9 @@
 -- record. The ended record keeps the token, so the same end tried again by the same claim
 -- (its answer lost, or short of replicas) is answered recorded, changing and appending
 -- nothing. With run fields, the attempt's run is appended to the history in the same step:
--- as given when the end is recorded, as lost (the same fields, outcome `lost` and ARGV[14]
+-- as given when the end is recorded, as lost (the same fields, outcome `lost` and ARGV[12]
 -- as its error) when it is not. An exclusive job's lock is released and the earliest
--- waiting occurrence, if any, is given its turn. Prepended: history.lua, wait.lua.
+-- waiting occurrence, if any, is given its turn. Prepended: clock.lua, history.lua, wait.lua.
 -- KEYS[1] record hash   KEYS[2] lease zset   KEYS[3] job lock   KEYS[4] run history stream
 -- KEYS[5] message body   KEYS[6] wait list (ns:jobwait:JOB)
 -- ARGV[1] key   ARGV[2] token   ARGV[3] state ('' = give the claim up)   ARGV[4] error ('' = none)
@@ -13,14 +13,14 @@
 -- ARGV[6] next attempt allowed to claim ('' when the state is terminal)
 -- ARGV[7] body of the message that must follow (retry or release)
 -- ARGV[8] ms after which the reaper republishes that body if no one claimed it
--- ARGV[9] record key prefix   ARGV[10] body key prefix
--- ARGV[11] ms a woken waiter has to claim its turn
--- ARGV[12] history MAXLEN   ARGV[13] history MINID   ARGV[14] the error of the run as lost
--- ARGV[15..] run fields (none: no run), the run as recorded
+-- ARGV[9] ms a woken waiter has to claim its turn
+-- ARGV[10] history MAXLEN   ARGV[11] history MINID   ARGV[12] the error of the run as lost
+-- ARGV[13..] the run's field values (none: no run), as recorded; see history.lua
+-- The record and body key prefixes (ns:occ:, ns:occbody:) are KEYS[1] and KEYS[5] less
+-- the key.
 -- Returns {1 [, woken key, woken queue, woken body]}, or {0} when fenced or given up.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local has_run = #ARGV > 14
+local now_s = server_now()
+local has_run = #ARGV > 12
 local rec = redis.call('HMGET', KEYS[1], 'state', 'token', 'exclusive')
 if rec[1] == ARGV[3] and rec[2] == ARGV[2] then
   -- This very end, recorded by an earlier try of this claim (no end is 'running', and a
@@ -29,7 +29,7 @@ if rec[1] == ARGV[3] and rec[2] == ARGV[2] then
 end
 if ARGV[3] == '' or rec[1] ~= 'running' or rec[2] ~= ARGV[2] then
   if has_run then
-    append_run(KEYS[4], ARGV[12], ARGV[13], 15, ARGV[14])
+    append_run(KEYS[4], ARGV[10], ARGV[11], 13, ARGV[12])
   end
   return {'0'}
 end
@@ -39,26 +39,28 @@ if rec[3] == '1' then
     redis.call('DEL', KEYS[3])
   end
   if redis.call('EXISTS', KEYS[3]) == 0 then
-    woken = wake(KEYS[6], KEYS[2], ARGV[9], ARGV[10], now, tonumber(ARGV[11]))
+    local key = ARGV[1]
+    woken = wake(KEYS[6], KEYS[2], string.sub(KEYS[1], 1, #KEYS[1] - #key),
+      string.sub(KEYS[5], 1, #KEYS[5] - #key), tonumber(now_s), tonumber(ARGV[9]))
   end
 end
 -- The claim removed any earlier error, so a running record has none to delete.
 if ARGV[4] ~= '' then
-  redis.call('HSET', KEYS[1], 'state', ARGV[3], 'updated', now, 'error', ARGV[4])
+  redis.call('HSET', KEYS[1], 'state', ARGV[3], 'updated', now_s, 'error', ARGV[4])
 else
-  redis.call('HSET', KEYS[1], 'state', ARGV[3], 'updated', now)
+  redis.call('HSET', KEYS[1], 'state', ARGV[3], 'updated', now_s)
 end
 if ARGV[6] ~= '' then
   redis.call('HSET', KEYS[1], 'next', ARGV[6])
   redis.call('SET', KEYS[5], ARGV[7], 'PX', ARGV[5])
-  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[8]), ARGV[1])
+  redis.call('ZADD', KEYS[2], tonumber(now_s) + tonumber(ARGV[8]), ARGV[1])
 else
   redis.call('DEL', KEYS[5])
   redis.call('ZREM', KEYS[2], ARGV[1])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 if has_run then
-  append_run(KEYS[4], ARGV[12], ARGV[13], 15)
+  append_run(KEYS[4], ARGV[10], ARGV[11], 13)
 end
 if woken then
   return {'1', woken[1], woken[2], woken[3]}

@@ -1,41 +1,47 @@
 -- Prepended to claim.lua, complete.lua and settle.lua: appends a run to the history stream
 -- in the same atomic step as its record, bounded as RedisRunLog::record bounds it
--- (MAXLEN ~ on every append, MINID ~ on about one in TRIM_EVERY: Redis trims whole macro
--- nodes). Field names are those of runlog::fields.
+-- (MAXLEN ~ on every append, MINID ~ on about one in ten: Redis trims whole macro nodes).
+-- Field names are those of runlog::FIELDS.
 
-local TRIM_EVERY = 16
-
--- Appends one entry whose field names and values alternate in `fields`.
-local function append_fields(stream, maxlen, minid, fields)
-  local args = {stream, 'MAXLEN', '~', maxlen, '*'}
-  for i = 1, #fields do
-    args[#args + 1] = fields[i]
-  end
-  local id = redis.call('XADD', unpack(args))
-  -- The age bound is kept by one append in about TRIM_EVERY (those whose entry falls on a
-  -- millisecond divisible by it): a few more entries than the retention for a moment,
-  -- one command less per append.
-  if tonumber(string.match(id, '^%d+')) % TRIM_EVERY == 0 then
+-- Keeps the age bound on about one append in ten, those whose entry id's millisecond ends
+-- in 0 (read off the id's text, no number conversion): a few more entries than the
+-- retention for a moment, one command less on the other appends.
+local function trim_sometimes(stream, id, minid)
+  local dash = string.find(id, '-', 1, true)
+  if dash and string.byte(id, dash - 1) == 48 then
     redis.call('XTRIM', stream, 'MINID', '~', minid)
   end
 end
 
--- Appends the entry whose names and values alternate in ARGV from index `first` to the
--- end; with `lost_error`, as the same run lost: outcome 'lost' and that error (the caller
--- computes it, see Run::lost).
+-- Appends one entry whose field names and values alternate in `fields`.
+local function append_fields(stream, maxlen, minid, fields)
+  trim_sometimes(stream, redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', unpack(fields)),
+    minid)
+end
+
+-- Appends the run whose field values are in ARGV from index `first` on, named in the
+-- order of runlog::FIELDS: key, job, attempt, consumer, started_at, duration_ms, outcome,
+-- error [, published_at] (the names are this script's constants, so the caller sends the
+-- values alone); with `lost_error`, as the same run lost: outcome 'lost' and that error
+-- (the caller computes it, see Run::lost).
 local function append_run(stream, maxlen, minid, first, lost_error)
-  local fields = {}
-  for i = first, #ARGV, 2 do
-    local name, value = ARGV[i], ARGV[i + 1]
-    if lost_error then
-      if name == 'outcome' then
-        value = 'lost'
-      elseif name == 'error' then
-        value = lost_error
-      end
-    end
-    fields[#fields + 1] = name
-    fields[#fields + 1] = value
+  local a = first
+  local outcome, err = ARGV[a + 6], ARGV[a + 7]
+  if lost_error then
+    outcome, err = 'lost', lost_error
   end
-  append_fields(stream, maxlen, minid, fields)
+  local published_at = ARGV[a + 8]
+  local id
+  if published_at then
+    id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*',
+      'key', ARGV[a], 'job', ARGV[a + 1], 'attempt', ARGV[a + 2], 'consumer', ARGV[a + 3],
+      'started_at', ARGV[a + 4], 'duration_ms', ARGV[a + 5], 'outcome', outcome,
+      'error', err, 'published_at', published_at)
+  else
+    id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*',
+      'key', ARGV[a], 'job', ARGV[a + 1], 'attempt', ARGV[a + 2], 'consumer', ARGV[a + 3],
+      'started_at', ARGV[a + 4], 'duration_ms', ARGV[a + 5], 'outcome', outcome,
+      'error', err)
+  end
+  trim_sometimes(stream, id, minid)
 end

@@ -2,13 +2,13 @@
 -- by a newer one), unless it is already terminal, running under a live lease, or the
 -- message is a stale attempt. With run fields, the run is appended to the history in the
 -- same step. A waiting occurrence leaves its job's wait list; when the job lock is free, the
--- earliest waiter left is given its turn. Prepended: history.lua, wait.lua.
+-- earliest waiter left is given its turn. Prepended: clock.lua, history.lua, wait.lua.
 -- KEYS[1] record hash   KEYS[2] lease zset   KEYS[3] run history stream   KEYS[4] message body
 -- KEYS[5] job lock   KEYS[6] wait list
 -- ARGV[1] key   ARGV[2] job   ARGV[3] attempt   ARGV[4] state   ARGV[5] error ('' = none)
 -- ARGV[6] retention ms   ARGV[7] record key prefix   ARGV[8] body key prefix
 -- ARGV[9] ms a woken waiter has to claim its turn
--- ARGV[10] history MAXLEN   ARGV[11] history MINID   ARGV[12..] run fields (none: no run)
+-- ARGV[10] history MAXLEN   ARGV[11] history MINID   ARGV[12..] the run's field values (none: no run), see history.lua
 -- Returns {1 [, woken key, woken queue, woken body]}, or {0} when the record already says
 -- otherwise.
 local t = redis.call('TIME')
