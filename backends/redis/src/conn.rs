@@ -59,7 +59,7 @@ impl std::fmt::Debug for RedisConn {
 }
 
 /// A guarded write that failed: the command, or the replication barrier.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum WriteError {
     /// The command failed or the connection did (the write may or may not have run).
     Redis(RedisError),

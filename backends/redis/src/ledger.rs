@@ -1,8 +1,10 @@
 //! The ledger on Redis: one hash per occurrence key, one sorted set of lease expiries, one
 //! string lock per exclusive job. Every operation is one Lua script (loaded with
-//! `include_str!`, run with EVALSHA and reloaded on `NOSCRIPT` by the `redis` crate), so it
-//! is atomic; lease times come from the Redis server's clock (`TIME`), never from the
-//! consumers', so clock skew between hosts cannot shorten or stretch a lease.
+//! `include_str!`, run with EVALSHA and loaded again on `NOSCRIPT`, see `script.rs`), so it
+//! is atomic; claims and ends made together share one call of their script
+//! (`ledger/batch.rs`).
+//! Lease times come from the Redis server's clock (`TIME`), never from the consumers', so
+//! clock skew between hosts cannot shorten or stretch a lease.
 //!
 //! Key layout (all through [`Names::redis_key`]): `ns:occ:KEY` (hash: state, attempt,
 //! next, token, job, queue, lease_until, cancel, exclusive, sched, error, updated; a new
@@ -13,6 +15,7 @@
 //! appended to the [`RedisRunLog`]'s stream by the same scripts that end a record (a fenced
 //! or given-up end appends its run as lost, see `complete.lua`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -33,6 +36,10 @@ use crate::error::{command, written};
 use crate::runlog::{self, RedisRunLog};
 use crate::script::Call;
 
+mod batch;
+
+use batch::Batcher;
+
 /// The Redis ledger. Cheap to clone.
 #[derive(Clone)]
 pub struct RedisLedger {
@@ -50,9 +57,11 @@ pub struct RedisLedger {
 
 #[derive(Clone)]
 struct Scripts {
-    claim: Script,
+    /// claim.lua's calls, gathered into batches.
+    claims: Arc<Batcher>,
     heartbeat: Script,
-    complete: Script,
+    /// complete.lua's calls, gathered into batches.
+    completes: Arc<Batcher>,
     settle: Script,
     reap: Script,
     admit_replay: Script,
@@ -81,21 +90,28 @@ impl RedisLedger {
                 .concat(),
             )
         };
+        let leases_key = names.redis_key(&["leases"]);
         Self {
             record_prefix: names.redis_key(&["occ", ""]),
             body_prefix: names.redis_key(&["occbody", ""]),
-            leases_key: names.redis_key(&["leases"]),
             conn,
             names,
             history,
             scripts: Scripts {
-                claim: with_history(include_str!("ledger/claim.lua")),
+                claims: Arc::new(Batcher::new(
+                    with_history(include_str!("ledger/claim.lua")),
+                    leases_key.clone(),
+                )),
                 heartbeat: Script::new(include_str!("ledger/heartbeat.lua")),
-                complete: with_history(include_str!("ledger/complete.lua")),
+                completes: Arc::new(Batcher::new(
+                    with_history(include_str!("ledger/complete.lua")),
+                    leases_key.clone(),
+                )),
                 settle: with_history(include_str!("ledger/settle.lua")),
                 reap: Script::new(include_str!("ledger/reap.lua")),
                 admit_replay: Script::new(include_str!("ledger/admit_replay.lua")),
             },
+            leases_key,
         }
     }
 
@@ -207,48 +223,48 @@ impl Ledger for RedisLedger {
         let key = claim.key.to_string();
         let token = &claim.token;
         // An exclusive job's lock, wait list and what its waiters need: an `allow` claim
-        // sends none of it.
+        // sends none of it. The claim goes to Redis in a batch (ledger/batch.rs), as its
+        // arguments then its keys (claim.lua).
         let exclusive = claim.overlap != cronq_shared::config::Overlap::Allow;
-        let mut invocation = Call::new(&self.scripts.claim, if exclusive { 6 } else { 3 });
-        invocation
-            .key(self.record_key(&key))
-            .key(&self.leases_key)
-            .key(self.body_key(&key));
-        if exclusive {
-            invocation
-                .key(self.job_lock_key(&claim.job))
-                .key(self.wait_key(&claim.job))
-                .key(self.history.key());
-        }
-        invocation
-            .arg(&key)
-            .arg(claim.job.as_str())
-            .arg(claim.queue.as_str())
-            .arg(claim.attempt)
-            .arg(token)
-            .arg(millis(claim.lease))
-            .arg(millis(claim.retention))
-            .arg(overlap_arg(claim.overlap))
-            .arg(&claim.body[..])
-            .arg(claim.scheduled_at.timestamp_millis());
-        if exclusive {
+        let extra = exclusive.then(|| {
             // Only a `replace` claim can supersede waiters and append their history
             // entries: no clock read or formatting for the other policies.
-            let (now, (max_runs, min_id)) =
-                if claim.overlap == cronq_shared::config::Overlap::Replace {
-                    (chrono::Utc::now().to_rfc3339(), self.history.bounds())
-                } else {
-                    (String::new(), (0, 0))
-                };
-            invocation
-                .arg(millis(claim.recheck))
-                .arg(millis(WAKE_RECHECK))
-                .arg(&claim.consumer)
-                .arg(now)
-                .arg(max_runs)
-                .arg(min_id);
-        }
-        let reply: Vec<Vec<u8>> = self.conn.write_script(&invocation).await.map_err(written)?;
+            if claim.overlap == cronq_shared::config::Overlap::Replace {
+                (chrono::Utc::now().to_rfc3339(), self.history.bounds())
+            } else {
+                (String::new(), (0, 0))
+            }
+        });
+        let reply = self
+            .scripts
+            .claims
+            .call(&self.conn, |cmd| {
+                cmd.arg(&key)
+                    .arg(claim.job.as_str())
+                    .arg(claim.queue.as_str())
+                    .arg(claim.attempt)
+                    .arg(token)
+                    .arg(millis(claim.lease))
+                    .arg(millis(claim.retention))
+                    .arg(overlap_arg(claim.overlap))
+                    .arg(&claim.body[..])
+                    .arg(claim.scheduled_at.timestamp_millis());
+                if let Some((now, (max_runs, min_id))) = &extra {
+                    cmd.arg(millis(claim.recheck))
+                        .arg(millis(WAKE_RECHECK))
+                        .arg(&claim.consumer)
+                        .arg(now)
+                        .arg(max_runs)
+                        .arg(min_id);
+                }
+                cmd.arg(self.record_key(&key)).arg(self.body_key(&key));
+                if exclusive {
+                    cmd.arg(self.job_lock_key(&claim.job))
+                        .arg(self.wait_key(&claim.job))
+                        .arg(self.history.key());
+                }
+            })
+            .await?;
         let Some((tag, rest)) = reply.split_first() else {
             return Err(unexpected("an empty reply"));
         };
@@ -307,44 +323,47 @@ impl Ledger for RedisLedger {
             Some(f) => (f.attempt.to_string(), f.body.clone(), millis(f.within)),
             None => (String::new(), Vec::new(), 1),
         };
-        let mut invocation = Call::new(&self.scripts.complete, 6);
-        invocation
-            .key(self.record_key(&key))
-            .key(&self.leases_key)
-            .key(self.job_lock_key(&lease.job))
-            .key(self.history.key())
-            .key(self.body_key(&key))
-            .key(self.wait_key(&lease.job))
-            .arg(&key)
-            .arg(&lease.token)
-            .arg(end.state.map_or("", State::as_str))
-            .arg(end.error.as_deref().unwrap_or(""))
-            .arg(millis(end.retention))
-            .arg(next)
-            .arg(body)
-            .arg(within)
-            .arg(millis(WAKE_RECHECK));
         // The run as recorded, and the error it is appended with as lost should the end not
         // be recorded (the script writes the lost entry from the same fields).
-        if let Some(run) = &end.run {
-            let (max_runs, min_id) = self.history.bounds();
-            invocation
-                .arg(max_runs)
-                .arg(min_id)
-                .arg(run.error_as_lost().unwrap_or_default());
-            for value in runlog::values(run) {
-                invocation.arg(value);
+        let run = end.run.as_ref().map(|run| {
+            (
+                self.history.bounds(),
+                run.error_as_lost().unwrap_or_default(),
+                runlog::values(run),
+            )
+        });
+        // complete.lua's part for this end: the number of its arguments, its arguments,
+        // then its keys.
+        let fill = |cmd: &mut redis::Cmd| {
+            let args = 9 + run.as_ref().map_or(0, |(_, _, values)| 3 + values.len());
+            cmd.arg(args)
+                .arg(&key)
+                .arg(&lease.token)
+                .arg(end.state.map_or("", State::as_str))
+                .arg(end.error.as_deref().unwrap_or(""))
+                .arg(millis(end.retention))
+                .arg(&next)
+                .arg(&body[..])
+                .arg(within)
+                .arg(millis(WAKE_RECHECK));
+            if let Some(((max_runs, min_id), lost, values)) = &run {
+                cmd.arg(max_runs).arg(min_id).arg(lost);
+                for value in values {
+                    cmd.arg(value);
+                }
             }
-        }
-        let reply: Vec<Vec<u8>> = if end.state.is_some() {
-            self.conn.write_script(&invocation).await.map_err(written)?
+            cmd.arg(self.record_key(&key))
+                .arg(self.job_lock_key(&lease.job))
+                .arg(self.history.key())
+                .arg(self.body_key(&key))
+                .arg(self.wait_key(&lease.job));
+        };
+        let reply = if end.state.is_some() {
+            self.scripts.completes.call(&self.conn, fill).await?
         } else {
             // Giving a claim up changes no record (it only appends the attempt as lost):
             // nothing a guarantee rests on, no replica to wait for.
-            invocation
-                .query(&mut self.conn.clone())
-                .await
-                .map_err(command)?
+            self.scripts.completes.call_alone(&self.conn, fill).await?
         };
         ended(&reply)
     }

@@ -53,6 +53,22 @@ impl<'s> Call<'s> {
         &self.cmd
     }
 
+    /// The `EVALSHA` command, every key given, for arguments to be appended elsewhere
+    /// (`ledger/batch.rs` gathers several claims in one) and run with [`Call::of`].
+    pub(crate) fn into_cmd(self) -> Cmd {
+        debug_assert_eq!(self.keys_left, 0, "a call with keys still to come");
+        self.cmd
+    }
+
+    /// A call of `script` whose command [`Call::into_cmd`] gave and was filled since.
+    pub(crate) fn of(script: &'s Script, cmd: Cmd) -> Self {
+        Self {
+            script,
+            cmd,
+            keys_left: 0,
+        }
+    }
+
     /// Loads the script into the server `conn` talks to.
     pub(crate) async fn load(&self, conn: &mut RedisConn) -> RedisResult<()> {
         self.script.load_async(conn).await.map(drop)

@@ -2,7 +2,7 @@
 //! whole retention, and a claim stored by an older consumer is still reaped.
 
 use cronq_shared::config::Overlap;
-use cronq_shared::ledger::{End, FollowUp, Ledger, State};
+use cronq_shared::ledger::{ClaimOutcome, End, FollowUp, Ledger, State};
 use cronq_shared::names::{Names, Namespace};
 
 use crate::support::occurrences::{LONG, claim, claimed, end};
@@ -133,6 +133,73 @@ async fn ledger_redis_reaps_a_claim_stored_by_an_older_consumer() {
         assert_eq!(orphans[0].key, key);
         assert_eq!(orphans[0].queue, c.queue.as_str());
         assert_eq!(orphans[0].body, c.body, "the body from the record itself");
+    })
+    .await;
+}
+
+/// Claims and ends made together go to Redis in one script call (`ledger/batch.rs`), and
+/// each is answered as if it had been alone: a duplicate within the same call is a
+/// duplicate, and a call that Redis refuses (its record key holds a string) fails alone
+/// while the others of its call are granted and recorded.
+#[tokio::test]
+async fn ledger_redis_calls_made_together_answer_each_alone() {
+    scoped("ledger_redis_calls_together", |env| async move {
+        let ledger = redis_ledger(&env).await;
+        let mut conn = cronq_redis::connect(&redis_url()).await.unwrap();
+        let names = Names::new(&Namespace::new(&env.namespace).unwrap());
+        let bad = claim("together", 99, 1, Overlap::Allow, LONG);
+        let () = redis::cmd("SET")
+            .arg(names.redis_key(&["occ", &bad.key.to_string()]))
+            .arg("not a record")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let good: Vec<_> = (1..=16)
+            .map(|i| claim("together", i, 1, Overlap::Allow, LONG))
+            .collect();
+        let twice = claim("together", 1, 1, Overlap::Allow, LONG);
+
+        // Polled in one task: every claim joins the batch the first one opened.
+        let answers = futures_util::future::join_all(
+            good.iter().chain([&twice, &bad]).map(|c| ledger.claim(c)),
+        )
+        .await;
+        let (bad_answer, answers) = answers.split_last().unwrap();
+        assert!(bad_answer.is_err(), "{bad_answer:?}");
+        let granted: Vec<_> = answers
+            .iter()
+            .filter_map(|a| match a.as_ref().unwrap() {
+                ClaimOutcome::Claimed { lease, .. } => Some(lease.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(granted.len(), 16, "{answers:?}");
+        assert!(
+            matches!(
+                answers[16].as_ref().unwrap(),
+                ClaimOutcome::Duplicate {
+                    state: State::Running,
+                    ..
+                }
+            ),
+            "{:?}",
+            answers[16]
+        );
+
+        let succeeded = end(State::Succeeded);
+        let ends = futures_util::future::join_all(
+            granted
+                .iter()
+                .map(|lease| ledger.complete(lease, &succeeded)),
+        )
+        .await;
+        for ended in &ends {
+            assert!(ended.as_ref().unwrap().recorded, "{ends:?}");
+        }
+        for c in &good {
+            let record = ledger.record(&c.key).await.unwrap().unwrap();
+            assert_eq!(record.state, State::Succeeded, "{}", c.key);
+        }
     })
     .await;
 }

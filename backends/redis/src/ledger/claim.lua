@@ -1,5 +1,7 @@
--- Claims an occurrence key for one attempt, atomically with the overlap rules of its job.
--- Prepended: clock.lua, history.lua, wait.lua.
+-- Claims occurrence keys, each for one attempt, atomically with the overlap rules of its
+-- job: any number of claims in one call, each as if it had been a call of its own, in
+-- order (see the batch at the end). Prepended: clock.lua, history.lua, wait.lua.
+-- One claim, `claim(KEYS, ARGV)` (its own tables, which shadow the script's):
 -- KEYS[1] record hash    (ns:occ:KEY)
 -- KEYS[2] lease zset     (ns:leases)      member KEY, score = lease expiry or due time (ms,
 --                        server time)
@@ -27,138 +29,173 @@
 -- docs/benchmarks.md, throughput step 2).
 -- Returns {"claimed", takeover 0|1} | {"duplicate", state, attempt} | {"busy", holder key}
 --   | {"waiting", holder key [, woken key, woken queue, woken body]} | {"superseded", by key}
-local now_s = server_now()
-local now = tonumber(now_s)
-local key = ARGV[1]
-local attempt = ARGV[4]
-local lease = tonumber(ARGV[6])
-local lease_until = tostring(now + lease)
--- ns:occ: and ns:occbody:, read off the keys when an exclusive job needs them.
-local prefix, body_prefix
--- One read of everything the checks need (a new key reads five nils).
-local rec = redis.call('HMGET', KEYS[1], 'state', 'attempt', 'lease_until', 'next', 'token')
-local st = rec[1]
-local takeover = 0
-if st then
-  local rec_attempt = tonumber(rec[2] or '0')
-  local mine = st == 'running' and rec[5] == ARGV[5]
-  -- A terminal state is final (a dead-letter replay first makes a failed record
-  -- `retrying` again: admit_replay.lua).
-  if st ~= 'running' and st ~= 'retrying' and st ~= 'pending' and st ~= 'waiting' then
-    return {'duplicate', st, tostring(rec_attempt)}
+local function claim(KEYS, ARGV)
+  local now_s = server_now()
+  local now = tonumber(now_s)
+  local key = ARGV[1]
+  local attempt = ARGV[4]
+  local lease = tonumber(ARGV[6])
+  local lease_until = tostring(now + lease)
+  -- ns:occ: and ns:occbody:, read off the keys when an exclusive job needs them.
+  local prefix, body_prefix
+  -- One read of everything the checks need (a new key reads five nils).
+  local rec = redis.call('HMGET', KEYS[1], 'state', 'attempt', 'lease_until', 'next', 'token')
+  local st = rec[1]
+  local takeover = 0
+  if st then
+    local rec_attempt = tonumber(rec[2] or '0')
+    local mine = st == 'running' and rec[5] == ARGV[5]
+    -- A terminal state is final (a dead-letter replay first makes a failed record
+    -- `retrying` again: admit_replay.lua).
+    if st ~= 'running' and st ~= 'retrying' and st ~= 'pending' and st ~= 'waiting' then
+      return {'duplicate', st, tostring(rec_attempt)}
+    end
+    if st == 'running' and not mine and tonumber(rec[3] or '0') > now then
+      return {'duplicate', st, tostring(rec_attempt)}
+    end
+    if tonumber(attempt) < tonumber(rec[4] or '0') then
+      return {'duplicate', st, tostring(rec_attempt)}
+    end
+    if (st == 'running' and not mine) or st == 'pending' then takeover = 1 end
   end
-  if st == 'running' and not mine and tonumber(rec[3] or '0') > now then
-    return {'duplicate', st, tostring(rec_attempt)}
-  end
-  if tonumber(attempt) < tonumber(rec[4] or '0') then
-    return {'duplicate', st, tostring(rec_attempt)}
-  end
-  if (st == 'running' and not mine) or st == 'pending' then takeover = 1 end
-end
 
--- Records this occurrence as waiting for its turn.
-local function wait_here()
-  redis.call('HSET', KEYS[1], 'state', 'waiting', 'attempt', attempt, 'next', attempt,
-    'token', '', 'job', ARGV[2], 'queue', ARGV[3], 'cancel', '', 'exclusive', '1',
-    'sched', ARGV[10], 'updated', now_s)
-  redis.call('HDEL', KEYS[1], 'error')
+  -- Records this occurrence as waiting for its turn.
+  local function wait_here()
+    redis.call('HSET', KEYS[1], 'state', 'waiting', 'attempt', attempt, 'next', attempt,
+      'token', '', 'job', ARGV[2], 'queue', ARGV[3], 'cancel', '', 'exclusive', '1',
+      'sched', ARGV[10], 'updated', now_s)
+    redis.call('HDEL', KEYS[1], 'error')
+    redis.call('PEXPIRE', KEYS[1], ARGV[7])
+    redis.call('SET', KEYS[3], ARGV[9], 'PX', ARGV[7])
+    redis.call('ZADD', KEYS[2], now + tonumber(ARGV[11]), key)
+    redis.call('ZADD', KEYS[5], ARGV[10], key)
+  end
+
+  -- Records the waiter `other` as cancelled: this newer occurrence replaces it. Its entry has
+  -- no published_at (read back as none), as the ledger's rules write it.
+  local function supersede(other)
+    local other_rec = prefix .. other
+    local why = 'replaced by ' .. key
+    redis.call('HSET', other_rec, 'state', 'cancelled', 'token', '', 'updated', now_s,
+      'error', why)
+    redis.call('DEL', body_prefix .. other)
+    redis.call('ZREM', KEYS[2], other)
+    redis.call('ZREM', KEYS[5], other)
+    append_fields(KEYS[6], ARGV[15], ARGV[16], {
+      'key', other, 'job', ARGV[2], 'attempt', redis.call('HGET', other_rec, 'attempt') or '1',
+      'consumer', ARGV[13], 'started_at', ARGV[14], 'duration_ms', '0',
+      'outcome', 'cancelled', 'error', why})
+  end
+
+  local policy = ARGV[8]
+  local exclusive = policy ~= 'allow'
+  if exclusive then
+    prefix = string.sub(KEYS[1], 1, #KEYS[1] - #key)
+    body_prefix = string.sub(KEYS[3], 1, #KEYS[3] - #key)
+    local sched = tonumber(ARGV[10])
+    local holder = redis.call('GET', KEYS[4])
+    local holder_key = holder and (string.match(holder, '^(.*)|[^|]*$') or holder)
+    if holder_key == key then
+      -- This occurrence's own lock, left by an owner that stopped: take it over.
+      holder_key = nil
+    end
+    if policy == 'skip' and holder_key
+        and tonumber(redis.call('HGET', prefix .. holder_key, 'sched') or '0') <= sched then
+      -- skip: an earlier (or same-instant) holder makes this occurrence skipped.
+      return {'busy', holder_key}
+    end
+    if policy == 'skip' or policy == 'queue' then
+      -- queue, and skip behind a later holder (a retry, or a republished attempt, of an
+      -- occurrence the next one overtook): wait for the turn, never skipped for a later one.
+      if holder_key then
+        wait_here()
+        return {'waiting', holder_key}
+      end
+      -- Free, but earlier occurrences wait: they go first, in scheduled order.
+      local head, head_sched = wait_end(KEYS[5], prefix, false)
+      if head and head ~= key and head_sched <= sched then
+        local woken = wake(KEYS[5], KEYS[2], prefix, body_prefix, now, tonumber(ARGV[12]))
+        if woken and woken[1] ~= key then
+          wait_here()
+          return {'waiting', woken[1], woken[1], woken[2], woken[3]}
+        end
+      end
+    else
+      -- replace: the newest occurrence runs; every older one running or waiting is cancelled.
+      if holder_key and tonumber(redis.call('HGET', prefix .. holder_key, 'sched') or '0') > sched then
+        return {'superseded', holder_key}
+      end
+      local newest, newest_sched = wait_end(KEYS[5], prefix, true)
+      if newest and newest ~= key and newest_sched > sched then
+        return {'superseded', newest}
+      end
+      for _, other in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
+        if other ~= key and redis.call('HGET', prefix .. other, 'state') == 'waiting' then
+          supersede(other)
+        end
+      end
+      if holder_key then
+        if redis.call('EXISTS', prefix .. holder_key) == 1 then
+          redis.call('HSET', prefix .. holder_key, 'cancel', key)
+        end
+        wait_here()
+        return {'waiting', holder_key}
+      end
+    end
+    redis.call('ZREM', KEYS[5], key)
+    redis.call('SET', KEYS[4], key .. '|' .. ARGV[5], 'PX', ARGV[6])
+  end
+  if st or exclusive then
+    redis.call('HSET', KEYS[1], 'state', 'running', 'attempt', attempt, 'next', attempt,
+      'token', ARGV[5], 'job', ARGV[2], 'queue', ARGV[3],
+      'lease_until', lease_until, 'cancel', '', 'exclusive', exclusive and '1' or '0',
+      'sched', ARGV[10], 'updated', now_s)
+  else
+    -- A new record of an `allow` job: no cancel request and not exclusive, which every
+    -- script reads off absent fields as well (two fields less to write and to keep).
+    redis.call('HSET', KEYS[1], 'state', 'running', 'attempt', attempt, 'next', attempt,
+      'token', ARGV[5], 'job', ARGV[2], 'queue', ARGV[3], 'lease_until', lease_until,
+      'sched', ARGV[10], 'updated', now_s)
+  end
+  if st then
+    -- Only an earlier attempt can have left an error behind.
+    redis.call('HDEL', KEYS[1], 'error')
+  end
   redis.call('PEXPIRE', KEYS[1], ARGV[7])
   redis.call('SET', KEYS[3], ARGV[9], 'PX', ARGV[7])
-  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[11]), key)
-  redis.call('ZADD', KEYS[5], ARGV[10], key)
+  redis.call('ZADD', KEYS[2], lease_until, key)
+  return {'claimed', tostring(takeover)}
 end
 
--- Records the waiter `other` as cancelled: this newer occurrence replaces it. Its entry has
--- no published_at (read back as none), as the ledger's rules write it.
-local function supersede(other)
-  local other_rec = prefix .. other
-  local why = 'replaced by ' .. key
-  redis.call('HSET', other_rec, 'state', 'cancelled', 'token', '', 'updated', now_s,
-    'error', why)
-  redis.call('DEL', body_prefix .. other)
-  redis.call('ZREM', KEYS[2], other)
-  redis.call('ZREM', KEYS[5], other)
-  append_fields(KEYS[6], ARGV[15], ARGV[16], {
-    'key', other, 'job', ARGV[2], 'attempt', redis.call('HGET', other_rec, 'attempt') or '1',
-    'consumer', ARGV[13], 'started_at', ARGV[14], 'duration_ms', '0',
-    'outcome', 'cancelled', 'error', why})
-end
-
-local policy = ARGV[8]
-local exclusive = policy ~= 'allow'
-if exclusive then
-  prefix = string.sub(KEYS[1], 1, #KEYS[1] - #key)
-  body_prefix = string.sub(KEYS[3], 1, #KEYS[3] - #key)
-  local sched = tonumber(ARGV[10])
-  local holder = redis.call('GET', KEYS[4])
-  local holder_key = holder and (string.match(holder, '^(.*)|[^|]*$') or holder)
-  if holder_key == key then
-    -- This occurrence's own lock, left by an owner that stopped: take it over.
-    holder_key = nil
+-- The batch. KEYS[1] is the lease zset, shared. ARGV holds the claims one after the other,
+-- each as its arguments (10 for an `allow` claim, 16 for the others: its ARGV above) then
+-- its keys other than the lease zset (2 or 5: KEYS[1], KEYS[3..] above). A claim whose
+-- key holds another type answers {"error", why} and leaves the others to run; any other
+-- error fails the whole call. Returns one reply per claim, in order.
+local replies = {}
+local at = 1
+while at <= #ARGV do
+  local exclusive = ARGV[at + 7] ~= 'allow'
+  local args = exclusive and 16 or 10
+  local keys_at = at + args
+  local keys = {ARGV[keys_at], KEYS[1], ARGV[keys_at + 1]}
+  if exclusive then
+    keys[4], keys[5], keys[6] = ARGV[keys_at + 2], ARGV[keys_at + 3], ARGV[keys_at + 4]
   end
-  if policy == 'skip' and holder_key
-      and tonumber(redis.call('HGET', prefix .. holder_key, 'sched') or '0') <= sched then
-    -- skip: an earlier (or same-instant) holder makes this occurrence skipped.
-    return {'busy', holder_key}
+  local ok, reply = pcall(claim, keys, {unpack(ARGV, at, at + args - 1)})
+  if not ok then
+    -- A key of this claim holding another type is its failure alone. Any other error (the
+    -- node became a replica, out of memory, a fault in this script) is the whole call's,
+    -- as it would be of a call of its own, so that the connection sees it: a READONLY
+    -- moves it to the new master (sentinel.rs).
+    -- (redis.call raises the error reply's text: "CODE message".)
+    local err = type(reply) == 'table' and reply.err or tostring(reply)
+    if string.sub(err, 1, 10) ~= 'WRONGTYPE ' then
+      return redis.error_reply(err)
+    end
+    reply = {'error', err}
   end
-  if policy == 'skip' or policy == 'queue' then
-    -- queue, and skip behind a later holder (a retry, or a republished attempt, of an
-    -- occurrence the next one overtook): wait for the turn, never skipped for a later one.
-    if holder_key then
-      wait_here()
-      return {'waiting', holder_key}
-    end
-    -- Free, but earlier occurrences wait: they go first, in scheduled order.
-    local head, head_sched = wait_end(KEYS[5], prefix, false)
-    if head and head ~= key and head_sched <= sched then
-      local woken = wake(KEYS[5], KEYS[2], prefix, body_prefix, now, tonumber(ARGV[12]))
-      if woken and woken[1] ~= key then
-        wait_here()
-        return {'waiting', woken[1], woken[1], woken[2], woken[3]}
-      end
-    end
-  else
-    -- replace: the newest occurrence runs; every older one running or waiting is cancelled.
-    if holder_key and tonumber(redis.call('HGET', prefix .. holder_key, 'sched') or '0') > sched then
-      return {'superseded', holder_key}
-    end
-    local newest, newest_sched = wait_end(KEYS[5], prefix, true)
-    if newest and newest ~= key and newest_sched > sched then
-      return {'superseded', newest}
-    end
-    for _, other in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
-      if other ~= key and redis.call('HGET', prefix .. other, 'state') == 'waiting' then
-        supersede(other)
-      end
-    end
-    if holder_key then
-      if redis.call('EXISTS', prefix .. holder_key) == 1 then
-        redis.call('HSET', prefix .. holder_key, 'cancel', key)
-      end
-      wait_here()
-      return {'waiting', holder_key}
-    end
-  end
-  redis.call('ZREM', KEYS[5], key)
-  redis.call('SET', KEYS[4], key .. '|' .. ARGV[5], 'PX', ARGV[6])
+  replies[#replies + 1] = reply
+  at = keys_at + (exclusive and 5 or 2)
 end
-if st or exclusive then
-  redis.call('HSET', KEYS[1], 'state', 'running', 'attempt', attempt, 'next', attempt,
-    'token', ARGV[5], 'job', ARGV[2], 'queue', ARGV[3],
-    'lease_until', lease_until, 'cancel', '', 'exclusive', exclusive and '1' or '0',
-    'sched', ARGV[10], 'updated', now_s)
-else
-  -- A new record of an `allow` job: no cancel request and not exclusive, which every
-  -- script reads off absent fields as well (two fields less to write and to keep).
-  redis.call('HSET', KEYS[1], 'state', 'running', 'attempt', attempt, 'next', attempt,
-    'token', ARGV[5], 'job', ARGV[2], 'queue', ARGV[3], 'lease_until', lease_until,
-    'sched', ARGV[10], 'updated', now_s)
-end
-if st then
-  -- Only an earlier attempt can have left an error behind.
-  redis.call('HDEL', KEYS[1], 'error')
-end
-redis.call('PEXPIRE', KEYS[1], ARGV[7])
-redis.call('SET', KEYS[3], ARGV[9], 'PX', ARGV[7])
-redis.call('ZADD', KEYS[2], lease_until, key)
-return {'claimed', tostring(takeover)}
+return replies

@@ -19,13 +19,14 @@ local function append_fields(stream, maxlen, minid, fields)
     minid)
 end
 
--- Appends the run whose field values are in ARGV from index `first` on, named in the
+-- Appends the run whose field values are in `argv` (the script's ARGV, or a call's own
+-- in a batch) from index `first` on, named in the
 -- order of runlog::FIELDS: key, job, attempt, consumer, started_at, duration_ms, outcome,
 -- error [, published_at] (the names are this script's constants, so the caller sends the
 -- values alone); with `lost_error`, as the same run lost: outcome 'lost' and that error
 -- (the caller computes it, see Run::lost).
-local function append_run(stream, maxlen, minid, first, lost_error)
-  local a = first
+local function append_run(stream, maxlen, minid, argv, first, lost_error)
+  local ARGV, a = argv, first
   local outcome, err = ARGV[a + 6], ARGV[a + 7]
   if lost_error then
     outcome, err = 'lost', lost_error
