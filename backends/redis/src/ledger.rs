@@ -85,6 +85,7 @@ impl RedisLedger {
                     include_str!("ledger/clock.lua"),
                     include_str!("ledger/history.lua"),
                     include_str!("ledger/wait.lua"),
+                    include_str!("ledger/batch.lua"),
                     script,
                 ]
                 .concat(),

@@ -1,6 +1,6 @@
 -- Claims occurrence keys, each for one attempt, atomically with the overlap rules of its
 -- job: any number of claims in one call, each as if it had been a call of its own, in
--- order (see the batch at the end). Prepended: clock.lua, history.lua, wait.lua.
+-- order (see the batch at the end). Prepended: clock.lua, history.lua, wait.lua, batch.lua.
 -- One claim, `claim(KEYS, ARGV)` (its own tables, which shadow the script's):
 -- KEYS[1] record hash    (ns:occ:KEY)
 -- KEYS[2] lease zset     (ns:leases)      member KEY, score = lease expiry or due time (ms,
@@ -182,18 +182,9 @@ while at <= #ARGV do
   if exclusive then
     keys[4], keys[5], keys[6] = ARGV[keys_at + 2], ARGV[keys_at + 3], ARGV[keys_at + 4]
   end
-  local ok, reply = pcall(claim, keys, {unpack(ARGV, at, at + args - 1)})
-  if not ok then
-    -- A key of this claim holding another type is its failure alone. Any other error (the
-    -- node became a replica, out of memory, a fault in this script) is the whole call's,
-    -- as it would be of a call of its own, so that the connection sees it: a READONLY
-    -- moves it to the new master (sentinel.rs).
-    -- (redis.call raises the error reply's text: "CODE message".)
-    local err = type(reply) == 'table' and reply.err or tostring(reply)
-    if string.sub(err, 1, 10) ~= 'WRONGTYPE ' then
-      return redis.error_reply(err)
-    end
-    reply = {'error', err}
+  local reply, err = run_one(claim, keys, {unpack(ARGV, at, at + args - 1)})
+  if not reply then
+    return redis.error_reply(err)
   end
   replies[#replies + 1] = reply
   at = keys_at + (exclusive and 5 or 2)

@@ -7,7 +7,7 @@
 -- nothing. With run fields, the attempt's run is appended to the history in the same step:
 -- as given when the end is recorded, as lost (the same fields, outcome `lost` and ARGV[12]
 -- as its error) when it is not. An exclusive job's lock is released and the earliest
--- waiting occurrence, if any, is given its turn. Prepended: clock.lua, history.lua, wait.lua.
+-- waiting occurrence, if any, is given its turn. Prepended: clock.lua, history.lua, wait.lua, batch.lua.
 -- KEYS[1] record hash   KEYS[2] lease zset   KEYS[3] job lock   KEYS[4] run history stream
 -- KEYS[5] message body   KEYS[6] wait list (ns:jobwait:JOB)
 -- ARGV[1] key   ARGV[2] token   ARGV[3] state ('' = give the claim up)   ARGV[4] error ('' = none)
@@ -84,18 +84,9 @@ while at <= #ARGV do
   local keys_at = at + 1 + args
   local keys = {ARGV[keys_at], KEYS[1], ARGV[keys_at + 1], ARGV[keys_at + 2],
     ARGV[keys_at + 3], ARGV[keys_at + 4]}
-  local ok, reply = pcall(complete, keys, {unpack(ARGV, at + 1, keys_at - 1)})
-  if not ok then
-    -- A key of this end holding another type is its failure alone. Any other error (the
-    -- node became a replica, out of memory, a fault in this script) is the whole call's,
-    -- as it would be of a call of its own, so that the connection sees it: a READONLY
-    -- moves it to the new master (sentinel.rs).
-    -- (redis.call raises the error reply's text: "CODE message".)
-    local err = type(reply) == 'table' and reply.err or tostring(reply)
-    if string.sub(err, 1, 10) ~= 'WRONGTYPE ' then
-      return redis.error_reply(err)
-    end
-    reply = {'error', err}
+  local reply, err = run_one(complete, keys, {unpack(ARGV, at + 1, keys_at - 1)})
+  if not reply then
+    return redis.error_reply(err)
   end
   replies[#replies + 1] = reply
   at = keys_at + 5

@@ -2,7 +2,7 @@
 -- by a newer one), unless it is already terminal, running under a live lease, or the
 -- message is a stale attempt. With run fields, the run is appended to the history in the
 -- same step. A waiting occurrence leaves its job's wait list; when the job lock is free, the
--- earliest waiter left is given its turn. Prepended: clock.lua, history.lua, wait.lua.
+-- earliest waiter left is given its turn. Prepended: clock.lua, history.lua, wait.lua, batch.lua.
 -- KEYS[1] record hash   KEYS[2] lease zset   KEYS[3] run history stream   KEYS[4] message body
 -- KEYS[5] job lock   KEYS[6] wait list
 -- ARGV[1] key   ARGV[2] job   ARGV[3] attempt   ARGV[4] state   ARGV[5] error ('' = none)
