@@ -362,23 +362,23 @@ async fn burst_baseline(
         mandatory: shape == BurstShape::Cronq,
         ..lapin::options::BasicPublishOptions::default()
     };
+    // The bare burst's messages are the same every second; cronq's are each second's own.
+    let mut messages = vec![
+        (
+            br#"{"kind":"baseline-burst"}"#.to_vec(),
+            lapin::BasicProperties::default().with_delivery_mode(2),
+        );
+        if shape == BurstShape::Bare { jobs } else { 0 }
+    ];
     let mut out = Vec::new();
     let until = tokio::time::Instant::now() + duration;
     let outcome = async {
         while tokio::time::Instant::now() < until {
             let now = Utc::now();
             let second = now.duration_trunc(TimeDelta::seconds(1))? + TimeDelta::seconds(1);
-            let messages = match shape {
-                BurstShape::Bare => (0..jobs)
-                    .map(|_| {
-                        (
-                            br#"{"kind":"baseline-burst"}"#.to_vec(),
-                            lapin::BasicProperties::default().with_delivery_mode(2),
-                        )
-                    })
-                    .collect(),
-                BurstShape::Cronq => cronq_messages(&config, second, keyring.as_deref())?,
-            };
+            if shape == BurstShape::Cronq {
+                messages = cronq_messages(&config, second, keyring.as_deref())?;
+            }
             tokio::time::sleep(
                 (second - Utc::now()).to_std().unwrap_or_default() + Duration::from_millis(1),
             )

@@ -79,18 +79,21 @@ impl RedisLedger {
     /// A ledger over an open connection (see [`crate::connect()`]) that appends the
     /// runs of ended records to `history`.
     pub fn new(conn: RedisConn, names: Names, history: RedisRunLog) -> Self {
+        // The helpers the scripts that end records share, in front of each.
         let with_history = |script: &str| {
             Script::new(
                 &[
                     include_str!("ledger/clock.lua"),
                     include_str!("ledger/history.lua"),
                     include_str!("ledger/wait.lua"),
-                    include_str!("ledger/batch.lua"),
                     script,
                 ]
                 .concat(),
             )
         };
+        // A batched script (ledger/batch.rs) also runs each of its calls through run_one.
+        let batched =
+            |script: &str| with_history(&[include_str!("ledger/batch.lua"), script].concat());
         let leases_key = names.redis_key(&["leases"]);
         Self {
             record_prefix: names.redis_key(&["occ", ""]),
@@ -100,12 +103,12 @@ impl RedisLedger {
             history,
             scripts: Scripts {
                 claims: Arc::new(Batcher::new(
-                    with_history(include_str!("ledger/claim.lua")),
+                    batched(include_str!("ledger/claim.lua")),
                     leases_key.clone(),
                 )),
                 heartbeat: Script::new(include_str!("ledger/heartbeat.lua")),
                 completes: Arc::new(Batcher::new(
-                    with_history(include_str!("ledger/complete.lua")),
+                    batched(include_str!("ledger/complete.lua")),
                     leases_key.clone(),
                 )),
                 settle: with_history(include_str!("ledger/settle.lua")),

@@ -1,13 +1,24 @@
 //! What the ledger does on Redis beyond its contract: a record stays a compact hash for its
 //! whole retention, and a claim stored by an older consumer is still reaped.
 
+use cronq_redis::RedisLedger;
 use cronq_shared::config::Overlap;
 use cronq_shared::ledger::{ClaimOutcome, End, FollowUp, Ledger, State};
 use cronq_shared::names::{Names, Namespace};
 
 use crate::support::occurrences::{LONG, claim, claimed, end};
 use crate::support::ports::redis_ledger;
-use crate::support::{redis_url, scoped};
+use crate::support::{TestEnv, redis_url, scoped};
+
+/// The test's Redis ledger, a connection of its own to look at (or break) the keys the
+/// ledger writes, and the names of those keys.
+async fn ledger_and_keys(env: &TestEnv) -> (RedisLedger, cronq_redis::RedisConn, Names) {
+    (
+        redis_ledger(env).await,
+        cronq_redis::connect(&redis_url()).await.unwrap(),
+        Names::new(&Namespace::new(&env.namespace).unwrap()),
+    )
+}
 
 /// The stored message lives apart from the record, so a record stays a small
 /// listpack-encoded hash for its whole retention (one long field would turn it into a
@@ -16,9 +27,7 @@ use crate::support::{redis_url, scoped};
 #[tokio::test]
 async fn ledger_redis_records_stay_compact() {
     scoped("ledger_redis_records_stay_compact", |env| async move {
-        let ledger = redis_ledger(&env).await;
-        let mut conn = cronq_redis::connect(&redis_url()).await.unwrap();
-        let names = Names::new(&Namespace::new(&env.namespace).unwrap());
+        let (ledger, mut conn, names) = ledger_and_keys(&env).await;
         let c = claim("compact", 1, 1, Overlap::Allow, LONG);
         let key = c.key.to_string();
         let (record, body) = (
@@ -94,9 +103,7 @@ async fn ledger_redis_records_stay_compact() {
 #[tokio::test]
 async fn ledger_redis_reaps_a_claim_stored_by_an_older_consumer() {
     scoped("ledger_redis_reaps_old_claim", |env| async move {
-        let ledger = redis_ledger(&env).await;
-        let mut conn = cronq_redis::connect(&redis_url()).await.unwrap();
-        let names = Names::new(&Namespace::new(&env.namespace).unwrap());
+        let (ledger, mut conn, names) = ledger_and_keys(&env).await;
         let c = claim("upgrade", 1, 1, Overlap::Allow, LONG);
         let key = c.key.to_string();
         // The old layout, with a lease that ran out a second ago.
@@ -144,9 +151,7 @@ async fn ledger_redis_reaps_a_claim_stored_by_an_older_consumer() {
 #[tokio::test]
 async fn ledger_redis_calls_made_together_answer_each_alone() {
     scoped("ledger_redis_calls_together", |env| async move {
-        let ledger = redis_ledger(&env).await;
-        let mut conn = cronq_redis::connect(&redis_url()).await.unwrap();
-        let names = Names::new(&Namespace::new(&env.namespace).unwrap());
+        let (ledger, mut conn, names) = ledger_and_keys(&env).await;
         let bad = claim("together", 99, 1, Overlap::Allow, LONG);
         let () = redis::cmd("SET")
             .arg(names.redis_key(&["occ", &bad.key.to_string()]))

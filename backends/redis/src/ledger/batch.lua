@@ -1,5 +1,4 @@
--- Prepended to claim.lua and complete.lua (and settle.lua, which does not use it): one call
--- of a batch, see ledger/batch.rs.
+-- Prepended to claim.lua and complete.lua: one call of a batch, see ledger/batch.rs.
 
 -- Runs `fn(keys, args)`, one call of a batch, and returns its reply; a call whose own key
 -- holds another type answers {"error", why} and leaves the others of its batch to run. Any

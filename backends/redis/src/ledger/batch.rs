@@ -63,13 +63,9 @@ impl Batcher {
         let first = {
             let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
             let first = open.is_none();
-            let batch = open.get_or_insert_with(|| {
-                let mut call = Call::new(&self.script, 1);
-                call.key(&self.leases_key);
-                Open {
-                    cmd: call.into_cmd(),
-                    waiters: Vec::new(),
-                }
+            let batch = open.get_or_insert_with(|| Open {
+                cmd: self.start(),
+                waiters: Vec::new(),
             });
             fill(&mut batch.cmd);
             batch.waiters.push(tx);
@@ -90,9 +86,7 @@ impl Batcher {
     /// Runs one call alone, unguarded (no `WAIT` for replicas): for a write no guarantee
     /// rests on.
     pub(super) async fn call_alone(&self, conn: &RedisConn, fill: impl FnOnce(&mut Cmd)) -> Reply {
-        let mut call = Call::new(&self.script, 1);
-        call.key(&self.leases_key);
-        let mut cmd = call.into_cmd();
+        let mut cmd = self.start();
         fill(&mut cmd);
         let replies: Vec<Value> = Call::of(&self.script, cmd)
             .query(&mut conn.clone())
@@ -102,6 +96,13 @@ impl Batcher {
             Ok([reply]) => one(reply),
             Err(replies) => Err(refused(format!("{} replies to 1 call", replies.len()))),
         }
+    }
+
+    /// A script call with no call in it yet: `EVALSHA`, the script, its one key.
+    fn start(&self) -> Cmd {
+        let mut call = Call::new(&self.script, 1);
+        call.key(&self.leases_key);
+        call.into_cmd()
     }
 
     /// Sends the batch gathered by now, and hands each call its reply.

@@ -2,7 +2,7 @@
 -- by a newer one), unless it is already terminal, running under a live lease, or the
 -- message is a stale attempt. With run fields, the run is appended to the history in the
 -- same step. A waiting occurrence leaves its job's wait list; when the job lock is free, the
--- earliest waiter left is given its turn. Prepended: clock.lua, history.lua, wait.lua, batch.lua.
+-- earliest waiter left is given its turn. Prepended: clock.lua, history.lua, wait.lua.
 -- KEYS[1] record hash   KEYS[2] lease zset   KEYS[3] run history stream   KEYS[4] message body
 -- KEYS[5] job lock   KEYS[6] wait list
 -- ARGV[1] key   ARGV[2] job   ARGV[3] attempt   ARGV[4] state   ARGV[5] error ('' = none)
@@ -11,8 +11,8 @@
 -- ARGV[10] history MAXLEN   ARGV[11] history MINID   ARGV[12..] the run's field values (none: no run), see history.lua
 -- Returns {1 [, woken key, woken queue, woken body]}, or {0} when the record already says
 -- otherwise.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_s = server_now()
+local now = tonumber(now_s)
 local attempt = tonumber(ARGV[3])
 local rec = redis.call('HMGET', KEYS[1], 'state', 'attempt', 'lease_until', 'next')
 local st = rec[1]
@@ -28,7 +28,7 @@ if st then
   end
 end
 redis.call('HSET', KEYS[1], 'state', ARGV[4], 'attempt', attempt, 'job', ARGV[2],
-  'token', '', 'updated', now)
+  'token', '', 'updated', now_s)
 redis.call('DEL', KEYS[4])
 if ARGV[5] ~= '' then
   redis.call('HSET', KEYS[1], 'error', ARGV[5])
