@@ -72,14 +72,63 @@ pub struct Occurrence {
     /// The publishing leader's epoch (fencing token); 0 when not published by a leader.
     #[serde(default)]
     pub epoch: u64,
-    /// When this copy was published.
-    pub published_at: DateTime<Utc>,
     /// The instant after which the occurrence must not start (`missed`), if any.
     #[serde(default)]
     pub deadline: Option<DateTime<Utc>>,
     /// The error of the previous attempt, carried along retries for the dead-letter record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// When this copy was published. The last field on the wire: [`Encoded`] stamps it
+    /// onto a body encoded ahead.
+    pub published_at: DateTime<Utc>,
+}
+
+/// An occurrence encoded ahead of its publishing but for its `published_at`, which
+/// [`Encoded::stamp`] writes when the publishing starts: the producer encodes what is
+/// due while it waits for the instant, and the stamp stays the instant the publishing
+/// began (`producer/src/scheduler.rs`).
+#[derive(Debug, Clone)]
+pub struct Encoded {
+    /// The body up to and including `"published_at":`, its last field.
+    head: Vec<u8>,
+}
+
+impl Encoded {
+    /// Encodes `occ` but for its `published_at`.
+    pub fn new(occ: &Occurrence) -> Self {
+        let mut head = occ.encode();
+        // The body ends with the stamp and the closing brace.
+        let tail = Stamp::new(occ.published_at).text.len() + 1;
+        head.truncate(head.len() - tail);
+        debug_assert!(head.ends_with(br#""published_at":"#));
+        Self { head }
+    }
+
+    /// The body of the occurrence published at `stamp`: byte for byte what
+    /// [`Occurrence::encode`] gives for it.
+    pub fn stamp(&self, stamp: &Stamp) -> Vec<u8> {
+        let mut body = Vec::with_capacity(self.head.len() + stamp.text.len() + 1);
+        body.extend_from_slice(&self.head);
+        body.extend_from_slice(&stamp.text);
+        body.push(b'}');
+        body
+    }
+}
+
+/// A `published_at` as a body carries it, written once for every body of a batch
+/// ([`Encoded::stamp`]).
+#[derive(Debug, Clone)]
+pub struct Stamp {
+    text: Vec<u8>,
+}
+
+impl Stamp {
+    /// The stamp of `at`.
+    pub fn new(at: DateTime<Utc>) -> Self {
+        Self {
+            text: serde_json::to_vec(&at).expect("an instant always serialises"),
+        }
+    }
 }
 
 /// Why a body was refused; the text goes into the dead-letter record.
@@ -178,6 +227,28 @@ mod tests {
         // Encoded borrowed, byte for byte the owned message's form.
         let owned = serde_json::to_vec(&Message::OccurrenceV1(occ.clone())).unwrap();
         assert_eq!(body, owned);
+    }
+
+    #[test]
+    fn a_body_encoded_ahead_and_stamped_is_the_body_encoded_then() {
+        let mut occ = sample();
+        occ.deadline = Some("2026-11-29T19:31:00Z".parse().unwrap());
+        occ.last_error = Some(r#"exit 3: "published_at":"#.into());
+        for plain in [sample(), occ] {
+            let ahead = Encoded::new(&plain);
+            for at in [
+                "2026-11-29T19:30:00Z",
+                "2026-11-29T19:30:00.001Z",
+                "2026-11-29T19:30:00.123456789Z",
+            ] {
+                let mut stamped = plain.clone();
+                stamped.published_at = at.parse().unwrap();
+                let body = ahead.stamp(&Stamp::new(stamped.published_at));
+                assert_eq!(body, stamped.encode(), "{at}");
+                let decoded = Occurrence::decode(&body).unwrap();
+                assert_eq!(decoded, stamped);
+            }
+        }
     }
 
     #[test]
