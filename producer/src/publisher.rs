@@ -18,9 +18,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use cronq_shared::broker::{Broker, BrokerError, Outgoing};
+use cronq_shared::broker::{Broker, BrokerError, Outgoing, Ready};
 use cronq_shared::message::Trigger;
 use cronq_shared::retry::{Backoff, Retrying, retry};
+use futures_util::future::BoxFuture;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -63,6 +64,43 @@ pub async fn publish_confirmed(
     epoch: u64,
     token: &CancellationToken,
 ) -> Result<(), Abandoned> {
+    confirmed_while_leading(batch, leadership, epoch, token, || {
+        broker.publish_timed(batch)
+    })
+    .await
+}
+
+/// As [`publish_confirmed`] for a batch made ready ahead ([`Broker::ready`]), each
+/// message published at `at`.
+///
+/// # Errors
+/// As [`publish_confirmed`].
+///
+/// # Cancel safety
+/// As [`publish_confirmed`].
+pub async fn publish_ready_confirmed(
+    broker: &Arc<dyn Broker>,
+    ready: &Ready,
+    at: DateTime<Utc>,
+    leadership: &watch::Receiver<Option<Leadership>>,
+    epoch: u64,
+    token: &CancellationToken,
+) -> Result<(), Abandoned> {
+    confirmed_while_leading(ready.messages(), leadership, epoch, token, || {
+        broker.publish_ready(ready, at)
+    })
+    .await
+}
+
+/// The loop of [`publish_confirmed`] and [`publish_ready_confirmed`]: `publish` sends
+/// `batch` and says when each confirm arrived.
+async fn confirmed_while_leading<'a>(
+    batch: &[Outgoing],
+    leadership: &watch::Receiver<Option<Leadership>>,
+    epoch: u64,
+    token: &CancellationToken,
+    mut publish: impl FnMut() -> BoxFuture<'a, Result<Vec<DateTime<Utc>>, BrokerError>>,
+) -> Result<(), Abandoned> {
     if batch.is_empty() {
         return Ok(());
     }
@@ -79,7 +117,7 @@ pub async fn publish_confirmed(
         leadership,
         epoch,
         token,
-        || confirmed(broker, batch),
+        || confirmed(batch.len(), publish()),
         refused,
     )
     .await?;
@@ -156,20 +194,19 @@ where
     }
 }
 
-/// One publish, waited for until confirmed; logged while the confirm is slow. Returns
-/// when each message's confirm arrived.
+/// One publish of `messages`, waited for until confirmed; logged while the confirm is
+/// slow. Returns when each message's confirm arrived.
 async fn confirmed(
-    broker: &Arc<dyn Broker>,
-    batch: &[Outgoing],
+    messages: usize,
+    publish: impl Future<Output = Result<Vec<DateTime<Utc>>, BrokerError>>,
 ) -> Result<Vec<DateTime<Utc>>, BrokerError> {
     let started = Instant::now();
-    let publish = broker.publish_timed(batch);
     tokio::pin!(publish);
     loop {
         tokio::select! {
             done = &mut publish => return done,
             () = tokio::time::sleep(CONFIRM_SLOW) => warn!(
-                messages = batch.len(),
+                messages,
                 elapsed_ms = started.elapsed().as_millis() as u64,
                 "publish not confirmed yet, still waiting",
             ),

@@ -30,7 +30,7 @@ use tracing::{debug, info, warn};
 const CONTROL_POLL: Duration = Duration::from_secs(1);
 
 use crate::leader::{Leadership, lost};
-use crate::publisher::{Abandoned, publish_confirmed, while_leading};
+use crate::publisher::{Abandoned, publish_confirmed, publish_ready_confirmed, while_leading};
 use crate::term::{Cursor, Leading};
 
 /// How long before a fire instant the leader wakes to work out what is due and build its
@@ -188,11 +188,13 @@ impl Scheduler {
     /// once (the broker confirms a pipelined burst sooner than the same messages batch
     /// after batch: the precision bench), then commits the cursors of them all. Entered up
     /// to [`PREPARE_AHEAD`] before the instant: what is due is worked out and its messages
-    /// built first, then it waits for the instant (1 ms past it: wall clock and monotonic
-    /// clock may disagree slightly), so that only the publishing is left then; nothing is
-    /// published before its instant. Should one batch be abandoned, no cursor moves: the
-    /// next leader publishes the confirmed ones again, and the consumers' idempotency
-    /// records acknowledge those copies without running them.
+    /// built for the wire first ([`Broker::ready`]: encoded, with their properties), then
+    /// it waits for the instant (1 ms past it: wall clock and monotonic clock may disagree
+    /// slightly), so that only stamping `published_at` (the instant the publishing starts,
+    /// which the run history's publish lateness is read from) and sending are left then;
+    /// nothing is published before its instant. Should one batch be abandoned, no cursor
+    /// moves: the next leader publishes the confirmed ones again, and the consumers'
+    /// idempotency records acknowledge those copies without running them.
     async fn fire(
         &mut self,
         lead: &mut Leading,
@@ -204,24 +206,22 @@ impl Scheduler {
         };
         let due = lead.take_due(instant.max(Utc::now()));
         let (messages, cursors): (Vec<Option<Outgoing>>, Vec<Cursor>) = due.into_iter().unzip();
-        let mut messages: Vec<Outgoing> = messages.into_iter().flatten().collect();
+        let mut messages = messages.into_iter().flatten().peekable();
+        let mut batches = Vec::new();
+        while messages.peek().is_some() {
+            let batch = messages.by_ref().take(PUBLISH_BATCH).collect();
+            batches.push(self.broker.ready(batch));
+        }
         let publish_at = instant + chrono::TimeDelta::milliseconds(1);
         if let Ok(wait) = (publish_at - Utc::now()).to_std()
             && token.run_until_cancelled(sleep(wait)).await.is_none()
         {
             return Err(Abandoned::Cancelled);
         }
-        // Stamped when the publishing starts, not when the messages were built: the run
-        // history's publish lateness (the dashboard's job page) is read from it.
         let now = Utc::now();
-        for m in &mut messages {
-            m.occurrence.published_at = now;
-        }
-        futures_util::future::try_join_all(
-            messages.chunks(PUBLISH_BATCH).map(|batch| {
-                publish_confirmed(&self.broker, batch, &self.leadership, epoch, token)
-            }),
-        )
+        futures_util::future::try_join_all(batches.iter().map(|batch| {
+            publish_ready_confirmed(&self.broker, batch, now, &self.leadership, epoch, token)
+        }))
         .await?;
         lead.uncommitted.cursors.extend(cursors);
         self.commit(lead).await

@@ -20,8 +20,10 @@
 //! delivery limit (`cronq_rabbitmq::topology::DELIVERY_LIMIT`; a poison message), with the
 //! reason `delivery limit reached in queue Q`.
 
+use std::any::Any;
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -113,6 +115,71 @@ impl std::fmt::Debug for Delivery {
             .field("bytes", &self.body.len())
             .field("redelivered", &self.redelivered)
             .finish()
+    }
+}
+
+/// A batch made ready for the wire ahead of its publishing ([`Broker::ready`]), so that
+/// when its instant comes only stamping `published_at` and sending are left: the leader
+/// builds the batch due at its next fire while it waits for it
+/// (`producer/src/scheduler.rs`).
+pub struct Ready {
+    messages: Vec<Outgoing>,
+    /// What the broker built ahead, in its own form, until its first publish takes it;
+    /// `None` when it built nothing.
+    wire: Mutex<Option<Box<dyn Any + Send>>>,
+}
+
+impl Ready {
+    /// `messages` with nothing built ahead: they are encoded when published.
+    pub fn plain(messages: Vec<Outgoing>) -> Self {
+        Self {
+            messages,
+            wire: Mutex::new(None),
+        }
+    }
+
+    /// `messages` with what a broker built ahead for them, which only it reads
+    /// ([`Ready::take_wire`]).
+    pub fn with_wire<W: Any + Send>(messages: Vec<Outgoing>, wire: W) -> Self {
+        Self {
+            messages,
+            wire: Mutex::new(Some(Box::new(wire))),
+        }
+    }
+
+    /// The messages (their `published_at` as built; the publish stamps its own).
+    pub fn messages(&self) -> &[Outgoing] {
+        &self.messages
+    }
+
+    /// What was built ahead, if it was built as a `W` and no publish took it yet (a
+    /// publish tried again builds its messages anew).
+    pub fn take_wire<W: Any>(&self) -> Option<W> {
+        let mut wire = self.wire.lock().unwrap_or_else(PoisonError::into_inner);
+        match wire.take()?.downcast::<W>() {
+            Ok(built) => Some(*built),
+            Err(other) => {
+                *wire = Some(other);
+                None
+            }
+        }
+    }
+
+    /// The messages published at `at`.
+    pub fn stamped(&self, at: DateTime<Utc>) -> Vec<Outgoing> {
+        let mut messages = self.messages.clone();
+        for m in &mut messages {
+            m.occurrence.published_at = at;
+        }
+        messages
+    }
+}
+
+impl std::fmt::Debug for Ready {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ready")
+            .field("messages", &self.messages.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -307,6 +374,27 @@ pub trait Broker: Send + Sync + 'static {
     async fn publish_timed(&self, batch: &[Outgoing]) -> Result<Vec<DateTime<Utc>>, BrokerError> {
         self.publish(batch).await?;
         Ok(vec![Utc::now(); batch.len()])
+    }
+
+    /// Builds ahead of its publishing what publishing `messages` needs but their
+    /// `published_at` (encoded bodies, message properties), for [`Broker::publish_ready`]
+    /// to send later. By default nothing is built ahead. A message the broker could not
+    /// take is left to be refused when published.
+    fn ready(&self, messages: Vec<Outgoing>) -> Ready {
+        Ready::plain(messages)
+    }
+
+    /// As [`Broker::publish_timed`] for a batch made [`Broker::ready`], each message
+    /// published at `at`.
+    ///
+    /// # Errors
+    /// As [`Broker::publish`].
+    async fn publish_ready(
+        &self,
+        ready: &Ready,
+        at: DateTime<Utc>,
+    ) -> Result<Vec<DateTime<Utc>>, BrokerError> {
+        self.publish_timed(&ready.stamped(at)).await
     }
 
     /// Subscribes to `queues` (declaring them) with at most `prefetch` unsettled

@@ -47,11 +47,12 @@ use self::nodes::{Node, no_answer};
 use self::tasks::Tasks;
 use crate::headers::{dead_letter_properties, occurrence_properties};
 use crate::topology::{Replication, quantize_delay, short};
-use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing, Pick};
+use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing, Pick, Ready};
 use cronq_shared::endpoints::{CONNECT_TIMEOUT, Tls};
+use cronq_shared::message::{Encoded, Stamp};
 use cronq_shared::names::{Names, QueueName};
 use cronq_shared::retry::{GaveUp, retry};
-use cronq_shared::signing::Keyring;
+use cronq_shared::signing::{Keyring, seal_with};
 
 pub use self::depths::Depth;
 pub use self::link::RECONNECT;
@@ -78,6 +79,28 @@ struct Prepared {
     routing_key: ShortString,
     body: Vec<u8>,
     properties: BasicProperties,
+}
+
+/// A message built ahead but for its `published_at` ([`Broker::ready`]).
+struct Ahead {
+    key: String,
+    exchange: ShortString,
+    routing_key: ShortString,
+    body: Encoded,
+    properties: BasicProperties,
+}
+
+impl Ahead {
+    /// The message published at `at`, sealed when there is a keyring.
+    fn into_prepared(self, at: &Stamp, keyring: Option<&Keyring>) -> Prepared {
+        Prepared {
+            key: self.key,
+            exchange: self.exchange,
+            routing_key: self.routing_key,
+            body: seal_with(keyring, self.body.stamp(at)),
+            properties: self.properties,
+        }
+    }
 }
 
 /// A RabbitMQ broker for one namespace. Cheap to clone: clones share the connection.
@@ -290,7 +313,8 @@ impl AmqpBroker {
         tried.unwrap_or_else(|gave_up| Err(gave_up.into_last()))
     }
 
-    fn prepare(&self, out: &Outgoing) -> Result<Prepared, BrokerError> {
+    /// Builds `out` for the wire but for its `published_at`.
+    fn ahead(&self, out: &Outgoing) -> Result<Ahead, BrokerError> {
         let names = &self.inner.names;
         let delay = quantize_delay(out.delay);
         let (exchange, delay_ms) = if delay.is_zero() {
@@ -298,13 +322,53 @@ impl AmqpBroker {
         } else {
             (names.delay_exchange(), Some(delay.as_millis()))
         };
-        Ok(Prepared {
+        Ok(Ahead {
             key: out.occurrence.key.to_string(),
             exchange: short("publish", exchange)?,
             routing_key: short("publish", out.queue.as_str())?,
-            body: out.body(self.keyring.as_deref()),
+            body: Encoded::new(&out.occurrence),
             properties: occurrence_properties(&out.occurrence, delay_ms)?,
         })
+    }
+
+    fn prepare(&self, out: &Outgoing) -> Result<Prepared, BrokerError> {
+        Ok(self.ahead(out)?.into_prepared(
+            &Stamp::new(out.occurrence.published_at),
+            self.keyring.as_deref(),
+        ))
+    }
+
+    /// Publishes `batch`, each message built for the wire by `message`, until confirmed
+    /// or refused; returns when each confirm arrived.
+    async fn publish_built(
+        &self,
+        batch: &[Outgoing],
+        message: impl Fn(usize) -> Result<Prepared, BrokerError>,
+    ) -> Result<Vec<DateTime<Utc>>, BrokerError> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let one_key = match batch {
+            [one] => one.occurrence.key.to_string(),
+            _ => String::new(),
+        };
+        let about = match batch {
+            [one] => About {
+                job: one.occurrence.job.as_str(),
+                key: &one_key,
+                messages: 1,
+            },
+            _ => About {
+                messages: batch.len(),
+                ..About::default()
+            },
+        };
+        let message = &message;
+        self.retrying("publish", &about, |link| async move {
+            self.prepare_delays(&link, batch).await?;
+            self.send(&link, batch.len(), message).await
+        })
+        .await
     }
 
     /// Declares the delay queues a batch needs (once per process), and checks that
@@ -556,28 +620,40 @@ impl Broker for AmqpBroker {
     }
 
     async fn publish_timed(&self, batch: &[Outgoing]) -> Result<Vec<DateTime<Utc>>, BrokerError> {
-        if batch.is_empty() {
-            return Ok(Vec::new());
+        self.publish_built(batch, |i| self.prepare(&batch[i])).await
+    }
+
+    fn ready(&self, messages: Vec<Outgoing>) -> Ready {
+        match messages.iter().map(|m| self.ahead(m)).collect() {
+            Ok(ahead) => Ready::with_wire::<Vec<Ahead>>(messages, ahead),
+            // Refused with its error when published.
+            Err(_) => Ready::plain(messages),
         }
-        let one_key = match batch {
-            [one] => one.occurrence.key.to_string(),
-            _ => String::new(),
+    }
+
+    async fn publish_ready(
+        &self,
+        ready: &Ready,
+        at: DateTime<Utc>,
+    ) -> Result<Vec<DateTime<Utc>>, BrokerError> {
+        let Some(ahead) = ready.take_wire::<Vec<Ahead>>() else {
+            return self.publish_timed(&ready.stamped(at)).await;
         };
-        let about = match batch {
-            [one] => About {
-                job: one.occurrence.job.as_str(),
-                key: &one_key,
-                messages: 1,
-            },
-            _ => About {
-                messages: batch.len(),
-                ..About::default()
-            },
-        };
-        self.retrying("publish", &about, |link| async move {
-            self.prepare_delays(&link, batch).await?;
-            self.send(&link, batch.len(), |i| self.prepare(&batch[i]))
-                .await
+        // The first try sends what was built ahead; a try again builds anew.
+        let ahead = Mutex::new(ahead.into_iter().map(Some).collect::<Vec<_>>());
+        let batch = ready.messages();
+        let (stamp, keyring) = (Stamp::new(at), self.keyring.as_deref());
+        self.publish_built(batch, |i| {
+            let built = ahead
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get_mut(i)
+                .and_then(Option::take);
+            let built = match built {
+                Some(built) => built,
+                None => self.ahead(&batch[i])?,
+            };
+            Ok(built.into_prepared(&stamp, keyring))
         })
         .await
     }

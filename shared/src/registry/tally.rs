@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::Counter;
-use crate::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing, Pick};
+use crate::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing, Pick, Ready};
 use crate::key::OccurrenceKey;
 use crate::ledger::{
     Claim, ClaimOutcome, End, Ended, Heartbeat, Lease, Ledger, Orphan, Settle, State,
@@ -82,6 +82,21 @@ impl Broker for CountingBroker {
     ) -> Result<Vec<chrono::DateTime<chrono::Utc>>, BrokerError> {
         let confirmed = self.inner.publish_timed(batch).await?;
         self.tally.add(Counter::Published, batch.len() as u64);
+        Ok(confirmed)
+    }
+
+    fn ready(&self, messages: Vec<Outgoing>) -> Ready {
+        self.inner.ready(messages)
+    }
+
+    async fn publish_ready(
+        &self,
+        ready: &Ready,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<chrono::DateTime<chrono::Utc>>, BrokerError> {
+        let confirmed = self.inner.publish_ready(ready, at).await?;
+        self.tally
+            .add(Counter::Published, ready.messages().len() as u64);
         Ok(confirmed)
     }
 

@@ -179,6 +179,37 @@ broker_suite!(
     later_acks_leave_an_earlier_delivery_suite
 );
 
+/// A batch made ready ahead goes out stamped with the instant given when it is published,
+/// each confirm timed; published again (as the leader's retry does once the first try
+/// took what was built ahead), it goes out again, stamped anew.
+pub async fn ready_publish_suite<B: Broker>(broker: &B, q: &QueueName) {
+    declare(broker, &[q]).await;
+    let batch: Vec<Outgoing> = (0..3).map(|i| outgoing(q, "ready", i)).collect();
+    let ready = broker.ready(batch.clone());
+    assert_eq!(ready.messages().len(), 3);
+    let (mut rx, token) = subscribe(broker, q, 8).await;
+    for at in ["2026-11-29T10:00:00.001Z", "2026-11-29T10:00:02.5Z"] {
+        let at: DateTime<Utc> = at.parse().unwrap();
+        let before = Utc::now();
+        let confirmed = broker.publish_ready(&ready, at).await.unwrap();
+        assert_eq!(confirmed.len(), 3);
+        assert!(
+            confirmed.iter().all(|c| *c >= before && *c <= Utc::now()),
+            "{confirmed:?}"
+        );
+        for expected in &batch {
+            let d = next(&mut rx).await;
+            let mut stamped = expected.occurrence.clone();
+            stamped.published_at = at;
+            assert_eq!(Occurrence::decode(&d.body).unwrap(), stamped);
+            d.acker.ack().await.unwrap();
+        }
+    }
+    token.cancel();
+}
+
+broker_suite!(ready_publish, "brk-ready", ready_publish_suite);
+
 pub async fn delayed_publish_suite<B: Broker>(broker: &B, q: &QueueName) {
     declare(broker, &[q]).await;
     let delay = Duration::from_millis(1500);
@@ -210,7 +241,7 @@ pub async fn delayed_publish_suite<B: Broker>(broker: &B, q: &QueueName) {
 broker_suite!(delayed_publish, "brk-delayed", delayed_publish_suite);
 
 /// With a keyring, every message the broker publishes is sealed by its signing key: at
-/// once, after a delay, and a replayed dead letter.
+/// once, made ready ahead, after a delay, and a replayed dead letter.
 async fn sealed_publish(backend: Backend, env: TestEnv) {
     let ring = Keyring::parse("k2:0123456789abcdef0123", KeySource::Variable).unwrap();
     let broker = ports::signing_broker(backend, &env, Some(Arc::new(ring.clone()))).await;
@@ -219,6 +250,8 @@ async fn sealed_publish(backend: Backend, env: TestEnv) {
     let mut late = outgoing(q, "sealed", 2);
     late.delay = Duration::from_millis(1500);
     b.publish(&[outgoing(q, "sealed", 1), late]).await.unwrap();
+    let ready = b.ready(vec![outgoing(q, "sealed", 4)]);
+    b.publish_ready(&ready, Utc::now()).await.unwrap();
     b.dead_letter(&letter(q, 3, "failed")).await.unwrap();
     let replayed = b
         .replay(&|l: &DeadLetter| match Occurrence::decode(&l.body) {
@@ -234,13 +267,13 @@ async fn sealed_publish(backend: Backend, env: TestEnv) {
     assert_eq!(replayed, 1);
     let (mut rx, token) = subscribe(b, q, 4).await;
     let mut keys = BTreeSet::new();
-    for _ in 0..3 {
+    for _ in 0..4 {
         let d = next(&mut rx).await;
         let inner = ring.open(&d.body).expect("sealed by the broker's key");
         keys.insert(Occurrence::decode(inner).unwrap().key.to_string());
         d.acker.ack().await.unwrap();
     }
-    let expected: BTreeSet<String> = [("sealed", 1), ("sealed", 2), ("dead", 3)]
+    let expected: BTreeSet<String> = [("sealed", 1), ("sealed", 2), ("dead", 3), ("sealed", 4)]
         .iter()
         .map(|(job, i)| occurrence(job, *i).key.to_string())
         .collect();
@@ -385,6 +418,12 @@ pub async fn unroutable_is_an_error_suite<B: Broker>(
         .await
         .unwrap_err();
     match err {
+        BrokerError::NotConfirmed { key, .. } => assert_eq!(key, out.occurrence.key.to_string()),
+        other => panic!("expected NotConfirmed, got {other:?}"),
+    }
+    // Made ready ahead, it is refused when published.
+    let ready = broker.ready(vec![outgoing(q, "routable", 2), out.clone()]);
+    match broker.publish_ready(&ready, Utc::now()).await.unwrap_err() {
         BrokerError::NotConfirmed { key, .. } => assert_eq!(key, out.occurrence.key.to_string()),
         other => panic!("expected NotConfirmed, got {other:?}"),
     }
