@@ -325,9 +325,11 @@ enum BurstShape {
     Bare,
     /// cronq's own messages: each job's occurrence of that second, encoded (sealed with
     /// `CRONQ_SIGNING_KEY` when it is set) and with the properties and headers the
-    /// producer sends, `mandatory` as the producer publishes: the same bytes for the
-    /// broker to store and confirm, with no cronq logic between the instant and the
-    /// publish (the bodies are built before the second comes).
+    /// producer sends, `mandatory` as the producer publishes, through the namespace's
+    /// exchange into the job queue as cronq declares it (quorum, delivery limit,
+    /// at-least-once dead-lettering): the same bytes on the same path for the broker to
+    /// route, store and confirm, with no cronq logic between the instant and the publish
+    /// (the bodies are built before the second comes).
     Cronq,
 }
 
@@ -341,22 +343,42 @@ async fn burst_baseline(
     shape: BurstShape,
 ) -> anyhow::Result<Vec<f64>> {
     let conn = env.amqp().await?;
-    let queue = env.raw_queue(match shape {
-        BurstShape::Bare => "burst",
-        BurstShape::Cronq => "burst-shaped",
-    });
     let ch = crate::raw::confirm_channel(&conn).await?;
-    crate::raw::declare_quorum(&ch, &queue).await?;
-    let token = CancellationToken::new();
-    let drain = {
-        let (ch, q, t) = (conn.create_channel().await?, queue.clone(), token.clone());
-        tokio::spawn(async move { crate::raw::observe(ch, &q, t, |_| {}).await })
-    };
     let config = Config::from_toml(
         &crate::workload::every_second("p", jobs, crate::workload::Shape::default()),
         Path::new("bench-precision.toml"),
     )
     .context("while building the precision config")?;
+    // Where the burst goes (exchange, routing key) and the queue drained behind it.
+    let (exchange, routing_key, queue) = match shape {
+        BurstShape::Bare => {
+            let queue = env.raw_queue("burst");
+            crate::raw::declare_quorum(&ch, &queue).await?;
+            (String::new(), queue.clone(), queue)
+        }
+        BurstShape::Cronq => {
+            let names = env.names();
+            let queues = config.queues();
+            let broker = AmqpBroker::connect(&env.endpoints.amqp_url, names.clone()).await?;
+            broker.declare(&queues).await?;
+            broker.close().await;
+            let logical = queues
+                .first()
+                .context("the precision config has no queue")?
+                .clone();
+            env.track_queue(&logical);
+            (
+                names.exchange(),
+                logical.as_str().to_owned(),
+                names.queue(&logical),
+            )
+        }
+    };
+    let token = CancellationToken::new();
+    let drain = {
+        let (ch, q, t) = (conn.create_channel().await?, queue.clone(), token.clone());
+        tokio::spawn(async move { crate::raw::observe(ch, &q, t, |_| {}).await })
+    };
     let keyring = env.endpoints.keyring.clone();
     let options = lapin::options::BasicPublishOptions {
         mandatory: shape == BurstShape::Cronq,
@@ -387,8 +409,8 @@ async fn burst_baseline(
             for (body, properties) in &messages {
                 confirms.push(
                     ch.basic_publish(
-                        "".into(),
-                        queue.as_str().into(),
+                        exchange.as_str().into(),
+                        routing_key.as_str().into(),
                         options,
                         body,
                         properties.clone(),
