@@ -356,6 +356,7 @@ async fn burst_baseline(
             crate::raw::declare_quorum(&ch, &queue).await?;
             (String::new(), queue.clone(), queue)
         }
+        // The queue `measure` declared, and tracked for deletion, in the same namespace.
         BurstShape::Cronq => {
             let names = env.names();
             let queues = config.queues();
@@ -366,7 +367,6 @@ async fn burst_baseline(
                 .first()
                 .context("the precision config has no queue")?
                 .clone();
-            env.track_queue(&logical);
             (
                 names.exchange(),
                 logical.as_str().to_owned(),

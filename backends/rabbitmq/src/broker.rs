@@ -313,8 +313,11 @@ impl AmqpBroker {
         tried.unwrap_or_else(|gave_up| Err(gave_up.into_last()))
     }
 
-    /// Builds `out` for the wire but for its `published_at`.
-    fn ahead(&self, out: &Outgoing) -> Result<Ahead, BrokerError> {
+    /// Where `out` goes (exchange, routing key) and its properties.
+    fn route(
+        &self,
+        out: &Outgoing,
+    ) -> Result<(ShortString, ShortString, BasicProperties), BrokerError> {
         let names = &self.inner.names;
         let delay = quantize_delay(out.delay);
         let (exchange, delay_ms) = if delay.is_zero() {
@@ -322,20 +325,35 @@ impl AmqpBroker {
         } else {
             (names.delay_exchange(), Some(delay.as_millis()))
         };
+        Ok((
+            short("publish", exchange)?,
+            short("publish", out.queue.as_str())?,
+            occurrence_properties(&out.occurrence, delay_ms)?,
+        ))
+    }
+
+    /// Builds `out` for the wire but for its `published_at`.
+    fn ahead(&self, out: &Outgoing) -> Result<Ahead, BrokerError> {
+        let (exchange, routing_key, properties) = self.route(out)?;
         Ok(Ahead {
             key: out.occurrence.key.to_string(),
-            exchange: short("publish", exchange)?,
-            routing_key: short("publish", out.queue.as_str())?,
+            exchange,
+            routing_key,
             body: Encoded::new(&out.occurrence),
-            properties: occurrence_properties(&out.occurrence, delay_ms)?,
+            properties,
         })
     }
 
+    /// Builds `out` for the wire as it is.
     fn prepare(&self, out: &Outgoing) -> Result<Prepared, BrokerError> {
-        Ok(self.ahead(out)?.into_prepared(
-            &Stamp::new(out.occurrence.published_at),
-            self.keyring.as_deref(),
-        ))
+        let (exchange, routing_key, properties) = self.route(out)?;
+        Ok(Prepared {
+            key: out.occurrence.key.to_string(),
+            exchange,
+            routing_key,
+            body: out.body(self.keyring.as_deref()),
+            properties,
+        })
     }
 
     /// Publishes `batch`, each message built for the wire by `message`, until confirmed
