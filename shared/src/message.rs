@@ -6,8 +6,12 @@
 //! A signed body (`"kind": "signed.v1"`, [`crate::signing`]) decodes to the occurrence it
 //! seals; checking its signature is the consumer's, before it decodes.
 
+use std::fmt;
+
 use chrono::{DateTime, FixedOffset, Utc};
-use serde::{Deserialize, Serialize};
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::key::{OccurrenceKey, Slot};
 use crate::names::JobName;
@@ -16,12 +20,92 @@ use crate::names::JobName;
 pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 
 /// Every message kind cronq puts on the wire.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind")]
 pub enum Message {
     /// Version 1 of an occurrence.
     #[serde(rename = "occurrence.v1")]
     OccurrenceV1(Occurrence),
+}
+
+/// The `kind`s a body can have: an unknown one is refused by name.
+#[derive(Deserialize)]
+enum Kind {
+    #[serde(rename = "occurrence.v1")]
+    OccurrenceV1,
+}
+
+/// Decoded in one pass when `kind` comes first, as cronq writes it: the rest of the object
+/// is read straight into the occurrence. serde's derive for an internally tagged enum would
+/// buffer every field first to find the tag wherever it is, about 40 % of a decode
+/// (`docs/benchmarks.md`, throughput). A body whose `kind` comes later (another writer)
+/// takes the slow path: its fields are buffered, then read.
+impl<'de> Deserialize<'de> for Message {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(MessageVisitor)
+    }
+}
+
+struct MessageVisitor;
+
+impl<'de> Visitor<'de> for MessageVisitor {
+    type Value = Message;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a cronq message: an object with a \"kind\"")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Message, A::Error> {
+        let first = map
+            .next_key::<FirstKey>()?
+            .ok_or_else(|| de::Error::missing_field("kind"))?;
+        let first = match first {
+            FirstKey::Kind => {
+                let Kind::OccurrenceV1 = map.next_value()?;
+                let occ = Occurrence::deserialize(MapAccessDeserializer::new(map))?;
+                return Ok(Message::OccurrenceV1(occ));
+            }
+            FirstKey::Other(name) => name,
+        };
+        let mut fields = serde_json::Map::new();
+        fields.insert(first, map.next_value()?);
+        while let Some((name, value)) = map.next_entry::<String, serde_json::Value>()? {
+            fields.insert(name, value);
+        }
+        let kind = fields
+            .remove("kind")
+            .ok_or_else(|| de::Error::missing_field("kind"))?;
+        let Kind::OccurrenceV1 = Kind::deserialize(kind).map_err(de::Error::custom)?;
+        let occ = Occurrence::deserialize(serde_json::Value::Object(fields))
+            .map_err(de::Error::custom)?;
+        Ok(Message::OccurrenceV1(occ))
+    }
+}
+
+/// A message's first field name: `kind`, read without a copy, or another one.
+enum FirstKey {
+    Kind,
+    Other(String),
+}
+
+impl<'de> Deserialize<'de> for FirstKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Name;
+        impl Visitor<'_> for Name {
+            type Value = FirstKey;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_str<E: de::Error>(self, name: &str) -> Result<FirstKey, E> {
+                Ok(if name == "kind" {
+                    FirstKey::Kind
+                } else {
+                    FirstKey::Other(name.to_owned())
+                })
+            }
+        }
+        d.deserialize_identifier(Name)
+    }
 }
 
 /// [`Message`] borrowed, for encoding without copying the occurrence; the same wire form.
@@ -57,8 +141,10 @@ pub struct Occurrence {
     pub job: JobName,
     /// The nominal scheduled instant (jitter never moves it); for a manual trigger, when
     /// it was requested.
+    #[serde(deserialize_with = "rfc3339::utc")]
     pub scheduled_at: DateTime<Utc>,
     /// The same instant in the job's zone (`CRONQ_SCHEDULED_AT`).
+    #[serde(deserialize_with = "rfc3339::fixed")]
     pub scheduled_local: DateTime<FixedOffset>,
     /// The job's IANA zone.
     pub timezone: String,
@@ -73,14 +159,80 @@ pub struct Occurrence {
     #[serde(default)]
     pub epoch: u64,
     /// The instant after which the occurrence must not start (`missed`), if any.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "rfc3339::utc_option")]
     pub deadline: Option<DateTime<Utc>>,
     /// The error of the previous attempt, carried along retries for the dead-letter record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
     /// When this copy was published. The last field on the wire: [`Encoded`] stamps it
     /// onto a body encoded ahead.
+    #[serde(deserialize_with = "rfc3339::utc")]
     pub published_at: DateTime<Utc>,
+}
+
+/// The instants of a body, read with chrono's strict RFC 3339 parser (what every cronq
+/// writes: about a third of the instructions of its lenient one, which serde's support in
+/// chrono uses), falling back to the lenient one for any other spelling.
+mod rfc3339 {
+    use std::fmt;
+
+    use chrono::{DateTime, FixedOffset, Utc};
+    use serde::Deserializer;
+    use serde::de::{self, Visitor};
+
+    struct Instant;
+
+    impl Visitor<'_> for Instant {
+        type Value = DateTime<FixedOffset>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an RFC 3339 date and time")
+        }
+
+        fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
+            DateTime::parse_from_rfc3339(text)
+                .or_else(|_| text.parse())
+                .map_err(E::custom)
+        }
+    }
+
+    pub(super) fn fixed<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<DateTime<FixedOffset>, D::Error> {
+        d.deserialize_str(Instant)
+    }
+
+    pub(super) fn utc<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
+        fixed(d).map(|at| at.with_timezone(&Utc))
+    }
+
+    pub(super) fn utc_option<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<DateTime<Utc>>, D::Error> {
+        struct Maybe;
+
+        impl<'de> Visitor<'de> for Maybe {
+            type Value = Option<DateTime<Utc>>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an RFC 3339 date and time, or null")
+            }
+
+            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(None)
+            }
+
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(None)
+            }
+
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+                utc(d).map(Some)
+            }
+        }
+
+        d.deserialize_option(Maybe)
+    }
 }
 
 /// An occurrence encoded ahead of its publishing but for its `published_at`, which
@@ -249,6 +401,74 @@ mod tests {
                 assert_eq!(decoded, stamped);
             }
         }
+    }
+
+    #[test]
+    fn decodes_a_body_whose_kind_is_not_first() {
+        let occ = sample();
+        let json: serde_json::Value = serde_json::from_slice(&occ.encode()).unwrap();
+        let mut fields: Vec<(String, serde_json::Value)> =
+            json.as_object().unwrap().clone().into_iter().collect();
+        // Another writer's order: `kind` last, then in the middle.
+        fields.sort_by_key(|(name, _)| name == "kind");
+        for at in [fields.len() - 1, fields.len() / 2] {
+            let kind = fields.iter().position(|(name, _)| name == "kind").unwrap();
+            let moved = fields.remove(kind);
+            fields.insert(at, moved);
+            let body = format!(
+                "{{{}}}",
+                fields
+                    .iter()
+                    .map(|(name, value)| format!("{name:?}:{value}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+            assert!(!body.starts_with(r#"{"kind""#), "{body}");
+            assert_eq!(Occurrence::decode(body.as_bytes()).unwrap(), occ, "{body}");
+            let unknown = body.replace("occurrence.v1", "occurrence.v9");
+            assert!(matches!(
+                Occurrence::decode(unknown.as_bytes()),
+                Err(DecodeError::Malformed(_))
+            ));
+        }
+        let without = serde_json::to_vec(&serde_json::Value::Object(
+            fields
+                .into_iter()
+                .filter(|(name, _)| name != "kind")
+                .collect(),
+        ))
+        .unwrap();
+        assert!(matches!(
+            Occurrence::decode(&without),
+            Err(DecodeError::Malformed(_))
+        ));
+        assert!(matches!(
+            Occurrence::decode(b"{}"),
+            Err(DecodeError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn reads_instants_in_any_rfc_3339_spelling() {
+        let mut json: serde_json::Value = serde_json::from_slice(&sample().encode()).unwrap();
+        json["published_at"] = "2026-11-29 19:30:00.5+00:00".into();
+        json["scheduled_local"] = "2026-11-30t03:30:00+08:00".into();
+        json["deadline"] = "2026-11-29T20:30:00+01:00".into();
+        let occ = Occurrence::decode(json.to_string().as_bytes()).unwrap();
+        assert_eq!(
+            occ.published_at,
+            "2026-11-29T19:30:00.500Z".parse::<DateTime<Utc>>().unwrap()
+        );
+        assert_eq!(occ.scheduled_local, sample().scheduled_local);
+        assert_eq!(occ.deadline, Some("2026-11-29T19:30:00Z".parse().unwrap()));
+        json["deadline"] = serde_json::Value::Null;
+        let occ = Occurrence::decode(json.to_string().as_bytes()).unwrap();
+        assert_eq!(occ.deadline, None);
+        json["published_at"] = "yesterday".into();
+        assert!(matches!(
+            Occurrence::decode(json.to_string().as_bytes()),
+            Err(DecodeError::Malformed(_))
+        ));
     }
 
     #[test]
