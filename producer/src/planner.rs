@@ -137,12 +137,15 @@ pub fn jitter(key: &OccurrenceKey, max: Duration) -> Duration {
         return Duration::ZERO;
     }
     // Scale the 64-bit hash onto [0, max): (h * max) >> 64 is < max and spreads evenly.
-    let scaled = (u128::from(fnv1a(&key.to_string())) * nanos) >> 64;
+    let scaled = (u128::from(fnv1a(key.as_str())) * nanos) >> 64;
     Duration::from_nanos(u64::try_from(scaled).unwrap_or(u64::MAX))
 }
 
 /// When the occurrence of `job` scheduled at `at` is published: `at` plus its jitter.
 pub fn fire_at(job: &Job, at: DateTime<Utc>) -> DateTime<Utc> {
+    if job.jitter.is_zero() {
+        return at;
+    }
     let key = OccurrenceKey::scheduled(job.name.clone(), at);
     at + delta(jitter(&key, job.jitter))
 }
