@@ -95,21 +95,45 @@ impl RedisLedger {
         let batched =
             |script: &str| with_history(&[include_str!("ledger/batch.lua"), script].concat());
         let leases_key = names.redis_key(&["leases"]);
+        let record_prefix = names.redis_key(&["occ", ""]);
+        let body_prefix = names.redis_key(&["occbody", ""]);
+        // What every call of a batch of claims or ends shares (claim.lua, complete.lua):
+        // the lease zset and the history stream, then the key prefixes, how long a woken
+        // waiter has, and the history's bounds as of the batch.
+        let shared = {
+            let prefixes = [
+                record_prefix.clone(),
+                body_prefix.clone(),
+                names.redis_key(&["joblock", ""]),
+                names.redis_key(&["jobwait", ""]),
+            ];
+            let (leases_key, history) = (leases_key.clone(), history.clone());
+            Arc::new(move |script: &Script| {
+                let mut call = Call::new(script, 2);
+                call.key(&leases_key).key(history.key());
+                for prefix in &prefixes {
+                    call.arg(prefix);
+                }
+                let (max_runs, min_id) = history.bounds();
+                call.arg(millis(WAKE_RECHECK)).arg(max_runs).arg(min_id);
+                call.into_cmd()
+            })
+        };
         Self {
-            record_prefix: names.redis_key(&["occ", ""]),
-            body_prefix: names.redis_key(&["occbody", ""]),
+            record_prefix,
+            body_prefix,
             conn,
             names,
             history,
             scripts: Scripts {
                 claims: Arc::new(Batcher::new(
                     batched(include_str!("ledger/claim.lua")),
-                    leases_key.clone(),
+                    Arc::clone(&shared) as Arc<batch::Start>,
                 )),
                 heartbeat: Script::new(include_str!("ledger/heartbeat.lua")),
                 completes: Arc::new(Batcher::new(
                     batched(include_str!("ledger/complete.lua")),
-                    leases_key.clone(),
+                    shared,
                 )),
                 settle: with_history(include_str!("ledger/settle.lua")),
                 reap: Script::new(include_str!("ledger/reap.lua")),
@@ -125,7 +149,7 @@ impl RedisLedger {
     /// [`StoreError`] when Redis cannot be reached or the record is unreadable.
     pub async fn record(&self, key: &OccurrenceKey) -> Result<Option<Record>, StoreError> {
         let fields: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
-            .arg(self.record_key(&key.to_string()))
+            .arg(self.record_key(key.as_str()))
             .query_async(&mut self.conn.clone())
             .await
             .map_err(command)?;
@@ -224,26 +248,28 @@ fn unexpected(what: &str) -> StoreError {
 #[async_trait]
 impl Ledger for RedisLedger {
     async fn claim(&self, claim: &Claim) -> Result<ClaimOutcome, StoreError> {
-        let key = claim.key.to_string();
+        let key = claim.key.as_str();
         let token = &claim.token;
         // An exclusive job's lock, wait list and what its waiters need: an `allow` claim
         // sends none of it. The claim goes to Redis in a batch (ledger/batch.rs), as its
         // arguments then its keys (claim.lua).
         let exclusive = claim.overlap != cronq_shared::config::Overlap::Allow;
-        let extra = exclusive.then(|| {
-            // Only a `replace` claim can supersede waiters and append their history
-            // entries: no clock read or formatting for the other policies.
+        // Only a `replace` claim can supersede waiters and append their history entries:
+        // no clock read or formatting for the other policies.
+        let now = exclusive.then(|| {
             if claim.overlap == cronq_shared::config::Overlap::Replace {
-                (chrono::Utc::now().to_rfc3339(), self.history.bounds())
+                chrono::Utc::now().to_rfc3339()
             } else {
-                (String::new(), (0, 0))
+                String::new()
             }
         });
+        // The claim goes to Redis in a batch (ledger/batch.rs), as its arguments alone: the
+        // script makes its keys from its key and job (claim.lua).
         let reply = self
             .scripts
             .claims
             .call(&self.conn, |cmd| {
-                cmd.arg(&key)
+                cmd.arg(key)
                     .arg(claim.job.as_str())
                     .arg(claim.queue.as_str())
                     .arg(claim.attempt)
@@ -253,19 +279,8 @@ impl Ledger for RedisLedger {
                     .arg(overlap_arg(claim.overlap))
                     .arg(&claim.body[..])
                     .arg(claim.scheduled_at.timestamp_millis());
-                if let Some((now, (max_runs, min_id))) = &extra {
-                    cmd.arg(millis(claim.recheck))
-                        .arg(millis(WAKE_RECHECK))
-                        .arg(&claim.consumer)
-                        .arg(now)
-                        .arg(max_runs)
-                        .arg(min_id);
-                }
-                cmd.arg(self.record_key(&key)).arg(self.body_key(&key));
-                if exclusive {
-                    cmd.arg(self.job_lock_key(&claim.job))
-                        .arg(self.wait_key(&claim.job))
-                        .arg(self.history.key());
+                if let Some(now) = &now {
+                    cmd.arg(millis(claim.recheck)).arg(&claim.consumer).arg(now);
                 }
             })
             .await?;
@@ -273,13 +288,13 @@ impl Ledger for RedisLedger {
             return Err(unexpected("an empty reply"));
         };
         match (tag.as_slice(), rest) {
-            (b"claimed", [takeover]) => Ok(ClaimOutcome::Claimed {
+            (b"claimed", [] | [_]) => Ok(ClaimOutcome::Claimed {
                 lease: Lease {
                     key: claim.key.clone(),
                     job: claim.job.clone(),
                     token: token.clone(),
                 },
-                takeover: takeover.as_slice() == b"1",
+                takeover: rest == [b"1"],
             }),
             (b"duplicate", [state, attempt]) => {
                 let state = text(state);
@@ -301,13 +316,13 @@ impl Ledger for RedisLedger {
     }
 
     async fn heartbeat(&self, lease: &Lease, duration: Duration) -> Result<Heartbeat, StoreError> {
-        let key = lease.key.to_string();
+        let key = lease.key.as_str();
         let mut invocation = Call::new(&self.scripts.heartbeat, 3);
         invocation
-            .key(self.record_key(&key))
+            .key(self.record_key(key))
             .key(&self.leases_key)
             .key(self.job_lock_key(&lease.job))
-            .arg(&key)
+            .arg(key)
             .arg(&lease.token)
             .arg(millis(duration));
         // Guarded: a renewal a failover could lose would let the lease lapse early on the
@@ -322,7 +337,7 @@ impl Ledger for RedisLedger {
     }
 
     async fn complete(&self, lease: &Lease, end: &End) -> Result<Ended, StoreError> {
-        let key = lease.key.to_string();
+        let key = lease.key.as_str();
         let (next, body, within) = match &end.next {
             Some(f) => (f.attempt.to_string(), f.body.clone(), millis(f.within)),
             None => (String::new(), Vec::new(), 1),
@@ -331,36 +346,35 @@ impl Ledger for RedisLedger {
         // be recorded (the script writes the lost entry from the same fields).
         let run = end.run.as_ref().map(|run| {
             (
-                self.history.bounds(),
                 run.error_as_lost().unwrap_or_default(),
-                runlog::values(run),
+                runlog::values_after_job(run),
             )
         });
-        // complete.lua's part for this end: the number of its arguments, its arguments,
-        // then its keys.
+        // complete.lua's part for this end: the number of its arguments, then its arguments;
+        // the script makes its keys.
         let fill = |cmd: &mut redis::Cmd| {
-            let args = 9 + run.as_ref().map_or(0, |(_, _, values)| 3 + values.len());
+            let args = 10 + run.as_ref().map_or(0, |(_, values)| values.len());
             cmd.arg(args)
-                .arg(&key)
+                .arg(key)
+                .arg(lease.job.as_str())
                 .arg(&lease.token)
                 .arg(end.state.map_or("", State::as_str))
                 .arg(end.error.as_deref().unwrap_or(""))
                 .arg(millis(end.retention))
                 .arg(&next)
                 .arg(&body[..])
-                .arg(within)
-                .arg(millis(WAKE_RECHECK));
-            if let Some(((max_runs, min_id), lost, values)) = &run {
-                cmd.arg(max_runs).arg(min_id).arg(lost);
-                for value in values {
-                    cmd.arg(value);
+                .arg(within);
+            match &run {
+                Some((lost, values)) => {
+                    cmd.arg(lost);
+                    for value in values {
+                        cmd.arg(value);
+                    }
+                }
+                None => {
+                    cmd.arg("");
                 }
             }
-            cmd.arg(self.record_key(&key))
-                .arg(self.job_lock_key(&lease.job))
-                .arg(self.history.key())
-                .arg(self.body_key(&key))
-                .arg(self.wait_key(&lease.job));
         };
         let reply = if end.state.is_some() {
             self.scripts.completes.call(&self.conn, fill).await?
@@ -373,16 +387,16 @@ impl Ledger for RedisLedger {
     }
 
     async fn settle(&self, settle: &Settle) -> Result<Ended, StoreError> {
-        let key = settle.key.to_string();
+        let key = settle.key.as_str();
         let mut invocation = Call::new(&self.scripts.settle, 6);
         invocation
-            .key(self.record_key(&key))
+            .key(self.record_key(key))
             .key(&self.leases_key)
             .key(self.history.key())
-            .key(self.body_key(&key))
+            .key(self.body_key(key))
             .key(self.job_lock_key(&settle.job))
             .key(self.wait_key(&settle.job))
-            .arg(&key)
+            .arg(key)
             .arg(settle.job.as_str())
             .arg(settle.attempt)
             .arg(settle.state.as_str())

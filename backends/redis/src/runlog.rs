@@ -78,10 +78,15 @@ pub(crate) const FIELDS: [&str; 9] = [
 /// with `published_at`. `error` is always there (empty for none): `complete.lua` writes
 /// the same run as lost by replacing its `outcome` and `error`.
 pub(crate) fn values(run: &Run) -> Vec<String> {
-    let mut values = Vec::with_capacity(FIELDS.len());
+    let mut values = vec![run.key.as_str().to_owned(), run.job.as_str().to_owned()];
+    values.extend(values_after_job(run));
+    values
+}
+
+/// [`values`] after the key and the job, which `complete.lua` is given anyway.
+pub(crate) fn values_after_job(run: &Run) -> Vec<String> {
+    let mut values = Vec::with_capacity(FIELDS.len() - 2);
     values.extend([
-        run.key.to_string(),
-        run.job.as_str().to_owned(),
         run.attempt.to_string(),
         run.consumer.clone(),
         run.started_at.to_rfc3339(),

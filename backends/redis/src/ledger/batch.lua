@@ -1,14 +1,19 @@
 -- Prepended to claim.lua and complete.lua: one call of a batch, see ledger/batch.rs.
 
--- Runs `fn(keys, args)`, one call of a batch, and returns its reply; a call whose own key
+-- Runs `fn(keys, args, shared)`, one call of a batch, and returns its reply; a call whose own key
 -- holds another type answers {"error", why} and leaves the others of its batch to run. Any
 -- other error (the node became a replica, out of memory, a fault in the script) returns
 -- nil and the error, for the caller to make it the whole script call's error reply, as it
 -- would be of a call of its own, so that the connection sees it: a READONLY moves it to
 -- the new master (sentinel.rs). redis.call raises an error reply's text: "CODE message".
-local function run_one(fn, keys, args)
-  local ok, reply = pcall(fn, keys, args)
+-- A reply of one field goes back as that field alone, not as a table of one: the most
+-- common replies ({"claimed"}, {"1"}) cost the client a value to read instead of two.
+local function run_one(fn, keys, args, shared)
+  local ok, reply = pcall(fn, keys, args, shared)
   if ok then
+    if #reply == 1 then
+      return reply[1]
+    end
     return reply
   end
   local err = type(reply) == 'table' and reply.err or tostring(reply)

@@ -29,10 +29,14 @@ use crate::script::Call;
 /// One call's reply (the script's for it), or why there is none.
 pub(super) type Reply = Result<Vec<Vec<u8>>, StoreError>;
 
+/// Starts a script call of a batch: `EVALSHA`, the script, its keys and what every call
+/// of the batch shares, before the calls' own arguments.
+pub(super) type Start = dyn Fn(&Script) -> Cmd + Send + Sync;
+
 /// The batch being gathered.
 pub(super) struct Batcher {
     script: Script,
-    leases_key: String,
+    start: Arc<Start>,
     open: Mutex<Option<Open>>,
 }
 
@@ -42,12 +46,12 @@ struct Open {
 }
 
 impl Batcher {
-    /// A batcher of calls of `script` (claim.lua or complete.lua), whose one key is
-    /// `leases_key`.
-    pub(super) fn new(script: Script, leases_key: String) -> Self {
+    /// A batcher of calls of `script` (claim.lua or complete.lua), each script call begun
+    /// by `start`.
+    pub(super) fn new(script: Script, start: Arc<Start>) -> Self {
         Self {
             script,
-            leases_key,
+            start,
             open: Mutex::new(None),
         }
     }
@@ -98,11 +102,9 @@ impl Batcher {
         }
     }
 
-    /// A script call with no call in it yet: `EVALSHA`, the script, its one key.
+    /// A script call with no call in it yet.
     fn start(&self) -> Cmd {
-        let mut call = Call::new(&self.script, 1);
-        call.key(&self.leases_key);
-        call.into_cmd()
+        (self.start)(&self.script)
     }
 
     /// Sends the batch gathered by now, and hands each call its reply.
@@ -139,8 +141,12 @@ impl Batcher {
 }
 
 /// One call's reply: the script's fields, or the error it answered for this call alone.
+/// A reply of one field comes as that field alone (`batch.lua`).
 fn one(reply: Value) -> Reply {
-    let fields: Vec<Vec<u8>> = redis::from_redis_value(reply).map_err(|e| command(e.into()))?;
+    let fields: Vec<Vec<u8>> = match reply {
+        Value::BulkString(field) => vec![field],
+        reply => redis::from_redis_value(reply).map_err(|e| command(e.into()))?,
+    };
     match fields.as_slice() {
         [tag, why] if tag.as_slice() == b"error" => {
             Err(refused(String::from_utf8_lossy(why).into_owned()))

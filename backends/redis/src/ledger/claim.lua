@@ -27,7 +27,7 @@
 -- the key. Numbers go to Redis as the strings they came in where they can: Lua turns a
 -- number back into text with sprintf, 2,000 to 3,000 instructions each (see
 -- docs/benchmarks.md, throughput step 2).
--- Returns {"claimed", takeover 0|1} | {"duplicate", state, attempt} | {"busy", holder key}
+-- Returns {"claimed"} (a new claim) | {"claimed", 1} (taken over from an owner that stopped) | {"duplicate", state, attempt} | {"busy", holder key}
 --   | {"waiting", holder key [, woken key, woken queue, woken body]} | {"superseded", by key}
 local function claim(KEYS, ARGV)
   local now_s = server_now()
@@ -164,29 +164,42 @@ local function claim(KEYS, ARGV)
   redis.call('PEXPIRE', KEYS[1], ARGV[7])
   redis.call('SET', KEYS[3], ARGV[9], 'PX', ARGV[7])
   redis.call('ZADD', KEYS[2], lease_until, key)
-  return {'claimed', tostring(takeover)}
+  if takeover == 1 then
+    return {'claimed', '1'}
+  end
+  return {'claimed'}
 end
 
--- The batch. KEYS[1] is the lease zset, shared. ARGV holds the claims one after the other,
--- each as its arguments (10 for an `allow` claim, 16 for the others: its ARGV above) then
--- its keys other than the lease zset (2 or 5: KEYS[1], KEYS[3..] above). A claim whose
--- key holds another type answers {"error", why} and leaves the others to run; any other
--- error fails the whole call. Returns one reply per claim, in order.
+-- The batch. KEYS[1] is the lease zset, KEYS[2] the run history stream. ARGV begins with
+-- what every claim of the batch shares: ARGV[1] the record key prefix (ns:occ:), ARGV[2]
+-- the body key prefix (ns:occbody:), ARGV[3] the job lock key prefix (ns:joblock:),
+-- ARGV[4] the wait list key prefix (ns:jobwait:), ARGV[5] ms a woken waiter has to claim
+-- its turn, ARGV[6] history MAXLEN, ARGV[7] history MINID. Then the claims one after the
+-- other, each as its ARGV[1..10] above, and for an exclusive job ARGV[11], ARGV[13] and
+-- ARGV[14] after them (13 arguments); a claim's keys are made here from its key, its job
+-- and the prefixes, and what the batch shares goes into its ARGV. A claim whose key holds
+-- another type answers {"error", why} and leaves the others to run; any other error fails
+-- the whole call. Returns one reply per claim, in order.
 local replies = {}
-local at = 1
+local at = 8
 while at <= #ARGV do
-  local exclusive = ARGV[at + 7] ~= 'allow'
-  local args = exclusive and 16 or 10
-  local keys_at = at + args
-  local keys = {ARGV[keys_at], KEYS[1], ARGV[keys_at + 1]}
-  if exclusive then
-    keys[4], keys[5], keys[6] = ARGV[keys_at + 2], ARGV[keys_at + 3], ARGV[keys_at + 4]
+  local key, job = ARGV[at], ARGV[at + 1]
+  local keys = {ARGV[1] .. key, KEYS[1], ARGV[2] .. key}
+  local args
+  if ARGV[at + 7] ~= 'allow' then
+    keys[4], keys[5], keys[6] = ARGV[3] .. job, ARGV[4] .. job, KEYS[2]
+    args = {unpack(ARGV, at, at + 10)}
+    args[12], args[13], args[14], args[15], args[16] =
+      ARGV[5], ARGV[at + 11], ARGV[at + 12], ARGV[6], ARGV[7]
+    at = at + 13
+  else
+    args = {unpack(ARGV, at, at + 9)}
+    at = at + 10
   end
-  local reply, err = run_one(claim, keys, {unpack(ARGV, at, at + args - 1)})
+  local reply, err = run_one(claim, keys, args)
   if not reply then
     return redis.error_reply(err)
   end
   replies[#replies + 1] = reply
-  at = keys_at + (exclusive and 5 or 2)
 end
 return replies

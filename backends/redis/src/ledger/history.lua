@@ -19,29 +19,29 @@ local function append_fields(stream, maxlen, minid, fields)
     minid)
 end
 
--- Appends the run whose field values are in `argv` (the script's ARGV, or a call's own
--- in a batch) from index `first` on, named in the
--- order of runlog::FIELDS: key, job, attempt, consumer, started_at, duration_ms, outcome,
--- error [, published_at] (the names are this script's constants, so the caller sends the
--- values alone); with `lost_error`, as the same run lost: outcome 'lost' and that error
--- (the caller computes it, see Run::lost).
-local function append_run(stream, maxlen, minid, argv, first, lost_error)
+-- Appends the run of occurrence `key` of `job` whose other field values are in `argv`
+-- (the script's ARGV, or a call's own in a batch) from index `first` on, named in the
+-- order of runlog::FIELDS after key and job: attempt, consumer, started_at, duration_ms,
+-- outcome, error [, published_at] (the names are this script's constants, so the caller
+-- sends the values alone); with `lost_error`, as the same run lost: outcome 'lost' and
+-- that error (the caller computes it, see Run::lost).
+local function append_run(stream, maxlen, minid, key, job, argv, first, lost_error)
   local ARGV, a = argv, first
-  local outcome, err = ARGV[a + 6], ARGV[a + 7]
+  local outcome, err = ARGV[a + 4], ARGV[a + 5]
   if lost_error then
     outcome, err = 'lost', lost_error
   end
-  local published_at = ARGV[a + 8]
+  local published_at = ARGV[a + 6]
   local id
   if published_at then
     id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*',
-      'key', ARGV[a], 'job', ARGV[a + 1], 'attempt', ARGV[a + 2], 'consumer', ARGV[a + 3],
-      'started_at', ARGV[a + 4], 'duration_ms', ARGV[a + 5], 'outcome', outcome,
+      'key', key, 'job', job, 'attempt', ARGV[a], 'consumer', ARGV[a + 1],
+      'started_at', ARGV[a + 2], 'duration_ms', ARGV[a + 3], 'outcome', outcome,
       'error', err, 'published_at', published_at)
   else
     id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*',
-      'key', ARGV[a], 'job', ARGV[a + 1], 'attempt', ARGV[a + 2], 'consumer', ARGV[a + 3],
-      'started_at', ARGV[a + 4], 'duration_ms', ARGV[a + 5], 'outcome', outcome,
+      'key', key, 'job', job, 'attempt', ARGV[a], 'consumer', ARGV[a + 1],
+      'started_at', ARGV[a + 2], 'duration_ms', ARGV[a + 3], 'outcome', outcome,
       'error', err)
   end
   trim_sometimes(stream, id, minid)

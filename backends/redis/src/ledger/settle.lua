@@ -39,7 +39,7 @@ redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[6], ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
 if #ARGV > 11 then
-  append_run(KEYS[3], ARGV[10], ARGV[11], ARGV, 12)
+  append_run(KEYS[3], ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV, 14)
 end
 if redis.call('EXISTS', KEYS[5]) == 0 then
   local woken = wake(KEYS[6], KEYS[2], ARGV[7], ARGV[8], now, tonumber(ARGV[9]))
