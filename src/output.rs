@@ -97,6 +97,15 @@ pub fn duration(d: Duration) -> String {
     humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
 }
 
+/// A lateness in seconds to the millisecond, `0.012s` (`-0.003s` when early, which two
+/// hosts' clocks can make), `-` when not known.
+pub fn lateness(d: Option<chrono::TimeDelta>) -> String {
+    d.map_or_else(
+        || "-".to_owned(),
+        |d| format!("{:.3}s", d.num_milliseconds() as f64 / 1000.0),
+    )
+}
+
 /// An optional text, `-` when absent.
 pub fn or_dash(text: Option<&str>) -> String {
     text.filter(|t| !t.is_empty()).unwrap_or("-").to_owned()
@@ -131,5 +140,14 @@ mod tests {
         assert_eq!(duration(Duration::from_millis(350)), "350ms");
         assert_eq!(duration(Duration::from_millis(2500)), "2.5s");
         assert_eq!(duration(Duration::from_secs(200)), "3m 20s");
+    }
+
+    #[test]
+    fn latenesses_are_seconds_to_the_millisecond() {
+        let ms = chrono::TimeDelta::milliseconds;
+        assert_eq!(lateness(Some(ms(12))), "0.012s");
+        assert_eq!(lateness(Some(ms(42_051))), "42.051s");
+        assert_eq!(lateness(Some(ms(-3))), "-0.003s");
+        assert_eq!(lateness(None), "-");
     }
 }

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::key::OccurrenceKey;
@@ -122,6 +122,22 @@ impl Run {
             error: self.error_as_lost(),
             ..self
         }
+    }
+
+    /// From the occurrence's scheduled instant to the publish of the message this attempt
+    /// ran from; `None` for a manual trigger (no scheduled instant) and for an entry without
+    /// a publish time.
+    pub fn publish_lateness(&self) -> Option<TimeDelta> {
+        self.key
+            .scheduled_at()
+            .zip(self.published_at)
+            .map(|(at, published)| published - at)
+    }
+
+    /// From the occurrence's scheduled instant to this attempt's start; `None` for a
+    /// manual trigger.
+    pub fn start_lateness(&self) -> Option<TimeDelta> {
+        self.key.scheduled_at().map(|at| self.started_at - at)
     }
 
     /// The error [`Run::lost`] gives this run.

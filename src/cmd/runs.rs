@@ -39,7 +39,15 @@ pub async fn run(cli: &Cli, args: &RunsArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let mut table = Table::new(&[
-        "KEY", "ATTEMPT", "CONSUMER", "STARTED", "DURATION", "OUTCOME", "ERROR",
+        "KEY",
+        "ATTEMPT",
+        "CONSUMER",
+        "STARTED",
+        "PUBLISHED LATE",
+        "STARTED LATE",
+        "DURATION",
+        "OUTCOME",
+        "ERROR",
     ]);
     for r in &runs {
         table.row(vec![
@@ -47,6 +55,8 @@ pub async fn run(cli: &Cli, args: &RunsArgs) -> anyhow::Result<()> {
             r.attempt.to_string(),
             r.consumer.clone(),
             output::utc(r.started_at),
+            output::lateness(r.publish_lateness()),
+            output::lateness(r.start_lateness()),
             output::duration(r.duration),
             r.outcome.to_string(),
             output::or_dash(r.error.as_deref()),

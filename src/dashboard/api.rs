@@ -8,7 +8,7 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use chrono::{TimeDelta, Utc};
+use chrono::Utc;
 use cronq_shared::config::{Handler, Job};
 use cronq_shared::registry::{Beat, EXPIRY, Role};
 use cronq_shared::runlog::Run;
@@ -200,21 +200,10 @@ pub fn job_config(job: &Job) -> Value {
 /// start lateness (start minus scheduled time) in ms; each null when not known (a manual
 /// trigger has no scheduled time; an entry may have no publish time).
 pub fn run_json(r: &Run) -> Value {
-    let (publish, start) = lateness(r);
     let mut run = ops::json::run(r);
-    run["publish_lateness_ms"] = json!(publish.map(|d| d.num_milliseconds()));
-    run["start_lateness_ms"] = json!(start.map(|d| d.num_milliseconds()));
+    run["publish_lateness_ms"] = json!(r.publish_lateness().map(|d| d.num_milliseconds()));
+    run["start_lateness_ms"] = json!(r.start_lateness().map(|d| d.num_milliseconds()));
     run
-}
-
-/// A run's publish and start lateness: from its scheduled instant to the publish of the
-/// message it ran from, and to its start.
-pub fn lateness(r: &Run) -> (Option<TimeDelta>, Option<TimeDelta>) {
-    let at = r.key.scheduled_at();
-    (
-        at.zip(r.published_at).map(|(at, p)| p - at),
-        at.map(|at| r.started_at - at),
-    )
 }
 
 /// `GET /api/v1/jobs/{job}`.

@@ -580,10 +580,7 @@ fn chart(runs: &[cronq_shared::runlog::Run]) -> Markup {
     };
     let (publish, start): (Vec<f64>, Vec<f64>) = runs
         .iter()
-        .map(|r| {
-            let (publish, start) = api::lateness(r);
-            (secs(publish), secs(start))
-        })
+        .map(|r| (secs(r.publish_lateness()), secs(r.start_lateness())))
         .unzip();
     let late_max = publish.iter().chain(&start).copied().fold(0.001, f64::max);
     let line = |lateness: &[f64]| -> String {
@@ -633,9 +630,8 @@ fn runs_table(runs: &[cronq_shared::runlog::Run], zone: Option<Tz>, with_job: bo
                         td { (r.attempt) }
                         td { (r.consumer) }
                         td { (time(r.started_at, zone)) }
-                        @let (publish, start) = api::lateness(r);
-                        td.publish-lateness { (late(publish)) }
-                        td.start-lateness { (late(start)) }
+                        td.publish-lateness { (late(r.publish_lateness())) }
+                        td.start-lateness { (late(r.start_lateness())) }
                         td { (output::duration(r.duration)) }
                         td { (outcome(r.outcome.as_str())) }
                         td.error { (r.error.as_deref().unwrap_or("")) }

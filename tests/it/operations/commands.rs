@@ -63,6 +63,32 @@ async fn ops_commands_against_a_running_producer_and_consumer() {
         );
         assert!(table.starts_with("KEY"), "{table}");
         assert_eq!(table.lines().count(), 3, "{table}");
+        // The two latenesses, from the JSON's own times: each row's publish and start
+        // lateness in seconds, the publish no later than the start.
+        let header: Vec<&str> = table
+            .lines()
+            .next()
+            .unwrap()
+            .split("  ")
+            .filter(|c| !c.is_empty())
+            .map(str::trim)
+            .collect();
+        assert_eq!(&header[4..6], ["PUBLISHED LATE", "STARTED LATE"], "{table}");
+        for row in table.lines().skip(1) {
+            let late: Vec<f64> = row
+                .split_whitespace()
+                .filter_map(|c| {
+                    c.strip_suffix('s')
+                        .and_then(|n| n.parse().ok())
+                        .filter(|_| c.contains('.') && !c.contains(':'))
+                })
+                .collect();
+            assert!(late.len() >= 2, "{row}");
+            assert!(
+                late[0] >= 0.0 && late[0] <= late[1] && late[1] < 30.0,
+                "{row}"
+            );
+        }
         let none = json(&env, &["runs", "--job", "manual", "--json"]);
         assert_eq!(none["runs"].as_array().unwrap().len(), 0);
 
