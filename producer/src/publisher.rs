@@ -237,3 +237,79 @@ fn record(batch: &[Outgoing], confirmed_at: &[DateTime<Utc>]) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use cronq_memory::MemoryBroker;
+    use cronq_shared::config::Config;
+    use cronq_shared::lease::Term;
+
+    use super::*;
+
+    const CONFIG: &str = r#"
+[[job]]
+name = "tick"
+schedule = "@every 1s"
+command = ["true"]
+"#;
+
+    fn leading(epoch: u64, valid_for: Duration) -> Option<Leadership> {
+        Some(Leadership {
+            term: Term::new(epoch, "test"),
+            valid_until: Instant::now() + valid_for,
+            since: Utc::now(),
+        })
+    }
+
+    /// A tick's batch is made ready ahead of its instant (`Scheduler::fire`); a leadership
+    /// lost, or past its renew deadline, between then and the instant publishes nothing of
+    /// it: the check is made at the publish, not when the batch was built.
+    #[tokio::test]
+    async fn a_batch_made_ready_is_published_only_by_a_leadership_valid_at_the_instant() {
+        let config = Config::from_toml(CONFIG, Path::new("cronq.toml")).unwrap();
+        let job = &config.jobs[0];
+        let memory = MemoryBroker::new();
+        let broker: Arc<dyn Broker> = Arc::new(memory.clone());
+        broker.declare(&config.queues()).await.unwrap();
+        let batch = |at: DateTime<Utc>| {
+            broker.ready(vec![Outgoing {
+                queue: job.queue.clone(),
+                occurrence: crate::planner::occurrence(job, at, Trigger::Schedule, 7, at),
+                delay: Duration::ZERO,
+            }])
+        };
+        let token = CancellationToken::new();
+        let at: DateTime<Utc> = "2026-12-03T07:00:00Z".parse().unwrap();
+
+        for (why, after_ready) in [
+            ("stepped down", None),
+            (
+                "replaced by a newer term",
+                leading(8, Duration::from_secs(60)),
+            ),
+            ("past its renew deadline", leading(7, Duration::ZERO)),
+        ] {
+            let (tx, rx) = watch::channel(leading(7, Duration::from_secs(60)));
+            let ready = batch(at);
+            tx.send_replace(after_ready);
+            let published = publish_ready_confirmed(&broker, &ready, at, &rx, 7, &token).await;
+            assert!(
+                matches!(published, Err(Abandoned::LostLeadership)),
+                "{why}: {published:?}"
+            );
+            assert_eq!(memory.ready(&job.queue), Some(0), "{why}: published anyway");
+        }
+
+        let (_tx, rx) = watch::channel(leading(7, Duration::from_secs(60)));
+        publish_ready_confirmed(&broker, &batch(at), at, &rx, 7, &token)
+            .await
+            .unwrap();
+        assert_eq!(
+            memory.ready(&job.queue),
+            Some(1),
+            "a valid leadership publishes"
+        );
+    }
+}
