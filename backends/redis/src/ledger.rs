@@ -250,9 +250,7 @@ impl Ledger for RedisLedger {
     async fn claim(&self, claim: &Claim) -> Result<ClaimOutcome, StoreError> {
         let key = claim.key.as_str();
         let token = &claim.token;
-        // An exclusive job's lock, wait list and what its waiters need: an `allow` claim
-        // sends none of it. The claim goes to Redis in a batch (ledger/batch.rs), as its
-        // arguments then its keys (claim.lua).
+        // What an exclusive job's waiters need: an `allow` claim sends none of it.
         let exclusive = claim.overlap != cronq_shared::config::Overlap::Allow;
         // Only a `replace` claim can supersede waiters and append their history entries:
         // no clock read or formatting for the other policies.
