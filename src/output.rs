@@ -97,13 +97,15 @@ pub fn duration(d: Duration) -> String {
     humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
 }
 
-/// A lateness in seconds to the millisecond, `0.012s` (`-0.003s` when early, which two
-/// hosts' clocks can make), `-` when not known.
+/// A lateness in seconds to the millisecond, `0.012` (`-0.003` when early, which two
+/// hosts' clocks can make), for `cronq runs` ([`lateness`]) and the dashboard.
+pub fn seconds(d: chrono::TimeDelta) -> String {
+    format!("{:.3}", d.num_milliseconds() as f64 / 1000.0)
+}
+
+/// A lateness as `cronq runs` shows it: `0.012s`, `-` when not known.
 pub fn lateness(d: Option<chrono::TimeDelta>) -> String {
-    d.map_or_else(
-        || "-".to_owned(),
-        |d| format!("{:.3}s", d.num_milliseconds() as f64 / 1000.0),
-    )
+    d.map_or_else(|| "-".to_owned(), |d| format!("{}s", seconds(d)))
 }
 
 /// An optional text, `-` when absent.

@@ -613,9 +613,7 @@ fn chart(runs: &[cronq_shared::runlog::Run]) -> Markup {
 
 /// A lateness as the runs table shows it: seconds, empty when not known.
 fn late(d: Option<chrono::TimeDelta>) -> String {
-    d.map_or_else(String::new, |d| {
-        format!("{:.3} s", d.num_milliseconds() as f64 / 1000.0)
-    })
+    d.map_or_else(String::new, |d| format!("{} s", output::seconds(d)))
 }
 
 fn runs_table(runs: &[cronq_shared::runlog::Run], zone: Option<Tz>, with_job: bool) -> Markup {
