@@ -1,7 +1,7 @@
 -- Claims occurrence keys, each for one attempt, atomically with the overlap rules of its
 -- job: any number of claims in one call, each as if it had been a call of its own, in
 -- order (see the batch at the end). Prepended: clock.lua, history.lua, wait.lua, batch.lua.
--- One claim, `claim(KEYS, ARGV)` (its own tables, which shadow the script's):
+-- One claim, `claim(KEYS, ARGV, shared)` (its own tables, which shadow the script's):
 -- KEYS[1] record hash    (ns:occ:KEY)
 -- KEYS[2] lease zset     (ns:leases)      member KEY, score = lease expiry or due time (ms,
 --                        server time)
@@ -23,13 +23,14 @@
 -- ARGV[12] ms a woken waiter has to claim its turn
 -- ARGV[13] consumer id   ARGV[14] now, RFC 3339 (history entries; replace only)
 -- ARGV[15] history MAXLEN   ARGV[16] history MINID (replace only: it alone supersedes)
--- The record and body key prefixes (ns:occ:, ns:occbody:) are KEYS[1] and KEYS[3] less
--- the key. Numbers go to Redis as the strings they came in where they can: Lua turns a
--- number back into text with sprintf, 2,000 to 3,000 instructions each (see
--- docs/benchmarks.md, throughput step 2).
--- Returns {"claimed"} (a new claim) | {"claimed", 1} (taken over from an owner that stopped) | {"duplicate", state, attempt} | {"busy", holder key}
+-- `shared` holds the batch's record and body key prefixes (ns:occ:, ns:occbody:).
+-- Numbers go to Redis as the strings they came in where they can: Lua turns a number back
+-- into text with sprintf, 2,000 to 3,000 instructions each (see docs/benchmarks.md,
+-- throughput step 2).
+-- Returns {"claimed"} (a new claim) | {"claimed", 1} (taken over from an owner that
+--   stopped) | {"duplicate", state, attempt} | {"busy", holder key}
 --   | {"waiting", holder key [, woken key, woken queue, woken body]} | {"superseded", by key}
-local function claim(KEYS, ARGV)
+local function claim(KEYS, ARGV, shared)
   local now_s = server_now()
   local now = tonumber(now_s)
   local key = ARGV[1]
@@ -37,7 +38,7 @@ local function claim(KEYS, ARGV)
   local lease = tonumber(ARGV[6])
   local lease_until = tostring(now + lease)
   -- ns:occ: and ns:occbody:, read off the keys when an exclusive job needs them.
-  local prefix, body_prefix
+  local prefix, body_prefix = shared.record, shared.body
   -- One read of everything the checks need (a new key reads five nils).
   local rec = redis.call('HMGET', KEYS[1], 'state', 'attempt', 'lease_until', 'next', 'token')
   local st = rec[1]
@@ -90,8 +91,6 @@ local function claim(KEYS, ARGV)
   local policy = ARGV[8]
   local exclusive = policy ~= 'allow'
   if exclusive then
-    prefix = string.sub(KEYS[1], 1, #KEYS[1] - #key)
-    body_prefix = string.sub(KEYS[3], 1, #KEYS[3] - #key)
     local sched = tonumber(ARGV[10])
     local holder = redis.call('GET', KEYS[4])
     local holder_key = holder and (string.match(holder, '^(.*)|[^|]*$') or holder)
@@ -180,6 +179,7 @@ end
 -- and the prefixes, and what the batch shares goes into its ARGV. A claim whose key holds
 -- another type answers {"error", why} and leaves the others to run; any other error fails
 -- the whole call. Returns one reply per claim, in order.
+local shared = {record = ARGV[1], body = ARGV[2]}
 local replies = {}
 local at = 8
 while at <= #ARGV do
@@ -196,7 +196,7 @@ while at <= #ARGV do
     args = {unpack(ARGV, at, at + 9)}
     at = at + 10
   end
-  local reply, err = run_one(claim, keys, args)
+  local reply, err = run_one(claim, keys, args, shared)
   if not reply then
     return redis.error_reply(err)
   end

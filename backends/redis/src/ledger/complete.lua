@@ -17,10 +17,9 @@
 -- ARGV[10] the error of the run as lost
 -- ARGV[11..] the run's field values after its key and job (none: no run), as recorded; see
 -- history.lua
--- `shared`: what the batch's ends share (see the batch at the end): the job lock and wait
--- list key prefixes, ms a woken waiter has to claim its turn, history MAXLEN and MINID.
--- The record and body key prefixes (ns:occ:, ns:occbody:) are KEYS[1] and KEYS[4] less
--- the key.
+-- `shared`: what the batch's ends share (see the batch at the end): the record, body, job
+-- lock and wait list key prefixes, ms a woken waiter has to claim its turn, history MAXLEN
+-- and MINID.
 -- Returns {1 [, woken key, woken queue, woken body]}, or {0} when fenced or given up.
 local function complete(KEYS, ARGV, shared)
   local now_s = server_now()
@@ -45,8 +44,8 @@ local function complete(KEYS, ARGV, shared)
       redis.call('DEL', lock)
     end
     if redis.call('EXISTS', lock) == 0 then
-      woken = wake(shared.wait .. ARGV[2], KEYS[2], string.sub(KEYS[1], 1, #KEYS[1] - #key),
-        string.sub(KEYS[4], 1, #KEYS[4] - #key), tonumber(now_s), shared.wake)
+      woken = wake(shared.wait .. ARGV[2], KEYS[2], shared.record, shared.body,
+        tonumber(now_s), shared.wake)
     end
   end
   -- The claim removed any earlier error, so a running record has none to delete.
@@ -82,7 +81,8 @@ end
 -- and the prefixes, an exclusive job's lock and wait list by the end itself. An end whose
 -- key holds another type answers {"error", why} and leaves the others to run; any other
 -- error fails the whole call. Returns one reply per end, in order.
-local shared = {lock = ARGV[3], wait = ARGV[4], wake = tonumber(ARGV[5]), maxlen = ARGV[6],
+local shared = {record = ARGV[1], body = ARGV[2], lock = ARGV[3], wait = ARGV[4],
+  wake = tonumber(ARGV[5]), maxlen = ARGV[6],
   minid = ARGV[7]}
 local replies = {}
 local at = 8
