@@ -26,6 +26,7 @@ use crate::error::Error;
 use crate::handler::KILL_GRACE;
 use crate::reaper::Reaper;
 use crate::registry::{Handlers, JobHandler};
+use crate::telemetry;
 use crate::worker::Worker;
 
 /// The default execution lease: a consumer that stops renewing its claim for this long is
@@ -263,6 +264,7 @@ impl Consumer {
             hold,
             consumer_id: self.options.consumer_id.clone(),
             keyring: self.options.keyring.clone(),
+            metrics: telemetry::Metrics::default(),
         }
     }
 

@@ -78,6 +78,8 @@ pub(crate) struct Worker {
     /// With a keyring, only messages sealed by one of its keys run, and the dead letters
     /// of failed runs are sealed by it (so `dlq replay` can tell them from forged ones).
     pub(crate) keyring: Option<Arc<Keyring>>,
+    /// This consumer's per-job metric handles.
+    pub(crate) metrics: telemetry::Metrics,
 }
 
 async fn ack(d: &Delivery, job: &str) {
@@ -168,7 +170,7 @@ impl Worker {
         match claimed {
             ClaimOutcome::Duplicate { state, attempt } => {
                 tracing::debug!(job = %occ.job, key = %occ.key, attempt = occ.attempt, state = %state, recorded_attempt = attempt, "duplicate delivery acked without running");
-                telemetry::duplicate(occ.job.as_str());
+                self.metrics.duplicate(occ.job.as_str());
                 ack(&d, occ.job.as_str()).await;
             }
             ClaimOutcome::Busy { holder } => {
@@ -236,7 +238,7 @@ impl Worker {
         match dead_letter::send(&*self.broker, &letter).await {
             Ok(()) => {
                 tracing::warn!(job = %label, key = letter.key.as_deref().unwrap_or(""), queue = %d.queue, reason = %letter.reason, "dead-lettered a message that cannot run");
-                telemetry::dead_lettered(&label);
+                self.metrics.dead_lettered(&label);
                 telemetry::refused(reject.label());
                 ack(d, &label).await;
             }
@@ -283,7 +285,7 @@ impl Worker {
             }) => {
                 let outcome = end.outcome();
                 tracing::info!(job = %occ.job, key = %occ.key, outcome = %outcome, reason = settle.error.as_deref().unwrap_or(""), "occurrence not run");
-                telemetry::attempt(occ.job.as_str(), outcome.as_str());
+                self.metrics.attempt(occ.job.as_str(), outcome);
                 ack(d, occ.job.as_str()).await;
                 if let Some(woken) = woken {
                     republish(&*self.broker, &self.config, woken).await;
@@ -292,7 +294,7 @@ impl Worker {
             Ok(Ended {
                 recorded: false, ..
             }) => {
-                telemetry::duplicate(occ.job.as_str());
+                self.metrics.duplicate(occ.job.as_str());
                 ack(d, occ.job.as_str()).await;
             }
             Err(err) => {
@@ -331,7 +333,7 @@ impl Worker {
         };
         let ending = supervise(runner, occ.clone(), sup).await;
         let took = t0.elapsed();
-        telemetry::duration(occ.job.as_str(), took);
+        self.metrics.duration(occ.job.as_str(), took);
         let end = executor::classify(job, occ.attempt, ending);
         // Keep the claim alive while the end is recorded and followed up (a dead letter may
         // wait for a broker reconnect), so the reaper does not hand it out meanwhile.
@@ -353,7 +355,7 @@ impl Worker {
         } else {
             tracing::warn!(job = %occ.job, key = %occ.key, attempt = occ.attempt, elapsed_ms = took.as_millis() as u64, outcome = %outcome, error = end.error().as_deref().unwrap_or(""), "attempt did not succeed");
         }
-        telemetry::attempt(occ.job.as_str(), outcome.as_str());
+        self.metrics.attempt(occ.job.as_str(), outcome);
     }
 
     /// Records `end` (a failure once its dead letter is confirmed) with its run, then sends
@@ -417,7 +419,7 @@ impl Worker {
         let failed = AttemptEnd::Failed { error };
         match dead_letter::send(&*self.broker, &letter).await {
             Ok(()) => {
-                telemetry::dead_lettered(occ.job.as_str());
+                self.metrics.dead_lettered(occ.job.as_str());
                 failed
             }
             Err(err) => {

@@ -44,6 +44,33 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome, in declaration order: [`Outcome::index`] is the position here.
+    pub const ALL: [Self; 8] = [
+        Self::Succeeded,
+        Self::Retrying,
+        Self::Failed,
+        Self::Skipped,
+        Self::Cancelled,
+        Self::Missed,
+        Self::Interrupted,
+        Self::Lost,
+    ];
+
+    /// The outcome's position in [`Outcome::ALL`], a dense index for per-outcome tables
+    /// (a new outcome goes at the end of both).
+    pub fn index(self) -> usize {
+        match self {
+            Self::Succeeded => 0,
+            Self::Retrying => 1,
+            Self::Failed => 2,
+            Self::Skipped => 3,
+            Self::Cancelled => 4,
+            Self::Missed => 5,
+            Self::Interrupted => 6,
+            Self::Lost => 7,
+        }
+    }
+
     /// The lowercase name.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -172,4 +199,18 @@ pub trait RunLog: Send + Sync + 'static {
     /// # Errors
     /// [`StoreError`] when the store cannot be reached or an entry is unreadable.
     async fn list(&self, job: Option<&JobName>, limit: usize) -> Result<Vec<Run>, StoreError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_outcome_is_listed_at_its_index_and_parses_back() {
+        for (i, outcome) in Outcome::ALL.into_iter().enumerate() {
+            assert_eq!(outcome.index(), i, "{outcome}");
+            assert_eq!(Outcome::parse(outcome.as_str()), Some(outcome));
+        }
+        assert_eq!(Outcome::parse("done"), None);
+    }
 }
