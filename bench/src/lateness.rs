@@ -74,6 +74,61 @@ pub fn summary(d: &Distribution) -> String {
     )
 }
 
+/// One publish's lateness, with the whole second it was due at (every job of the
+/// precision benches is `@every 1s`), so a run's samples can be cut into its seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Late {
+    /// Scheduled instant → confirm, in seconds.
+    pub seconds: f64,
+    /// The scheduled instant, whole seconds since the epoch.
+    pub due: i64,
+}
+
+impl Late {
+    /// A lateness taken at `now`, just after its confirm: due at `now − seconds`, to the
+    /// nearest whole second (right while the confirm is taken less than 0.5 s late).
+    pub fn taken_at(seconds: f64, now: DateTime<Utc>) -> Self {
+        let now = now.timestamp_micros() as f64 / 1e6;
+        Self {
+            seconds,
+            due: (now - seconds).round() as i64,
+        }
+    }
+}
+
+/// The lateness of each sample, in seconds.
+pub fn values(samples: &[Late]) -> Vec<f64> {
+    samples.iter().map(|s| s.seconds).collect()
+}
+
+/// The slowest confirm of each second due, in the seconds' order.
+pub fn per_second_max(samples: &[Late]) -> Vec<f64> {
+    let mut maxes = std::collections::BTreeMap::new();
+    for s in samples {
+        maxes
+            .entry(s.due)
+            .and_modify(|m: &mut f64| *m = m.max(s.seconds))
+            .or_insert(s.seconds);
+    }
+    maxes.into_values().collect()
+}
+
+/// A one-line summary of each second's slowest confirm: how many seconds, and the min,
+/// median and max of their maxes in ms (the p99 of a run is set by its slowest seconds).
+pub fn per_second_summary(samples: &[Late]) -> String {
+    let maxes = per_second_max(samples);
+    match crate::stats::Spread::of(&maxes) {
+        Some(s) => format!(
+            "{} seconds, each second's slowest confirm min {:.1} / median {:.1} / max {:.1} ms",
+            maxes.len(),
+            s.min * 1e3,
+            s.median * 1e3,
+            s.max * 1e3
+        ),
+        None => "no seconds".to_owned(),
+    }
+}
+
 /// The `published occurrence` line a producer logs at debug
 /// (`RUST_LOG=cronq_producer::publisher=debug`) per occurrence.
 pub const PUBLISHED: &str = "published occurrence";
@@ -135,6 +190,28 @@ mod tests {
         let other = LINE.replace("published occurrence", "attempt succeeded");
         assert_eq!(from_json_line(&other), None);
         assert_eq!(from_json_line("published occurrence, cut sho"), None);
+    }
+
+    #[test]
+    fn cuts_samples_into_the_seconds_they_were_due() {
+        let at = |s: &str| s.parse::<DateTime<Utc>>().unwrap();
+        // Taken 30 and 45 ms after 10:00:05, 90 ms after 10:00:06, and one of 10:00:05
+        // whose confirm was 600 ms late, taken after the first of 10:00:06.
+        let late = Late::taken_at(0.030, at("2026-12-01T10:00:05.030Z"));
+        assert_eq!(late.due, at("2026-12-01T10:00:05Z").timestamp());
+        let samples = [
+            late,
+            Late::taken_at(0.045, at("2026-12-01T10:00:05.046Z")),
+            Late::taken_at(0.090, at("2026-12-01T10:00:06.091Z")),
+            Late::taken_at(0.600, at("2026-12-01T10:00:05.601Z")),
+        ];
+        assert_eq!(per_second_max(&samples), [0.600, 0.090]);
+        assert_eq!(values(&samples), [0.030, 0.045, 0.090, 0.600]);
+        assert!(per_second_max(&[]).is_empty());
+        assert_eq!(
+            per_second_summary(&samples),
+            "2 seconds, each second's slowest confirm min 90.0 / median 90.0 / max 600.0 ms"
+        );
     }
 
     #[test]

@@ -129,8 +129,10 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
+async fn run(mut cli: Cli) -> anyhow::Result<()> {
     let samples = recorder::install()?;
+    // The report states the burst's length even when it follows `--duration`.
+    cli.precision.burst.get_or_insert(cli.precision.duration);
     let runs = cli.runs.max(1);
     let cronq = cli.cronq.clone().unwrap_or_else(scale::default_cronq);
     let command = std::iter::once("cronq-bench".to_owned())

@@ -27,6 +27,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::env::BenchEnv;
+use crate::lateness::Late;
 use crate::recorder::Samples;
 use crate::report::Figure;
 use crate::stats::{Distribution, Unit};
@@ -45,11 +46,19 @@ pub struct PrecisionArgs {
     #[arg(long = "warmup", default_value = "3s", value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_secs")]
     pub warmup: Duration,
-    /// How long the second baseline (a bare burst of N publishes per second) runs, after
-    /// the producer stopped.
-    #[arg(long = "burst", default_value = "5s", value_parser = humantime::parse_duration)]
-    #[serde(with = "humantime_secs")]
-    pub burst: Duration,
+    /// How long each burst baseline (N publishes per second) runs, after the producer
+    /// stopped. By default as long as the producer's measurement (`--duration`), so that
+    /// both sides' slowest second is the slowest of as many seconds.
+    #[arg(long = "burst", value_parser = humantime::parse_duration)]
+    #[serde(with = "humantime_secs_opt")]
+    pub burst: Option<Duration>,
+}
+
+impl PrecisionArgs {
+    /// How long each burst baseline runs.
+    fn burst(&self) -> Duration {
+        self.burst.unwrap_or(self.duration)
+    }
 }
 
 /// Serialises a duration as whole-ish seconds in the JSON report.
@@ -62,12 +71,25 @@ mod humantime_secs {
     }
 }
 
+/// Serialises an optional duration as seconds, `null` when unset.
+mod humantime_secs_opt {
+    pub(crate) fn serialize<S: serde::Serializer>(
+        d: &Option<std::time::Duration>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_f64(d.as_secs_f64()),
+            None => s.serialize_none(),
+        }
+    }
+}
+
 /// How long a fresh producer may take to publish its first occurrence.
 const FIRST_PUBLISH_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// One measurement: the producer's lateness samples and the baseline's.
 struct Measured {
-    lateness: Vec<f64>,
+    lateness: Vec<Late>,
     baseline: Vec<f64>,
 }
 
@@ -139,18 +161,24 @@ pub async fn run(
             let measured = measure(&env, jobs, args, samples).await;
             let (bursts, shaped) = match &measured {
                 Ok(_) => (
-                    burst_baseline(&env, jobs, args.burst, BurstShape::Bare).await,
-                    burst_baseline(&env, jobs, args.burst, BurstShape::Cronq).await,
+                    burst_baseline(&env, jobs, args.burst(), BurstShape::Bare).await,
+                    burst_baseline(&env, jobs, args.burst(), BurstShape::Cronq).await,
                 ),
                 Err(_) => (Ok(Vec::new()), Ok(Vec::new())),
             };
             env.cleanup().await;
             let m = measured?;
-            let bursts =
-                Distribution::of(&bursts?).context("the burst baseline recorded nothing")?;
-            let shaped = Distribution::of(&shaped?)
+            let (bursts, shaped) = (bursts?, shaped?);
+            let seconds = [
+                crate::lateness::per_second_summary(&bursts),
+                crate::lateness::per_second_summary(&shaped),
+            ];
+            let bursts = Distribution::of(&crate::lateness::values(&bursts))
+                .context("the burst baseline recorded nothing")?;
+            let shaped = Distribution::of(&crate::lateness::values(&shaped))
                 .context("the burst of cronq's messages recorded nothing")?;
-            let (Some(d), Some(b)) = (Distribution::of(&m.lateness), Distribution::of(&m.baseline))
+            let values = crate::lateness::values(&m.lateness);
+            let (Some(d), Some(b)) = (Distribution::of(&values), Distribution::of(&m.baseline))
             else {
                 bail!("precision run with {jobs} jobs recorded no samples");
             };
@@ -158,6 +186,10 @@ pub async fn run(
                 "  cronq: {}; baseline: {}",
                 crate::lateness::summary(&d),
                 crate::lateness::summary(&b)
+            );
+            eprintln!(
+                "  cronq: {}",
+                crate::lateness::per_second_summary(&m.lateness)
             );
             lateness.push(&d, &b);
             burst_p50.runs.push(d.p50);
@@ -168,12 +200,15 @@ pub async fn run(
             shaped_p99.runs.push(d.p99);
             shaped_p99.push_baseline(shaped.p99);
             own_shaped_p99.runs.push(d.p99 - shaped.max);
-            for (what, b) in [
+            for ((what, b), seconds) in [
                 ("burst baseline", &bursts),
                 ("burst of cronq's messages", &shaped),
-            ] {
+            ]
+            .into_iter()
+            .zip(&seconds)
+            {
                 eprintln!(
-                    "  {what}: p50 {:.2} ms p99 {:.2} ms max {:.2} ms",
+                    "  {what}: p50 {:.2} ms p99 {:.2} ms max {:.2} ms; {seconds}",
                     b.p50 * 1e3,
                     b.p99 * 1e3,
                     b.max * 1e3
@@ -341,7 +376,7 @@ async fn burst_baseline(
     jobs: usize,
     duration: Duration,
     shape: BurstShape,
-) -> anyhow::Result<Vec<f64>> {
+) -> anyhow::Result<Vec<Late>> {
     let conn = env.amqp().await?;
     let ch = crate::raw::confirm_channel(&conn).await?;
     let config = Config::from_toml(
@@ -428,7 +463,10 @@ async fn burst_baseline(
                     lapin::Confirmation::Ack(None) => {}
                     other => bail!("burst baseline publish not confirmed: {other:?}"),
                 }
-                out.push((at - second).to_std().unwrap_or_default().as_secs_f64());
+                out.push(Late {
+                    seconds: (at - second).to_std().unwrap_or_default().as_secs_f64(),
+                    due: second.timestamp(),
+                });
             }
         }
         anyhow::Ok(())
