@@ -1,14 +1,20 @@
 //! What the ledger does on Redis beyond its contract: a record stays a compact hash for its
-//! whole retention, and a claim stored by an older consumer is still reaped.
+//! whole retention, a claim stored by an older consumer is still reaped, and calls made
+//! together go out in one script call, each answered alone, even when its caller gave up.
+
+use std::time::Duration;
 
 use cronq_redis::RedisLedger;
 use cronq_shared::config::Overlap;
-use cronq_shared::ledger::{ClaimOutcome, End, FollowUp, Ledger, State};
+use cronq_shared::ledger::{Claim, ClaimOutcome, End, FollowUp, Ledger, State, claim_token};
 use cronq_shared::names::{Names, Namespace};
 
 use crate::support::occurrences::{LONG, claim, claimed, end};
 use crate::support::ports::redis_ledger;
-use crate::support::{TestEnv, redis_url, scoped};
+use crate::support::{TestEnv, eventually, redis_url, scoped};
+
+/// How long a test waits for a lapsed lease to be reaped.
+const WAIT: Duration = Duration::from_secs(10);
 
 /// The test's Redis ledger, a connection of its own to look at (or break) the keys the
 /// ledger writes, and the names of those keys.
@@ -204,6 +210,65 @@ async fn ledger_redis_calls_made_together_answer_each_alone() {
         for c in &good {
             let record = ledger.record(&c.key).await.unwrap().unwrap();
             assert_eq!(record.state, State::Succeeded, "{}", c.key);
+        }
+    })
+    .await;
+}
+
+/// A caller that gives up while its claim waits in a batch not yet sent (`ledger/batch.rs`:
+/// at shutdown) leaves the claim in it: the batch goes out whole, the claim sent with it is
+/// answered, and the given-up claim holds its occurrence (another delivery of it is a
+/// duplicate) until its lease lapses, when the reaper hands it out once, message and all,
+/// for a delivery that takes it over: nothing runs twice, nothing is lost.
+#[tokio::test]
+async fn ledger_redis_a_claim_given_up_in_its_batch_lapses_to_the_reaper() {
+    scoped("ledger_redis_given_up", |env| async move {
+        let ledger = redis_ledger(&env).await;
+        let lease = Duration::from_secs(1);
+        let given_up = claim("given-up", 1, 1, Overlap::Allow, lease);
+        let sent_with_it = claim("given-up", 2, 1, Overlap::Allow, LONG);
+        {
+            let mut first = Box::pin(ledger.claim(&given_up));
+            let mut second = Box::pin(ledger.claim(&sent_with_it));
+            // One poll each in this one task: both join the batch the first one opened,
+            // which is sent once this task yields (a current-thread runtime).
+            assert!(futures_util::poll!(&mut first).is_pending());
+            assert!(futures_util::poll!(&mut second).is_pending());
+            drop(first);
+            let answer = second.await.unwrap();
+            assert!(matches!(answer, ClaimOutcome::Claimed { .. }), "{answer:?}");
+        }
+        let redelivered = Claim {
+            token: claim_token(),
+            ..given_up.clone()
+        };
+        // Within its lease (1 s; these are two round trips).
+        let answer = ledger.claim(&redelivered).await.unwrap();
+        assert!(
+            matches!(
+                answer,
+                ClaimOutcome::Duplicate {
+                    state: State::Running,
+                    ..
+                }
+            ),
+            "the given-up claim was sent with its batch: {answer:?}"
+        );
+        assert!(
+            ledger.reap(10, LONG).await.unwrap().is_empty(),
+            "nothing to reap before the lease lapses"
+        );
+        // Past it.
+        let orphans = eventually(WAIT, "the given-up claim to be reaped", || async {
+            Some(ledger.reap(10, LONG).await.unwrap()).filter(|o| !o.is_empty())
+        })
+        .await;
+        assert_eq!(orphans.len(), 1, "{orphans:?}");
+        assert_eq!(orphans[0].key, given_up.key.to_string());
+        assert_eq!(orphans[0].body, given_up.body);
+        match ledger.claim(&redelivered).await.unwrap() {
+            ClaimOutcome::Claimed { takeover, .. } => assert!(takeover),
+            other => panic!("the reaped occurrence is not claimable: {other:?}"),
         }
     })
     .await;
