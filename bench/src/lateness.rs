@@ -85,8 +85,8 @@ pub struct Late {
 }
 
 impl Late {
-    /// A lateness taken at `now`, just after its confirm: due at `now − seconds`, to the
-    /// nearest whole second (right while the confirm is taken less than 0.5 s late).
+    /// A lateness taken at `now`, after its confirm: due at `now − seconds`, to the
+    /// nearest whole second (right while it is taken less than 0.5 s after its confirm).
     pub fn taken_at(seconds: f64, now: DateTime<Utc>) -> Self {
         let now = now.timestamp_micros() as f64 / 1e6;
         Self {
