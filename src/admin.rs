@@ -31,9 +31,15 @@ const SECONDS_BUCKETS: &[f64] = &[
     300.0, 900.0, 3600.0,
 ];
 
+/// How often the registry folds the histogram values recorded since into their buckets
+/// when no scrape did it: until then it keeps every value, so a process that nobody
+/// scrapes (no `--admin-addr`) would grow by every attempt's duration for ever.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
 /// Installs the global metrics recorder once per process and returns its handle. Series
 /// with a `job` label follow `[metrics] job_label_limit` (`config`), read once here: a
-/// reload does not change it.
+/// reload does not change it. A thread folds the recorded histogram values into their
+/// buckets every [`UPKEEP_EVERY`], as each scrape also does.
 ///
 /// # Errors
 /// When a recorder is already installed.
@@ -48,6 +54,16 @@ pub fn install_metrics(config: &MetricsConfig) -> anyhow::Result<PrometheusHandl
         labels: JobLabels::new(config),
     })
     .context("while installing the metrics recorder")?;
+    let upkeep = handle.clone();
+    std::thread::Builder::new()
+        .name("metrics-upkeep".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(UPKEEP_EVERY);
+                upkeep.run_upkeep();
+            }
+        })
+        .context("while starting the metrics upkeep thread")?;
     Ok(handle)
 }
 

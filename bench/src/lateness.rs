@@ -86,7 +86,8 @@ pub struct Late {
 
 impl Late {
     /// A lateness taken at `now`, after its confirm: due at `now − seconds`, to the
-    /// nearest whole second (right while it is taken less than 0.5 s after its confirm).
+    /// nearest whole second (right while it is taken less than 0.5 s after its confirm;
+    /// the seconds cut by the start and end of a measurement are counted too).
     pub fn taken_at(seconds: f64, now: DateTime<Utc>) -> Self {
         let now = now.timestamp_micros() as f64 / 1e6;
         Self {

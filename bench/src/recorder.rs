@@ -9,6 +9,9 @@
 //! Owns: the process-wide `metrics` recorder (it can be installed once per process).
 
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use anyhow::Context as _;
 
 use chrono::Utc;
 use metrics::{
@@ -21,8 +24,13 @@ use crate::lateness::Late;
 /// The histogram the producer records per published occurrence.
 pub const LATENESS: &str = "cronq_publish_lateness_seconds";
 
+/// How often the Prometheus registry folds the histogram values recorded since.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
 /// The captured lateness samples, shared with the recorder; each with the second it was
-/// due at, worked out when it is recorded (right after its confirm).
+/// due at, worked out when it is recorded ([`Late::taken_at`]; the producer records a
+/// batch's samples once the whole batch is confirmed, so a sample of a batch whose
+/// confirms took over 0.5 s may be counted with the next second).
 #[derive(Debug, Clone, Default)]
 pub struct Samples(Arc<Mutex<Vec<Late>>>);
 
@@ -40,10 +48,11 @@ impl Samples {
 
 impl HistogramFn for Samples {
     fn record(&self, value: f64) {
+        let late = Late::taken_at(value, Utc::now());
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push(Late::taken_at(value, Utc::now()));
+            .push(late);
     }
 }
 
@@ -88,10 +97,23 @@ impl Recorder for Capture {
 /// When another recorder was installed first.
 pub fn install() -> anyhow::Result<Samples> {
     let lateness = Samples::default();
+    let prometheus = PrometheusBuilder::new().build_recorder();
+    let handle = prometheus.handle();
     metrics::set_global_recorder(Capture {
         lateness: lateness.clone(),
-        prometheus: PrometheusBuilder::new().build_recorder(),
+        prometheus,
     })
     .map_err(|e| anyhow::anyhow!("cannot install the metrics recorder: {e}"))?;
+    // The registry keeps every histogram value until an upkeep folds them, as `cronq`'s
+    // admin module has a thread do.
+    std::thread::Builder::new()
+        .name("metrics-upkeep".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(UPKEEP_EVERY);
+                handle.run_upkeep();
+            }
+        })
+        .context("cannot start the metrics upkeep thread")?;
     Ok(lateness)
 }

@@ -82,15 +82,17 @@ impl Metrics {
         Some(Arc::clone(jobs.entry(job.into()).or_default()))
     }
 
-    /// Adds one to `job`'s counter `pick`, registered by `register` when not kept yet.
+    /// Adds one to `job`'s counter `pick`, registered by `register` when not kept yet (or
+    /// when `pick` has no place for it).
     fn count(
         &self,
         job: &str,
-        pick: impl FnOnce(&JobMetrics) -> &OnceLock<Counter>,
+        pick: impl FnOnce(&JobMetrics) -> Option<&OnceLock<Counter>>,
         register: impl FnOnce() -> Counter,
     ) {
-        match self.job(job) {
-            Some(kept) => pick(&kept).get_or_init(register).increment(1),
+        let kept = self.job(job);
+        match kept.as_deref().and_then(pick) {
+            Some(cell) => cell.get_or_init(register).increment(1),
             None => register().increment(1),
         }
     }
@@ -99,7 +101,8 @@ impl Metrics {
     pub(crate) fn attempt(&self, job: &str, outcome: Outcome) {
         self.count(
             job,
-            |m| &m.attempts[outcome.index()],
+            // An outcome without a place in `attempts` is registered at each event.
+            |m| m.attempts.get(outcome.index()),
             || metrics::counter!("cronq_attempts_total", "job" => job.to_owned(), "outcome" => outcome.as_str()),
         );
     }
@@ -121,7 +124,7 @@ impl Metrics {
     pub(crate) fn duplicate(&self, job: &str) {
         self.count(
             job,
-            |m| &m.duplicates,
+            |m| Some(&m.duplicates),
             || metrics::counter!("cronq_duplicates_acked_total", "job" => job.to_owned()),
         );
     }
@@ -130,7 +133,7 @@ impl Metrics {
     pub(crate) fn dead_lettered(&self, job: &str) {
         self.count(
             job,
-            |m| &m.dead_lettered,
+            |m| Some(&m.dead_lettered),
             || metrics::counter!("cronq_dead_lettered_total", "job" => job.to_owned()),
         );
     }
