@@ -82,59 +82,60 @@ impl Metrics {
         Some(Arc::clone(jobs.entry(job.into()).or_default()))
     }
 
-    /// Adds one to `job`'s counter `pick`, registered by `register` when not kept yet (or
-    /// when `pick` has no place for it).
-    fn count(
+    /// Hands `event` the handle `pick` of `job`, registered by `register` when not kept
+    /// yet; registered for this event alone when `job` is past the capacity (or `pick` has
+    /// no place for it).
+    fn with<H>(
         &self,
         job: &str,
-        pick: impl FnOnce(&JobMetrics) -> Option<&OnceLock<Counter>>,
-        register: impl FnOnce() -> Counter,
+        pick: impl FnOnce(&JobMetrics) -> Option<&OnceLock<H>>,
+        register: impl FnOnce() -> H,
+        event: impl FnOnce(&H),
     ) {
         let kept = self.job(job);
         match kept.as_deref().and_then(pick) {
-            Some(cell) => cell.get_or_init(register).increment(1),
-            None => register().increment(1),
+            Some(cell) => event(cell.get_or_init(register)),
+            None => event(&register()),
         }
     }
 
     /// `cronq_attempts_total{job,outcome}`.
     pub(crate) fn attempt(&self, job: &str, outcome: Outcome) {
-        self.count(
+        self.with(
             job,
-            // An outcome without a place in `attempts` is registered at each event.
             |m| m.attempts.get(outcome.index()),
             || metrics::counter!("cronq_attempts_total", "job" => job.to_owned(), "outcome" => outcome.as_str()),
+            |c| c.increment(1),
         );
     }
 
     /// `cronq_attempt_duration_seconds{job}`.
     pub(crate) fn duration(&self, job: &str, took: Duration) {
-        let register =
-            || metrics::histogram!("cronq_attempt_duration_seconds", "job" => job.to_owned());
-        match self.job(job) {
-            Some(kept) => kept
-                .duration
-                .get_or_init(register)
-                .record(took.as_secs_f64()),
-            None => register().record(took.as_secs_f64()),
-        }
+        self.with(
+            job,
+            |m| Some(&m.duration),
+            || metrics::histogram!("cronq_attempt_duration_seconds", "job" => job.to_owned()),
+            |h| h.record(took.as_secs_f64()),
+        );
     }
 
     /// `cronq_duplicates_acked_total{job}`.
     pub(crate) fn duplicate(&self, job: &str) {
-        self.count(
+        self.with(
             job,
             |m| Some(&m.duplicates),
             || metrics::counter!("cronq_duplicates_acked_total", "job" => job.to_owned()),
+            |c| c.increment(1),
         );
     }
 
     /// `cronq_dead_lettered_total{job}`.
     pub(crate) fn dead_lettered(&self, job: &str) {
-        self.count(
+        self.with(
             job,
             |m| Some(&m.dead_lettered),
             || metrics::counter!("cronq_dead_lettered_total", "job" => job.to_owned()),
+            |c| c.increment(1),
         );
     }
 }

@@ -56,19 +56,10 @@ impl Outcome {
         Self::Lost,
     ];
 
-    /// The outcome's position in [`Outcome::ALL`], a dense index for per-outcome tables
-    /// (a new outcome goes at the end of both).
+    /// The outcome's position in [`Outcome::ALL`] (its declaration order), a dense index
+    /// for per-outcome tables.
     pub fn index(self) -> usize {
-        match self {
-            Self::Succeeded => 0,
-            Self::Retrying => 1,
-            Self::Failed => 2,
-            Self::Skipped => 3,
-            Self::Cancelled => 4,
-            Self::Missed => 5,
-            Self::Interrupted => 6,
-            Self::Lost => 7,
-        }
+        self as usize
     }
 
     /// The lowercase name.

@@ -37,7 +37,7 @@ local function claim(KEYS, ARGV, shared)
   local attempt = ARGV[4]
   local lease = tonumber(ARGV[6])
   local lease_until = tostring(now + lease)
-  -- ns:occ: and ns:occbody:, read off the keys when an exclusive job needs them.
+  -- ns:occ: and ns:occbody:, as the batch sent them (the waiters of an exclusive job).
   local prefix, body_prefix = shared.record, shared.body
   -- One read of everything the checks need (a new key reads five nils).
   local rec = redis.call('HMGET', KEYS[1], 'state', 'attempt', 'lease_until', 'next', 'token')
