@@ -7,6 +7,14 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+/// The help heading of the options that say where RabbitMQ and Redis are, and the
+/// namespace on them; each command's own options come first, under "Options".
+const CONNECTIONS: &str = "Connections (RabbitMQ, Redis)";
+/// The help heading of the signing and TLS options.
+const SECURITY: &str = "Signing and TLS";
+/// The help heading of a standalone's data file options.
+const DATA_FILE: &str = "Standalone data file";
+
 /// Distributed cron: each scheduled occurrence runs once across the whole fleet.
 #[derive(Debug, Parser)]
 #[command(name = "cronq", version, propagate_version = true)]
@@ -21,18 +29,18 @@ pub struct Cli {
 
     /// RabbitMQ URL (amqp:// or amqps://), or the URLs of a cluster's nodes separated by
     /// commas (see docs/ha.md).
-    #[arg(long, global = true, env = "CRONQ_AMQP_URL", default_value = cronq_shared::endpoints::DEFAULT_AMQP_URL, hide_env_values = true, hide_default_value = true)]
+    #[arg(long, global = true, help_heading = CONNECTIONS, env = "CRONQ_AMQP_URL", default_value = cronq_shared::endpoints::DEFAULT_AMQP_URL, hide_env_values = true, hide_default_value = true)]
     pub amqp_url: String,
 
     /// Members of each quorum queue a process declares (x-quorum-initial-group-size; a
     /// cluster of fewer nodes gets one per node).
-    #[arg(long, global = true, env = "CRONQ_AMQP_QUORUM_SIZE", default_value_t = cronq_shared::endpoints::DEFAULT_QUORUM_SIZE, value_parser = clap::value_parser!(u16).range(1..))]
+    #[arg(long, global = true, help_heading = CONNECTIONS, env = "CRONQ_AMQP_QUORUM_SIZE", default_value_t = cronq_shared::endpoints::DEFAULT_QUORUM_SIZE, value_parser = clap::value_parser!(u16).range(1..))]
     pub amqp_quorum_size: u16,
 
     /// Redis URL: redis:// or rediss:// for one server, or for the master Redis Sentinel
     /// names redis+sentinel://HOST:PORT,HOST:PORT/MASTER (USER:PASSWORD@ before the hosts and
     /// /DB after the master are optional; rediss+sentinel:// for TLS; see docs/ha.md).
-    #[arg(long, global = true, env = "CRONQ_REDIS_URL", default_value = cronq_shared::endpoints::DEFAULT_REDIS_URL, hide_env_values = true, hide_default_value = true)]
+    #[arg(long, global = true, help_heading = CONNECTIONS, env = "CRONQ_REDIS_URL", default_value = cronq_shared::endpoints::DEFAULT_REDIS_URL, hide_env_values = true, hide_default_value = true)]
     pub redis_url: String,
 
     /// How many Redis replicas must acknowledge each write the guarantees rest on before it
@@ -40,6 +48,7 @@ pub struct Cli {
     #[arg(
         long,
         global = true,
+        help_heading = CONNECTIONS,
         env = "CRONQ_REDIS_MIN_REPLICAS",
         default_value_t = 0,
         value_name = "N"
@@ -51,6 +60,7 @@ pub struct Cli {
     #[arg(
         long,
         global = true,
+        help_heading = SECURITY,
         env = "CRONQ_SIGNING_KEY_FILE",
         value_name = "FILE"
     )]
@@ -58,30 +68,35 @@ pub struct Cli {
 
     /// A PEM file of the CA certificates trusted for amqps:// and rediss:// (see
     /// docs/config.md, "TLS").
-    #[arg(long, global = true, env = "CRONQ_TLS_CA_FILE", value_name = "FILE")]
+    #[arg(long, global = true,
+        help_heading = SECURITY, env = "CRONQ_TLS_CA_FILE", value_name = "FILE")]
     pub tls_ca_file: Option<PathBuf>,
 
     /// The client certificate (PEM) given to a TLS server that asks for one; with
     /// --tls-key-file.
-    #[arg(long, global = true, env = "CRONQ_TLS_CERT_FILE", value_name = "FILE")]
+    #[arg(long, global = true,
+        help_heading = SECURITY, env = "CRONQ_TLS_CERT_FILE", value_name = "FILE")]
     pub tls_cert_file: Option<PathBuf>,
 
     /// The private key (PEM) of --tls-cert-file.
-    #[arg(long, global = true, env = "CRONQ_TLS_KEY_FILE", value_name = "FILE")]
+    #[arg(long, global = true,
+        help_heading = SECURITY, env = "CRONQ_TLS_KEY_FILE", value_name = "FILE")]
     pub tls_key_file: Option<PathBuf>,
 
     /// Prefix of every exchange, queue and Redis key: [a-z0-9_.-]{1,64}.
-    #[arg(long, global = true, env = "CRONQ_NAMESPACE", default_value = "cronq")]
+    #[arg(long, global = true, help_heading = CONNECTIONS, env = "CRONQ_NAMESPACE", default_value = "cronq")]
     pub namespace: String,
 
     /// A standalone's data file (SQLite). `standalone` runs on it (default `cronq.db` in
     /// the working directory; `:memory:` keeps everything in the process); the operations
     /// commands then work on it instead of RabbitMQ and Redis.
-    #[arg(long, global = true, env = "CRONQ_DATA", value_name = "PATH")]
+    #[arg(long, global = true,
+        help_heading = DATA_FILE, env = "CRONQ_DATA", value_name = "PATH")]
     pub data: Option<PathBuf>,
 
     /// How a data file's commits reach the disk (see docs/standalone.md).
-    #[arg(long, global = true, env = "CRONQ_DATA_SYNC", value_enum, default_value_t = DataSync::Normal)]
+    #[arg(long, global = true,
+        help_heading = DATA_FILE, env = "CRONQ_DATA_SYNC", value_enum, default_value_t = DataSync::Normal)]
     pub data_sync: DataSync,
 
     /// What to do.

@@ -65,8 +65,9 @@ pub async fn list(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
         String::new()
     };
     println!(
-        "{} dead letters{extra}; replay with `cronq dlq replay --job JOB | --key KEY | --all`",
-        letters.len()
+        "{} dead letter{}{extra}; replay with `cronq dlq replay --job JOB | --key KEY | --all`",
+        letters.len(),
+        if letters.len() == 1 { "" } else { "s" }
     );
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! `cronq runs`: the run history, newest first, from the run log (Redis, or a data file).
 
 use anyhow::Context as _;
-use cronq_shared::config::DEFAULT_RETENTION;
+use cronq_shared::config::{DEFAULT_RETENTION, did_you_mean};
 use serde_json::json;
 
 use super::settings::UsageError;
@@ -9,10 +9,14 @@ use crate::cli::{Cli, RunsArgs};
 use crate::ops::{self, lookup};
 use crate::output::{self, Table};
 
+/// How many of the newest runs name the jobs a misspelt `--job` is compared with.
+const RECENT_FOR_NAMES: usize = 1000;
+
 /// Prints up to `--limit` runs, newest first, as a table or one JSON document.
 ///
 /// # Errors
-/// A usage error for `--limit 0` or an unknown `--job`; Redis unreachable, or the data file unusable.
+/// A usage error for `--limit 0`, an unknown `--job`, or one with no runs that is close to
+/// the name of a job with recent runs (a likely typo); Redis unreachable, or the data file unusable.
 pub async fn run(cli: &Cli, args: &RunsArgs) -> anyhow::Result<()> {
     if args.limit == 0 {
         return Err(UsageError("--limit must be at least 1".into()).into());
@@ -35,6 +39,27 @@ pub async fn run(cli: &Cli, args: &RunsArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     if runs.is_empty() {
+        if let Some(job) = &job {
+            // Without a config to check the name against, a misspelt job shows no runs:
+            // the recent history's job names say whether it is likely a typo.
+            let recent = stores
+                .runlog
+                .list(None, RECENT_FOR_NAMES)
+                .await
+                .context("while reading the run history")?;
+            let names: std::collections::BTreeSet<&str> =
+                recent.iter().map(|r| r.key.job().as_str()).collect();
+            if let Some(near) = did_you_mean(job.as_str(), names.iter().copied()) {
+                return Err(UsageError(format!(
+                    "no runs of job {:?} recorded; did you mean \"{near}\"? (jobs with recent runs: {})",
+                    job.as_str(),
+                    names.into_iter().collect::<Vec<_>>().join(", ")
+                ))
+                .into());
+            }
+            println!("no runs of job {:?} recorded yet", job.as_str());
+            return Ok(());
+        }
         println!("no runs recorded yet");
         return Ok(());
     }

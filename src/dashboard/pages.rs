@@ -950,7 +950,18 @@ pub async fn login_form(
     login_page(&app, &headers, q.next.as_deref(), None)
 }
 
-fn login_page(app: &App, headers: &HeaderMap, next: Option<&str>, error: Option<&str>) -> Response {
+/// Why the login form is shown again: the status it answers with and what it says.
+type LoginRefusal<'a> = (StatusCode, &'a str);
+
+/// The login page, shown again after a refused login with its status (401 for a wrong
+/// token, 403 for a form that did not come from this dashboard, as for every other form).
+fn login_page(
+    app: &App,
+    headers: &HeaderMap,
+    next: Option<&str>,
+    refusal: Option<LoginRefusal<'_>>,
+) -> Response {
+    let error = refusal.map(|(_, message)| message);
     let viewer = Viewer::of(app, headers);
     let nonce = app.admin.new_login();
     let csrf = app.admin.login_csrf(&nonce);
@@ -969,8 +980,8 @@ fn login_page(app: &App, headers: &HeaderMap, next: Option<&str>, error: Option<
         }
     };
     let mut response = render(app, headers, &viewer, ("Log in", ""), main, false);
-    if error.is_some() {
-        *response.status_mut() = StatusCode::UNAUTHORIZED;
+    if let Some((status, _)) = refusal {
+        *response.status_mut() = status;
     }
     if let Ok(v) = set_cookie(LOGIN_COOKIE, &nonce, 600).parse() {
         response.headers_mut().append(header::SET_COOKIE, v);
@@ -996,7 +1007,10 @@ pub async fn login(
             &app,
             &headers,
             Some(&next),
-            Some("the login form expired or did not come from this dashboard: try again"),
+            Some((
+                StatusCode::FORBIDDEN,
+                "the login form expired or did not come from this dashboard: try again",
+            )),
         );
     }
     if !app
@@ -1004,7 +1018,12 @@ pub async fn login(
         .is_token(field(&form, "token").unwrap_or_default())
     {
         tracing::warn!("dashboard: a login with a wrong token");
-        return login_page(&app, &headers, Some(&next), Some("wrong admin token"));
+        return login_page(
+            &app,
+            &headers,
+            Some(&next),
+            Some((StatusCode::UNAUTHORIZED, "wrong admin token")),
+        );
     }
     let session = app.admin.new_session();
     let mut response = Redirect::to(&next).into_response();

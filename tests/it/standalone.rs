@@ -134,6 +134,9 @@ command = ["/bin/sh", "-c", "echo \"$CRONQ_KEY\" >> runs.txt"]
         env.signal(pid, Signal::SIGTERM);
         let code = env.wait(pid, Duration::from_secs(10));
         assert_eq!(code, Some(0), "standalone log:\n{}", env.log("standalone"));
+        // Its stderr went to a file: plain text, no colour codes.
+        let log = env.log("standalone");
+        assert!(log.contains("INFO") && !log.contains('\u{1b}'), "{log}");
         assert!(
             stopping.elapsed() < Duration::from_secs(6),
             "took {:?} to stop",

@@ -144,6 +144,55 @@ async fn api_over_rabbitmq_and_redis() {
         let (status, v) = dashboard::get(&d.url("/api/v1/runs?outcome=great")).await.unwrap();
         assert_eq!(status, StatusCode::BAD_REQUEST);
         assert!(v["error"].as_str().unwrap().starts_with("outcome \"great\" is not one of"), "{v}");
+        // A parameter that does not parse is named in the same JSON error, with its form.
+        for (path, param) in [("/api/v1/jobs?page=abc", "page"), ("/api/v1/runs?per_page=many", "per_page")] {
+            let (status, v) = dashboard::get(&d.url(path)).await.unwrap_or_else(|| panic!("GET {path}: not JSON"));
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {v}");
+            let error = v["error"].as_str().unwrap_or_default();
+            assert!(error.starts_with(&format!("query parameter {param}: ")) && error.contains("whole number"), "{path}: {v}");
+        }
+
+        // A login POST whose form did not come from this dashboard is forbidden (403), as
+        // every other form; a wrong token is 401.
+        let client = reqwest::Client::new();
+        let login = |body: &'static str, cookie: Option<&'static str>| {
+            let mut req = client
+                .post(d.url("/login"))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(body);
+            if let Some(c) = cookie {
+                req = req.header("cookie", c);
+            }
+            req.send()
+        };
+        for (body, cookie) in [("token=x&next=/", None), ("token=x&csrf=forged&next=/", Some("cronq_login=abc"))] {
+            let resp = login(body, cookie).await.expect("POST /login answers");
+            assert_eq!(resp.status(), StatusCode::FORBIDDEN, "{body} {cookie:?}");
+        }
+        // The real form with a wrong token: 401.
+        let form = client.get(d.url("/login")).send().await.expect("GET /login answers");
+        let nonce = form
+            .headers()
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok()?.strip_prefix("cronq_login=")?.split(';').next().map(str::to_owned))
+            .next()
+            .expect("the login cookie");
+        let html = form.text().await.unwrap_or_default();
+        let csrf = html
+            .split("name=\"csrf\" value=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .expect("the login form's CSRF field");
+        let resp = client
+            .post(d.url("/login"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("cookie", format!("cronq_login={nonce}"))
+            .body(format!("token=wrong&csrf={csrf}&next=/"))
+            .send()
+            .await
+            .expect("POST /login answers");
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
 
         // A job: its config (no secrets), the next 10 fire times.
         let v = d.json("/api/v1/jobs/report").await;

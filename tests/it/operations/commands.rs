@@ -114,6 +114,46 @@ async fn ops_commands_against_a_running_producer_and_consumer() {
         assert!(jobs["jobs"][0]["paused"]["since"].is_string());
         let table = ok(&env, &["jobs", "--config", cfg]);
         assert!(table.contains("(db upgrade)"), "{table}");
+        // Pausing it again keeps the pause and its note unless a note is given.
+        let since = jobs["jobs"][0]["paused"]["since"].clone();
+        let out = ok(&env, &["pause", "tick", "--config", cfg]);
+        assert!(
+            out.contains("already paused") && out.contains("nothing changed"),
+            "{out}"
+        );
+        let again = json(&env, &["jobs", "--json", "--config", cfg]);
+        assert_eq!(
+            (
+                &again["jobs"][0]["paused"]["note"],
+                &again["jobs"][0]["paused"]["since"]
+            ),
+            (&serde_json::json!("db upgrade"), &since),
+            "{again}"
+        );
+        let out = ok(
+            &env,
+            &[
+                "pause",
+                "tick",
+                "--note",
+                "db upgrade, day 2",
+                "--config",
+                cfg,
+            ],
+        );
+        assert!(
+            out.contains("already paused") && out.contains("it was \"db upgrade\""),
+            "{out}"
+        );
+        let again = json(&env, &["jobs", "--json", "--config", cfg]);
+        assert_eq!(
+            (
+                &again["jobs"][0]["paused"]["note"],
+                &again["jobs"][0]["paused"]["since"]
+            ),
+            (&serde_json::json!("db upgrade, day 2"), &since),
+            "{again}"
+        );
         let out = ok(&env, &["resume", "tick", "--config", cfg]);
         assert!(out.contains("resumed job \"tick\""), "{out}");
         let out = ok(&env, &["resume", "tick", "--config", cfg]);
@@ -145,6 +185,14 @@ async fn ops_commands_against_a_running_producer_and_consumer() {
             &["runs", "--job", "manual", "--json", "--config", cfg],
         );
         assert_eq!(runs["runs"].as_array().unwrap().len(), 4);
+        // Without a config, a misspelt --job is caught by the names of the recent runs.
+        let err = fails(&env, 2, &["runs", "--job", "manul"]);
+        assert!(
+            err.contains("no runs of job \"manul\" recorded; did you mean \"manual\"?"),
+            "{err}"
+        );
+        let out = ok(&env, &["runs", "--job", "zzz-never"]);
+        assert_eq!(out.trim(), "no runs of job \"zzz-never\" recorded yet");
 
         // dlq list on an empty queue.
         let dlq = json(&env, &["dlq", "list", "--json"]);
