@@ -37,7 +37,7 @@ fn main() -> ExitCode {
     match runtime.block_on(cmd::dispatch(cli, root)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("cronq: {err:#}");
+            eprintln!("cronq: {}", output::chain(&err));
             ExitCode::from(cmd::exit_code(&err))
         }
     }

@@ -121,9 +121,45 @@ pub fn print_json(value: &serde_json::Value) {
     );
 }
 
+/// An error and its causes, `: `-separated as `{:#}` prints them, less a cause whose text
+/// its error already ends with (a client error that repeats its I/O error's text).
+pub fn chain(err: &anyhow::Error) -> String {
+    let mut out = String::new();
+    let mut last = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if !last.is_empty() && last.ends_with(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+        last = text;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_chain_says_a_repeated_cause_once() {
+        let io = std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "refused (os error 111)",
+        );
+        let err = anyhow::Error::new(io)
+            .context("client: refused (os error 111)")
+            .context("while connecting");
+        assert_eq!(
+            chain(&err),
+            "while connecting: client: refused (os error 111)"
+        );
+        let err = anyhow::anyhow!("root").context("outer");
+        assert_eq!(chain(&err), "outer: root");
+    }
 
     #[test]
     fn tables_align_and_cut() {

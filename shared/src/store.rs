@@ -6,14 +6,25 @@ use std::time::Duration;
 
 use crate::endpoints::{CONNECT_TIMEOUT, UrlError};
 
+/// ` (no answer within 10s)` when a connection timed out; nothing when it failed sooner
+/// (refused, reset), as its source then says.
+fn unanswered(timed_out: bool) -> String {
+    if timed_out {
+        format!(" (no answer within {}s)", CONNECT_TIMEOUT.as_secs())
+    } else {
+        String::new()
+    }
+}
+
 /// A backend's error, kept as the source.
 pub type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// The store could not be reached or answered with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// No connection within [`CONNECT_TIMEOUT`].
-    #[error("cannot reach {store} at {url} within {secs}s: is it running? ({hint})", secs = CONNECT_TIMEOUT.as_secs())]
+    /// No connection: refused or failed (the source says why), or no answer within
+    /// [`CONNECT_TIMEOUT`] (no source).
+    #[error("cannot reach {store} at {url}{}: is it running? ({hint})", unanswered(source.is_none()))]
     Unreachable {
         /// Which store (`Redis`).
         store: &'static str,

@@ -17,7 +17,7 @@ use cronq_shared::runlog::DEFAULT_MAX_RUNS;
 use cronq_shared::signing::Keyring;
 
 use crate::cli::Cli;
-use crate::cmd::settings::{Target, UsageError};
+use crate::cmd::settings::{DEFAULT_DATA, Target, UsageError};
 
 /// The job called `name` in `config`, or a usage error naming the file and suggesting a
 /// likely match.
@@ -73,9 +73,11 @@ pub fn instant(flag: &str, text: &str) -> Result<DateTime<Utc>, UsageError> {
 /// When Redis cannot be reached or the data file cannot be used.
 pub async fn stores(target: &Target, retention: Duration) -> anyhow::Result<Stores> {
     match target {
-        Target::Fleet(endpoints) => cronq_backends::stores(endpoints, retention, None)
-            .await
-            .context("while connecting to Redis"),
+        Target::Fleet(endpoints) => data_file_hint(
+            cronq_backends::stores(endpoints, retention, None)
+                .await
+                .context("while connecting to Redis"),
+        ),
         Target::Data {
             path,
             sync,
@@ -85,6 +87,20 @@ pub async fn stores(target: &Target, retention: Duration) -> anyhow::Result<Stor
             Ok(stores)
         }
     }
+}
+
+/// A fleet's service that failed, when a standalone's default data file is in the working
+/// directory: the user most likely meant to read that file, so say how.
+fn data_file_hint<T>(result: anyhow::Result<T>) -> anyhow::Result<T> {
+    result.map_err(|err| {
+        if std::path::Path::new(DEFAULT_DATA).exists() {
+            err.context(format!(
+                "without --data this reads the fleet's Redis and RabbitMQ; a standalone's data file {DEFAULT_DATA} is in this directory: pass --data {DEFAULT_DATA} (or set CRONQ_DATA) to read it"
+            ))
+        } else {
+            err
+        }
+    })
 }
 
 /// The queue of `target`, to read and replay its dead letters.
@@ -123,9 +139,11 @@ impl Queue {
 pub async fn queue(target: &Target) -> anyhow::Result<Queue> {
     match target {
         Target::Fleet(endpoints) => {
-            let amqp = cronq_backends::broker(endpoints)
-                .await
-                .context("while connecting to RabbitMQ")?;
+            let amqp = data_file_hint(
+                cronq_backends::broker(endpoints)
+                    .await
+                    .context("while connecting to RabbitMQ"),
+            )?;
             Ok(Queue {
                 port: Arc::new(amqp.clone()),
                 amqp: Some(amqp),

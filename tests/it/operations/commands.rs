@@ -344,6 +344,27 @@ async fn ops_usage_errors_exit_2_and_unreachable_services_exit_1() {
             "{err}"
         );
         assert!(!err.contains("s3cret"), "{err}");
+        // A refused connection says so once, and does not claim to have waited 10 s.
+        assert_eq!(err.matches("Connection refused").count(), 1, "{err}");
+        assert!(
+            !err.contains("within 10s") && !err.contains("--data"),
+            "{err}"
+        );
+        // With a standalone's data file in the directory, the error says how to read it.
+        std::fs::write(env.dir.join("cronq.db"), b"").expect("a cronq.db");
+        for args in [&["runs"][..], &["dlq", "list"][..]] {
+            let out = env
+                .cronq()
+                .env("CRONQ_REDIS_URL", "redis://127.0.0.1:1")
+                .env("CRONQ_AMQP_URL", "amqp://guest:guest@127.0.0.1:1/%2f")
+                .args(args)
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+            assert!(err.contains("pass --data cronq.db"), "{args:?}: {err}");
+        }
+        std::fs::remove_file(env.dir.join("cronq.db")).expect("cronq.db removed");
         let out = env
             .cronq()
             .env("CRONQ_AMQP_URL", "amqp://admin:s3cret@127.0.0.1:1/%2f")
