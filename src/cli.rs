@@ -164,6 +164,29 @@ pub enum Command {
     Dlq(DlqCommand),
     /// GET an admin URL and exit 0 when it answers 2xx (container health checks).
     Probe(ProbeArgs),
+    /// Print a shell completion script (e.g. `cronq completions bash > /etc/bash_completion.d/cronq`).
+    Completions(CompletionsArgs),
+    /// Print the man page (roff) of cronq and its subcommands, or write one file per page.
+    Man(ManArgs),
+    /// Print the version (as `--version`).
+    Version,
+}
+
+/// `cronq completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// `cronq man`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write `cronq.1` and one `cronq-SUBCOMMAND.1` per subcommand into this directory
+    /// instead of printing `cronq.1`.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }
 
 /// `cronq probe`.

@@ -5,6 +5,7 @@ mod check;
 mod consumer;
 mod dashboard;
 mod dlq;
+mod docs;
 mod jobs;
 mod next;
 mod pause;
@@ -39,6 +40,15 @@ pub async fn dispatch(cli: Cli, root: CancellationToken) -> anyhow::Result<()> {
         Command::Dlq(DlqCommand::List(args)) => dlq::list(&cli, args).await,
         Command::Dlq(DlqCommand::Replay(args)) => dlq::replay(&cli, args).await,
         Command::Probe(args) => crate::admin::probe(&args.url).await,
+        Command::Completions(args) => {
+            docs::completions(args.shell);
+            Ok(())
+        }
+        Command::Man(args) => docs::man(args.dir.as_deref()),
+        Command::Version => {
+            docs::version();
+            Ok(())
+        }
     }
 }
 

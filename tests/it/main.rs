@@ -23,6 +23,7 @@
 //!   real `cronq standalone`;
 //! - `operations`: pause, trigger, backfill, reload, the operations commands, the
 //!   dead-letter queue;
+//! - `packaging`: completions, man pages, `cronq version` and the systemd units;
 //! - `standalone`: `cronq standalone` with its defaults;
 //! - `standalone_data`: `cronq standalone` on a data file: catch-up after a restart,
 //!   `kill -9`, operations on the file while it runs, a standby on the same file, start
@@ -52,6 +53,7 @@ mod ha;
 mod handlers;
 mod job_labels;
 mod operations;
+mod packaging;
 mod ports;
 mod queues;
 mod secrets;

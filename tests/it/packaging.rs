@@ -1,0 +1,98 @@
+//! What packagers install beside the binary: shell completions and man pages generated
+//! from the command line (`cronq completions`, `cronq man`), `cronq version`, and the
+//! systemd units of `deploy/systemd/`, checked by `systemd-analyze verify`.
+
+use std::path::Path;
+use std::process::Command;
+
+fn cronq(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_cronq"))
+        .args(args)
+        .env_remove("CRONQ_CONFIG")
+        .output()
+        .expect("cronq runs");
+    assert!(
+        out.status.success(),
+        "cronq {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
+#[test]
+fn completions_name_every_subcommand_for_each_shell() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let script = cronq(&["completions", shell]);
+        for sub in ["standalone", "consumer", "dlq", "backfill", "completions"] {
+            assert!(script.contains(sub), "{shell}: no {sub}:\n{script}");
+        }
+    }
+}
+
+#[test]
+fn man_pages_are_generated_from_the_command_line() {
+    let page = cronq(&["man"]);
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH cronq"),
+        "{page}"
+    );
+    assert!(page.contains("standalone"), "{page}");
+    let dir = std::env::temp_dir().join(format!("cronq-man-{}", std::process::id()));
+    cronq(&["man", "--dir", dir.to_str().expect("a UTF-8 path")]);
+    for name in ["cronq.1", "cronq-standalone.1", "cronq-dlq.1"] {
+        let text = std::fs::read_to_string(dir.join(name))
+            .unwrap_or_else(|e| panic!("{name} in {}: {e}", dir.display()));
+        assert!(text.contains(".TH"), "{name}: {text}");
+    }
+    std::fs::remove_dir_all(&dir).expect("temporary man directory removed");
+}
+
+#[test]
+fn version_says_what_dash_dash_version_says() {
+    let version = cronq(&["version"]);
+    assert_eq!(version, cronq(&["--version"]));
+    assert_eq!(
+        version.trim(),
+        format!("cronq {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn systemd_units_verify() {
+    let analyze = Path::new("/usr/bin/systemd-analyze");
+    if !analyze.exists() {
+        // CI installs it (.ci/run); a developer machine without systemd cannot check.
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "systemd-analyze is missing under CI: .ci/run installs the systemd package"
+        );
+        eprintln!("skipped: no systemd-analyze on this machine");
+        return;
+    }
+    let units = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/systemd");
+    let dir = std::env::temp_dir().join(format!("cronq-units-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temporary unit directory");
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(&units).expect("deploy/systemd") {
+        let path = entry.expect("a unit").path();
+        // The units name the installed binary; verify checks that it exists.
+        let text = std::fs::read_to_string(&path)
+            .expect("a unit file")
+            .replace("/usr/local/bin/cronq", env!("CARGO_BIN_EXE_cronq"));
+        let copy = dir.join(path.file_name().expect("a file name"));
+        std::fs::write(&copy, text).expect("unit copied");
+        files.push(copy);
+    }
+    assert_eq!(files.len(), 3, "{files:?}");
+    let out = Command::new(analyze)
+        .args(["verify", "--man=no"])
+        .args(&files)
+        .output()
+        .expect("systemd-analyze runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.trim().is_empty(),
+        "systemd-analyze verify: {stderr}"
+    );
+    std::fs::remove_dir_all(&dir).expect("temporary unit directory removed");
+}
