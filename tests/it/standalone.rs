@@ -146,6 +146,104 @@ command = ["/bin/sh", "-c", "echo \"$CRONQ_KEY\" >> runs.txt"]
     .await;
 }
 
+/// The README's first command: the shipped example in a standalone, as a newcomer runs it.
+/// For 25 s everything succeeds but the job that fails on purpose, whose occurrences end in
+/// the dead-letter queue; the report job, triggered, succeeds.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_example_config_runs_clean_but_for_its_intended_failure() {
+    scoped("standalone_example", |env| async move {
+        let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/cronq.example.toml");
+        let data = env.dir.join("example.db");
+        let data = data.to_str().expect("a UTF-8 path");
+        let pid = env.spawn(
+            "standalone",
+            &[
+                "standalone",
+                "--config",
+                example,
+                "--data",
+                data,
+                "--grace",
+                "5s",
+            ],
+        );
+        let started = Instant::now();
+        // The standalone creates its data file at start; the trigger goes in once it has.
+        eventually(
+            Duration::from_secs(15),
+            "the report job triggered",
+            || async {
+                let out = env.run(&[
+                    "trigger",
+                    "nightly-report",
+                    "--config",
+                    example,
+                    "--data",
+                    data,
+                ]);
+                out.status.success().then_some(())
+            },
+        )
+        .await;
+        let letters = eventually(
+            Duration::from_secs(40),
+            "the failing job's dead letter",
+            || async {
+                let out = env.run(&["dlq", "list", "--json", "--data", data]);
+                let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+                (v["count"].as_u64() >= Some(1)).then_some(v)
+            },
+        )
+        .await;
+        if let Some(rest) = Duration::from_secs(25).checked_sub(started.elapsed()) {
+            tokio::time::sleep(rest).await;
+        }
+        env.signal(pid, Signal::SIGTERM);
+        assert_eq!(
+            env.wait(pid, Duration::from_secs(15)),
+            Some(0),
+            "{}",
+            env.log("standalone")
+        );
+
+        let out = env.run(&["dlq", "list", "--json", "--data", data]);
+        let letters_now: serde_json::Value = serde_json::from_slice(&out.stdout).expect("dlq JSON");
+        for l in letters_now["letters"].as_array().expect("letters") {
+            assert_eq!(
+                l["job"], "fails-on-purpose",
+                "an unintended dead letter: {l}\n{letters}"
+            );
+        }
+        let out = env.run(&["runs", "--json", "--limit", "1000", "--data", data]);
+        let runs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("runs JSON");
+        let runs = runs["runs"].as_array().expect("runs");
+        let of = |job: &str, outcome: &str| {
+            runs.iter()
+                .filter(|r| {
+                    r["key"]
+                        .as_str()
+                        .is_some_and(|k| k.starts_with(&format!("{job}@")))
+                        && r["outcome"] == outcome
+                })
+                .count()
+        };
+        assert!(of("hello", "succeeded") >= 4, "{runs:?}");
+        assert_eq!(of("nightly-report", "succeeded"), 1, "{runs:?}");
+        assert!(
+            of("fails-on-purpose", "retrying") >= 1 && of("fails-on-purpose", "failed") >= 1,
+            "{runs:?}"
+        );
+        for r in runs {
+            let key = r["key"].as_str().unwrap_or_default();
+            assert!(
+                r["outcome"] == "succeeded" || key.starts_with("fails-on-purpose@"),
+                "only the job that fails on purpose fails: {r}"
+            );
+        }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn standalone_lets_a_running_attempt_finish_on_sigterm() {
     scoped("standalone_grace", |env| async move {
