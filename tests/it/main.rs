@@ -23,6 +23,7 @@
 //!   real `cronq standalone`;
 //! - `operations`: pause, trigger, backfill, reload, the operations commands, the
 //!   dead-letter queue;
+//! - `docs_links`: every relative link of the README and `docs/` names a file and heading;
 //! - `packaging`: completions, man pages, `cronq version` and the systemd units;
 //! - `standalone`: `cronq standalone` with its defaults;
 //! - `standalone_data`: `cronq standalone` on a data file: catch-up after a restart,
@@ -44,6 +45,7 @@
 mod chaos;
 mod command_identity;
 mod dashboard;
+mod docs_links;
 mod g1_once;
 mod g2_no_loss;
 mod g3_crash;
