@@ -136,33 +136,68 @@ impl From<DataSync> for cronq_backends::Sync {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Validate the config: exit 0, or exit 2 with every problem listed.
+    #[command(
+        after_help = "Examples:\n  cronq check --config cronq.toml\n  CRONQ_CONFIG=cronq.toml cronq check"
+    )]
     Check,
     /// Preview the next fire times per job, in the job's zone and UTC.
+    #[command(
+        after_help = "Examples:\n  cronq next --config cronq.toml --count 3\n  cronq next --config cronq.toml --job nightly-report --from 2027-03-13T00:00:00Z --json"
+    )]
     Next(NextArgs),
     /// Join leader election; the leader publishes occurrences.
+    #[command(
+        after_help = "Examples:\n  cronq producer --config cronq.toml --admin-addr 0.0.0.0:9090\n  CRONQ_REDIS_URL=redis+sentinel://s1:26379,s2:26379/cronq cronq producer --config cronq.toml"
+    )]
     Producer(ServeArgs),
     /// Execute occurrences from the queues.
+    #[command(
+        after_help = "Examples:\n  cronq consumer --config cronq.toml --concurrency 8\n  cronq consumer --config cronq.toml --queues reports --grace 5m"
+    )]
     Consumer(ConsumerArgs),
     /// Producer and consumer in one process on one SQLite file: no RabbitMQ, no Redis.
+    #[command(
+        after_help = "Examples:\n  cronq standalone --config examples/cronq.example.toml\n  cronq standalone --config cronq.toml --data /var/lib/cronq/cronq.db --dashboard-addr 127.0.0.1:8080"
+    )]
     Standalone(StandaloneArgs),
     /// The web dashboard and its JSON API (read-only unless an admin token is configured).
+    #[command(
+        after_help = "Examples:\n  cronq dashboard --config cronq.toml --addr 127.0.0.1:8080\n  CRONQ_DASHBOARD_TOKEN=... cronq dashboard --config cronq.toml --data cronq.db"
+    )]
     Dashboard(DashboardArgs),
     /// Each job: schedule, zone, next fire, paused, last outcome.
+    #[command(
+        after_help = "Examples:\n  cronq jobs --config cronq.toml\n  cronq jobs --config cronq.toml --data cronq.db --json"
+    )]
     Jobs(JsonArg),
     /// Run history, newest first.
+    #[command(
+        after_help = "Examples:\n  cronq runs --job nightly-report --limit 20\n  cronq runs --data cronq.db --json"
+    )]
     Runs(RunsArgs),
     /// Stop publishing a job, fleet-wide.
+    #[command(
+        after_help = "Examples:\n  cronq pause nightly-report --note \"orders API down, INC-1234\" --config cronq.toml"
+    )]
     Pause(PauseArgs),
     /// Restart publishing a paused job (no catch-up: use backfill).
+    #[command(after_help = "Examples:\n  cronq resume nightly-report --config cronq.toml")]
     Resume(JobArg),
     /// Run one occurrence now, under its own key JOB@manual-ID.
+    #[command(
+        after_help = "Examples:\n  cronq trigger nightly-report --config cronq.toml\n  cronq trigger nightly-report --payload '{\"region\": \"eu\"}' --config cronq.toml"
+    )]
     Trigger(TriggerArgs),
     /// Publish every occurrence with from <= t <= to under its normal key.
+    #[command(
+        after_help = "Examples:\n  cronq backfill nightly-report --from 2026-11-28T00:00:00Z --to 2026-11-29T23:59:59Z --config cronq.toml"
+    )]
     Backfill(BackfillArgs),
     /// Inspect or replay the dead-letter queue.
     #[command(subcommand)]
     Dlq(DlqCommand),
     /// GET an admin URL and exit 0 when it answers 2xx (container health checks).
+    #[command(after_help = "Examples:\n  cronq probe http://127.0.0.1:9090/readyz")]
     Probe(ProbeArgs),
     /// Print a shell completion script (e.g. `cronq completions bash > /etc/bash_completion.d/cronq`).
     Completions(CompletionsArgs),
@@ -359,8 +394,12 @@ pub struct BackfillArgs {
 #[derive(Debug, Subcommand)]
 pub enum DlqCommand {
     /// Every dead-lettered occurrence, without consuming the queue.
+    #[command(after_help = "Examples:\n  cronq dlq list\n  cronq dlq list --data cronq.db --json")]
     List(JsonArg),
     /// Send dead-lettered occurrences back for execution.
+    #[command(
+        after_help = "Examples:\n  cronq dlq replay --job sync-orders --dry-run --config cronq.toml\n  cronq dlq replay --key sync-orders@2026-11-30T02:47:57Z --config cronq.toml"
+    )]
     Replay(ReplayArgs),
 }
 

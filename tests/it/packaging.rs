@@ -1,4 +1,4 @@
-//! What packagers install beside the binary: shell completions and man pages generated
+//! The help, and what packagers install beside the binary: shell completions and man pages generated
 //! from the command line (`cronq completions`, `cronq man`), `cronq version`, and the
 //! systemd units of `deploy/systemd/`, checked by `systemd-analyze verify`.
 
@@ -95,4 +95,48 @@ fn systemd_units_verify() {
         "systemd-analyze verify: {stderr}"
     );
     std::fs::remove_dir_all(&dir).expect("temporary unit directory removed");
+}
+
+#[test]
+fn help_puts_a_commands_own_options_first_and_shows_examples() {
+    let subcommands: &[&[&str]] = &[
+        &["check"],
+        &["next"],
+        &["producer"],
+        &["consumer"],
+        &["standalone"],
+        &["dashboard"],
+        &["jobs"],
+        &["runs"],
+        &["pause"],
+        &["resume"],
+        &["trigger"],
+        &["backfill"],
+        &["probe"],
+        &["dlq", "list"],
+        &["dlq", "replay"],
+    ];
+    for sub in subcommands {
+        let help = cronq(&[sub, &["--help"][..]].concat());
+        let examples = help.find("\nExamples:\n  cronq ");
+        assert!(examples.is_some(), "{sub:?}: no examples:\n{help}");
+        let connections = help
+            .find("\nConnections (RabbitMQ, Redis):\n")
+            .unwrap_or_else(|| panic!("{sub:?}: no connections heading:\n{help}"));
+        let amqp = help.find("--amqp-url").expect("--amqp-url listed");
+        assert!(
+            amqp > connections,
+            "{sub:?}: --amqp-url before its heading:\n{help}"
+        );
+        assert!(
+            help.find("--signing-key-file") > help.find("\nSigning and TLS:\n"),
+            "{sub:?}"
+        );
+    }
+    // `next`'s own options come before the connection options (--from was between them).
+    let help = cronq(&["next", "--help"]);
+    assert!(
+        help.find("--from") < help.find("Connections (RabbitMQ, Redis)"),
+        "{help}"
+    );
 }
