@@ -78,6 +78,11 @@ pub fn utc(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
+/// An instant in UTC to the millisecond: `2026-11-30T03:30:00.012Z` (the times of a run).
+pub fn utc_ms(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
 /// An instant in a zone, whole seconds with its offset: `2026-11-30T03:30:00+08:00`.
 pub fn local<Tz: TimeZone>(t: &DateTime<Tz>) -> String
 where
@@ -103,9 +108,18 @@ pub fn seconds(d: chrono::TimeDelta) -> String {
     format!("{:.3}", d.num_milliseconds() as f64 / 1000.0)
 }
 
-/// A lateness as `cronq runs` shows it: `0.012s`, `-` when not known.
+/// A lateness as `cronq runs` shows it: `0.012s` under a minute, `8m 52s` from a minute
+/// on (a catch-up, a backlog), `-` when not known.
 pub fn lateness(d: Option<chrono::TimeDelta>) -> String {
-    d.map_or_else(|| "-".to_owned(), |d| format!("{}s", seconds(d)))
+    let Some(d) = d else {
+        return "-".to_owned();
+    };
+    match d.to_std() {
+        Ok(long) if long >= Duration::from_secs(60) => {
+            humantime::format_duration(Duration::from_secs(long.as_secs())).to_string()
+        }
+        _ => format!("{}s", seconds(d)),
+    }
 }
 
 /// An optional text, `-` when absent.
@@ -187,5 +201,7 @@ mod tests {
         assert_eq!(lateness(Some(ms(42_051))), "42.051s");
         assert_eq!(lateness(Some(ms(-3))), "-0.003s");
         assert_eq!(lateness(None), "-");
+        assert_eq!(lateness(Some(ms(532_543))), "8m 52s");
+        assert_eq!(lateness(Some(ms(59_999))), "59.999s");
     }
 }

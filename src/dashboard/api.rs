@@ -232,14 +232,10 @@ pub fn job_config(job: &Job) -> Value {
     })
 }
 
-/// A run as the API shows it, with its publish lateness (publish minus scheduled time) and
-/// start lateness (start minus scheduled time) in ms; each null when not known (a manual
-/// trigger has no scheduled time; an entry may have no publish time).
+/// A run as the API shows it: as `cronq runs --json` does (`ops::json::run`), with its
+/// scheduled time and its publish and start lateness in ms, each null when not known.
 pub fn run_json(r: &Run) -> Value {
-    let mut run = ops::json::run(r);
-    run["publish_lateness_ms"] = json!(r.publish_lateness().map(|d| d.num_milliseconds()));
-    run["start_lateness_ms"] = json!(r.start_lateness().map(|d| d.num_milliseconds()));
-    run
+    ops::json::run(r)
 }
 
 /// `GET /api/v1/jobs/{job}`.

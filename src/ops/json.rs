@@ -45,11 +45,14 @@ pub fn run(r: &Run) -> Value {
         "job": r.job.as_str(),
         "attempt": r.attempt,
         "consumer": r.consumer,
-        "started_at": output::utc(r.started_at),
+        "scheduled_at": r.key.scheduled_at().map(output::utc_ms),
+        "published_at": r.published_at.map(output::utc_ms),
+        "started_at": output::utc_ms(r.started_at),
+        "publish_lateness_ms": r.publish_lateness().map(|d| d.num_milliseconds()),
+        "start_lateness_ms": r.start_lateness().map(|d| d.num_milliseconds()),
         "duration_ms": u64::try_from(r.duration.as_millis()).unwrap_or(u64::MAX),
         "outcome": r.outcome.as_str(),
         "error": r.error,
-        "published_at": r.published_at.map(output::utc),
     })
 }
 

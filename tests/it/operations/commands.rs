@@ -53,6 +53,23 @@ async fn ops_commands_against_a_running_producer_and_consumer() {
             );
             assert!(r["key"].as_str().unwrap().starts_with("tick@"));
             assert!(r["duration_ms"].is_u64());
+            // The scheduled time is the key's, to the millisecond; the latenesses in ms.
+            let key = r["key"].as_str().unwrap();
+            let scheduled = r["scheduled_at"].as_str().unwrap_or_else(|| panic!("{r}"));
+            assert_eq!(
+                scheduled,
+                format!("{}.000Z", key["tick@".len()..].trim_end_matches('Z')),
+                "{r}"
+            );
+            assert!(
+                r["publish_lateness_ms"].is_i64() && r["start_lateness_ms"].is_i64(),
+                "{r}"
+            );
+            assert!(
+                r["started_at"].as_str().unwrap().ends_with('Z')
+                    && r["started_at"].as_str().unwrap().contains('.'),
+                "{r}"
+            );
             // Published by the producer no later than the attempt started (one clock).
             let published = r["published_at"].as_str().unwrap_or_else(|| panic!("{r}"));
             assert!(published <= r["started_at"].as_str().unwrap(), "{r}");
