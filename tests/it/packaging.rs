@@ -140,3 +140,56 @@ fn help_puts_a_commands_own_options_first_and_shows_examples() {
         "{help}"
     );
 }
+
+/// Where `.ci/run` installs `kubernetes-validate` (a virtual environment of its own).
+const KUBERNETES_VALIDATE: &str = "/opt/cronq-ci/venv/bin/kubernetes-validate";
+
+#[test]
+fn kubernetes_manifests_validate_against_the_schemas() {
+    let tool =
+        std::env::var("CRONQ_KUBERNETES_VALIDATE").unwrap_or_else(|_| KUBERNETES_VALIDATE.into());
+    if !Path::new(&tool).exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{tool} is missing under CI: .ci/run installs kubernetes-validate"
+        );
+        eprintln!(
+            "skipped: no {tool} (python3 -m venv /opt/cronq-ci/venv && /opt/cronq-ci/venv/bin/pip install kubernetes-validate)"
+        );
+        return;
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes");
+    let mut manifests: Vec<_> = std::fs::read_dir(&dir)
+        .expect("deploy/kubernetes")
+        .map(|e| e.expect("a manifest").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    manifests.sort();
+    assert_eq!(manifests.len(), 3, "{manifests:?}");
+    let out = Command::new(&tool)
+        .args(["--strict", "--no-warn"])
+        .args(&manifests)
+        .output()
+        .expect("kubernetes-validate runs");
+    assert!(
+        out.status.success(),
+        "kubernetes-validate: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The probes go through `cronq probe` to the admin endpoints each process serves.
+    for m in &manifests {
+        let text = std::fs::read_to_string(m).expect("a manifest");
+        if text.contains("kind: Deployment") {
+            for path in ["/healthz", "/readyz"] {
+                assert!(
+                    text.contains(&format!(
+                        "\"cronq\", \"probe\", \"http://127.0.0.1:9090{path}\""
+                    )),
+                    "{}: no {path} probe",
+                    m.display()
+                );
+            }
+        }
+    }
+}
