@@ -36,6 +36,16 @@ pub struct Pause {
     pub note: Option<String>,
 }
 
+/// What [`Control::pause`] did: the pause in force after it, and the one the job already
+/// had (`None` when it was running).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paused {
+    /// The job's pause now.
+    pub pause: Pause,
+    /// Its pause before the call.
+    pub before: Option<Pause>,
+}
+
 /// An operator's request, waiting for the leader to carry it out.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Request {
@@ -211,17 +221,32 @@ impl Control {
     }
 
     /// Stops publishing `job` fleet-wide until [`Control::resume`]; occurrences meanwhile
-    /// are not published (and not caught up later).
+    /// are not published (and not caught up later). A job already paused keeps its pause
+    /// and its start: `note` replaces its note when given, and without one nothing is
+    /// written.
     ///
     /// # Errors
-    /// [`ControlError`] when the store cannot be written.
-    pub async fn pause(&self, job: &JobName, note: Option<String>) -> Result<Pause, ControlError> {
-        let pause = Pause {
-            since: Utc::now(),
-            note,
+    /// [`ControlError`] when the store cannot be read or written.
+    pub async fn pause(&self, job: &JobName, note: Option<String>) -> Result<Paused, ControlError> {
+        let before = self.store.paused().await?.remove(job);
+        let pause = match &before {
+            Some(was) if note.is_none() => {
+                return Ok(Paused {
+                    pause: was.clone(),
+                    before,
+                });
+            }
+            Some(was) => Pause {
+                since: was.since,
+                note,
+            },
+            None => Pause {
+                since: Utc::now(),
+                note,
+            },
         };
         self.store.set_pause(job, Some(&pause)).await?;
-        Ok(pause)
+        Ok(Paused { pause, before })
     }
 
     /// Restarts publishing `job`. Returns whether it was paused.

@@ -18,58 +18,27 @@ pub async fn pause(cli: &Cli, args: &PauseArgs) -> anyhow::Result<()> {
     let target = super::settings::target(cli)?;
     let stores = lookup::stores(&target, config.longest_retention()).await?;
     let control = &stores.control;
-    let paused = control.paused().await.with_context(|| {
-        format!(
-            "while reading whether job {:?} is paused",
-            job.name.as_str()
-        )
-    })?;
-    if let Some(was) = paused.get(&job.name) {
-        // Already paused: the pause keeps its start; its note changes only when one is given.
-        let Some(note) = &args.note else {
-            println!(
-                "job {:?} is already paused since {}{}; nothing changed (give --note to replace the note, or `cronq resume {}`)",
-                job.name.as_str(),
-                output::utc(was.since),
-                note_of(was.note.as_deref()),
-                job.name
-            );
-            return Ok(());
-        };
-        let again = cronq_shared::control::Pause {
-            since: was.since,
-            note: Some(note.clone()),
-        };
-        control
-            .set_pause(&job.name, Some(&again))
-            .await
-            .with_context(|| {
-                format!(
-                    "while replacing the note of paused job {:?}",
-                    job.name.as_str()
-                )
-            })?;
-        println!(
-            "job {:?} is already paused since {}; its note is now {note:?} (it was {})",
-            job.name.as_str(),
-            output::utc(was.since),
-            was.note
-                .as_deref()
-                .map_or_else(|| "none".to_owned(), |n| format!("{n:?}"))
-        );
-        return Ok(());
-    }
-    let pause = control
+    let done = control
         .pause(&job.name, args.note.clone())
         .await
         .with_context(|| format!("while pausing job {:?}", job.name.as_str()))?;
-    println!(
-        "paused job {:?} fleet-wide since {}{}; its occurrences are not published until `cronq resume {}`",
-        job.name.as_str(),
-        output::utc(pause.since),
-        note_of(pause.note.as_deref()),
-        job.name
-    );
+    let (name, since) = (job.name.as_str(), output::utc(done.pause.since));
+    match (&done.before, &args.note) {
+        (None, _) => println!(
+            "paused job {name:?} fleet-wide since {since}{}; its occurrences are not published until `cronq resume {name}`",
+            note_of(done.pause.note.as_deref()),
+        ),
+        (Some(was), None) => println!(
+            "job {name:?} is already paused since {since}{}; nothing changed (give --note to replace the note, or `cronq resume {name}`)",
+            note_of(was.note.as_deref()),
+        ),
+        (Some(was), Some(note)) => println!(
+            "job {name:?} is already paused since {since}; its note is now {note:?} (it was {})",
+            was.note
+                .as_deref()
+                .map_or_else(|| "none".to_owned(), |n| format!("{n:?}"))
+        ),
+    }
     Ok(())
 }
 

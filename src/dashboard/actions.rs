@@ -78,7 +78,8 @@ pub async fn pause(
         .await
         .map_err(|e| {
             ApiError::unavailable(format!("while pausing job {:?}: {e}", job.name.as_str()))
-        })?;
+        })?
+        .pause;
     tracing::info!(job = %job.name, "dashboard: paused");
     Ok(json!({
         "job": job.name.as_str(),

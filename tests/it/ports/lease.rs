@@ -141,13 +141,27 @@ async fn control_suite<L: Lease>(lease: L, control: Control) {
     assert_eq!((cursors[&j], cursors.len()), (millis, 2));
 
     // Pause flags.
-    let paused = control
+    let done = control
         .pause(&j, Some("db migration".into()))
         .await
         .unwrap();
+    assert_eq!(done.before, None);
+    let paused = done.pause;
     assert!(control.paused().await.unwrap()[&j] == paused);
     assert_eq!(paused.note.as_deref(), Some("db migration"));
     assert!((Utc::now() - paused.since) < TimeDelta::seconds(60));
+    // Paused again: the pause and its start are kept; a note given replaces the note.
+    let again = control.pause(&j, None).await.unwrap();
+    assert_eq!(
+        (&again.pause, again.before.as_ref()),
+        (&paused, Some(&paused))
+    );
+    let renoted = control.pause(&j, Some("day 2".into())).await.unwrap();
+    assert_eq!(
+        (renoted.pause.since, renoted.pause.note.as_deref()),
+        (paused.since, Some("day 2"))
+    );
+    assert_eq!(control.paused().await.unwrap()[&j], renoted.pause);
     assert!(control.resume(&j).await.unwrap());
     assert!(
         !control.resume(&j).await.unwrap(),
