@@ -112,7 +112,7 @@ async fn a_run_dead_lettered_twice_is_listed_once_and_replayed_once() {
         assert_eq!(letter["key"], key.as_str());
         assert_eq!(letter["copies"], 2, "{list}");
         let table = ok(&env, &["dlq", "list"]);
-        assert!(table.contains("COPIES") && table.contains("1 dead letters (2 letters"), "{table}");
+        assert!(table.contains("COPIES") && table.contains("1 dead letter (2 letters"), "{table}");
 
         let dry = ok(&env, &["dlq", "replay", "--all", "--dry-run", "--config", cfg]);
         assert!(dry.contains("dry run: 1 of 1 selected letters would be replayed"), "{dry}");
