@@ -1,6 +1,6 @@
 //! A node of the RabbitMQ cluster lost under a running fleet: `kill -9` of the node the
 //! leader publishes to; that node frozen (SIGSTOP: its connections stay open and it confirms
-//! nothing, as a node cut off by a partition); and `stop_app` then `start_app` of the node
+//! nothing, as a node cut off by a partition); `stop_app` then `start_app` of the node
 //! that leads the job queue; and the node the leader publishes through cut off from the
 //! other two (`scripts/ha partition-rabbit`: its distribution links dropped with nftables),
 //! which pauses itself (`pause_minority`). The fleet takes the three nodes' URLs (`CRONQ_AMQP_URL=a,b,c`), Redis is the
