@@ -63,6 +63,11 @@ pub use self::link::RECONNECT;
 /// confirming them; a healthy node confirms a batch of thousands within a second.
 pub const CONFIRM_STALL: Duration = Duration::from_secs(5);
 
+/// How long [`AmqpBroker::close`] waits for the broker's answer: a link that went silent
+/// (a partition, a hung node) must not keep a stopping process alive; the broker returns
+/// the deliveries of a connection it loses all the same.
+pub const CLOSE_DEADLINE: Duration = Duration::from_secs(5);
+
 /// What a retried operation is about, for its log lines: the job and key of the one
 /// occurrence it concerns, if it concerns one, and how many messages.
 #[derive(Debug, Default)]
@@ -221,16 +226,25 @@ impl AmqpBroker {
     }
 
     /// Closes the connection; unsettled deliveries return to their queues, subscriptions
-    /// end, and later calls fail with [`BrokerError::Closed`].
+    /// end, and later calls fail with [`BrokerError::Closed`]. Waits at most
+    /// [`CLOSE_DEADLINE`] for the broker's answer, then leaves the connection to be dropped.
     pub async fn close(&self) {
         self.inner.closed.store(true, Ordering::Release);
-        self.inner.tasks.close().await;
-        let link = self.inner.link.lock().await.link.take();
-        if let Some(link) = link {
-            let _ = link
-                .connection
-                .close(200, ShortString::from("cronq closing"))
-                .await;
+        let close = async {
+            self.inner.tasks.close().await;
+            let link = self.inner.link.lock().await.link.take();
+            if let Some(link) = link {
+                let _ = link
+                    .connection
+                    .close(200, ShortString::from("cronq closing"))
+                    .await;
+            }
+        };
+        if tokio::time::timeout(CLOSE_DEADLINE, close).await.is_err() {
+            tracing::warn!(
+                elapsed_ms = CLOSE_DEADLINE.as_millis() as u64,
+                "the broker did not answer the close: leaving the connection"
+            );
         }
     }
 

@@ -420,3 +420,67 @@ async fn consumer_stalled_on_rabbitmq_mid_run_runs_each_once() {
     })
     .await;
 }
+
+/// The leading producer stopped (SIGTERM) while its link to RabbitMQ stalls, so that the
+/// publish of the next second waits for its confirm: it logs that key as given up (the
+/// message may have arrived), and the other producer publishes it again.
+#[tokio::test(flavor = "multi_thread")]
+async fn leader_stopped_with_a_publish_in_flight_logs_it_as_given_up() {
+    scoped("part-lead-given-up", |env| async move {
+        let (proxy_1, route_1) = proxied(Link::Amqp, "producer-1").await;
+        let (proxy_2, route_2) = proxied(Link::Amqp, "producer-2").await;
+        let running = Running::start_with(
+            Deployment::Fleet,
+            &env,
+            &config("0"),
+            options(vec![route_1, route_2]),
+        )
+        .await;
+        let (leader, pid) = until(WAIT, "a leader that has published", || async {
+            match running.leader() {
+                Some(l) if running.published(JOB).len() >= 3 => Ok(l),
+                _ => Err(running.logs()),
+            }
+        })
+        .await;
+        let proxy = if leader == "producer-1" {
+            &proxy_1
+        } else {
+            &proxy_2
+        };
+        let published = running.published(JOB).len();
+        proxy.stall();
+        // The next second's publish goes out and waits for a confirm that cannot come.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        env.signal(pid, nix::sys::signal::Signal::SIGTERM);
+        let code = env.wait(pid, WAIT);
+        assert_eq!(code, Some(0), "{leader} exits cleanly:\n{}", running.logs());
+        proxy.restore();
+        let given_up: Vec<String> = lines_of(
+            &env.log(&leader),
+            "publish given up unconfirmed: it may have arrived",
+        )
+        .iter()
+        .filter(|l| l["level"].as_str() == Some("WARN"))
+        .filter_map(|l| l["key"].as_str().map(str::to_owned))
+        .collect();
+        assert!(
+            !given_up.is_empty(),
+            "{leader} logged no publish given up ({published} published before the stall):\n{}",
+            running.logs()
+        );
+        let window = exactly_once(&running, Duration::from_secs(4)).await;
+        for key in &given_up {
+            assert!(
+                window.expected.contains(key),
+                "{key}, given up, lies inside the window judged:\n{}",
+                running.logs()
+            );
+        }
+        eprintln!(
+            "leader stopped with a publish in flight: gave up {given_up:?}; {} ticks exactly once",
+            window.expected.len()
+        );
+    })
+    .await;
+}
