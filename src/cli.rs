@@ -123,6 +123,57 @@ pub enum DataSync {
     Full,
 }
 
+/// The options of the fleet's services (RabbitMQ, Redis, their TLS and the namespace),
+/// which a standalone does not use: its help does not list them.
+const FLEET_ONLY: &[&str] = &[
+    "amqp_url",
+    "amqp_quorum_size",
+    "redis_url",
+    "redis_min_replicas",
+    "tls_ca_file",
+    "tls_cert_file",
+    "tls_key_file",
+    "namespace",
+];
+/// The data file's options, which a producer and a consumer do not use.
+const DATA_FILE_ONLY: &[&str] = &["data", "data_sync"];
+
+impl Cli {
+    /// The command line as its help shows it: the global options are given to every
+    /// subcommand, but a subcommand's help hides those it does not use (a standalone's the
+    /// fleet's connections, a producer's and a consumer's the data file). Parsing is
+    /// unchanged: a hidden option is still accepted.
+    pub fn shaped() -> clap::Command {
+        let command = <Self as clap::CommandFactory>::command();
+        // A subcommand that already has an argument of a global's id keeps its own when
+        // clap propagates the globals: give it a hidden copy (still global, so its value
+        // reaches `Cli` as any global's does).
+        let hidden: Vec<clap::Arg> = command
+            .get_arguments()
+            .filter(|a| a.is_global_set())
+            .map(|a| a.clone().hide(true))
+            .collect();
+        let hide = |sub: clap::Command, ids: &[&str]| {
+            let copies = hidden
+                .iter()
+                .filter(|a| ids.contains(&a.get_id().as_str()))
+                .cloned();
+            sub.args(copies)
+        };
+        command
+            .mut_subcommand("standalone", |s| hide(s, FLEET_ONLY))
+            .mut_subcommand("producer", |s| hide(s, DATA_FILE_ONLY))
+            .mut_subcommand("consumer", |s| hide(s, DATA_FILE_ONLY))
+    }
+
+    /// Parses the process's arguments with [`Self::shaped`]; exits 2 on a usage error
+    /// (0 after `--help` or `--version`), as clap does.
+    pub fn parse_shaped() -> Self {
+        let matches = Self::shaped().get_matches();
+        <Self as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
+}
+
 impl From<DataSync> for cronq_backends::Sync {
     fn from(sync: DataSync) -> Self {
         match sync {
@@ -477,6 +528,32 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn an_option_hidden_from_a_subcommands_help_still_reaches_the_cli() {
+        let parse = |argv: &[&str]| {
+            let matches = Cli::shaped()
+                .try_get_matches_from(argv)
+                .expect("the command line parses");
+            <Cli as clap::FromArgMatches>::from_arg_matches(&matches).expect("a Cli")
+        };
+        let cli = parse(&[
+            "cronq",
+            "standalone",
+            "--namespace",
+            "ns1",
+            "--amqp-url",
+            "amqp://h",
+        ]);
+        assert_eq!(
+            (cli.namespace.as_str(), cli.amqp_url.as_str()),
+            ("ns1", "amqp://h")
+        );
+        let cli = parse(&["cronq", "producer", "--data", "x.db"]);
+        assert_eq!(cli.data.as_deref(), Some(Path::new("x.db")));
+        let cli = parse(&["cronq", "--namespace", "ns2", "standalone"]);
+        assert_eq!(cli.namespace, "ns2");
     }
 
     #[test]

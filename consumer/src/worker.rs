@@ -351,7 +351,7 @@ impl Worker {
         };
         let outcome = end.outcome();
         if end == AttemptEnd::Succeeded {
-            tracing::debug!(job = %occ.job, key = %occ.key, attempt = occ.attempt, elapsed_ms = took.as_millis() as u64, "attempt succeeded");
+            tracing::info!(job = %occ.job, key = %occ.key, attempt = occ.attempt, elapsed_ms = took.as_millis() as u64, "attempt succeeded");
         } else {
             tracing::warn!(job = %occ.job, key = %occ.key, attempt = occ.attempt, elapsed_ms = took.as_millis() as u64, outcome = %outcome, error = end.error().as_deref().unwrap_or(""), "attempt did not succeed");
         }

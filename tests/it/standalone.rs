@@ -240,6 +240,13 @@ async fn the_example_config_runs_clean_but_for_its_intended_failure() {
                 "only the job that fails on purpose fails: {r}"
             );
         }
+        // A run that succeeds is told at the default log level (info), with its job.
+        let log = env.log("standalone");
+        assert!(
+            log.lines()
+                .any(|l| l.contains("attempt succeeded") && l.contains("nightly-report")),
+            "{log}"
+        );
     })
     .await;
 }
