@@ -188,6 +188,7 @@ impl Consumer {
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
         let queues = self.queues()?;
         self.warn_unhandled(&queues);
+        crate::telemetry::announce();
         // A consumer starting during a broker outage exits instead of waiting for ever.
         bounded("declare", self.broker.declare(&self.config.queues()))
             .await
