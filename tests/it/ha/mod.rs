@@ -6,6 +6,8 @@
 //!
 //! - `rabbitmq_cluster`: the node the leader publishes to killed; the node leading the job
 //!   queue stopped (`stop_app`) and started again; every queue replicated on three nodes.
+//! - `rabbitmq_maintenance`: `rabbitmq-upgrade drain` of the node the leader publishes
+//!   through, and a leader transfer of the job queue; how long the publish paused.
 //! - `redis_failover`: the Redis master killed (Sentinel promotes a replica) with and
 //!   without `CRONQ_REDIS_MIN_REPLICAS`; a planned `SENTINEL FAILOVER`.
 //! - `redis_sentinel`, without a fleet: the Redis stores through a `redis+sentinel://` URL;
@@ -17,6 +19,7 @@
 //! group of `.config/nextest.toml`), each from [`Ha::heal`](crate::support::ha::Ha::heal).
 
 mod rabbitmq_cluster;
+mod rabbitmq_maintenance;
 mod redis_failover;
 mod redis_sentinel;
 
