@@ -31,6 +31,7 @@ pub mod message;
 pub mod names;
 pub mod redacted;
 pub mod registry;
+pub mod reload;
 pub mod retry;
 pub mod runlog;
 pub mod schedule;
