@@ -24,6 +24,7 @@ pub mod config;
 pub mod control;
 pub mod endpoints;
 pub mod job_labels;
+pub mod jobs;
 pub mod key;
 pub mod lease;
 pub mod ledger;
