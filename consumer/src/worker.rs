@@ -31,7 +31,7 @@ use cronq_shared::ledger::{Claim, ClaimOutcome, End, Ended, FollowUp, Lease, Led
 use cronq_shared::message::Occurrence;
 use cronq_shared::retry::{Backoff, retry};
 use cronq_shared::runlog::Run;
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::attempt::{Supervision, supervise};
@@ -63,7 +63,9 @@ const SETTLE_PAUSE: Duration = Duration::from_millis(500);
 
 /// Everything a delivery's processing needs; shared by all tasks of a consumer.
 pub(crate) struct Worker {
-    pub(crate) config: Arc<Config>,
+    /// The config in force: a reload (SIGHUP, runtime jobs) replaces it; each delivery
+    /// takes a snapshot.
+    pub(crate) config: watch::Receiver<Arc<Config>>,
     pub(crate) broker: Arc<dyn Broker>,
     /// Also the one writer of the run history (`cronq_shared::ledger`).
     pub(crate) ledger: Arc<dyn Ledger>,
@@ -97,7 +99,12 @@ async fn requeue(d: &Delivery) {
 impl Worker {
     /// Whether `job` can run here.
     pub(crate) fn has_handler(&self, job: &Job) -> bool {
-        self.handlers.contains(&job.name) || job.handler.is_some()
+        self.handlers.serves(job) || job.handler.is_some()
+    }
+
+    /// The config in force now.
+    pub(crate) fn config(&self) -> Arc<Config> {
+        self.config.borrow().clone()
     }
 
     /// Processes one delivery; `permit` bounds concurrency and is held to the end.
@@ -112,7 +119,7 @@ impl Worker {
         if d.redelivered {
             telemetry::redelivery();
         }
-        let config = Arc::clone(&self.config);
+        let config = self.config();
         let admitted = match self.admit(&d, &config) {
             Ok(admitted) => admitted,
             Err(reject) => return self.reject(&d, &reject).await,
@@ -183,7 +190,7 @@ impl Worker {
                 tracing::debug!(job = %occ.job, key = %occ.key, holder = %holder, "waiting until the occurrence holding the job lock ends");
                 ack(&d, occ.job.as_str()).await;
                 if let Some(woken) = woken {
-                    republish(&*self.broker, &self.config, woken).await;
+                    republish(&*self.broker, &self.config(), woken).await;
                 }
             }
             ClaimOutcome::Superseded { by } => {
@@ -230,9 +237,10 @@ impl Worker {
 
     async fn reject(&self, d: &Delivery, reject: &Reject) {
         let occ = Occurrence::decode(&d.body).ok();
+        let config = self.config();
         let label = occ
             .as_ref()
-            .filter(|o| self.config.job(o.job.as_str()).is_some())
+            .filter(|o| config.job(o.job.as_str()).is_some())
             .map_or(telemetry::UNKNOWN_JOB.to_owned(), |o| o.job.to_string());
         let letter = dead_letter::letter(&d.body, occ.as_ref(), &d.queue, 0, reject.reason(), None);
         match dead_letter::send(&*self.broker, &letter).await {
@@ -288,7 +296,7 @@ impl Worker {
                 self.metrics.attempt(occ.job.as_str(), outcome);
                 ack(d, occ.job.as_str()).await;
                 if let Some(woken) = woken {
-                    republish(&*self.broker, &self.config, woken).await;
+                    republish(&*self.broker, &self.config(), woken).await;
                 }
             }
             Ok(Ended {
@@ -444,7 +452,7 @@ impl Worker {
         match ended {
             Ok(Ended { recorded, woken }) => {
                 if let Some(woken) = woken {
-                    republish(&*self.broker, &self.config, woken).await;
+                    republish(&*self.broker, &self.config(), woken).await;
                 }
                 recorded
             }

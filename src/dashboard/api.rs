@@ -197,6 +197,7 @@ fn job_row(job: &Job, next: Option<chrono::DateTime<Utc>>, snap: &Snapshot) -> V
 /// The config of a job as shown: an `http` handler's URL and header values by origin only.
 pub fn job_config(job: &Job) -> Value {
     let handler = match &job.handler {
+        None if job.handler_name.is_some() => json!({ "named": job.handler_name.as_deref() }),
         None => json!({ "embedded": "registered by an embedding program" }),
         Some(Handler::Command(c)) => json!({ "command": {
             "argv": c.argv,

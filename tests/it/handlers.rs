@@ -192,3 +192,77 @@ schedule = "@every 1s"
 }
 
 on_every_backend!(panicking_rust_handler_is_a_failed_attempt, "consumer_panic");
+
+/// A handler registered in Rust under a handler name runs every job that names it
+/// (`handler = "NAME"`), with its payload; a `[handlers.NAME]` of the config runs the jobs
+/// that name it.
+async fn named_handlers_run_the_jobs_that_name_them(backend: Backend, env: TestEnv) {
+    let out = env.dir.join("named.txt");
+    let toml = format!(
+        r#"
+[handlers.shell]
+command = ["sh", "-c", "echo $CRONQ_JOB >> {0}"]
+
+[[job]]
+name = "by-config"
+schedule = "@every 1s"
+handler = "shell"
+
+[[job]]
+name = "by-rust-1"
+schedule = "@every 1s"
+handler = "rusty"
+payload = {{ n = 1 }}
+
+[[job]]
+name = "by-rust-2"
+schedule = "@every 1s"
+handler = "rusty"
+payload = {{ n = 2 }}
+"#,
+        out.display()
+    );
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut handlers = Handlers::new();
+    let s = seen.clone();
+    handlers.register_named("rusty", move |occ: Occurrence, _token| {
+        let s = s.clone();
+        async move {
+            s.lock()
+                .unwrap()
+                .push((occ.job.to_string(), occ.payload["n"].clone()));
+            Ok::<(), String>(())
+        }
+    });
+    let mut fleet = Fleet::new(backend, &env, &toml).await;
+    fleet.start("c1", handlers, 2).await;
+    let with = |job: &str, n: u32| {
+        let mut occ = occurrence(job, 1);
+        occ.payload = serde_json::json!({ "n": n });
+        occ
+    };
+    fleet
+        .publish([
+            occurrence("by-config", 1),
+            with("by-rust-1", 1),
+            with("by-rust-2", 2),
+        ])
+        .await;
+    for job in ["by-config", "by-rust-1", "by-rust-2"] {
+        let runs = fleet.settled(job, 1).await;
+        assert_eq!(runs[0].outcome, Outcome::Succeeded, "{job}: {runs:?}");
+    }
+    let mut got = seen.lock().unwrap().clone();
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        got,
+        [
+            ("by-rust-1".to_owned(), serde_json::json!(1)),
+            ("by-rust-2".to_owned(), serde_json::json!(2)),
+        ]
+    );
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "by-config\n");
+    fleet.stop().await;
+}
+
+on_every_backend!(named_handlers_run_the_jobs_that_name_them, "named_handlers");

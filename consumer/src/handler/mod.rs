@@ -28,9 +28,10 @@ pub(crate) enum Runner {
 }
 
 impl Runner {
-    /// The handler for `job`: a registered Rust handler first, then the config's.
+    /// The handler for `job`: a Rust handler registered for the job, then one registered
+    /// under its handler name, then the config's (inline or `[handlers.NAME]`).
     pub(crate) fn resolve(job: &Job, handlers: &Handlers, http: &reqwest::Client) -> Option<Self> {
-        if let Some(h) = handlers.get(&job.name) {
+        if let Some(h) = handlers.for_job(job) {
             return Some(Self::Rust(h));
         }
         match &job.handler {

@@ -139,6 +139,9 @@ pub fn job_digest(job: &Job) -> String {
         s.retention.as_millis(),
         job.payload,
     );
+    if let Some(name) = &job.handler_name {
+        let _ = writeln!(text, "handler_name={name:?}");
+    }
     match &job.handler {
         None => text.push_str("handler=registered\n"),
         Some(Handler::Command(c)) => {

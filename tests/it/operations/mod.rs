@@ -8,3 +8,4 @@ mod dlq;
 mod dlq_copies;
 mod dlq_scale;
 mod producer_process;
+mod reload;

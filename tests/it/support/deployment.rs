@@ -251,6 +251,19 @@ impl Running {
         })
     }
 
+    /// Every process's pid: producers, consumers, or the standalone.
+    pub fn pids(&self) -> Vec<u32> {
+        let mut pids = self.producers.clone();
+        pids.extend(&self.consumers);
+        pids.extend(self.standalone);
+        pids
+    }
+
+    /// The config file every process reads.
+    pub fn config_path(&self) -> &std::path::Path {
+        &self.config
+    }
+
     /// The pids of a fleet's consumers, in start order (`consumer-1` first).
     pub fn consumers(&self) -> &[u32] {
         &self.consumers

@@ -376,3 +376,32 @@ impl<T: Lease + ?Sized> Lease for Port<T> {
         self.0.holder().await
     }
 }
+
+/// Two processes' handles on the one runtime job store of `backend`.
+pub async fn job_stores(
+    backend: Backend,
+    env: &TestEnv,
+) -> (
+    Arc<dyn cronq_shared::jobs::JobStore>,
+    Arc<dyn cronq_shared::jobs::JobStore>,
+) {
+    match backend {
+        Backend::Memory => {
+            let s = cronq_memory::MemoryJobStore::new();
+            (Arc::new(s.clone()), Arc::new(s))
+        }
+        Backend::Real => {
+            let names = names(env);
+            let a = cronq_redis::connect(&redis_url()).await.unwrap();
+            let b = cronq_redis::connect(&redis_url()).await.unwrap();
+            (
+                Arc::new(cronq_redis::RedisJobStore::new(a, &names)),
+                Arc::new(cronq_redis::RedisJobStore::new(b, &names)),
+            )
+        }
+        Backend::Sqlite => (
+            Arc::new(cronq_sqlite::SqliteJobStore::new(open(env))),
+            Arc::new(cronq_sqlite::SqliteJobStore::new(open(env))),
+        ),
+    }
+}

@@ -1,6 +1,7 @@
 //! Config reload on SIGHUP: load the file again and publish it as an `Arc<Config>` on a
-//! `watch` channel. An invalid file is rejected with every problem logged, and the old
-//! config stays in force.
+//! `watch` channel, the one every part of a process follows (the producer, the consumer,
+//! both halves of a standalone). An invalid file is rejected with every problem logged,
+//! and the old config stays in force; the jobs a reload retires are logged by name.
 //!
 //! Readers take a snapshot (`borrow().clone()`) per use and never hold a borrow across an
 //! await.
@@ -8,7 +9,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use cronq_shared::config::Config;
+use crate::config::Config;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
@@ -52,7 +53,17 @@ impl Reloader {
                 for warning in &config.warnings {
                     tracing::warn!(warning = %warning, "config warning");
                 }
-                info!(path = %self.path.display(), jobs = config.jobs.len(), "config reloaded");
+                let old = self.tx.borrow().clone();
+                let retired = old.retired(&config);
+                for job in &retired {
+                    info!(job = %job, "job retired by the reload: no more occurrences are published for it");
+                }
+                info!(
+                    path = %self.path.display(),
+                    jobs = config.jobs.len(),
+                    retired = retired.len(),
+                    "config reloaded"
+                );
                 self.tx.send_replace(Arc::new(config));
                 true
             }
@@ -65,6 +76,11 @@ impl Reloader {
                 false
             }
         }
+    }
+
+    /// Another receiver of the config this reloader publishes.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<Config>> {
+        self.tx.subscribe()
     }
 
     /// Reloads on every hangup until `token` is cancelled or the hangups end.
