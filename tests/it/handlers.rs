@@ -132,12 +132,22 @@ name = "hook-fail"
 schedule = "@every 1s"
 max_attempts = 1
 http = {{ url = "http://{addr}/fail" }}
+
+[[job]]
+name = "hook-refused"
+schedule = "@every 1s"
+max_attempts = 1
+http = {{ url = "http://127.0.0.1:1/x" }}
 "#
     );
     let mut fleet = Fleet::new(backend, &env, &toml).await;
     fleet.start("c1", Handlers::new(), 2).await;
     fleet
-        .publish([occurrence("hook-ok", 1), occurrence("hook-fail", 1)])
+        .publish([
+            occurrence("hook-ok", 1),
+            occurrence("hook-fail", 1),
+            occurrence("hook-refused", 1),
+        ])
         .await;
     let ok = fleet.settled("hook-ok", 1).await;
     assert_eq!(ok[0].outcome, Outcome::Succeeded, "{ok:?}");
@@ -151,6 +161,14 @@ http = {{ url = "http://{addr}/fail" }}
         Some(
             format!("POST http://{addr}/fail answered 503 Service Unavailable: try later").as_str()
         )
+    );
+    // A request that never got an answer says why, not only "error sending request".
+    let refused = fleet.settled("hook-refused", 1).await;
+    let error = refused[0].error.as_deref().unwrap_or_default();
+    assert!(
+        error.starts_with("POST http://127.0.0.1:1/x failed: error sending request")
+            && error.contains("Connection refused"),
+        "{error}"
     );
     server.abort();
     fleet.stop().await;

@@ -38,7 +38,7 @@ pub(crate) async fn run(
         let resp = req
             .send()
             .await
-            .map_err(|e| format!("{method} {url} failed: {}", e.without_url()))?;
+            .map_err(|e| format!("{method} {url} failed: {}", causes(&e.without_url())))?;
         let status = resp.status();
         if status.is_success() {
             return Ok(());
@@ -53,6 +53,23 @@ pub(crate) async fn run(
         r = send => r,
         () = token.cancelled() => Err(format!("{method} {url} was cancelled")),
     }
+}
+
+/// `err` with its causes, outermost first: reqwest's own text ("error sending request")
+/// says nothing of why (connection refused, the timeout, the TLS error); a cause that its
+/// parent's text already ends with is not repeated.
+fn causes(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let line = cause.to_string();
+        if !text.ends_with(&line) {
+            text.push_str(": ");
+            text.push_str(&line);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// The URL as errors show it: redacted when inline, scheme, host and port with its origin
