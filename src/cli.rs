@@ -330,6 +330,9 @@ pub struct ConsumerArgs {
     /// A name for this consumer in the run history (default: host and pid).
     #[arg(long)]
     pub consumer_id: Option<String>,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub output: OutputArgs,
     /// Execution lease: a claim lapses this long after its consumer's last heartbeat, and
     /// the occurrence runs again elsewhere (tests use short leases).
     #[arg(long, env = "CRONQ_LEASE", default_value = "30s", value_parser = humantime::parse_duration, hide = true)]
@@ -348,6 +351,9 @@ pub struct StandaloneArgs {
     /// How many attempts run at once.
     #[arg(long, default_value_t = 4)]
     pub concurrency: u16,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub output: OutputArgs,
     /// Execution lease: an attempt of a killed standalone runs again this long after its
     /// last heartbeat (tests use short leases).
     #[arg(long, env = "CRONQ_LEASE", default_value = "30s", value_parser = humantime::parse_duration, hide = true)]
@@ -361,6 +367,37 @@ pub struct StandaloneArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub token: DashboardToken,
+}
+
+/// How much of each attempt's output is kept with its run.
+#[derive(Debug, Args)]
+pub struct OutputArgs {
+    /// Keep the last this many bytes of each command's stdout and of its stderr with its
+    /// run (`cronq runs --output`); 64KiB by default, 0 keeps none. K/KiB and M/MiB suffixes
+    /// are taken.
+    #[arg(long, env = "CRONQ_OUTPUT_LIMIT", default_value = "64KiB", value_name = "BYTES", value_parser = parse_bytes)]
+    pub output_limit: usize,
+}
+
+/// A byte count: a number, optionally followed by K, KiB, M or MiB (powers of 1024).
+fn parse_bytes(text: &str) -> Result<usize, String> {
+    let text = text.trim();
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits);
+    let number: usize = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a byte count such as 65536, 64KiB or 1MiB"))?;
+    let scale = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "KiB" | "k" | "kB" | "KB" => 1024,
+        "M" | "MiB" | "MB" => 1024 * 1024,
+        other => return Err(format!("unknown unit {other:?}: use K/KiB or M/MiB")),
+    };
+    number
+        .checked_mul(scale)
+        .ok_or_else(|| format!("{text:?} is too large"))
 }
 
 /// The admin token of the dashboard (docs/dashboard.md, "Security").
@@ -388,8 +425,15 @@ pub struct DashboardArgs {
 #[derive(Debug, Args)]
 pub struct RunsArgs {
     /// Only this job.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "key")]
     pub job: Option<String>,
+    /// Only this occurrence (JOB@SCHEDULED_UTC or JOB@manual-ID), every attempt.
+    #[arg(long, value_name = "KEY")]
+    pub key: Option<String>,
+    /// Also show what each attempt printed (a command's stdout and stderr tails) or was
+    /// answered (an http handler's status and body head), as kept with the run.
+    #[arg(long)]
+    pub output: bool,
     /// At most this many runs.
     #[arg(long, default_value_t = 20)]
     pub limit: usize,
@@ -528,6 +572,16 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn byte_counts_take_binary_suffixes() {
+        assert_eq!(super::parse_bytes("65536"), Ok(65536));
+        assert_eq!(super::parse_bytes("64KiB"), Ok(65536));
+        assert_eq!(super::parse_bytes("1M"), Ok(1 << 20));
+        assert_eq!(super::parse_bytes("0"), Ok(0));
+        assert!(super::parse_bytes("lots").is_err());
+        assert!(super::parse_bytes("5 GiB").is_err());
     }
 
     #[test]

@@ -455,3 +455,51 @@ async fn the_readme_walk_through_fixes_and_replays_the_failing_job() {
     })
     .await;
 }
+
+/// `cronq runs --key K --output` shows what each attempt printed, kept with its run, and
+/// `--json` gives it as each run's `output`.
+#[tokio::test(flavor = "multi_thread")]
+async fn runs_output_shows_what_an_attempt_printed() {
+    scoped("standalone_output", |env| async move {
+        let config = env.write_config(
+            "cronq.toml",
+            r#"
+[[job]]
+name = "talky"
+schedule = "@every 1s"
+command = ["sh", "-c", "echo \"report for $CRONQ_KEY\"; echo 'disk almost full' >&2"]
+"#,
+        );
+        let config = config.to_str().expect("a UTF-8 path");
+        let data = env.dir.join("cronq.db");
+        let data = data.to_str().expect("a UTF-8 path");
+        let pid = env.spawn("standalone", &["standalone", "--config", config, "--data", data]);
+        let key = eventually(Duration::from_secs(20), "a run of talky", || async {
+            let out = env.run(&["runs", "--json", "--job", "talky", "--limit", "1", "--data", data]);
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+            Some(v["runs"][0]["key"].as_str()?.to_owned())
+        })
+        .await;
+        let out = env.run(&["runs", "--key", &key, "--output", "--data", data]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            text.contains(&format!("== {key} attempt 1 (succeeded)\n-- stdout\nreport for {key}\n-- stderr\ndisk almost full\n")),
+            "{text}"
+        );
+        let out = env.run(&["runs", "--key", &key, "--output", "--json", "--data", data]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("runs JSON");
+        assert_eq!(v["runs"].as_array().map(Vec::len), Some(1), "{v}");
+        assert_eq!(v["runs"][0]["output"]["stdout"], format!("report for {key}\n"));
+        assert_eq!(v["runs"][0]["output"]["stderr"], "disk almost full\n");
+        // Without --output, the JSON is as before; a malformed key is a usage error.
+        let out = env.run(&["runs", "--key", &key, "--json", "--data", data]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("runs JSON");
+        assert!(v["runs"][0].get("output").is_none(), "{v}");
+        let out = env.run(&["runs", "--key", "talky-yesterday", "--data", data]);
+        assert_eq!(out.status.code(), Some(2));
+        env.signal(pid, Signal::SIGTERM);
+        assert_eq!(env.wait(pid, Duration::from_secs(15)), Some(0), "{}", env.log("standalone"));
+    })
+    .await;
+}
