@@ -8,44 +8,11 @@
 
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 
-use super::{HaFleet, Redis};
-use crate::support::TestEnv;
+use super::{HaFleet, Redis, publish_pause};
 use crate::support::ha::{self, PHASE};
-use crate::support::history;
 use crate::support::until;
-
-/// The latest publish of a second scheduled at or after `from`: milliseconds from its
-/// scheduled second to the confirm the producers logged, and its key.
-fn publish_pause(env: &TestEnv, from: DateTime<Utc>) -> (i64, String) {
-    let mut worst = (0, String::new());
-    for name in ["producer-1", "producer-2"] {
-        for line in env.log(name).lines() {
-            let Ok(l) = serde_json::from_str::<serde_json::Value>(line) else {
-                continue;
-            };
-            if l["message"].as_str() != Some("published occurrence") {
-                continue;
-            }
-            let (Some(key), Some(at)) = (l["key"].as_str(), l["timestamp"].as_str()) else {
-                continue;
-            };
-            let Ok(at) = DateTime::parse_from_rfc3339(at) else {
-                continue;
-            };
-            let due = history::scheduled(key);
-            if due < from.timestamp() {
-                continue;
-            }
-            let late = at.timestamp_millis() - due * 1000;
-            if late > worst.0 {
-                worst = (late, key.to_owned());
-            }
-        }
-    }
-    worst
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn drained_node_of_the_leader_loses_and_doubles_nothing() {
