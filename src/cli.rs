@@ -244,6 +244,9 @@ pub enum Command {
         after_help = "Examples:\n  cronq backfill nightly-report --from 2026-11-28T00:00:00Z --to 2026-11-29T23:59:59Z --config cronq.toml"
     )]
     Backfill(BackfillArgs),
+    /// Create, change and delete jobs at runtime, fleet-wide, without a restart.
+    #[command(subcommand)]
+    Job(JobCommand),
     /// Inspect or replay the dead-letter queue.
     #[command(subcommand)]
     Dlq(DlqCommand),
@@ -437,6 +440,49 @@ pub struct RunsArgs {
     /// At most this many runs.
     #[arg(long, default_value_t = 20)]
     pub limit: usize,
+    /// Print one JSON document on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `cronq job`: runtime jobs (docs/runtime-jobs.md).
+#[derive(Debug, Subcommand)]
+pub enum JobCommand {
+    /// Create or update the [[job]] tables of a file (each names its handler).
+    #[command(
+        after_help = "Examples:\n  cronq job apply -f report-eu.toml --config cronq.toml\n  cronq job apply -f jobs.toml --allow-unknown-handler --data cronq.db --config cronq.toml"
+    )]
+    Apply(JobApplyArgs),
+    /// A runtime job's current definition and revision.
+    #[command(
+        after_help = "Examples:\n  cronq job get report-eu --config cronq.toml\n  cronq job get report-eu --json --config cronq.toml"
+    )]
+    Get(JobGetArgs),
+    /// Delete a runtime job: its queued occurrences are not run.
+    #[command(after_help = "Examples:\n  cronq job delete report-eu --config cronq.toml")]
+    Delete(JobArg),
+    /// Every revision of a runtime job: who, when, what changed.
+    #[command(after_help = "Examples:\n  cronq job history report-eu --config cronq.toml")]
+    History(JobArg),
+}
+
+/// `cronq job apply`.
+#[derive(Debug, Args)]
+pub struct JobApplyArgs {
+    /// The file of [[job]] tables.
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: PathBuf,
+    /// Accept a handler name the config defines no [handlers.NAME] for (a consumer
+    /// registers it in Rust).
+    #[arg(long)]
+    pub allow_unknown_handler: bool,
+}
+
+/// `cronq job get`.
+#[derive(Debug, Args)]
+pub struct JobGetArgs {
+    /// The job.
+    pub job: String,
     /// Print one JSON document on stdout.
     #[arg(long)]
     pub json: bool,

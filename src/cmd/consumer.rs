@@ -66,6 +66,7 @@ pub async fn run(cli: &Cli, args: &ConsumerArgs, root: CancellationToken) -> any
     let tally = Tally::default();
     let ledger = Arc::new(CountingLedger::new(stores.ledger, tally.clone()));
     let (reloader, config_rx) = Reloader::new(config.clone(), hangups);
+    let reloader = reloader.with_store(stores.jobs.clone());
     // One digest per config, for the Fleet page.
     let (digester, digest_rx) = Digester::new(config_rx.clone()).await;
     let reporter = Reporter::new(

@@ -56,6 +56,7 @@ pub async fn run(cli: &Cli, args: &ServeArgs, root: CancellationToken) -> anyhow
     let control = stores.control;
     let ready = readiness(lease.clone(), instance.clone());
     let (reloader, config_rx) = Reloader::new(config, hangups);
+    let reloader = reloader.with_store(stores.jobs.clone());
     // One digest per config, for the reporter and the config check alike.
     let (digester, digest_rx) = Digester::new(config_rx.clone()).await;
     // What the leader publishes is counted for the Fleet page (docs/dashboard.md).

@@ -127,6 +127,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
     // Both halves follow one config: a SIGHUP reload reaches the consumer half too, so a
     // job added to the file runs instead of being dead-lettered as unknown.
     let (reloader, config_rx) = Reloader::new(config.clone(), hangups);
+    let reloader = reloader.with_store(stores.jobs.clone());
     let consumer = Consumer::new(config, broker.clone(), ledger, options)
         .following(config_rx.clone())
         .keep_outputs(Arc::clone(&stores.runlog), args.output.output_limit);

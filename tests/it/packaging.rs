@@ -114,6 +114,10 @@ fn help_puts_a_commands_own_options_first_and_shows_examples() {
         &["probe"],
         &["dlq", "list"],
         &["dlq", "replay"],
+        &["job", "apply"],
+        &["job", "get"],
+        &["job", "delete"],
+        &["job", "history"],
     ];
     for sub in subcommands {
         let help = cronq(&[sub, &["--help"][..]].concat());

@@ -19,6 +19,7 @@ mod pieces;
 mod quick;
 mod raw;
 mod report;
+mod runtime;
 mod secret;
 mod share;
 mod suggest;
@@ -38,6 +39,7 @@ use std::time::Duration;
 use chrono_tz::Tz;
 
 pub use error::{ConfigError, Problem};
+pub use runtime::{Merged, RuntimeJob};
 pub use secret::{Origin, Secret};
 pub use suggest::did_you_mean;
 

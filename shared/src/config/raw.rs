@@ -518,7 +518,7 @@ fn handlers(table: Table) -> Vec<(String, Section<RawJob>)> {
     read
 }
 
-fn job(ordinal: usize, item: Value) -> Section<RawJob> {
+pub(crate) fn job(ordinal: usize, item: Value) -> Section<RawJob> {
     let Value::Table(table) = item else {
         return Section {
             value: RawJob {

@@ -9,3 +9,4 @@ mod dlq_copies;
 mod dlq_scale;
 mod producer_process;
 mod reload;
+mod runtime_jobs;

@@ -259,6 +259,17 @@ impl Running {
         pids
     }
 
+    /// Runs `cronq --config C [--data F] ARGS` against this deployment's stores (a
+    /// standalone in memory has none an outside command can reach).
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        let mut cmd = self.env.cronq();
+        cmd.arg("--config").arg(&self.config);
+        if let Some((file, _)) = &self.data {
+            cmd.arg("--data").arg(file);
+        }
+        cmd.args(args).output().expect("run cronq")
+    }
+
     /// The config file every process reads.
     pub fn config_path(&self) -> &std::path::Path {
         &self.config
