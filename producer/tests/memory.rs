@@ -23,8 +23,9 @@ use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
 /// Bytes of heap per job a leading producer may hold (measured: see the test's output
-/// and docs/benchmarks.md; a little headroom, not room for a regression).
-const BUDGET: isize = 200;
+/// and docs/benchmarks.md; a little headroom, not room for a regression). 206 B measured
+/// once jobs could name a handler (`handler = "NAME"`: 16 B in every job's config).
+const BUDGET: isize = 215;
 
 /// Schedules and zones like the scale bench's mix: weekly and yearly cron jobs in several
 /// zones, and `@every` jobs (none near a DST change, so no job has a warning).
