@@ -16,6 +16,7 @@ use cronq_redis::{RedisControl, RedisLease, RedisLedger, RedisRegistry, RedisRun
 use cronq_shared::broker::BrokerError;
 use cronq_shared::control::Control;
 use cronq_shared::endpoints::Endpoints;
+use cronq_shared::jobs::JobStore;
 use cronq_shared::lease::Lease;
 use cronq_shared::ledger::Ledger;
 use cronq_shared::registry::Registry;
@@ -39,6 +40,8 @@ pub struct Stores {
     pub control: Control,
     /// The instances alive, their config digests, the per-minute counts.
     pub registry: Arc<dyn Registry>,
+    /// Runtime jobs (`cronq job apply`).
+    pub jobs: Arc<dyn JobStore>,
 }
 
 impl std::fmt::Debug for Stores {
@@ -54,6 +57,22 @@ impl std::fmt::Debug for Stores {
 /// [`BrokerError`] when RabbitMQ cannot be reached within the connect timeout.
 pub async fn broker(endpoints: &Endpoints) -> Result<AmqpBroker, BrokerError> {
     AmqpBroker::connect_with(
+        &endpoints.amqp_url,
+        endpoints.names(),
+        Replication::new(endpoints.amqp_quorum_size),
+        &endpoints.tls,
+    )
+    .await
+    .map(|broker| broker.signing(endpoints.keyring.clone()))
+}
+
+/// As [`broker`], for a one-shot command: each node is tried once, so a broker that is
+/// not running is reported at once instead of after the services' connect timeout.
+///
+/// # Errors
+/// [`BrokerError`] when no node accepted a connection.
+pub async fn broker_now(endpoints: &Endpoints) -> Result<AmqpBroker, BrokerError> {
+    AmqpBroker::connect_once(
         &endpoints.amqp_url,
         endpoints.names(),
         Replication::new(endpoints.amqp_quorum_size),
@@ -94,6 +113,7 @@ pub async fn stores(
         runlog: Arc::new(history),
         lease: Arc::new(lease),
         registry: Arc::new(RedisRegistry::new(conn.clone(), &names)),
+        jobs: Arc::new(cronq_redis::RedisJobStore::new(conn.clone(), &names)),
         control: Control::new(RedisControl::new(conn, &names)),
     })
 }
@@ -110,6 +130,7 @@ pub fn memory(max_runs: usize, keyring: Option<Arc<Keyring>>) -> (MemoryBroker, 
         lease: Arc::new(lease),
         control,
         registry: Arc::new(MemoryRegistry::new()),
+        jobs: Arc::new(cronq_memory::MemoryJobStore::new()),
     };
     (MemoryBroker::new().signing(keyring), stores)
 }
@@ -143,6 +164,7 @@ pub async fn sqlite(
         lease: Arc::new(SqliteLease::new(db.clone())),
         control: Control::new(SqliteControl::new(db.clone())),
         registry: Arc::new(SqliteRegistry::new(db.clone())),
+        jobs: Arc::new(cronq_sqlite::SqliteJobStore::new(db.clone())),
     };
     Ok((SqliteBroker::new(db).signing(keyring), stores))
 }

@@ -37,6 +37,7 @@ pub mod registry;
 pub mod replay;
 pub mod service;
 mod telemetry;
+mod view;
 mod worker;
 
 pub use error::Error;

@@ -18,6 +18,7 @@ use cronq_shared::config::Config;
 use cronq_shared::ledger::{Ledger, Orphan, Republish};
 use cronq_shared::message::Occurrence;
 use cronq_shared::names::QueueName;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::dead_letter::publish;
@@ -27,7 +28,8 @@ const SWEEP_LIMIT: usize = 100;
 
 /// The periodic reaper of one consumer.
 pub(crate) struct Reaper {
-    pub(crate) config: Arc<Config>,
+    /// The config in force (reloads replace it).
+    pub(crate) config: watch::Receiver<Arc<Config>>,
     pub(crate) broker: Arc<dyn Broker>,
     pub(crate) ledger: Arc<dyn Ledger>,
     /// Sweep period.
@@ -49,8 +51,9 @@ impl Reaper {
             }
             match self.ledger.reap(SWEEP_LIMIT, self.hold).await {
                 Ok(orphans) => {
+                    let config = self.config.borrow().clone();
                     for orphan in orphans {
-                        republish(&*self.broker, &self.config, orphan).await;
+                        republish(&*self.broker, &config, orphan).await;
                     }
                 }
                 Err(err) => {

@@ -1,5 +1,6 @@
 //! The Rust handler API: an embedding program registers a handler per job name, for jobs
-//! whose config has no `command` or `http`.
+//! whose config has no `command` or `http`, or per handler name, for every job that says
+//! `handler = "NAME"` (file jobs and runtime jobs alike).
 //!
 //! A handler is any `Fn(Occurrence, CancellationToken) -> impl Future<Output = Result<(),
 //! E>>` with `E: Display`, or a type implementing [`JobHandler`]. The token is cancelled
@@ -12,6 +13,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use cronq_shared::config::Job;
 use cronq_shared::message::Occurrence;
 use cronq_shared::names::JobName;
 use tokio_util::sync::CancellationToken;
@@ -37,15 +39,19 @@ where
     }
 }
 
-/// Rust handlers by job name.
+/// Rust handlers by job name and by handler name.
 #[derive(Clone, Default)]
 pub struct Handlers {
     map: HashMap<JobName, Arc<dyn JobHandler>>,
+    named: HashMap<Arc<str>, Arc<dyn JobHandler>>,
 }
 
 impl std::fmt::Debug for Handlers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_set().entries(self.map.keys()).finish()
+        f.debug_set()
+            .entries(self.map.keys().map(JobName::as_str))
+            .entries(self.named.keys().map(|n| format!("handler {n}")))
+            .finish()
     }
 }
 
@@ -71,6 +77,47 @@ impl Handlers {
     pub fn register_handler(&mut self, job: JobName, handler: impl JobHandler) -> &mut Self {
         self.map.insert(job, Arc::new(handler));
         self
+    }
+
+    /// Registers `handler` under the handler name `name`: it runs every job that says
+    /// `handler = "NAME"` (and has no handler registered by its own job name), replacing
+    /// an earlier registration and taking precedence over a `[handlers.NAME]` of the config.
+    pub fn register_named<F, Fut, E>(&mut self, name: &str, handler: F) -> &mut Self
+    where
+        F: Fn(Occurrence, CancellationToken) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Display,
+    {
+        self.register_named_handler(name, handler)
+    }
+
+    /// Registers any [`JobHandler`] under the handler name `name` (see
+    /// [`Handlers::register_named`]).
+    pub fn register_named_handler(&mut self, name: &str, handler: impl JobHandler) -> &mut Self {
+        self.named.insert(Arc::from(name), Arc::new(handler));
+        self
+    }
+
+    /// The Rust handler that runs `job`: registered by its name, else by its handler name.
+    pub fn for_job(&self, job: &Job) -> Option<Arc<dyn JobHandler>> {
+        self.get(&job.name).or_else(|| {
+            let name = job.handler_name.as_ref()?;
+            self.named.get(name).cloned()
+        })
+    }
+
+    /// Whether a Rust handler runs `job`.
+    pub fn serves(&self, job: &Job) -> bool {
+        self.contains(&job.name)
+            || job
+                .handler_name
+                .as_ref()
+                .is_some_and(|n| self.named.contains_key(n))
+    }
+
+    /// Whether a handler is registered under the handler name `name`.
+    pub fn contains_named(&self, name: &str) -> bool {
+        self.named.contains_key(name)
     }
 
     /// The handler registered for `job`.

@@ -17,8 +17,9 @@ use cronq_shared::config::Config;
 use cronq_shared::ledger::Ledger;
 use cronq_shared::message::Occurrence;
 use cronq_shared::names::{JobName, QueueName};
+use cronq_shared::runlog::RunLog;
 use cronq_shared::signing::Keyring;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -27,6 +28,7 @@ use crate::handler::KILL_GRACE;
 use crate::reaper::Reaper;
 use crate::registry::{Handlers, JobHandler};
 use crate::telemetry;
+use crate::view;
 use crate::worker::Worker;
 
 /// The default execution lease: a consumer that stops renewing its claim for this long is
@@ -112,17 +114,27 @@ pub fn default_consumer_id() -> String {
 
 /// A consumer: a config, the ports it runs on, and its Rust handlers.
 pub struct Consumer {
-    config: Arc<Config>,
+    /// The config in force; a reload (SIGHUP, runtime jobs) replaces it.
+    config: watch::Receiver<Arc<Config>>,
     broker: Arc<dyn Broker>,
     ledger: Arc<dyn Ledger>,
     handlers: Handlers,
     options: Options,
+    /// Where attempts' outputs are kept, if anywhere ([`Consumer::keep_outputs`]).
+    outputs: Option<Outputs>,
+}
+
+/// Where a consumer keeps its attempts' outputs, and how much of each stream.
+#[derive(Clone)]
+pub(crate) struct Outputs {
+    pub(crate) runlog: Arc<dyn RunLog>,
+    pub(crate) limit: usize,
 }
 
 impl std::fmt::Debug for Consumer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Consumer")
-            .field("config", &self.config.path)
+            .field("config", &self.config.borrow().path)
             .field("handlers", &self.handlers)
             .field("options", &self.options)
             .finish_non_exhaustive()
@@ -139,12 +151,15 @@ impl Consumer {
         ledger: Arc<dyn Ledger>,
         options: Options,
     ) -> Self {
+        // A receiver whose sender is gone keeps its value: the config never changes.
+        let (_fixed, config) = watch::channel(Arc::new(config));
         Self {
-            config: Arc::new(config),
+            config,
             broker,
             ledger,
             handlers: Handlers::new(),
             options,
+            outputs: None,
         }
     }
 
@@ -160,9 +175,39 @@ impl Consumer {
         self
     }
 
+    /// Keeps each attempt's output with its run in `runlog`: the last `limit` bytes of a
+    /// command's stdout and of its stderr, an http handler's status and the first 4 KiB of
+    /// its response body, the secrets of the job's handler masked (`cronq runs --output`).
+    /// Without it, outputs are not kept. A `limit` of 0 keeps none.
+    #[must_use]
+    pub fn keep_outputs(mut self, runlog: Arc<dyn RunLog>, limit: usize) -> Self {
+        self.outputs = (limit > 0).then_some(Outputs { runlog, limit });
+        self
+    }
+
     /// Registers any [`JobHandler`] for `job`.
     pub fn register_handler(&mut self, job: JobName, handler: impl JobHandler) -> &mut Self {
         self.handlers.register_handler(job, handler);
+        self
+    }
+
+    /// Follows `config` instead of the config given to [`Consumer::new`]: each delivery
+    /// runs under the config in force when it arrives (jobs added, changed or removed by
+    /// a reload), and the queues of new jobs are subscribed to as they appear.
+    pub fn following(mut self, config: watch::Receiver<Arc<Config>>) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Registers an async closure or fn `handler(occurrence, token)` under the handler
+    /// name `name` (see [`Handlers::register_named`]).
+    pub fn register_named<F, Fut, E>(&mut self, name: &str, handler: F) -> &mut Self
+    where
+        F: Fn(Occurrence, CancellationToken) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Display,
+    {
+        self.handlers.register_named(name, handler);
         self
     }
 
@@ -177,7 +222,7 @@ impl Consumer {
     /// # Errors
     /// [`Error::UnknownQueue`] when `--queues` names a queue no job uses.
     pub fn queues(&self) -> Result<Vec<QueueName>, Error> {
-        self.options.select_queues(&self.config)
+        self.options.select_queues(&self.config.borrow())
     }
 
     /// Runs until `shutdown` is cancelled, then drains (see the module docs).
@@ -185,19 +230,37 @@ impl Consumer {
     /// # Errors
     /// [`Error`] when the queues are wrong, the broker refuses the subscription, or it
     /// ends unexpectedly.
-    pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
+    pub async fn run(mut self, shutdown: CancellationToken) -> Result<(), Error> {
         let queues = self.queues()?;
-        self.warn_unhandled(&queues);
+        // From here on the consumer reads the view: the config in force plus the jobs
+        // reloads retired, whose queued occurrences still run.
+        let mut beside = JoinSet::new();
+        let (view, follower) = view::follow(self.config.clone(), shutdown.child_token());
+        beside.spawn(follower);
+        self.config = view;
+        let config = self.config.borrow().clone();
+        warn_unhandled(&config, &self.handlers, &queues, None);
+        crate::telemetry::announce();
         // A consumer starting during a broker outage exits instead of waiting for ever.
-        bounded("declare", self.broker.declare(&self.config.queues()))
+        bounded("declare", self.broker.declare(&config.queues()))
             .await
             .map_err(Error::Broker)?;
         let concurrency = self.options.concurrency.max(1);
         let intake = shutdown.child_token();
         let subscribed = self.broker.consume(&queues, concurrency, intake.clone());
-        let mut rx = bounded("consume", subscribed)
+        let main = bounded("consume", subscribed)
             .await
             .map_err(Error::Broker)?;
+        let mut rx = Intake::new(
+            main,
+            queues.iter().cloned().collect(),
+            config,
+            self.config.clone(),
+            self.broker.clone(),
+            self.handlers.clone(),
+            self.options.clone(),
+            intake.clone(),
+        );
         let lease = self.options.lease.max(Duration::from_millis(300));
         let hold = lease * 2;
         tracing::info!(
@@ -207,20 +270,16 @@ impl Consumer {
             instance_id = %self.options.consumer_id,
             "consumer started"
         );
-        let mut reaper = JoinSet::new();
-        reaper.spawn(self.reaper(lease, hold).run(shutdown.clone()));
+        beside.spawn(self.reaper(lease, hold).run(shutdown.clone()));
         let worker = Arc::new(self.worker(lease, hold));
         let abort = CancellationToken::new();
         let mut tasks = JoinSet::new();
         let ended = receive(&mut rx, &worker, concurrency, &mut tasks, &abort, &shutdown).await;
         // 1. Stop intake; give back what was prefetched but not started.
         intake.cancel();
-        rx.close();
-        while let Ok(d) = rx.try_recv() {
-            let _ = d.acker.requeue().await;
-        }
+        rx.close().await;
         self.drain(&mut tasks, &abort).await;
-        reaper.shutdown().await;
+        beside.shutdown().await;
         tracing::info!("consumer stopped");
         if ended {
             return Err(Error::SubscriptionEnded);
@@ -228,23 +287,10 @@ impl Consumer {
         Ok(())
     }
 
-    /// Warns about each served job that has no handler: its occurrences will be
-    /// dead-lettered.
-    fn warn_unhandled(&self, queues: &[QueueName]) {
-        for job in &self.config.jobs {
-            if queues.contains(&job.queue)
-                && job.handler.is_none()
-                && !self.handlers.contains(&job.name)
-            {
-                tracing::warn!(job = %job.name, "job has no handler in the config and none is registered: its occurrences will be dead-lettered");
-            }
-        }
-    }
-
     /// The reaper of claims whose owner stopped renewing them.
     fn reaper(&self, lease: Duration, hold: Duration) -> Reaper {
         Reaper {
-            config: Arc::clone(&self.config),
+            config: self.config.clone(),
             broker: Arc::clone(&self.broker),
             ledger: Arc::clone(&self.ledger),
             every: (lease / 2).clamp(Duration::from_millis(100), Duration::from_secs(5)),
@@ -255,7 +301,7 @@ impl Consumer {
     /// What runs each delivery.
     fn worker(&self, lease: Duration, hold: Duration) -> Worker {
         Worker {
-            config: Arc::clone(&self.config),
+            config: self.config.clone(),
             broker: Arc::clone(&self.broker),
             ledger: Arc::clone(&self.ledger),
             handlers: self.handlers.clone(),
@@ -265,6 +311,7 @@ impl Consumer {
             consumer_id: self.options.consumer_id.clone(),
             keyring: self.options.keyring.clone(),
             metrics: telemetry::Metrics::default(),
+            outputs: self.outputs.clone(),
         }
     }
 
@@ -311,7 +358,7 @@ impl Consumer {
 /// Starts one task per delivery, at most `concurrency` at once, until `shutdown` is
 /// cancelled or the subscription ends; returns whether it ended on its own.
 async fn receive(
-    rx: &mut mpsc::Receiver<Delivery>,
+    rx: &mut Intake,
     worker: &Arc<Worker>,
     concurrency: u16,
     tasks: &mut JoinSet<()>,
@@ -345,5 +392,189 @@ async fn receive(
             abort.clone(),
             shutdown.clone(),
         )));
+    }
+}
+
+/// Warns about each served job (of `added` only, when given) that has no handler here: its
+/// occurrences will be dead-lettered.
+fn warn_unhandled(
+    config: &Config,
+    handlers: &Handlers,
+    queues: &[QueueName],
+    added: Option<&BTreeSet<&str>>,
+) {
+    for job in &config.jobs {
+        if !queues.contains(&job.queue)
+            || job.handler.is_some()
+            || handlers.serves(job)
+            || added.is_some_and(|a| !a.contains(job.name.as_str()))
+        {
+            continue;
+        }
+        match &job.handler_name {
+            Some(name) => {
+                tracing::warn!(job = %job.name, handler = %name, "job names a handler this consumer neither defines ([handlers.NAME]) nor has registered: its occurrences will be dead-lettered")
+            }
+            None => {
+                tracing::warn!(job = %job.name, "job has no handler in the config and none is registered: its occurrences will be dead-lettered")
+            }
+        }
+    }
+}
+
+/// Capacity of the channel that carries the deliveries of the queues subscribed to after
+/// the start: one, so what a later subscription prefetched waits in the broker's
+/// subscription, where shutdown requeues it, not here.
+const ADDED_CAPACITY: usize = 1;
+
+/// How long the forwarders of later subscriptions get to end once intake stopped.
+const FORWARDERS_STOP: Duration = Duration::from_secs(5);
+
+/// The deliveries of every subscribed queue: the queues of the start, and the queues of
+/// jobs a reload adds, subscribed to when they appear.
+struct Intake {
+    main: mpsc::Receiver<Delivery>,
+    added_tx: mpsc::Sender<Delivery>,
+    added: mpsc::Receiver<Delivery>,
+    /// One task per later subscription, moving its deliveries into `added`.
+    forwarders: JoinSet<()>,
+    subscribed: BTreeSet<QueueName>,
+    /// The config of the last look, to tell which jobs a reload added.
+    seen: Arc<Config>,
+    config: watch::Receiver<Arc<Config>>,
+    following: bool,
+    broker: Arc<dyn Broker>,
+    handlers: Handlers,
+    options: Options,
+    token: CancellationToken,
+}
+
+impl Intake {
+    #[expect(clippy::too_many_arguments, reason = "built once, in Consumer::run")]
+    fn new(
+        main: mpsc::Receiver<Delivery>,
+        subscribed: BTreeSet<QueueName>,
+        seen: Arc<Config>,
+        mut config: watch::Receiver<Arc<Config>>,
+        broker: Arc<dyn Broker>,
+        handlers: Handlers,
+        options: Options,
+        token: CancellationToken,
+    ) -> Self {
+        config.mark_unchanged();
+        let (added_tx, added) = mpsc::channel(ADDED_CAPACITY);
+        Self {
+            main,
+            added_tx,
+            added,
+            forwarders: JoinSet::new(),
+            subscribed,
+            seen,
+            config,
+            following: true,
+            broker,
+            handlers,
+            options,
+            token,
+        }
+    }
+
+    /// The next delivery; `None` when the subscription of the start ended.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: a delivery is only taken out of a channel when it is returned.
+    async fn recv(&mut self) -> Option<Delivery> {
+        loop {
+            tokio::select! {
+                d = self.main.recv() => return d,
+                Some(d) = self.added.recv() => return Some(d),
+                changed = self.config.changed(), if self.following => match changed {
+                    Ok(()) => self.follow().await,
+                    Err(_) => self.following = false,
+                },
+            }
+        }
+    }
+
+    /// Takes in a reloaded config: warns about its new jobs that cannot run here, and
+    /// subscribes to the queues it adds.
+    async fn follow(&mut self) {
+        let config = self.config.borrow_and_update().clone();
+        let old: BTreeSet<&str> = self.seen.jobs.iter().map(|j| j.name.as_str()).collect();
+        let added: BTreeSet<&str> = config
+            .jobs
+            .iter()
+            .map(|j| j.name.as_str())
+            .filter(|n| !old.contains(n))
+            .collect();
+        let wanted: BTreeSet<QueueName> = if self.options.queues.is_empty() {
+            config.queues()
+        } else {
+            let named: BTreeSet<&str> = self.options.queues.iter().map(|q| q.trim()).collect();
+            config
+                .queues()
+                .into_iter()
+                .filter(|q| named.contains(q.as_str()))
+                .collect()
+        };
+        let all: Vec<QueueName> = wanted.iter().cloned().collect();
+        warn_unhandled(&config, &self.handlers, &all, Some(&added));
+        let new: Vec<QueueName> = wanted.difference(&self.subscribed).cloned().collect();
+        self.seen = config;
+        if new.is_empty() {
+            return;
+        }
+        let concurrency = self.options.concurrency.max(1);
+        let subscribed = async {
+            bounded("declare", self.broker.declare(&wanted)).await?;
+            bounded(
+                "consume",
+                self.broker.consume(&new, concurrency, self.token.clone()),
+            )
+            .await
+        };
+        match subscribed.await {
+            Ok(mut rx) => {
+                tracing::info!(
+                    queues = %new.iter().map(QueueName::as_str).collect::<Vec<_>>().join(","),
+                    "consuming the queues of reloaded jobs"
+                );
+                self.subscribed.extend(new);
+                let tx = self.added_tx.clone();
+                self.forwarders.spawn(async move {
+                    while let Some(d) = rx.recv().await {
+                        if let Err(mpsc::error::SendError(d)) = tx.send(d).await {
+                            let _ = d.acker.requeue().await;
+                            break;
+                        }
+                    }
+                });
+            }
+            Err(err) => tracing::error!(
+                queues = %new.iter().map(QueueName::as_str).collect::<Vec<_>>().join(","),
+                error = %err,
+                "cannot subscribe to the queues of reloaded jobs: their occurrences wait in the queue until this consumer restarts or another consumer serves them"
+            ),
+        }
+    }
+
+    /// Stops taking deliveries and gives back what was received but not started.
+    async fn close(&mut self) {
+        self.main.close();
+        while let Ok(d) = self.main.try_recv() {
+            let _ = d.acker.requeue().await;
+        }
+        // Closed first, so a forwarder holding a delivery gives it back and ends.
+        self.added.close();
+        while let Ok(d) = self.added.try_recv() {
+            let _ = d.acker.requeue().await;
+        }
+        let forwarded = async { while self.forwarders.join_next().await.is_some() {} };
+        if tokio::time::timeout(FORWARDERS_STOP, forwarded)
+            .await
+            .is_err()
+        {
+            self.forwarders.shutdown().await;
+        }
     }
 }

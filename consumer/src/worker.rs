@@ -20,7 +20,6 @@
 //!    follow-up are read off it; the ledger appends the run history entry (as `lost` when
 //!    the claim was fenced or given up), the consumer never writes the history itself.
 
-use cronq_shared::signing::{self, Keyring};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,13 +30,14 @@ use cronq_shared::ledger::{Claim, ClaimOutcome, End, Ended, FollowUp, Lease, Led
 use cronq_shared::message::Occurrence;
 use cronq_shared::retry::{Backoff, retry};
 use cronq_shared::runlog::Run;
-use tokio::sync::OwnedSemaphorePermit;
+use cronq_shared::signing::{self, Keyring};
+use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::attempt::{Supervision, supervise};
 use crate::dead_letter::{self, publish};
 use crate::executor::{self, AttemptEnd, Reject};
-use crate::handler::Runner;
+use crate::handler::{Capture, Runner};
 use crate::reaper::republish;
 use crate::registry::Handlers;
 use crate::telemetry;
@@ -63,7 +63,9 @@ const SETTLE_PAUSE: Duration = Duration::from_millis(500);
 
 /// Everything a delivery's processing needs; shared by all tasks of a consumer.
 pub(crate) struct Worker {
-    pub(crate) config: Arc<Config>,
+    /// The config in force: a reload (SIGHUP, runtime jobs) replaces it; each delivery
+    /// takes a snapshot.
+    pub(crate) config: watch::Receiver<Arc<Config>>,
     pub(crate) broker: Arc<dyn Broker>,
     /// Also the one writer of the run history (`cronq_shared::ledger`).
     pub(crate) ledger: Arc<dyn Ledger>,
@@ -80,6 +82,8 @@ pub(crate) struct Worker {
     pub(crate) keyring: Option<Arc<Keyring>>,
     /// This consumer's per-job metric handles.
     pub(crate) metrics: telemetry::Metrics,
+    /// Where attempts' outputs are kept, if anywhere.
+    pub(crate) outputs: Option<crate::service::Outputs>,
 }
 
 async fn ack(d: &Delivery, job: &str) {
@@ -97,7 +101,12 @@ async fn requeue(d: &Delivery) {
 impl Worker {
     /// Whether `job` can run here.
     pub(crate) fn has_handler(&self, job: &Job) -> bool {
-        self.handlers.contains(&job.name) || job.handler.is_some()
+        self.handlers.serves(job) || job.handler.is_some()
+    }
+
+    /// The config in force now.
+    pub(crate) fn config(&self) -> Arc<Config> {
+        self.config.borrow().clone()
     }
 
     /// Processes one delivery; `permit` bounds concurrency and is held to the end.
@@ -112,7 +121,7 @@ impl Worker {
         if d.redelivered {
             telemetry::redelivery();
         }
-        let config = Arc::clone(&self.config);
+        let config = self.config();
         let admitted = match self.admit(&d, &config) {
             Ok(admitted) => admitted,
             Err(reject) => return self.reject(&d, &reject).await,
@@ -183,7 +192,7 @@ impl Worker {
                 tracing::debug!(job = %occ.job, key = %occ.key, holder = %holder, "waiting until the occurrence holding the job lock ends");
                 ack(&d, occ.job.as_str()).await;
                 if let Some(woken) = woken {
-                    republish(&*self.broker, &self.config, woken).await;
+                    republish(&*self.broker, &self.config(), woken).await;
                 }
             }
             ClaimOutcome::Superseded { by } => {
@@ -230,9 +239,10 @@ impl Worker {
 
     async fn reject(&self, d: &Delivery, reject: &Reject) {
         let occ = Occurrence::decode(&d.body).ok();
+        let config = self.config();
         let label = occ
             .as_ref()
-            .filter(|o| self.config.job(o.job.as_str()).is_some())
+            .filter(|o| config.job(o.job.as_str()).is_some())
             .map_or(telemetry::UNKNOWN_JOB.to_owned(), |o| o.job.to_string());
         let letter = dead_letter::letter(&d.body, occ.as_ref(), &d.queue, 0, reject.reason(), None);
         match dead_letter::send(&*self.broker, &letter).await {
@@ -288,7 +298,7 @@ impl Worker {
                 self.metrics.attempt(occ.job.as_str(), outcome);
                 ack(d, occ.job.as_str()).await;
                 if let Some(woken) = woken {
-                    republish(&*self.broker, &self.config, woken).await;
+                    republish(&*self.broker, &self.config(), woken).await;
                 }
             }
             Ok(Ended {
@@ -331,8 +341,10 @@ impl Worker {
             timeout: job.timeout,
             abort,
         };
-        let ending = supervise(runner, occ.clone(), sup).await;
+        let capture = Arc::new(Capture::new(self.outputs.as_ref().map_or(0, |o| o.limit)));
+        let ending = supervise(runner, occ.clone(), sup, Arc::clone(&capture)).await;
         let took = t0.elapsed();
+        self.keep_output(&occ, &capture).await;
         self.metrics.duration(occ.job.as_str(), took);
         let end = executor::classify(job, occ.attempt, ending);
         // Keep the claim alive while the end is recorded and followed up (a dead letter may
@@ -351,11 +363,26 @@ impl Worker {
         };
         let outcome = end.outcome();
         if end == AttemptEnd::Succeeded {
-            tracing::debug!(job = %occ.job, key = %occ.key, attempt = occ.attempt, elapsed_ms = took.as_millis() as u64, "attempt succeeded");
+            tracing::info!(job = %occ.job, key = %occ.key, attempt = occ.attempt, elapsed_ms = took.as_millis() as u64, "attempt succeeded");
         } else {
             tracing::warn!(job = %occ.job, key = %occ.key, attempt = occ.attempt, elapsed_ms = took.as_millis() as u64, outcome = %outcome, error = end.error().as_deref().unwrap_or(""), "attempt did not succeed");
         }
         self.metrics.attempt(occ.job.as_str(), outcome);
+    }
+
+    /// Keeps what the attempt printed or was answered, before its end is recorded (so the
+    /// run, once listed, has it). A store that fails loses the output, not the run.
+    async fn keep_output(&self, occ: &Occurrence, capture: &Capture) {
+        let (Some(outputs), Some(output)) = (&self.outputs, capture.take()) else {
+            return;
+        };
+        if let Err(err) = outputs
+            .runlog
+            .keep_output(&occ.key, occ.attempt, &output)
+            .await
+        {
+            tracing::warn!(job = %occ.job, key = %occ.key, attempt = occ.attempt, error = %err, "cannot keep the attempt's output");
+        }
     }
 
     /// Records `end` (a failure once its dead letter is confirmed) with its run, then sends
@@ -444,7 +471,7 @@ impl Worker {
         match ended {
             Ok(Ended { recorded, woken }) => {
                 if let Some(woken) = woken {
-                    republish(&*self.broker, &self.config, woken).await;
+                    republish(&*self.broker, &self.config(), woken).await;
                 }
                 recorded
             }

@@ -22,18 +22,19 @@
 
 pub mod config_check;
 mod error;
+#[doc(hidden)]
+pub mod footprint;
 pub mod leader;
 pub mod planner;
 pub mod publisher;
-pub mod reload;
 pub mod scheduler;
 mod service;
 mod term;
 pub mod timer;
 
 pub use config_check::ConfigCheck;
+pub use cronq_shared::reload::Reloader;
 pub use error::Error;
 pub use leader::{Elector, Leadership};
-pub use reload::Reloader;
 pub use scheduler::Scheduler;
 pub use service::{Producer, instance_id};

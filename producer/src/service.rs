@@ -15,8 +15,8 @@ use tracing::info;
 
 use crate::error::Error;
 use crate::leader::{Elector, Leadership};
-use crate::reload::Reloader;
 use crate::scheduler::Scheduler;
+use cronq_shared::reload::Reloader;
 
 /// A producer: joins leader election; while leading, publishes occurrences.
 pub struct Producer {

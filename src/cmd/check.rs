@@ -27,7 +27,11 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
     for warning in &config.warnings {
         eprintln!("{path}: warning: {warning}");
     }
-    for job in config.jobs.iter().filter(|j| j.handler.is_none()) {
+    for job in config
+        .jobs
+        .iter()
+        .filter(|j| j.handler.is_none() && j.handler_name.is_none())
+    {
         println!(
             "{path}: note: job {:?} has no handler in the file: a program embedding the consumer library must register one for it",
             job.name.as_str()

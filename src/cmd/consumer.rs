@@ -1,14 +1,16 @@
 //! `cronq consumer`: glue from flags to [`cronq_consumer::Consumer`], plus the admin
-//! endpoints.
+//! endpoints. SIGHUP reloads the config (named handlers, file jobs), as a producer's does.
 
 use std::sync::Arc;
 
 use anyhow::Context as _;
 use cronq_consumer::{Consumer, Options, default_consumer_id};
 use cronq_shared::registry::Role;
-use cronq_shared::registry::digest::ConfigDigest;
+use cronq_shared::registry::digest::Digester;
 use cronq_shared::registry::reporter::Reporter;
 use cronq_shared::registry::tally::{CountingLedger, Tally};
+use cronq_shared::reload::Reloader;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::settings::UsageError;
@@ -36,6 +38,10 @@ pub async fn run(cli: &Cli, args: &ConsumerArgs, root: CancellationToken) -> any
         tracing::warn!(warning = %warning, "config");
     }
     super::signals::cancel_on_signal(root.clone()).context("while installing signal handlers")?;
+    // Owns the SIGHUP forwarder; dropping it (on any return) aborts it.
+    let mut signal_tasks = JoinSet::new();
+    let hangups = super::signals::hangups(&mut signal_tasks, root.child_token())
+        .context("while installing the SIGHUP handler")?;
     let metrics = admin::install_metrics(&config.metrics)?;
     let stores = cronq_backends::stores(&endpoints, config.longest_retention(), None)
         .await
@@ -59,9 +65,10 @@ pub async fn run(cli: &Cli, args: &ConsumerArgs, root: CancellationToken) -> any
     // What this consumer runs to an end is counted for the Fleet page (docs/dashboard.md).
     let tally = Tally::default();
     let ledger = Arc::new(CountingLedger::new(stores.ledger, tally.clone()));
-    // A consumer does not reload its config: one digest, computed once.
-    let digest = ConfigDigest::of_shared(Arc::new(config.clone())).await;
-    let (_digest_tx, digest_rx) = tokio::sync::watch::channel(Arc::new(digest));
+    let (reloader, config_rx) = Reloader::new(config.clone(), hangups);
+    let reloader = reloader.with_store(stores.jobs.clone());
+    // One digest per config, for the Fleet page.
+    let (digester, digest_rx) = Digester::new(config_rx.clone()).await;
     let reporter = Reporter::new(
         stores.registry,
         &options.consumer_id,
@@ -69,9 +76,11 @@ pub async fn run(cli: &Cli, args: &ConsumerArgs, root: CancellationToken) -> any
         digest_rx,
         tally,
     );
-    let consumer = Consumer::new(config, Arc::new(broker), ledger, options);
+    let consumer = Consumer::new(config, Arc::new(broker), ledger, options)
+        .following(config_rx)
+        .keep_outputs(Arc::clone(&stores.runlog), args.output.output_limit);
     let beside = root.child_token();
-    let (served, ran, ()) = tokio::join!(
+    let (served, ran, (), (), ()) = tokio::join!(
         admin::serve(args.serve.admin_addr, metrics, ready, root.clone()),
         async {
             let r = consumer.run(root.clone()).await;
@@ -79,7 +88,10 @@ pub async fn run(cli: &Cli, args: &ConsumerArgs, root: CancellationToken) -> any
             r
         },
         reporter.run(beside.clone()),
+        digester.run(beside.clone()),
+        reloader.run(beside.clone()),
     );
+    signal_tasks.shutdown().await;
     ran.context("while running the consumer")?;
     served
 }

@@ -6,6 +6,7 @@ mod consumer;
 mod dashboard;
 mod dlq;
 mod docs;
+mod job;
 mod jobs;
 mod next;
 mod pause;
@@ -20,7 +21,7 @@ use cronq_shared::config::ConfigError;
 use tokio_util::sync::CancellationToken;
 
 use self::settings::UsageError;
-use crate::cli::{Cli, Command, DlqCommand};
+use crate::cli::{Cli, Command, DlqCommand, JobCommand};
 
 /// Runs the chosen subcommand.
 pub async fn dispatch(cli: Cli, root: CancellationToken) -> anyhow::Result<()> {
@@ -37,6 +38,10 @@ pub async fn dispatch(cli: Cli, root: CancellationToken) -> anyhow::Result<()> {
         Command::Resume(args) => pause::resume(&cli, args).await,
         Command::Trigger(args) => trigger::run(&cli, args).await,
         Command::Backfill(args) => backfill::run(&cli, args).await,
+        Command::Job(JobCommand::Apply(args)) => job::apply(&cli, args).await,
+        Command::Job(JobCommand::Get(args)) => job::get(&cli, args).await,
+        Command::Job(JobCommand::Delete(args)) => job::delete(&cli, args).await,
+        Command::Job(JobCommand::History(args)) => job::history(&cli, args).await,
         Command::Dlq(DlqCommand::List(args)) => dlq::list(&cli, args).await,
         Command::Dlq(DlqCommand::Replay(args)) => dlq::replay(&cli, args).await,
         Command::Probe(args) => crate::admin::probe(&args.url).await,

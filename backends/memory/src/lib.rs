@@ -11,6 +11,7 @@
 
 pub mod broker;
 pub mod control;
+pub mod jobs;
 pub mod lease;
 pub mod ledger;
 pub mod registry;
@@ -18,6 +19,7 @@ pub mod runlog;
 
 pub use broker::MemoryBroker;
 pub use control::MemoryControl;
+pub use jobs::MemoryJobStore;
 pub use lease::MemoryLease;
 pub use ledger::MemoryLedger;
 pub use registry::MemoryRegistry;

@@ -18,6 +18,7 @@
 pub mod broker;
 pub mod control;
 pub mod db;
+pub mod jobs;
 pub mod lease;
 pub mod ledger;
 pub mod registry;
@@ -28,6 +29,7 @@ mod writer;
 pub use broker::SqliteBroker;
 pub use control::SqliteControl;
 pub use db::{Db, Sync};
+pub use jobs::SqliteJobStore;
 pub use lease::SqliteLease;
 pub use ledger::SqliteLedger;
 pub use registry::SqliteRegistry;

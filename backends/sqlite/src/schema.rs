@@ -9,7 +9,12 @@
 use rusqlite::{Connection, TransactionBehavior};
 
 /// The migrations, in order: entry `i` takes a file from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[include_str!("schema/1.sql"), include_str!("schema/2.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("schema/1.sql"),
+    include_str!("schema/2.sql"),
+    include_str!("schema/3.sql"),
+    include_str!("schema/4.sql"),
+];
 
 /// The schema version this build writes.
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

@@ -68,7 +68,7 @@ pub(super) fn resolve_handler(raw: &RawJob, scope: &str, out: &mut Report) -> Op
 }
 
 /// The fields that say how a command starts, and whether each is set.
-fn command_options(raw: &RawJob) -> [(&'static str, bool); 5] {
+pub(super) fn command_options(raw: &RawJob) -> [(&'static str, bool); 5] {
     let own = &raw.own;
     [
         ("user", own.user.is_some()),

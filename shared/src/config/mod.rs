@@ -19,6 +19,7 @@ mod pieces;
 mod quick;
 mod raw;
 mod report;
+mod runtime;
 mod secret;
 mod share;
 mod suggest;
@@ -30,7 +31,7 @@ mod proptests;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,6 +39,7 @@ use std::time::Duration;
 use chrono_tz::Tz;
 
 pub use error::{ConfigError, Problem};
+pub use runtime::{Merged, RuntimeJob};
 pub use secret::{Origin, Secret};
 pub use suggest::did_you_mean;
 
@@ -53,6 +55,12 @@ pub struct Config {
     pub leader: LeaderConfig,
     /// `/metrics`: which jobs have a label of their own.
     pub metrics: MetricsConfig,
+    /// `[runtime]`: whether jobs created at runtime are taken.
+    pub runtime: RuntimeConfig,
+    /// `[defaults]`, resolved: what a runtime job inherits too.
+    pub defaults: Settings,
+    /// `[handlers.NAME]`: the named handlers of this file, by name.
+    pub handlers: BTreeMap<Arc<str>, Handler>,
     /// Every job, in file order, names unique.
     pub jobs: Vec<Job>,
     /// Legal but risky combinations, to log at startup and show in `cronq check`.
@@ -68,6 +76,20 @@ pub struct LeaderConfig {
     pub renew_deadline: Duration,
     /// How often the leader renews and a standby tries to acquire.
     pub retry: Duration,
+}
+
+/// `[runtime]` (`docs/runtime-jobs.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuntimeConfig {
+    /// Whether jobs created at runtime (`cronq job apply`) are scheduled and run; `false`
+    /// keeps every job in the file.
+    pub jobs: bool,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self { jobs: true }
+    }
 }
 
 /// `[metrics]` (`docs/config.md`): how many distinct jobs keep a `job` label of their own on
@@ -110,8 +132,11 @@ pub struct Job {
     pub settings: Arc<Settings>,
     /// Delivered to the handler as JSON.
     pub payload: serde_json::Value,
-    /// How it runs; `None` when an embedding program registers a handler.
+    /// How it runs: its inline handler, or the `[handlers.NAME]` it names; `None` when an
+    /// embedding program registers the handler (by job name or by handler name).
     pub handler: Option<Handler>,
+    /// `handler = "NAME"`: the named handler it runs, resolved where it runs.
+    pub handler_name: Option<Arc<str>>,
 }
 
 impl std::ops::Deref for Job {
@@ -233,6 +258,17 @@ impl Config {
     /// The job called `name`.
     pub fn job(&self, name: &str) -> Option<&Job> {
         self.jobs.iter().find(|j| j.name.as_str() == name)
+    }
+
+    /// The names of the jobs of `self` that `new` no longer has: retired by a reload.
+    pub fn retired(&self, new: &Config) -> Vec<JobName> {
+        let kept: std::collections::HashSet<&str> =
+            new.jobs.iter().map(|j| j.name.as_str()).collect();
+        self.jobs
+            .iter()
+            .filter(|j| !kept.contains(j.name.as_str()))
+            .map(|j| j.name.clone())
+            .collect()
     }
 
     /// Every logical queue some job publishes to.

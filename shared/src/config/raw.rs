@@ -60,6 +60,10 @@ pub(crate) const JOB_FIELDS: &[Field] = &[
     ),
     field("payload", "a table such as { region = \"cn\" }"),
     field(
+        "handler",
+        "a string naming a [handlers.NAME] section or a handler registered in Rust, such as \"report\"",
+    ),
+    field(
         "command",
         "an array of strings such as [\"/usr/local/bin/report\", \"--daily\"]",
     ),
@@ -79,6 +83,20 @@ pub(crate) const JOB_FIELDS: &[Field] = &[
     field("clear_env", "true or false"),
     field("cwd", "an absolute path such as \"/srv/report\""),
 ];
+
+/// The fields of a `[handlers.NAME]` section: a job's inline handler fields.
+pub(crate) const HANDLER_FIELDS: &[&str] = &[
+    "command",
+    "http",
+    "user",
+    "group",
+    "env",
+    "clear_env",
+    "cwd",
+];
+
+/// The fields of `[runtime]`.
+pub(crate) const RUNTIME_FIELDS: &[Field] = &[field("jobs", "true or false")];
 
 /// The fields of `[leader]`.
 pub(crate) const LEADER_FIELDS: &[Field] = &[
@@ -117,6 +135,10 @@ pub(crate) struct RawConfig<'t> {
     pub(crate) leader: Section<RawLeader>,
     /// `[metrics]`.
     pub(crate) metrics: Section<RawMetrics>,
+    /// `[runtime]`.
+    pub(crate) runtime: Section<RawRuntime>,
+    /// Every `[handlers.NAME]`, in file order, each read as a job holding only a handler.
+    pub(crate) handlers: Vec<(String, Section<RawJob>)>,
     /// Every `[[job]]`, in file order, read as the caller iterates.
     pub(crate) jobs: RawJobs<'t>,
 }
@@ -227,6 +249,13 @@ pub(crate) struct RawMetrics {
 }
 
 /// A limit written as a count or as a word (`"unlimited"`); the word is checked in stage two.
+/// `[runtime]`: whether jobs created at runtime (`cronq job apply`) are taken.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRuntime {
+    pub(crate) jobs: Option<bool>,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 pub(crate) enum RawLimit {
@@ -259,6 +288,7 @@ pub(crate) struct RawJobOwn {
     pub(crate) name: Option<String>,
     pub(crate) schedule: Option<String>,
     pub(crate) payload: Option<Table>,
+    pub(crate) handler: Option<String>,
     pub(crate) command: Option<Vec<String>>,
     pub(crate) user: Option<String>,
     pub(crate) group: Option<String>,
@@ -335,6 +365,18 @@ impl<'t> RawConfig<'t> {
                     }
                     other => raw.problems.push(not_a_table(&key, "[metrics]", &other)),
                 },
+                "runtime" => match value {
+                    Value::Table(t) => {
+                        raw.runtime = section(t, "[runtime]", "", RUNTIME_FIELDS);
+                    }
+                    other => raw.problems.push(not_a_table(&key, "[runtime]", &other)),
+                },
+                "handlers" => match value {
+                    Value::Table(t) => raw.handlers = handlers(t),
+                    other => raw
+                        .problems
+                        .push(not_a_table(&key, "[handlers.NAME]", &other)),
+                },
                 "job" => match value {
                     Value::Array(items) => raw.jobs.items = items.into_iter(),
                     other => raw.problems.push(Problem::new(
@@ -403,15 +445,80 @@ fn unknown_top_level(key: &str) -> Problem {
     } else if METRICS_FIELDS.iter().any(|f| f.name == key) {
         "unknown top-level key; it belongs in [metrics]".to_owned()
     } else {
-        match did_you_mean(key, ["defaults", "leader", "metrics", "job"]) {
+        match did_you_mean(
+            key,
+            ["defaults", "leader", "metrics", "runtime", "handlers", "job"],
+        ) {
             Some(s) => format!("unknown section; did you mean \"{s}\"?"),
-            None => "unknown section; allowed: [defaults], [leader], [metrics], [[job]]".to_owned(),
+            None => "unknown section; allowed: [defaults], [leader], [metrics], [runtime], [handlers.NAME], [[job]]".to_owned(),
         }
     };
     Problem::new("", key_text(key), message)
 }
 
-fn job(ordinal: usize, item: Value) -> Section<RawJob> {
+/// `[handlers.NAME]` sections: each read as a job of only its handler fields, under the
+/// scope `[handlers.NAME]`; any other field is reported and dropped.
+fn handlers(table: Table) -> Vec<(String, Section<RawJob>)> {
+    let mut read = Vec::new();
+    for (name, value) in table {
+        let scope = format!("[handlers.{}]", key_text(&name));
+        let Value::Table(fields) = value else {
+            read.push((
+                name.clone(),
+                Section {
+                    value: RawJob {
+                        scope: scope.clone(),
+                        ..RawJob::default()
+                    },
+                    problems: vec![Problem::new(
+                        &scope,
+                        "",
+                        format!(
+                            "expected a table, written {scope}, got {}",
+                            describe(&value)
+                        ),
+                    )],
+                },
+            ));
+            continue;
+        };
+        let mut problems = Vec::new();
+        let mut kept = Table::new();
+        for (key, value) in fields {
+            if HANDLER_FIELDS.contains(&key.as_str()) {
+                kept.insert(key, value);
+            } else if JOB_FIELDS
+                .iter()
+                .chain(COMMON_FIELDS)
+                .any(|f| f.name == key)
+            {
+                problems.push(Problem::new(
+                    &scope,
+                    key_text(&key),
+                    "belongs in a [[job]], not in a named handler: a handler says only how a job runs (command or http, and how the command starts)",
+                ));
+            } else {
+                problems.push(unknown_field(
+                    &scope,
+                    "",
+                    &key,
+                    HANDLER_FIELDS.iter().copied(),
+                ));
+            }
+        }
+        let mut section = job(0, Value::Table(kept));
+        section.value.scope = scope.clone();
+        for p in &mut section.problems {
+            p.scope.clone_from(&scope);
+        }
+        problems.extend(section.problems);
+        section.problems = problems;
+        read.push((name, section));
+    }
+    read
+}
+
+pub(crate) fn job(ordinal: usize, item: Value) -> Section<RawJob> {
     let Value::Table(table) = item else {
         return Section {
             value: RawJob {

@@ -4,20 +4,25 @@
 //! Invariant: a problem is reported once, where the bad value is written: a bad value in
 //! `[defaults]` is reported under `[defaults]`, not again for every job that inherits it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
 use super::error::ConfigError;
-use super::raw::{RawConfig, RawDefaults, RawJob, RawLeader, RawLimit, RawMetrics};
+use super::raw::{
+    RawConfig, RawDefaults, RawJob, RawLeader, RawLimit, RawMetrics, RawRuntime, Section,
+};
 use super::report::Report;
 use super::share::Sharing;
 use super::suggest::{did_you_mean, suggest_zone};
 use super::warnings::{Memo, warn_risky};
-use super::{Catchup, Config, Job, LeaderConfig, MetricsConfig, Overlap, Settings};
+use super::{
+    Catchup, Config, Handler, Job, LeaderConfig, MetricsConfig, Overlap, RuntimeConfig, Settings,
+};
 use super::{handler, payload};
 use crate::names::{JobName, QueueName};
 use crate::schedule::{Interner, ScheduleError};
@@ -53,6 +58,9 @@ pub(crate) fn resolve(
     out.problems.extend(raw.metrics.problems);
     let metrics = resolve_metrics(&raw.metrics.value, &mut out);
 
+    out.problems.extend(raw.runtime.problems);
+    let runtime = resolve_runtime(&raw.runtime.value);
+
     let mut jobs = Vec::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
     // One parsed schedule per distinct (text, zone): jobs share it (memory), and the parse
@@ -62,6 +70,7 @@ pub(crate) fn resolve(
     let mut memo = Memo::default();
     // One copy of each distinct settings value and command, shared by the jobs (memory).
     let mut sharing = Sharing::default();
+    let handlers = resolve_handlers(raw.handlers, &mut sharing, &mut out);
     for section in raw.jobs.into_sections() {
         let job = &section.value;
         if let Some(name) = job.own.name.as_deref() {
@@ -78,8 +87,11 @@ pub(crate) fn resolve(
             }
         }
         out.problems.extend(section.problems.iter().cloned());
-        if let Some(resolved) = resolve_job(job, &defaults, &mut schedules, &mut sharing, &mut out)
-        {
+        let context = JobContext {
+            defaults: &defaults,
+            handlers: &handlers,
+        };
+        if let Some(resolved) = resolve_job(job, &context, &mut schedules, &mut sharing, &mut out) {
             warn_risky(&resolved, &job.scope, now, &mut memo, &mut out);
             jobs.push(resolved);
         }
@@ -98,9 +110,74 @@ pub(crate) fn resolve(
         path: path.to_owned(),
         leader,
         metrics,
+        runtime,
+        defaults,
+        handlers,
         jobs,
         warnings: out.warnings,
     })
+}
+
+/// What a job resolves against besides its own fields.
+pub(super) struct JobContext<'a> {
+    /// `[defaults]`, resolved.
+    pub(super) defaults: &'a Settings,
+    /// `[handlers.NAME]`, resolved.
+    pub(super) handlers: &'a BTreeMap<Arc<str>, Handler>,
+}
+
+/// `[runtime]`, with its default: runtime jobs are taken.
+fn resolve_runtime(raw: &RawRuntime) -> RuntimeConfig {
+    RuntimeConfig {
+        jobs: raw.jobs.unwrap_or(true),
+    }
+}
+
+/// Each `[handlers.NAME]`: a valid name, and exactly one of `command` or `http`.
+fn resolve_handlers(
+    raw: Vec<(String, Section<RawJob>)>,
+    sharing: &mut Sharing,
+    out: &mut Report,
+) -> BTreeMap<Arc<str>, Handler> {
+    let mut handlers = BTreeMap::new();
+    for (name, section) in raw {
+        let scope = section.value.scope.as_str();
+        let before = out.problems.len();
+        out.problems.extend(section.problems.iter().cloned());
+        if let Err(message) = check_handler_name(&name) {
+            out.problem(scope, "", message);
+        }
+        let raw = &section.value;
+        if raw.own.command.is_none()
+            && raw.http.is_none()
+            && !raw.rejected.contains(&"command")
+            && !raw.rejected.contains(&"http")
+        {
+            out.problem(
+                scope,
+                "",
+                "has no handler: give it command = [\"/path/to/program\", \"arg\"] or http = { url = \"http://…\" }",
+            );
+        }
+        let handler = handler::resolve_handler(raw, scope, out);
+        if out.problems.len() == before
+            && let Some(handler) = handler
+        {
+            handlers.insert(Arc::from(name.as_str()), sharing.handler(handler));
+        }
+    }
+    handlers
+}
+
+/// A handler name: 1 to 128 characters from A-Z a-z 0-9 _ . - (as a job name).
+pub(super) fn check_handler_name(name: &str) -> Result<(), String> {
+    let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+    if name.is_empty() || name.len() > 128 || !name.chars().all(legal) {
+        return Err(format!(
+            "{name:?} is not a handler name: 1 to 128 characters from A-Z a-z 0-9 _ . -"
+        ));
+    }
+    Ok(())
 }
 
 impl Settings {
@@ -364,9 +441,9 @@ fn resolve_metrics(raw: &RawMetrics, out: &mut Report) -> MetricsConfig {
     metrics
 }
 
-fn resolve_job(
+pub(super) fn resolve_job(
     raw: &RawJob,
-    defaults: &Settings,
+    context: &JobContext<'_>,
     schedules: &mut Interner,
     sharing: &mut Sharing,
     out: &mut Report,
@@ -391,7 +468,7 @@ fn resolve_job(
             }
         },
     };
-    let common = resolve_common(defaults, &raw.common, scope, false, out);
+    let common = resolve_common(context.defaults, &raw.common, scope, false, out);
     let schedule = match raw.own.schedule.as_deref() {
         None if raw.rejected.contains(&"schedule") => None,
         None => {
@@ -410,7 +487,10 @@ fn resolve_job(
             }
         },
     };
-    let handler = handler::resolve_handler(raw, scope, out);
+    let (handler, handler_name) = match raw.own.handler.as_deref() {
+        None => (handler::resolve_handler(raw, scope, out), None),
+        Some(named) => named_handler(raw, named, context, scope, out),
+    };
     let payload = payload::resolve_payload(raw.own.payload.as_ref(), scope, out);
     if out.problems.len() > before {
         return None;
@@ -421,8 +501,68 @@ fn resolve_job(
         settings: sharing.settings(common),
         payload,
         handler: handler.map(|h| sharing.handler(h)),
+        handler_name,
     };
     Some(job)
+}
+
+/// `handler = "NAME"`: no inline handler beside it; the `[handlers.NAME]` of this file when
+/// there is one (else a consumer must define it or register it in Rust: a warning).
+fn named_handler(
+    raw: &RawJob,
+    named: &str,
+    context: &JobContext<'_>,
+    scope: &str,
+    out: &mut Report,
+) -> (Option<Handler>, Option<Arc<str>>) {
+    let mut inline = false;
+    for (field, set) in [
+        ("command", raw.own.command.is_some()),
+        ("http", raw.http.is_some()),
+    ] {
+        if set {
+            inline = true;
+            out.problem(
+                scope,
+                field,
+                format!("is set together with handler = {named:?}: a job has exactly one handler, so keep the named one or the inline one"),
+            );
+        }
+    }
+    if inline {
+        return (None, None);
+    }
+    for (field, set) in handler::command_options(raw) {
+        if set {
+            out.problem(
+                scope,
+                field,
+                format!(
+                    "is only for an inline command handler: set it in [handlers.{named}] instead"
+                ),
+            );
+        }
+    }
+    if let Err(message) = check_handler_name(named) {
+        out.problem(scope, "handler", message);
+        return (None, None);
+    }
+    match context.handlers.get_key_value(named) {
+        Some((name, handler)) => (Some(handler.clone()), Some(name.clone())),
+        None => {
+            let known = context.handlers.keys().map(|k| &**k);
+            let hint = match did_you_mean(named, known) {
+                Some(s) => format!(" (did you mean \"{s}\"?)"),
+                None => String::new(),
+            };
+            out.warn(
+                scope,
+                "handler",
+                format!("{named:?} is not a [handlers.NAME] of this file{hint}: a consumer must define it or register it in Rust, or its occurrences are dead-lettered"),
+            );
+            (None, Some(Arc::from(named)))
+        }
+    }
 }
 
 /// `"TEXT" <error>`: the schedule error's text reads after the schedule as written.

@@ -31,7 +31,7 @@ fn unknown_field_gets_a_suggestion() {
 cronq.toml: [defaults]: timout: unknown field; did you mean \"timeout\"?
 cronq.toml: [leader]: leese: unknown field; did you mean \"lease\"?
 cronq.toml: job \"a\": schedual: unknown field; did you mean \"schedule\"?
-cronq.toml: job \"a\": zzz: unknown field; allowed: name, schedule, payload, command, http, user, group, env, clear_env, cwd, timezone, timeout, overlap, catchup, catchup_window, deadline, max_attempts, backoff, backoff_max, jitter, queue, retention
+cronq.toml: job \"a\": zzz: unknown field; allowed: name, schedule, payload, handler, command, http, user, group, env, clear_env, cwd, timezone, timeout, overlap, catchup, catchup_window, deadline, max_attempts, backoff, backoff_max, jitter, queue, retention
 cronq.toml: job \"a\": schedule: is required: a cron expression such as \"30 3 * * *\", or \"@every 5m\"
 ",
     );
@@ -98,6 +98,57 @@ cronq.toml: job \"a\": timeout: must be longer than 0s, got \"0s\"
 cronq.toml: job \"a\": overlap: \"Skip\" is not an overlap policy: use allow, skip, queue or replace; did you mean \"skip\"?
 cronq.toml: job \"a\": deadline: \"soon\" is neither a duration nor \"none\": use humantime syntax such as \"90s\", \"5m\" or \"1h 30m\", or \"none\"
 ",
+    );
+}
+
+#[test]
+fn bad_named_handlers() {
+    assert_rejected(
+        "named-handlers",
+        r#"[handlers.report]
+command = ["/bin/true"]
+schedule = "@hourly"
+
+[handlers.none]
+user = "nobody"
+
+[handlers."bad name"]
+http = { url = "http://127.0.0.1:8080/x" }
+
+[[job]]
+name = "both"
+schedule = "@hourly"
+handler = "report"
+command = ["/bin/true"]
+
+[[job]]
+name = "cwd"
+schedule = "@hourly"
+handler = "report"
+cwd = "/srv"
+"#,
+        "cronq: invalid config (6 problems):
+cronq.toml: [handlers.report]: schedule: belongs in a [[job]], not in a named handler: a handler says only how a job runs (command or http, and how the command starts)
+cronq.toml: [handlers.none]: has no handler: give it command = [\"/path/to/program\", \"arg\"] or http = { url = \"http://…\" }
+cronq.toml: [handlers.none]: user: is only for a command handler: remove it, or give the job a command
+cronq.toml: [handlers.\"bad name\"]: \"bad name\" is not a handler name: 1 to 128 characters from A-Z a-z 0-9 _ . -
+cronq.toml: job \"both\": command: is set together with handler = \"report\": a job has exactly one handler, so keep the named one or the inline one
+cronq.toml: job \"cwd\": cwd: is only for an inline command handler: set it in [handlers.report] instead
+",
+    );
+}
+
+#[test]
+fn a_job_naming_an_unknown_handler_is_a_warning() {
+    let dir = ConfigDir::with(
+        "unknown-handler",
+        "[handlers.report]\ncommand = [\"/bin/true\"]\n[[job]]\nname = \"a\"\nschedule = \"@hourly\"\nhandler = \"reprot\"\n",
+    );
+    let out = dir.run(&["check", "--config", "cronq.toml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "cronq.toml: warning: job \"a\": handler: \"reprot\" is not a [handlers.NAME] of this file (did you mean \"report\"?): a consumer must define it or register it in Rust, or its occurrences are dead-lettered\n"
     );
 }
 

@@ -8,3 +8,5 @@ mod dlq;
 mod dlq_copies;
 mod dlq_scale;
 mod producer_process;
+mod reload;
+mod runtime_jobs;

@@ -3,6 +3,7 @@
 //! plus what the RabbitMQ and Redis implementations promise beyond the contract.
 
 mod broker;
+mod jobs;
 mod lease;
 mod ledger;
 mod ledger_overlap;

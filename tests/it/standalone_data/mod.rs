@@ -9,6 +9,7 @@ mod catch_up;
 mod crash;
 mod disk_full;
 mod operations;
+mod reload;
 mod restart;
 mod standby;
 mod start_errors;

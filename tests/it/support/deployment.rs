@@ -251,6 +251,30 @@ impl Running {
         })
     }
 
+    /// Every process's pid: producers, consumers, or the standalone.
+    pub fn pids(&self) -> Vec<u32> {
+        let mut pids = self.producers.clone();
+        pids.extend(&self.consumers);
+        pids.extend(self.standalone);
+        pids
+    }
+
+    /// Runs `cronq --config C [--data F] ARGS` against this deployment's stores (a
+    /// standalone in memory has none an outside command can reach).
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        let mut cmd = self.env.cronq();
+        cmd.arg("--config").arg(&self.config);
+        if let Some((file, _)) = &self.data {
+            cmd.arg("--data").arg(file);
+        }
+        cmd.args(args).output().expect("run cronq")
+    }
+
+    /// The config file every process reads.
+    pub fn config_path(&self) -> &std::path::Path {
+        &self.config
+    }
+
     /// The pids of a fleet's consumers, in start order (`consumer-1` first).
     pub fn consumers(&self) -> &[u32] {
         &self.consumers

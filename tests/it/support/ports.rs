@@ -25,7 +25,7 @@ use cronq_shared::ledger::{
     self, Claim, ClaimOutcome, End, Ended, Heartbeat, Ledger, Orphan, Record, Settle, State,
 };
 use cronq_shared::names::{JobName, Names, Namespace, QueueName};
-use cronq_shared::runlog::{DEFAULT_MAX_RUNS, Run, RunLog};
+use cronq_shared::runlog::{DEFAULT_MAX_RUNS, Run, RunLog, RunOutput};
 use cronq_shared::signing::Keyring;
 use cronq_shared::store::StoreError;
 use cronq_sqlite::{Db, SqliteBroker, SqliteControl, SqliteLease, SqliteLedger, SqliteRunLog};
@@ -356,6 +356,22 @@ impl<T: RunLog + ?Sized> RunLog for Port<T> {
     async fn list(&self, job: Option<&JobName>, limit: usize) -> Result<Vec<Run>, StoreError> {
         self.0.list(job, limit).await
     }
+
+    async fn keep_output(
+        &self,
+        key: &OccurrenceKey,
+        attempt: u32,
+        output: &RunOutput,
+    ) -> Result<(), StoreError> {
+        self.0.keep_output(key, attempt, output).await
+    }
+
+    async fn outputs(
+        &self,
+        key: &OccurrenceKey,
+    ) -> Result<std::collections::BTreeMap<u32, RunOutput>, StoreError> {
+        self.0.outputs(key).await
+    }
 }
 
 #[async_trait]
@@ -374,5 +390,34 @@ impl<T: Lease + ?Sized> Lease for Port<T> {
 
     async fn holder(&self) -> Result<Option<Holder>, LeaseError> {
         self.0.holder().await
+    }
+}
+
+/// Two processes' handles on the one runtime job store of `backend`.
+pub async fn job_stores(
+    backend: Backend,
+    env: &TestEnv,
+) -> (
+    Arc<dyn cronq_shared::jobs::JobStore>,
+    Arc<dyn cronq_shared::jobs::JobStore>,
+) {
+    match backend {
+        Backend::Memory => {
+            let s = cronq_memory::MemoryJobStore::new();
+            (Arc::new(s.clone()), Arc::new(s))
+        }
+        Backend::Real => {
+            let names = names(env);
+            let a = cronq_redis::connect(&redis_url()).await.unwrap();
+            let b = cronq_redis::connect(&redis_url()).await.unwrap();
+            (
+                Arc::new(cronq_redis::RedisJobStore::new(a, &names)),
+                Arc::new(cronq_redis::RedisJobStore::new(b, &names)),
+            )
+        }
+        Backend::Sqlite => (
+            Arc::new(cronq_sqlite::SqliteJobStore::new(open(env))),
+            Arc::new(cronq_sqlite::SqliteJobStore::new(open(env))),
+        ),
     }
 }

@@ -1,0 +1,113 @@
+//! The job store in Redis: each job's revisions in a list, the current ones in a hash, a
+//! version counter; a write is one Lua script (`jobs/write.lua`), so its compare and its
+//! append are atomic.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::Utc;
+use redis::{AsyncCommands, Script};
+
+use cronq_shared::jobs::{Expect, JobStore, Revision, Written};
+use cronq_shared::names::{JobName, Names};
+use cronq_shared::store::StoreError;
+
+use crate::conn::RedisConn;
+use crate::error::{command, written};
+use crate::script::Call;
+
+/// The runtime jobs of a namespace.
+#[derive(Clone)]
+pub struct RedisJobStore {
+    conn: RedisConn,
+    names: Names,
+    current_key: String,
+    version_key: String,
+    write: Arc<Script>,
+}
+
+impl std::fmt::Debug for RedisJobStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisJobStore")
+            .field("current", &self.current_key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisJobStore {
+    /// The job store of the namespace `names`, over `conn`.
+    pub fn new(conn: RedisConn, names: &Names) -> Self {
+        Self {
+            conn,
+            current_key: names.redis_key(&["jobs", "current"]),
+            version_key: names.redis_key(&["jobs", "version"]),
+            names: names.clone(),
+            write: Arc::new(Script::new(include_str!("jobs/write.lua"))),
+        }
+    }
+
+    fn history_key(&self, job: &JobName) -> String {
+        self.names.redis_key(&["jobs", "history", job.as_str()])
+    }
+}
+
+fn parse(key: &str, json: &str) -> Result<Revision, StoreError> {
+    serde_json::from_str(json).map_err(|source| StoreError::Corrupt {
+        key: key.to_owned(),
+        source,
+    })
+}
+
+#[async_trait]
+impl JobStore for RedisJobStore {
+    async fn version(&self) -> Result<u64, StoreError> {
+        let mut conn = self.conn.clone();
+        let v: Option<u64> = conn.get(&self.version_key).await.map_err(command)?;
+        Ok(v.unwrap_or(0))
+    }
+
+    async fn list(&self) -> Result<Vec<Revision>, StoreError> {
+        let mut conn = self.conn.clone();
+        let raw: std::collections::BTreeMap<String, String> =
+            conn.hgetall(&self.current_key).await.map_err(command)?;
+        raw.values()
+            .map(|json| parse(&self.current_key, json))
+            .collect()
+    }
+
+    async fn history(&self, job: &JobName) -> Result<Vec<Revision>, StoreError> {
+        let key = self.history_key(job);
+        let mut conn = self.conn.clone();
+        let raw: Vec<String> = conn.lrange(&key, 0, -1).await.map_err(command)?;
+        raw.iter().map(|json| parse(&key, json)).collect()
+    }
+
+    async fn write(
+        &self,
+        job: &JobName,
+        spec: Option<&str>,
+        by: &str,
+        expect: Expect,
+    ) -> Result<Written, StoreError> {
+        let expected: i64 = match expect {
+            Expect::Any => -1,
+            Expect::Revision(n) => i64::try_from(n).unwrap_or(i64::MAX),
+        };
+        let mut call = Call::new(&self.write, 3);
+        call.key(self.history_key(job))
+            .key(&self.current_key)
+            .key(&self.version_key)
+            .arg(job.as_str())
+            .arg(expected)
+            .arg(if spec.is_some() { "1" } else { "0" })
+            .arg(spec.unwrap_or(""))
+            .arg(by)
+            .arg(Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
+        let (done, n): (i64, u64) = self.conn.write_script(&call).await.map_err(written)?;
+        Ok(if done == 1 {
+            Written::Done(n)
+        } else {
+            Written::Stale { current: n }
+        })
+    }
+}

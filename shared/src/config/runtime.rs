@@ -1,0 +1,210 @@
+//! Runtime jobs (`docs/runtime-jobs.md`): `[[job]]` tables given to `cronq job apply` and
+//! read back from the job store ([`crate::jobs`]), checked with the config's rules and
+//! messages, resolved against the `[defaults]` and `[handlers.NAME]` of the config of the
+//! process that reads them, and merged with the file's jobs.
+//!
+//! Invariant: a runtime job names its handler and carries nothing else of it: a command
+//! line, a URL or a command's start fields are refused, so none travels through the store.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use chrono::Utc;
+use toml::{Table, Value};
+
+use super::error::{ConfigError, Problem};
+use super::raw;
+use super::report::Report;
+use super::share::Sharing;
+use super::validate::{JobContext, resolve_job};
+use super::{Config, Job};
+use crate::jobs::Revision;
+use crate::schedule::Interner;
+
+/// Fields a runtime job may not have: what runs is defined only where consumers run.
+const HANDLER_ONLY: &[&str] = &[
+    "command",
+    "http",
+    "user",
+    "group",
+    "env",
+    "clear_env",
+    "cwd",
+];
+
+/// A runtime job read from a file: its resolved form and its spec (its table as TOML
+/// text, what the store keeps).
+#[derive(Debug, Clone)]
+pub struct RuntimeJob {
+    /// The job, resolved against the reading config.
+    pub job: Job,
+    /// Its `[[job]]` table as TOML text.
+    pub spec: String,
+}
+
+/// Runtime jobs merged into a config: who was left out, and why.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Merged {
+    /// Runtime jobs whose name a file job has: the file job runs.
+    pub shadowed: Vec<String>,
+    /// Runtime jobs that do not resolve here, with the problems.
+    pub invalid: Vec<(String, String)>,
+    /// Runtime jobs left out because `[runtime] jobs = false`.
+    pub refused: usize,
+}
+
+impl Config {
+    /// Reads `text` (one or more `[[job]]` tables, as given to `cronq job apply`) as
+    /// runtime jobs; `path` names it in messages.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] with every problem: those of a config file, plus any
+    /// inline handler field (a runtime job names a handler), a missing `handler`, and
+    /// anything besides `[[job]]` tables.
+    pub fn runtime_jobs(&self, text: &str, path: &Path) -> Result<Vec<RuntimeJob>, ConfigError> {
+        let mut out = Report::default();
+        let mut jobs = Vec::new();
+        let table = match text.parse::<Table>() {
+            Ok(t) => t,
+            Err(err) => {
+                return Err(ConfigError::Invalid {
+                    path: path.to_owned(),
+                    problems: vec![Problem::new(
+                        "",
+                        "",
+                        format!("not valid TOML: {}", err.message().trim()),
+                    )],
+                });
+            }
+        };
+        let mut items = Vec::new();
+        for (key, value) in table {
+            match (key.as_str(), value) {
+                ("job", Value::Array(list)) => items = list,
+                (key, _) => out.problem(
+                    "",
+                    key,
+                    "only [[job]] tables can be applied: [defaults], [leader], [handlers] and the rest belong in the config file",
+                ),
+            }
+        }
+        if items.is_empty() && out.problems.is_empty() {
+            out.problem("", "job", "no [[job]] table: give at least one");
+        }
+        let mut seen = HashSet::new();
+        for (i, item) in items.into_iter().enumerate() {
+            if let Some(job) = self.read_runtime(i + 1, item, &mut out) {
+                if !seen.insert(job.job.name.clone()) {
+                    out.problem(
+                        &format!("job {:?}", job.job.name.as_str()),
+                        "name",
+                        "is given twice in this file: job names must be unique",
+                    );
+                }
+                jobs.push(job);
+            }
+        }
+        if !out.problems.is_empty() {
+            return Err(ConfigError::Invalid {
+                path: path.to_owned(),
+                problems: out.problems,
+            });
+        }
+        Ok(jobs)
+    }
+
+    /// The runtime job stored as `spec`, resolved against this config.
+    ///
+    /// # Errors
+    /// Every problem, one per line.
+    pub fn runtime_job(&self, spec: &str) -> Result<Job, String> {
+        let mut out = Report::default();
+        let item = match spec.parse::<Table>() {
+            Ok(t) => Value::Table(t),
+            Err(err) => return Err(format!("not valid TOML: {}", err.message().trim())),
+        };
+        match self.read_runtime(1, item, &mut out) {
+            Some(job) if out.problems.is_empty() => Ok(job.job),
+            _ => Err(out
+                .problems
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n")),
+        }
+    }
+
+    /// This config with the runtime jobs of `revisions` added after the file's jobs (see
+    /// [`Merged`] for those left out).
+    pub fn with_runtime(&self, revisions: &[Revision]) -> (Config, Merged) {
+        let mut merged = Merged::default();
+        let mut config = self.clone();
+        if !self.runtime.jobs {
+            merged.refused = revisions.len();
+            return (config, merged);
+        }
+        let file: HashSet<&str> = self.jobs.iter().map(|j| j.name.as_str()).collect();
+        for rev in revisions {
+            let Some(spec) = &rev.spec else { continue };
+            if file.contains(rev.name.as_str()) {
+                merged.shadowed.push(rev.name.clone());
+                continue;
+            }
+            match self.runtime_job(spec) {
+                Ok(job) => config.jobs.push(job),
+                Err(problems) => merged.invalid.push((rev.name.clone(), problems)),
+            }
+        }
+        (config, merged)
+    }
+
+    fn read_runtime(&self, ordinal: usize, item: Value, out: &mut Report) -> Option<RuntimeJob> {
+        let spec = match &item {
+            Value::Table(t) => toml::to_string(t).unwrap_or_default(),
+            _ => String::new(),
+        };
+        let section = raw::job(ordinal, item);
+        out.problems.extend(section.problems.iter().cloned());
+        let raw = &section.value;
+        let scope = raw.scope.as_str();
+        let before = out.problems.len();
+        let set = |field: &str| match field {
+            "command" => raw.own.command.is_some(),
+            "http" => raw.http.is_some(),
+            "user" => raw.own.user.is_some(),
+            "group" => raw.own.group.is_some(),
+            "env" => raw.own.env.is_some(),
+            "clear_env" => raw.own.clear_env.is_some(),
+            _ => raw.own.cwd.is_some(),
+        };
+        for field in HANDLER_ONLY {
+            if set(field) {
+                out.problem(
+                    scope,
+                    field,
+                    "a runtime job cannot carry its handler: name one with handler = \"NAME\" (a [handlers.NAME] of the consumers' config, or one registered in Rust)",
+                );
+            }
+        }
+        if raw.own.handler.is_none() && !raw.rejected.contains(&"handler") {
+            out.problem(
+                scope,
+                "handler",
+                "is required for a runtime job: name the handler that runs it, such as handler = \"report\"",
+            );
+        }
+        if out.problems.len() > before {
+            return None;
+        }
+        let context = JobContext {
+            defaults: &self.defaults,
+            handlers: &self.handlers,
+        };
+        let mut schedules = Interner::new(Utc::now());
+        let mut sharing = Sharing::default();
+        let mut report = Report::default();
+        let job = resolve_job(raw, &context, &mut schedules, &mut sharing, &mut report);
+        out.problems.extend(report.problems);
+        job.map(|job| RuntimeJob { job, spec })
+    }
+}

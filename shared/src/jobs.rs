@@ -1,0 +1,137 @@
+//! The job store port: jobs created, changed and deleted at runtime (`cronq job apply`),
+//! each change a numbered revision, written by compare-and-set.
+//!
+//! A runtime job is stored as its `[[job]]` table in TOML text, the config's schema; it
+//! names its handler (`handler = "NAME"`) and never carries a command line or a URL
+//! ([`crate::config::Config::runtime_job`] checks that). Producers and consumers poll
+//! [`JobStore::version`] and read [`JobStore::list`] when it moved
+//! (`crate::reload`), so a change reaches the fleet within a poll.
+//!
+//! Rules every backend keeps (the port suite checks them on each):
+//! - A job's revisions are numbered 1, 2, 3, … in the order they were written, across
+//!   deletes and re-creations: a deleted job's next creation continues its numbering.
+//! - A write takes effect only when [`Expect`] matches the job's current revision (0 when
+//!   it does not exist or was deleted), atomically; otherwise nothing changes and
+//!   [`Written::Stale`] says what the current revision is.
+//! - Every write, a delete included, moves [`JobStore::version`] forward.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::names::JobName;
+use crate::store::StoreError;
+
+/// One revision of a runtime job: what it was set to, by whom, when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Revision {
+    /// The job.
+    pub name: String,
+    /// Its number: 1 for the job's first write.
+    pub revision: u64,
+    /// The job's `[[job]]` table as TOML text; `None` for a delete.
+    pub spec: Option<String>,
+    /// Who wrote it (a token's name, or `user@host` for the CLI).
+    pub by: String,
+    /// When it was written.
+    pub at: DateTime<Utc>,
+}
+
+/// What a write expects of the job's current revision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// Whatever it is (last write wins).
+    Any,
+    /// This revision; 0 = the job does not exist (create only).
+    Revision(u64),
+}
+
+impl Expect {
+    /// Whether a job at `current` (0 = absent) meets it.
+    pub fn is_met_by(self, current: u64) -> bool {
+        match self {
+            Self::Any => true,
+            Self::Revision(n) => n == current,
+        }
+    }
+}
+
+/// What a write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// Written as this revision.
+    Done(u64),
+    /// Not written: the job's current revision (0 = absent) is not the one expected.
+    Stale {
+        /// The job's current revision, 0 when it does not exist.
+        current: u64,
+    },
+}
+
+/// Runtime job definitions with their revisions.
+#[async_trait]
+pub trait JobStore: Send + Sync {
+    /// A number that moves forward on every write: poll it, and read [`JobStore::list`]
+    /// when it moved.
+    ///
+    /// # Errors
+    /// When the store cannot be read.
+    async fn version(&self) -> Result<u64, StoreError>;
+
+    /// The current revision of every job that exists (not deleted), by name.
+    ///
+    /// # Errors
+    /// When the store cannot be read.
+    async fn list(&self) -> Result<Vec<Revision>, StoreError>;
+
+    /// Every revision of `job`, oldest first; empty when it was never written.
+    ///
+    /// # Errors
+    /// When the store cannot be read.
+    async fn history(&self, job: &JobName) -> Result<Vec<Revision>, StoreError>;
+
+    /// Sets `job` to `spec` (`None` deletes it) when `expect` is met, as one atomic step.
+    /// Deleting a job that does not exist is [`Written::Stale`] with `current: 0`.
+    ///
+    /// # Errors
+    /// When the store cannot be written (then the write may or may not have happened).
+    async fn write(
+        &self,
+        job: &JobName,
+        spec: Option<&str>,
+        by: &str,
+        expect: Expect,
+    ) -> Result<Written, StoreError>;
+}
+
+/// The current revision of `job`, if it exists.
+///
+/// # Errors
+/// When the store cannot be read.
+pub async fn current(store: &dyn JobStore, job: &JobName) -> Result<Option<Revision>, StoreError> {
+    Ok(store.history(job).await?.pop().filter(|r| r.spec.is_some()))
+}
+
+/// The in-memory rules of a write, shared by the backends that keep a job's history as a
+/// list: the new revision to append, or why not.
+pub fn next_revision(
+    history: &[Revision],
+    job: &JobName,
+    spec: Option<&str>,
+    by: &str,
+    expect: Expect,
+    at: DateTime<Utc>,
+) -> Result<Revision, Written> {
+    let last = history.last();
+    let current = last.filter(|r| r.spec.is_some()).map_or(0, |r| r.revision);
+    if !expect.is_met_by(current) || (spec.is_none() && current == 0) {
+        return Err(Written::Stale { current });
+    }
+    Ok(Revision {
+        name: job.as_str().to_owned(),
+        revision: last.map_or(0, |r| r.revision) + 1,
+        spec: spec.map(str::to_owned),
+        by: by.to_owned(),
+        at,
+    })
+}

@@ -1,0 +1,197 @@
+//! The config in force, published as an `Arc<Config>` on a `watch` channel that every part
+//! of a process follows (the producer, the consumer, both halves of a standalone): the
+//! config file, reloaded on SIGHUP, merged with the runtime jobs of the job store
+//! ([`crate::jobs`]), polled every [`POLL`].
+//!
+//! An invalid file is rejected with every problem logged, and the old config stays in
+//! force. The jobs a change retires are logged by name; a runtime job whose name a file
+//! job has is left out and reported (the file job runs), as is one that does not resolve
+//! here. Readers take a snapshot (`borrow().clone()`) per use and never hold a borrow
+//! across an await.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::config::Config;
+use crate::jobs::{JobStore, Revision};
+
+/// How often the job store is polled for changes: a runtime job change reaches every
+/// process within this plus a publish (the contract says 2 s).
+pub const POLL: Duration = Duration::from_millis(500);
+
+/// Reloads the config file each time a hangup arrives, and follows the job store.
+pub struct Reloader {
+    path: PathBuf,
+    hangups: mpsc::Receiver<()>,
+    tx: watch::Sender<Arc<Config>>,
+    /// The config file as last loaded (without runtime jobs).
+    file: Arc<Config>,
+    store: Option<Arc<dyn JobStore>>,
+    /// The store's version and jobs as last read.
+    seen: Option<(u64, Vec<Revision>)>,
+}
+
+impl Reloader {
+    /// A reloader for the file `initial` came from, plus the receiver every reader uses.
+    pub fn new(
+        initial: Config,
+        hangups: mpsc::Receiver<()>,
+    ) -> (Self, watch::Receiver<Arc<Config>>) {
+        let path = initial.path.clone();
+        let file = Arc::new(initial);
+        let (tx, rx) = watch::channel(file.clone());
+        let reloader = Self {
+            path,
+            hangups,
+            tx,
+            file,
+            store: None,
+            seen: None,
+        };
+        (reloader, rx)
+    }
+
+    /// Also follows the runtime jobs of `store` (unless the config says `[runtime] jobs =
+    /// false`); the first poll runs as soon as [`Reloader::run`] starts.
+    pub fn with_store(mut self, store: Arc<dyn JobStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Another receiver of the config this reloader publishes.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<Config>> {
+        self.tx.subscribe()
+    }
+
+    /// Reloads the file once: publishes the new config, or logs why it was rejected.
+    /// Returns whether it was accepted. Parsing runs on the blocking pool: a config with a
+    /// million jobs takes a while and must not stall the leader's timers.
+    pub async fn reload(&mut self) -> bool {
+        let path = self.path.clone();
+        let loaded = match tokio::task::spawn_blocking(move || Config::load(&path)).await {
+            Ok(loaded) => loaded,
+            Err(err) => {
+                error!(
+                    path = %self.path.display(),
+                    error = %err,
+                    "config reload failed, keeping the previous config",
+                );
+                return false;
+            }
+        };
+        match loaded {
+            Ok(config) => {
+                for warning in &config.warnings {
+                    warn!(warning = %warning, "config warning");
+                }
+                info!(path = %self.path.display(), jobs = config.jobs.len(), "config reloaded");
+                self.file = Arc::new(config);
+                self.publish();
+                true
+            }
+            Err(err) => {
+                error!(
+                    path = %self.path.display(),
+                    error = %err,
+                    "config reload rejected, keeping the previous config",
+                );
+                false
+            }
+        }
+    }
+
+    /// Reads the job store once; publishes a new config when it changed. Returns whether
+    /// it changed.
+    pub async fn poll(&mut self) -> bool {
+        let Some(store) = self.store.clone() else {
+            return false;
+        };
+        let version = match store.version().await {
+            Ok(v) => v,
+            Err(err) => {
+                warn!(error = %err, "cannot read the job store, keeping the runtime jobs as they were");
+                return false;
+            }
+        };
+        if self.seen.as_ref().is_some_and(|(v, _)| *v == version) {
+            return false;
+        }
+        match store.list().await {
+            Ok(jobs) => {
+                self.seen = Some((version, jobs));
+                self.publish();
+                true
+            }
+            Err(err) => {
+                warn!(error = %err, "cannot read the job store, keeping the runtime jobs as they were");
+                false
+            }
+        }
+    }
+
+    /// Publishes the file's config merged with the runtime jobs last read.
+    fn publish(&self) {
+        let runtime = self.seen.as_ref().map_or(&[][..], |(_, jobs)| &jobs[..]);
+        let config = if runtime.is_empty() {
+            self.file.clone()
+        } else {
+            let (config, merged) = self.file.with_runtime(runtime);
+            for name in &merged.shadowed {
+                warn!(job = %name, "runtime job shadowed by the config file's job of the same name: the file's job runs; delete the runtime job or rename one of them");
+            }
+            for (name, problems) in &merged.invalid {
+                warn!(job = %name, error = %problems, "runtime job does not resolve against this config: it is left out here");
+            }
+            if merged.refused > 0 {
+                info!(
+                    jobs = merged.refused,
+                    "runtime jobs refused: the config says [runtime] jobs = false"
+                );
+            }
+            Arc::new(config)
+        };
+        let old = self.tx.borrow().clone();
+        let retired = old.retired(&config);
+        for job in &retired {
+            info!(job = %job, "job retired: no more occurrences are published for it");
+        }
+        let added = config.jobs.len() + retired.len() - old.jobs.len();
+        if added > 0 || !retired.is_empty() {
+            info!(
+                jobs = config.jobs.len(),
+                retired = retired.len(),
+                "jobs changed"
+            );
+        }
+        self.tx.send_replace(config);
+    }
+
+    /// Reloads on every hangup and polls the job store until `token` is cancelled or the
+    /// hangups end.
+    pub async fn run(mut self, token: CancellationToken) {
+        let mut tick = tokio::time::interval(POLL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let polling = self.store.is_some();
+        loop {
+            tokio::select! {
+                biased;
+                () = token.cancelled() => return,
+                hup = self.hangups.recv() => match hup {
+                    Some(()) => {
+                        info!(path = %self.path.display(), "SIGHUP: reloading config");
+                        self.reload().await;
+                    }
+                    None => return,
+                },
+                _ = tick.tick(), if polling => {
+                    self.poll().await;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! `cronq job apply|get|delete|history`: runtime jobs in the job store
+//! (`cronq_shared::jobs`), which every producer and consumer polls (docs/runtime-jobs.md).
+//! Glue only: checking a job is `Config::runtime_jobs`, storing it the port's.
+
+use anyhow::Context as _;
+use cronq_shared::config::Config;
+use cronq_shared::jobs::{Expect, JobStore, Revision, Written, current};
+use cronq_shared::names::JobName;
+use serde_json::json;
+
+use super::settings::UsageError;
+use crate::cli::{Cli, JobApplyArgs, JobArg, JobGetArgs};
+use crate::ops::lookup;
+use crate::output;
+
+/// Who the CLI writes as: `user@host`.
+fn operator() -> String {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "unknown".to_owned());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".to_owned());
+    format!("{user}@{host}")
+}
+
+async fn store(cli: &Cli, config: &Config) -> anyhow::Result<std::sync::Arc<dyn JobStore>> {
+    let target = super::settings::target(cli)?;
+    let stores = lookup::stores(&target, config.longest_retention()).await?;
+    Ok(stores.jobs)
+}
+
+/// Creates or updates each `[[job]]` of `--file`.
+///
+/// # Errors
+/// A config or usage error (an invalid job, a file job's name, an unknown handler, runtime
+/// jobs refused by the config) before anything is written; the store unreachable.
+pub async fn apply(cli: &Cli, args: &JobApplyArgs) -> anyhow::Result<()> {
+    let config = super::settings::load_config(cli)?;
+    if !config.runtime.jobs {
+        return Err(UsageError(format!(
+            "{} says [runtime] jobs = false: runtime jobs are refused; add the job to the config file instead",
+            config.path.display()
+        ))
+        .into());
+    }
+    let text = std::fs::read_to_string(&args.file)
+        .with_context(|| format!("while reading {}", args.file.display()))?;
+    let jobs = config.runtime_jobs(&text, &args.file)?;
+    let mut refused = Vec::new();
+    for job in &jobs {
+        let name = job.job.name.as_str();
+        if config.job(name).is_some() {
+            refused.push(format!(
+                "job {name:?} is a job of the config file {}: change it there (file jobs are read-only at runtime)",
+                config.path.display()
+            ));
+        }
+        if job.job.handler.is_none() && !args.allow_unknown_handler {
+            let handler = job.job.handler_name.as_deref().unwrap_or_default();
+            refused.push(format!(
+                "job {name:?}: handler: {handler:?} is not a [handlers.NAME] of {}: define it there (and in the consumers' config), or give --allow-unknown-handler when the consumers register it in Rust",
+                config.path.display()
+            ));
+        }
+    }
+    if !refused.is_empty() {
+        return Err(UsageError(format!("nothing applied:\n{}", refused.join("\n"))).into());
+    }
+    let store = store(cli, &config).await?;
+    let by = operator();
+    for job in &jobs {
+        let name = &job.job.name;
+        let before = current(&*store, name)
+            .await
+            .with_context(|| format!("while reading job {:?}", name.as_str()))?;
+        if before.as_ref().and_then(|r| r.spec.as_deref()) == Some(job.spec.as_str()) {
+            println!(
+                "job {:?} unchanged (revision {})",
+                name.as_str(),
+                before.map_or(0, |r| r.revision)
+            );
+            continue;
+        }
+        let expect = Expect::Revision(before.as_ref().map_or(0, |r| r.revision));
+        match store
+            .write(name, Some(&job.spec), &by, expect)
+            .await
+            .with_context(|| format!("while writing job {:?}", name.as_str()))?
+        {
+            Written::Done(n) if before.is_none() => {
+                println!("created job {:?} (revision {n})", name.as_str());
+            }
+            Written::Done(n) => println!("updated job {:?} (revision {n})", name.as_str()),
+            Written::Stale { current } => anyhow::bail!(
+                "job {:?} changed meanwhile (now revision {current}): nothing written for it; apply again",
+                name.as_str()
+            ),
+        }
+    }
+    Ok(())
+}
+
+/// Prints a runtime job's current definition.
+///
+/// # Errors
+/// A usage error when no such runtime job exists; the store unreachable.
+pub async fn get(cli: &Cli, args: &JobGetArgs) -> anyhow::Result<()> {
+    let config = super::settings::load_config(cli)?;
+    let name = JobName::new(&args.job)?;
+    let store = store(cli, &config).await?;
+    let Some(rev) = current(&*store, &name)
+        .await
+        .context("while reading the job")?
+    else {
+        return Err(missing(&config, &name).into());
+    };
+    if args.json {
+        println!("{}", revision_json(&rev));
+    } else {
+        println!(
+            "# job {:?}, revision {} by {} at {}",
+            rev.name,
+            rev.revision,
+            rev.by,
+            output::utc(rev.at)
+        );
+        print!("[[job]]\n{}", rev.spec.as_deref().unwrap_or_default());
+    }
+    Ok(())
+}
+
+/// Deletes a runtime job.
+///
+/// # Errors
+/// A usage error when no such runtime job exists; the store unreachable.
+pub async fn delete(cli: &Cli, args: &JobArg) -> anyhow::Result<()> {
+    let config = super::settings::load_config(cli)?;
+    let name = JobName::new(&args.job)?;
+    let store = store(cli, &config).await?;
+    match store
+        .write(&name, None, &operator(), Expect::Any)
+        .await
+        .context("while deleting the job")?
+    {
+        Written::Done(n) => {
+            println!(
+                "deleted job {:?} (revision {n}); no more occurrences are published for it",
+                name.as_str()
+            );
+            Ok(())
+        }
+        Written::Stale { .. } => Err(missing(&config, &name).into()),
+    }
+}
+
+/// Prints every revision of a runtime job, with what each changed.
+///
+/// # Errors
+/// A usage error when the job was never written; the store unreachable.
+pub async fn history(cli: &Cli, args: &JobArg) -> anyhow::Result<()> {
+    let config = super::settings::load_config(cli)?;
+    let name = JobName::new(&args.job)?;
+    let store = store(cli, &config).await?;
+    let revisions = store
+        .history(&name)
+        .await
+        .context("while reading the job's history")?;
+    if revisions.is_empty() {
+        return Err(missing(&config, &name).into());
+    }
+    let mut before: Option<&str> = None;
+    for rev in &revisions {
+        let what = match (before, rev.spec.as_deref()) {
+            (_, None) => "deleted",
+            (None, Some(_)) => "created",
+            (Some(_), Some(_)) => "updated",
+        };
+        println!(
+            "revision {} {what} by {} at {}",
+            rev.revision,
+            rev.by,
+            output::utc(rev.at)
+        );
+        for line in diff(
+            before.unwrap_or_default(),
+            rev.spec.as_deref().unwrap_or_default(),
+        ) {
+            println!("  {line}");
+        }
+        before = rev.spec.as_deref();
+    }
+    Ok(())
+}
+
+/// The lines `old` has and `new` lacks (`- `), then those `new` adds (`+ `).
+fn diff(old: &str, new: &str) -> Vec<String> {
+    let removed = old
+        .lines()
+        .filter(|l| !new.lines().any(|n| n == *l))
+        .map(|l| format!("- {l}"));
+    let added = new
+        .lines()
+        .filter(|l| !old.lines().any(|o| o == *l))
+        .map(|l| format!("+ {l}"));
+    removed.chain(added).collect()
+}
+
+fn revision_json(rev: &Revision) -> serde_json::Value {
+    json!({
+        "job": rev.name,
+        "revision": rev.revision,
+        "by": rev.by,
+        "at": output::utc(rev.at),
+        "spec": rev.spec,
+    })
+}
+
+fn missing(config: &Config, name: &JobName) -> UsageError {
+    let file = if config.job(name.as_str()).is_some() {
+        format!(
+            "; {:?} is a job of the config file {}",
+            name.as_str(),
+            config.path.display()
+        )
+    } else {
+        String::new()
+    };
+    UsageError(format!("no runtime job {:?}{file}", name.as_str()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::diff;
+
+    #[test]
+    fn diff_lists_removed_then_added_lines() {
+        assert_eq!(
+            diff("a = 1\nb = 2\n", "a = 1\nb = 3\n"),
+            ["- b = 2", "+ b = 3"]
+        );
+        assert_eq!(diff("", "a = 1\n"), ["+ a = 1"]);
+    }
+}

@@ -1,0 +1,156 @@
+//! Runtime jobs through real processes (docs/runtime-jobs.md): `cronq job apply` while a
+//! fleet (2 producers, 2 consumers on RabbitMQ and Redis) or a standalone on its data file
+//! runs: the job's first run comes within seconds, an update changes its schedule from the
+//! change on, a delete stops it; `get` and `history` show the revisions.
+
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Timelike, Utc};
+
+use crate::support::backends::Backend;
+use crate::support::deployment::{Deployment, Running, argv};
+use crate::support::{TestEnv, eventually, scoped};
+
+const LEADER: &str = "[leader]\nlease = \"2s\"\nrenew_deadline = \"1500ms\"\nretry = \"300ms\"\n";
+
+/// How long after an apply or delete returns it may take to reach the leader's planning
+/// (the poll, 500 ms) plus the tick being published: the contract says 2 s.
+const TAKES_EFFECT: Duration = Duration::from_secs(2);
+
+fn config(env: &TestEnv) -> String {
+    let script = format!(
+        "echo \"$CRONQ_KEY\" >> '{}'/\"$CRONQ_JOB\".ran",
+        env.dir.display()
+    );
+    format!(
+        "{LEADER}\n[handlers.append]\ncommand = {}\n\n[[job]]\nname = \"tick\"\nschedule = \"@every 1s\"\nhandler = \"append\"\n",
+        argv(&["/bin/sh", "-c", &script])
+    )
+}
+
+fn scheduled(key: &str) -> DateTime<Utc> {
+    let (_, at) = key.split_once('@').expect("JOB@TIME");
+    at.parse().unwrap_or_else(|e| panic!("{key}: {e}"))
+}
+
+fn ok(running: &Running, args: &[&str]) -> String {
+    let out = running.cli(args);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "cronq {args:?}: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+async fn apply_update_delete(backend: Backend, test: &str) {
+    scoped(test, move |env: TestEnv| async move {
+        let running = Running::start(Deployment::on(backend), &env, &config(&env)).await;
+        running
+            .until_succeeded("tick", 1, Duration::from_secs(20), "tick to run")
+            .await;
+
+        // Create.
+        let file = env.write_config(
+            "live.toml",
+            "[[job]]\nname = \"live\"\nschedule = \"@every 1s\"\nhandler = \"append\"\npayload = { n = 1 }\n",
+        );
+        let file = file.to_string_lossy().into_owned();
+        let applied = Instant::now();
+        let created = Utc::now();
+        let out = ok(&running, &["job", "apply", "-f", &file]);
+        assert_eq!(out, "created job \"live\" (revision 1)\n");
+        running
+            .until_succeeded("live", 1, Duration::from_secs(10), "the applied job to run")
+            .await;
+        let first_run = applied.elapsed();
+        eprintln!("apply to first success: {} ms", first_run.as_millis());
+        assert!(
+            first_run <= Duration::from_secs(4),
+            "first run {first_run:?} after the apply\n{}",
+            running.logs()
+        );
+        let first = running
+            .published("live")
+            .iter()
+            .map(|k| scheduled(k))
+            .min()
+            .expect("published");
+        assert!(
+            first >= created - chrono::Duration::seconds(1),
+            "catch-up starts at the creation: first {first}, created {created}"
+        );
+        assert_eq!(ok(&running, &["job", "apply", "-f", &file]), "job \"live\" unchanged (revision 1)\n");
+
+        // Update: every third second.
+        std::fs::write(
+            &file,
+            "[[job]]\nname = \"live\"\nschedule = \"*/3 * * * * *\"\nhandler = \"append\"\n",
+        )
+        .unwrap();
+        let out = ok(&running, &["job", "apply", "-f", &file]);
+        assert_eq!(out, "updated job \"live\" (revision 2)\n");
+        let updated = Utc::now();
+        let effect = updated + chrono::Duration::from_std(TAKES_EFFECT).unwrap();
+        eventually(Duration::from_secs(15), "two ticks of the new schedule", || async {
+            let after = running
+                .published("live")
+                .iter()
+                .filter(|k| scheduled(k) > effect)
+                .count();
+            (after >= 2).then_some(())
+        })
+        .await;
+        let off: Vec<String> = running
+            .published("live")
+            .into_iter()
+            .filter(|k| scheduled(k) > effect && !scheduled(k).second().is_multiple_of(3))
+            .collect();
+        assert!(off.is_empty(), "old schedule after the update: {off:?}\n{}", running.logs());
+
+        let got = ok(&running, &["job", "get", "live", "--json"]);
+        let got: serde_json::Value = serde_json::from_str(&got).unwrap();
+        assert_eq!(got["revision"], 2, "{got}");
+        assert!(got["spec"].as_str().unwrap().contains("*/3 * * * * *"), "{got}");
+
+        // Delete.
+        let out = ok(&running, &["job", "delete", "live"]);
+        assert!(out.starts_with("deleted job \"live\" (revision 3)"), "{out}");
+        let deleted = Utc::now() + chrono::Duration::from_std(TAKES_EFFECT).unwrap();
+        running
+            .until_succeeded("tick", 4, Duration::from_secs(20), "tick to go on")
+            .await;
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let late: Vec<String> = running
+            .published("live")
+            .into_iter()
+            .filter(|k| scheduled(k) > deleted)
+            .collect();
+        assert!(late.is_empty(), "published after the delete: {late:?}\n{}", running.logs());
+
+        let history = ok(&running, &["job", "history", "live"]);
+        let heads: Vec<&str> = history
+            .lines()
+            .filter(|l| l.starts_with("revision"))
+            .map(|l| l.split(" by ").next().unwrap())
+            .collect();
+        assert_eq!(
+            heads,
+            ["revision 1 created", "revision 2 updated", "revision 3 deleted"],
+            "{history}"
+        );
+        assert!(history.contains("+ schedule = \"*/3 * * * * *\""), "{history}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fleet_takes_runtime_jobs_applied_updated_and_deleted() {
+    apply_update_delete(Backend::Real, "rt-jobs-fleet").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_standalone_on_its_data_file_takes_runtime_jobs() {
+    apply_update_delete(Backend::Sqlite, "rt-jobs-data").await;
+}

@@ -1,0 +1,156 @@
+//! The runtime job store (`JobStore`): revisions numbered per job across deletes,
+//! compare-and-set writes (a stale one changes nothing), a version that moves on every
+//! write, concurrent writers of which exactly one wins; on every backend.
+
+use std::sync::Arc;
+
+use cronq_shared::jobs::{Expect, JobStore, Written, current};
+use cronq_shared::names::JobName;
+
+use crate::support::backends::{Backend, on_every_backend};
+use crate::support::{TestEnv, ports};
+
+const A1: &str = "name = \"a\"\nschedule = \"@every 1s\"\nhandler = \"h\"\n";
+const A2: &str = "name = \"a\"\nschedule = \"@every 2s\"\nhandler = \"h\"\n";
+
+/// `x` and `y` are two processes' handles on one store.
+async fn job_store_suite(x: Arc<dyn JobStore>, y: Arc<dyn JobStore>) {
+    let a = JobName::new("a").unwrap();
+    let b = JobName::new("b").unwrap();
+    assert!(x.list().await.unwrap().is_empty());
+    assert!(x.history(&a).await.unwrap().is_empty());
+    let v0 = x.version().await.unwrap();
+
+    // Create only: expect absent.
+    assert_eq!(
+        x.write(&a, Some(A1), "alice", Expect::Revision(0))
+            .await
+            .unwrap(),
+        Written::Done(1)
+    );
+    assert_eq!(
+        y.write(&a, Some(A2), "bob", Expect::Revision(0))
+            .await
+            .unwrap(),
+        Written::Stale { current: 1 },
+        "a second create is stale"
+    );
+    let v1 = y.version().await.unwrap();
+    assert!(v1 > v0, "a write moves the version: {v0} -> {v1}");
+    // Update against the current revision; a stale one changes nothing.
+    assert_eq!(
+        y.write(&a, Some(A2), "bob", Expect::Revision(1))
+            .await
+            .unwrap(),
+        Written::Done(2)
+    );
+    assert_eq!(
+        x.write(&a, Some(A1), "alice", Expect::Revision(1))
+            .await
+            .unwrap(),
+        Written::Stale { current: 2 }
+    );
+    let now = current(&*x, &a).await.unwrap().unwrap();
+    assert_eq!(
+        (now.revision, now.spec.as_deref(), now.by.as_str()),
+        (2, Some(A2), "bob")
+    );
+    assert!(y.version().await.unwrap() > v1);
+
+    // Deleting: absent jobs are stale; the numbering goes on after a delete.
+    assert_eq!(
+        x.write(&b, None, "alice", Expect::Any).await.unwrap(),
+        Written::Stale { current: 0 }
+    );
+    assert_eq!(
+        x.write(&a, None, "alice", Expect::Revision(2))
+            .await
+            .unwrap(),
+        Written::Done(3)
+    );
+    assert!(
+        y.list().await.unwrap().is_empty(),
+        "a deleted job is not listed"
+    );
+    assert!(current(&*y, &a).await.unwrap().is_none());
+    assert_eq!(
+        y.write(&a, Some(A1), "carol", Expect::Revision(0))
+            .await
+            .unwrap(),
+        Written::Done(4),
+        "re-created after a delete, numbering continues"
+    );
+    assert_eq!(
+        x.write(
+            &b,
+            Some("name = \"b\"\nschedule = \"@hourly\"\nhandler = \"h\"\n"),
+            "d",
+            Expect::Any
+        )
+        .await
+        .unwrap(),
+        Written::Done(1)
+    );
+    let listed: Vec<(String, u64)> = x
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.name, r.revision))
+        .collect();
+    let mut listed = listed;
+    listed.sort();
+    assert_eq!(listed, [("a".to_owned(), 4), ("b".to_owned(), 1)]);
+    let history: Vec<(u64, bool, String)> = y
+        .history(&a)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.revision, r.spec.is_some(), r.by))
+        .collect();
+    assert_eq!(
+        history,
+        [
+            (1, true, "alice".to_owned()),
+            (2, true, "bob".to_owned()),
+            (3, false, "alice".to_owned()),
+            (4, true, "carol".to_owned()),
+        ]
+    );
+
+    // Concurrent writers expecting the same revision: exactly one wins.
+    let writes = (0..8).map(|i| {
+        let s = if i % 2 == 0 { x.clone() } else { y.clone() };
+        let a = a.clone();
+        async move {
+            s.write(&a, Some(A2), &format!("w{i}"), Expect::Revision(4))
+                .await
+                .unwrap()
+        }
+    });
+    let results = futures_join_all(writes).await;
+    let won = results.iter().filter(|r| **r == Written::Done(5)).count();
+    let lost = results
+        .iter()
+        .filter(|r| **r == Written::Stale { current: 5 })
+        .count();
+    assert_eq!((won, lost), (1, 7), "{results:?}");
+}
+
+async fn futures_join_all<F: std::future::Future<Output = Written> + Send + 'static>(
+    futures: impl Iterator<Item = F>,
+) -> Vec<Written> {
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}
+
+on_every_backend!(job_store, "job_store");
+
+async fn job_store(backend: Backend, env: TestEnv) {
+    let (x, y) = ports::job_stores(backend, &env).await;
+    job_store_suite(x, y).await;
+}
