@@ -1,5 +1,6 @@
 //! `cronq next`: preview the next fire times of each job, strictly after `--from`
-//! (default now), in the job's zone and in UTC.
+//! (default now), in the job's zone and in UTC; a schedule with `H` also shows what it
+//! resolved to for the job.
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use cronq_shared::config::{Config, Job};
@@ -70,12 +71,16 @@ fn to_json(from: DateTime<Utc>, previews: &[(&Job, Vec<DateTime<Utc>>)]) -> serd
                     })
                 })
                 .collect();
-            json!({
+            let mut doc = json!({
                 "job": job.name.as_str(),
                 "schedule": job.schedule.as_str(),
                 "timezone": job.timezone.name(),
                 "next": next,
-            })
+            });
+            if let Some(resolved) = job.schedule.resolved() {
+                doc["resolved"] = json!(resolved);
+            }
+            doc
         })
         .collect();
     json!({ "from": utc(from), "jobs": jobs })
@@ -86,12 +91,20 @@ fn print_table(previews: &[(&Job, Vec<DateTime<Utc>>)], count: usize) {
         if i > 0 {
             println!();
         }
-        println!(
-            "{} ({:?} in {})",
-            job.name,
-            job.schedule.as_str(),
-            job.timezone.name()
-        );
+        match job.schedule.resolved() {
+            None => println!(
+                "{} ({:?} in {})",
+                job.name,
+                job.schedule.as_str(),
+                job.timezone.name()
+            ),
+            Some(resolved) => println!(
+                "{} ({:?}, H resolved to {resolved:?}, in {})",
+                job.name,
+                job.schedule.as_str(),
+                job.timezone.name()
+            ),
+        }
         for t in times {
             let local = t.with_timezone(&job.timezone);
             println!(

@@ -257,3 +257,57 @@ fn bad_from_and_count_are_usage_errors() {
     assert_eq!(stderr(&out), "cronq: --count must be at least 1\n");
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// `H` through the real binary: each job's own minute and hour, derived from its name, the
+/// same in every process (pinned literals: a change of the hash fails here).
+#[test]
+fn hashed_schedules_resolve_per_job_name() {
+    let text = "[[job]]\nname = \"backup\"\nschedule = \"H H * * *\"\n\n[[job]]\nname = \"report\"\nschedule = \"H(0-29)/10 * * * *\"\n";
+    let dir = ConfigDir::with("next-hash", text);
+    let check = dir.run(&["check", "--config", "cronq.toml"]);
+    assert_eq!(check.status.code(), Some(0), "{}", stderr(&check));
+    let args = [
+        "next",
+        "--config",
+        "cronq.toml",
+        "--from",
+        "2026-01-15T12:00:00Z",
+        "--count",
+        "3",
+        "--json",
+    ];
+    let doc = json(&dir.run(&args));
+    assert_eq!(doc["jobs"][0]["schedule"], "H H * * *");
+    assert_eq!(doc["jobs"][0]["resolved"], "12 20 * * *");
+    assert_eq!(
+        times(&doc, 0),
+        pairs(&[
+            ("2026-01-15T20:12:00Z", "2026-01-15T20:12:00+00:00"),
+            ("2026-01-16T20:12:00Z", "2026-01-16T20:12:00+00:00"),
+            ("2026-01-17T20:12:00Z", "2026-01-17T20:12:00+00:00"),
+        ])
+    );
+    assert_eq!(doc["jobs"][1]["resolved"], "5-29/10 * * * *");
+    assert_eq!(
+        times(&doc, 1),
+        pairs(&[
+            ("2026-01-15T12:05:00Z", "2026-01-15T12:05:00+00:00"),
+            ("2026-01-15T12:15:00Z", "2026-01-15T12:15:00+00:00"),
+            ("2026-01-15T12:25:00Z", "2026-01-15T12:25:00+00:00"),
+        ])
+    );
+    assert_eq!(json(&dir.run(&args)), doc, "the same in another process");
+    let bad = ConfigDir::with(
+        "next-hash-bad",
+        "[[job]]\nname = \"b\"\nschedule = \"0 0 * * * * H\"\n",
+    );
+    let out = bad.run(&["check", "--config", "cronq.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains(
+            "cronq.toml: job \"b\": schedule: \"0 0 * * * * H\" is not a cron expression: year \"H\": H is not allowed in the year field"
+        ),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -472,6 +472,39 @@ fn schedule_errors_read_after_the_schedule() {
 }
 
 #[test]
+fn hashed_fields_resolve_per_job_and_errors_name_the_job() {
+    let config = load(
+        r#"
+        [[job]]
+        name = "backup"
+        schedule = "H H * * *"
+        [[job]]
+        name = "report"
+        schedule = "H H * * *"
+        "#,
+    )
+    .unwrap();
+    assert_eq!(config.jobs[0].schedule.resolved(), Some("12 20 * * *"));
+    assert_eq!(config.jobs[1].schedule.resolved(), Some("35 0 * * *"));
+    assert_eq!(
+        problems(
+            r#"
+            [[job]]
+            name = "empty"
+            schedule = "H(30-10) * * * *"
+            [[job]]
+            name = "zero"
+            schedule = "H/0 * * * *"
+            "#
+        ),
+        [
+            "job \"empty\": schedule: \"H(30-10) * * * *\" is not a cron expression: minute \"H(30-10)\" has an empty range: write the smaller value first, such as H(10-30)",
+            "job \"zero\": schedule: \"H/0 * * * *\" is not a cron expression: minute step in \"H/0\" must be a number in 1-60",
+        ]
+    );
+}
+
+#[test]
 fn pinned_jobs_in_dst_transitions_are_warned_about() {
     let config = load(
         r#"

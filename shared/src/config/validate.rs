@@ -479,7 +479,7 @@ pub(super) fn resolve_job(
             );
             None
         }
-        Some(text) => match schedules.parse(text, common.timezone) {
+        Some(text) => match parse_schedule(schedules, text, common.timezone, name.as_ref()) {
             Ok(s) => Some(s),
             Err(e) => {
                 out.problem(scope, "schedule", schedule_message(text, &e));
@@ -563,6 +563,17 @@ fn named_handler(
             (None, Some(Arc::from(named)))
         }
     }
+}
+
+/// The job's schedule; `H` needs its name (a job whose name is refused gets the name's
+/// problem only, unless the schedule is wrong on its own).
+fn parse_schedule(
+    schedules: &mut Interner,
+    text: &str,
+    tz: Tz,
+    name: Option<&JobName>,
+) -> Result<crate::schedule::Schedule, ScheduleError> {
+    schedules.parse_for_job(text, tz, name.map_or("", JobName::as_str))
 }
 
 /// `"TEXT" <error>`: the schedule error's text reads after the schedule as written.

@@ -43,10 +43,15 @@ fn memoised<'m, T>(
     compute: impl FnOnce() -> T,
 ) -> &'m T {
     let by_text = memo.entry(schedule.timezone()).or_default();
-    if !by_text.contains_key(schedule.as_str()) {
-        by_text.insert(schedule.as_str().to_owned(), compute());
+    // A text with `H` means another schedule per job: its resolution is part of the key.
+    let key: std::borrow::Cow<'_, str> = match schedule.resolved() {
+        None => schedule.as_str().into(),
+        Some(resolved) => format!("{}\n{resolved}", schedule.as_str()).into(),
+    };
+    if !by_text.contains_key(&*key) {
+        by_text.insert(key.clone().into_owned(), compute());
     }
-    &by_text[schedule.as_str()]
+    &by_text[&*key]
 }
 
 /// Legal but risky combinations of one job.

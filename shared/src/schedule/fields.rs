@@ -44,7 +44,7 @@ impl FieldKind {
         }
     }
 
-    fn bounds(self) -> (u32, u32) {
+    pub(super) fn bounds(self) -> (u32, u32) {
         match self {
             Self::Second | Self::Minute => (0, 59),
             Self::Hour => (0, 23),
@@ -69,7 +69,7 @@ impl FieldKind {
 
     /// Parses one value: a number, or a name in the month and day-of-week fields.
     /// `range_end` makes `SUN` mean 7, so that `FRI-SUN` works.
-    fn value(self, token: &str, item: &str, range_end: bool) -> Result<u32, String> {
+    pub(super) fn value(self, token: &str, item: &str, range_end: bool) -> Result<u32, String> {
         let (min, max) = self.bounds();
         if !token.is_empty() && token.bytes().all(|b| b.is_ascii_digit()) {
             // A value too long for u32 is still "outside", not "not a value".

@@ -45,6 +45,34 @@ impl Interner {
         parsed
     }
 
+    /// [`Schedule::parse_for_job`] of `text` for `job`: a text with no `H` item is shared
+    /// as by [`Interner::parse`]; one with `H` is shared by the jobs it resolves alike for
+    /// (at most as many parses as the values `H` can take, not one per job).
+    ///
+    /// # Errors
+    /// As [`Schedule::parse_for_job`].
+    pub fn parse_for_job(
+        &mut self,
+        text: &str,
+        tz: Tz,
+        job: &str,
+    ) -> Result<Schedule, ScheduleError> {
+        let resolved = match super::hash::resolve(text, Some(job)) {
+            Ok(Some(resolved)) => resolved,
+            Ok(None) => return self.parse(text, tz),
+            Err(e) => return Err(e),
+        };
+        // `\n` never occurs in a schedule that parses: text and resolution stay apart.
+        let key = format!("{text}\n{resolved}");
+        let by_text = self.seen.entry(tz).or_default();
+        if let Some(parsed) = by_text.get(&key) {
+            return parsed.clone();
+        }
+        let parsed = Schedule::parse_for_job(text, tz, job, self.now);
+        by_text.insert(key, parsed.clone());
+        parsed
+    }
+
     /// How many distinct (text, zone) pairs were parsed.
     pub fn len(&self) -> usize {
         self.seen.values().map(HashMap::len).sum()

@@ -25,6 +25,7 @@
 mod dst;
 mod error;
 mod fields;
+mod hash;
 mod intern;
 mod kind;
 mod parse;
@@ -44,7 +45,8 @@ pub use intern::Interner;
 
 use self::kind::{CRON_END, Kind, cron_start};
 
-/// A parsed schedule in a zone. Two schedules are equal when their text and zone are.
+/// A parsed schedule in a zone. Two schedules are equal when their text (as written and
+/// with `H` resolved) and zone are.
 ///
 /// Cloning is cheap: clones share the parsed state, which never changes after parsing.
 #[derive(Debug, Clone)]
@@ -56,6 +58,8 @@ pub struct Schedule {
 #[derive(Debug)]
 struct Parsed {
     text: String,
+    /// The text with each `H` item replaced by its value for the job, if it has any.
+    resolved: Option<Box<str>>,
     tz: Tz,
     kind: Kind,
 }
@@ -94,18 +98,55 @@ impl Schedule {
     /// # Errors
     /// As [`Schedule::parse`].
     pub fn parse_at(text: &str, tz: Tz, now: DateTime<Utc>) -> Result<Self, ScheduleError> {
+        Self::parse_with(text, tz, None, now)
+    }
+
+    /// [`Schedule::parse_at`] for the job called `job`: each `H` item of a cron field
+    /// (`H`, `H/STEP`, `H(A-B)`, `H(A-B)/STEP`) takes a value derived from the job's name
+    /// (see `docs/config.md`), the same in every process and every version (G4).
+    ///
+    /// ```
+    /// use chrono::{DateTime, Utc};
+    /// use cronq_shared::schedule::Schedule;
+    ///
+    /// let now: DateTime<Utc> = "2026-01-01T00:00:00Z".parse().unwrap();
+    /// let s = Schedule::parse_for_job("H H * * *", chrono_tz::UTC, "backup", now).unwrap();
+    /// assert_eq!(s.as_str(), "H H * * *");
+    /// assert_eq!(s.resolved(), Some("12 20 * * *"));
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Schedule::parse_at`], and for a malformed `H` item (`H(30-10)`, `H/0`, `H` in
+    /// the year field).
+    pub fn parse_for_job(
+        text: &str,
+        tz: Tz,
+        job: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Self, ScheduleError> {
+        Self::parse_with(text, tz, Some(job), now)
+    }
+
+    fn parse_with(
+        text: &str,
+        tz: Tz,
+        job: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<Self, ScheduleError> {
         let trimmed = text.trim();
         if trimmed.is_empty() {
             return Err(ScheduleError::Empty);
         }
+        let resolved = hash::resolve(trimmed, job)?;
         let kind = if trimmed.starts_with('@') {
             parse::descriptor(trimmed, tz)?
         } else {
-            Kind::Cron(parse::cron(trimmed, tz)?)
+            Kind::Cron(parse::cron(resolved.as_deref().unwrap_or(trimmed), tz)?)
         };
         let schedule = Self {
             inner: Arc::new(Parsed {
                 text: text.to_owned(),
+                resolved: resolved.map(String::into_boxed_str),
                 tz,
                 kind,
             }),
@@ -154,6 +195,12 @@ impl Schedule {
     /// The schedule as written in the config.
     pub fn as_str(&self) -> &str {
         &self.inner.text
+    }
+
+    /// The schedule with each `H` item replaced by its value for the job; `None` when it
+    /// has no `H`.
+    pub fn resolved(&self) -> Option<&str> {
+        self.inner.resolved.as_deref()
     }
 
     /// The zone the schedule is evaluated in.
@@ -261,7 +308,9 @@ impl Schedule {
 impl PartialEq for Schedule {
     fn eq(&self, other: &Self) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
-            || (self.inner.text == other.inner.text && self.inner.tz == other.inner.tz)
+            || (self.inner.text == other.inner.text
+                && self.inner.resolved == other.inner.resolved
+                && self.inner.tz == other.inner.tz)
     }
 }
 

@@ -17,3 +17,4 @@ pub(super) fn at(text: &str) -> DateTime<Utc> {
 pub(super) fn now() -> DateTime<Utc> {
     at("2026-01-01T00:00:00Z")
 }
+mod hash;
