@@ -47,7 +47,8 @@ pub(crate) type Cursor = (JobName, DateTime<Utc>);
 pub(crate) type Due = (Option<Outgoing>, Cursor);
 
 fn same_timing(a: &Job, b: &Job) -> bool {
-    a.schedule.as_str() == b.schedule.as_str() && a.timezone == b.timezone && a.jitter == b.jitter
+    // Schedules are equal when their text, `H` resolution, bounds and zone are.
+    a.schedule == b.schedule && a.timezone == b.timezone && a.jitter == b.jitter
 }
 
 fn outgoing(

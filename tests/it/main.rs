@@ -66,4 +66,5 @@ mod signing;
 mod standalone;
 mod standalone_data;
 mod support;
+mod time_controls;
 mod tls;

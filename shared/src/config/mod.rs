@@ -11,6 +11,7 @@
 //! Invariant: a [`Config`] value is always valid; nothing downstream re-checks it. A
 //! [`ConfigError`] lists every problem, one line each: `FILE: SCOPE: FIELD: message`.
 
+mod bounds;
 mod error;
 mod handler;
 mod load;

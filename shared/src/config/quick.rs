@@ -42,6 +42,8 @@ struct QuickJob {
     env: Option<BTreeMap<String, String>>,
     clear_env: Option<bool>,
     cwd: Option<String>,
+    start_at: Option<toml::Value>,
+    end_at: Option<toml::Value>,
     http: Option<RawHttp>,
     timezone: Option<String>,
     timeout: Option<String>,
@@ -139,6 +141,15 @@ pub(super) fn read(piece: &str, ordinal: usize) -> Option<RawJob> {
             env: job.env,
             clear_env: job.clear_env,
             cwd: job.cwd,
+            // The careful way reads every TOML date-time as its text.
+            start_at: job.start_at.map(|mut v| {
+                as_string(&mut v);
+                v
+            }),
+            end_at: job.end_at.map(|mut v| {
+                as_string(&mut v);
+                v
+            }),
             http: None,
         },
         common: RawDefaults {
@@ -207,6 +218,8 @@ group = "report"
 env = { LANG = "C.UTF-8" }
 clear_env = true
 cwd = "/srv"
+start_at = 2026-12-01T09:00:00+01:00
+end_at = "2026-12-31T18:00:00"
 timezone = "Europe/Berlin"
 timeout = "5m"
 overlap = "allow"

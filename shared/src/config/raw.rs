@@ -82,6 +82,14 @@ pub(crate) const JOB_FIELDS: &[Field] = &[
     field("env", "a table of strings such as { LANG = \"C.UTF-8\" }"),
     field("clear_env", "true or false"),
     field("cwd", "an absolute path such as \"/srv/report\""),
+    field(
+        "start_at",
+        "an RFC 3339 instant such as \"2026-12-01T09:00:00+01:00\", or a local date-time in the job's zone",
+    ),
+    field(
+        "end_at",
+        "an RFC 3339 instant such as \"2026-12-31T18:00:00+01:00\", or a local date-time in the job's zone",
+    ),
 ];
 
 /// The fields of a `[handlers.NAME]` section: a job's inline handler fields.
@@ -295,6 +303,8 @@ pub(crate) struct RawJobOwn {
     pub(crate) env: Option<std::collections::BTreeMap<String, String>>,
     pub(crate) clear_env: Option<bool>,
     pub(crate) cwd: Option<String>,
+    pub(crate) start_at: Option<toml::Value>,
+    pub(crate) end_at: Option<toml::Value>,
     #[expect(
         dead_code,
         reason = "only type-checked here; the table is read into RawHttp"

@@ -505,6 +505,84 @@ fn hashed_fields_resolve_per_job_and_errors_name_the_job() {
 }
 
 #[test]
+fn start_and_end_bound_the_fire_times() {
+    let config = load(
+        r#"
+        [[job]]
+        name = "campaign"
+        schedule = "0 9 * * *"
+        timezone = "Europe/Berlin"
+        start_at = "2027-03-10T09:00:00"
+        end_at = 2027-03-12T09:00:00+01:00
+        "#,
+    )
+    .unwrap();
+    let schedule = &config.jobs[0].schedule;
+    let from: DateTime<Utc> = "2027-01-01T00:00:00Z".parse().unwrap();
+    let times: Vec<String> = schedule.iter_after(from).map(|t| t.to_rfc3339()).collect();
+    assert_eq!(
+        times,
+        [
+            "2027-03-10T08:00:00+00:00",
+            "2027-03-11T08:00:00+00:00",
+            "2027-03-12T08:00:00+00:00",
+        ],
+        "both bounds included, a local start in the job's zone"
+    );
+    let unbounded = load("[[job]]\nname = \"campaign\"\nschedule = \"0 9 * * *\"\n").unwrap();
+    assert_ne!(
+        &unbounded.jobs[0].schedule, schedule,
+        "bounds are part of the schedule"
+    );
+}
+
+#[test]
+fn bad_bounds_are_problems_and_a_past_end_a_warning() {
+    assert_eq!(
+        problems(
+            r#"
+            [[job]]
+            name = "backwards"
+            schedule = "@every 1m"
+            start_at = "2027-03-10T09:00:00Z"
+            end_at = "2027-03-10T09:00:00Z"
+            [[job]]
+            name = "garbled"
+            schedule = "@every 1m"
+            start_at = "next tuesday"
+            [[job]]
+            name = "gap"
+            schedule = "@every 1m"
+            timezone = "Europe/Berlin"
+            end_at = "2027-03-28T02:30:00"
+            [[job]]
+            name = "number"
+            schedule = "@every 1m"
+            end_at = 5
+            "#
+        ),
+        [
+            "job \"backwards\": end_at: 2027-03-10T09:00:00+00:00 is not after start_at (2027-03-10T09:00:00+00:00): the job would never run; make end_at later",
+            "job \"garbled\": start_at: \"next tuesday\" is not a date-time: use RFC 3339 such as \"2026-12-01T09:00:00+01:00\", or a local date-time in the job's zone such as \"2026-12-01T09:00:00\"",
+            "job \"gap\": end_at: \"2027-03-28T02:30:00\" does not exist in Europe/Berlin (a daylight-saving gap): give another time or an RFC 3339 instant with its offset",
+            "job \"number\": end_at: expected an RFC 3339 instant such as \"2026-12-01T09:00:00+01:00\", or a local date-time in the job's zone, got integer",
+        ]
+    );
+    let config = load(
+        "[[job]]\nname = \"over\"\nschedule = \"@every 1m\"\nend_at = \"2020-01-01T00:00:00Z\"\n",
+    )
+    .unwrap();
+    let warnings: Vec<String> = config.warnings.iter().map(ToString::to_string).collect();
+    assert!(
+        warnings.iter().any(|w| w.contains(
+            "job \"over\": end_at: 2020-01-01T00:00:00+00:00 is past: the job has no more occurrences; remove it or move end_at"
+        )),
+        "{warnings:?}"
+    );
+    assert_eq!(config.jobs[0].schedule.next_after(Utc::now()), None);
+}
+
+#[test]
 fn pinned_jobs_in_dst_transitions_are_warned_about() {
     let config = load(
         r#"

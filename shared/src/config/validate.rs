@@ -23,7 +23,7 @@ use super::warnings::{Memo, warn_risky};
 use super::{
     Catchup, Config, Handler, Job, LeaderConfig, MetricsConfig, Overlap, RuntimeConfig, Settings,
 };
-use super::{handler, payload};
+use super::{bounds, handler, payload};
 use crate::names::{JobName, QueueName};
 use crate::schedule::{Interner, ScheduleError};
 
@@ -486,6 +486,11 @@ pub(super) fn resolve_job(
                 None
             }
         },
+    };
+    let bounds = bounds::resolve_bounds(raw, common.timezone, schedules.now(), scope, out);
+    let schedule = match schedule {
+        Some(s) if !bounds.is_none() => Some(s.bounded(bounds)),
+        other => other,
     };
     let (handler, handler_name) = match raw.own.handler.as_deref() {
         None => (handler::resolve_handler(raw, scope, out), None),

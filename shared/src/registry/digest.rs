@@ -191,6 +191,10 @@ pub fn job_digest(job: &Job) -> JobDigest {
     if let Some(name) = &job.handler_name {
         let _ = writeln!(text, "handler_name={name:?}");
     }
+    let bounds = job.schedule.bounds();
+    if !bounds.is_none() {
+        let _ = writeln!(text, "start_at={:?}\nend_at={:?}", bounds.start, bounds.end);
+    }
     match &job.handler {
         None => text.push_str("handler=registered\n"),
         Some(Handler::Command(c)) => {

@@ -73,6 +73,11 @@ impl Interner {
         parsed
     }
 
+    /// The `now` its parses check from.
+    pub fn now(&self) -> DateTime<Utc> {
+        self.now
+    }
+
     /// How many distinct (text, zone) pairs were parsed.
     pub fn len(&self) -> usize {
         self.seen.values().map(HashMap::len).sum()

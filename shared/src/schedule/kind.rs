@@ -14,7 +14,7 @@ use croner::Cron;
 use super::zone;
 
 /// What a schedule is: `@every` or a cron expression.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 #[expect(
     clippy::large_enum_variant,
     reason = "one value per distinct schedule, behind the Schedule's Arc: boxing would add a pointer chase to every next_after for a few hundred bytes per @every"
@@ -29,7 +29,7 @@ pub(super) enum Kind {
 }
 
 /// A cron expression compiled by croner, with what cronq's searches need besides it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct CronSchedule {
     pub(super) cron: Cron,
     /// cronie's rule: neither the minute nor the hour field starts with `*`.

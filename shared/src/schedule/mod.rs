@@ -60,8 +60,27 @@ struct Parsed {
     text: String,
     /// The text with each `H` item replaced by its value for the job, if it has any.
     resolved: Option<Box<str>>,
+    /// `start_at` and `end_at`: no fire before or after them.
+    bounds: Bounds,
     tz: Tz,
     kind: Kind,
+}
+
+/// A job's `start_at` and `end_at`: the first and last instants it may fire at (both
+/// included).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Bounds {
+    /// No fire before it.
+    pub start: Option<DateTime<Utc>>,
+    /// No fire after it.
+    pub end: Option<DateTime<Utc>>,
+}
+
+impl Bounds {
+    /// Whether neither bound is set.
+    pub fn is_none(&self) -> bool {
+        self.start.is_none() && self.end.is_none()
+    }
 }
 
 impl Schedule {
@@ -127,6 +146,27 @@ impl Schedule {
         Self::parse_with(text, tz, Some(job), now)
     }
 
+    /// This schedule limited to `bounds`: [`Schedule::next_after`] skips the fires before
+    /// `bounds.start` and ends after `bounds.end`. The never-fires check of the parse saw
+    /// the schedule unbounded (an `end_at` that is past is the config's warning).
+    pub fn bounded(&self, bounds: Bounds) -> Self {
+        let p = &*self.inner;
+        Self {
+            inner: Arc::new(Parsed {
+                text: p.text.clone(),
+                resolved: p.resolved.clone(),
+                bounds,
+                tz: p.tz,
+                kind: p.kind.clone(),
+            }),
+        }
+    }
+
+    /// The job's `start_at` and `end_at`.
+    pub fn bounds(&self) -> Bounds {
+        self.inner.bounds
+    }
+
     fn parse_with(
         text: &str,
         tz: Tz,
@@ -147,6 +187,7 @@ impl Schedule {
             inner: Arc::new(Parsed {
                 text: text.to_owned(),
                 resolved: resolved.map(String::into_boxed_str),
+                bounds: Bounds::default(),
                 tz,
                 kind,
             }),
@@ -156,8 +197,24 @@ impl Schedule {
     }
 
     /// The first fire instant strictly after `after`, or `None` when the schedule has no
-    /// more (a 7-field expression whose years are past). Pure: no clock is read.
+    /// more (a 7-field expression whose years are past, or past its `end_at`). Pure: no
+    /// clock is read.
     pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let Bounds { start, end } = self.inner.bounds;
+        let after = match start {
+            // Strictly after a nanosecond before the start: the start itself may fire.
+            Some(start) if after < start => start - chrono::Duration::nanoseconds(1),
+            _ => after,
+        };
+        let next = self.next_unbounded(after)?;
+        match end {
+            Some(end) if next > end => None,
+            _ => Some(next),
+        }
+    }
+
+    /// [`Schedule::next_after`] without the bounds.
+    fn next_unbounded(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
         match &self.inner.kind {
             Kind::Every { secs, .. } => {
                 let next = after
@@ -268,7 +325,7 @@ impl Schedule {
         let never = |reason: String| Err(ScheduleError::NeverFires { reason });
         let c = match &self.inner.kind {
             Kind::Every { .. } => {
-                return match self.next_after(now) {
+                return match self.next_unbounded(now) {
                     Some(_) => Ok(()),
                     None => never("its next time is out of range".to_owned()),
                 };
@@ -289,7 +346,7 @@ impl Schedule {
                 "no date matches its day-of-month, month and day-of-week fields".to_owned()
             });
         }
-        if self.next_after(now).is_some() {
+        if self.next_unbounded(now).is_some() {
             return Ok(());
         }
         match c.last {
@@ -310,6 +367,7 @@ impl PartialEq for Schedule {
         Arc::ptr_eq(&self.inner, &other.inner)
             || (self.inner.text == other.inner.text
                 && self.inner.resolved == other.inner.resolved
+                && self.inner.bounds == other.inner.bounds
                 && self.inner.tz == other.inner.tz)
     }
 }
