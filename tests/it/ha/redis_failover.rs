@@ -60,35 +60,50 @@ async fn killed_master_without_min_replicas_loses_and_doubles_nothing() {
     .await;
 }
 
-/// A plain `SENTINEL FAILOVER` (no pause of the master's writes first), made under load:
-/// waits until the fleet runs again after it and the harness is healthy again (the old
-/// master a replica of the new one). Returns how long running took to resume and how long
-/// the sentinels took to name the new master.
-async fn switch(ha: &Ha, fleet: &HaFleet) -> (Duration, Duration) {
-    let master = ha.run(&["redis-master"]).trim().to_owned();
+/// Asks sentinel 0 for a failover: `true` when it took the request (`OK`), `false` when one
+/// is already under way (`INPROG`).
+fn ask_failover(ha: &Ha) -> bool {
     let out = std::process::Command::new("redis-cli")
         .args(["-p", &ha.sentinel_ports[0].to_string()])
         .args(["SENTINEL", "FAILOVER", "cronq-ha"])
         .output()
         .expect("redis-cli runs");
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        "OK",
-        "SENTINEL FAILOVER: {}",
+    let said = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(
+        said == "OK" || said.contains("INPROG"),
+        "SENTINEL FAILOVER: {said} {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    said == "OK"
+}
+
+/// A plain `SENTINEL FAILOVER` (no pause of the master's writes first), made under load:
+/// waits until the fleet runs again after it and the harness is healthy again (the old
+/// master a replica of the new one). Returns how long running took to resume and how long
+/// the sentinels took to name the new master. Sentinel sometimes takes the request and
+/// switches nothing (once in about 70 here, right after a replica restarted); then it is
+/// asked again, up to 3 times, and the window (checked at the end) includes the attempt.
+async fn switch(ha: &Ha, fleet: &HaFleet) -> (Duration, Duration) {
+    let master = ha.run(&["redis-master"]).trim().to_owned();
     let switched = Utc::now();
     let started = Instant::now();
-    crate::support::until(
-        crate::support::ha::PHASE,
-        "the sentinels to name the new master",
-        || async {
-            let now = ha.run(&["redis-master"]).trim().to_owned();
-            if now == master { Err(now) } else { Ok(()) }
-        },
-    )
-    .await;
-    let named = started.elapsed();
+    let mut named = None;
+    for attempt in 1..=3 {
+        ask_failover(ha);
+        let asked = Instant::now();
+        while asked.elapsed() < Duration::from_secs(15) {
+            if ha.run(&["redis-master"]).trim() != master {
+                named = Some(started.elapsed());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if named.is_some() {
+            break;
+        }
+        eprintln!("SENTINEL FAILOVER {attempt}: no new master after 15 s, asking again");
+    }
+    let named = named.expect("the sentinels named a new master after 3 requests");
     fleet.resumed(switched).await;
     let resumed = started.elapsed();
     let ha = ha.clone();
