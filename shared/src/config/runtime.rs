@@ -113,6 +113,47 @@ impl Config {
         Ok(jobs)
     }
 
+    /// Reads `body`, one job's table without its `[[job]]` header (the body of `PUT
+    /// /api/v1/jobs/NAME`), as the runtime job `name`: its `name` may be left out, and must
+    /// be `name` when given.
+    ///
+    /// # Errors
+    /// As [`Config::runtime_jobs`]; `name` differing from the table's.
+    pub fn runtime_job_named(&self, name: &str, body: &str) -> Result<RuntimeJob, ConfigError> {
+        let path = Path::new("request");
+        let invalid = |message: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            problems: vec![Problem::new("", "", message)],
+        };
+        let mut table: Table = body.parse().map_err(|e: toml::de::Error| {
+            invalid(format!("not valid TOML: {}", e.message().trim()))
+        })?;
+        match table.get("name") {
+            None => {
+                table.insert("name".into(), Value::String(name.to_owned()));
+            }
+            Some(Value::String(n)) if n == name => {}
+            Some(other) => {
+                return Err(ConfigError::Invalid {
+                    path: path.to_owned(),
+                    problems: vec![Problem::new(
+                        "",
+                        "name",
+                        format!(
+                            "{other} differs from the job in the URL ({name:?}): leave it out or make them equal"
+                        ),
+                    )],
+                });
+            }
+        }
+        let mut doc = Table::new();
+        doc.insert("job".into(), Value::Array(vec![Value::Table(table)]));
+        let text = toml::to_string(&doc).unwrap_or_default();
+        let mut jobs = self.runtime_jobs(&text, path)?;
+        jobs.pop()
+            .ok_or_else(|| invalid("no job in the body".to_owned()))
+    }
+
     /// The runtime job stored as `spec`, resolved against this config.
     ///
     /// # Errors
