@@ -1,4 +1,4 @@
-//! The admin HTTP endpoints (README, "Admin endpoints, logs, signals"): `/metrics` (Prometheus text), `/healthz`
+//! The admin HTTP endpoints (docs/operations.md, "Admin endpoints, logs, signals"): `/metrics` (Prometheus text), `/healthz`
 //! (the process is up) and `/readyz` (its connections are up; the producer also says
 //! whether it leads). Served only when `--admin-addr` has a non-zero port.
 

@@ -123,6 +123,57 @@ pub enum DataSync {
     Full,
 }
 
+/// The options of the fleet's services (RabbitMQ, Redis, their TLS and the namespace),
+/// which a standalone does not use: its help does not list them.
+const FLEET_ONLY: &[&str] = &[
+    "amqp_url",
+    "amqp_quorum_size",
+    "redis_url",
+    "redis_min_replicas",
+    "tls_ca_file",
+    "tls_cert_file",
+    "tls_key_file",
+    "namespace",
+];
+/// The data file's options, which a producer and a consumer do not use.
+const DATA_FILE_ONLY: &[&str] = &["data", "data_sync"];
+
+impl Cli {
+    /// The command line as its help shows it: the global options are given to every
+    /// subcommand, but a subcommand's help hides those it does not use (a standalone's the
+    /// fleet's connections, a producer's and a consumer's the data file). Parsing is
+    /// unchanged: a hidden option is still accepted.
+    pub fn shaped() -> clap::Command {
+        let command = <Self as clap::CommandFactory>::command();
+        // A subcommand that already has an argument of a global's id keeps its own when
+        // clap propagates the globals: give it a hidden copy (still global, so its value
+        // reaches `Cli` as any global's does).
+        let hidden: Vec<clap::Arg> = command
+            .get_arguments()
+            .filter(|a| a.is_global_set())
+            .map(|a| a.clone().hide(true))
+            .collect();
+        let hide = |sub: clap::Command, ids: &[&str]| {
+            let copies = hidden
+                .iter()
+                .filter(|a| ids.contains(&a.get_id().as_str()))
+                .cloned();
+            sub.args(copies)
+        };
+        command
+            .mut_subcommand("standalone", |s| hide(s, FLEET_ONLY))
+            .mut_subcommand("producer", |s| hide(s, DATA_FILE_ONLY))
+            .mut_subcommand("consumer", |s| hide(s, DATA_FILE_ONLY))
+    }
+
+    /// Parses the process's arguments with [`Self::shaped`]; exits 2 on a usage error
+    /// (0 after `--help` or `--version`), as clap does.
+    pub fn parse_shaped() -> Self {
+        let matches = Self::shaped().get_matches();
+        <Self as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
+}
+
 impl From<DataSync> for cronq_backends::Sync {
     fn from(sync: DataSync) -> Self {
         match sync {
@@ -282,6 +333,9 @@ pub struct ConsumerArgs {
     /// A name for this consumer in the run history (default: host and pid).
     #[arg(long)]
     pub consumer_id: Option<String>,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub output: OutputArgs,
     /// Execution lease: a claim lapses this long after its consumer's last heartbeat, and
     /// the occurrence runs again elsewhere (tests use short leases).
     #[arg(long, env = "CRONQ_LEASE", default_value = "30s", value_parser = humantime::parse_duration, hide = true)]
@@ -300,6 +354,9 @@ pub struct StandaloneArgs {
     /// How many attempts run at once.
     #[arg(long, default_value_t = 4)]
     pub concurrency: u16,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub output: OutputArgs,
     /// Execution lease: an attempt of a killed standalone runs again this long after its
     /// last heartbeat (tests use short leases).
     #[arg(long, env = "CRONQ_LEASE", default_value = "30s", value_parser = humantime::parse_duration, hide = true)]
@@ -313,6 +370,37 @@ pub struct StandaloneArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub token: DashboardToken,
+}
+
+/// How much of each attempt's output is kept with its run.
+#[derive(Debug, Args)]
+pub struct OutputArgs {
+    /// Keep the last this many bytes of each command's stdout and of its stderr with its
+    /// run (`cronq runs --output`); 64KiB by default, 0 keeps none. K/KiB and M/MiB suffixes
+    /// are taken.
+    #[arg(long, env = "CRONQ_OUTPUT_LIMIT", default_value = "64KiB", value_name = "BYTES", value_parser = parse_bytes)]
+    pub output_limit: usize,
+}
+
+/// A byte count: a number, optionally followed by K, KiB, M or MiB (powers of 1024).
+fn parse_bytes(text: &str) -> Result<usize, String> {
+    let text = text.trim();
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits);
+    let number: usize = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a byte count such as 65536, 64KiB or 1MiB"))?;
+    let scale = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "KiB" | "k" | "kB" | "KB" => 1024,
+        "M" | "MiB" | "MB" => 1024 * 1024,
+        other => return Err(format!("unknown unit {other:?}: use K/KiB or M/MiB")),
+    };
+    number
+        .checked_mul(scale)
+        .ok_or_else(|| format!("{text:?} is too large"))
 }
 
 /// The admin token of the dashboard (docs/dashboard.md, "Security").
@@ -340,8 +428,15 @@ pub struct DashboardArgs {
 #[derive(Debug, Args)]
 pub struct RunsArgs {
     /// Only this job.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "key")]
     pub job: Option<String>,
+    /// Only this occurrence (JOB@SCHEDULED_UTC or JOB@manual-ID), every attempt.
+    #[arg(long, value_name = "KEY")]
+    pub key: Option<String>,
+    /// Also show what each attempt printed (a command's stdout and stderr tails) or was
+    /// answered (an http handler's status and body head), as kept with the run.
+    #[arg(long)]
+    pub output: bool,
     /// At most this many runs.
     #[arg(long, default_value_t = 20)]
     pub limit: usize,
@@ -523,6 +618,42 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn byte_counts_take_binary_suffixes() {
+        assert_eq!(super::parse_bytes("65536"), Ok(65536));
+        assert_eq!(super::parse_bytes("64KiB"), Ok(65536));
+        assert_eq!(super::parse_bytes("1M"), Ok(1 << 20));
+        assert_eq!(super::parse_bytes("0"), Ok(0));
+        assert!(super::parse_bytes("lots").is_err());
+        assert!(super::parse_bytes("5 GiB").is_err());
+    }
+
+    #[test]
+    fn an_option_hidden_from_a_subcommands_help_still_reaches_the_cli() {
+        let parse = |argv: &[&str]| {
+            let matches = Cli::shaped()
+                .try_get_matches_from(argv)
+                .expect("the command line parses");
+            <Cli as clap::FromArgMatches>::from_arg_matches(&matches).expect("a Cli")
+        };
+        let cli = parse(&[
+            "cronq",
+            "standalone",
+            "--namespace",
+            "ns1",
+            "--amqp-url",
+            "amqp://h",
+        ]);
+        assert_eq!(
+            (cli.namespace.as_str(), cli.amqp_url.as_str()),
+            ("ns1", "amqp://h")
+        );
+        let cli = parse(&["cronq", "producer", "--data", "x.db"]);
+        assert_eq!(cli.data.as_deref(), Some(Path::new("x.db")));
+        let cli = parse(&["cronq", "--namespace", "ns2", "standalone"]);
+        assert_eq!(cli.namespace, "ns2");
     }
 
     #[test]

@@ -12,7 +12,6 @@ mod telemetry;
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::Cli;
@@ -20,7 +19,7 @@ use crate::cli::Cli;
 fn main() -> ExitCode {
     // lapin and redis both use rustls; pin one crypto provider so neither panics choosing.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let cli = Cli::parse(); // clap exits 2 on usage errors
+    let cli = Cli::parse_shaped(); // clap exits 2 on usage errors
     let standalone = matches!(cli.command, cli::Command::Standalone(_));
     telemetry::init(cli.log_format, telemetry::default_filter(standalone));
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -66,6 +66,22 @@ pub async fn broker(endpoints: &Endpoints) -> Result<AmqpBroker, BrokerError> {
     .map(|broker| broker.signing(endpoints.keyring.clone()))
 }
 
+/// As [`broker`], for a one-shot command: each node is tried once, so a broker that is
+/// not running is reported at once instead of after the services' connect timeout.
+///
+/// # Errors
+/// [`BrokerError`] when no node accepted a connection.
+pub async fn broker_now(endpoints: &Endpoints) -> Result<AmqpBroker, BrokerError> {
+    AmqpBroker::connect_once(
+        &endpoints.amqp_url,
+        endpoints.names(),
+        Replication::new(endpoints.amqp_quorum_size),
+        &endpoints.tls,
+    )
+    .await
+    .map(|broker| broker.signing(endpoints.keyring.clone()))
+}
+
 /// Connects the fleet's stores: Redis at `endpoints.redis_url` (one server, or the master
 /// its sentinels name; `rediss://` with `endpoints.tls`), their guarded writes waiting for `endpoints.redis_min_replicas`
 /// replicas. `retention` bounds the run history (the longest job retention); `client` names

@@ -3,6 +3,7 @@
 //! and stops the handler when the claim is lost, a replacing occurrence asks, or the
 //! shutdown grace is over.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use cronq_shared::ledger::{Heartbeat, Lease, Ledger};
@@ -12,7 +13,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::executor::{Ending, Stop};
-use crate::handler::{KILL_GRACE, Runner};
+use crate::handler::{Capture, KILL_GRACE, Runner};
 
 /// How long after asking a handler to stop it is aborted: the command handler's own
 /// SIGTERM → SIGKILL grace, plus slack.
@@ -54,10 +55,20 @@ pub(crate) struct Supervision<'a> {
 }
 
 /// Runs `runner` for `occ` to its end.
-pub(crate) async fn supervise(runner: Runner, occ: Occurrence, sup: Supervision<'_>) -> Ending {
+pub(crate) async fn supervise(
+    runner: Runner,
+    occ: Occurrence,
+    sup: Supervision<'_>,
+    capture: Arc<Capture>,
+) -> Ending {
     let (job, key) = (occ.job.clone(), occ.key.clone());
     let token = CancellationToken::new();
-    let mut task = AbortOnDrop(tokio::spawn(runner.run(occ, sup.timeout, token.clone())));
+    let mut task = AbortOnDrop(tokio::spawn(runner.run(
+        occ,
+        sup.timeout,
+        token.clone(),
+        capture,
+    )));
     let every = sup.beat.max(Duration::from_millis(50));
     let mut beat = tokio::time::interval_at(Instant::now() + every, every);
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -44,6 +44,10 @@ pub enum Reject {
 }
 
 impl Reject {
+    /// Every [`Reject::label`].
+    pub const LABELS: [&'static str; 4] =
+        ["unauthenticated", "malformed", "unknown_job", "no_handler"];
+
     /// The `reason` label of `cronq_messages_refused_total`.
     pub fn label(&self) -> &'static str {
         match self {

@@ -17,6 +17,7 @@ use cronq_shared::config::Config;
 use cronq_shared::ledger::Ledger;
 use cronq_shared::message::Occurrence;
 use cronq_shared::names::{JobName, QueueName};
+use cronq_shared::runlog::RunLog;
 use cronq_shared::signing::Keyring;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
@@ -119,6 +120,15 @@ pub struct Consumer {
     ledger: Arc<dyn Ledger>,
     handlers: Handlers,
     options: Options,
+    /// Where attempts' outputs are kept, if anywhere ([`Consumer::keep_outputs`]).
+    outputs: Option<Outputs>,
+}
+
+/// Where a consumer keeps its attempts' outputs, and how much of each stream.
+#[derive(Clone)]
+pub(crate) struct Outputs {
+    pub(crate) runlog: Arc<dyn RunLog>,
+    pub(crate) limit: usize,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -149,6 +159,7 @@ impl Consumer {
             ledger,
             handlers: Handlers::new(),
             options,
+            outputs: None,
         }
     }
 
@@ -161,6 +172,16 @@ impl Consumer {
         E: Display,
     {
         self.handlers.register(job, handler);
+        self
+    }
+
+    /// Keeps each attempt's output with its run in `runlog`: the last `limit` bytes of a
+    /// command's stdout and of its stderr, an http handler's status and the first 4 KiB of
+    /// its response body, the secrets of the job's handler masked (`cronq runs --output`).
+    /// Without it, outputs are not kept. A `limit` of 0 keeps none.
+    #[must_use]
+    pub fn keep_outputs(mut self, runlog: Arc<dyn RunLog>, limit: usize) -> Self {
+        self.outputs = (limit > 0).then_some(Outputs { runlog, limit });
         self
     }
 
@@ -219,6 +240,7 @@ impl Consumer {
         self.config = view;
         let config = self.config.borrow().clone();
         warn_unhandled(&config, &self.handlers, &queues, None);
+        crate::telemetry::announce();
         // A consumer starting during a broker outage exits instead of waiting for ever.
         bounded("declare", self.broker.declare(&config.queues()))
             .await
@@ -289,6 +311,7 @@ impl Consumer {
             consumer_id: self.options.consumer_id.clone(),
             keyring: self.options.keyring.clone(),
             metrics: telemetry::Metrics::default(),
+            outputs: self.outputs.clone(),
         }
     }
 

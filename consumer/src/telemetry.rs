@@ -19,6 +19,8 @@ use std::time::Duration;
 use cronq_shared::runlog::Outcome;
 use metrics::{Counter, Histogram};
 
+use crate::executor::Reject;
+
 /// Label for messages whose job is not in the config (or unreadable).
 pub(crate) const UNKNOWN_JOB: &str = cronq_shared::job_labels::UNKNOWN;
 
@@ -144,6 +146,16 @@ impl Metrics {
 /// (`unauthenticated`, `malformed`, `unknown_job`, `no_handler`): forged messages show here.
 pub(crate) fn refused(reason: &'static str) {
     metrics::counter!("cronq_messages_refused_total", "reason" => reason).increment(1);
+}
+
+/// Exports the consumer's counters without a `job` label at 0, so that an alert on their
+/// increase (deploy/prometheus/cronq-alerts.yml) sees the first event, and a dashboard
+/// shows 0 rather than no data.
+pub(crate) fn announce() {
+    for reason in Reject::LABELS {
+        metrics::counter!("cronq_messages_refused_total", "reason" => reason).increment(0);
+    }
+    metrics::counter!("cronq_redeliveries_total").increment(0);
 }
 
 /// `cronq_redeliveries_total`.

@@ -20,7 +20,6 @@
 //!    follow-up are read off it; the ledger appends the run history entry (as `lost` when
 //!    the claim was fenced or given up), the consumer never writes the history itself.
 
-use cronq_shared::signing::{self, Keyring};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,13 +30,14 @@ use cronq_shared::ledger::{Claim, ClaimOutcome, End, Ended, FollowUp, Lease, Led
 use cronq_shared::message::Occurrence;
 use cronq_shared::retry::{Backoff, retry};
 use cronq_shared::runlog::Run;
+use cronq_shared::signing::{self, Keyring};
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::attempt::{Supervision, supervise};
 use crate::dead_letter::{self, publish};
 use crate::executor::{self, AttemptEnd, Reject};
-use crate::handler::Runner;
+use crate::handler::{Capture, Runner};
 use crate::reaper::republish;
 use crate::registry::Handlers;
 use crate::telemetry;
@@ -86,6 +86,8 @@ pub(crate) struct Worker {
     pub(crate) keyring: Option<Arc<Keyring>>,
     /// This consumer's per-job metric handles.
     pub(crate) metrics: telemetry::Metrics,
+    /// Where attempts' outputs are kept, if anywhere.
+    pub(crate) outputs: Option<crate::service::Outputs>,
 }
 
 async fn ack(d: &Delivery, job: &str) {
@@ -349,8 +351,10 @@ impl Worker {
             timeout: job.timeout,
             abort,
         };
-        let ending = supervise(runner, occ.clone(), sup).await;
+        let capture = Arc::new(Capture::new(self.outputs.as_ref().map_or(0, |o| o.limit)));
+        let ending = supervise(runner, occ.clone(), sup, Arc::clone(&capture)).await;
         let took = t0.elapsed();
+        self.keep_output(&occ, &capture).await;
         self.metrics.duration(occ.job.as_str(), took);
         let end = executor::classify(job, occ.attempt, ending);
         // Keep the claim alive while the end is recorded and followed up (a dead letter may
@@ -369,11 +373,26 @@ impl Worker {
         };
         let outcome = end.outcome();
         if end == AttemptEnd::Succeeded {
-            tracing::debug!(job = %occ.job, key = %occ.key, attempt = occ.attempt, elapsed_ms = took.as_millis() as u64, "attempt succeeded");
+            tracing::info!(job = %occ.job, key = %occ.key, attempt = occ.attempt, elapsed_ms = took.as_millis() as u64, "attempt succeeded");
         } else {
             tracing::warn!(job = %occ.job, key = %occ.key, attempt = occ.attempt, elapsed_ms = took.as_millis() as u64, outcome = %outcome, error = end.error().as_deref().unwrap_or(""), "attempt did not succeed");
         }
         self.metrics.attempt(occ.job.as_str(), outcome);
+    }
+
+    /// Keeps what the attempt printed or was answered, before its end is recorded (so the
+    /// run, once listed, has it). A store that fails loses the output, not the run.
+    async fn keep_output(&self, occ: &Occurrence, capture: &Capture) {
+        let (Some(outputs), Some(output)) = (&self.outputs, capture.take()) else {
+            return;
+        };
+        if let Err(err) = outputs
+            .runlog
+            .keep_output(&occ.key, occ.attempt, &output)
+            .await
+        {
+            tracing::warn!(job = %occ.job, key = %occ.key, attempt = occ.attempt, error = %err, "cannot keep the attempt's output");
+        }
     }
 
     /// Records `end` (a failure once its dead letter is confirmed) with its run, then sends

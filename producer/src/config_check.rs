@@ -44,22 +44,13 @@ impl ConfigCheck {
     /// Checks until `token` is cancelled.
     pub async fn run(self, token: CancellationToken) {
         let mut comparer = Comparer::default();
-        let mut reference: Option<(Arc<ConfigDigest>, Reference)> = None;
         let mut said: Option<Vec<String>> = None;
         let mut flagged: Vec<Difference> = Vec::new();
         loop {
             if self.leadership.borrow().is_some() {
                 let digest = self.digest.borrow().clone();
-                let stale = reference
-                    .as_ref()
-                    .is_none_or(|(d, _)| !Arc::ptr_eq(d, &digest));
-                if stale {
-                    let r = Reference::from(&*digest);
-                    reference = Some((digest, r));
-                }
-                if let Some((_, r)) = &reference {
-                    self.check(&mut comparer, r, &mut said, &mut flagged).await;
-                }
+                self.check(&mut comparer, &digest, &mut said, &mut flagged)
+                    .await;
             }
             if token
                 .run_until_cancelled(tokio::time::sleep(REPORT_EVERY))

@@ -108,6 +108,8 @@ impl Elector {
     pub async fn run(self, token: CancellationToken) {
         let mut held: Option<Leadership> = None;
         metrics::gauge!("cronq_leader").set(0.0);
+        // Exported at 0 from the start, so an alert on its increase sees the first failure.
+        metrics::counter!("cronq_publish_failures_total").increment(0);
         loop {
             let leader = self.config.borrow().leader;
             let sent = Instant::now();

@@ -22,6 +22,8 @@
 
 pub mod config_check;
 mod error;
+#[doc(hidden)]
+pub mod footprint;
 pub mod leader;
 pub mod planner;
 pub mod publisher;

@@ -120,9 +120,35 @@ async fn confirmed_while_leading<'a>(
         || confirmed(batch.len(), publish()),
         refused,
     )
-    .await?;
+    .await
+    .inspect_err(|why| given_up(batch, *why))?;
     record(batch, &confirmed_at);
     Ok(())
+}
+
+/// Logs a batch given up before the broker confirmed all of it: some of its messages may
+/// have arrived (and run) all the same, so an operator, or a test reading the log, knows
+/// them from the published ones. The next leader publishes them again from the cursor.
+fn given_up(batch: &[Outgoing], why: Abandoned) {
+    // A catch-up batch may hold thousands: the first ones by key, the rest counted.
+    const BY_KEY: usize = 20;
+    if batch.len() > BY_KEY {
+        warn!(
+            messages = batch.len() - BY_KEY,
+            reason = ?why,
+            "publishes given up unconfirmed beyond the ones logged by key: they may have arrived",
+        );
+    }
+    for out in batch.iter().take(BY_KEY) {
+        let occ = &out.occurrence;
+        warn!(
+            job = %occ.job,
+            key = %occ.key,
+            epoch = occ.epoch,
+            reason = ?why,
+            "publish given up unconfirmed: it may have arrived",
+        );
+    }
 }
 
 /// Runs a store or broker operation until it succeeds, along [`LEADER_RETRY`], for as long

@@ -124,7 +124,7 @@ impl Scheduler {
         drop(cursors);
         info!(
             epoch,
-            jobs = lead.jobs.len(),
+            jobs = lead.jobs(),
             catchup = catchup.len(),
             "taking over: publishing catch-up, then scheduling"
         );

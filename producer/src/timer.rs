@@ -2,15 +2,14 @@
 //! the earliest fire and never polls. Idle cost is one sleeping task whatever the number of
 //! jobs.
 //!
-//! Entries are never removed in place: a job that changed or left the config gets a new
-//! generation, and [`Timer::pop_due`] hands stale entries back for the caller to drop
-//! (lazy deletion keeps every operation O(log n)).
+//! An entry names its job by its index in the config (4 bytes, not the name), so the heap
+//! costs 28 bytes per job; a reload that moves, changes or removes jobs rewrites the
+//! entries at once ([`Timer::retain_mut`], O(n)), so every entry is of a current job.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use chrono::{DateTime, Utc};
-use cronq_shared::names::JobName;
 
 /// One scheduled fire.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -19,10 +18,8 @@ pub struct Entry {
     pub fire: DateTime<Utc>,
     /// The nominal scheduled instant (the key's).
     pub at: DateTime<Utc>,
-    /// Which job.
-    pub job: JobName,
-    /// The job's generation when this entry was pushed.
-    pub generation: u64,
+    /// Which job: its index in the config's jobs.
+    pub job: u32,
 }
 
 /// The min-heap of every job's next fire.
@@ -60,7 +57,14 @@ impl Timer {
         due
     }
 
-    /// How many entries (including stale ones) are queued.
+    /// Keeps the entries `keep` returns true for, as it changed them, in O(n).
+    pub fn retain_mut(&mut self, mut keep: impl FnMut(&mut Entry) -> bool) {
+        let mut entries = std::mem::take(&mut self.heap).into_vec();
+        entries.retain_mut(|Reverse(e)| keep(e));
+        self.heap = BinaryHeap::from(entries);
+    }
+
+    /// How many entries are queued.
     pub fn len(&self) -> usize {
         self.heap.len()
     }
@@ -75,48 +79,58 @@ impl Timer {
 mod tests {
     use super::*;
 
-    fn entry(fire: &str, job: &str) -> Entry {
+    fn entry(fire: &str, job: u32) -> Entry {
         let fire: DateTime<Utc> = fire.parse().unwrap();
         Entry {
             fire,
             at: fire,
-            job: JobName::new(job).unwrap(),
-            generation: 0,
+            job,
         }
     }
 
     #[test]
     fn pops_due_entries_in_fire_order() {
         let mut timer = Timer::from_entries(vec![
-            entry("2026-11-30T10:00:03Z", "c"),
-            entry("2026-11-30T10:00:01Z", "a"),
-            entry("2026-11-30T10:00:02Z", "b"),
+            entry("2026-11-30T10:00:03Z", 2),
+            entry("2026-11-30T10:00:01Z", 0),
+            entry("2026-11-30T10:00:02Z", 1),
         ]);
         assert_eq!(
             timer.next_fire(),
             Some("2026-11-30T10:00:01Z".parse().unwrap())
         );
         let due = timer.pop_due("2026-11-30T10:00:02Z".parse().unwrap());
-        let jobs: Vec<_> = due.iter().map(|e| e.job.as_str()).collect();
-        assert_eq!(jobs, ["a", "b"]);
+        let jobs: Vec<_> = due.iter().map(|e| e.job).collect();
+        assert_eq!(jobs, [0, 1]);
         assert_eq!(timer.len(), 1);
-        timer.push(entry("2026-11-30T10:00:00Z", "d"));
+        timer.push(entry("2026-11-30T10:00:00Z", 3));
         assert_eq!(
             timer.next_fire(),
             Some("2026-11-30T10:00:00Z".parse().unwrap())
         );
+        // Rewritten in place: 3 dropped, 2 renumbered, still in fire order.
+        timer.push(entry("2026-11-30T10:00:04Z", 4));
+        timer.retain_mut(|e| {
+            e.job = e.job.saturating_sub(1);
+            e.job != 2
+        });
+        let rest: Vec<_> = timer
+            .pop_due("2026-11-30T10:00:09Z".parse().unwrap())
+            .iter()
+            .map(|e| e.job)
+            .collect();
+        assert_eq!(rest, [1, 3]);
+        assert_eq!(std::mem::size_of::<Entry>(), 28);
     }
 
     #[test]
     fn a_million_jobs_build_quickly() {
         let base: DateTime<Utc> = "2026-11-30T10:00:00Z".parse().unwrap();
-        let job = JobName::new("j").unwrap();
-        let entries = (0..1_000_000i64)
+        let entries = (0..1_000_000u32)
             .map(|i| Entry {
-                fire: base + chrono::TimeDelta::seconds(i % 86_400),
+                fire: base + chrono::TimeDelta::seconds(i64::from(i % 86_400)),
                 at: base,
-                job: job.clone(),
-                generation: 0,
+                job: i,
             })
             .collect();
         let timer = Timer::from_entries(entries);

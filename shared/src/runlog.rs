@@ -7,7 +7,12 @@
 //! the same atomic step as the record ([`crate::ledger`]); [`RunLog::record`] is for the
 //! backends and tools. Invariant: the history is bounded: at most about
 //! [`DEFAULT_MAX_RUNS`] entries, none much older than the retention.
+//!
+//! Beside its entry, an attempt's output ([`RunOutput`]: a command's stdout and stderr
+//! tails, an http handler's status and body head) is kept by [`RunLog::keep_output`] under
+//! the same bounds, apart from the entry so that the history stays small to list.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -20,6 +25,60 @@ use crate::store::StoreError;
 
 /// How many runs are kept at most, by default.
 pub const DEFAULT_MAX_RUNS: usize = 100_000;
+
+/// How much of each of a command's stdout and stderr an attempt keeps, by default: the
+/// last 64 KiB (a consumer's `--output-limit`).
+pub const DEFAULT_OUTPUT_LIMIT: usize = 64 * 1024;
+
+/// How much of an http handler's response body an attempt keeps: the first 4 KiB.
+pub const HTTP_BODY_LIMIT: usize = 4 * 1024;
+
+/// What an attempt printed or was answered, kept with its run: a command's stdout and
+/// stderr tails, an http handler's response status and the head of its body. Secrets of
+/// the job's handler are masked before it is kept ([`RunOutput::masked`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunOutput {
+    /// The end of a command's stdout.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub stdout: String,
+    /// The end of a command's stderr.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub stderr: String,
+    /// An http handler's response status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_status: Option<u16>,
+    /// The start of an http handler's response body.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub http_body: String,
+    /// Whether a part was cut to its limit (a stream's start, a body's end).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
+impl RunOutput {
+    /// Nothing to keep.
+    pub fn is_empty(&self) -> bool {
+        self.stdout.is_empty()
+            && self.stderr.is_empty()
+            && self.http_status.is_none()
+            && self.http_body.is_empty()
+    }
+
+    /// This output with every occurrence of each of `secrets` replaced by `***`. Secrets
+    /// shorter than 4 characters are left alone: masking them would garble the text and
+    /// hide nothing.
+    #[must_use]
+    pub fn masked<'a>(mut self, secrets: impl IntoIterator<Item = &'a str>) -> Self {
+        for secret in secrets.into_iter().filter(|s| s.chars().count() >= 4) {
+            for text in [&mut self.stdout, &mut self.stderr, &mut self.http_body] {
+                if text.contains(secret) {
+                    *text = text.replace(secret, "***");
+                }
+            }
+        }
+        self
+    }
+}
 
 /// How an attempt ended, as the history shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -190,11 +249,50 @@ pub trait RunLog: Send + Sync + 'static {
     /// # Errors
     /// [`StoreError`] when the store cannot be reached or an entry is unreadable.
     async fn list(&self, job: Option<&JobName>, limit: usize) -> Result<Vec<Run>, StoreError>;
+
+    /// Keeps `output` of attempt `attempt` of `key`, under the history's bounds (its
+    /// retention; at most about as many outputs as runs). A second output of the same
+    /// attempt replaces the first.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store cannot be reached.
+    async fn keep_output(
+        &self,
+        key: &OccurrenceKey,
+        attempt: u32,
+        output: &RunOutput,
+    ) -> Result<(), StoreError>;
+
+    /// The outputs kept of `key`'s attempts, by attempt (empty: none kept, or expired).
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store cannot be reached or an output is unreadable.
+    async fn outputs(&self, key: &OccurrenceKey) -> Result<BTreeMap<u32, RunOutput>, StoreError>;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_output_is_masked_everywhere_but_not_for_tiny_secrets() {
+        let output = RunOutput {
+            stdout: "token=s3cr3t-t0k and s3cr3t-t0k again".into(),
+            stderr: "a: s3cr3t-t0k".into(),
+            http_status: None,
+            http_body: "abc".into(),
+            truncated: false,
+        };
+        let masked = output.masked(["s3cr3t-t0k", "abc", ""]);
+        assert_eq!(masked.stdout, "token=*** and *** again");
+        assert_eq!(masked.stderr, "a: ***");
+        assert_eq!(
+            masked.http_body, "abc",
+            "a secret of 3 characters is not masked"
+        );
+        let json = serde_json::to_string(&RunOutput::default()).unwrap();
+        assert_eq!(json, "{}", "an empty output is stored as nothing");
+    }
 
     #[test]
     fn every_outcome_is_listed_at_its_index_and_parses_back() {

@@ -76,7 +76,9 @@ pub async fn run(cli: &Cli, args: &ConsumerArgs, root: CancellationToken) -> any
         digest_rx,
         tally,
     );
-    let consumer = Consumer::new(config, Arc::new(broker), ledger, options).following(config_rx);
+    let consumer = Consumer::new(config, Arc::new(broker), ledger, options)
+        .following(config_rx)
+        .keep_outputs(Arc::clone(&stores.runlog), args.output.output_limit);
     let beside = root.child_token();
     let (served, ran, (), (), ()) = tokio::join!(
         admin::serve(args.serve.admin_addr, metrics, ready, root.clone()),

@@ -5,13 +5,12 @@
 use std::path::Path;
 
 use anyhow::Context as _;
-use clap::CommandFactory as _;
 
 use crate::cli::Cli;
 
 /// Prints the completion script of `shell` on stdout.
 pub fn completions(shell: clap_complete::Shell) {
-    let mut command = Cli::command();
+    let mut command = Cli::shaped();
     clap_complete::generate(shell, &mut command, "cronq", &mut std::io::stdout());
 }
 
@@ -20,7 +19,7 @@ pub fn completions(shell: clap_complete::Shell) {
 /// # Errors
 /// When a page cannot be written, naming the file.
 pub fn man(dir: Option<&Path>) -> anyhow::Result<()> {
-    let command = Cli::command();
+    let command = Cli::shaped();
     let Some(dir) = dir else {
         clap_mangen::Man::new(command)
             .render(&mut std::io::stdout())

@@ -1,15 +1,19 @@
 //! `cronq producer`: join leader election; the leader publishes occurrences. Glue only: the
 //! work is in the `cronq_producer` library.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use cronq_producer::{ConfigCheck, Producer, Reloader, instance_id, leader};
+use cronq_producer::{ConfigCheck, Leadership, Producer, Reloader, instance_id, leader};
+use cronq_shared::config::Config;
 use cronq_shared::lease::Lease;
-use cronq_shared::registry::Role;
 use cronq_shared::registry::digest::Digester;
 use cronq_shared::registry::reporter::Reporter;
 use cronq_shared::registry::tally::{CountingBroker, Tally};
+use cronq_shared::registry::{Registry, Role};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -57,40 +61,79 @@ pub async fn run(cli: &Cli, args: &ServeArgs, root: CancellationToken) -> anyhow
     let ready = readiness(lease.clone(), instance.clone());
     let (reloader, config_rx) = Reloader::new(config, hangups);
     let reloader = reloader.with_store(stores.jobs.clone());
-    // One digest per config, for the reporter and the config check alike.
-    let (digester, digest_rx) = Digester::new(config_rx.clone()).await;
     // What the leader publishes is counted for the Fleet page (docs/dashboard.md).
     let tally = Tally::default();
     let counted = Arc::new(CountingBroker::new(broker.clone(), tally.clone()));
-    let reporter = Reporter::new(
-        stores.registry.clone(),
-        &instance,
-        Role::Producer,
-        digest_rx.clone(),
+    let producer = Producer::new(counted, lease, control, config_rx.clone(), instance.clone())
+        .with_reloader(reloader);
+    let fleet = Fleet {
+        registry: stores.registry,
+        instance,
+        config: config_rx,
         tally,
-    );
-    let producer =
-        Producer::new(counted, lease, control, config_rx, instance).with_reloader(reloader);
-    let reporter = reporter.with_leading(leader::leading_since(producer.leadership()));
-    let check = ConfigCheck::new(stores.registry, digest_rx, producer.leadership());
-    // The digester, the reporter and the check stop with the producer, so the record
-    // leaves last.
+        leadership: producer.leadership(),
+        first_term: Box::pin(producer.first_term()),
+    };
+    // The fleet's part stops with the producer, so the record leaves last.
     let beside = root.child_token();
-    let (served, ran, (), (), ()) = tokio::join!(
+    let (served, ran, ()) = tokio::join!(
         admin::serve(args.admin_addr, metrics, ready, root.clone()),
         async {
             let r = producer.run(root.child_token()).await;
             beside.cancel();
             r
         },
-        digester.run(beside.clone()),
-        reporter.run(beside.clone()),
-        check.run(beside.clone()),
+        fleet.run(beside.clone()),
     );
     signal_tasks.shutdown().await;
     broker.close().await;
     ran.context("while running the producer")?;
     served
+}
+
+/// The producer's part in the fleet registry: its reports, and while it leads, the check
+/// that every instance runs its config.
+struct Fleet {
+    registry: Arc<dyn Registry>,
+    instance: String,
+    config: watch::Receiver<Arc<Config>>,
+    tally: Tally,
+    leadership: watch::Receiver<Option<Leadership>>,
+    first_term: Pin<Box<dyn Future<Output = ()> + Send>>,
+}
+
+impl Fleet {
+    /// Reports until `token` is cancelled. The config's digest (both parts need it) takes
+    /// seconds at a million jobs, so it is computed only once this producer leads, or once
+    /// its first election has had a `[leader] retry` to make it leader: it never delays
+    /// the take-over (docs/benchmarks.md). Until then the instance is not
+    /// reported.
+    async fn run(self, token: CancellationToken) {
+        let decided = self.config.borrow().leader.retry;
+        let first = tokio::time::timeout(decided, self.first_term);
+        if token.run_until_cancelled(first).await.is_none() {
+            return;
+        }
+        // One digest per config, for the reporter and the config check alike.
+        let Some((digester, digest)) = token.run_until_cancelled(Digester::new(self.config)).await
+        else {
+            return;
+        };
+        let reporter = Reporter::new(
+            self.registry.clone(),
+            self.instance,
+            Role::Producer,
+            digest.clone(),
+            self.tally,
+        )
+        .with_leading(leader::leading_since(self.leadership.clone()));
+        let check = ConfigCheck::new(self.registry, digest, self.leadership);
+        tokio::join!(
+            digester.run(token.clone()),
+            reporter.run(token.clone()),
+            check.run(token),
+        );
+    }
 }
 
 /// Ready while Redis answers the lease lookup; the detail says leader or standby.

@@ -128,8 +128,9 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
     // job added to the file runs instead of being dead-lettered as unknown.
     let (reloader, config_rx) = Reloader::new(config.clone(), hangups);
     let reloader = reloader.with_store(stores.jobs.clone());
-    let consumer =
-        Consumer::new(config, broker.clone(), ledger, options).following(config_rx.clone());
+    let consumer = Consumer::new(config, broker.clone(), ledger, options)
+        .following(config_rx.clone())
+        .keep_outputs(Arc::clone(&stores.runlog), args.output.output_limit);
     // One digest per config, for the reporter and the config check alike.
     let (digester, digest_rx) = Digester::new(config_rx.clone()).await;
     let lease = stores.lease.clone();

@@ -344,15 +344,54 @@ pub async fn runs(
             app.source.store_name
         )));
     }
+    // One occurrence's attempts come with their outputs.
+    let runs: Vec<Value> = match key_outputs(&app, &q).await? {
+        Some(outputs) => r
+            .page
+            .rows
+            .iter()
+            .map(|run| ops::json::run_with_output(run, outputs.get(&run.attempt)))
+            .collect(),
+        None => r.page.rows.iter().map(run_json).collect(),
+    };
     Ok(Json(json!({
         "total": r.page.total,
         "page": r.page.page,
         "pages": r.page.pages(),
         "per_page": r.page.per_page,
         "scanned": r.scanned,
-        "runs": r.page.rows.iter().map(run_json).collect::<Vec<_>>(),
+        "runs": runs,
     }))
     .into_response())
+}
+
+/// With a `key` filter naming an occurrence, the outputs kept of its attempts.
+///
+/// # Errors
+/// 503 when the run history cannot be read.
+pub async fn key_outputs(
+    app: &App,
+    q: &RunsQuery,
+) -> Result<Option<std::collections::BTreeMap<u32, cronq_shared::runlog::RunOutput>>, ApiError> {
+    let Some(key) = q
+        .key
+        .as_deref()
+        .and_then(|k| k.trim().parse::<cronq_shared::key::OccurrenceKey>().ok())
+    else {
+        return Ok(None);
+    };
+    app.source
+        .stores
+        .runlog
+        .outputs(&key)
+        .await
+        .map(Some)
+        .map_err(|e| {
+            ApiError::unavailable(format!(
+                "cannot read the outputs of {key} from {}: {e}",
+                app.source.store_name
+            ))
+        })
 }
 
 /// `GET /api/v1/dead-letters`.

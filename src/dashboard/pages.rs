@@ -623,7 +623,7 @@ fn runs_table(runs: &[cronq_shared::runlog::Run], zone: Option<Tz>, with_job: bo
             tbody {
                 @for r in runs {
                     tr data-key=(r.key) {
-                        td { code { (r.key) } }
+                        td { a href=(format!("/runs?{}", encode(&[("key", r.key.to_string())]))) title="this occurrence's attempts and their output" { code { (r.key) } } }
                         @if with_job { td { a href=(format!("/jobs/{}", r.job)) { (r.job.as_str()) } } }
                         td { (r.attempt) }
                         td { (r.consumer) }
@@ -649,6 +649,7 @@ pub async fn runs(
     let viewer = Viewer::of(&app, &headers);
     let snap = app.snapshot();
     let selected = api::select_runs(&app, &q).await;
+    let outputs = api::key_outputs(&app, &q).await.ok().flatten();
     let outcomes = [
         ("", "any outcome"),
         ("succeeded", "succeeded"),
@@ -692,6 +693,19 @@ pub async fn runs(
                 format!("/runs?{}", encode(&pairs))
             }))
             p.note { "Newest first; filtered from the " (r.scanned) " newest entries read." }
+            @if let Some(outputs) = &outputs {
+                h2 { "Output" }
+                @if outputs.is_empty() { p.note { "No output kept for this occurrence." } }
+                @for (attempt, o) in outputs {
+                    section.output data-attempt=(attempt) {
+                        h3 { "attempt " (attempt) @if o.truncated { " (cut to its limit)" } }
+                        @if let Some(status) = o.http_status { p { "http status " (status) } }
+                        @for (name, text) in [("stdout", &o.stdout), ("stderr", &o.stderr), ("http body", &o.http_body)] {
+                            @if !text.is_empty() { h4 { (name) } pre.output { (text) } }
+                        }
+                    }
+                }
+            }
         }
     };
     page(&app, &headers, &viewer, "Runs", "Runs", main)

@@ -152,7 +152,7 @@ impl Refresher {
     pub async fn run(self, token: CancellationToken) -> anyhow::Result<()> {
         let mut next = Arc::new(Vec::new());
         let mut comparer = Comparer::default();
-        let own = Reference::from(&ConfigDigest::of_shared(self.source.config.clone()).await);
+        let own: Reference = ConfigDigest::of_shared(self.source.config.clone()).await;
         loop {
             let previous = self.tx.borrow().clone();
             next = next_fires(&self.source.config, next).await;

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use cronq_shared::broker::Folded;
 use cronq_shared::config::Job;
 use cronq_shared::control::Pause;
-use cronq_shared::runlog::Run;
+use cronq_shared::runlog::{Run, RunOutput};
 use serde_json::{Value, json};
 
 use crate::output;
@@ -54,6 +54,13 @@ pub fn run(r: &Run) -> Value {
         "outcome": r.outcome.as_str(),
         "error": r.error,
     })
+}
+
+/// A run with its output (`null` when none was kept).
+pub fn run_with_output(r: &Run, output: Option<&RunOutput>) -> Value {
+    let mut value = run(r);
+    value["output"] = serde_json::to_value(output).unwrap_or(Value::Null);
+    value
 }
 
 /// One dead run: its oldest letter, without its body, and how many copies of it the

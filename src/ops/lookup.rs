@@ -132,7 +132,8 @@ impl Queue {
     }
 }
 
-/// The queue of `target` (RabbitMQ fails within 10 s, naming the redacted URL).
+/// The queue of `target` (RabbitMQ is tried once per node: a refused connection fails at
+/// once, naming the redacted URL).
 ///
 /// # Errors
 /// When RabbitMQ cannot be reached or the data file cannot be used.
@@ -140,7 +141,7 @@ pub async fn queue(target: &Target) -> anyhow::Result<Queue> {
     match target {
         Target::Fleet(endpoints) => {
             let amqp = data_file_hint(
-                cronq_backends::broker(endpoints)
+                cronq_backends::broker_now(endpoints)
                     .await
                     .context("while connecting to RabbitMQ"),
             )?;

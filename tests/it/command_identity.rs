@@ -32,7 +32,7 @@ async fn a_command_runs_as_its_user_in_its_cwd_with_its_env_and_the_payload_on_s
     if !Uid::effective().is_root() {
         eprintln!(
             "skipped: running a command as another user needs root (CI runs as root); \
-             `a_user_this_process_cannot_take_stops_the_start` covers the refusal"
+             `a_user_group_or_cwd_this_machine_cannot_give_stops_the_start` covers the refusal"
         );
         return;
     }

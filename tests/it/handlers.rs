@@ -96,6 +96,70 @@ command = ["sh", "-c", "echo $CRONQ_JOB $CRONQ_KEY $CRONQ_ATTEMPT $CRONQ_SCHEDUL
 
 on_every_backend!(command_gets_env_and_payload, "consumer_env");
 
+/// Each attempt's output is kept with its run: a command's stdout and stderr (a successful
+/// run's too), their last 64 KiB when longer, the job's `env` values masked.
+async fn outputs_are_kept_with_their_runs(backend: Backend, env: TestEnv) {
+    let toml = r#"
+[[job]]
+name = "talky"
+schedule = "@every 1s"
+env = { API_TOKEN = "s3cr3t-value" }
+command = ["sh", "-c", "echo \"calling with $API_TOKEN\"; echo 'a warning' >&2"]
+
+[[job]]
+name = "loud"
+schedule = "@every 1s"
+max_attempts = 1
+command = ["sh", "-c", "head -c 100000 /dev/zero | tr '\\0' x; echo; echo END; exit 3"]
+"#;
+    let mut fleet = Fleet::new(backend, &env, toml).await;
+    fleet.start("c1", Handlers::new(), 2).await;
+    fleet
+        .publish([occurrence("talky", 1), occurrence("loud", 1)])
+        .await;
+    let talky = fleet.settled("talky", 1).await;
+    assert_eq!(talky[0].outcome, Outcome::Succeeded, "{talky:?}");
+    let kept = fleet.runlog.outputs(&talky[0].key).await.unwrap();
+    let output = &kept[&1];
+    assert_eq!(output.stdout, "calling with ***\n", "{output:?}");
+    assert_eq!(output.stderr, "a warning\n");
+    assert!(!output.truncated);
+
+    let loud = fleet.settled("loud", 1).await;
+    assert_eq!(loud[0].outcome, Outcome::Failed, "{loud:?}");
+    let kept = fleet.runlog.outputs(&loud[0].key).await.unwrap();
+    let output = &kept[&1];
+    assert_eq!(
+        output.stdout.len(),
+        cronq_shared::runlog::DEFAULT_OUTPUT_LIMIT
+    );
+    assert!(
+        output.stdout.ends_with("xxx\nEND\n"),
+        "{:?}",
+        &output.stdout[output.stdout.len() - 20..]
+    );
+    assert!(output.truncated && output.stderr.is_empty());
+    // The error is the stdout's last 4 KiB (stderr is empty), as before.
+    let error = loud[0].error.as_deref().unwrap_or_default();
+    assert!(
+        error.ends_with("xxx\nEND") && error.len() < 4200,
+        "{}",
+        error.len()
+    );
+    // An occurrence that was not run has no output.
+    assert!(
+        fleet
+            .runlog
+            .outputs(&occurrence("talky", 2).key)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    fleet.stop().await;
+}
+
+on_every_backend!(outputs_are_kept_with_their_runs, "consumer_outputs");
+
 async fn http_handler_success_and_failure(backend: Backend, env: TestEnv) {
     use axum::routing::post;
     let bodies: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
@@ -132,25 +196,53 @@ name = "hook-fail"
 schedule = "@every 1s"
 max_attempts = 1
 http = {{ url = "http://{addr}/fail" }}
+
+[[job]]
+name = "hook-refused"
+schedule = "@every 1s"
+max_attempts = 1
+http = {{ url = "http://127.0.0.1:1/x" }}
 "#
     );
     let mut fleet = Fleet::new(backend, &env, &toml).await;
     fleet.start("c1", Handlers::new(), 2).await;
     fleet
-        .publish([occurrence("hook-ok", 1), occurrence("hook-fail", 1)])
+        .publish([
+            occurrence("hook-ok", 1),
+            occurrence("hook-fail", 1),
+            occurrence("hook-refused", 1),
+        ])
         .await;
     let ok = fleet.settled("hook-ok", 1).await;
     assert_eq!(ok[0].outcome, Outcome::Succeeded, "{ok:?}");
+    let kept = fleet.runlog.outputs(&ok[0].key).await.unwrap();
+    assert_eq!(
+        (kept[&1].http_status, kept[&1].http_body.as_str()),
+        (Some(200), "fine")
+    );
     let body = bodies.lock().unwrap()[0].clone();
     assert_eq!(body["kind"], "occurrence.v1");
     assert_eq!(body["key"], occurrence("hook-ok", 1).key.to_string());
     let failed = fleet.settled("hook-fail", 1).await;
     assert_eq!(failed[0].outcome, Outcome::Failed);
+    let kept = fleet.runlog.outputs(&failed[0].key).await.unwrap();
+    assert_eq!(
+        (kept[&1].http_status, kept[&1].http_body.as_str()),
+        (Some(503), "try later")
+    );
     assert_eq!(
         failed[0].error.as_deref(),
         Some(
             format!("POST http://{addr}/fail answered 503 Service Unavailable: try later").as_str()
         )
+    );
+    // A request that never got an answer says why, not only "error sending request".
+    let refused = fleet.settled("hook-refused", 1).await;
+    let error = refused[0].error.as_deref().unwrap_or_default();
+    assert!(
+        error.starts_with("POST http://127.0.0.1:1/x failed: error sending request")
+            && error.contains("Connection refused"),
+        "{error}"
     );
     server.abort();
     fleet.stop().await;

@@ -25,6 +25,8 @@
 //!   dead-letter queue;
 //! - `docs_links`: every relative link of the README and `docs/` names a file and heading;
 //! - `packaging`: completions, man pages, `cronq version` and the systemd units;
+//! - `monitoring`: the Prometheus alert rules (promtool) and the Grafana dashboard of
+//!   `deploy/`, against the metrics real processes export;
 //! - `standalone`: `cronq standalone` with its defaults;
 //! - `standalone_data`: `cronq standalone` on a data file: catch-up after a restart,
 //!   `kill -9`, operations on the file while it runs, a standby on the same file, start
@@ -54,6 +56,7 @@ mod g5_bad_input;
 mod ha;
 mod handlers;
 mod job_labels;
+mod monitoring;
 mod operations;
 mod packaging;
 mod ports;

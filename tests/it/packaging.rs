@@ -104,7 +104,6 @@ fn help_puts_a_commands_own_options_first_and_shows_examples() {
         &["next"],
         &["producer"],
         &["consumer"],
-        &["standalone"],
         &["dashboard"],
         &["jobs"],
         &["runs"],
@@ -137,6 +136,35 @@ fn help_puts_a_commands_own_options_first_and_shows_examples() {
             "{sub:?}"
         );
     }
+    // A standalone's help leaves out the fleet's connections, which it does not use, and
+    // a producer's and a consumer's the data file; a hidden option still parses.
+    let standalone = cronq(&["standalone", "--help"]);
+    assert!(standalone.contains("\nExamples:\n  cronq "), "{standalone}");
+    for unused in [
+        "--amqp-url",
+        "--redis-url",
+        "--namespace",
+        "Connections (RabbitMQ, Redis)",
+    ] {
+        assert!(
+            !standalone.contains(unused),
+            "standalone lists {unused}:\n{standalone}"
+        );
+    }
+    for used in ["--data ", "--data-sync", "--signing-key-file", "--grace"] {
+        assert!(
+            standalone.contains(used),
+            "standalone lacks {used}:\n{standalone}"
+        );
+    }
+    for fleet in ["producer", "consumer"] {
+        let help = cronq(&[fleet, "--help"]);
+        assert!(
+            help.contains("--amqp-url") && !help.contains("--data-sync"),
+            "{fleet}:\n{help}"
+        );
+    }
+    assert!(cronq(&["standalone", "--namespace", "x", "--help"]).contains("--grace"));
     // `next`'s own options come before the connection options (--from was between them).
     let help = cronq(&["next", "--help"]);
     assert!(

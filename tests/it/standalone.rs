@@ -240,6 +240,13 @@ async fn the_example_config_runs_clean_but_for_its_intended_failure() {
                 "only the job that fails on purpose fails: {r}"
             );
         }
+        // A run that succeeds is told at the default log level (info), with its job.
+        let log = env.log("standalone");
+        assert!(
+            log.lines()
+                .any(|l| l.contains("attempt succeeded") && l.contains("nightly-report")),
+            "{log}"
+        );
     })
     .await;
 }
@@ -328,4 +335,171 @@ async fn in_process_producer_on_memory_ports_publishes_and_releases_on_cancel() 
         None,
         "the lease is released on shutdown"
     );
+}
+
+/// The README's walk-through: the example's failing job dead-lettered, "fixed" in the file,
+/// the running standalone reloaded with SIGHUP, and `dlq replay` runs the letter again
+/// under its key, with the fixed command: it succeeds and the queue is empty.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_readme_walk_through_fixes_and_replays_the_failing_job() {
+    scoped("standalone_walk_through", |env| async move {
+        let example = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/examples/cronq.example.toml"
+        ))
+        .expect("the example config");
+        let config = env.write_config("cronq.toml", &example);
+        let config = config.to_str().expect("a UTF-8 path");
+        let data = env.dir.join("cronq.db");
+        let data = data.to_str().expect("a UTF-8 path");
+        let pid = env.spawn(
+            "standalone",
+            &[
+                "standalone",
+                "--config",
+                config,
+                "--data",
+                data,
+                "--grace",
+                "5s",
+            ],
+        );
+        let letters = |env: &crate::support::TestEnv| -> Option<serde_json::Value> {
+            let out = env.run(&["dlq", "list", "--json", "--data", data]);
+            serde_json::from_slice(&out.stdout).ok()
+        };
+        let dead = eventually(
+            Duration::from_secs(45),
+            "the failing job's dead letter",
+            || async {
+                let v = letters(&env)?;
+                let key = v["letters"]
+                    .as_array()?
+                    .iter()
+                    .find(|l| l["job"] == "fails-on-purpose")?["key"]
+                    .as_str()?
+                    .to_owned();
+                Some(key)
+            },
+        )
+        .await;
+
+        // "Fix" it as the example's comment says, and reload the running standalone.
+        let fixed = example.replace(
+            "see its comment in the example config' >&2; exit 1\"]",
+            "see its comment in the example config' >&2; exit 0\"]",
+        );
+        assert_ne!(
+            fixed, example,
+            "the example's failing command is where the README says"
+        );
+        std::fs::write(config, &fixed).expect("the fixed config");
+        env.signal(pid, Signal::SIGHUP);
+        eventually(Duration::from_secs(10), "the reload", || async {
+            env.log("standalone")
+                .contains("config reloaded")
+                .then_some(())
+        })
+        .await;
+
+        let out = env.run(&[
+            "dlq",
+            "replay",
+            "--job",
+            "fails-on-purpose",
+            "--data",
+            data,
+            "--config",
+            config,
+        ]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        eventually(
+            Duration::from_secs(20),
+            "the replayed letter's success",
+            || async {
+                let out = env.run(&[
+                    "runs",
+                    "--json",
+                    "--job",
+                    "fails-on-purpose",
+                    "--data",
+                    data,
+                ]);
+                let runs: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+                runs["runs"]
+                    .as_array()?
+                    .iter()
+                    .any(|r| r["key"] == dead.as_str() && r["outcome"] == "succeeded")
+                    .then_some(())
+            },
+        )
+        .await;
+        // Every later occurrence succeeds too: none of the job is dead-lettered again.
+        tokio::time::sleep(Duration::from_secs(21)).await;
+        let left: Vec<serde_json::Value> = letters(&env)
+            .and_then(|v| v["letters"].as_array().cloned())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{left:?}");
+        env.signal(pid, Signal::SIGTERM);
+        assert_eq!(
+            env.wait(pid, Duration::from_secs(15)),
+            Some(0),
+            "{}",
+            env.log("standalone")
+        );
+    })
+    .await;
+}
+
+/// `cronq runs --key K --output` shows what each attempt printed, kept with its run, and
+/// `--json` gives it as each run's `output`.
+#[tokio::test(flavor = "multi_thread")]
+async fn runs_output_shows_what_an_attempt_printed() {
+    scoped("standalone_output", |env| async move {
+        let config = env.write_config(
+            "cronq.toml",
+            r#"
+[[job]]
+name = "talky"
+schedule = "@every 1s"
+command = ["sh", "-c", "echo \"report for $CRONQ_KEY\"; echo 'disk almost full' >&2"]
+"#,
+        );
+        let config = config.to_str().expect("a UTF-8 path");
+        let data = env.dir.join("cronq.db");
+        let data = data.to_str().expect("a UTF-8 path");
+        let pid = env.spawn("standalone", &["standalone", "--config", config, "--data", data]);
+        let key = eventually(Duration::from_secs(20), "a run of talky", || async {
+            let out = env.run(&["runs", "--json", "--job", "talky", "--limit", "1", "--data", data]);
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+            Some(v["runs"][0]["key"].as_str()?.to_owned())
+        })
+        .await;
+        let out = env.run(&["runs", "--key", &key, "--output", "--data", data]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            text.contains(&format!("== {key} attempt 1 (succeeded)\n-- stdout\nreport for {key}\n-- stderr\ndisk almost full\n")),
+            "{text}"
+        );
+        let out = env.run(&["runs", "--key", &key, "--output", "--json", "--data", data]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("runs JSON");
+        assert_eq!(v["runs"].as_array().map(Vec::len), Some(1), "{v}");
+        assert_eq!(v["runs"][0]["output"]["stdout"], format!("report for {key}\n"));
+        assert_eq!(v["runs"][0]["output"]["stderr"], "disk almost full\n");
+        // Without --output, the JSON is as before; a malformed key is a usage error.
+        let out = env.run(&["runs", "--key", &key, "--json", "--data", data]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("runs JSON");
+        assert!(v["runs"][0].get("output").is_none(), "{v}");
+        let out = env.run(&["runs", "--key", "talky-yesterday", "--data", data]);
+        assert_eq!(out.status.code(), Some(2));
+        env.signal(pid, Signal::SIGTERM);
+        assert_eq!(env.wait(pid, Duration::from_secs(15)), Some(0), "{}", env.log("standalone"));
+    })
+    .await;
 }

@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use cronq_shared::names::JobName;
+use cronq_shared::registry::digest::{self as job_digests, JobDigest, JobDigests};
 use cronq_shared::registry::{Beat, COUNT_TTL, Counter, Registry};
 use cronq_shared::store::StoreError;
 
@@ -23,7 +24,7 @@ pub struct MemoryRegistry {
 #[derive(Debug, Default)]
 struct State {
     beats: BTreeMap<String, (Beat, Instant)>,
-    digests: HashMap<String, (Arc<HashMap<JobName, String>>, Instant)>,
+    digests: HashMap<String, (JobDigests, Instant)>,
     counts: HashMap<(Counter, i64), (u64, Instant)>,
 }
 
@@ -64,7 +65,7 @@ impl Registry for MemoryRegistry {
     async fn put_digests(
         &self,
         digest: &str,
-        jobs: &[(JobName, String)],
+        jobs: &[(JobName, JobDigest)],
         ttl: Duration,
     ) -> Result<(), StoreError> {
         let now = Instant::now();
@@ -73,19 +74,19 @@ impl Registry for MemoryRegistry {
         let entry = state
             .digests
             .entry(digest.to_owned())
-            .or_insert_with(|| (Arc::new(jobs.iter().cloned().collect()), now));
+            .or_insert_with(|| (job_digests::sorted(jobs.iter().cloned()), now));
         entry.1 = now + ttl;
         Ok(())
     }
 
-    async fn digests(&self, digest: &str) -> Result<Option<HashMap<JobName, String>>, StoreError> {
+    async fn digests(&self, digest: &str) -> Result<Option<JobDigests>, StoreError> {
         let now = Instant::now();
         Ok(self
             .lock()
             .digests
             .get(digest)
             .filter(|(_, until)| *until > now)
-            .map(|(m, _)| HashMap::clone(m)))
+            .map(|(m, _)| m.clone()))
     }
 
     async fn count(&self, counter: Counter, minute: i64, n: u64) -> Result<(), StoreError> {

@@ -1,19 +1,28 @@
 //! The run history port ([`cronq_shared::runlog::RunLog`]) in memory, capped at a
-//! number of runs (the oldest are dropped first).
+//! number of runs (the oldest are dropped first); outputs beside them, under the same cap.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
+use cronq_shared::key::OccurrenceKey;
 use cronq_shared::names::JobName;
-use cronq_shared::runlog::{DEFAULT_MAX_RUNS, Run, RunLog};
+use cronq_shared::runlog::{DEFAULT_MAX_RUNS, Run, RunLog, RunOutput};
 use cronq_shared::store::StoreError;
 
 /// The history in memory, capped at a number of runs.
 #[derive(Debug)]
 pub struct MemoryRunLog {
     runs: Mutex<VecDeque<Run>>,
+    outputs: Mutex<Outputs>,
     max_runs: usize,
+}
+
+/// The outputs kept, by key and attempt, and the order they were kept in (for the cap).
+#[derive(Debug, Default)]
+struct Outputs {
+    by_key: HashMap<String, BTreeMap<u32, RunOutput>>,
+    order: VecDeque<(String, u32)>,
 }
 
 impl Default for MemoryRunLog {
@@ -27,6 +36,7 @@ impl MemoryRunLog {
     pub fn new(max_runs: usize) -> Self {
         Self {
             runs: Mutex::new(VecDeque::new()),
+            outputs: Mutex::default(),
             max_runs: max_runs.max(1),
         }
     }
@@ -63,5 +73,49 @@ impl RunLog for MemoryRunLog {
             .take(limit)
             .cloned()
             .collect())
+    }
+
+    async fn keep_output(
+        &self,
+        key: &OccurrenceKey,
+        attempt: u32,
+        output: &RunOutput,
+    ) -> Result<(), StoreError> {
+        let mut outputs = self
+            .outputs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let replaced = outputs
+            .by_key
+            .entry(key.to_string())
+            .or_default()
+            .insert(attempt, output.clone());
+        if replaced.is_none() {
+            outputs.order.push_back((key.to_string(), attempt));
+        }
+        while outputs.order.len() > self.max_runs {
+            let Some((key, attempt)) = outputs.order.pop_front() else {
+                break;
+            };
+            if let Some(attempts) = outputs.by_key.get_mut(&key) {
+                attempts.remove(&attempt);
+                if attempts.is_empty() {
+                    outputs.by_key.remove(&key);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn outputs(&self, key: &OccurrenceKey) -> Result<BTreeMap<u32, RunOutput>, StoreError> {
+        let outputs = self
+            .outputs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Ok(outputs
+            .by_key
+            .get(key.as_str())
+            .cloned()
+            .unwrap_or_default())
     }
 }

@@ -167,10 +167,36 @@ impl AmqpBroker {
         replication: Replication,
         tls: &Tls,
     ) -> Result<Self, BrokerError> {
+        Self::open(urls, names, replication, tls, CONNECT_TIMEOUT).await
+    }
+
+    /// As [`Self::connect_with`], but trying each node once: for a one-shot command, which
+    /// should fail at once when nothing listens rather than wait for a broker to start.
+    ///
+    /// # Errors
+    /// As [`Self::connect_with`], after one attempt on each node.
+    pub async fn connect_once(
+        urls: &str,
+        names: Names,
+        replication: Replication,
+        tls: &Tls,
+    ) -> Result<Self, BrokerError> {
+        Self::open(urls, names, replication, tls, Duration::ZERO).await
+    }
+
+    /// Connects, retrying with backoff while `patience` lasts (zero: one round of the
+    /// nodes).
+    async fn open(
+        urls: &str,
+        names: Names,
+        replication: Replication,
+        tls: &Tls,
+        patience: Duration,
+    ) -> Result<Self, BrokerError> {
         let nodes = nodes::parse(urls, tls)?;
         let started = Instant::now();
         let opened = retry(
-            RECONNECT.within(CONNECT_TIMEOUT),
+            RECONNECT.within(patience),
             &CancellationToken::new(),
             || async {
                 let left = CONNECT_TIMEOUT.saturating_sub(started.elapsed());

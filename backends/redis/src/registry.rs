@@ -10,7 +10,6 @@
 //!
 //! None of these is a guarantee's write: they do not wait for replicas.
 
-use std::collections::HashMap;
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
@@ -19,6 +18,7 @@ use chrono::Utc;
 use redis::AsyncCommands;
 
 use cronq_shared::names::{JobName, Names};
+use cronq_shared::registry::digest::{self as job_digests, JobDigest, JobDigests};
 use cronq_shared::registry::{Beat, COUNT_TTL, Counter, Registry};
 use cronq_shared::store::StoreError;
 
@@ -135,7 +135,7 @@ impl Registry for RedisRegistry {
     async fn put_digests(
         &self,
         digest: &str,
-        jobs: &[(JobName, String)],
+        jobs: &[(JobName, JobDigest)],
         ttl: Duration,
     ) -> Result<(), StoreError> {
         let key = self.digests_key(digest);
@@ -146,9 +146,10 @@ impl Registry for RedisRegistry {
         }
         let temporary = format!("{key}:writing-{:08x}", rand_suffix());
         for chunk in jobs.chunks(WRITE_CHUNK) {
-            let fields: Vec<(&str, &str)> = chunk
+            // Stored as hex text, as every version wrote them.
+            let fields: Vec<(&str, String)> = chunk
                 .iter()
-                .map(|(j, d)| (j.as_str(), d.as_str()))
+                .map(|(j, d)| (j.as_str(), d.to_string()))
                 .collect();
             redis::pipe()
                 .hset_multiple(&temporary, &fields)
@@ -170,20 +171,18 @@ impl Registry for RedisRegistry {
             .map_err(failed)
     }
 
-    async fn digests(&self, digest: &str) -> Result<Option<HashMap<JobName, String>>, StoreError> {
+    async fn digests(&self, digest: &str) -> Result<Option<JobDigests>, StoreError> {
         let mut conn = self.conn.clone();
-        let raw: HashMap<String, String> = conn
+        let raw: Vec<(String, String)> = conn
             .hgetall(self.digests_key(digest))
             .await
             .map_err(failed)?;
         if raw.is_empty() {
             return Ok(None);
         }
-        Ok(Some(
-            raw.into_iter()
-                .filter_map(|(j, d)| Some((JobName::new(j).ok()?, d)))
-                .collect(),
-        ))
+        Ok(Some(job_digests::sorted(raw.into_iter().filter_map(
+            |(j, d)| Some((JobName::new(j).ok()?, JobDigest::parse(&d)?)),
+        ))))
     }
 
     async fn count(&self, counter: Counter, minute: i64, n: u64) -> Result<(), StoreError> {

@@ -3,12 +3,14 @@
 //! MINID ~` (none much older than the retention). The ledger's scripts append to the same
 //! stream with the record they end (`ledger/history.lua`).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::Utc;
+use cronq_shared::key::OccurrenceKey;
 use cronq_shared::names::{JobName, Names};
-use cronq_shared::runlog::{DEFAULT_MAX_RUNS, Outcome, Run, RunLog};
+use cronq_shared::runlog::{DEFAULT_MAX_RUNS, Outcome, Run, RunLog, RunOutput};
 use cronq_shared::store::StoreError;
 
 use crate::conn::RedisConn;
@@ -19,6 +21,9 @@ use crate::error::command;
 pub struct RedisRunLog {
     conn: RedisConn,
     key: String,
+    /// `ns:output`: an occurrence's outputs are the hash `ns:output:KEY`, one field per
+    /// attempt (the output as JSON), expiring with the retention.
+    outputs: String,
     retention: Duration,
     max_runs: usize,
 }
@@ -38,6 +43,7 @@ impl RedisRunLog {
         Self {
             conn,
             key: names.redis_key(&["runs"]),
+            outputs: names.redis_key(&["output"]),
             retention,
             max_runs: DEFAULT_MAX_RUNS,
         }
@@ -202,6 +208,55 @@ impl RunLog for RedisRunLog {
             }
         }
         Ok(out)
+    }
+
+    async fn keep_output(
+        &self,
+        key: &OccurrenceKey,
+        attempt: u32,
+        output: &RunOutput,
+    ) -> Result<(), StoreError> {
+        let hash = format!("{}:{key}", self.outputs);
+        let json = serde_json::to_string(output).map_err(|source| StoreError::Corrupt {
+            key: hash.clone(),
+            source,
+        })?;
+        let retention = u64::try_from(self.retention.as_millis()).unwrap_or(u64::MAX);
+        let mut conn = self.conn.clone();
+        redis::pipe()
+            .cmd("HSET")
+            .arg(&hash)
+            .arg(attempt)
+            .arg(json)
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(&hash)
+            .arg(retention.max(1))
+            .ignore()
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(command)
+    }
+
+    async fn outputs(&self, key: &OccurrenceKey) -> Result<BTreeMap<u32, RunOutput>, StoreError> {
+        let hash = format!("{}:{key}", self.outputs);
+        let mut conn = self.conn.clone();
+        let fields: Vec<(u32, String)> = redis::cmd("HGETALL")
+            .arg(&hash)
+            .query_async(&mut conn)
+            .await
+            .map_err(command)?;
+        fields
+            .into_iter()
+            .map(|(attempt, json)| {
+                serde_json::from_str(&json)
+                    .map(|o| (attempt, o))
+                    .map_err(|source| StoreError::Corrupt {
+                        key: format!("{hash} {attempt}"),
+                        source,
+                    })
+            })
+            .collect()
     }
 }
 

@@ -3,7 +3,6 @@
 //! so a reader never sees half of one), and per-minute counters. Lapsed rows are skipped
 //! when read and deleted when written.
 
-use std::collections::HashMap;
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
@@ -11,6 +10,7 @@ use async_trait::async_trait;
 use rusqlite::{OptionalExtension, params};
 
 use cronq_shared::names::JobName;
+use cronq_shared::registry::digest::{self as job_digests, JobDigest, JobDigests};
 use cronq_shared::registry::{Beat, COUNT_TTL, Counter, Registry};
 use cronq_shared::store::StoreError;
 
@@ -88,13 +88,13 @@ impl Registry for SqliteRegistry {
     async fn put_digests(
         &self,
         digest: &str,
-        jobs: &[(JobName, String)],
+        jobs: &[(JobName, JobDigest)],
         ttl: Duration,
     ) -> Result<(), StoreError> {
         let (digest, until) = (digest.to_owned(), until(ttl));
         let jobs: Vec<(String, String)> = jobs
             .iter()
-            .map(|(j, d)| (j.to_string(), d.clone()))
+            .map(|(j, d)| (j.to_string(), d.to_string()))
             .collect();
         self.db
             .run(move |conn| {
@@ -128,7 +128,7 @@ impl Registry for SqliteRegistry {
             .map_err(Failure::into_store)
     }
 
-    async fn digests(&self, digest: &str) -> Result<Option<HashMap<JobName, String>>, StoreError> {
+    async fn digests(&self, digest: &str) -> Result<Option<JobDigests>, StoreError> {
         let digest = digest.to_owned();
         self.db
             .run(move |conn| {
@@ -145,11 +145,9 @@ impl Registry for SqliteRegistry {
                     .prepare_cached("SELECT job, job_digest FROM job_digests WHERE digest = ?1")?
                     .query_map([&digest], |r| Ok((r.get(0)?, r.get(1)?)))?
                     .collect::<Result<_, _>>()?;
-                Ok(Some(
-                    rows.into_iter()
-                        .filter_map(|(j, d)| Some((JobName::new(j).ok()?, d)))
-                        .collect(),
-                ))
+                Ok(Some(job_digests::sorted(rows.into_iter().filter_map(
+                    |(j, d)| Some((JobName::new(j).ok()?, JobDigest::parse(&d)?)),
+                ))))
             })
             .await
             .map_err(Failure::into_store)

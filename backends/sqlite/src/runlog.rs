@@ -2,14 +2,17 @@
 //! and by age; the ledger appends in its own transactions (`append`), so a record and
 //! its run commit together. A field added to `Run` with a default needs no schema change:
 //! rows written before it (e.g. without `published_at`) read back with the default.
+//! Attempts' outputs are rows of their own (`outputs`), trimmed with the runs.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use rusqlite::{Connection, params};
 
+use cronq_shared::key::OccurrenceKey;
 use cronq_shared::names::JobName;
-use cronq_shared::runlog::{Run, RunLog};
+use cronq_shared::runlog::{Run, RunLog, RunOutput};
 use cronq_shared::store::StoreError;
 
 use crate::db::{Db, Failure, ms, now_ms};
@@ -60,9 +63,14 @@ pub(crate) fn trim(conn: &Connection, bounds: Bounds) -> Result<usize, Failure> 
     let by_count = conn
         .prepare_cached("DELETE FROM runs WHERE id <= (SELECT max(id) FROM runs) - ?1")?
         .execute([max])?;
+    let cutoff = now_ms().saturating_sub(ms(bounds.retention));
     let by_age = conn
         .prepare_cached("DELETE FROM runs WHERE at < ?1")?
-        .execute([now_ms().saturating_sub(ms(bounds.retention))])?;
+        .execute([cutoff])?;
+    conn.prepare_cached("DELETE FROM outputs WHERE id <= (SELECT max(id) FROM outputs) - ?1")?
+        .execute([max])?;
+    conn.prepare_cached("DELETE FROM outputs WHERE at < ?1")?
+        .execute([cutoff])?;
     Ok(by_count + by_age)
 }
 
@@ -100,6 +108,51 @@ impl RunLog for SqliteRunLog {
                 rows.into_iter()
                     .map(|(id, json)| {
                         serde_json::from_str(&json).map_err(Failure::corrupt(format!("runs/{id}")))
+                    })
+                    .collect()
+            })
+            .await
+            .map_err(Failure::into_store)
+    }
+
+    async fn keep_output(
+        &self,
+        key: &OccurrenceKey,
+        attempt: u32,
+        output: &RunOutput,
+    ) -> Result<(), StoreError> {
+        let (key, bounds) = (key.to_string(), self.bounds);
+        let json = serde_json::to_string(output).map_err(|source| StoreError::Corrupt {
+            key: format!("outputs/{key}/{attempt}"),
+            source,
+        })?;
+        self.db
+            .run(move |tx| {
+                tx.prepare_cached(
+                    "INSERT INTO outputs (key, attempt, at, output) VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (key, attempt) DO UPDATE SET at = excluded.at, output = excluded.output",
+                )?
+                .execute(params![key, attempt, now_ms(), json])?;
+                trim(tx, bounds)?;
+                Ok(())
+            })
+            .await
+            .map_err(Failure::into_store)
+    }
+
+    async fn outputs(&self, key: &OccurrenceKey) -> Result<BTreeMap<u32, RunOutput>, StoreError> {
+        let key = key.to_string();
+        self.db
+            .run(move |conn| {
+                let rows: Vec<(u32, String)> = conn
+                    .prepare_cached("SELECT attempt, output FROM outputs WHERE key = ?1")?
+                    .query_map([&key], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect::<Result<_, _>>()?;
+                rows.into_iter()
+                    .map(|(attempt, json)| {
+                        serde_json::from_str(&json)
+                            .map(|o| (attempt, o))
+                            .map_err(Failure::corrupt(format!("outputs/{key}/{attempt}")))
                     })
                     .collect()
             })

@@ -13,6 +13,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("schema/1.sql"),
     include_str!("schema/2.sql"),
     include_str!("schema/3.sql"),
+    include_str!("schema/4.sql"),
 ];
 
 /// The schema version this build writes.

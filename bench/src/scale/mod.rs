@@ -273,7 +273,8 @@ pub fn build_timer(config: &Config) -> Timer {
     let entries = config
         .jobs
         .iter()
-        .filter_map(|job| {
+        .enumerate()
+        .filter_map(|(index, job)| {
             let plan = planner::take_over(
                 &job.schedule,
                 job.catchup,
@@ -285,8 +286,7 @@ pub fn build_timer(config: &Config) -> Timer {
             plan.next.map(|at| Entry {
                 fire: planner::fire_at(job, at),
                 at,
-                job: job.name.clone(),
-                generation: 0,
+                job: u32::try_from(index).expect("fewer than 2^32 jobs"),
             })
         })
         .collect();

@@ -6,8 +6,9 @@
 //! `env` sets them). It runs as `user`/`group` ([`super::identity`]) in `cwd`. The payload
 //! JSON reaches it on stdin only, never on its command line; exit 0 is success. On cancellation the whole
 //! process group gets SIGTERM, then SIGKILL after the caller's grace, so grandchildren
-//! (`sh -c 'sleep 100'`) die too. The last [`TAIL_BYTES`] of stdout and stderr are kept;
-//! the stderr tail (or the stdout tail when stderr is empty) is the attempt's error.
+//! (`sh -c 'sleep 100'`) die too. The last [`TAIL_BYTES`] of stderr (or of stdout when
+//! stderr is empty) are the attempt's error; the last `limit` bytes of each are its
+//! output ([`Capture`]), the values of the job's `env` masked.
 
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
@@ -20,9 +21,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Child;
 use tokio_util::sync::CancellationToken;
 
-use super::identity;
+use cronq_shared::runlog::RunOutput;
 
-/// How much of stdout and stderr is kept.
+use super::{Capture, identity};
+
+/// How much of stderr (or stdout) makes the error of a failed attempt.
 pub(crate) const TAIL_BYTES: usize = 4096;
 
 /// How long to wait for the pipes to close after SIGKILL (a grandchild that left the group
@@ -48,24 +51,45 @@ impl Drop for GroupGuard {
     }
 }
 
-async fn tail(reader: Option<impl AsyncRead + Unpin>) -> Vec<u8> {
+/// The last bytes a stream gave, and whether it gave more.
+#[derive(Debug, Default)]
+struct Tail {
+    kept: Vec<u8>,
+    cut: bool,
+}
+
+impl Tail {
+    /// The last `n` bytes.
+    fn last(&self, n: usize) -> &[u8] {
+        &self.kept[self.kept.len().saturating_sub(n)..]
+    }
+}
+
+/// Reads `reader` to its end, keeping its last `keep` bytes.
+async fn tail(reader: Option<impl AsyncRead + Unpin>, keep: usize) -> Tail {
+    let mut tail = Tail::default();
     let Some(mut reader) = reader else {
-        return Vec::new();
+        return tail;
     };
-    let mut kept = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
         match reader.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
-                kept.extend_from_slice(&buf[..n]);
-                if kept.len() > TAIL_BYTES {
-                    kept.drain(..kept.len() - TAIL_BYTES);
+                tail.kept.extend_from_slice(&buf[..n]);
+                // Drained in chunks, not at every read: amortised, at most twice `keep` held.
+                if tail.kept.len() > keep.saturating_mul(2).max(2 * TAIL_BYTES) {
+                    tail.kept.drain(..tail.kept.len() - keep);
+                    tail.cut = true;
                 }
             }
         }
     }
-    kept
+    if tail.kept.len() > keep {
+        tail.kept.drain(..tail.kept.len() - keep);
+        tail.cut = true;
+    }
+    tail
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -79,6 +103,7 @@ pub(crate) async fn run(
     occ: &Occurrence,
     grace: Duration,
     token: CancellationToken,
+    capture: &Capture,
 ) -> Result<(), String> {
     let program = handler
         .argv
@@ -95,7 +120,9 @@ pub(crate) async fn run(
                 let _ = stdin.write_all(&payload).await;
             }
         };
-        let ((), out, err, status) = tokio::join!(write, tail(stdout), tail(stderr), child.wait());
+        let keep = capture.limit().max(TAIL_BYTES);
+        let ((), out, err, status) =
+            tokio::join!(write, tail(stdout, keep), tail(stderr, keep), child.wait());
         (out, err, status)
     };
     let mut io = std::pin::pin!(io);
@@ -118,12 +145,22 @@ pub(crate) async fn run(
             }
         }
     };
-    if !out.is_empty() {
-        tracing::debug!(job = %occ.job, key = %occ.key, stdout = %text(&out), "command output");
+    if !out.kept.is_empty() {
+        tracing::debug!(job = %occ.job, key = %occ.key, stdout = %text(out.last(TAIL_BYTES)), "command output");
     }
+    let limit = capture.limit();
+    capture.keep(
+        RunOutput {
+            stdout: String::from_utf8_lossy(out.last(limit)).into_owned(),
+            stderr: String::from_utf8_lossy(err.last(limit)).into_owned(),
+            truncated: out.kept.len() > limit || err.kept.len() > limit || out.cut || err.cut,
+            ..RunOutput::default()
+        },
+        handler.env.iter().map(|(_, value)| value.as_str()),
+    );
     let status = status.map_err(|e| format!("cannot wait for {program:?}: {e}"))?;
     drop(guard); // also reaps any process the command left behind in its group
-    outcome(program, status, &out, &err)
+    outcome(program, status, out.last(TAIL_BYTES), err.last(TAIL_BYTES))
 }
 
 /// Starts the command for `occ` in its own process group, as its user in its directory,

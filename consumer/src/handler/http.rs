@@ -1,5 +1,7 @@
 //! The `http` handler: one request per attempt with the message JSON as body; any 2xx
-//! status is success. A failure keeps the status and the start of the response body.
+//! status is success. A failure keeps the status and the start of the response body in
+//! its error; every answer's status and the first [`HTTP_BODY_LIMIT`] bytes of its body are
+//! the attempt's output ([`Capture`]), the URL and header values masked.
 //!
 //! Invariant: errors show the URL redacted, and a URL given from the environment or a file
 //! only by its scheme, host and port (it may carry a token in its path or query); header
@@ -10,7 +12,10 @@ use std::time::Duration;
 use cronq_shared::config::{HttpHandler, Origin, Secret};
 use cronq_shared::message::Occurrence;
 use cronq_shared::redacted::Redacted;
+use cronq_shared::runlog::{HTTP_BODY_LIMIT, RunOutput};
 use tokio_util::sync::CancellationToken;
+
+use super::Capture;
 
 /// How much of a failed response's body goes into the error.
 const SNIPPET_BYTES: usize = 512;
@@ -22,6 +27,7 @@ pub(crate) async fn run(
     occ: &Occurrence,
     timeout: Duration,
     token: CancellationToken,
+    capture: &Capture,
 ) -> Result<(), String> {
     let url = shown(&h.url);
     let method = reqwest::Method::from_bytes(h.method.as_bytes())
@@ -38,12 +44,24 @@ pub(crate) async fn run(
         let resp = req
             .send()
             .await
-            .map_err(|e| format!("{method} {url} failed: {}", e.without_url()))?;
+            .map_err(|e| format!("{method} {url} failed: {}", causes(&e.without_url())))?;
         let status = resp.status();
+        if status.is_success() && capture.limit() == 0 {
+            return Ok(());
+        }
+        let (body, cut) = head(resp, HTTP_BODY_LIMIT).await;
+        capture.keep(
+            RunOutput {
+                http_status: Some(status.as_u16()),
+                http_body: String::from_utf8_lossy(&body).into_owned(),
+                truncated: cut,
+                ..RunOutput::default()
+            },
+            std::iter::once(h.url.expose()).chain(h.headers.iter().map(|(_, v)| v.expose())),
+        );
         if status.is_success() {
             return Ok(());
         }
-        let body = resp.bytes().await.unwrap_or_default();
         let snippet = String::from_utf8_lossy(&body[..body.len().min(SNIPPET_BYTES)])
             .trim()
             .to_owned();
@@ -53,6 +71,37 @@ pub(crate) async fn run(
         r = send => r,
         () = token.cancelled() => Err(format!("{method} {url} was cancelled")),
     }
+}
+
+/// The first `limit` bytes of `resp`'s body (what arrived, if it broke off), and whether
+/// there was more; the rest is not read.
+async fn head(mut resp: reqwest::Response, limit: usize) -> (Vec<u8>, bool) {
+    let mut body = Vec::new();
+    while let Ok(Some(chunk)) = resp.chunk().await {
+        body.extend_from_slice(&chunk);
+        if body.len() > limit {
+            body.truncate(limit);
+            return (body, true);
+        }
+    }
+    (body, false)
+}
+
+/// `err` with its causes, outermost first: reqwest's own text ("error sending request")
+/// says nothing of why (connection refused, the timeout, the TLS error); a cause that its
+/// parent's text already ends with is not repeated.
+fn causes(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let line = cause.to_string();
+        if !text.ends_with(&line) {
+            text.push_str(": ");
+            text.push_str(&line);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// The URL as errors show it: redacted when inline, scheme, host and port with its origin

@@ -1,16 +1,19 @@
 //! The three ways a job runs: a command, an HTTP request, or a registered Rust handler.
 //!
 //! Every handler gets the occurrence and a cancellation token, and returns `Err(text)` for a
-//! failed attempt. Time limits, panics and classification belong to [`crate::executor`].
+//! failed attempt; a command or http handler also leaves what it printed or was answered
+//! in the attempt's [`Capture`]. Time limits, panics and classification belong to
+//! [`crate::executor`].
 
 pub(crate) mod command;
 pub(crate) mod http;
 pub(crate) mod identity;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use cronq_shared::config::{CommandHandler, Handler, Job};
 use cronq_shared::message::Occurrence;
+use cronq_shared::runlog::RunOutput;
 use tokio_util::sync::CancellationToken;
 
 use crate::registry::{Handlers, JobHandler};
@@ -18,6 +21,46 @@ use crate::registry::{Handlers, JobHandler};
 /// How long a handler may take to stop after its token is cancelled before it is killed
 /// (SIGKILL for a command's process group, task abort for Rust).
 pub(crate) const KILL_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// What one attempt's handler printed or was answered, left by the handler as it ends
+/// (its own task may be aborted after), for the consumer to keep with the run.
+#[derive(Debug, Default)]
+pub(crate) struct Capture {
+    /// How much of each output stream is kept (0: nothing is captured).
+    limit: usize,
+    kept: Mutex<Option<RunOutput>>,
+}
+
+impl Capture {
+    /// A capture keeping `limit` bytes of each stream; 0 captures nothing.
+    pub(crate) fn new(limit: usize) -> Self {
+        Self {
+            limit,
+            kept: Mutex::default(),
+        }
+    }
+
+    /// How much of each stream to keep; 0 when nothing is captured.
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Leaves `output` (an empty one is not kept), its `secrets` masked.
+    pub(crate) fn keep<'a>(&self, output: RunOutput, secrets: impl IntoIterator<Item = &'a str>) {
+        if self.limit == 0 || output.is_empty() {
+            return;
+        }
+        *self.kept.lock().unwrap_or_else(PoisonError::into_inner) = Some(output.masked(secrets));
+    }
+
+    /// What was left, once.
+    pub(crate) fn take(&self) -> Option<RunOutput> {
+        self.kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+}
 
 /// A resolved handler, ready to run one attempt.
 #[derive(Clone)]
@@ -41,19 +84,23 @@ impl Runner {
         }
     }
 
-    /// Runs one attempt until it ends or `token` is cancelled.
+    /// Runs one attempt until it ends or `token` is cancelled, leaving its output in
+    /// `capture`.
     pub(crate) async fn run(
         self,
         occ: Occurrence,
         timeout: std::time::Duration,
         token: CancellationToken,
+        capture: Arc<Capture>,
     ) -> Result<(), String> {
         // Each arm's future is boxed: inline, the http and command states would make this
         // future kilobytes large, copied on every spawn (half the consumer's own CPU per
         // message for a no-op handler, docs/benchmarks.md).
         match self {
-            Self::Command(h) => Box::pin(command::run(&h, &occ, KILL_GRACE, token)).await,
-            Self::Http(h, client) => Box::pin(http::run(&h, &client, &occ, timeout, token)).await,
+            Self::Command(h) => Box::pin(command::run(&h, &occ, KILL_GRACE, token, &capture)).await,
+            Self::Http(h, client) => {
+                Box::pin(http::run(&h, &client, &occ, timeout, token, &capture)).await
+            }
             Self::Rust(h) => h.call(occ, token).await,
         }
     }

@@ -1,13 +1,15 @@
 //! Which instances run another config than a reference one (the leader's), and in which
 //! jobs: their overall digests are compared first, and only for an instance whose overall
-//! digest differs are the per-job digest maps read and compared, once per pair of digests.
+//! digest differs are the per-job digests read and compared (two sorted lists, one merge),
+//! once per pair of digests.
 //!
 //! Invariant: what a difference names is bounded: at most [`NAMED`] job names, with the
 //! count of them all.
 
+use std::cmp::Ordering;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
 
+use super::digest::{ConfigDigest, JobDigests};
 use super::{Beat, Registry, Role};
 use crate::names::JobName;
 use crate::store::StoreError;
@@ -56,35 +58,21 @@ impl Difference {
     }
 }
 
-/// A reference config: its overall digest and per-job digests.
-#[derive(Debug, Clone)]
-pub struct Reference {
-    /// Overall digest.
-    pub overall: String,
-    /// Per job.
-    pub jobs: Arc<HashMap<JobName, String>>,
-}
-
-impl From<&super::digest::ConfigDigest> for Reference {
-    fn from(d: &super::digest::ConfigDigest) -> Self {
-        Self {
-            overall: d.overall.clone(),
-            jobs: Arc::new(d.jobs.iter().cloned().collect()),
-        }
-    }
-}
+/// A reference config: its overall digest and per-job digests (the process's own
+/// [`ConfigDigest`] shares its list, not a copy).
+pub type Reference = ConfigDigest;
 
 /// Compares instances with a reference, remembering what it compared.
 #[derive(Debug, Default)]
 pub struct Comparer {
-    /// Per-job maps read, by overall digest.
-    maps: HashMap<String, Arc<HashMap<JobName, String>>>,
+    /// Per-job digests read, by overall digest.
+    maps: HashMap<String, JobDigests>,
     /// Differing jobs (first [`NAMED`], count), by (reference digest, other digest).
     diffs: HashMap<(String, String), (Vec<JobName>, usize)>,
 }
 
 impl Comparer {
-    /// The per-job map of `digest`, read once.
+    /// The per-job digests of `digest`, read once.
     ///
     /// # Errors
     /// [`StoreError`] when the registry cannot be read.
@@ -92,15 +80,14 @@ impl Comparer {
         &mut self,
         registry: &dyn Registry,
         digest: &str,
-    ) -> Result<Option<Arc<HashMap<JobName, String>>>, StoreError> {
+    ) -> Result<Option<JobDigests>, StoreError> {
         if let Some(m) = self.maps.get(digest) {
-            return Ok(Some(Arc::clone(m)));
+            return Ok(Some(m.clone()));
         }
         let Some(map) = registry.digests(digest).await? else {
             return Ok(None);
         };
-        let map = Arc::new(map);
-        self.maps.insert(digest.to_owned(), Arc::clone(&map));
+        self.maps.insert(digest.to_owned(), map.clone());
         Ok(Some(map))
     }
 
@@ -145,49 +132,79 @@ impl Comparer {
     }
 }
 
-/// The jobs that differ between two per-job maps: the first [`NAMED`] by name, and how
-/// many in all.
+/// The jobs that differ between two per-job lists sorted by name ([`JobDigests`]): the
+/// first [`NAMED`] by name, and how many in all.
 pub fn differing(
-    a: &HashMap<JobName, String>,
-    b: &HashMap<JobName, String>,
+    a: &[(JobName, super::digest::JobDigest)],
+    b: &[(JobName, super::digest::JobDigest)],
 ) -> (Vec<JobName>, usize) {
-    let mut names: Vec<&JobName> = a
-        .iter()
-        .filter(|(job, digest)| b.get(*job) != Some(*digest))
-        .map(|(job, _)| job)
-        .chain(b.keys().filter(|job| !a.contains_key(*job)))
-        .collect();
-    let count = names.len();
-    names.sort();
-    (names.into_iter().take(NAMED).cloned().collect(), count)
+    let (mut i, mut j) = (0, 0);
+    let mut names = Vec::new();
+    let mut count = 0;
+    let mut differs = |name: &JobName| {
+        if names.len() < NAMED {
+            names.push(name.clone());
+        }
+        count += 1;
+    };
+    while i < a.len() || j < b.len() {
+        let order = match (a.get(i), b.get(j)) {
+            (Some(x), Some(y)) => x.0.cmp(&y.0),
+            (Some(_), None) => Ordering::Less,
+            _ => Ordering::Greater,
+        };
+        match order {
+            Ordering::Less => {
+                differs(&a[i].0);
+                i += 1;
+            }
+            Ordering::Greater => {
+                differs(&b[j].0);
+                j += 1;
+            }
+            Ordering::Equal => {
+                if a[i].1 != b[j].1 {
+                    differs(&a[i].0);
+                }
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    (names, count)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn map(pairs: &[(&str, &str)]) -> HashMap<JobName, String> {
+    use crate::registry::digest::JobDigest;
+
+    fn digest(d: u8) -> JobDigest {
+        JobDigest::parse(&format!("{d:032x}")).unwrap()
+    }
+
+    fn map(pairs: &[(&str, u8)]) -> Vec<(JobName, JobDigest)> {
         pairs
             .iter()
-            .map(|(j, d)| (JobName::new(*j).unwrap(), (*d).to_owned()))
+            .map(|(j, d)| (JobName::new(*j).unwrap(), digest(*d)))
             .collect()
     }
 
     #[test]
     fn changed_missing_and_extra_jobs_differ_and_the_names_are_capped() {
-        let a = map(&[("a", "1"), ("b", "2"), ("c", "3")]);
-        let b = map(&[("a", "1"), ("b", "9"), ("d", "4")]);
+        let a = map(&[("a", 1), ("b", 2), ("c", 3), ("e", 5)]);
+        let b = map(&[("a", 1), ("b", 9), ("d", 4), ("e", 5), ("f", 6)]);
         let (names, n) = differing(&a, &b);
         let names: Vec<&str> = names.iter().map(JobName::as_str).collect();
-        assert_eq!((names, n), (vec!["b", "c", "d"], 3));
+        assert_eq!((names, n), (vec!["b", "c", "d", "f"], 4));
 
-        let many: Vec<(String, String)> =
-            (0..25).map(|i| (format!("j{i:02}"), "x".into())).collect();
-        let many = many
+        let many: Vec<(String, u8)> = (0..25).map(|i| (format!("j{i:02}"), 0)).collect();
+        let many: Vec<_> = many
             .iter()
-            .map(|(j, d)| (JobName::new(j.as_str()).unwrap(), d.clone()))
+            .map(|(j, d)| (JobName::new(j.as_str()).unwrap(), digest(*d)))
             .collect();
-        let (names, n) = differing(&HashMap::new(), &many);
+        let (names, n) = differing(&[], &many);
         assert_eq!((names.len(), n), (NAMED, 25));
         assert_eq!(names[0].as_str(), "j00");
     }

@@ -11,7 +11,9 @@
 //! that value is each host's own.
 //!
 //! A process computes each config's digest once ([`Digester`]), and every reader (the
-//! reporter, the leader's config check) shares it.
+//! reporter, the leader's config check) shares it: one sorted list of 32 bytes per job
+//! ([`JobDigests`]; the name is the config's own `Arc`), not a map per reader, since a
+//! million jobs' digests are part of the producer's memory per job (docs/benchmarks.md).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -27,13 +29,58 @@ use crate::names::JobName;
 /// How many hex digits of the SHA-256 a digest keeps (128 bits: no collision in practice).
 const HEX: usize = 32;
 
+/// One job's digest: the first 128 bits of the SHA-256 of its definition, held as bytes
+/// (16, not a 32-digit `String` of 56 bytes and an allocation); written and read as 32
+/// lowercase hex digits.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JobDigest([u8; HEX / 2]);
+
+impl JobDigest {
+    /// Parses 32 hex digits (either case); `None` for anything else.
+    pub fn parse(hex: &str) -> Option<Self> {
+        let hex = hex.as_bytes();
+        if hex.len() != HEX {
+            return None;
+        }
+        let mut out = [0u8; HEX / 2];
+        for (byte, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
+            let digit = |c: u8| (c as char).to_digit(16);
+            *byte = u8::try_from(digit(pair[0])? * 16 + digit(pair[1])?).ok()?;
+        }
+        Some(Self(out))
+    }
+}
+
+impl std::fmt::Display for JobDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl std::fmt::Debug for JobDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "JobDigest({self})")
+    }
+}
+
+/// Every job's digest, sorted by name (so two lists compare in one merge), shared by
+/// whoever reads them.
+pub type JobDigests = Arc<[(JobName, JobDigest)]>;
+
+/// `pairs` as [`JobDigests`]: sorted by name (a store hands them back in any order).
+pub fn sorted(pairs: impl IntoIterator<Item = (JobName, JobDigest)>) -> JobDigests {
+    let mut pairs: Vec<_> = pairs.into_iter().collect();
+    pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    pairs.into()
+}
+
 /// The digests of one config.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigDigest {
     /// Over every job.
     pub overall: String,
     /// Each job's, in name order.
-    pub jobs: Vec<(JobName, String)>,
+    pub jobs: JobDigests,
 }
 
 impl ConfigDigest {
@@ -49,22 +96,24 @@ impl ConfigDigest {
     /// The digests of `config` (linear in its jobs: a tenth to a fifth of the config load's
     /// time, docs/benchmarks.md "Config digest").
     pub fn of(config: &Config) -> Self {
-        let mut jobs: Vec<(JobName, String)> = config
+        let mut jobs: Vec<(JobName, JobDigest)> = config
             .jobs
             .iter()
             .map(|j| (j.name.clone(), job_digest(j)))
             .collect();
-        jobs.sort_by(|a, b| a.0.cmp(&b.0));
+        jobs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let mut all = Sha256::new();
+        let mut line = String::with_capacity(HEX + 2);
         for (name, digest) in &jobs {
+            line.clear();
+            // The overall digest is over the hex text, as before digests were kept as bytes.
+            let _ = writeln!(line, "={digest}");
             all.update(name.as_str().as_bytes());
-            all.update(b"=");
-            all.update(digest.as_bytes());
-            all.update(b"\n");
+            all.update(line.as_bytes());
         }
         Self {
             overall: hex(&all.finalize()),
-            jobs,
+            jobs: jobs.into(),
         }
     }
 }
@@ -114,7 +163,7 @@ impl Digester {
 }
 
 /// One job's digest.
-pub fn job_digest(job: &Job) -> String {
+pub fn job_digest(job: &Job) -> JobDigest {
     let mut text = String::with_capacity(256);
     let s = &job.settings;
     // `write!` into a String cannot fail.
@@ -158,7 +207,10 @@ pub fn job_digest(job: &Job) -> String {
             }
         }
     }
-    hex(&Sha256::digest(text.as_bytes()))
+    let full = Sha256::digest(text.as_bytes());
+    let mut out = [0u8; HEX / 2];
+    out.copy_from_slice(&full[..HEX / 2]);
+    JobDigest(out)
 }
 
 fn secret(s: &Secret) -> String {
@@ -212,10 +264,25 @@ mod tests {
         let differing: Vec<&str> = a
             .jobs
             .iter()
-            .zip(&changed.jobs)
+            .zip(changed.jobs.iter())
             .filter(|(x, y)| x.1 != y.1)
             .map(|(x, _)| x.0.as_str())
             .collect();
         assert_eq!(differing, ["a"]);
+    }
+
+    #[test]
+    fn a_job_digest_reads_back_from_its_hex() {
+        let d = job_digest(
+            &config("[[job]]\nname = \"a\"\nschedule = \"@every 1s\"\ncommand = [\"true\"]\n").jobs
+                [0],
+        );
+        let text = d.to_string();
+        assert_eq!(text.len(), HEX);
+        assert_eq!(JobDigest::parse(&text), Some(d));
+        assert_eq!(JobDigest::parse(&text.to_uppercase()), Some(d));
+        assert_eq!(JobDigest::parse(&text[1..]), None);
+        assert_eq!(JobDigest::parse(&format!("{}g", &text[1..])), None);
+        assert_eq!(std::mem::size_of::<(JobName, JobDigest)>(), 32);
     }
 }

@@ -20,7 +20,6 @@ pub mod digest;
 pub mod reporter;
 pub mod tally;
 
-use std::collections::HashMap;
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
@@ -30,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::names::JobName;
 use crate::store::StoreError;
+use digest::{JobDigest, JobDigests};
 
 /// How often a process reports itself.
 pub const REPORT_EVERY: Duration = Duration::from_secs(2);
@@ -147,15 +147,16 @@ pub trait Registry: Send + Sync + 'static {
     async fn put_digests(
         &self,
         digest: &str,
-        jobs: &[(JobName, String)],
+        jobs: &[(JobName, JobDigest)],
         ttl: Duration,
     ) -> Result<(), StoreError>;
 
-    /// The per-job digests stored under `digest`, if any.
+    /// The per-job digests stored under `digest`, if any, sorted by name; an entry that
+    /// is not a job name and a digest is left out.
     ///
     /// # Errors
     /// [`StoreError`] when the store cannot be read.
-    async fn digests(&self, digest: &str) -> Result<Option<HashMap<JobName, String>>, StoreError>;
+    async fn digests(&self, digest: &str) -> Result<Option<JobDigests>, StoreError>;
 
     /// Adds `n` to `counter` of `minute` ([`minute_of`]); each minute is kept [`COUNT_TTL`].
     ///

@@ -232,6 +232,16 @@ async fn api_over_rabbitmq_and_redis() {
         let broken = v["key"].as_str().unwrap().to_owned();
         let failed = run_of(&d, &broken, "failed").await;
         assert!(failed["error"].as_str().unwrap().contains("boom"), "{failed}");
+        // Asked by key, a run comes with its output; the Runs page shows it.
+        assert_eq!(failed["output"]["stderr"], "boom\n", "{failed}");
+        let page = text(&d.url(&format!("/runs?key={broken}"))).await;
+        assert!(
+            page.contains("<h2>Output</h2>") && page.contains("<h4>stderr</h4><pre class=\"output\">boom\n</pre>"),
+            "{page}"
+        );
+        assert!(d.json("/api/v1/runs").await["runs"][0].get("output").is_none(), "only by key");
+        let doc = d.json("/api/v1/openapi.json").await;
+        assert!(doc["components"]["schemas"]["Run"]["properties"]["output"].is_object(), "{doc}");
         let letters = eventually(WAIT, "the dead letter", || async {
             let v = d.json("/api/v1/dead-letters").await;
             (v["count"] == 1).then_some(v)

@@ -5,4 +5,5 @@ mod broker_restart;
 mod consumer_killed;
 mod dropped_connections;
 mod leader_failover;
+mod partitions;
 mod store_outage;

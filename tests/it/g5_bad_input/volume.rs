@@ -309,7 +309,7 @@ async fn bad_messages_at_volume_are_dead_lettered_and_the_consumer_stays_up() {
         // The normal jobs: every tick exactly once.
         running.stop_producing().await;
         for job in ["tick-a", "tick-b"] {
-            let published: Vec<String> = running.published(job).into_iter().collect();
+            let published = running.published(job);
             let entries = eventually(wait, "every published tick settled", || async {
                 let entries = running.entries(job).await;
                 let settled = history::terminal(&entries);
@@ -319,15 +319,17 @@ async fn bad_messages_at_volume_are_dead_lettered_and_the_consumer_stays_up() {
                     .then_some(entries)
             })
             .await;
-            let expected = history::ticks(job, &published, 1);
-            let problems = history::problems(&expected, &entries);
+            // Only the window the producers' logs fully cover: a producer stopped with a
+            // publish in flight gives it up unconfirmed, and it may run all the same.
+            let window = history::window(job, &published, 1, &entries);
+            let problems = window.problems();
             assert!(problems.is_empty(), "{job}: {problems:#?}\n{}", running.logs());
             let ran = data_file::ran(&env, job);
             let mut once = ran.clone();
             once.sort();
             once.dedup();
             assert_eq!(once.len(), ran.len(), "{job} ran a key twice: {ran:?}");
-            eprintln!("{job}: {} ticks, each exactly once", expected.len());
+            eprintln!("{job}: {} ticks, each exactly once", window.expected.len());
         }
         eprintln!(
             "bad messages at volume: {count} published in {:.1} s, all dead-lettered after {:.1} s ({:.0}/s); kinds {kinds:?}",

@@ -5,7 +5,10 @@
 //! history and the command's own trace say.
 //!
 //! - `rabbitmq_cluster`: the node the leader publishes to killed; the node leading the job
-//!   queue stopped (`stop_app`) and started again; every queue replicated on three nodes.
+//!   queue stopped (`stop_app`) and started again; the node the leader publishes through
+//!   partitioned from the other two; every queue replicated on three nodes.
+//! - `rabbitmq_maintenance`: `rabbitmq-upgrade drain` of the node the leader publishes
+//!   through, and a leader transfer of the job queue; how long the publish paused.
 //! - `redis_failover`: the Redis master killed (Sentinel promotes a replica) with and
 //!   without `CRONQ_REDIS_MIN_REPLICAS`; a planned `SENTINEL FAILOVER`.
 //! - `redis_sentinel`, without a fleet: the Redis stores through a `redis+sentinel://` URL;
@@ -17,6 +20,7 @@
 //! group of `.config/nextest.toml`), each from [`Ha::heal`](crate::support::ha::Ha::heal).
 
 mod rabbitmq_cluster;
+mod rabbitmq_maintenance;
 mod redis_failover;
 mod redis_sentinel;
 
@@ -163,6 +167,37 @@ command = {}
             logs: self.running.logs(),
         }
     }
+}
+
+/// The latest publish of a second scheduled at or after `from`: milliseconds from its
+/// scheduled second to the confirm the producers logged, and its key.
+pub fn publish_pause(env: &TestEnv, from: DateTime<Utc>) -> (i64, String) {
+    let mut worst = (0, String::new());
+    for name in ["producer-1", "producer-2"] {
+        for line in env.log(name).lines() {
+            let Ok(l) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            if l["message"].as_str() != Some("published occurrence") {
+                continue;
+            }
+            let (Some(key), Some(at)) = (l["key"].as_str(), l["timestamp"].as_str()) else {
+                continue;
+            };
+            let Ok(at) = DateTime::parse_from_rfc3339(at) else {
+                continue;
+            };
+            let due = history::scheduled(key);
+            if due < from.timestamp() {
+                continue;
+            }
+            let late = at.timestamp_millis() - due * 1000;
+            if late > worst.0 {
+                worst = (late, key.to_owned());
+            }
+        }
+    }
+    worst
 }
 
 impl Report {

@@ -1,14 +1,16 @@
 //! A node of the RabbitMQ cluster lost under a running fleet: `kill -9` of the node the
 //! leader publishes to; that node frozen (SIGSTOP: its connections stay open and it confirms
-//! nothing, as a node cut off by a partition); and `stop_app` then `start_app` of the node
-//! that leads the job queue. The fleet takes the three nodes' URLs (`CRONQ_AMQP_URL=a,b,c`), Redis is the
+//! nothing, as a node cut off by a partition); `stop_app` then `start_app` of the node
+//! that leads the job queue; and the node the leader publishes through cut off from the
+//! other two (`scripts/ha partition-rabbit`: its distribution links dropped with nftables),
+//! which pauses itself (`pause_minority`). The fleet takes the three nodes' URLs (`CRONQ_AMQP_URL=a,b,c`), Redis is the
 //! machine's own.
 
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
 
-use super::{HaFleet, Redis};
+use super::{HaFleet, Redis, publish_pause};
 use crate::support::ha::{self, PHASE};
 use crate::support::{scoped, until};
 
@@ -102,6 +104,49 @@ async fn frozen_node_of_the_leader_is_given_up_and_nothing_is_lost_or_doubled() 
         ha.run(&["thaw-rabbit", &node.to_string()]);
         let report = fleet.settle().await;
         report.assert_once_each();
+        ha.heal();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn partitioned_node_of_the_leader_pauses_and_nothing_is_lost_or_doubled() {
+    let ha = ha::ha();
+    ha.heal();
+    scoped("ha-rmq-partition", |env| async move {
+        let fleet = HaFleet::start(&env, &ha, Redis::Shared).await;
+        let (node, _) = fleet.leader_node(&env, &ha);
+        // Its distribution links to the other two dropped (nftables): it is the minority,
+        // and pause_minority stops it serving once it sees them gone (net_ticktime).
+        ha.run(&["partition-rabbit", &node.to_string()]);
+        let cut = Utc::now();
+        let started = Instant::now();
+        until(PHASE, "the cut-off node to pause", || async {
+            let running = ha.try_ctl(node, &["eval", "rabbit:is_running()."]);
+            match running.as_deref().map(str::trim) {
+                Some("false") => Ok(()),
+                other => Err(format!("rabbit:is_running() on node {node}: {other:?}")),
+            }
+        })
+        .await;
+        let paused_after = started.elapsed();
+        fleet.resumed(cut).await;
+        let resumed_after = started.elapsed();
+        assert_ne!(
+            fleet.leader_node(&env, &ha).0,
+            node,
+            "the leader publishes through another node"
+        );
+        let (pause, key) = publish_pause(&env, cut);
+        ha.heal();
+        let report = fleet.settle().await;
+        report.assert_once_each();
+        eprintln!(
+            "node {node} cut off: paused after {paused_after:?}, running again after \
+             {resumed_after:?}; the latest publish after the cut was {pause} ms after its \
+             second ({key}); {} seconds exactly once",
+            report.expected.len()
+        );
         ha.heal();
     })
     .await;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use cronq_shared::names::JobName;
+use cronq_shared::registry::digest::JobDigest;
 use cronq_shared::registry::{Beat, Counter, Registry, Role};
 
 use crate::support::backends::{Backend, on_every_backend};
@@ -64,9 +65,10 @@ async fn registry_suite(a: Arc<dyn Registry>, b: Arc<dyn Registry>) {
     b.leave("p-1").await.unwrap();
     assert!(a.instances().await.unwrap().is_empty(), "left at once");
 
+    let digest = |hex: &str| JobDigest::parse(hex).unwrap();
     let jobs = vec![
-        (JobName::new("x").unwrap(), "1".to_owned()),
-        (JobName::new("y").unwrap(), "2".to_owned()),
+        (JobName::new("y").unwrap(), digest(&"2".repeat(32))),
+        (JobName::new("x").unwrap(), digest(&"1".repeat(32))),
     ];
     assert_eq!(b.digests("d1").await.unwrap(), None);
     a.put_digests("d1", &jobs, Duration::from_secs(60))
@@ -77,8 +79,8 @@ async fn registry_suite(a: Arc<dyn Registry>, b: Arc<dyn Registry>) {
         .await
         .unwrap();
     let read = b.digests("d1").await.unwrap().expect("stored");
-    assert_eq!(read.len(), 2);
-    assert_eq!(read[&JobName::new("y").unwrap()], "2");
+    // Sorted by name, whatever order they were written in.
+    assert_eq!(&read[..], &[jobs[1].clone(), jobs[0].clone()]);
 
     a.count(Counter::Published, 100, 3).await.unwrap();
     b.count(Counter::Published, 100, 2).await.unwrap();

@@ -8,7 +8,7 @@ use chrono::Utc;
 use cronq_shared::config::Overlap;
 use cronq_shared::ledger::{End, Heartbeat, Lease, Ledger, Settle, State};
 use cronq_shared::names::JobName;
-use cronq_shared::runlog::{Outcome, Run, RunLog};
+use cronq_shared::runlog::{Outcome, Run, RunLog, RunOutput};
 
 use crate::support::TestEnv;
 use crate::support::backends::{Backend, on_every_backend};
@@ -77,6 +77,48 @@ async fn runlog_suite(log: impl RunLog) {
 }
 
 on_every_backend!(list, "runlog");
+
+/// Outputs are kept by key and attempt, each key's apart; a second output of an attempt
+/// replaces the first; every field round-trips.
+async fn outputs_suite(log: impl RunLog) {
+    let (k1, k2) = (occurrence("o", 1).key, occurrence("o", 2).key);
+    assert!(log.outputs(&k1).await.unwrap().is_empty(), "none kept yet");
+    let first = RunOutput {
+        stdout: "line one\nline two\n".into(),
+        stderr: "warn: é ✓\n".into(),
+        ..RunOutput::default()
+    };
+    let http = RunOutput {
+        http_status: Some(503),
+        http_body: "try later".into(),
+        truncated: true,
+        ..RunOutput::default()
+    };
+    log.keep_output(&k1, 1, &first).await.unwrap();
+    log.keep_output(&k1, 2, &http).await.unwrap();
+    log.keep_output(&k2, 1, &http).await.unwrap();
+    let kept = log.outputs(&k1).await.unwrap();
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    assert_eq!(kept[&1], first);
+    assert_eq!(kept[&2], http);
+    let replaced = RunOutput {
+        stdout: "again".into(),
+        ..RunOutput::default()
+    };
+    log.keep_output(&k1, 1, &replaced).await.unwrap();
+    assert_eq!(log.outputs(&k1).await.unwrap()[&1], replaced);
+    assert_eq!(
+        log.outputs(&k2).await.unwrap().len(),
+        1,
+        "another key's apart"
+    );
+}
+
+on_every_backend!(outputs, "runlog_outputs");
+
+async fn outputs(backend: Backend, env: TestEnv) {
+    outputs_suite(ports::runlog(backend, &env).await).await;
+}
 
 async fn list(backend: Backend, env: TestEnv) {
     runlog_suite(ports::runlog(backend, &env).await).await;

@@ -101,6 +101,11 @@ pub struct Options {
     pub lease: &'static str,
     /// The TLS files the run history is read with (the processes get theirs in `env`).
     pub tls: Tls,
+    /// More arguments for every fleet consumer (`--concurrency 8`).
+    pub consumer_args: Vec<&'static str>,
+    /// More environment for one process only, by its log name (`producer-1`,
+    /// `consumer-2`), over `env`: to send one process through a proxy.
+    pub env_of: Vec<(String, &'static str, String)>,
 }
 
 impl Default for Options {
@@ -112,6 +117,8 @@ impl Default for Options {
             consumers: 2,
             lease: "3s",
             tls: Tls::default(),
+            consumer_args: Vec::new(),
+            env_of: Vec::new(),
         }
     }
 }
@@ -157,6 +164,13 @@ impl Running {
                 cmd.env("CRONQ_REDIS_URL", url);
             }
             cmd.envs(options.env.iter().map(|(k, v)| (k, v)));
+            cmd.envs(
+                options
+                    .env_of
+                    .iter()
+                    .filter(|(name, _, _)| name == log)
+                    .map(|(_, k, v)| (k, v)),
+            );
             env.spawn_command(log, cmd)
         };
         let mut running = Self {
@@ -181,10 +195,9 @@ impl Running {
                 }
                 for i in 1..=options.consumers {
                     let id = format!("consumer-{i}");
-                    let pid = command(
-                        &id,
-                        &["consumer", "--consumer-id", &id, "--lease", options.lease],
-                    );
+                    let mut args = vec!["consumer", "--consumer-id", &id, "--lease", options.lease];
+                    args.extend(&options.consumer_args);
+                    let pid = command(&id, &args);
                     running.consumers.push(pid);
                 }
                 let url = options.redis_url.clone().unwrap_or_else(redis_url);

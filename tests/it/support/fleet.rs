@@ -180,7 +180,11 @@ impl Fleet {
             ledger.unwrap_or(own_ledger),
             options,
         )
-        .with_handlers(handlers);
+        .with_handlers(handlers)
+        .keep_outputs(
+            self.runlog.clone(),
+            cronq_shared::runlog::DEFAULT_OUTPUT_LIMIT,
+        );
         let token = self.token.child_token();
         let t = token.clone();
         self.tasks

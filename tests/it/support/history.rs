@@ -210,6 +210,60 @@ pub fn ticks<'a>(job: &str, keys: impl IntoIterator<Item = &'a String>, every: i
         .collect()
 }
 
+/// The part of a job's history a check can judge: every tick of an `@every {every}s` job
+/// from the first to the last key a producer logged as published, and the entries of
+/// those ticks only.
+///
+/// Why not everything: a producer stopped (SIGTERM) with a publish in flight gives up its
+/// confirm (`publish given up unconfirmed`), and that message may have arrived and run all
+/// the same. Such a key lies past the last logged one, where nothing is known of what was
+/// published, so only the window the producers' logs fully cover is judged; inside it a
+/// given-up publish was published again by the next leader, and is logged.
+#[derive(Debug, Clone, Default)]
+pub struct Window {
+    /// Every tick of the window, in order.
+    pub expected: Vec<String>,
+    /// The entries of those ticks.
+    pub entries: Vec<Entry>,
+}
+
+/// [`Window`] of `job` from the keys `published` and the history `entries`.
+///
+/// # Panics
+/// When `published` is empty.
+pub fn window(job: &str, published: &BTreeSet<String>, every: i64, entries: &[Entry]) -> Window {
+    let expected = ticks(job, published, every);
+    let entries = entries
+        .iter()
+        .filter(|e| expected.contains(&e.key))
+        .cloned()
+        .collect();
+    Window { expected, entries }
+}
+
+impl Window {
+    /// What breaks "each tick exactly one terminal outcome" ([`problems`]).
+    pub fn problems(&self) -> Vec<String> {
+        problems(&self.expected, &self.entries)
+    }
+
+    /// The ticks that succeeded other than exactly once, one line each: `KEY xN`.
+    pub fn not_exactly_once(&self) -> Vec<String> {
+        let by_key = by_key(&self.entries);
+        self.expected
+            .iter()
+            .filter_map(|k| {
+                let n = by_key.get(k.as_str()).map_or(0, |es| {
+                    es.iter()
+                        .filter(|e| e.outcome == Outcome::Succeeded)
+                        .count()
+                });
+                (n != 1).then(|| format!("{k} x{n}"))
+            })
+            .collect()
+    }
+}
+
 /// `entries` by key, in key order.
 pub fn by_key(entries: &[Entry]) -> BTreeMap<&str, Vec<&Entry>> {
     let mut out: BTreeMap<&str, Vec<&Entry>> = BTreeMap::new();

@@ -25,7 +25,7 @@ use cronq_shared::ledger::{
     self, Claim, ClaimOutcome, End, Ended, Heartbeat, Ledger, Orphan, Record, Settle, State,
 };
 use cronq_shared::names::{JobName, Names, Namespace, QueueName};
-use cronq_shared::runlog::{DEFAULT_MAX_RUNS, Run, RunLog};
+use cronq_shared::runlog::{DEFAULT_MAX_RUNS, Run, RunLog, RunOutput};
 use cronq_shared::signing::Keyring;
 use cronq_shared::store::StoreError;
 use cronq_sqlite::{Db, SqliteBroker, SqliteControl, SqliteLease, SqliteLedger, SqliteRunLog};
@@ -355,6 +355,22 @@ impl<T: RunLog + ?Sized> RunLog for Port<T> {
 
     async fn list(&self, job: Option<&JobName>, limit: usize) -> Result<Vec<Run>, StoreError> {
         self.0.list(job, limit).await
+    }
+
+    async fn keep_output(
+        &self,
+        key: &OccurrenceKey,
+        attempt: u32,
+        output: &RunOutput,
+    ) -> Result<(), StoreError> {
+        self.0.keep_output(key, attempt, output).await
+    }
+
+    async fn outputs(
+        &self,
+        key: &OccurrenceKey,
+    ) -> Result<std::collections::BTreeMap<u32, RunOutput>, StoreError> {
+        self.0.outputs(key).await
     }
 }
 
