@@ -5,7 +5,7 @@
 //! Invariants: a command is sent once and its outcome returned as it came (no replay: the
 //! stores' callers retry, see `connect.rs`); a guarded write waits for N =
 //! `CRONQ_REDIS_MIN_REPLICAS` replicas or, through Sentinel, for every replica the master
-//! has in sync when that is more (the switch barrier, [`crate::replicas`]); the write and
+//! has in sync when that is more (the switch barrier, `replicas.rs`); the write and
 //! its `WAIT N` go in one pipeline on one connection, the one N was read for, so the `WAIT`
 //! covers exactly that write even when the connection is swapped meanwhile, and fewer than
 //! N acknowledgements make the write fail ([`Unreplicated`]).
@@ -104,7 +104,7 @@ impl RedisConn {
 
     /// Makes every write the guarantees rest on wait until `n` replicas have it
     /// (`CRONQ_REDIS_MIN_REPLICAS`); 0, the default, waits for none beyond the switch barrier
-    /// (through Sentinel: every replica in sync, [`crate::replicas`]). See `docs/ha.md`.
+    /// (through Sentinel: every replica in sync, `replicas.rs`). See `docs/ha.md`.
     #[must_use]
     pub fn with_min_replicas(mut self, n: u32) -> Self {
         self.min_replicas = n;
@@ -191,7 +191,7 @@ impl RedisConn {
 
     /// The connection one guarded write goes on, and the replicas it waits for: at least
     /// `CRONQ_REDIS_MIN_REPLICAS`; through Sentinel, every replica of the master in sync
-    /// (the switch barrier, [`crate::replicas`]), read with the master's connection.
+    /// (the switch barrier, `replicas.rs`), read with the master's connection.
     fn pinned(&self) -> (Self, Barrier) {
         let min = self.min_replicas;
         match &self.route {

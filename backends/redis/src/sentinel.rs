@@ -10,7 +10,7 @@
 //! what catches a planned switch (`SENTINEL FAILOVER`): the old master keeps accepting
 //! writes, without an error, until Sentinel demotes it about 10 s later, and those writes
 //! are then lost. On the same tick it reads which replicas the master has in sync, which
-//! every guarded write awaits (the switch barrier, [`crate::replicas`]): those writes to
+//! every guarded write awaits (the switch barrier, `replicas.rs`): those writes to
 //! the old master fail instead.
 //!
 //! Invariants: one look at a time (the watch task does them all, nudges coalesce); a command
@@ -84,7 +84,7 @@ struct Master {
     /// Its client: the watch's own connection to it, and its settings for its replicas.
     client: redis::Client,
     /// How many replicas a guarded write to it waits for at least (the switch barrier,
-    /// [`crate::replicas`]; 0 without a watch). Read with `manager` under one lock, so a
+    /// `replicas.rs`; 0 without a watch). Read with `manager` under one lock, so a
     /// write never pairs a new master's count with the old master's connection.
     awaited: u32,
 }
@@ -164,7 +164,7 @@ impl Follower {
     }
 
     /// The manager of the current master and how many replicas a guarded write to it must
-    /// reach (the switch barrier, [`crate::replicas`]), read together.
+    /// reach (the switch barrier, `replicas.rs`), read together.
     pub(crate) fn snapshot(&self) -> (ConnectionManager, u32) {
         let master = self.shared.read();
         (master.manager.clone(), master.awaited)
