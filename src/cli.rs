@@ -448,7 +448,7 @@ pub struct RunsArgs {
 /// `cronq job`: runtime jobs (docs/runtime-jobs.md).
 #[derive(Debug, Subcommand)]
 pub enum JobCommand {
-    /// Create or update the [[job]] tables of a file (each names its handler).
+    /// Create or update the `[[job]]` tables of a file (each names its handler).
     #[command(
         after_help = "Examples:\n  cronq job apply -f report-eu.toml --config cronq.toml\n  cronq job apply -f jobs.toml --allow-unknown-handler --data cronq.db --config cronq.toml"
     )]
@@ -469,7 +469,7 @@ pub enum JobCommand {
 /// `cronq job apply`.
 #[derive(Debug, Args)]
 pub struct JobApplyArgs {
-    /// The file of [[job]] tables.
+    /// The file of `[[job]]` tables.
     #[arg(short = 'f', long = "file", value_name = "FILE")]
     pub file: PathBuf,
     /// Accept a handler name the config defines no [handlers.NAME] for (a consumer

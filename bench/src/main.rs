@@ -21,7 +21,7 @@
 //!   (needs Redis with replicas, e.g. through Sentinel; not part of `all`).
 //!
 //! Results: a table on stdout, a JSON file, and with `--markdown` a section of
-//! `docs/benchmarks.md` ([`report`]).
+//! `docs/benchmarks-notebook.md` ([`report`]).
 
 mod barrier;
 mod dashboard;
@@ -61,7 +61,7 @@ struct Cli {
     /// Where the JSON report goes.
     #[arg(long, default_value = "target/bench/results.json")]
     json: PathBuf,
-    /// Also write the results section into this Markdown file (e.g. docs/benchmarks.md).
+    /// Also write the results section into this Markdown file (e.g. docs/benchmarks-notebook.md).
     #[arg(long)]
     markdown: Option<PathBuf>,
     /// The `cronq` binary run by scale, failover, footprint and standalone (default: next

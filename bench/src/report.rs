@@ -1,5 +1,5 @@
 //! The results: figures with their baselines, printed as a table, saved as JSON, and
-//! written as a Markdown section of `docs/benchmarks.md`.
+//! written as a Markdown section of `docs/benchmarks-notebook.md`.
 //!
 //! Owns: the result model and its three renderings. Invariant: every figure is shown as
 //! min / median / max over its runs, next to its same-run baseline when it has one.

@@ -479,7 +479,7 @@ impl Intake {
         }
     }
 
-    /// The next delivery; `None` when the subscription of the start ended.
+    /// The next delivery; `None` when a subscription ended.
     ///
     /// # Cancel safety
     /// Cancel-safe: a delivery is only taken out of a channel when it is returned.
@@ -488,6 +488,14 @@ impl Intake {
             tokio::select! {
                 d = self.main.recv() => return d,
                 Some(d) = self.added.recv() => return Some(d),
+                // A later subscription that ends on its own ends intake as the first
+                // one's end does: the consumer stops, and its supervisor restarts it.
+                Some(_) = self.forwarders.join_next(), if !self.forwarders.is_empty() => {
+                    if !self.token.is_cancelled() {
+                        tracing::error!("the subscription to the queues of reloaded jobs ended");
+                        return None;
+                    }
+                }
                 changed = self.config.changed(), if self.following => match changed {
                     Ok(()) => self.follow().await,
                     Err(_) => self.following = false,

@@ -57,6 +57,10 @@ const CLAIM_RETRY: Backoff =
 const COMPLETE_RETRY: Backoff =
     Backoff::exponential(Duration::from_millis(200), Duration::from_secs(2)).tries(5);
 
+/// The reason recorded for a queued occurrence of a runtime job deleted since
+/// (`cronq job delete`): it ends `cancelled`, never runs, and is not dead-lettered.
+const JOB_DELETED: &str = "job deleted";
+
 /// How long a delivery whose settlement failed (the store unreachable) is held back after
 /// its requeue before this task ends, so a redelivery does not spin on a dead store.
 const SETTLE_PAUSE: Duration = Duration::from_millis(500);
@@ -129,6 +133,12 @@ impl Worker {
         let (occ, job) = (&admitted.occ, admitted.job);
         if let Some(missed) = missed(occ, job) {
             return self.settle(&d, occ, job, missed, &shutdown).await;
+        }
+        if config.deleted.contains(&job.name) {
+            let end = AttemptEnd::Cancelled {
+                why: JOB_DELETED.to_owned(),
+            };
+            return self.settle(&d, occ, job, end, &shutdown).await;
         }
         let claim = self.claim_of(occ, job, &d);
         let Some(claimed) = self.claim(&claim, &d, &shutdown).await else {

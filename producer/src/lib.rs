@@ -12,7 +12,8 @@
 //! - [`scheduler`]: the leader's loop: take over, fire, commit cursors (fenced), carry out
 //!   pause flags and trigger/backfill requests, apply reloaded configs.
 //! - `term`: one term's bookkeeping (job table, timer, pauses, uncommitted cursors).
-//! - [`reload`]: SIGHUP → reload the file → `watch` channel of `Arc<Config>`.
+//! - [`Reloader`] (from `cronq_shared::reload`): SIGHUP or a runtime job change → the config
+//!   in force, on a `watch` channel of `Arc<Config>`.
 //! - [`config_check`]: while leading, which instances run another config (log, `/metrics`).
 //! - [`Producer`]: all of it as one `run(self, shutdown)`.
 //!

@@ -2,7 +2,7 @@
 //! producer does it (the config, the term's job table and timer, the config digest its
 //! fleet reports share), must hold at most [`BUDGET`] bytes per job. Memory per job is not
 //! noisy, so a change that adds a few dozen bytes per job (at a million jobs, tens of MiB)
-//! fails here, not months later in the scale bench (docs/benchmarks.md).
+//! fails here, not months later in the scale bench (docs/benchmarks-notebook.md).
 //!
 //! The heap is counted by the allocator of this test binary (every allocation and free,
 //! in requested bytes: malloc's own overhead and fragmentation are the scale bench's to
@@ -23,7 +23,7 @@ use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
 /// Bytes of heap per job a leading producer may hold (measured: see the test's output
-/// and docs/benchmarks.md; a little headroom, not room for a regression). 206 B measured
+/// and docs/benchmarks-notebook.md; a little headroom, not room for a regression). 206 B measured
 /// once jobs could name a handler (`handler = "NAME"`: 16 B in every job's config).
 const BUDGET: isize = 215;
 
@@ -92,6 +92,6 @@ fn a_leading_producer_holds_at_most_its_budget_per_job() {
     assert!(
         per_job <= BUDGET,
         "a leading producer holds {per_job} B of heap per job, over its budget of {BUDGET} B: \
-         find what grew with a heap profile (docs/benchmarks.md, memory per job)"
+         find what grew with a heap profile (docs/benchmarks-notebook.md, memory per job)"
     );
 }

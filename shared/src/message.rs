@@ -38,7 +38,7 @@ enum Kind {
 /// Decoded in one pass when `kind` comes first, as cronq writes it: the rest of the object
 /// is read straight into the occurrence. serde's derive for an internally tagged enum would
 /// buffer every field first to find the tag wherever it is, about 40 % of a decode
-/// (`docs/benchmarks.md`, throughput). A body whose `kind` comes later (another writer)
+/// (`docs/benchmarks-notebook.md`, throughput). A body whose `kind` comes later (another writer)
 /// takes the slow path: its fields are buffered, then read.
 impl<'de> Deserialize<'de> for Message {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -9,6 +9,7 @@
 //! here. Readers take a snapshot (`borrow().clone()`) per use and never hold a borrow
 //! across an await.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +20,7 @@ use tracing::{error, info, warn};
 
 use crate::config::Config;
 use crate::jobs::{JobStore, Revision};
+use crate::names::JobName;
 
 /// How often the job store is polled for changes: a runtime job change reaches every
 /// process within this plus a publish (the contract says 2 s).
@@ -34,6 +36,8 @@ pub struct Reloader {
     store: Option<Arc<dyn JobStore>>,
     /// The store's version and jobs as last read.
     seen: Option<(u64, Vec<Revision>)>,
+    /// Runtime jobs seen in the store, then gone from it (deleted) since.
+    deleted: BTreeSet<JobName>,
 }
 
 impl Reloader {
@@ -52,6 +56,7 @@ impl Reloader {
             file,
             store: None,
             seen: None,
+            deleted: BTreeSet::new(),
         };
         (reloader, rx)
     }
@@ -123,6 +128,15 @@ impl Reloader {
         }
         match store.list().await {
             Ok(jobs) => {
+                let now: BTreeSet<&str> = jobs.iter().map(|r| r.name.as_str()).collect();
+                if let Some((_, before)) = &self.seen {
+                    for gone in before.iter().filter(|r| !now.contains(r.name.as_str())) {
+                        if let Ok(name) = JobName::new(&gone.name) {
+                            self.deleted.insert(name);
+                        }
+                    }
+                }
+                self.deleted.retain(|n| !now.contains(n.as_str()));
                 self.seen = Some((version, jobs));
                 self.publish();
                 true
@@ -137,7 +151,7 @@ impl Reloader {
     /// Publishes the file's config merged with the runtime jobs last read.
     fn publish(&self) {
         let runtime = self.seen.as_ref().map_or(&[][..], |(_, jobs)| &jobs[..]);
-        let config = if runtime.is_empty() {
+        let config = if runtime.is_empty() && self.deleted.is_empty() {
             self.file.clone()
         } else {
             let (config, merged) = self.file.with_runtime(runtime);
@@ -153,6 +167,13 @@ impl Reloader {
                     "runtime jobs refused: the config says [runtime] jobs = false"
                 );
             }
+            let mut config = config;
+            config.deleted = self
+                .deleted
+                .iter()
+                .filter(|n| config.job(n.as_str()).is_none())
+                .cloned()
+                .collect();
             Arc::new(config)
         };
         let old = self.tx.borrow().clone();

@@ -1,6 +1,6 @@
 //! The error every store port ([`crate::ledger`], [`crate::runlog`]) returns, whatever
 //! the backend: unreachable, a failed command, a write that did not reach enough replicas,
-//! an unusable address or data file, or an unreadable record.
+//! an unusable address, deployment or data file, or an unreadable record.
 
 use std::time::Duration;
 
@@ -65,6 +65,19 @@ pub enum StoreError {
     /// The store's URL is not one of the forms it takes.
     #[error(transparent)]
     Url(#[from] UrlError),
+    /// The store answers, but is a deployment cronq cannot run on (Redis Cluster): named,
+    /// with what to use instead. A usage error: the process exits 2.
+    #[error("{store} at {url} is {what}, which cronq does not support; {instead}")]
+    Unsupported {
+        /// Which store (`Redis`).
+        store: &'static str,
+        /// Redacted URL.
+        url: String,
+        /// What it is (`a Redis Cluster node (cluster_enabled:1)`).
+        what: &'static str,
+        /// What to use instead.
+        instead: &'static str,
+    },
     /// A store kept in a file (a standalone's data file) cannot be used: named, with what to
     /// do.
     #[error("data file {path}: {problem}; {hint}")]

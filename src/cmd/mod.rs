@@ -64,6 +64,10 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
             || e.is::<UsageError>()
             || e.is::<cronq_shared::names::NameError>()
             || e.is::<cronq_shared::endpoints::TlsFileError>()
+            || matches!(
+                e.downcast_ref::<cronq_shared::store::StoreError>(),
+                Some(cronq_shared::store::StoreError::Unsupported { .. })
+            )
     });
     if usage { 2 } else { 1 }
 }

@@ -106,7 +106,7 @@ impl Fleet {
     /// Reports until `token` is cancelled. The config's digest (both parts need it) takes
     /// seconds at a million jobs, so it is computed only once this producer leads, or once
     /// its first election has had a `[leader] retry` to make it leader: it never delays
-    /// the take-over (docs/benchmarks.md). Until then the instance is not
+    /// the take-over (docs/benchmarks-notebook.md). Until then the instance is not
     /// reported.
     async fn run(self, token: CancellationToken) {
         let decided = self.config.borrow().leader.retry;

@@ -11,6 +11,7 @@
 mod actions;
 mod api;
 mod auth;
+mod job_api;
 mod pages;
 mod query;
 mod snapshot;
@@ -58,7 +59,10 @@ fn router(app: Arc<App>) -> Router {
         .route("/openapi.json", get(api::openapi))
         .route("/fleet", get(api::fleet))
         .route("/jobs", get(api::jobs))
-        .route("/jobs/{job}", get(api::job))
+        .route(
+            "/jobs/{job}",
+            get(job_api::get).put(job_api::put).delete(job_api::delete),
+        )
         .route("/jobs/{job}/pause", post(api::pause))
         .route("/jobs/{job}/resume", post(api::resume))
         .route("/jobs/{job}/trigger", post(api::trigger))

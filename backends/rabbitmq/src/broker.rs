@@ -172,36 +172,37 @@ impl AmqpBroker {
         replication: Replication,
         tls: &Tls,
     ) -> Result<Self, BrokerError> {
-        Self::open(urls, names, replication, tls, CONNECT_TIMEOUT).await
+        Self::open(urls, names, replication, tls, false).await
     }
 
-    /// As [`Self::connect_with`], but trying each node once: for a one-shot command, which
-    /// should fail at once when nothing listens rather than wait for a broker to start.
+    /// As [`Self::connect_with`], for a one-shot command: when every node refuses the
+    /// connection (nothing listens), it fails at once rather than wait for a broker to
+    /// start; other failures (a reset, a slow handshake) are retried as usual.
     ///
     /// # Errors
-    /// As [`Self::connect_with`], after one attempt on each node.
+    /// As [`Self::connect_with`]; at once when every node refused.
     pub async fn connect_once(
         urls: &str,
         names: Names,
         replication: Replication,
         tls: &Tls,
     ) -> Result<Self, BrokerError> {
-        Self::open(urls, names, replication, tls, Duration::ZERO).await
+        Self::open(urls, names, replication, tls, true).await
     }
 
-    /// Connects, retrying with backoff while `patience` lasts (zero: one round of the
-    /// nodes).
+    /// Connects, retrying with backoff within [`CONNECT_TIMEOUT`]; with `refusal_ends`, a
+    /// refused connection is not retried.
     async fn open(
         urls: &str,
         names: Names,
         replication: Replication,
         tls: &Tls,
-        patience: Duration,
+        refusal_ends: bool,
     ) -> Result<Self, BrokerError> {
         let nodes = nodes::parse(urls, tls)?;
         let started = Instant::now();
         let opened = retry(
-            RECONNECT.within(patience),
+            RECONNECT.within(CONNECT_TIMEOUT),
             &CancellationToken::new(),
             || async {
                 let left = CONNECT_TIMEOUT.saturating_sub(started.elapsed());
@@ -212,6 +213,7 @@ impl AmqpBroker {
                     Ok(link) => Ok(Ok(link)),
                     // A refused handshake is refused again: no retry.
                     Err(error @ BrokerError::Tls { .. }) => Ok(Err(error)),
+                    Err(error) if refusal_ends && refused(&error) => Ok(Err(error)),
                     Err(error) => Err(error),
                 }
             },
@@ -813,4 +815,18 @@ impl Broker for AmqpBroker {
             .map_err(|f| f.error)?;
         Ok(replay.replayed)
     }
+}
+
+/// Whether `error` comes from a refused TCP connection (nothing listens at the address).
+fn refused(error: &BrokerError) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = source {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }

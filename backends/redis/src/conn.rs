@@ -3,8 +3,10 @@
 //! ([`crate::sentinel`]); and the replication barrier of the writes the guarantees rest on.
 //!
 //! Invariants: a command is sent once and its outcome returned as it came (no replay: the
-//! stores' callers retry, see `connect.rs`); with `CRONQ_REDIS_MIN_REPLICAS` = N > 0, a
-//! guarded write and its `WAIT N` go in one pipeline on one connection, so the `WAIT`
+//! stores' callers retry, see `connect.rs`); a guarded write waits for N =
+//! `CRONQ_REDIS_MIN_REPLICAS` replicas or, through Sentinel, for every replica the master
+//! has in sync when that is more (the switch barrier, `replicas.rs`); the write and
+//! its `WAIT N` go in one pipeline on one connection, the one N was read for, so the `WAIT`
 //! covers exactly that write even when the connection is swapped meanwhile, and fewer than
 //! N acknowledgements make the write fail ([`Unreplicated`]).
 
@@ -46,12 +48,16 @@ enum Route {
     Server(ConnectionManager),
     /// The master a Sentinel deployment names, followed across failovers.
     Sentinel(Arc<Follower>),
+    /// One guarded write's view of a Sentinel deployment: the master's manager as it was
+    /// when the write read how many replicas to wait for, so the write and its `WAIT` go to
+    /// the master that count was read for.
+    Pinned(ConnectionManager, Arc<Follower>),
 }
 
 impl std::fmt::Debug for RedisConn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut s = f.debug_struct("RedisConn");
-        if let Route::Sentinel(follower) = &self.route {
+        if let Route::Sentinel(follower) | Route::Pinned(_, follower) = &self.route {
             s.field("master", &follower.addr());
         }
         s.field("min_replicas", &self.min_replicas).finish()
@@ -97,14 +103,15 @@ impl RedisConn {
     }
 
     /// Makes every write the guarantees rest on wait until `n` replicas have it
-    /// (`CRONQ_REDIS_MIN_REPLICAS`); 0, the default, waits for none. See `docs/operations.md`.
+    /// (`CRONQ_REDIS_MIN_REPLICAS`); 0, the default, waits for none beyond the switch barrier
+    /// (through Sentinel: every replica in sync, `replicas.rs`). See `docs/ha.md`.
     #[must_use]
     pub fn with_min_replicas(mut self, n: u32) -> Self {
         self.min_replicas = n;
         self
     }
 
-    /// How many replicas each guarded write waits for.
+    /// How many replicas each guarded write waits for at least.
     pub fn min_replicas(&self) -> u32 {
         self.min_replicas
     }
@@ -114,7 +121,7 @@ impl RedisConn {
     pub fn master(&self) -> Option<String> {
         match &self.route {
             Route::Server(_) => None,
-            Route::Sentinel(follower) => Some(follower.addr()),
+            Route::Sentinel(follower) | Route::Pinned(_, follower) => Some(follower.addr()),
         }
     }
 
@@ -123,12 +130,12 @@ impl RedisConn {
     pub fn master_changes(&self) -> u64 {
         match &self.route {
             Route::Server(_) => 0,
-            Route::Sentinel(follower) => follower.changes(),
+            Route::Sentinel(follower) | Route::Pinned(_, follower) => follower.changes(),
         }
     }
 
-    /// Runs a script that writes what a guarantee rests on: as it is without a barrier, else
-    /// followed by `WAIT` in the same pipeline.
+    /// Runs a script that writes what a guarantee rests on: as it is when no replica is to
+    /// be awaited, else followed by `WAIT` in the same pipeline.
     ///
     /// # Errors
     /// [`WriteError::Redis`] when the script or the connection fails;
@@ -137,13 +144,13 @@ impl RedisConn {
         &self,
         call: &Call<'_>,
     ) -> Result<T, WriteError> {
-        let mut conn = self.clone();
-        if self.min_replicas == 0 {
+        let (mut conn, barrier) = self.pinned();
+        if barrier.count() == 0 {
             return Ok(call.query(&mut conn).await?);
         }
         let mut pipe = redis::pipe();
         pipe.add_command(call.cmd().clone());
-        self.wait_after(&mut pipe);
+        barrier.wait_after(&mut pipe);
         let values: Vec<Value> = match pipe.query_async(&mut conn).await {
             // Nothing ran: this node has not loaded the script yet (a new master, a
             // restart). Load it and send the pipeline again, as `Call::query` does.
@@ -156,7 +163,7 @@ impl RedisConn {
         let Ok::<[Value; 2], _>([reply, acknowledged]) = values.try_into() else {
             return Err(unexpected_reply());
         };
-        self.check(acknowledged)?;
+        barrier.check(acknowledged)?;
         Ok(redis::from_redis_value(reply)?)
     }
 
@@ -171,41 +178,85 @@ impl RedisConn {
         &self,
         pipe: &mut Pipeline,
     ) -> Result<T, WriteError> {
-        let mut conn = self.clone();
-        if self.min_replicas == 0 {
+        let (mut conn, barrier) = self.pinned();
+        if barrier.count() == 0 {
             return Ok(pipe.query_async(&mut conn).await?);
         }
-        self.wait_after(pipe);
+        barrier.wait_after(pipe);
         let mut values: Vec<Value> = pipe.query_async(&mut conn).await?;
         let acknowledged = values.pop().ok_or_else(unexpected_reply)?;
-        self.check(acknowledged)?;
+        barrier.check(acknowledged)?;
         Ok(redis::from_redis_value(Value::Array(values))?)
     }
 
-    fn wait_after(&self, pipe: &mut Pipeline) {
+    /// The connection one guarded write goes on, and the replicas it waits for: at least
+    /// `CRONQ_REDIS_MIN_REPLICAS`; through Sentinel, every replica of the master in sync
+    /// (the switch barrier, `replicas.rs`), read with the master's connection.
+    fn pinned(&self) -> (Self, Barrier) {
+        let min = self.min_replicas;
+        match &self.route {
+            Route::Sentinel(follower) => {
+                let (manager, awaited) = follower.snapshot();
+                let conn = Self {
+                    route: Route::Pinned(manager, Arc::clone(follower)),
+                    min_replicas: min,
+                };
+                (conn, Barrier { min, awaited })
+            }
+            _ => (self.clone(), Barrier { min, awaited: 0 }),
+        }
+    }
+}
+
+/// How many replicas one guarded write waits for, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Barrier {
+    /// `CRONQ_REDIS_MIN_REPLICAS`.
+    min: u32,
+    /// The master's replicas in sync (through Sentinel; 0 otherwise).
+    awaited: u32,
+}
+
+impl Barrier {
+    /// The count: the larger of the two.
+    fn count(self) -> u32 {
+        self.min.max(self.awaited)
+    }
+
+    fn wait_after(self, pipe: &mut Pipeline) {
         // WAIT blocks this connection's next replies until N replicas acknowledged every
         // write sent on it before, or the timeout; it returns how many did.
         // https://redis.io/docs/latest/commands/wait/
         pipe.cmd("WAIT")
-            .arg(self.min_replicas)
+            .arg(self.count())
             .arg(u64::try_from(REPLICA_WAIT.as_millis()).unwrap_or(u64::MAX));
     }
 
-    fn check(&self, acknowledged: Value) -> Result<(), WriteError> {
+    fn check(self, acknowledged: Value) -> Result<(), WriteError> {
         let acknowledged: i64 = redis::from_redis_value(acknowledged)?;
         let acknowledged = u32::try_from(acknowledged).unwrap_or(0);
-        if acknowledged >= self.min_replicas {
+        let required = self.count();
+        if acknowledged >= required {
             return Ok(());
         }
         Err(WriteError::Unreplicated(Unreplicated {
             store: crate::error::STORE,
             acknowledged,
-            required: self.min_replicas,
-            setting: MIN_REPLICAS_VARIABLE,
+            required,
+            setting: if self.min >= self.awaited {
+                MIN_REPLICAS_VARIABLE
+            } else {
+                SWITCH_BARRIER
+            },
             waited: REPLICA_WAIT,
         }))
     }
 }
+
+/// What requires a guarded write to reach more replicas than `CRONQ_REDIS_MIN_REPLICAS`,
+/// as the error names it.
+const SWITCH_BARRIER: &str =
+    "the switch barrier (every replica of the master in sync, see docs/ha.md)";
 
 fn unexpected_reply() -> WriteError {
     WriteError::Redis(RedisError::from((
@@ -220,6 +271,13 @@ impl ConnectionLike for RedisConn {
             Route::Server(manager) => manager.req_packed_command(cmd),
             Route::Sentinel(follower) => Box::pin(async move {
                 let mut manager = follower.manager();
+                let reply = manager.send_packed_command(cmd).await;
+                if is_failover_sign(reply.as_ref().map(std::slice::from_ref)) {
+                    follower.nudge();
+                }
+                reply
+            }),
+            Route::Pinned(manager, follower) => Box::pin(async move {
                 let reply = manager.send_packed_command(cmd).await;
                 if is_failover_sign(reply.as_ref().map(std::slice::from_ref)) {
                     follower.nudge();
@@ -246,13 +304,20 @@ impl ConnectionLike for RedisConn {
                 }
                 replies
             }),
+            Route::Pinned(manager, follower) => Box::pin(async move {
+                let replies = manager.send_packed_commands(pipeline, offset, count).await;
+                if is_failover_sign(replies.as_ref()) {
+                    follower.nudge();
+                }
+                replies
+            }),
         }
     }
 
     fn get_db(&self) -> i64 {
         match &self.route {
             Route::Server(manager) => manager.get_db(),
-            Route::Sentinel(follower) => follower.db(),
+            Route::Sentinel(follower) | Route::Pinned(_, follower) => follower.db(),
         }
     }
 }

@@ -23,7 +23,7 @@ use crate::sentinel::{Follower, WATCH_EVERY};
 /// # Errors
 /// [`StoreError::Url`] when `url` is not one of the forms taken; [`StoreError::Unreachable`]
 /// when Redis (or, through Sentinel, a master the sentinels name) does not answer within
-/// [`CONNECT_TIMEOUT`].
+/// [`CONNECT_TIMEOUT`]; [`StoreError::Unsupported`] when it is a Redis Cluster node.
 pub async fn connect(url: &str) -> Result<RedisConn, StoreError> {
     open(url, Some(WATCH_EVERY), &Tls::default()).await
 }
@@ -107,7 +107,7 @@ async fn open(
             },
         }
     };
-    match RedisUrl::parse(url)? {
+    let conn = match RedisUrl::parse(url)? {
         RedisUrl::Server(url) => {
             const HINT: &str = "start it with `redis-server`, or set CRONQ_REDIS_URL";
             let client = server_client(url, tls).map_err(|e| unreachable(HINT, Some(e)))?;
@@ -127,5 +127,47 @@ async fn open(
                 Err(_) => Err(unreachable(HINT, None)),
             }
         }
+    }?;
+    refuse_cluster(&conn, redacted).await?;
+    Ok(conn)
+}
+
+/// Refuses a Redis Cluster node (`INFO cluster` says `cluster_enabled:1`): cronq's scripts
+/// each touch keys of several slots, which a cluster refuses at run time, so it is better
+/// said at start. A server that does not answer `INFO` (an ACL without it) is let through.
+/// https://redis.io/docs/latest/commands/info/
+async fn refuse_cluster(conn: &RedisConn, redacted: String) -> Result<(), StoreError> {
+    let mut conn = conn.clone();
+    let mut cmd = redis::cmd("INFO");
+    let info = cmd.arg("cluster").query_async::<String>(&mut conn);
+    let Ok(Ok(info)) = tokio::time::timeout(CONNECT_TIMEOUT, info).await else {
+        return Ok(());
+    };
+    if !is_cluster(&info) {
+        return Ok(());
+    }
+    Err(StoreError::Unsupported {
+        store: crate::error::STORE,
+        url: redacted,
+        what: "a Redis Cluster node (cluster_enabled:1)",
+        instead: "point CRONQ_REDIS_URL at a single master instead, with replicas and \
+                  Redis Sentinel for failover (redis+sentinel://, see docs/ha.md)",
+    })
+}
+
+/// Whether an `INFO cluster` reply says cluster mode is on.
+fn is_cluster(info: &str) -> bool {
+    info.lines().any(|line| line.trim() == "cluster_enabled:1")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_cluster;
+
+    #[test]
+    fn cluster_enabled_is_read_from_info() {
+        assert!(is_cluster("# Cluster\r\ncluster_enabled:1\r\n"));
+        assert!(!is_cluster("# Cluster\r\ncluster_enabled:0\r\n"));
+        assert!(!is_cluster(""));
     }
 }

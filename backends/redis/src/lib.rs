@@ -4,7 +4,7 @@
 //! - [`connect`](mod@connect): the connection, [`RedisConn`] (fails fast while Redis is down,
 //!   reconnects by itself; through Sentinel it follows the master, see [`sentinel`]), and
 //!   the replication barrier of the writes the guarantees rest on (`CRONQ_REDIS_MIN_REPLICAS`,
-//!   in [`conn`]).
+//!   in [`conn`]; through Sentinel, every replica in sync: the switch barrier, `replicas.rs`).
 //! - [`ledger`]: [`RedisLedger`], idempotency records, execution leases, overlap locks and
 //!   wait lists (`ledger/*.lua`).
 //! - [`runlog`]: [`RedisRunLog`], the run history as a capped stream.
@@ -22,6 +22,7 @@ pub mod jobs;
 pub mod lease;
 pub mod ledger;
 pub mod registry;
+mod replicas;
 pub mod runlog;
 mod script;
 pub mod sentinel;

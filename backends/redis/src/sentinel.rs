@@ -9,7 +9,9 @@
 //! every [`WATCH_EVERY`], asks a sentinel whether the master moved. The periodic look is
 //! what catches a planned switch (`SENTINEL FAILOVER`): the old master keeps accepting
 //! writes, without an error, until Sentinel demotes it about 10 s later, and those writes
-//! are then lost.
+//! are then lost. On the same tick it reads which replicas the master has in sync, which
+//! every guarded write awaits (the switch barrier, `replicas.rs`): those writes to
+//! the old master fail instead.
 //!
 //! Invariants: one look at a time (the watch task does them all, nudges coalesce); a command
 //! is never replayed: the one that failed returns its error to its caller, who decides
@@ -30,10 +32,17 @@ use tokio::sync::Notify;
 
 use cronq_shared::endpoints::{SentinelUrl, Tls};
 
+use crate::replicas::Awaited;
+
 /// How often the watch asks a sentinel where the master is, so a planned switch is followed
 /// within about this long (plus the sentinels' own agreement, about a second). One small
 /// command per connection per second is nothing to a sentinel.
 pub const WATCH_EVERY: Duration = Duration::from_secs(1);
+
+/// How often the watch asks while a failover seems under way (an awaited replica answers
+/// but no longer replicates from the master): guarded writes fail until cronq follows the
+/// new master, so it is looked for as soon as the sentinels name it.
+const SWITCH_WATCH_EVERY: Duration = Duration::from_millis(100);
 
 /// How long one look for the master may take (the sentinels, the new master's `ROLE`, the
 /// connection to it): redis-rs bounds each step by 1 s; a look that takes longer is given
@@ -72,6 +81,12 @@ struct Master {
     manager: ConnectionManager,
     /// `host:port`, as the sentinels name it.
     addr: String,
+    /// Its client: the watch's own connection to it, and its settings for its replicas.
+    client: redis::Client,
+    /// How many replicas a guarded write to it waits for at least (the switch barrier,
+    /// `replicas.rs`; 0 without a watch). Read with `manager` under one lock, so a
+    /// write never pairs a new master's count with the old master's connection.
+    awaited: u32,
 }
 
 /// Aborts the watch task when the follower is dropped: the task is owned, never detached.
@@ -98,14 +113,31 @@ impl Follower {
         watch_every: Option<Duration>,
     ) -> RedisResult<Self> {
         let mut sentinels = client(url, tls)?;
-        let master = sentinels.async_get_client().await?;
-        let addr = master.get_connection_info().addr().to_string();
-        let manager = ConnectionManager::new_with_config(master, config.clone()).await?;
+        let client = sentinels.async_get_client().await?;
+        let addr = client.get_connection_info().addr().to_string();
+        let manager = ConnectionManager::new_with_config(client.clone(), config.clone()).await?;
         tracing::debug!(url = %redacted, master = %addr, "found the Redis master through the sentinels");
+        let (awaited, info) = match watch_every {
+            Some(_) => match replicas_of(&client).await {
+                Ok((awaited, info)) => (awaited, Some(info)),
+                // An ACL without `INFO`: the watch tries again every tick, and warns.
+                Err(err) => {
+                    tracing::warn!(url = %redacted, master = %addr, error = %err, "cannot read the Redis master's replicas (INFO replication): guarded writes wait for CRONQ_REDIS_MIN_REPLICAS only until it answers");
+                    (Awaited::default(), None)
+                }
+            },
+            None => (Awaited::default(), None),
+        };
+        tracing::debug!(url = %redacted, master = %addr, awaited = awaited.count(), "guarded writes wait for every replica in sync");
         let shared = Arc::new(Shared {
             url: redacted,
             db: url.db,
-            current: RwLock::new(Master { manager, addr }),
+            current: RwLock::new(Master {
+                manager,
+                addr,
+                client,
+                awaited: awaited.count(),
+            }),
             changes: AtomicU64::new(0),
             nudge: Notify::new(),
         });
@@ -117,6 +149,8 @@ impl Follower {
             every: watch_every,
             poll: None,
             failing: false,
+            awaited,
+            info,
         };
         Ok(Self {
             shared,
@@ -127,6 +161,13 @@ impl Follower {
     /// The manager of the current master (cheap: a manager is a handle).
     pub(crate) fn manager(&self) -> ConnectionManager {
         self.shared.read().manager.clone()
+    }
+
+    /// The manager of the current master and how many replicas a guarded write to it must
+    /// reach (the switch barrier, `replicas.rs`), read together.
+    pub(crate) fn snapshot(&self) -> (ConnectionManager, u32) {
+        let master = self.shared.read();
+        (master.manager.clone(), master.awaited)
     }
 
     /// The current master's `host:port`.
@@ -233,41 +274,82 @@ struct Watch {
     /// The last look failed: the next failures of this outage are logged at debug only
     /// (every failing command nudges, and its caller logs its own error).
     failing: bool,
+    /// The replicas guarded writes wait for (empty without a watch).
+    awaited: Awaited,
+    /// The watch's own connection to the master, for `INFO replication` (not the writes'
+    /// connection, where a `WAIT` holds later replies back); made again after an error.
+    info: Option<MultiplexedConnection>,
 }
 
 impl Watch {
     async fn run(mut self) {
-        let mut tick = tokio::time::interval(self.every.unwrap_or(WATCH_EVERY));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await; // the first tick is now: the master was just found
+        let every = self.every.unwrap_or(WATCH_EVERY);
         loop {
-            tokio::select! {
+            // While an awaited replica answers but left the master (a failover under way),
+            // ask the sentinels often: every write fails until cronq follows the new master.
+            let wait = if self.awaited.detached() {
+                SWITCH_WATCH_EVERY
+            } else {
+                every
+            };
+            let named = tokio::select! {
                 biased;
-                () = self.shared.nudge.notified() => {}
-                _ = tick.tick(), if self.every.is_some() => {
-                    if !self.moved().await {
-                        continue;
+                () = self.shared.nudge.notified() => None,
+                () = tokio::time::sleep(wait), if self.every.is_some() => {
+                    self.refresh_awaited().await;
+                    match self.moved().await {
+                        Some(named) => Some(named),
+                        None => continue,
                     }
                 }
-            }
-            self.look().await;
+            };
+            self.look(named).await;
             tokio::time::sleep(LOOK_GAP).await;
         }
     }
 
-    /// Whether a sentinel names another master than the one in use (not when none answers:
-    /// the commands' own errors nudge then).
-    async fn moved(&mut self) -> bool {
+    /// Reads the master's replicas and publishes how many guarded writes await. A failure
+    /// leaves the count as it is (writes then wait for as many as before).
+    async fn refresh_awaited(&mut self) {
+        let client = self.shared.read().client.clone();
+        let info = match &mut self.info {
+            Some(conn) => replication(conn).await,
+            None => match info_connection(&client).await {
+                Ok(conn) => replication(self.info.insert(conn)).await,
+                Err(err) => Err(err),
+            },
+        };
+        let info = match info {
+            Ok(info) => info,
+            Err(err) => {
+                tracing::debug!(url = %self.shared.url, error = %err, "cannot read the Redis master's replicas");
+                self.info = None;
+                return;
+            }
+        };
+        self.awaited.refresh(&info, &client, &self.shared.url).await;
+        let mut master = self
+            .shared
+            .current
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        // The master may have moved meanwhile (only this task moves it, so it did not).
+        master.awaited = self.awaited.count();
+    }
+
+    /// The `host:port` a sentinel names when it is another master than the one in use
+    /// (`None` too when none answers: the commands' own errors nudge then).
+    async fn moved(&mut self) -> Option<String> {
         let named = match self.poll_sentinel().await {
             Ok(Some((host, port))) => format!("{host}:{port}"),
-            Ok(None) => return false,
+            Ok(None) => return None,
             Err(err) => {
                 tracing::debug!(url = %self.shared.url, error = %err, "cannot ask a sentinel where the Redis master is");
                 self.poll = None;
-                return false;
+                return None;
             }
         };
-        named != self.shared.read().addr
+        (named != self.shared.read().addr).then_some(named)
     }
 
     async fn poll_sentinel(&mut self) -> RedisResult<Option<(String, String)>> {
@@ -294,22 +376,54 @@ impl Watch {
 
     /// Asks the sentinels for the master and, when it is another node, swaps in a manager
     /// to it. Bounded by [`LOOK_TIMEOUT`]; a failure is logged and left to the next look.
-    async fn look(&mut self) {
+    ///
+    /// `named`: the master a sentinel just named (`GET-MASTER-ADDR-BY-NAME`), taken when it
+    /// says it is a master. The sentinel leading a failover names the promoted replica as
+    /// soon as the promotion is done and it tells the others to follow it, while its
+    /// `SENTINEL MASTERS` (what redis-rs's lookup reads) keeps the old address until every
+    /// replica follows, a second or two later, during which every guarded write fails.
+    async fn look(&mut self, named: Option<String>) {
         let current = self.shared.read().addr.clone();
+        let watching = self.every.is_some();
+        let base = self.shared.read().client.clone();
         let found = tokio::time::timeout(LOOK_TIMEOUT, async {
-            let master = self.sentinels.async_get_client().await?;
-            let addr = master.get_connection_info().addr().to_string();
+            let promoted = match named {
+                Some(named) => crate::replicas::master_at(&base, &named).await,
+                None => None,
+            };
+            let client = match promoted {
+                Some(client) => client,
+                None => self.sentinels.async_get_client().await?,
+            };
+            let addr = client.get_connection_info().addr().to_string();
             if addr == current {
                 return Ok(None);
             }
-            let manager = ConnectionManager::new_with_config(master, self.config.clone()).await?;
-            Ok::<_, RedisError>(Some(Master { manager, addr }))
+            let manager =
+                ConnectionManager::new_with_config(client.clone(), self.config.clone()).await?;
+            // The new master's replicas in sync now (often none yet: Sentinel tells the
+            // others to follow it after the promotion); they join as they come.
+            let (awaited, info) = if watching {
+                let (awaited, info) = replicas_of(&client).await?;
+                (awaited, Some(info))
+            } else {
+                (Awaited::default(), None)
+            };
+            let master = Master {
+                manager,
+                addr,
+                client,
+                awaited: awaited.count(),
+            };
+            Ok::<_, RedisError>(Some((master, awaited, info)))
         })
         .await;
         let url = &self.shared.url;
         let error = match found {
-            Ok(Ok(Some(master))) => {
+            Ok(Ok(Some((master, awaited, info)))) => {
                 let to = master.addr.clone();
+                self.awaited = awaited;
+                self.info = info;
                 *self
                     .shared
                     .current
@@ -338,6 +452,31 @@ impl Watch {
         }
         self.failing = failed;
     }
+}
+
+/// A connection of the watch's own to the master `client` names.
+async fn info_connection(client: &redis::Client) -> RedisResult<MultiplexedConnection> {
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(SENTINEL_TIMEOUT))
+        .set_response_timeout(Some(SENTINEL_TIMEOUT));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+}
+
+/// The replicas the master `client` names has in sync now, and the watch's connection to it.
+async fn replicas_of(client: &redis::Client) -> RedisResult<(Awaited, MultiplexedConnection)> {
+    let mut info = info_connection(client).await?;
+    let awaited = Awaited::of(&replication(&mut info).await?);
+    Ok((awaited, info))
+}
+
+/// The master's `INFO replication`.
+async fn replication(conn: &mut MultiplexedConnection) -> RedisResult<String> {
+    redis::cmd("INFO")
+        .arg("replication")
+        .query_async(conn)
+        .await
 }
 
 #[cfg(test)]

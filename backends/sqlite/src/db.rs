@@ -163,7 +163,7 @@ impl Db {
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         // One plan per statement, whatever its parameters: otherwise SQLite re-prepares the
         // statements whose partial-index choice looked at a parameter each time the
-        // statement cache clears their bindings (docs/benchmarks.md, "Where the
+        // statement cache clears their bindings (docs/benchmarks-notebook.md, "Where the
         // standalone's time goes on SQLite").
         conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
         // The first statement that reads the file: a file that is not a database fails here.

@@ -95,7 +95,7 @@ impl Runner {
     ) -> Result<(), String> {
         // Each arm's future is boxed: inline, the http and command states would make this
         // future kilobytes large, copied on every spawn (half the consumer's own CPU per
-        // message for a no-op handler, docs/benchmarks.md).
+        // message for a no-op handler, docs/benchmarks-notebook.md).
         match self {
             Self::Command(h) => Box::pin(command::run(&h, &occ, KILL_GRACE, token, &capture)).await,
             Self::Http(h, client) => {

@@ -62,8 +62,13 @@ pub struct Config {
     pub defaults: Settings,
     /// `[handlers.NAME]`: the named handlers of this file, by name.
     pub handlers: BTreeMap<Arc<str>, Handler>,
-    /// Every job, in file order, names unique.
+    /// Every job, in file order, names unique (then the runtime jobs merged in, see
+    /// [`Config::with_runtime`]).
     pub jobs: Vec<Job>,
+    /// Runtime jobs deleted from the job store while this process ran: their queued
+    /// occurrences end `cancelled` ("job deleted") instead of running. Empty in a file's
+    /// config.
+    pub deleted: BTreeSet<JobName>,
     /// Legal but risky combinations, to log at startup and show in `cronq check`.
     pub warnings: Vec<Problem>,
 }

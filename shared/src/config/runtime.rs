@@ -113,6 +113,47 @@ impl Config {
         Ok(jobs)
     }
 
+    /// Reads `body`, one job's table without its `[[job]]` header (the body of `PUT
+    /// /api/v1/jobs/NAME`), as the runtime job `name`: its `name` may be left out, and must
+    /// be `name` when given.
+    ///
+    /// # Errors
+    /// As [`Config::runtime_jobs`]; `name` differing from the table's.
+    pub fn runtime_job_named(&self, name: &str, body: &str) -> Result<RuntimeJob, ConfigError> {
+        let path = Path::new("request");
+        let invalid = |message: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            problems: vec![Problem::new("", "", message)],
+        };
+        let mut table: Table = body.parse().map_err(|e: toml::de::Error| {
+            invalid(format!("not valid TOML: {}", e.message().trim()))
+        })?;
+        match table.get("name") {
+            None => {
+                table.insert("name".into(), Value::String(name.to_owned()));
+            }
+            Some(Value::String(n)) if n == name => {}
+            Some(other) => {
+                return Err(ConfigError::Invalid {
+                    path: path.to_owned(),
+                    problems: vec![Problem::new(
+                        "",
+                        "name",
+                        format!(
+                            "{other} differs from the job in the URL ({name:?}): leave it out or make them equal"
+                        ),
+                    )],
+                });
+            }
+        }
+        let mut doc = Table::new();
+        doc.insert("job".into(), Value::Array(vec![Value::Table(table)]));
+        let text = toml::to_string(&doc).unwrap_or_default();
+        let mut jobs = self.runtime_jobs(&text, path)?;
+        jobs.pop()
+            .ok_or_else(|| invalid("no job in the body".to_owned()))
+    }
+
     /// The runtime job stored as `spec`, resolved against this config.
     ///
     /// # Errors
@@ -186,7 +227,8 @@ impl Config {
                 );
             }
         }
-        if raw.own.handler.is_none() && !raw.rejected.contains(&"handler") {
+        let inline = out.problems.len() > before;
+        if raw.own.handler.is_none() && !raw.rejected.contains(&"handler") && !inline {
             out.problem(
                 scope,
                 "handler",
@@ -206,5 +248,86 @@ impl Config {
         let job = resolve_job(raw, &context, &mut schedules, &mut sharing, &mut report);
         out.problems.extend(report.problems);
         job.map(|job| RuntimeJob { job, spec })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use chrono::Utc;
+
+    use super::*;
+
+    fn config(extra: &str) -> Config {
+        let text = format!(
+            "{extra}\n[handlers.report]\ncommand = [\"/bin/true\"]\n[[job]]\nname = \"file-job\"\nschedule = \"@hourly\"\nhandler = \"report\"\n"
+        );
+        Config::from_toml(&text, Path::new("cronq.toml")).unwrap()
+    }
+
+    fn rev(name: &str, spec: &str) -> Revision {
+        Revision {
+            name: name.to_owned(),
+            revision: 1,
+            spec: Some(spec.to_owned()),
+            by: "t".to_owned(),
+            at: Utc::now(),
+        }
+    }
+
+    #[test]
+    fn a_runtime_job_names_its_handler_and_carries_nothing_else_of_it() {
+        let c = config("");
+        let err = c
+            .runtime_jobs(
+                "[[job]]\nname = \"a\"\nschedule = \"@hourly\"\ncommand = [\"/bin/rm\"]\n\n[[job]]\nname = \"b\"\nschedule = \"@hourly\"\n\n[defaults]\ntimeout = \"1m\"\n",
+                Path::new("jobs.toml"),
+            )
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "invalid config (3 problems):\njobs.toml: defaults: only [[job]] tables can be applied: [defaults], [leader], [handlers] and the rest belong in the config file\njobs.toml: job \"a\": command: a runtime job cannot carry its handler: name one with handler = \"NAME\" (a [handlers.NAME] of the consumers' config, or one registered in Rust)\njobs.toml: job \"b\": handler: is required for a runtime job: name the handler that runs it, such as handler = \"report\""
+        );
+        let ok = c
+            .runtime_jobs(
+                "[[job]]\nname = \"a\"\nschedule = \"@every 5s\"\nhandler = \"report\"\npayload = { n = 1 }\n",
+                Path::new("jobs.toml"),
+            )
+            .unwrap();
+        assert!(
+            ok[0].job.handler.is_some(),
+            "resolved against [handlers.report]"
+        );
+        assert_eq!(c.runtime_job(&ok[0].spec).unwrap().payload["n"], 1);
+    }
+
+    #[test]
+    fn merging_leaves_out_shadowed_invalid_and_refused_jobs() {
+        let runtime = [
+            rev(
+                "file-job",
+                "name = \"file-job\"\nschedule = \"@hourly\"\nhandler = \"report\"\n",
+            ),
+            rev(
+                "new",
+                "name = \"new\"\nschedule = \"@hourly\"\nhandler = \"report\"\n",
+            ),
+            rev(
+                "bad",
+                "name = \"bad\"\nschedule = \"61 * * * *\"\nhandler = \"report\"\n",
+            ),
+        ];
+        let (merged, report) = config("").with_runtime(&runtime);
+        let names: Vec<&str> = merged.jobs.iter().map(|j| j.name.as_str()).collect();
+        assert_eq!(names, ["file-job", "new"]);
+        assert_eq!(report.shadowed, ["file-job"]);
+        assert_eq!(report.invalid.len(), 1);
+        assert!(report.invalid[0].1.contains("schedule"), "{report:?}");
+
+        let (merged, report) = config("[runtime]\njobs = false\n").with_runtime(&runtime);
+        assert_eq!(merged.jobs.len(), 1);
+        assert_eq!(report.refused, 3);
     }
 }

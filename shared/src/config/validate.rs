@@ -114,6 +114,7 @@ pub(crate) fn resolve(
         defaults,
         handlers,
         jobs,
+        deleted: std::collections::BTreeSet::new(),
         warnings: out.warnings,
     })
 }

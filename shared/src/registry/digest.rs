@@ -13,7 +13,7 @@
 //! A process computes each config's digest once ([`Digester`]), and every reader (the
 //! reporter, the leader's config check) shares it: one sorted list of 32 bytes per job
 //! ([`JobDigests`]; the name is the config's own `Arc`), not a map per reader, since a
-//! million jobs' digests are part of the producer's memory per job (docs/benchmarks.md).
+//! million jobs' digests are part of the producer's memory per job (docs/benchmarks-notebook.md).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -94,7 +94,7 @@ impl ConfigDigest {
     }
 
     /// The digests of `config` (linear in its jobs: a tenth to a fifth of the config load's
-    /// time, docs/benchmarks.md "Config digest").
+    /// time, docs/benchmarks-notebook.md "Config digest").
     pub fn of(config: &Config) -> Self {
         let mut jobs: Vec<(JobName, JobDigest)> = config
             .jobs
@@ -119,7 +119,7 @@ impl ConfigDigest {
 }
 
 /// Computes the digest of each config a `watch` channel sends, once, and sends it on to
-/// every reader: a config with 100,000 jobs takes a while to digest (docs/benchmarks.md),
+/// every reader: a config with 100,000 jobs takes a while to digest (docs/benchmarks-notebook.md),
 /// so the reporter and the leader's config check must not each compute it.
 pub struct Digester {
     config: watch::Receiver<Arc<Config>>,

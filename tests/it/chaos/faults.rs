@@ -7,8 +7,8 @@
 //! `list_connections` peer ports and to Redis's `CLIENT LIST` addresses. On the harness of
 //! `scripts/ha` the soak also stops and starts a RabbitMQ node (`stop_app`, `start_app`),
 //! kills the Redis master (Sentinel promotes a replica; the old master comes back as a
-//! replica) and makes a planned switch (`CLIENT PAUSE WRITE` then `SENTINEL FAILOVER`, as
-//! docs/ha.md says), one Redis fault at a time.
+//! replica) and makes a planned switch (a plain `SENTINEL FAILOVER`, no pause first: the
+//! switch barrier of docs/ha.md), one Redis fault at a time.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -60,7 +60,7 @@ impl Fault {
             Fault::Backfill => "cronq backfill over the last 30 s",
             Fault::StopRabbitNode => "RabbitMQ node stop_app, start_app",
             Fault::KillRedisMaster => "Redis master killed (Sentinel promotes a replica)",
-            Fault::SentinelFailover => "planned switch (CLIENT PAUSE WRITE, SENTINEL FAILOVER)",
+            Fault::SentinelFailover => "planned switch (SENTINEL FAILOVER)",
         }
     }
 
@@ -456,7 +456,7 @@ impl Fleet {
                     return;
                 };
                 let from = ha.master_port();
-                ha.planned_failover().await;
+                ha.failover().await;
                 self.redis_busy = true;
                 self.events.push(Event {
                     at: Utc::now(),

@@ -9,6 +9,7 @@
 mod api;
 mod browser;
 mod fleet;
+mod jobs_api;
 
 use crate::support::TestEnv;
 use crate::support::cli;

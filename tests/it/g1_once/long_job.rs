@@ -131,7 +131,7 @@ command = ["sh", "-c", "echo start >> {}; sleep 9"]
             metrics.contains(r#"cronq_attempts_total{job="long",outcome="succeeded"} 1"#),
             "{metrics}"
         );
-        assert!(!metrics.contains("cronq_redeliveries_total"), "{metrics}");
+        assert!(metrics.contains("cronq_redeliveries_total 0\n"), "{metrics}");
         assert!(
             !metrics.contains("cronq_duplicates_acked_total"),
             "{metrics}"

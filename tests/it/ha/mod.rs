@@ -69,6 +69,16 @@ impl HaFleet {
     /// Starts 2 producers and 2 consumers on the cluster's node list and on `redis`, and
     /// waits until three seconds have run.
     pub async fn start(env: &TestEnv, ha: &Ha, redis: Redis) -> Self {
+        Self::start_with_lease(env, ha, redis, Options::default().lease).await
+    }
+
+    /// [`HaFleet::start`] with the consumers' execution lease `lease` (`--lease`).
+    pub async fn start_with_lease(
+        env: &TestEnv,
+        ha: &Ha,
+        redis: Redis,
+        lease: &'static str,
+    ) -> Self {
         let trace = env.dir.join("trace");
         let toml = format!(
             "{LEADER}
@@ -85,6 +95,7 @@ command = {}
         );
         let mut options = Options {
             amqp_url: Some(ha.amqp_urls.clone()),
+            lease,
             ..Options::default()
         };
         if let Redis::Sentinel { min_replicas } = redis {

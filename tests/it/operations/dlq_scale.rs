@@ -1,5 +1,5 @@
 //! `cronq dlq list` at 10,000 letters: every letter listed once, in order, none consumed;
-//! prints how long each of 3 listings took (docs/benchmarks.md). Slow to fill, so run on
+//! prints how long each of 3 listings took (docs/benchmarks-notebook.md). Slow to fill, so run on
 //! demand: `cargo nextest run -p cronq --test it --run-ignored only -E
 //! 'test(/dlq_list_at_10000/)' --no-capture`; `CRONQ_LIST_BIN` names another `cronq`
 //! binary to time (an older build, for a before/after figure).

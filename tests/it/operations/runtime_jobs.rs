@@ -154,3 +154,85 @@ async fn a_fleet_takes_runtime_jobs_applied_updated_and_deleted() {
 async fn a_standalone_on_its_data_file_takes_runtime_jobs() {
     apply_update_delete(Backend::Sqlite, "rt-jobs-data").await;
 }
+
+/// A deleted job's occurrences already queued (waiting behind a running one, overlap
+/// `queue`) end `cancelled` with "job deleted": never run, never dead-lettered.
+async fn queued_occurrences_of_a_deleted_job_are_cancelled(backend: Backend, test: &str) {
+    scoped(test, move |env: TestEnv| async move {
+        let toml = format!(
+            "{}\n[handlers.slow]\ncommand = [\"/bin/sh\", \"-c\", \"sleep 2\"]\n",
+            config(&env)
+        );
+        let running = Running::start(Deployment::on(backend), &env, &toml).await;
+        running
+            .until_succeeded("tick", 1, Duration::from_secs(20), "tick to run")
+            .await;
+        let file = env.write_config(
+            "slow.toml",
+            "[[job]]\nname = \"slow\"\nschedule = \"@every 1s\"\nhandler = \"slow\"\noverlap = \"queue\"\n",
+        );
+        ok(&running, &["job", "apply", "-f", &file.to_string_lossy()]);
+        running
+            .until_succeeded("slow", 1, Duration::from_secs(15), "slow to run once")
+            .await;
+        ok(&running, &["job", "delete", "slow"]);
+        let published = running.published("slow");
+        eventually(
+            Duration::from_secs(30),
+            "every published occurrence of slow to end",
+            || async {
+                let entries = running.entries("slow").await;
+                let ended: std::collections::BTreeSet<&str> = entries
+                    .iter()
+                    .filter(|e| {
+                        matches!(
+                            e.outcome,
+                            cronq_shared::runlog::Outcome::Succeeded
+                                | cronq_shared::runlog::Outcome::Cancelled
+                        )
+                    })
+                    .map(|e| e.key.as_str())
+                    .collect();
+                published
+                    .iter()
+                    .all(|k| ended.contains(k.as_str()))
+                    .then_some(())
+            },
+        )
+        .await;
+        let entries = running.entries("slow").await;
+        let cancelled: Vec<_> = entries
+            .iter()
+            .filter(|e| e.outcome == cronq_shared::runlog::Outcome::Cancelled)
+            .collect();
+        assert!(
+            !cancelled.is_empty(),
+            "queued occurrences were cancelled: {entries:?}\n{}",
+            running.logs()
+        );
+        for e in &cancelled {
+            assert_eq!(e.error.as_deref(), Some("job deleted"), "{e:?}");
+        }
+        let letters = ok(&running, &["dlq", "list", "--json"]);
+        let letters: serde_json::Value = serde_json::from_str(&letters).unwrap();
+        let slow = letters["letters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["job"] == "slow")
+            .count();
+        assert_eq!(slow, 0, "nothing dead-lettered: {letters}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fleet_cancels_the_queued_occurrences_of_a_deleted_job() {
+    queued_occurrences_of_a_deleted_job_are_cancelled(Backend::Real, "rt-jobs-deleted-fleet").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_standalone_cancels_the_queued_occurrences_of_a_deleted_job() {
+    queued_occurrences_of_a_deleted_job_are_cancelled(Backend::Sqlite, "rt-jobs-deleted-data")
+        .await;
+}

@@ -217,23 +217,6 @@ impl Ha {
             .expect("SENTINEL FAILOVER");
     }
 
-    /// A planned switch the way docs/ha.md says to make one: the master's writes paused
-    /// (`CLIENT PAUSE 10000 WRITE`), then `SENTINEL FAILOVER`. Sentinel promotes a replica
-    /// before it tells the old master and the other replica to follow it; without the pause
-    /// the old master takes writes meanwhile, the other replica acknowledges them (so a
-    /// `WAIT 1` barrier passes) and both drop them when they resynchronise. Returns at once.
-    pub async fn planned_failover(&self) {
-        let mut master = self.node(self.master_port()).await;
-        let () = redis::cmd("CLIENT")
-            .arg("PAUSE")
-            .arg(10_000)
-            .arg("WRITE")
-            .query_async(&mut master)
-            .await
-            .expect("CLIENT PAUSE on the master");
-        self.failover().await;
-    }
-
     /// Where the sentinels say the master is now (`host:port`), per the first that answers.
     pub async fn named_master(&self) -> Option<String> {
         let name = self.master_name();

@@ -10,7 +10,7 @@
 //!
 //! The walk reads with a consumer whose prefetch window covers every letter it counted
 //! (the letters it keeps stay unacked, so a smaller window would stall it), not one
-//! `basic.get` round trip per letter: docs/benchmarks.md has the listing at 10,000 letters.
+//! `basic.get` round trip per letter: docs/benchmarks-notebook.md has the listing at 10,000 letters.
 
 use std::future::Future;
 use std::time::Duration;

@@ -25,7 +25,7 @@
 -- ARGV[15] history MAXLEN   ARGV[16] history MINID (replace only: it alone supersedes)
 -- `shared` holds the batch's record and body key prefixes (ns:occ:, ns:occbody:).
 -- Numbers go to Redis as the strings they came in where they can: Lua turns a number back
--- into text with sprintf, 2,000 to 3,000 instructions each (see docs/benchmarks.md,
+-- into text with sprintf, 2,000 to 3,000 instructions each (see docs/benchmarks-notebook.md,
 -- throughput step 2).
 -- Returns {"claimed"} (a new claim) | {"claimed", 1} (taken over from an owner that
 --   stopped) | {"duplicate", state, attempt} | {"busy", holder key}
