@@ -490,7 +490,7 @@ pub(super) fn resolve_job(
     };
     let bounds = bounds::resolve_bounds(raw, common.timezone, schedules.now(), scope, out);
     let schedule = match schedule {
-        Some(s) if !bounds.is_none() => Some(s.bounded(bounds)),
+        Some(s) if !bounds.is_none() => Some(schedules.bounded(&s, bounds)),
         other => other,
     };
     let (handler, handler_name) = match raw.own.handler.as_deref() {

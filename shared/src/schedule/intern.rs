@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
-use super::Schedule;
 use super::error::ScheduleError;
+use super::{Bounds, Schedule};
 
 /// Parses schedules as of one `now`, reusing the result for a (text, zone) it has seen:
 /// the jobs that share a schedule share its parsed state, and pay for the parse and the
@@ -19,6 +19,9 @@ pub struct Interner {
     now: DateTime<Utc>,
     /// By zone, then by the text as written (a lookup by `&str` allocates nothing).
     seen: HashMap<Tz, HashMap<String, Result<Schedule, ScheduleError>>>,
+    /// Bounded schedules, by the unbounded one and the bounds: jobs with the same
+    /// schedule and the same `start_at`/`end_at` share one.
+    bounded: HashMap<(Schedule, Bounds), Schedule>,
 }
 
 impl Interner {
@@ -27,6 +30,7 @@ impl Interner {
         Self {
             now,
             seen: HashMap::new(),
+            bounded: HashMap::new(),
         }
     }
 
@@ -73,6 +77,15 @@ impl Interner {
         parsed
     }
 
+    /// [`Schedule::bounded`], shared with every earlier call for an equal schedule and
+    /// equal bounds.
+    pub fn bounded(&mut self, schedule: &Schedule, bounds: Bounds) -> Schedule {
+        self.bounded
+            .entry((schedule.clone(), bounds))
+            .or_insert_with(|| schedule.bounded(bounds))
+            .clone()
+    }
+
     /// The `now` its parses check from.
     pub fn now(&self) -> DateTime<Utc> {
         self.now
@@ -111,5 +124,12 @@ mod tests {
         let bad = interner.parse("0 9 30 2 *", berlin).unwrap_err();
         assert_eq!(interner.parse("0 9 30 2 *", berlin).unwrap_err(), bad);
         assert_eq!(interner.len(), 3, "two good schedules and one bad");
+        let bounds = Bounds {
+            start: Some(now),
+            end: None,
+        };
+        let x = interner.bounded(&a, bounds);
+        assert!(x.shares_parsed(&interner.bounded(&b, bounds)));
+        assert_ne!(x, a, "bounds are part of a schedule");
     }
 }

@@ -373,3 +373,13 @@ impl PartialEq for Schedule {
 }
 
 impl Eq for Schedule {}
+
+impl std::hash::Hash for Schedule {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // What `eq` compares.
+        self.inner.text.hash(state);
+        self.inner.resolved.hash(state);
+        self.inner.bounds.hash(state);
+        self.inner.tz.hash(state);
+    }
+}
