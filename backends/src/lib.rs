@@ -56,30 +56,28 @@ impl std::fmt::Debug for Stores {
 /// # Errors
 /// [`BrokerError`] when RabbitMQ cannot be reached within the connect timeout.
 pub async fn broker(endpoints: &Endpoints) -> Result<AmqpBroker, BrokerError> {
-    AmqpBroker::connect_with(
-        &endpoints.amqp_url,
-        endpoints.names(),
-        Replication::new(endpoints.amqp_quorum_size),
-        &endpoints.tls,
-    )
-    .await
-    .map(|broker| broker.signing(endpoints.keyring.clone()))
+    amqp(endpoints, false).await
 }
 
-/// As [`broker`], for a one-shot command: each node is tried once, so a broker that is
-/// not running is reported at once instead of after the services' connect timeout.
+/// As [`broker`], for a one-shot command: a broker that refuses the connection (not
+/// running) is reported at once instead of after the services' connect timeout.
 ///
 /// # Errors
 /// [`BrokerError`] when no node accepted a connection.
 pub async fn broker_now(endpoints: &Endpoints) -> Result<AmqpBroker, BrokerError> {
-    AmqpBroker::connect_once(
-        &endpoints.amqp_url,
-        endpoints.names(),
-        Replication::new(endpoints.amqp_quorum_size),
-        &endpoints.tls,
-    )
-    .await
-    .map(|broker| broker.signing(endpoints.keyring.clone()))
+    amqp(endpoints, true).await
+}
+
+/// [`broker`], or with `once` [`broker_now`].
+async fn amqp(endpoints: &Endpoints, once: bool) -> Result<AmqpBroker, BrokerError> {
+    let (urls, names, tls) = (&endpoints.amqp_url, endpoints.names(), &endpoints.tls);
+    let replication = Replication::new(endpoints.amqp_quorum_size);
+    let broker = if once {
+        AmqpBroker::connect_once(urls, names, replication, tls).await
+    } else {
+        AmqpBroker::connect_with(urls, names, replication, tls).await
+    };
+    broker.map(|broker| broker.signing(endpoints.keyring.clone()))
 }
 
 /// Connects the fleet's stores: Redis at `endpoints.redis_url` (one server, or the master

@@ -4,9 +4,8 @@
 
 use anyhow::Context as _;
 use cronq_shared::config::Config;
-use cronq_shared::jobs::{Expect, JobStore, Revision, Written, current};
+use cronq_shared::jobs::{Expect, JobStore, Written, current};
 use cronq_shared::names::JobName;
-use serde_json::json;
 
 use super::settings::UsageError;
 use crate::cli::{Cli, JobApplyArgs, JobArg, JobGetArgs};
@@ -116,7 +115,7 @@ pub async fn get(cli: &Cli, args: &JobGetArgs) -> anyhow::Result<()> {
         return Err(missing(&config, &name).into());
     };
     if args.json {
-        println!("{}", revision_json(&rev));
+        println!("{}", crate::ops::json::revision(&rev));
     } else {
         println!(
             "# job {:?}, revision {} by {} at {}",
@@ -204,16 +203,6 @@ fn diff(old: &str, new: &str) -> Vec<String> {
         .filter(|l| !old.lines().any(|o| o == *l))
         .map(|l| format!("+ {l}"));
     removed.chain(added).collect()
-}
-
-fn revision_json(rev: &Revision) -> serde_json::Value {
-    json!({
-        "job": rev.name,
-        "revision": rev.revision,
-        "by": rev.by,
-        "at": output::utc(rev.at),
-        "spec": rev.spec,
-    })
 }
 
 fn missing(config: &Config, name: &JobName) -> UsageError {

@@ -10,14 +10,13 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use cronq_shared::jobs::{Expect, Revision, Written, current};
+use cronq_shared::jobs::{Expect, Written, current};
 use cronq_shared::names::JobName;
 use serde::Deserialize;
 use serde_json::json;
 
 use super::App;
 use super::actions::ApiError;
-use crate::output;
 
 /// The largest PUT body accepted.
 pub const MAX_BODY: usize = 1 << 20;
@@ -99,16 +98,6 @@ fn with_etag(status: StatusCode, revision: u64, body: serde_json::Value) -> Resp
     response
 }
 
-fn revision_json(rev: &Revision) -> serde_json::Value {
-    json!({
-        "job": rev.name,
-        "revision": rev.revision,
-        "by": rev.by,
-        "at": output::utc(rev.at),
-        "spec": rev.spec,
-    })
-}
-
 fn stale(name: &JobName, current: u64) -> ApiError {
     let message = if current == 0 {
         format!("job {:?} does not exist (anymore)", name.as_str())
@@ -134,7 +123,11 @@ pub async fn get(
     }
     let job = name_of(&name)?;
     match current(&*app.source.stores.jobs, &job).await {
-        Ok(Some(rev)) => Ok(with_etag(StatusCode::OK, rev.revision, revision_json(&rev))),
+        Ok(Some(rev)) => Ok(with_etag(
+            StatusCode::OK,
+            rev.revision,
+            crate::ops::json::revision(&rev),
+        )),
         // Not a runtime job either: the config's answer, with its "did you mean".
         Ok(None) => Err(super::actions::job(&app.source, &name)
             .err()

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use cronq_shared::broker::Folded;
 use cronq_shared::config::Job;
 use cronq_shared::control::Pause;
+use cronq_shared::jobs::Revision;
 use cronq_shared::runlog::{Run, RunOutput};
 use serde_json::{Value, json};
 
@@ -61,6 +62,18 @@ pub fn run_with_output(r: &Run, output: Option<&RunOutput>) -> Value {
     let mut value = run(r);
     value["output"] = serde_json::to_value(output).unwrap_or(Value::Null);
     value
+}
+
+/// One revision of a runtime job (`cronq job get --json`, `GET /api/v1/jobs/NAME`): its
+/// definition as TOML text (`null` for a delete), who wrote it and when.
+pub fn revision(rev: &Revision) -> Value {
+    json!({
+        "job": rev.name,
+        "revision": rev.revision,
+        "by": rev.by,
+        "at": output::utc(rev.at),
+        "spec": rev.spec,
+    })
 }
 
 /// One dead run: its oldest letter, without its body, and how many copies of it the
