@@ -178,6 +178,9 @@ async fn a_plain_switch_loses_no_acknowledged_claim(test: &str, min_replicas: u3
         let (mut acknowledged, mut refused) = (Vec::new(), 0);
         let mut switched: Option<Instant> = None;
         let mut followed: Option<Instant> = None;
+        // Sentinel sometimes takes the request and switches nothing (right after a replica
+        // restarted, as on a freshly started harness): asked again after 15 s, up to 3 times.
+        let (mut asked, mut asks) = (None::<Instant>, 0u32);
         // The time from the switch to the first claim acknowledged on the new master.
         let mut held = None;
         // Claim a fresh key every few milliseconds from before the switch until 2 s after the
@@ -186,6 +189,16 @@ async fn a_plain_switch_loses_no_acknowledged_claim(test: &str, min_replicas: u3
             if switched.is_none() && started.elapsed() >= Duration::from_millis(500) {
                 env.ha.failover().await;
                 switched = Some(Instant::now());
+                (asked, asks) = (switched, 1);
+            }
+            if followed.is_none()
+                && asks < 3
+                && asked.is_some_and(|at| at.elapsed() >= Duration::from_secs(15))
+            {
+                eprintln!("SENTINEL FAILOVER {asks}: still on {old} after 15 s, asking again");
+                env.ha.failover().await;
+                switched = Some(Instant::now());
+                (asked, asks) = (switched, asks + 1);
             }
             let c = claim("switch", i, 1, Overlap::Allow, LONG);
             match ledger.claim(&c).await {
@@ -207,8 +220,8 @@ async fn a_plain_switch_loses_no_acknowledged_claim(test: &str, min_replicas: u3
                 break;
             }
             assert!(
-                started.elapsed() < FOLLOW_WITHIN * 2,
-                "still on {old} {:?} after the switch",
+                started.elapsed() < FOLLOW_WITHIN * 2 + Duration::from_secs(15) * asks,
+                "still on {old} {:?} after the first of {asks} switch requests",
                 started.elapsed()
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
