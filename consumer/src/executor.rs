@@ -44,17 +44,17 @@ pub enum Reject {
 }
 
 impl Reject {
-    /// Every [`Reject::label`].
+    /// Every [`Reject::label`], in the order of the variants.
     pub const LABELS: [&'static str; 4] =
         ["unauthenticated", "malformed", "unknown_job", "no_handler"];
 
     /// The `reason` label of `cronq_messages_refused_total`.
     pub fn label(&self) -> &'static str {
         match self {
-            Self::Unauthenticated(_) => "unauthenticated",
-            Self::Malformed(_) => "malformed",
-            Self::UnknownJob(_) => "unknown_job",
-            Self::NoHandler(_) => "no_handler",
+            Self::Unauthenticated(_) => Self::LABELS[0],
+            Self::Malformed(_) => Self::LABELS[1],
+            Self::UnknownJob(_) => Self::LABELS[2],
+            Self::NoHandler(_) => Self::LABELS[3],
         }
     }
 

@@ -21,17 +21,6 @@ use super::{Config, Job};
 use crate::jobs::Revision;
 use crate::schedule::Interner;
 
-/// Fields a runtime job may not have: what runs is defined only where consumers run.
-const HANDLER_ONLY: &[&str] = &[
-    "command",
-    "http",
-    "user",
-    "group",
-    "env",
-    "clear_env",
-    "cwd",
-];
-
 /// A runtime job read from a file: its resolved form and its spec (its table as TOML
 /// text, what the store keeps).
 #[derive(Debug, Clone)]
@@ -218,7 +207,9 @@ impl Config {
             "clear_env" => raw.own.clear_env.is_some(),
             _ => raw.own.cwd.is_some(),
         };
-        for field in HANDLER_ONLY {
+        // A runtime job may not have a handler's fields: what runs is defined only where
+        // consumers run.
+        for field in raw::HANDLER_FIELDS {
             if set(field) {
                 out.problem(
                     scope,
