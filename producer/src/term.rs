@@ -51,6 +51,24 @@ fn same_timing(a: &Job, b: &Job) -> bool {
     a.schedule == b.schedule && a.timezone == b.timezone && a.jitter == b.jitter
 }
 
+/// How far back a reload starts a new or changed runtime job: the poll's lag, with room for
+/// a slow store. A revision older than this is a job the leader did not take in then (it
+/// did not resolve here, say): it starts now, as a file job does.
+const RECENT: Duration = Duration::from_secs(10);
+
+/// Where a new or changed job starts when a reload brings it in at `now`: a runtime job
+/// written within [`RECENT`] (and its `catchup_window`) at its revision `since` (the leader
+/// reads the job store a poll later, and the occurrences in between are the job's too;
+/// the timer fires them at once); any other job at `now`.
+fn start(job: &Job, since: Option<&DateTime<Utc>>, now: DateTime<Utc>) -> DateTime<Utc> {
+    let back = chrono::TimeDelta::from_std(job.catchup_window.min(RECENT))
+        .unwrap_or(chrono::TimeDelta::zero());
+    match since {
+        Some(since) if *since <= now && now - *since <= back => *since,
+        _ => now,
+    }
+}
+
 fn outgoing(
     job: &Job,
     at: DateTime<Utc>,
@@ -116,7 +134,12 @@ impl Leading {
                 job.catchup,
                 job.catchup_window,
                 job.jitter,
-                cursors.get(&job.name).copied(),
+                // A runtime job no leader has committed a cursor for (its leader died
+                // between the apply and the commit) starts at its revision, not now.
+                cursors
+                    .get(&job.name)
+                    .or_else(|| config.runtime_since.get(&job.name))
+                    .copied(),
                 now,
             );
             if !paused.contains(&job.name) {
@@ -219,10 +242,11 @@ impl Leading {
             } else {
                 added += 1;
             }
-            if let Some(next) = job.schedule.next_after(now) {
+            let from = start(job, config.runtime_since.get(&job.name), now);
+            if let Some(next) = job.schedule.next_after(from) {
                 self.timer.push(entry(job, index, next));
             }
-            self.uncommitted.cursors.push((job.name.clone(), now));
+            self.uncommitted.cursors.push((job.name.clone(), from));
         }
         let removed = old.jobs.len() - kept.iter().flatten().count() - changed;
         info!(
@@ -417,6 +441,91 @@ mod tests {
             due.iter()
                 .any(|(_, (j, at))| j.as_str() == "change" && *at == t("2026-11-30T10:00:15Z"))
         );
+    }
+
+    /// `config` with `name` as a runtime job written at `since`.
+    fn runtime(config: &Config, name: &str, since: DateTime<Utc>) -> Arc<Config> {
+        let mut config = config.clone();
+        config.runtime_since.insert(job(name), since);
+        Arc::new(config)
+    }
+
+    #[test]
+    fn a_runtime_job_no_leader_committed_starts_at_its_revision() {
+        let created = t("2026-11-30T10:00:00.7Z");
+        let config = runtime(&config(&[("rt", "@every 1s")]), "rt", created);
+        // The leader that applied it died before committing a cursor; this one takes over.
+        let now = t("2026-11-30T10:00:04.2Z");
+        let (_, catchup, moved) = Leading::take_over(
+            Term::new(5, "t"),
+            config,
+            &HashMap::new(),
+            HashSet::new(),
+            now,
+        );
+        let at: Vec<DateTime<Utc>> = catchup.iter().map(|o| o.occurrence.scheduled_at).collect();
+        // `catchup = "latest"` (the default): the latest missed one.
+        assert_eq!(at, [t("2026-11-30T10:00:04Z")]);
+        assert_eq!(moved, [(job("rt"), now)]);
+
+        let all = Config::from_toml(
+            "[[job]]\nname = \"rt\"\nschedule = \"@every 1s\"\ncatchup = \"all\"\n",
+            std::path::Path::new("t.toml"),
+        )
+        .unwrap();
+        let (_, catchup, _) = Leading::take_over(
+            Term::new(5, "t"),
+            runtime(&all, "rt", created),
+            &HashMap::new(),
+            HashSet::new(),
+            now,
+        );
+        let at: Vec<String> = catchup
+            .iter()
+            .map(|o| o.occurrence.scheduled_at.format("%S").to_string())
+            .collect();
+        assert_eq!(at, ["01", "02", "03", "04"], "every one since its creation");
+    }
+
+    #[test]
+    fn a_runtime_job_a_reload_brings_in_starts_at_its_revision() {
+        let now = t("2026-11-30T10:00:00.5Z");
+        let mut lead = leading(config(&[("keep", "@every 1s")]), now);
+        let created = t("2026-11-30T10:00:09.8Z");
+        let polled = t("2026-11-30T10:00:10.3Z");
+        lead.reload(
+            runtime(
+                &config(&[("keep", "@every 1s"), ("rt", "@every 1s")]),
+                "rt",
+                created,
+            ),
+            polled,
+        );
+        assert_eq!(lead.uncommitted.cursors, [(job("rt"), created)]);
+        let due = lead.take_due(polled);
+        let rt: Vec<DateTime<Utc>> = due
+            .iter()
+            .filter(|(_, (j, _))| j.as_str() == "rt")
+            .map(|(_, (_, at))| *at)
+            .collect();
+        assert_eq!(
+            rt,
+            [t("2026-11-30T10:00:10Z")],
+            "the tick between its creation and the poll"
+        );
+
+        // An old revision (a job this leader did not take in then) starts now.
+        let mut lead = leading(config(&[("keep", "@every 1s")]), now);
+        let old = t("2026-11-29T10:00:00Z");
+        lead.reload(
+            runtime(
+                &config(&[("keep", "@every 1s"), ("rt", "@every 1s")]),
+                "rt",
+                old,
+            ),
+            polled,
+        );
+        assert_eq!(lead.uncommitted.cursors, [(job("rt"), polled)]);
     }
 
     #[test]

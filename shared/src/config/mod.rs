@@ -69,6 +69,10 @@ pub struct Config {
     /// occurrences end `cancelled` ("job deleted") instead of running. Empty in a file's
     /// config.
     pub deleted: BTreeSet<JobName>,
+    /// When each runtime job's current revision was written (a file job has none): a new
+    /// or changed runtime job's occurrences start there, also when the leader learns of it
+    /// a poll later or only after a failover (`cronq_producer`'s term and planner).
+    pub runtime_since: BTreeMap<JobName, chrono::DateTime<chrono::Utc>>,
     /// Legal but risky combinations, to log at startup and show in `cronq check`.
     pub warnings: Vec<Problem>,
 }

@@ -181,7 +181,10 @@ impl Config {
                 continue;
             }
             match self.runtime_job(spec) {
-                Ok(job) => config.jobs.push(job),
+                Ok(job) => {
+                    config.runtime_since.insert(job.name.clone(), rev.at);
+                    config.jobs.push(job);
+                }
                 Err(problems) => merged.invalid.push((rev.name.clone(), problems)),
             }
         }

@@ -115,6 +115,7 @@ pub(crate) fn resolve(
         handlers,
         jobs,
         deleted: std::collections::BTreeSet::new(),
+        runtime_since: std::collections::BTreeMap::new(),
         warnings: out.warnings,
     })
 }
