@@ -17,7 +17,6 @@ use crate::output;
 /// `--yes`; Redis unreachable, or the data file unusable.
 pub async fn run(cli: &Cli, args: &BackfillArgs) -> anyhow::Result<()> {
     let config = super::settings::load_config(cli)?;
-    let job = lookup::job(&config, &args.job)?;
     let from = lookup::instant("--from", &args.from)?;
     let to = lookup::instant("--to", &args.to)?;
     if from > to {
@@ -27,6 +26,9 @@ pub async fn run(cli: &Cli, args: &BackfillArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
+    let target = super::settings::target(cli)?;
+    let (config, stores) = lookup::job_with_stores(config, &target, &args.job).await?;
+    let job = lookup::job(&config, &args.job)?;
     let Preview { count, shown } = Preview::of(&job.schedule, from, to);
     if count > CONFIRM_ABOVE && !args.yes {
         return Err(UsageError(format!(
@@ -46,8 +48,6 @@ pub async fn run(cli: &Cli, args: &BackfillArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let target = super::settings::target(cli)?;
-    let stores = lookup::stores(&target, config.longest_retention()).await?;
     let control = &stores.control;
     let id = control
         .request_backfill(&job.name, from, to)

@@ -86,7 +86,7 @@ pub async fn replay(cli: &Cli, args: &ReplayArgs) -> anyhow::Result<()> {
     }
     let config = super::settings::load_config(cli)?;
     let job = match &args.job {
-        Some(name) => Some(lookup::job(&config, name)?.name.clone()),
+        Some(name) => Some(lookup::job_filter(cli, name).await?),
         None => None,
     };
     let key = match &args.key {
@@ -103,6 +103,8 @@ pub async fn replay(cli: &Cli, args: &ReplayArgs) -> anyhow::Result<()> {
     };
     let target = super::settings::target(cli)?;
     let (stores, queue) = lookup::stores_and_queue(&target, config.longest_retention()).await?;
+    // A runtime job's letters replay as a file job's do.
+    let config = lookup::with_runtime(config, &stores).await?;
     let report = replay::replay(
         queue.port(),
         &*stores.ledger,

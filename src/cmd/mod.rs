@@ -27,7 +27,7 @@ use crate::cli::{Cli, Command, DlqCommand, JobCommand};
 pub async fn dispatch(cli: Cli, root: CancellationToken) -> anyhow::Result<()> {
     match &cli.command {
         Command::Check => check::run(&cli),
-        Command::Next(args) => next::run(&cli, args),
+        Command::Next(args) => next::run(&cli, args).await,
         Command::Producer(args) => producer::run(&cli, args, root).await,
         Command::Consumer(args) => consumer::run(&cli, args, root).await,
         Command::Standalone(args) => standalone::run(&cli, args, root).await,

@@ -8,12 +8,14 @@ use serde_json::json;
 
 use super::settings::UsageError;
 use crate::cli::{Cli, NextArgs};
+use crate::ops::lookup;
 
-/// Prints the next `--count` fire times per job, as a table or one JSON document.
+/// Prints the next `--count` fire times per job, as a table or one JSON document. The
+/// config's jobs; `--job` may also name a runtime job (then the job store is read).
 ///
 /// # Errors
 /// A config error, or a usage error for an unknown `--job`, a bad `--from` or `--count 0`.
-pub fn run(cli: &Cli, args: &NextArgs) -> anyhow::Result<()> {
+pub async fn run(cli: &Cli, args: &NextArgs) -> anyhow::Result<()> {
     let config = super::settings::load_config(cli)?;
     let from = match args.from.as_deref() {
         None => Utc::now(),
@@ -28,6 +30,22 @@ pub fn run(cli: &Cli, args: &NextArgs) -> anyhow::Result<()> {
     if args.count == 0 {
         return Err(UsageError("--count must be at least 1".into()).into());
     }
+    // A `--job` not in the file may be a runtime job of the target's job store.
+    let config = match args.job.as_deref() {
+        Some(name) if config.job(name).is_none() => match super::settings::target(cli) {
+            Ok(target) => {
+                lookup::job_with_stores(config, &target, name)
+                    .await
+                    .map_err(|e| match e.downcast::<UsageError>() {
+                        Ok(UsageError(m)) => UsageError(format!("--job: {m}")).into(),
+                        Err(e) => e,
+                    })?
+                    .0
+            }
+            Err(_) => config,
+        },
+        _ => config,
+    };
     let jobs: Vec<&Job> = match args.job.as_deref() {
         Some(name) => vec![find_job(&config, name)?],
         None => config.jobs.iter().collect(),
@@ -51,7 +69,7 @@ pub fn run(cli: &Cli, args: &NextArgs) -> anyhow::Result<()> {
 
 /// `--job J`: the job, or the lookup's error under the flag's name.
 fn find_job<'a>(config: &'a Config, name: &str) -> Result<&'a Job, UsageError> {
-    crate::ops::lookup::job(config, name).map_err(|UsageError(e)| UsageError(format!("--job: {e}")))
+    lookup::job(config, name).map_err(|UsageError(e)| UsageError(format!("--job: {e}")))
 }
 
 fn utc(t: DateTime<Utc>) -> String {

@@ -14,9 +14,9 @@ use crate::output;
 /// A config or unknown-job usage error; Redis unreachable, or the data file unusable.
 pub async fn pause(cli: &Cli, args: &PauseArgs) -> anyhow::Result<()> {
     let config = super::settings::load_config(cli)?;
-    let job = lookup::job(&config, &args.job)?;
     let target = super::settings::target(cli)?;
-    let stores = lookup::stores(&target, config.longest_retention()).await?;
+    let (config, stores) = lookup::job_with_stores(config, &target, &args.job).await?;
+    let job = lookup::job(&config, &args.job)?;
     let control = &stores.control;
     let done = control
         .pause(&job.name, args.note.clone())
@@ -53,9 +53,9 @@ fn note_of(note: Option<&str>) -> String {
 /// A config or unknown-job usage error; Redis unreachable, or the data file unusable.
 pub async fn resume(cli: &Cli, args: &JobArg) -> anyhow::Result<()> {
     let config = super::settings::load_config(cli)?;
-    let job = lookup::job(&config, &args.job)?;
     let target = super::settings::target(cli)?;
-    let stores = lookup::stores(&target, config.longest_retention()).await?;
+    let (config, stores) = lookup::job_with_stores(config, &target, &args.job).await?;
+    let job = lookup::job(&config, &args.job)?;
     let control = &stores.control;
     let was = control
         .resume(&job.name)

@@ -39,7 +39,7 @@ pub async fn run(cli: &Cli, args: &RunsArgs) -> anyhow::Result<()> {
         None => None,
     };
     let job = match (&args.job, &key) {
-        (Some(name), _) => Some(lookup::job_filter(cli, name)?),
+        (Some(name), _) => Some(lookup::job_filter(cli, name).await?),
         (None, Some(key)) => Some(key.job().clone()),
         (None, None) => None,
     };

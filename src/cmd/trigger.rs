@@ -13,11 +13,11 @@ use crate::ops::lookup;
 /// A config, unknown-job or bad `--payload` usage error; Redis unreachable, or the data file unusable.
 pub async fn run(cli: &Cli, args: &TriggerArgs) -> anyhow::Result<()> {
     let config = super::settings::load_config(cli)?;
-    let job = lookup::job(&config, &args.job)?;
     let payload = crate::ops::trigger::payload(args.payload.as_deref())
         .map_err(|e| UsageError(format!("--payload {e}")))?;
     let target = super::settings::target(cli)?;
-    let stores = lookup::stores(&target, config.longest_retention()).await?;
+    let (config, stores) = lookup::job_with_stores(config, &target, &args.job).await?;
+    let job = lookup::job(&config, &args.job)?;
     let control = &stores.control;
     let key = control
         .request_trigger(&job.name, payload)

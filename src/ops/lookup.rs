@@ -40,16 +40,91 @@ pub fn job<'a>(config: &'a Config, name: &str) -> Result<&'a Job, UsageError> {
     )))
 }
 
-/// A `--job` filter: checked against the config when one is given, else only its form.
+/// `config` with the runtime jobs of `stores` merged in, as every producer and consumer
+/// merges them (`cronq_shared::reload`): what the operations commands act on. A runtime
+/// job that does not resolve against `config` (or that a file job shadows) is left out.
+///
+/// # Errors
+/// When the job store cannot be read.
+pub async fn with_runtime(config: Config, stores: &Stores) -> anyhow::Result<Config> {
+    if !config.runtime.jobs {
+        return Ok(config);
+    }
+    let revisions = stores
+        .jobs
+        .list()
+        .await
+        .context("while reading the runtime jobs")?;
+    if revisions.is_empty() {
+        return Ok(config);
+    }
+    Ok(config.with_runtime(&revisions).0)
+}
+
+/// The stores of `target`, and `config` with their runtime jobs merged in, for a command
+/// that acts on the job `name`: a job of the file, or a runtime job. When `name` is not a
+/// job of the file and the stores cannot be read, the answer is the file's "no job" usage
+/// error, saying why the runtime jobs were not looked at.
+///
+/// # Errors
+/// As [`stores`]; a usage error when `name` is neither a file job nor a runtime job.
+pub async fn job_with_stores(
+    config: Config,
+    target: &Target,
+    name: &str,
+) -> anyhow::Result<(Config, Stores)> {
+    let in_file = config.job(name).is_some();
+    let stores = match stores(target, config.longest_retention()).await {
+        Ok(stores) => stores,
+        Err(e) if !in_file => {
+            let UsageError(no_job) = job(&config, name).expect_err("not a job of the file");
+            return Err(UsageError(format!(
+                "{no_job} (its runtime jobs were not looked at: {e:#})"
+            ))
+            .into());
+        }
+        Err(e) => return Err(e),
+    };
+    if in_file {
+        return Ok((config, stores));
+    }
+    let config = with_runtime(config, &stores).await?;
+    job(&config, name)?;
+    Ok((config, stores))
+}
+
+/// A `--job` filter: checked against the config when one is given (a job of the file, or
+/// a runtime job, present or deleted: one the job store has a history of), else only its
+/// form.
 ///
 /// # Errors
 /// A usage error for an unknown job or an invalid name; a config error.
-pub fn job_filter(cli: &Cli, name: &str) -> anyhow::Result<JobName> {
+pub async fn job_filter(cli: &Cli, name: &str) -> anyhow::Result<JobName> {
     if cli.config.is_some() {
         let config = crate::cmd::settings::load_config(cli)?;
-        return Ok(job(&config, name)?.name.clone());
+        let no_job = match job(&config, name) {
+            Ok(job) => return Ok(job.name.clone()),
+            Err(e) => e,
+        };
+        if let Ok(runtime) = JobName::new(name)
+            && was_runtime(cli, &runtime).await
+        {
+            return Ok(runtime);
+        }
+        return Err(no_job.into());
     }
     JobName::new(name).context("--job")
+}
+
+/// Whether the job store of the command's target has a history of `name`.
+async fn was_runtime(cli: &Cli, name: &JobName) -> bool {
+    let Ok(target) = crate::cmd::settings::target(cli) else {
+        return false;
+    };
+    let Ok(stores) = stores(&target, cronq_shared::config::DEFAULT_RETENTION).await else {
+        return false;
+    };
+    stores.jobs.history(name).await.is_ok_and(|h| !h.is_empty())
 }
 
 /// An RFC 3339 instant given to `flag`.
