@@ -120,6 +120,20 @@ impl Handlers {
         self.named.contains_key(name)
     }
 
+    /// The handler names registered, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.named.keys().map(|n| n.to_string()).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// The job names a handler is registered for, sorted.
+    pub fn jobs(&self) -> Vec<String> {
+        let mut jobs: Vec<String> = self.map.keys().map(|j| j.as_str().to_owned()).collect();
+        jobs.sort_unstable();
+        jobs
+    }
+
     /// The handler registered for `job`.
     pub fn get(&self, job: &JobName) -> Option<Arc<dyn JobHandler>> {
         self.map.get(job).cloned()

@@ -14,9 +14,11 @@ use std::time::Duration;
 
 use cronq_shared::broker::{Broker, Delivery, bounded};
 use cronq_shared::config::Config;
+use cronq_shared::jobs::JobStore;
 use cronq_shared::ledger::Ledger;
 use cronq_shared::message::Occurrence;
 use cronq_shared::names::{JobName, QueueName};
+use cronq_shared::registry::Serves;
 use cronq_shared::runlog::RunLog;
 use cronq_shared::signing::Keyring;
 use tokio::sync::{Semaphore, mpsc, watch};
@@ -122,6 +124,8 @@ pub struct Consumer {
     options: Options,
     /// Where attempts' outputs are kept, if anywhere ([`Consumer::keep_outputs`]).
     outputs: Option<Outputs>,
+    /// The runtime jobs ([`Consumer::with_job_store`]).
+    jobs: Option<Arc<dyn JobStore>>,
 }
 
 /// Where a consumer keeps its attempts' outputs, and how much of each stream.
@@ -160,7 +164,18 @@ impl Consumer {
             handlers: Handlers::new(),
             options,
             outputs: None,
+            jobs: None,
         }
+    }
+
+    /// Reads `store`'s history when an occurrence of a job it does not know arrives: an
+    /// occurrence of a runtime job deleted before this consumer saw it (it started after
+    /// the delete) then ends `cancelled` ("job deleted") instead of being dead-lettered as
+    /// unknown. Without it, every unknown job is dead-lettered.
+    #[must_use]
+    pub fn with_job_store(mut self, store: Arc<dyn JobStore>) -> Self {
+        self.jobs = Some(store);
+        self
     }
 
     /// Registers an async closure or fn `handler(occurrence, token)` for `job` (see
@@ -209,6 +224,41 @@ impl Consumer {
     {
         self.handlers.register_named(name, handler);
         self
+    }
+
+    /// What this consumer serves, as a function the fleet registry's reporter calls at each
+    /// beat (`cronq_shared::registry::reporter::Reporter::with_serves`): the queues of
+    /// `--queues` (or every queue), the handler names of the config in force and those
+    /// registered in Rust, and the jobs registered in Rust. Take it once every handler is
+    /// registered.
+    pub fn serves(&self) -> impl Fn() -> Serves + Send + Sync + 'static {
+        let config = self.config.clone();
+        let queues = (!self.options.queues.is_empty()).then(|| {
+            let mut queues: Vec<String> = self
+                .options
+                .queues
+                .iter()
+                .map(|q| q.trim().to_owned())
+                .collect();
+            queues.sort_unstable();
+            queues
+        });
+        let registered = self.handlers.names();
+        let jobs = self.handlers.jobs();
+        move || {
+            let mut handlers: BTreeSet<String> = config
+                .borrow()
+                .handlers
+                .keys()
+                .map(|n| n.to_string())
+                .collect();
+            handlers.extend(registered.iter().cloned());
+            Serves {
+                queues: queues.clone(),
+                handlers: handlers.into_iter().collect(),
+                jobs: jobs.clone(),
+            }
+        }
     }
 
     /// Replaces every registered handler.
@@ -312,6 +362,7 @@ impl Consumer {
             keyring: self.options.keyring.clone(),
             metrics: telemetry::Metrics::default(),
             outputs: self.outputs.clone(),
+            jobs: self.jobs.clone(),
         }
     }
 

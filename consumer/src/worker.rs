@@ -26,8 +26,10 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use cronq_shared::broker::{Broker, Delivery};
 use cronq_shared::config::{Config, Job, Overlap};
+use cronq_shared::jobs::JobStore;
 use cronq_shared::ledger::{Claim, ClaimOutcome, End, Ended, FollowUp, Lease, Ledger, Settle};
 use cronq_shared::message::Occurrence;
+use cronq_shared::names::JobName;
 use cronq_shared::retry::{Backoff, retry};
 use cronq_shared::runlog::Run;
 use cronq_shared::signing::{self, Keyring};
@@ -88,6 +90,8 @@ pub(crate) struct Worker {
     pub(crate) metrics: telemetry::Metrics,
     /// Where attempts' outputs are kept, if anywhere.
     pub(crate) outputs: Option<crate::service::Outputs>,
+    /// The runtime jobs, to tell an occurrence of a deleted job from an unknown one.
+    pub(crate) jobs: Option<Arc<dyn JobStore>>,
 }
 
 async fn ack(d: &Delivery, job: &str) {
@@ -128,6 +132,9 @@ impl Worker {
         let config = self.config();
         let admitted = match self.admit(&d, &config) {
             Ok(admitted) => admitted,
+            Err(Reject::UnknownJob(name)) => {
+                return self.unknown(&d, name, &config, &shutdown).await;
+            }
             Err(reject) => return self.reject(&d, &reject).await,
         };
         let (occ, job) = (&admitted.occ, admitted.job);
@@ -145,6 +152,55 @@ impl Worker {
             return;
         };
         self.on_claim(claimed, d, admitted, &abort, &shutdown).await;
+    }
+
+    /// An occurrence of a job this consumer does not know: of a runtime job deleted before
+    /// this consumer saw the delete (it started after it, or its poll went past the job's
+    /// whole life), as the job store's history says, it ends `cancelled` ("job deleted")
+    /// like one of a job deleted while it ran; anything else is dead-lettered as unknown.
+    /// While the store cannot be read, the delivery is requeued.
+    async fn unknown(
+        &self,
+        d: &Delivery,
+        name: JobName,
+        config: &Config,
+        shutdown: &CancellationToken,
+    ) {
+        let Some(store) = &self.jobs else {
+            return self.reject(d, &Reject::UnknownJob(name)).await;
+        };
+        let history = match store.history(&name).await {
+            Ok(history) => history,
+            Err(err) => {
+                tracing::warn!(job = %name, queue = %d.queue, error = %err, "cannot read the job store to tell whether an unknown job was deleted: requeueing");
+                requeue(d).await;
+                shutdown
+                    .run_until_cancelled(tokio::time::sleep(SETTLE_PAUSE))
+                    .await;
+                return;
+            }
+        };
+        let deleted = history.last().is_some_and(|r| r.spec.is_none());
+        // Its last definition, resolved here, for the retention of its records.
+        let job = history
+            .iter()
+            .rev()
+            .find_map(|r| r.spec.as_deref())
+            .and_then(|spec| config.runtime_job(spec).ok());
+        let opened = match self.keyring.as_deref() {
+            Some(keyring) => keyring.open(&d.body).ok(),
+            None => Some(&d.body[..]),
+        };
+        let occ = opened.and_then(|body| Occurrence::decode(body).ok());
+        match (deleted, job, occ) {
+            (true, Some(job), Some(occ)) => {
+                let end = AttemptEnd::Cancelled {
+                    why: JOB_DELETED.to_owned(),
+                };
+                self.settle(d, &occ, &job, end, shutdown).await;
+            }
+            _ => self.reject(d, &Reject::UnknownJob(name)).await,
+        }
     }
 
     /// Decodes a delivery into a runnable occurrence of a configured job.

@@ -15,6 +15,7 @@
 //! - [`Reloader`] (from `cronq_shared::reload`): SIGHUP or a runtime job change → the config
 //!   in force, on a `watch` channel of `Arc<Config>`.
 //! - [`config_check`]: while leading, which instances run another config (log, `/metrics`).
+//! - [`serving_check`]: while leading, which jobs no live consumer runs (log, `/metrics`).
 //! - [`Producer`]: all of it as one `run(self, shutdown)`.
 //!
 //! Guarantees: a cursor moves only after the occurrences before it were confirmed
@@ -30,6 +31,7 @@ pub mod planner;
 pub mod publisher;
 pub mod scheduler;
 mod service;
+pub mod serving_check;
 mod term;
 pub mod timer;
 
@@ -39,3 +41,4 @@ pub use error::Error;
 pub use leader::{Elector, Leadership};
 pub use scheduler::Scheduler;
 pub use service::{Producer, instance_id};
+pub use serving_check::ServingCheck;

@@ -66,7 +66,10 @@ pub async fn run(cli: &Cli, args: &ConsumerArgs, root: CancellationToken) -> any
     let tally = Tally::default();
     let ledger = Arc::new(CountingLedger::new(stores.ledger, tally.clone()));
     let (reloader, config_rx) = Reloader::new(config.clone(), hangups);
-    let reloader = reloader.with_store(stores.jobs.clone());
+    let mut reloader = reloader.with_store(stores.jobs.clone());
+    // The runtime jobs are in the config from the start: a first term takes them over
+    // with their cursors, rather than as new jobs a poll later.
+    reloader.poll().await;
     // One digest per config, for the Fleet page.
     let (digester, digest_rx) = Digester::new(config_rx.clone()).await;
     let reporter = Reporter::new(
@@ -78,7 +81,10 @@ pub async fn run(cli: &Cli, args: &ConsumerArgs, root: CancellationToken) -> any
     );
     let consumer = Consumer::new(config, Arc::new(broker), ledger, options)
         .following(config_rx)
-        .keep_outputs(Arc::clone(&stores.runlog), args.output.output_limit);
+        .keep_outputs(Arc::clone(&stores.runlog), args.output.output_limit)
+        .with_job_store(stores.jobs.clone());
+    // The leader tells from it which jobs no consumer serves (docs/runtime-jobs.md).
+    let reporter = reporter.with_serves(consumer.serves());
     let beside = root.child_token();
     let (served, ran, (), (), ()) = tokio::join!(
         admin::serve(args.serve.admin_addr, metrics, ready, root.clone()),

@@ -9,7 +9,7 @@ use cronq_shared::names::JobName;
 
 use super::settings::UsageError;
 use crate::cli::{Cli, JobApplyArgs, JobArg, JobGetArgs};
-use crate::ops::lookup;
+use crate::ops::{handler_check, lookup};
 use crate::output;
 
 /// Who the CLI writes as: `user@host`.
@@ -23,10 +23,13 @@ fn operator() -> String {
     format!("{user}@{host}")
 }
 
-async fn store(cli: &Cli, config: &Config) -> anyhow::Result<std::sync::Arc<dyn JobStore>> {
+async fn stores(cli: &Cli, config: &Config) -> anyhow::Result<cronq_backends::Stores> {
     let target = super::settings::target(cli)?;
-    let stores = lookup::stores(&target, config.longest_retention()).await?;
-    Ok(stores.jobs)
+    lookup::stores(&target, config.longest_retention()).await
+}
+
+async fn store(cli: &Cli, config: &Config) -> anyhow::Result<std::sync::Arc<dyn JobStore>> {
+    Ok(stores(cli, config).await?.jobs)
 }
 
 /// Creates or updates each `[[job]]` of `--file`.
@@ -46,6 +49,9 @@ pub async fn apply(cli: &Cli, args: &JobApplyArgs) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("while reading {}", args.file.display()))?;
     let jobs = config.runtime_jobs(&text, &args.file)?;
+    let stores = stores(cli, &config).await?;
+    // Which handlers the live consumers offer; the config stands in when it is unknown.
+    let beats = stores.registry.instances().await.ok();
     let mut refused = Vec::new();
     for job in &jobs {
         let name = job.job.name.as_str();
@@ -55,18 +61,19 @@ pub async fn apply(cli: &Cli, args: &JobApplyArgs) -> anyhow::Result<()> {
                 config.path.display()
             ));
         }
-        if job.job.handler.is_none() && !args.allow_unknown_handler {
-            let handler = job.job.handler_name.as_deref().unwrap_or_default();
+        if !args.allow_unknown_handler
+            && let Some(why) = handler_check::refusal(&config, &job.job, beats.as_deref())
+        {
             refused.push(format!(
-                "job {name:?}: handler: {handler:?} is not a [handlers.NAME] of {}: define it there (and in the consumers' config), or give --allow-unknown-handler when the consumers register it in Rust",
-                config.path.display()
+                "{}: job {name:?}: {why}; or give --allow-unknown-handler when they register it in Rust",
+                args.file.display()
             ));
         }
     }
     if !refused.is_empty() {
         return Err(UsageError(format!("nothing applied:\n{}", refused.join("\n"))).into());
     }
-    let store = store(cli, &config).await?;
+    let store = stores.jobs;
     let by = operator();
     for job in &jobs {
         let name = &job.job.name;

@@ -1,5 +1,7 @@
-//! `cronq jobs`: each job of the config with its schedule, zone, next fire (in its zone and
-//! UTC), pause flag (from the control store) and last outcome (from the run log).
+//! `cronq jobs`: each job of the config, then each runtime job of the job store, with its
+//! schedule, zone, next fire (in its zone and UTC), pause flag (from the control store),
+//! last outcome (from the run log) and whether a live consumer serves it (from the fleet
+//! registry, `cronq_shared::registry::serving`).
 
 use std::collections::HashMap;
 
@@ -8,6 +10,7 @@ use chrono::{DateTime, Utc};
 use cronq_shared::config::Job;
 use cronq_shared::control::Pause;
 use cronq_shared::names::JobName;
+use cronq_shared::registry::serving::{Fleet, Service};
 use cronq_shared::runlog::Run;
 use serde_json::json;
 
@@ -18,12 +21,14 @@ use crate::output::{self, Table};
 /// How many of the newest runs are read at once to find each job's last outcome.
 const RECENT_RUNS: usize = 2_000;
 
-/// One job's line: the job, its next fire, its pause flag and its last run.
+/// One job's line: the job, its next fire, its pause flag, its last run and whether it is
+/// served (`None` when the fleet registry could not be read).
 type Row<'c> = (
     &'c Job,
     Option<DateTime<Utc>>,
     Option<&'c Pause>,
     Option<Run>,
+    Option<Service>,
 );
 
 /// Prints each job's status as a table or one JSON document.
@@ -34,6 +39,17 @@ pub async fn run(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
     let config = super::settings::load_config(cli)?;
     let target = super::settings::target(cli)?;
     let stores = lookup::stores(&target, config.longest_retention()).await?;
+    let config = lookup::with_runtime(config, &stores).await?;
+    let beats = match stores.registry.instances().await {
+        Ok(beats) => Some(beats),
+        Err(e) => {
+            eprintln!(
+                "note: cannot read the fleet registry, so whether each job is served is not shown: {e}"
+            );
+            None
+        }
+    };
+    let fleet = beats.as_deref().map(Fleet::new);
     let paused = stores
         .control
         .paused()
@@ -63,7 +79,8 @@ pub async fn run(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
                 .next(),
         };
         let next = job.schedule.next_after(now);
-        rows.push((job, next, paused.get(&job.name), last));
+        let served = fleet.as_ref().map(|f| f.assess(job));
+        rows.push((job, next, paused.get(&job.name), last, served));
     }
     if args.json {
         print_json(&rows);
@@ -82,7 +99,11 @@ pub async fn run(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
 fn print_json(rows: &[Row<'_>]) {
     let jobs: Vec<_> = rows
         .iter()
-        .map(|(job, next, pause, last)| ops::json::job(job, *next, *pause, last.as_ref()))
+        .map(|(job, next, pause, last, served)| {
+            let mut row = ops::json::job(job, *next, *pause, last.as_ref());
+            ops::json::served(&mut row, served.as_ref());
+            row
+        })
         .collect();
     output::print_json(&json!({ "jobs": jobs }));
 }
@@ -97,8 +118,9 @@ fn table(rows: &[Row<'_>]) -> Table {
         "NEXT (UTC)",
         "PAUSED",
         "LAST",
+        "SERVED",
     ]);
-    for (job, next, pause, last) in rows {
+    for (job, next, pause, last, served) in rows {
         let paused = pause.map_or_else(
             || "no".to_owned(),
             |p| match &p.note {
@@ -121,7 +143,17 @@ fn table(rows: &[Row<'_>]) -> Table {
             next.map_or_else(|| "never".into(), output::utc),
             paused,
             last,
+            served.as_ref().map_or_else(|| "?".to_owned(), served_cell),
         ]);
     }
     table
+}
+
+/// The SERVED cell: `yes`, `no consumer`, or `NO: why`.
+fn served_cell(served: &Service) -> String {
+    match served {
+        Service::Served => "yes".to_owned(),
+        Service::NoConsumer => "no consumer".to_owned(),
+        Service::Unserved(why) => format!("NO: {why}"),
+    }
 }

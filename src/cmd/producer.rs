@@ -6,7 +6,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use cronq_producer::{ConfigCheck, Leadership, Producer, Reloader, instance_id, leader};
+use cronq_producer::{
+    ConfigCheck, Leadership, Producer, Reloader, ServingCheck, instance_id, leader,
+};
 use cronq_shared::config::Config;
 use cronq_shared::lease::Lease;
 use cronq_shared::registry::digest::Digester;
@@ -60,7 +62,10 @@ pub async fn run(cli: &Cli, args: &ServeArgs, root: CancellationToken) -> anyhow
     let control = stores.control;
     let ready = readiness(lease.clone(), instance.clone());
     let (reloader, config_rx) = Reloader::new(config, hangups);
-    let reloader = reloader.with_store(stores.jobs.clone());
+    let mut reloader = reloader.with_store(stores.jobs.clone());
+    // The runtime jobs are in the config from the start: a first term takes them over
+    // with their cursors, rather than as new jobs a poll later.
+    reloader.poll().await;
     // What the leader publishes is counted for the Fleet page (docs/dashboard.md).
     let tally = Tally::default();
     let counted = Arc::new(CountingBroker::new(broker.clone(), tally.clone()));
@@ -91,8 +96,8 @@ pub async fn run(cli: &Cli, args: &ServeArgs, root: CancellationToken) -> anyhow
     served
 }
 
-/// The producer's part in the fleet registry: its reports, and while it leads, the check
-/// that every instance runs its config.
+/// The producer's part in the fleet registry: its reports, and while it leads, the checks
+/// that every instance runs its config and that every job is served.
 struct Fleet {
     registry: Arc<dyn Registry>,
     instance: String,
@@ -115,6 +120,11 @@ impl Fleet {
             return;
         }
         // One digest per config, for the reporter and the config check alike.
+        let serving = ServingCheck::new(
+            self.registry.clone(),
+            self.config.clone(),
+            self.leadership.clone(),
+        );
         let Some((digester, digest)) = token.run_until_cancelled(Digester::new(self.config)).await
         else {
             return;
@@ -131,7 +141,8 @@ impl Fleet {
         tokio::join!(
             digester.run(token.clone()),
             reporter.run(token.clone()),
-            check.run(token),
+            check.run(token.clone()),
+            serving.run(token),
         );
     }
 }

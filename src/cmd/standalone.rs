@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use cronq_backends::Stores;
 use cronq_consumer::{Consumer, Options};
-use cronq_producer::{ConfigCheck, Producer, Reloader, instance_id, leader};
+use cronq_producer::{ConfigCheck, Producer, Reloader, ServingCheck, instance_id, leader};
 use cronq_shared::broker::Broker;
 use cronq_shared::lease::Lease;
 use cronq_shared::registry::Role;
@@ -127,10 +127,14 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
     // Both halves follow one config: a SIGHUP reload reaches the consumer half too, so a
     // job added to the file runs instead of being dead-lettered as unknown.
     let (reloader, config_rx) = Reloader::new(config.clone(), hangups);
-    let reloader = reloader.with_store(stores.jobs.clone());
+    let mut reloader = reloader.with_store(stores.jobs.clone());
+    // The runtime jobs are in the config from the start: a first term takes them over
+    // with their cursors, rather than as new jobs a poll later.
+    reloader.poll().await;
     let consumer = Consumer::new(config, broker.clone(), ledger, options)
         .following(config_rx.clone())
-        .keep_outputs(Arc::clone(&stores.runlog), args.output.output_limit);
+        .keep_outputs(Arc::clone(&stores.runlog), args.output.output_limit)
+        .with_job_store(stores.jobs.clone());
     // One digest per config, for the reporter and the config check alike.
     let (digester, digest_rx) = Digester::new(config_rx.clone()).await;
     let lease = stores.lease.clone();
@@ -150,8 +154,12 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         &instance,
     )
     .with_reloader(reloader);
-    let reporter = reporter.with_leading(leader::leading_since(producer.leadership()));
-    let check = ConfigCheck::new(stores.registry, digest_rx, producer.leadership());
+    // It serves what its consumer half serves, in the same process.
+    let reporter = reporter
+        .with_leading(leader::leading_since(producer.leadership()))
+        .with_serves(consumer.serves());
+    let check = ConfigCheck::new(stores.registry.clone(), digest_rx, producer.leadership());
+    let serving = ServingCheck::new(stores.registry, config_rx.clone(), producer.leadership());
     let first_term = producer.first_term();
 
     let ready: ReadyProbe = Arc::new(|| Box::pin(async { Ok("standalone".to_owned()) }));
@@ -163,7 +171,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
             token.cancel();
         }
     };
-    let (served, shown, produced, consumed, (), (), ()) = tokio::join!(
+    let (served, shown, produced, consumed, (), (), (), ()) = tokio::join!(
         admin::serve(args.serve.admin_addr, metrics, ready, token.clone()),
         async {
             let Some((addr, source, admin)) = dashboard else {
@@ -192,6 +200,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         digester.run(token.child_token()),
         reporter.run(token.child_token()),
         check.run(token.child_token()),
+        serving.run(token.child_token()),
     );
     signal_tasks.shutdown().await;
     produced.context("while running the producer")?;

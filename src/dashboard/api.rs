@@ -11,6 +11,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use chrono::Utc;
 use cronq_shared::config::{Handler, Job};
+use cronq_shared::registry::serving::Fleet;
 use cronq_shared::registry::{Beat, EXPIRY, Role};
 use cronq_shared::runlog::Run;
 use serde::Deserialize;
@@ -157,6 +158,7 @@ pub async fn jobs(
     let config = &app.source.config;
     let page = q.select(config, &snap, &app.by_name);
     let now = Utc::now();
+    let fleet = Fleet::new(&snap.instances);
     let rows: Vec<Value> = page
         .rows
         .iter()
@@ -169,6 +171,7 @@ pub async fn jobs(
                     .flatten()
                     .or_else(|| config.jobs[*i].schedule.next_after(now)),
                 &snap,
+                &fleet,
             )
         })
         .collect();
@@ -183,7 +186,12 @@ pub async fn jobs(
     })))
 }
 
-fn job_row(job: &Job, next: Option<chrono::DateTime<Utc>>, snap: &Snapshot) -> Value {
+fn job_row(
+    job: &Job,
+    next: Option<chrono::DateTime<Utc>>,
+    snap: &Snapshot,
+    fleet: &Fleet<'_>,
+) -> Value {
     let mut strip: Vec<&str> = snap
         .runs_of(&job.name)
         .map(|r| r.outcome.as_str())
@@ -191,6 +199,8 @@ fn job_row(job: &Job, next: Option<chrono::DateTime<Utc>>, snap: &Snapshot) -> V
     strip.reverse();
     let mut row = ops::json::job(job, next, snap.paused.get(&job.name), snap.last(&job.name));
     row["strip"] = json!(strip);
+    let served = snap.taken_at.map(|_| fleet.assess(job));
+    ops::json::served(&mut row, served.as_ref());
     row
 }
 

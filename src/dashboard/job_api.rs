@@ -139,7 +139,8 @@ pub async fn get(
 /// The query of a PUT.
 #[derive(Debug, Default, Deserialize)]
 pub struct PutQuery {
-    /// Accept a handler name the dashboard's config defines no `[handlers.NAME]` for.
+    /// Accept a handler name no live consumer offers (nor, while none runs, the
+    /// dashboard's config): `crate::ops::handler_check`.
     #[serde(default)]
     pub allow_unknown_handler: bool,
 }
@@ -177,15 +178,15 @@ pub async fn put(
     let read = config
         .runtime_job_named(&name, text)
         .map_err(|e| ApiError::bad_request(format!("{e:#}")))?;
-    if read.job.handler.is_none() && !query.allow_unknown_handler {
-        return Err(error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            format!(
-                "handler: {:?} is not a [handlers.NAME] of {}: define it there, or add ?allow_unknown_handler=true when the consumers register it in Rust",
-                read.job.handler_name.as_deref().unwrap_or_default(),
-                config.path.display()
-            ),
-        ));
+    if !query.allow_unknown_handler {
+        // Which handlers the live consumers offer; the config stands in when it is unknown.
+        let beats = app.source.stores.registry.instances().await.ok();
+        if let Some(why) = crate::ops::handler_check::refusal(config, &read.job, beats.as_deref()) {
+            return Err(error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!("{why}; or add ?allow_unknown_handler=true when they register it in Rust"),
+            ));
+        }
     }
     let by = who(&headers);
     let store = &app.source.stores.jobs;

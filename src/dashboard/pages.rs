@@ -408,6 +408,7 @@ pub async fn jobs(
         ("lost", "lost"),
     ];
     let now = Utc::now();
+    let fleet = cronq_shared::registry::serving::Fleet::new(&snap.instances);
     let main = html! {
         (notices(&snap, &flash))
         h1 { "Jobs" }
@@ -422,7 +423,7 @@ pub async fn jobs(
         }
         @if let Some(page_of) = &page_of {
             table #jobs {
-                thead { tr { th { "job" } th { "schedule" } th { "zone" } th { "next fire" } th { "paused" } th { "last outcome" } th { "last 20" } } }
+                thead { tr { th { "job" } th { "schedule" } th { "zone" } th { "next fire" } th { "paused" } th { "last outcome" } th { "last 20" } th { "served" } } }
                 tbody {
                     @for i in &page_of.rows {
                         @let job = &config.jobs[*i];
@@ -450,6 +451,7 @@ pub async fn jobs(
                                 }
                             }
                             td { (strip(&snap, job)) }
+                            td.served { (served_cell(snap.taken_at.map(|_| fleet.assess(job)))) }
                         }
                     }
                 }
@@ -459,6 +461,24 @@ pub async fn jobs(
         }
     };
     page(&app, &headers, &viewer, "Jobs", "Jobs", main)
+}
+
+/// The jobs page's "served" cell: whether a live consumer of the job's queue offers its
+/// handler (`cronq_shared::registry::serving`); unknown before the first snapshot.
+fn served_cell(served: Option<cronq_shared::registry::serving::Service>) -> Markup {
+    use cronq_shared::registry::serving::Service;
+    html! {
+        @match served {
+            None => "-",
+            Some(Service::Served) => "yes",
+            Some(Service::NoConsumer) => span.badge title="no consumer reports itself in the fleet registry" { "no consumer" },
+            Some(Service::Unserved(why)) => {
+                span.badge.unserved title=(why) { "unserved" }
+                br;
+                small { (why) }
+            }
+        }
+    }
 }
 
 fn strip(snap: &Snapshot, job: &cronq_shared::config::Job) -> Markup {

@@ -38,6 +38,14 @@ pub fn job(
     })
 }
 
+/// Adds whether a live consumer serves the job to its [`job`] object: `served` is
+/// `"served"`, `"unserved"` or `"no consumer"` (null when not known), `unserved_reason`
+/// says why when it is not served.
+pub fn served(row: &mut Value, served: Option<&cronq_shared::registry::serving::Service>) {
+    row["served"] = json!(served.map(|s| s.as_str()));
+    row["unserved_reason"] = json!(served.and_then(|s| s.reason()));
+}
+
 /// One run of the history; `published_at` is null when not known (see
 /// [`cronq_shared::runlog::Run::published_at`]).
 pub fn run(r: &Run) -> Value {

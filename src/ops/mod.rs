@@ -3,6 +3,7 @@
 //! command line and the browser cannot drift.
 
 pub mod backfill;
+pub mod handler_check;
 pub mod json;
 pub mod lookup;
 pub mod trigger;

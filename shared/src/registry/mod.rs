@@ -18,6 +18,7 @@
 pub mod compare;
 pub mod digest;
 pub mod reporter;
+pub mod serving;
 pub mod tally;
 
 use std::ops::RangeInclusive;
@@ -91,6 +92,31 @@ pub struct Beat {
     /// Since when it leads, while it holds the leader lease (a producer or standalone).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leading_since: Option<DateTime<Utc>>,
+    /// What it runs, for a consumer or a standalone (`None` from a producer, or from a
+    /// version that did not report it: [`serving`] then counts it as serving every job).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serves: Option<Serves>,
+}
+
+/// What a consumer (or a standalone's consumer half) can run, reported with each beat so
+/// that the leader can tell the jobs no live consumer runs ([`serving`]).
+///
+/// A job with an inline `command` or `http` in the config file is not listed: every
+/// consumer serving its queue runs it (the fleet shares one config file; a consumer whose
+/// file differs is the config check's finding, see [`compare`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Serves {
+    /// The logical queues it consumes; `None`: every queue of its config's jobs, those a
+    /// reload or a runtime job adds included (a consumer without `--queues`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queues: Option<Vec<String>>,
+    /// The handler names it offers: its config's `[handlers.NAME]` and those registered in
+    /// Rust by name, sorted.
+    #[serde(default)]
+    pub handlers: Vec<String>,
+    /// The jobs a Rust handler is registered for by job name, sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub jobs: Vec<String>,
 }
 
 /// What the per-minute counters count.

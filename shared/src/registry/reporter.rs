@@ -16,13 +16,16 @@ use tokio_util::sync::CancellationToken;
 
 use super::digest::ConfigDigest;
 use super::tally::Tally;
-use super::{Beat, Counter, DIGESTS_TTL, EXPIRY, REPORT_EVERY, Registry, Role, minute_of};
+use super::{Beat, Counter, DIGESTS_TTL, EXPIRY, REPORT_EVERY, Registry, Role, Serves, minute_of};
 
 /// How often the per-job digests are written again, keeping them [`DIGESTS_TTL`].
 const DIGESTS_REFRESH: Duration = Duration::from_secs(600);
 
 /// Since when the process leads, if it does ([`Reporter::with_leading`]).
 type Leading = Box<dyn Fn() -> Option<DateTime<Utc>> + Send + Sync>;
+
+/// What the process serves now, if it consumes ([`Reporter::with_serves`]).
+type Serving = Box<dyn Fn() -> Serves + Send + Sync>;
 
 /// Reports one process until cancelled.
 pub struct Reporter {
@@ -31,6 +34,7 @@ pub struct Reporter {
     digest: watch::Receiver<Arc<ConfigDigest>>,
     tally: Tally,
     leading: Option<Leading>,
+    serving: Option<Serving>,
 }
 
 impl Reporter {
@@ -55,6 +59,7 @@ impl Reporter {
             digest: String::new(),
             jobs: 0,
             leading_since: None,
+            serves: None,
         };
         Self {
             registry,
@@ -62,6 +67,7 @@ impl Reporter {
             digest,
             tally,
             leading: None,
+            serving: None,
         }
     }
 
@@ -73,6 +79,14 @@ impl Reporter {
         leading: impl Fn() -> Option<DateTime<Utc>> + Send + Sync + 'static,
     ) -> Self {
         self.leading = Some(Box::new(leading));
+        self
+    }
+
+    /// Reports with each beat what the process serves, as `serves` says at that moment (a
+    /// consumer's queues and handler names follow its reloads).
+    #[must_use]
+    pub fn with_serves(mut self, serves: impl Fn() -> Serves + Send + Sync + 'static) -> Self {
+        self.serving = Some(Box::new(serves));
         self
     }
 
@@ -102,6 +116,7 @@ impl Reporter {
             self.beat.digest.clone_from(&digest.overall);
             self.beat.jobs = digest.jobs.len();
             self.beat.leading_since = self.leading.as_ref().and_then(|since| since());
+            self.beat.serves = self.serving.as_ref().map(|serves| serves());
             let reported = self.report().await;
             match (&reported, failing) {
                 (Err(e), false) => {

@@ -9,4 +9,7 @@ mod dlq_copies;
 mod dlq_scale;
 mod producer_process;
 mod reload;
+mod runtime_failover;
 mod runtime_jobs;
+mod runtime_ops;
+mod runtime_served;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::Utc;
 use cronq_shared::names::JobName;
 use cronq_shared::registry::digest::JobDigest;
-use cronq_shared::registry::{Beat, Counter, Registry, Role};
+use cronq_shared::registry::{Beat, Counter, Registry, Role, Serves};
 
 use crate::support::backends::{Backend, on_every_backend};
 use crate::support::{TestEnv, eventually, ports};
@@ -25,6 +25,11 @@ fn beat(instance: &str, role: Role, digest: &str) -> Beat {
         digest: digest.to_owned(),
         jobs: 2,
         leading_since: None,
+        serves: (role == Role::Consumer).then(|| Serves {
+            queues: Some(vec!["default".to_owned()]),
+            handlers: vec!["report".to_owned()],
+            jobs: Vec::new(),
+        }),
     }
 }
 
@@ -48,6 +53,18 @@ async fn registry_suite(a: Arc<dyn Registry>, b: Arc<dyn Registry>) {
         .map(|b| b.instance)
         .collect();
     assert_eq!(seen, ["c-1", "p-1"], "both alive, in instance order");
+    let served: Vec<Option<Serves>> = a
+        .instances()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|b| b.serves)
+        .collect();
+    assert_eq!(
+        served,
+        [beat("c-1", Role::Consumer, "").serves, None],
+        "what a consumer serves comes back as reported"
+    );
     eventually(Duration::from_secs(5), "the short record to lapse", || {
         let a = a.clone();
         async move {
