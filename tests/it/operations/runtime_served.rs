@@ -370,3 +370,69 @@ async fn a_standalone_restarted_after_a_delete_cancels_the_queued_occurrences() 
     })
     .await;
 }
+
+/// The dashboard's jobs page and `GET /api/v1/jobs` on a standalone's data file: a file
+/// job naming a handler nobody defines is unserved, with why; the others are served.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dashboard_shows_which_jobs_are_unserved() {
+    scoped("served-dashboard", |env: TestEnv| async move {
+        let toml = format!(
+            "{}\n[[job]]\nname = \"orphan\"\nschedule = \"@every 1s\"\nhandler = \"nobody\"\n",
+            config(&env, "")
+        );
+        let running = Running::start(Deployment::on(Backend::Sqlite), &env, &toml).await;
+        running
+            .until_succeeded("tick", 1, Duration::from_secs(20), "tick to run")
+            .await;
+        let cfg = running.config_path().to_string_lossy().into_owned();
+        let data = crate::support::ports::data_file(&env);
+        let d = crate::support::dashboard::start(
+            &env,
+            "dashboard",
+            &[
+                "dashboard",
+                "--config",
+                &cfg,
+                "--data",
+                &data.to_string_lossy(),
+            ],
+            "--addr",
+            false,
+        )
+        .await;
+        let jobs = eventually(
+            Duration::from_secs(15),
+            "the API to say who is served",
+            || async {
+                let v = d.json("/api/v1/jobs").await;
+                let state = |job: &str| {
+                    v["jobs"]
+                        .as_array()?
+                        .iter()
+                        .find(|j| j["job"] == job)
+                        .map(|j| j["served"].clone())
+                };
+                (state("orphan")? == "unserved" && state("tick")? == "served").then_some(v)
+            },
+        )
+        .await;
+        let orphan = jobs["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["job"] == "orphan")
+            .unwrap();
+        assert_eq!(
+            orphan["unserved_reason"], "no consumer of queue \"default\" offers handler \"nobody\"",
+            "{jobs}"
+        );
+        let html = crate::support::dashboard::text(&d.url("/jobs")).await;
+        assert!(html.contains("<th>served</th>"), "{html}");
+        assert!(html.contains("class=\"badge unserved\""), "{html}");
+        assert!(
+            html.contains("offers handler &quot;nobody&quot;"),
+            "the reason beside the badge:\n{html}"
+        );
+    })
+    .await;
+}
