@@ -216,7 +216,8 @@ pub enum Command {
         after_help = "Examples:\n  cronq dashboard --config cronq.toml --addr 127.0.0.1:8080\n  CRONQ_DASHBOARD_TOKEN=... cronq dashboard --config cronq.toml --data cronq.db"
     )]
     Dashboard(DashboardArgs),
-    /// Each job: schedule, zone, next fire, paused, last outcome.
+    /// Each job (the file's, then the runtime jobs): schedule, zone, next fire, paused, last
+    /// outcome, whether a live consumer serves it.
     #[command(
         after_help = "Examples:\n  cronq jobs --config cronq.toml\n  cronq jobs --config cronq.toml --data cronq.db --json"
     )]
@@ -472,8 +473,8 @@ pub struct JobApplyArgs {
     /// The file of `[[job]]` tables.
     #[arg(short = 'f', long = "file", value_name = "FILE")]
     pub file: PathBuf,
-    /// Accept a handler name the config defines no [handlers.NAME] for (a consumer
-    /// registers it in Rust).
+    /// Accept a handler no live consumer offers (nor, while none runs, the config's
+    /// [handlers.NAME]): a consumer not running yet registers it in Rust.
     #[arg(long)]
     pub allow_unknown_handler: bool,
 }
