@@ -2,7 +2,8 @@
 //! (docs/runtime-jobs.md, "Effect"): 2 producers and 2 consumers on RabbitMQ + Redis; the
 //! leader is killed right after `cronq job apply` returns, before or around its first
 //! publish of the job; the standby takes over, and every occurrence from the job's
-//! creation on runs exactly once (`catchup = "all"`: each missed one is published).
+//! creation on runs exactly once (`catchup = "all"`: each missed one is published;
+//! `overlap = "allow"`: a catch-up burst runs side by side instead of skipping).
 
 use std::time::Duration;
 
@@ -30,7 +31,7 @@ async fn a_leader_killed_right_after_an_apply_loses_no_occurrence_of_the_new_job
         let (leader, pid) = running.leader().expect("a leader");
         let file = env.write_config(
             "born.toml",
-            "[[job]]\nname = \"born\"\nschedule = \"@every 1s\"\nhandler = \"append\"\ncatchup = \"all\"\n",
+            "[[job]]\nname = \"born\"\nschedule = \"@every 1s\"\nhandler = \"append\"\ncatchup = \"all\"\noverlap = \"allow\"\n",
         );
         let out = running.cli(&["job", "apply", "-f", &file.to_string_lossy()]);
         env.signal(pid, Signal::SIGKILL);
@@ -73,8 +74,9 @@ async fn a_leader_killed_right_after_an_apply_loses_no_occurrence_of_the_new_job
         assert_eq!(window.expected, expected);
         assert!(
             window.not_exactly_once().is_empty(),
-            "{:?}\n{}",
+            "{:?}\n{:?}\n{}",
             window.not_exactly_once(),
+            window.entries,
             running.logs()
         );
     })
