@@ -403,13 +403,18 @@ fn parse_bytes(text: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("{text:?} is too large"))
 }
 
-/// The admin token of the dashboard (docs/dashboard.md, "Security").
+/// The tokens of the dashboard and its API (docs/security.md, "Roles and tokens").
 #[derive(Debug, Args)]
 pub struct DashboardToken {
     /// A file holding the dashboard's admin token (instead of the variable
-    /// CRONQ_DASHBOARD_TOKEN); without either the dashboard is read-only.
+    /// CRONQ_DASHBOARD_TOKEN): one token named `admin` with the role admin. Without a token
+    /// the dashboard is read-only.
     #[arg(long, env = "CRONQ_DASHBOARD_TOKEN_FILE", value_name = "FILE")]
     pub dashboard_token_file: Option<PathBuf>,
+    /// A file of named tokens, one `NAME ROLE SECRET` a line (ROLE: viewer, operator or
+    /// admin; `#` starts a comment). Not together with an admin token.
+    #[arg(long, env = "CRONQ_TOKENS_FILE", value_name = "FILE")]
+    pub tokens_file: Option<PathBuf>,
 }
 
 /// `cronq dashboard`.

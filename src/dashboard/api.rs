@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 
 use super::App;
 use super::actions::{self, ApiError};
+use super::auth::{Caller, Role as Access};
 use super::query::{JobsQuery, MAX_PER_PAGE, RunsQuery, paginate};
 use super::snapshot::{RECENT_RUNS, Snapshot, within};
 use crate::{ops, output};
@@ -79,7 +80,7 @@ pub fn fleet_json(app: &App, snap: &Snapshot) -> Value {
     let hour_ago = now - chrono::TimeDelta::hours(1);
     json!({
         "place": app.source.place,
-        "read_only": app.admin.is_read_only(),
+        "read_only": app.access.is_read_only(),
         "taken_at": snap.taken_at.map(output::utc),
         "leader": snap.leader.as_ref().map(|h| json!({
             "instance": h.instance,
@@ -421,12 +422,11 @@ pub async fn read_dead_letters(app: &App) -> Result<Vec<cronq_shared::broker::Fo
         })
 }
 
-/// Checks that the caller may change things.
-fn allowed(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
-    app.admin.authorize(headers, None).map_err(|r| ApiError {
-        status: StatusCode::from_u16(r.status).unwrap_or(StatusCode::FORBIDDEN),
-        message: r.message,
-    })
+/// Checks that the caller may do what needs `need`.
+fn allowed(app: &App, headers: &HeaderMap, need: Access) -> Result<Caller, ApiError> {
+    app.access
+        .authorize(headers, None, need)
+        .map_err(ApiError::from)
 }
 
 /// The body of `POST /api/v1/jobs/{job}/pause`.
@@ -462,7 +462,7 @@ pub async fn pause(
     headers: HeaderMap,
     bytes: axum::body::Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    allowed(&app, &headers)?;
+    allowed(&app, &headers, Access::Operator)?;
     let b: PauseBody = body(&bytes)?;
     actions::pause(&app.source, &name, b.note).await.map(Json)
 }
@@ -473,7 +473,7 @@ pub async fn resume(
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    allowed(&app, &headers)?;
+    allowed(&app, &headers, Access::Operator)?;
     actions::resume(&app.source, &name).await.map(Json)
 }
 
@@ -484,7 +484,7 @@ pub async fn trigger(
     headers: HeaderMap,
     bytes: axum::body::Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    allowed(&app, &headers)?;
+    allowed(&app, &headers, Access::Operator)?;
     let b: TriggerBody = body(&bytes)?;
     let payload = b.payload.map(|p| p.to_string());
     actions::trigger(&app.source, &name, payload.as_deref())
@@ -499,7 +499,7 @@ pub async fn backfill(
     headers: HeaderMap,
     bytes: axum::body::Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    allowed(&app, &headers)?;
+    allowed(&app, &headers, Access::Operator)?;
     let b: actions::Backfill = body(&bytes)?;
     actions::backfill(&app.source, &name, &b).await.map(Json)
 }
@@ -510,7 +510,7 @@ pub async fn replay(
     headers: HeaderMap,
     bytes: axum::body::Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    allowed(&app, &headers)?;
+    allowed(&app, &headers, Access::Operator)?;
     let b: actions::Replay = body(&bytes)?;
     actions::replay(&app.source, &b).await.map(Json)
 }

@@ -17,6 +17,7 @@ use serde_json::json;
 
 use super::App;
 use super::actions::ApiError;
+use super::auth::{Caller, Role};
 
 /// The largest PUT body accepted.
 pub const MAX_BODY: usize = 1 << 20;
@@ -28,22 +29,11 @@ fn error(status: StatusCode, message: impl Into<String>) -> ApiError {
     }
 }
 
-fn allowed(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
-    app.admin.authorize(headers, None).map_err(|r| {
-        error(
-            StatusCode::from_u16(r.status).unwrap_or(StatusCode::FORBIDDEN),
-            r.message,
-        )
-    })
-}
-
-/// Who wrote, for the job's history: the one admin token, through the API or a session.
-fn who(headers: &HeaderMap) -> String {
-    if headers.contains_key(header::AUTHORIZATION) {
-        "api (admin token)".to_owned()
-    } else {
-        "dashboard (admin session)".to_owned()
-    }
+/// The caller, when its role is admin (runtime job changes need it).
+fn allowed(app: &App, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    app.access
+        .authorize(headers, None, Role::Admin)
+        .map_err(ApiError::from)
 }
 
 fn name_of(text: &str) -> Result<JobName, ApiError> {
@@ -152,7 +142,7 @@ pub async fn put(
     headers: HeaderMap,
     bytes: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    allowed(&app, &headers)?;
+    let caller = allowed(&app, &headers)?;
     if bytes.len() > MAX_BODY {
         return Err(error(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -187,7 +177,7 @@ pub async fn put(
             ),
         ));
     }
-    let by = who(&headers);
+    let by = caller.name;
     let store = &app.source.stores.jobs;
     let existed = current(&**store, &job)
         .await
@@ -213,11 +203,11 @@ pub async fn delete(
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    allowed(&app, &headers)?;
+    let caller = allowed(&app, &headers)?;
     let job = name_of(&name)?;
     file_job(&app, &job)?;
     let expect = expect(&headers)?;
-    let by = who(&headers);
+    let by = caller.name;
     match app.source.stores.jobs.write(&job, None, &by, expect).await {
         Ok(Written::Done(n)) => Ok(with_etag(
             StatusCode::OK,

@@ -28,7 +28,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-pub use self::auth::Admin;
+pub use self::auth::Access;
 pub use self::source::{Queues, Source};
 
 use self::snapshot::{Refresher, Snapshot};
@@ -36,7 +36,7 @@ use self::snapshot::{Refresher, Snapshot};
 /// What every request handler shares.
 pub struct App {
     source: Source,
-    admin: Admin,
+    access: Access,
     snapshot: watch::Receiver<Arc<Snapshot>>,
     /// The config's jobs in name order (`query::by_name`).
     by_name: Vec<usize>,
@@ -131,7 +131,7 @@ async fn secure_headers(mut response: axum::response::Response) -> axum::respons
 pub async fn serve(
     addr: SocketAddr,
     source: Source,
-    admin: Admin,
+    access: Access,
     metrics: PrometheusHandle,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
@@ -144,7 +144,7 @@ pub async fn serve(
     }
     tracing::info!(
         addr = %local,
-        read_only = admin.is_read_only(),
+        read_only = access.is_read_only(),
         url = %format!("http://{local}/"),
         "dashboard listening"
     );
@@ -153,7 +153,7 @@ pub async fn serve(
     let app = Arc::new(App {
         by_name,
         source,
-        admin,
+        access,
         snapshot,
         metrics,
     });

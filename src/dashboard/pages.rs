@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
-use cronq_shared::registry::{EXPIRY, REPORT_EVERY, Role};
+use cronq_shared::registry::{EXPIRY, REPORT_EVERY, Role as InstanceRole};
 use maud::{DOCTYPE, Markup, html};
 use serde::Deserialize;
 use serde_json::Value;
@@ -19,7 +19,9 @@ use serde_json::Value;
 use super::App;
 use super::actions::{self, ApiError};
 use super::api;
-use super::auth::{LOGIN_COOKIE, SESSION_COOKIE, SESSION_SECONDS, cookie, set_cookie};
+use super::auth::{
+    Caller, LOGIN_COOKIE, Refusal, Role, SESSION_COOKIE, SESSION_SECONDS, cookie, set_cookie,
+};
 use super::query::{JobsQuery, Page, RunsQuery};
 use super::snapshot::{RECENT_RUNS, Snapshot};
 use crate::output;
@@ -56,20 +58,31 @@ struct Viewer {
     read_only: bool,
     /// The CSRF token of the session, when logged in.
     csrf: Option<String>,
+    /// The session's token, when logged in.
+    caller: Option<Caller>,
 }
 
 impl Viewer {
     fn of(app: &App, headers: &HeaderMap) -> Self {
-        let csrf = app.admin.session_of(headers).map(|s| app.admin.csrf(&s));
+        let session = app.access.session_of(headers);
         Self {
-            read_only: app.admin.is_read_only(),
-            csrf,
+            read_only: app.access.is_read_only(),
+            csrf: session.as_ref().map(|(s, _)| app.access.csrf(s)),
+            caller: session.map(|(_, c)| c),
         }
     }
 
-    /// Whether action buttons are shown.
+    /// Whether the session's role allows what needs `need`, so its forms are shown.
+    fn may(&self, need: Role) -> bool {
+        !self.read_only
+            && self.csrf.is_some()
+            && self.caller.as_ref().is_some_and(|c| c.role >= need)
+    }
+
+    /// Whether the operators' action buttons (pause, resume, trigger, backfill, replay)
+    /// are shown.
     fn can_act(&self) -> bool {
-        !self.read_only && self.csrf.is_some()
+        self.may(Role::Operator)
     }
 
     fn csrf_field(&self) -> Markup {
@@ -145,7 +158,8 @@ fn render(
                     span.who {
                         @if viewer.read_only {
                             span.badge { "read-only" }
-                        } @else if let Some(_) = &viewer.csrf {
+                        } @else if let (Some(_), Some(c)) = (&viewer.csrf, &viewer.caller) {
+                            span #who { (c.name) " (" (c.role.as_str()) ")" }
                             form method="post" action="/logout" {
                                 (viewer.csrf_field())
                                 button type="submit" { "Log out" }
@@ -291,7 +305,7 @@ pub async fn fleet(
                         td { code { (b.instance) } }
                         td {
                             @if snap.leader.as_ref().is_some_and(|h| h.instance == b.instance) { "leader" }
-                            @else if b.role == Role::Producer { "standby" }
+                            @else if b.role == InstanceRole::Producer { "standby" }
                             @else { (b.role.as_str()) }
                         }
                         td { (b.host) }
@@ -842,14 +856,15 @@ fn field<'f>(form: &'f [(String, String)], name: &str) -> Option<&'f str> {
         .map(|(_, v)| v.as_str())
 }
 
-/// Refuses a posted form without a valid session and CSRF token.
-fn authorize(app: &App, headers: &HeaderMap, form: &[(String, String)]) -> Result<(), ApiError> {
-    app.admin
-        .authorize(headers, field(form, "csrf"))
-        .map_err(|r| ApiError {
-            status: StatusCode::from_u16(r.status).unwrap_or(StatusCode::FORBIDDEN),
-            message: r.message,
-        })
+/// Refuses a posted form without a valid session and CSRF token, or whose session's role
+/// is weaker than `need`.
+fn authorize(
+    app: &App,
+    headers: &HeaderMap,
+    form: &[(String, String)],
+    need: Role,
+) -> Result<Caller, Refusal> {
+    app.access.authorize(headers, field(form, "csrf"), need)
 }
 
 /// `POST /ui/jobs/{job}/{action}`: pause, resume, trigger, backfill from the job's page.
@@ -861,8 +876,8 @@ pub async fn job_action(
 ) -> Response {
     let viewer = Viewer::of(&app, &headers);
     let form = form(&body);
-    if let Err(e) = authorize(&app, &headers, &form) {
-        return error_page(&app, &headers, &viewer, e);
+    if let Err(e) = authorize(&app, &headers, &form, Role::Operator) {
+        return error_page(&app, &headers, &viewer, ApiError::from(e));
     }
     let source = &app.source;
     let done = match action.as_str() {
@@ -911,8 +926,8 @@ pub async fn replay(
 ) -> Response {
     let viewer = Viewer::of(&app, &headers);
     let form = form(&body);
-    if let Err(e) = authorize(&app, &headers, &form) {
-        return error_page(&app, &headers, &viewer, e);
+    if let Err(e) = authorize(&app, &headers, &form, Role::Operator) {
+        return error_page(&app, &headers, &viewer, ApiError::from(e));
     }
     let req = actions::Replay {
         keys: form
@@ -977,18 +992,18 @@ fn login_page(
 ) -> Response {
     let error = refusal.map(|(_, message)| message);
     let viewer = Viewer::of(app, headers);
-    let nonce = app.admin.new_login();
-    let csrf = app.admin.login_csrf(&nonce);
+    let nonce = app.access.new_login();
+    let csrf = app.access.login_csrf(&nonce);
     let main = html! {
         h1 { "Log in" }
         @if let Some(e) = error { div.banner.bad role="alert" { (e) } }
         @if viewer.read_only {
-            p { "This dashboard is read-only: no admin token is configured (" code { "CRONQ_DASHBOARD_TOKEN" } " or " code { "--dashboard-token-file" } ")." }
+            p { "This dashboard is read-only: no token is configured (" code { "--tokens-file" } ", " code { "CRONQ_DASHBOARD_TOKEN" } " or " code { "--dashboard-token-file" } ")." }
         } @else {
             form #login method="post" action="/login" {
                 input type="hidden" name="csrf" value=(csrf);
                 input type="hidden" name="next" value=(local_path(next));
-                label { "Admin token " input #token type="password" name="token" autocomplete="current-password" required; }
+                label { "Token " input #token type="password" name="token" autocomplete="current-password" required; }
                 button #login-submit type="submit" { "Log in" }
             }
         }
@@ -1014,7 +1029,7 @@ pub async fn login(
     let nonce = cookie(&headers, LOGIN_COOKIE).unwrap_or_default();
     let csrf_ok = !nonce.is_empty()
         && app
-            .admin
+            .access
             .is_login_csrf(&nonce, field(&form, "csrf").unwrap_or_default());
     if !csrf_ok {
         return login_page(
@@ -1027,19 +1042,20 @@ pub async fn login(
             )),
         );
     }
-    if !app
-        .admin
-        .is_token(field(&form, "token").unwrap_or_default())
-    {
+    let Some(caller) = app.access.token(field(&form, "token").unwrap_or_default()) else {
         tracing::warn!("dashboard: a login with a wrong token");
         return login_page(
             &app,
             &headers,
             Some(&next),
-            Some((StatusCode::UNAUTHORIZED, "wrong admin token")),
+            Some((
+                StatusCode::UNAUTHORIZED,
+                "wrong token: none of the dashboard's tokens",
+            )),
         );
-    }
-    let session = app.admin.new_session();
+    };
+    tracing::info!(token = %caller.name, role = %caller.role, "dashboard: logged in");
+    let session = app.access.new_session(&caller);
     let mut response = Redirect::to(&next).into_response();
     for c in [
         set_cookie(SESSION_COOKIE, &session, SESSION_SECONDS),
@@ -1060,8 +1076,8 @@ pub async fn logout(
 ) -> Response {
     let viewer = Viewer::of(&app, &headers);
     let form = form(&body);
-    if let Err(e) = authorize(&app, &headers, &form) {
-        return error_page(&app, &headers, &viewer, e);
+    if let Err(e) = authorize(&app, &headers, &form, Role::Viewer) {
+        return error_page(&app, &headers, &viewer, ApiError::from(e));
     }
     let mut response = Redirect::to("/").into_response();
     if let Ok(v) = set_cookie(SESSION_COOKIE, "", 0).parse() {
