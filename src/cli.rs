@@ -250,6 +250,11 @@ pub enum Command {
     /// Inspect or replay the dead-letter queue.
     #[command(subcommand)]
     Dlq(DlqCommand),
+    /// The operators' actions (job changes, pause, trigger, replay, log-ins), newest first.
+    #[command(
+        after_help = "Examples:\n  cronq audit --config cronq.toml\n  cronq audit --job nightly-report --since 24h --json --config cronq.toml"
+    )]
+    Audit(AuditArgs),
     /// GET an admin URL and exit 0 when it answers 2xx (container health checks).
     #[command(after_help = "Examples:\n  cronq probe http://127.0.0.1:9090/readyz")]
     Probe(ProbeArgs),
@@ -427,6 +432,23 @@ pub struct DashboardArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub token: DashboardToken,
+}
+
+/// `cronq audit`.
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// Only this job's actions.
+    #[arg(long)]
+    pub job: Option<String>,
+    /// Only actions since then: an RFC 3339 instant, or a duration such as `2h` (ago).
+    #[arg(long, value_name = "T")]
+    pub since: Option<String>,
+    /// At most this many entries.
+    #[arg(long, default_value_t = cronq_shared::audit::DEFAULT_LIMIT)]
+    pub limit: usize,
+    /// Print one JSON document on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `cronq runs`.

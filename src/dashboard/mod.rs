@@ -10,6 +10,7 @@
 
 mod actions;
 mod api;
+mod audit;
 mod auth;
 mod job_api;
 mod pages;
@@ -70,6 +71,7 @@ fn router(app: Arc<App>) -> Router {
         .route("/runs", get(api::runs))
         .route("/dead-letters", get(api::dead_letters))
         .route("/dead-letters/replay", post(api::replay))
+        .route("/audit", get(audit::list))
         .fallback(api::not_found);
     Router::new()
         .route("/", get(pages::fleet))
@@ -77,6 +79,7 @@ fn router(app: Arc<App>) -> Router {
         .route("/jobs/{job}", get(pages::job))
         .route("/runs", get(pages::runs))
         .route("/dead-letters", get(pages::dead_letters))
+        .route("/audit", get(pages::audit))
         .route("/login", get(pages::login_form).post(pages::login))
         .route("/logout", post(pages::logout))
         .route("/ui/jobs/{job}/{action}", post(pages::job_action))
@@ -160,10 +163,13 @@ pub async fn serve(
     let refreshing = token.child_token();
     let (served, refreshed) = tokio::join!(
         async {
-            let r = axum::serve(listener, router(app))
-                .with_graceful_shutdown(token.clone().cancelled_owned())
-                .await
-                .context("dashboard server failed");
+            let r = axum::serve(
+                listener,
+                router(app).into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .with_graceful_shutdown(token.clone().cancelled_owned())
+            .await
+            .context("dashboard server failed");
             refreshing.cancel();
             r
         },

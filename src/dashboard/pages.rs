@@ -4,9 +4,10 @@
 //! The forms post to `/ui/...`, which checks the session and its CSRF token
 //! (`super::auth`) and then calls `super::actions`, like the API.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use chrono::{DateTime, Utc};
@@ -19,6 +20,7 @@ use serde_json::Value;
 use super::App;
 use super::actions::{self, ApiError};
 use super::api;
+use super::audit::{self, Act, AuditQuery};
 use super::auth::{
     Caller, LOGIN_COOKIE, Refusal, Role, SESSION_COOKIE, SESSION_SECONDS, cookie, set_cookie,
 };
@@ -128,6 +130,7 @@ fn render(
         ("/jobs", "Jobs"),
         ("/runs", "Runs"),
         ("/dead-letters", "Dead letters"),
+        ("/audit", "Audit"),
     ];
     let body = html! {
         (DOCTYPE)
@@ -815,6 +818,59 @@ fn letters_table(letters: &[cronq_shared::broker::Folded], selectable: bool) -> 
     }
 }
 
+/// `GET /audit`: the operators' actions, newest first, for a session of an operator or an
+/// admin (the API's `GET /api/v1/audit` answers the same).
+pub async fn audit(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Query(q): Query<AuditQuery>,
+) -> Response {
+    let viewer = Viewer::of(&app, &headers);
+    if let Err(e) = app.access.authorize_read(&headers, Role::Operator) {
+        return error_page(&app, &headers, &viewer, ApiError::from(e));
+    }
+    let snap = app.snapshot();
+    let (entries, err) = match audit::entries(&app, &q).await {
+        Ok(list) => (list, None),
+        Err(e) => (Vec::new(), Some(e.message)),
+    };
+    let flash = Flash { msg: None, err };
+    let main = html! {
+        (notices(&snap, &flash))
+        h1 { "Audit" }
+        form.filters method="get" action="/audit" {
+            label { "Job " input type="text" name="job" value=[q.job.as_deref()]; }
+            label { "Since " input type="text" name="since" placeholder="24h or 2026-11-29T00:00:00Z" value=[q.since.as_deref()]; }
+            label { "Limit " input type="number" name="limit" min="1" value=[q.limit]; }
+            button type="submit" { "Show" }
+        }
+        @if entries.is_empty() {
+            p #audit-empty { "No action recorded (within the retention)." }
+        } @else {
+            table #audit {
+                thead { tr { th { "when" } th { "who" } th { "action" } th { "job" } th { "outcome" } th { "from" } th { "detail" } } }
+                tbody {
+                    @for e in &entries {
+                        tr {
+                            td { (time(e.at, None)) }
+                            td { (e.who) }
+                            td { code { (e.action) } }
+                            td { @if let Some(j) = &e.job { a href=(format!("/jobs/{}", encode_path(j))) { (j) } } @else { "-" } }
+                            td {
+                                span class={ "outcome " (if e.outcome == cronq_shared::audit::Outcome::Done { "succeeded" } else { "failed" }) } { (e.outcome.as_str()) }
+                                @if let Some(r) = &e.reason { br; small { (r) } }
+                            }
+                            td { (e.from) }
+                            td { @if let Some(d) = &e.detail { pre { (d) } } }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    page(&app, &headers, &viewer, "Audit", "Audit", main)
+}
+
 fn error_page(app: &App, headers: &HeaderMap, viewer: &Viewer, e: ApiError) -> Response {
     let mut response = page(
         app,
@@ -870,14 +926,27 @@ fn authorize(
 /// `POST /ui/jobs/{job}/{action}`: pause, resume, trigger, backfill from the job's page.
 pub async fn job_action(
     State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     Path((name, action)): Path<(String, String)>,
     body: axum::body::Bytes,
 ) -> Response {
     let viewer = Viewer::of(&app, &headers);
     let form = form(&body);
+    let mut act = Act::new(
+        match action.as_str() {
+            "pause" => "pause",
+            "resume" => "resume",
+            "trigger" => "trigger",
+            "backfill" => "backfill",
+            _ => "unknown",
+        },
+        Some(&name),
+    );
     if let Err(e) = authorize(&app, &headers, &form, Role::Operator) {
-        return error_page(&app, &headers, &viewer, ApiError::from(e));
+        let e = ApiError::from(e);
+        audit::note(&app, &headers, peer, act, Some(&e)).await;
+        return error_page(&app, &headers, &viewer, e);
     }
     let source = &app.source;
     let done = match action.as_str() {
@@ -898,6 +967,15 @@ pub async fn job_action(
             message: format!("no action {action:?}: pause, resume, trigger or backfill"),
         }),
     };
+    if action == "pause" {
+        act.detail = field(&form, "note")
+            .filter(|n| !n.trim().is_empty())
+            .map(|n| format!("note: {n}"));
+    }
+    if let Ok(v) = &done {
+        act.detail = act.detail.or_else(|| api::detail_of(act.action, v));
+    }
+    audit::note(&app, &headers, peer, act, done.as_ref().err()).await;
     let target = format!("/jobs/{}", encode_path(&name));
     match done {
         Ok(v) => Redirect::to(&format!(
@@ -921,13 +999,16 @@ fn encode_path(name: &str) -> String {
 /// `POST /ui/dead-letters/replay`.
 pub async fn replay(
     State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
     let viewer = Viewer::of(&app, &headers);
     let form = form(&body);
     if let Err(e) = authorize(&app, &headers, &form, Role::Operator) {
-        return error_page(&app, &headers, &viewer, ApiError::from(e));
+        let e = ApiError::from(e);
+        audit::note(&app, &headers, peer, Act::new("dlq.replay", None), Some(&e)).await;
+        return error_page(&app, &headers, &viewer, e);
     }
     let req = actions::Replay {
         keys: form
@@ -939,7 +1020,13 @@ pub async fn replay(
         job: None,
         dry_run: field(&form, "dry_run").is_some(),
     };
-    match actions::replay(&app.source, &req).await {
+    let done = actions::replay(&app.source, &req).await;
+    let mut act = Act::new("dlq.replay", None);
+    if let Ok(v) = &done {
+        act.detail = api::detail_of(act.action, v);
+    }
+    audit::note(&app, &headers, peer, act, done.as_ref().err()).await;
+    match done {
         Ok(v) => dead_letters_page(&app, &headers, &viewer, Flash::default(), Some(v)).await,
         Err(e) => {
             dead_letters_page(
@@ -1021,6 +1108,7 @@ fn login_page(
 /// `POST /login`.
 pub async fn login(
     State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
@@ -1032,6 +1120,11 @@ pub async fn login(
             .access
             .is_login_csrf(&nonce, field(&form, "csrf").unwrap_or_default());
     if !csrf_ok {
+        let e = ApiError {
+            status: StatusCode::FORBIDDEN,
+            message: "the login form's CSRF token is wrong or missing".into(),
+        };
+        audit::note_as(&app, "-", peer, Act::new("login", None), Some(&e)).await;
         return login_page(
             &app,
             &headers,
@@ -1044,6 +1137,11 @@ pub async fn login(
     }
     let Some(caller) = app.access.token(field(&form, "token").unwrap_or_default()) else {
         tracing::warn!("dashboard: a login with a wrong token");
+        let e = ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            message: "wrong token".into(),
+        };
+        audit::note_as(&app, "-", peer, Act::new("login", None), Some(&e)).await;
         return login_page(
             &app,
             &headers,
@@ -1055,6 +1153,9 @@ pub async fn login(
         );
     };
     tracing::info!(token = %caller.name, role = %caller.role, "dashboard: logged in");
+    let mut act = Act::new("login", None);
+    act.detail = Some(format!("role {}", caller.role));
+    audit::note_as(&app, &caller.name, peer, act, None).await;
     let session = app.access.new_session(&caller);
     let mut response = Redirect::to(&next).into_response();
     for c in [
