@@ -60,8 +60,9 @@ async fn send(
     )
 }
 
-/// Logs in through the form with `token`: the status of the answer to the POST.
-async fn log_in(d: &Dashboard, token: &str) -> StatusCode {
+/// Logs in through the form with `token`: the status of the answer to the POST, and the
+/// session cookie it set (`cronq_session=…`), if any.
+async fn log_in(d: &Dashboard, token: &str) -> (StatusCode, Option<String>) {
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -83,14 +84,33 @@ async fn log_in(d: &Dashboard, token: &str) -> StatusCode {
         .and_then(|rest| rest.split('"').next())
         .expect("the login form has its CSRF token")
         .to_owned();
-    client
+    let resp = client
         .post(d.url("/login"))
         .header("cookie", cookie)
         .form(&[("csrf", csrf.as_str()), ("next", "/"), ("token", token)])
         .send()
         .await
-        .unwrap()
-        .status()
+        .unwrap();
+    let session = resp
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|c| c.starts_with("cronq_session="))
+        .and_then(|c| c.split(';').next())
+        .map(str::to_owned);
+    (resp.status(), session)
+}
+
+/// GET `path` with the session cookie `session`: the status and the page.
+async fn page(d: &Dashboard, path: &str, session: &str) -> (StatusCode, String) {
+    let resp = reqwest::Client::new()
+        .get(d.url(path))
+        .header("cookie", session)
+        .send()
+        .await
+        .unwrap();
+    (resp.status(), resp.text().await.unwrap())
 }
 
 /// `cronq ARGS` as the OS user `alice`, asserting it succeeds; its stdout.
@@ -277,12 +297,40 @@ async fn roles_and_audit(env: &TestEnv, d: &Dashboard, target: &[&str]) {
     assert!(out.contains("created job \"applied\""), "{out}");
     cli_as_alice(env, target, &["pause", "tick"]);
 
-    // Log-ins: one with the operator's token, one with a wrong token.
-    assert_eq!(log_in(d, OPERATOR).await, StatusCode::SEE_OTHER);
-    assert_eq!(
-        log_in(d, "not-a-token-0123456789").await,
-        StatusCode::UNAUTHORIZED
+    // Log-ins: one with the operator's token, one with a wrong token, one with the
+    // viewer's. The operator's session shows the job's actions and the Audit page; the
+    // viewer's shows neither.
+    let (s, operator) = log_in(d, OPERATOR).await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    let operator = operator.expect("a session cookie");
+    let (s, html) = page(d, "/jobs/tick", &operator).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(
+        html.contains("id=\"trigger\"") && html.contains("otto (operator)"),
+        "{html}"
     );
+    let (s, html) = page(d, "/audit", &operator).await;
+    assert_eq!(s, StatusCode::OK, "{html}");
+    assert!(
+        html.contains("id=\"audit\"") && html.contains("job.create"),
+        "{html}"
+    );
+    let (s, _) = log_in(d, "not-a-token-0123456789").await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    let (s, viewer) = log_in(d, VIEWER).await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    let viewer = viewer.expect("a session cookie");
+    let (s, html) = page(d, "/jobs/tick", &viewer).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(
+        !html.contains("id=\"trigger\"")
+            && !html.contains("id=\"pause\"")
+            && !html.contains("id=\"resume\"")
+            && html.contains("vera (viewer)"),
+        "{html}"
+    );
+    let (s, html) = page(d, "/audit", &viewer).await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{html}");
 
     // The audit log: viewers may not read it; operators may.
     let (s, v) = send(d, reqwest::Method::GET, "/api/v1/audit", VIEWER, &[], None).await;
@@ -308,6 +356,7 @@ async fn roles_and_audit(env: &TestEnv, d: &Dashboard, target: &[&str]) {
         )
     };
     let mut expected = vec![
+        o("vera", "login", "", "done", http),
         o("-", "login", "", "refused", http),
         o("otto", "login", "", "done", http),
         o("alice@", "pause", "tick", "done", "cli"),
@@ -326,27 +375,27 @@ async fn roles_and_audit(env: &TestEnv, d: &Dashboard, target: &[&str]) {
     let entries = api["entries"].as_array().unwrap();
     let detail = |i: usize| entries[i]["detail"].as_str().unwrap_or_default().to_owned();
     assert!(
-        detail(4).contains("- schedule = \"@hourly\"")
-            && detail(4).contains("+ schedule = \"@daily\""),
+        detail(5).contains("- schedule = \"@hourly\"")
+            && detail(5).contains("+ schedule = \"@daily\""),
         "the update's diff: {}",
+        detail(5)
+    );
+    assert!(
+        detail(4).contains("+ schedule = \"@hourly\""),
+        "the CLI's diff: {}",
         detail(4)
     );
+    assert_eq!(detail(9), key, "a trigger's key");
     assert!(
-        detail(3).contains("+ schedule = \"@hourly\""),
-        "the CLI's diff: {}",
-        detail(3)
-    );
-    assert_eq!(detail(8), key, "a trigger's key");
-    assert!(
-        detail(7).contains("2026-01-01T00:00:00Z to 2026-01-01T02:00:00Z (3 occurrences)"),
+        detail(8).contains("2026-01-01T00:00:00Z to 2026-01-01T02:00:00Z (3 occurrences)"),
         "{}",
-        detail(7)
+        detail(8)
     );
-    assert_eq!(detail(10), "note: maintenance");
+    assert_eq!(detail(11), "note: maintenance");
     assert!(
-        entries[11]["reason"].as_str().unwrap().starts_with("403 "),
+        entries[12]["reason"].as_str().unwrap().starts_with("403 "),
         "{}",
-        entries[11]
+        entries[12]
     );
 
     // The same through the CLI, filtered by job and since.
