@@ -172,7 +172,12 @@ pub async fn delete(cli: &Cli, args: &JobArg) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Written::Stale { .. } => Err(missing(&config, &name).into()),
+        Written::Stale { .. } => {
+            let why = missing(&config, &name);
+            let entry = entry("job.delete", &name, None, None).refused(&why.0);
+            audit::record(&*stores.audit, entry).await;
+            Err(why.into())
+        }
     }
 }
 

@@ -118,3 +118,33 @@ pub fn text(e: &Entry) -> String {
 pub fn cli(action: &str, job: Option<&str>) -> Entry {
     Entry::done(action, &operator(), CLI).job(job)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_takes_an_instant_or_a_duration_ago() {
+        let t = since("--since", "2026-11-29T19:30:00Z").unwrap();
+        assert_eq!(output::utc(t), "2026-11-29T19:30:00Z");
+        let ago = Utc::now() - since("--since", "2h").unwrap();
+        assert!((7190..=7210).contains(&ago.num_seconds()), "{ago}");
+        let err = since("--since", "yesterday").unwrap_err().0;
+        assert!(err.starts_with("--since \"yesterday\" is neither"), "{err}");
+    }
+
+    #[test]
+    fn an_entry_prints_as_one_line_then_its_detail() {
+        let mut e = Entry::done("job.update", "ada", "10.0.0.7")
+            .job(Some("report"))
+            .detail(Some("- a = 1\n+ a = 2".into()));
+        e.at = "2026-11-29T19:30:00Z".parse().unwrap();
+        assert_eq!(
+            text(&e),
+            "2026-11-29T19:30:00Z ada job.update done job=report from=10.0.0.7\n  - a = 1\n  + a = 2"
+        );
+        let refused = e.refused("403 no");
+        assert!(text(&refused).contains("refused job=report from=10.0.0.7: 403 no"));
+        assert_eq!(json(&refused)["outcome"], "refused");
+    }
+}
