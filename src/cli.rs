@@ -251,6 +251,11 @@ pub enum Command {
     /// Inspect or replay the dead-letter queue.
     #[command(subcommand)]
     Dlq(DlqCommand),
+    /// The operators' actions (job changes, pause, trigger, replay, log-ins), newest first.
+    #[command(
+        after_help = "Examples:\n  cronq audit --config cronq.toml\n  cronq audit --job nightly-report --since 24h --json --config cronq.toml"
+    )]
+    Audit(AuditArgs),
     /// GET an admin URL and exit 0 when it answers 2xx (container health checks).
     #[command(after_help = "Examples:\n  cronq probe http://127.0.0.1:9090/readyz")]
     Probe(ProbeArgs),
@@ -404,13 +409,18 @@ fn parse_bytes(text: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("{text:?} is too large"))
 }
 
-/// The admin token of the dashboard (docs/dashboard.md, "Security").
+/// The tokens of the dashboard and its API (docs/security.md, "Roles and tokens").
 #[derive(Debug, Args)]
 pub struct DashboardToken {
     /// A file holding the dashboard's admin token (instead of the variable
-    /// CRONQ_DASHBOARD_TOKEN); without either the dashboard is read-only.
+    /// CRONQ_DASHBOARD_TOKEN): one token named `admin` with the role admin. Without a token
+    /// the dashboard is read-only.
     #[arg(long, env = "CRONQ_DASHBOARD_TOKEN_FILE", value_name = "FILE")]
     pub dashboard_token_file: Option<PathBuf>,
+    /// A file of named tokens, one `NAME ROLE SECRET` a line (ROLE: viewer, operator or
+    /// admin; `#` starts a comment). Not together with an admin token.
+    #[arg(long, env = "CRONQ_TOKENS_FILE", value_name = "FILE")]
+    pub tokens_file: Option<PathBuf>,
 }
 
 /// `cronq dashboard`.
@@ -423,6 +433,23 @@ pub struct DashboardArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub token: DashboardToken,
+}
+
+/// `cronq audit`.
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// Only this job's actions.
+    #[arg(long)]
+    pub job: Option<String>,
+    /// Only actions since then: an RFC 3339 instant, or a duration such as `2h` (ago).
+    #[arg(long, value_name = "T")]
+    pub since: Option<String>,
+    /// At most this many entries.
+    #[arg(long, default_value_t = cronq_shared::audit::DEFAULT_LIMIT)]
+    pub limit: usize,
+    /// Print one JSON document on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `cronq runs`.

@@ -8,11 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cronq_memory::{
-    MemoryBroker, MemoryControl, MemoryLease, MemoryLedger, MemoryRegistry, MemoryRunLog,
+    MemoryAudit, MemoryBroker, MemoryControl, MemoryLease, MemoryLedger, MemoryRegistry,
+    MemoryRunLog,
 };
 use cronq_rabbitmq::AmqpBroker;
 use cronq_rabbitmq::topology::Replication;
-use cronq_redis::{RedisControl, RedisLease, RedisLedger, RedisRegistry, RedisRunLog};
+use cronq_redis::{RedisAudit, RedisControl, RedisLease, RedisLedger, RedisRegistry, RedisRunLog};
+use cronq_shared::audit::AuditLog;
 use cronq_shared::broker::BrokerError;
 use cronq_shared::control::Control;
 use cronq_shared::endpoints::Endpoints;
@@ -23,7 +25,9 @@ use cronq_shared::registry::Registry;
 use cronq_shared::runlog::RunLog;
 use cronq_shared::signing::Keyring;
 use cronq_shared::store::StoreError;
-use cronq_sqlite::{Db, SqliteControl, SqliteLease, SqliteLedger, SqliteRegistry, SqliteRunLog};
+use cronq_sqlite::{
+    Db, SqliteAudit, SqliteControl, SqliteLease, SqliteLedger, SqliteRegistry, SqliteRunLog,
+};
 
 pub use cronq_sqlite::{SqliteBroker, Sync};
 
@@ -42,6 +46,8 @@ pub struct Stores {
     pub registry: Arc<dyn Registry>,
     /// Runtime jobs (`cronq job apply`).
     pub jobs: Arc<dyn JobStore>,
+    /// The operators' actions, kept as long as the runs.
+    pub audit: Arc<dyn AuditLog>,
 }
 
 impl std::fmt::Debug for Stores {
@@ -112,13 +118,18 @@ pub async fn stores(
         lease: Arc::new(lease),
         registry: Arc::new(RedisRegistry::new(conn.clone(), &names)),
         jobs: Arc::new(cronq_redis::RedisJobStore::new(conn.clone(), &names)),
+        audit: Arc::new(RedisAudit::new(conn.clone(), &names, retention)),
         control: Control::new(RedisControl::new(conn, &names)),
     })
 }
 
-/// The ports of a standalone, in process memory; the history keeps at most `max_runs`; the
-/// broker seals what it publishes with `keyring`.
-pub fn memory(max_runs: usize, keyring: Option<Arc<Keyring>>) -> (MemoryBroker, Stores) {
+/// The ports of a standalone, in process memory; the history keeps at most `max_runs`, the
+/// audit log entries for `retention`; the broker seals what it publishes with `keyring`.
+pub fn memory(
+    max_runs: usize,
+    retention: Duration,
+    keyring: Option<Arc<Keyring>>,
+) -> (MemoryBroker, Stores) {
     let history = Arc::new(MemoryRunLog::new(max_runs));
     let lease = MemoryLease::new();
     let control = Control::new(MemoryControl::new(&lease));
@@ -129,6 +140,7 @@ pub fn memory(max_runs: usize, keyring: Option<Arc<Keyring>>) -> (MemoryBroker, 
         control,
         registry: Arc::new(MemoryRegistry::new()),
         jobs: Arc::new(cronq_memory::MemoryJobStore::new()),
+        audit: Arc::new(MemoryAudit::new(retention)),
     };
     (MemoryBroker::new().signing(keyring), stores)
 }
@@ -163,6 +175,7 @@ pub async fn sqlite(
         control: Control::new(SqliteControl::new(db.clone())),
         registry: Arc::new(SqliteRegistry::new(db.clone())),
         jobs: Arc::new(cronq_sqlite::SqliteJobStore::new(db.clone())),
+        audit: Arc::new(SqliteAudit::new(db.clone(), retention)),
     };
     Ok((SqliteBroker::new(db).signing(keyring), stores))
 }

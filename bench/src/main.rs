@@ -17,6 +17,9 @@
 //!   next to the config load of the same file (needs neither RabbitMQ nor Redis).
 //! - [`dashboard`]: how long `cronq dashboard` takes to answer its Jobs and Runs pages at
 //!   100,000 jobs and 1,000,000 run-history entries (p50/p99 of 100 requests each).
+//! - [`runtime_jobs`]: 100,000 runtime jobs: applies per second (CLI and API), the leader's
+//!   memory against the same jobs in a file, and the time from an apply to the leader's
+//!   first publish against a SIGHUP reload of the same change.
 //! - [`barrier`]: the cost of `CRONQ_REDIS_MIN_REPLICAS` on the consumer's ledger writes
 //!   (needs Redis with replicas, e.g. through Sentinel; not part of `all`).
 //!
@@ -35,6 +38,7 @@ mod procfs;
 mod raw;
 mod recorder;
 mod report;
+mod runtime_jobs;
 mod scale;
 mod standalone;
 mod stats;
@@ -85,6 +89,8 @@ struct Cli {
     #[command(flatten)]
     digest: digest::DigestArgs,
     #[command(flatten)]
+    runtime: runtime_jobs::RuntimeArgs,
+    #[command(flatten)]
     barrier: barrier::BarrierArgs,
 }
 
@@ -100,6 +106,8 @@ enum Which {
     Dashboard,
     /// The config digest's cost at many jobs.
     Digest,
+    /// Runtime jobs at scale: applies, memory, apply to first publish.
+    Runtime,
     /// The cost of CRONQ_REDIS_MIN_REPLICAS (needs replicas: not part of `all`).
     Barrier,
     /// Every benchmark above but `barrier`, in that order.
@@ -221,6 +229,15 @@ async fn run(mut cli: Cli) -> anyhow::Result<()> {
             Err(e) => failures.push(format!("digest failed: {e:#}")),
         }
     }
+    if all || cli.which == Which::Runtime {
+        report
+            .sizes
+            .insert("runtime".into(), serde_json::to_value(&cli.runtime)?);
+        match runtime_jobs::run(&cli.runtime, runs, &cronq).await {
+            Ok(f) => report.figures.extend(f),
+            Err(e) => failures.push(format!("runtime failed: {e:#}")),
+        }
+    }
     if cli.which == Which::Barrier {
         report
             .sizes
@@ -247,5 +264,17 @@ async fn run(mut cli: Cli) -> anyhow::Result<()> {
             "{} benchmark(s) failed (see the notes above)",
             failures.len()
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::Cli;
+
+    #[test]
+    fn every_benchmark_s_flags_are_distinct() {
+        Cli::command().debug_assert();
     }
 }

@@ -16,9 +16,11 @@
 //! - The ports, each a trait with its rules in its docs: [`broker`] (the queue),
 //!   [`ledger`] (idempotency records and overlap), [`runlog`] (the run history), [`lease`]
 //!   (the producer's leader lease), [`control`] (cursors, pauses, requests) and [`registry`]
-//!   (the instances alive, their config digests, per-minute counts); [`store`]
+//!   (the instances alive, their config digests, per-minute counts), [`jobs`] (runtime
+//!   jobs) and [`audit`] (the operators' actions); [`store`]
 //!   is the error the stores share.
 
+pub mod audit;
 pub mod broker;
 pub mod config;
 pub mod control;

@@ -53,6 +53,15 @@ pub async fn run(cli: &Cli, args: &BackfillArgs) -> anyhow::Result<()> {
         .request_backfill(&job.name, from, to)
         .await
         .with_context(|| format!("while requesting a backfill of job {:?}", job.name.as_str()))?;
+    crate::ops::audit::record(
+        &*stores.audit,
+        crate::ops::audit::cli("backfill", Some(job.name.as_str())).detail(Some(format!(
+            "{} to {} ({shown} occurrences)",
+            output::utc(from),
+            output::utc(to)
+        ))),
+    )
+    .await;
     println!(
         "requested backfill {id} of job {:?}: {shown} occurrences from {} to {}; the leading producer publishes them under their normal keys (already-succeeded ones do not run again)",
         job.name.as_str(),

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::settings::Target;
 use crate::cli::{Cli, DashboardArgs};
-use crate::dashboard::{self, Admin, Queues, Source};
+use crate::dashboard::{self, Access, Queues, Source};
 use crate::ops::lookup;
 
 /// Serves the dashboard until SIGTERM or SIGINT.
@@ -19,7 +19,10 @@ use crate::ops::lookup;
 /// data file unusable; the address taken.
 pub async fn run(cli: &Cli, args: &DashboardArgs, root: CancellationToken) -> anyhow::Result<()> {
     let config = Arc::new(super::settings::load_config(cli)?);
-    let admin = Admin::load(args.token.dashboard_token_file.as_deref())?;
+    let access = Access::load(
+        args.token.tokens_file.as_deref(),
+        args.token.dashboard_token_file.as_deref(),
+    )?;
     let target = super::settings::target(cli)?;
     let retention = config.longest_retention();
     let source = match &target {
@@ -71,7 +74,7 @@ pub async fn run(cli: &Cli, args: &DashboardArgs, root: CancellationToken) -> an
     };
     super::signals::cancel_on_signal(root.clone()).context("while installing signal handlers")?;
     let metrics = crate::admin::install_metrics(&source.config.metrics)?;
-    dashboard::serve(args.addr, source, admin, metrics, root.child_token()).await
+    dashboard::serve(args.addr, source, access, metrics, root.child_token()).await
 }
 
 /// The dashboard's source for a standalone's data file (also `cronq standalone

@@ -116,6 +116,23 @@ pub async fn replay(cli: &Cli, args: &ReplayArgs) -> anyhow::Result<()> {
     .await;
     queue.close().await;
     let report = report?;
+    let keys: Vec<&str> = report
+        .entries
+        .iter()
+        .filter(|e| matches!(e.plan, Plan::Replayed | Plan::WouldReplay))
+        .filter_map(|e| e.key.as_deref())
+        .collect();
+    let detail = format!(
+        "{}{} replayed: {}",
+        if args.dry_run { "dry run: " } else { "" },
+        report.replayed,
+        keys.join(" ")
+    );
+    crate::ops::audit::record(
+        &*stores.audit,
+        crate::ops::audit::cli("dlq.replay", args.job.as_deref()).detail(Some(detail)),
+    )
+    .await;
     let mut table = Table::new(&["KEY", "JOB", "REASON", "RESULT"]);
     let mut kept = 0;
     for e in &report.entries {

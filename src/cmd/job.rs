@@ -3,25 +3,16 @@
 //! Glue only: checking a job is `Config::runtime_jobs`, storing it the port's.
 
 use anyhow::Context as _;
+use cronq_shared::audit::{Entry, diff};
 use cronq_shared::config::Config;
 use cronq_shared::jobs::{Expect, JobStore, Written, current};
 use cronq_shared::names::JobName;
 
 use super::settings::UsageError;
 use crate::cli::{Cli, JobApplyArgs, JobArg, JobGetArgs};
+use crate::ops::audit::{self, operator};
 use crate::ops::{handler_check, lookup};
 use crate::output;
-
-/// Who the CLI writes as: `user@host`.
-fn operator() -> String {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| "unknown".to_owned());
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "localhost".to_owned());
-    format!("{user}@{host}")
-}
 
 async fn stores(cli: &Cli, config: &Config) -> anyhow::Result<cronq_backends::Stores> {
     let target = super::settings::target(cli)?;
@@ -30,6 +21,15 @@ async fn stores(cli: &Cli, config: &Config) -> anyhow::Result<cronq_backends::St
 
 async fn store(cli: &Cli, config: &Config) -> anyhow::Result<std::sync::Arc<dyn JobStore>> {
     Ok(stores(cli, config).await?.jobs)
+}
+
+/// The audit entry of a runtime job's change by the command line.
+fn entry(action: &str, job: &JobName, before: Option<&str>, after: Option<&str>) -> Entry {
+    Entry::done(action, &operator(), audit::CLI)
+        .job(Some(job.as_str()))
+        .detail(Some(
+            diff(before.unwrap_or_default(), after.unwrap_or_default()).join("\n"),
+        ))
 }
 
 /// Creates or updates each `[[job]]` of `--file`.
@@ -73,11 +73,11 @@ pub async fn apply(cli: &Cli, args: &JobApplyArgs) -> anyhow::Result<()> {
     if !refused.is_empty() {
         return Err(UsageError(format!("nothing applied:\n{}", refused.join("\n"))).into());
     }
-    let store = stores.jobs;
+    let store = &stores.jobs;
     let by = operator();
     for job in &jobs {
         let name = &job.job.name;
-        let before = current(&*store, name)
+        let before = current(&**store, name)
             .await
             .with_context(|| format!("while reading job {:?}", name.as_str()))?;
         if before.as_ref().and_then(|r| r.spec.as_deref()) == Some(job.spec.as_str()) {
@@ -89,20 +89,33 @@ pub async fn apply(cli: &Cli, args: &JobApplyArgs) -> anyhow::Result<()> {
             continue;
         }
         let expect = Expect::Revision(before.as_ref().map_or(0, |r| r.revision));
-        match store
+        let written = store
             .write(name, Some(&job.spec), &by, expect)
             .await
-            .with_context(|| format!("while writing job {:?}", name.as_str()))?
-        {
+            .with_context(|| format!("while writing job {:?}", name.as_str()))?;
+        let action = if before.is_none() {
+            "job.create"
+        } else {
+            "job.update"
+        };
+        let old = before.as_ref().and_then(|r| r.spec.as_deref());
+        let mut entry = entry(action, name, old, Some(&job.spec));
+        match written {
             Written::Done(n) if before.is_none() => {
                 println!("created job {:?} (revision {n})", name.as_str());
             }
             Written::Done(n) => println!("updated job {:?} (revision {n})", name.as_str()),
-            Written::Stale { current } => anyhow::bail!(
-                "job {:?} changed meanwhile (now revision {current}): nothing written for it; apply again",
-                name.as_str()
-            ),
+            Written::Stale { current } => {
+                let why = format!(
+                    "job {:?} changed meanwhile (now revision {current}): nothing written for it; apply again",
+                    name.as_str()
+                );
+                entry = entry.refused(&why);
+                audit::record(&*stores.audit, entry).await;
+                anyhow::bail!(why);
+            }
         }
+        audit::record(&*stores.audit, entry).await;
     }
     Ok(())
 }
@@ -143,20 +156,31 @@ pub async fn get(cli: &Cli, args: &JobGetArgs) -> anyhow::Result<()> {
 pub async fn delete(cli: &Cli, args: &JobArg) -> anyhow::Result<()> {
     let config = super::settings::load_config(cli)?;
     let name = JobName::new(&args.job)?;
-    let store = store(cli, &config).await?;
-    match store
+    let stores = stores(cli, &config).await?;
+    let before = current(&*stores.jobs, &name)
+        .await
+        .context("while reading the job")?;
+    match stores
+        .jobs
         .write(&name, None, &operator(), Expect::Any)
         .await
         .context("while deleting the job")?
     {
         Written::Done(n) => {
+            let old = before.as_ref().and_then(|r| r.spec.as_deref());
+            audit::record(&*stores.audit, entry("job.delete", &name, old, None)).await;
             println!(
                 "deleted job {:?} (revision {n}); no more occurrences are published for it",
                 name.as_str()
             );
             Ok(())
         }
-        Written::Stale { .. } => Err(missing(&config, &name).into()),
+        Written::Stale { .. } => {
+            let why = missing(&config, &name);
+            let entry = entry("job.delete", &name, None, None).refused(&why.0);
+            audit::record(&*stores.audit, entry).await;
+            Err(why.into())
+        }
     }
 }
 
@@ -199,19 +223,6 @@ pub async fn history(cli: &Cli, args: &JobArg) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The lines `old` has and `new` lacks (`- `), then those `new` adds (`+ `).
-fn diff(old: &str, new: &str) -> Vec<String> {
-    let removed = old
-        .lines()
-        .filter(|l| !new.lines().any(|n| n == *l))
-        .map(|l| format!("- {l}"));
-    let added = new
-        .lines()
-        .filter(|l| !old.lines().any(|o| o == *l))
-        .map(|l| format!("+ {l}"));
-    removed.chain(added).collect()
-}
-
 fn missing(config: &Config, name: &JobName) -> UsageError {
     let file = if config.job(name.as_str()).is_some() {
         format!(
@@ -223,18 +234,4 @@ fn missing(config: &Config, name: &JobName) -> UsageError {
         String::new()
     };
     UsageError(format!("no runtime job {:?}{file}", name.as_str()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::diff;
-
-    #[test]
-    fn diff_lists_removed_then_added_lines() {
-        assert_eq!(
-            diff("a = 1\nb = 2\n", "a = 1\nb = 3\n"),
-            ["- b = 2", "+ b = 3"]
-        );
-        assert_eq!(diff("", "a = 1\n"), ["+ a = 1"]);
-    }
 }

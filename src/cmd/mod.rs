@@ -1,5 +1,6 @@
 //! One module per subcommand; each is thin glue over the libraries.
 
+mod audit;
 mod backfill;
 mod check;
 mod consumer;
@@ -34,6 +35,7 @@ pub async fn dispatch(cli: Cli, root: CancellationToken) -> anyhow::Result<()> {
         Command::Dashboard(args) => dashboard::run(&cli, args, root).await,
         Command::Jobs(args) => jobs::run(&cli, args).await,
         Command::Runs(args) => runs::run(&cli, args).await,
+        Command::Audit(args) => audit::run(&cli, args).await,
         Command::Pause(args) => pause::pause(&cli, args).await,
         Command::Resume(args) => pause::resume(&cli, args).await,
         Command::Trigger(args) => trigger::run(&cli, args).await,

@@ -22,6 +22,12 @@ pub async fn pause(cli: &Cli, args: &PauseArgs) -> anyhow::Result<()> {
         .pause(&job.name, args.note.clone())
         .await
         .with_context(|| format!("while pausing job {:?}", job.name.as_str()))?;
+    crate::ops::audit::record(
+        &*stores.audit,
+        crate::ops::audit::cli("pause", Some(job.name.as_str()))
+            .detail(args.note.as_ref().map(|n| format!("note: {n}"))),
+    )
+    .await;
     let (name, since) = (job.name.as_str(), output::utc(done.pause.since));
     match (&done.before, &args.note) {
         (None, _) => println!(
@@ -61,6 +67,11 @@ pub async fn resume(cli: &Cli, args: &JobArg) -> anyhow::Result<()> {
         .resume(&job.name)
         .await
         .with_context(|| format!("while resuming job {:?}", job.name.as_str()))?;
+    let mut entry = crate::ops::audit::cli("resume", Some(job.name.as_str()));
+    if !was {
+        entry = entry.detail(Some("was not paused".into()));
+    }
+    crate::ops::audit::record(&*stores.audit, entry).await;
     if was {
         println!(
             "resumed job {:?}; occurrences missed while paused are not caught up (use `cronq backfill`)",

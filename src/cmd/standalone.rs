@@ -55,7 +55,8 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
     }
     let keyring = super::settings::keyring(cli)?;
     let admin = match args.dashboard_addr {
-        Some(_) => Some(crate::dashboard::Admin::load(
+        Some(_) => Some(crate::dashboard::Access::load(
+            args.token.tokens_file.as_deref(),
             args.token.dashboard_token_file.as_deref(),
         )?),
         None => None,
@@ -76,7 +77,11 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
             (Arc::new(broker), stores)
         }
         None => {
-            let (broker, stores) = cronq_backends::memory(MAX_RUNS_IN_MEMORY, keyring.clone());
+            let (broker, stores) = cronq_backends::memory(
+                MAX_RUNS_IN_MEMORY,
+                config.longest_retention(),
+                keyring.clone(),
+            );
             (Arc::new(broker), stores)
         }
     };

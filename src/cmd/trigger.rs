@@ -23,6 +23,11 @@ pub async fn run(cli: &Cli, args: &TriggerArgs) -> anyhow::Result<()> {
         .request_trigger(&job.name, payload)
         .await
         .with_context(|| format!("while requesting a trigger of job {:?}", job.name.as_str()))?;
+    crate::ops::audit::record(
+        &*stores.audit,
+        crate::ops::audit::cli("trigger", Some(job.name.as_str())).detail(Some(key.to_string())),
+    )
+    .await;
     println!("{key}");
     if let Some(note) = lookup::no_leader_note(&stores, &target).await {
         eprintln!("{note}");

@@ -13,6 +13,7 @@ use cronq_shared::key::OccurrenceKey;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use super::auth::Refusal;
 use super::snapshot::within;
 use super::source::Source;
 use crate::ops::backfill::{CONFIRM_ABOVE, Preview};
@@ -42,6 +43,15 @@ impl ApiError {
         Self {
             status: StatusCode::SERVICE_UNAVAILABLE,
             message: message.into(),
+        }
+    }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(r: Refusal) -> Self {
+        Self {
+            status: StatusCode::from_u16(r.status).unwrap_or(StatusCode::FORBIDDEN),
+            message: r.message,
         }
     }
 }

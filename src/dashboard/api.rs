@@ -2,10 +2,12 @@
 //! `/api/v1/openapi.json`): the reads come from the snapshot (`super::snapshot`) or the
 //! stores, the changes go through `super::actions` after `super::auth` allowed them.
 
+use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -20,6 +22,8 @@ use serde_json::{Value, json};
 
 use super::App;
 use super::actions::{self, ApiError};
+use super::audit::{self, Act};
+use super::auth::{Caller, Role as Access};
 use super::query::{JobsQuery, MAX_PER_PAGE, RunsQuery, paginate};
 use super::snapshot::{RECENT_RUNS, Snapshot, within};
 use crate::{ops, output};
@@ -80,7 +84,7 @@ pub fn fleet_json(app: &App, snap: &Snapshot) -> Value {
     let hour_ago = now - chrono::TimeDelta::hours(1);
     json!({
         "place": app.source.place,
-        "read_only": app.admin.is_read_only(),
+        "read_only": app.access.is_read_only(),
         "taken_at": snap.taken_at.map(output::utc),
         "leader": snap.leader.as_ref().map(|h| json!({
             "instance": h.instance,
@@ -431,12 +435,11 @@ pub async fn read_dead_letters(app: &App) -> Result<Vec<cronq_shared::broker::Fo
         })
 }
 
-/// Checks that the caller may change things.
-fn allowed(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
-    app.admin.authorize(headers, None).map_err(|r| ApiError {
-        status: StatusCode::from_u16(r.status).unwrap_or(StatusCode::FORBIDDEN),
-        message: r.message,
-    })
+/// Checks that the caller may do what needs `need`.
+fn allowed(app: &App, headers: &HeaderMap, need: Access) -> Result<Caller, ApiError> {
+    app.access
+        .authorize(headers, None, need)
+        .map_err(ApiError::from)
 }
 
 /// The body of `POST /api/v1/jobs/{job}/pause`.
@@ -465,64 +468,151 @@ fn body<T: serde::de::DeserializeOwned + Default>(bytes: &[u8]) -> Result<T, Api
     })
 }
 
+/// Runs `action` when the caller's role is operator, and records it (done or refused).
+async fn operate(
+    app: &App,
+    headers: &HeaderMap,
+    peer: SocketAddr,
+    mut act: Act,
+    action: impl Future<Output = Result<Value, ApiError>>,
+) -> Result<Json<Value>, ApiError> {
+    let result = match allowed(app, headers, Access::Operator) {
+        Ok(_) => action.await,
+        Err(e) => Err(e),
+    };
+    if let Ok(v) = &result {
+        act.detail = act.detail.or_else(|| detail_of(act.action, v));
+    }
+    audit::note(app, headers, peer, act, result.as_ref().err()).await;
+    result.map(Json)
+}
+
+/// What a done action's answer says worth keeping in the audit log.
+pub fn detail_of(action: &str, v: &Value) -> Option<String> {
+    let dry = if v["dry_run"] == true {
+        "dry run: "
+    } else {
+        ""
+    };
+    match action {
+        "trigger" => v["key"].as_str().map(str::to_owned),
+        "backfill" => Some(format!(
+            "{dry}{} to {} ({} occurrences)",
+            v["from"].as_str().unwrap_or("?"),
+            v["to"].as_str().unwrap_or("?"),
+            v["shown"]
+                .as_str()
+                .map_or_else(|| v["count"].to_string(), str::to_owned)
+        )),
+        "dlq.replay" => {
+            let keys: Vec<&str> = v["entries"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|e| matches!(e["result"].as_str(), Some("replayed" | "would replay")))
+                .filter_map(|e| e["key"].as_str())
+                .collect();
+            Some(format!(
+                "{dry}{} replayed: {}",
+                v["replayed"],
+                keys.join(" ")
+            ))
+        }
+        "resume" if v["was_paused"] == false => Some("was not paused".to_owned()),
+        _ => None,
+    }
+}
+
 /// `POST /api/v1/jobs/{job}/pause`.
 pub async fn pause(
     State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(name): Path<String>,
     headers: HeaderMap,
     bytes: axum::body::Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    allowed(&app, &headers)?;
-    let b: PauseBody = body(&bytes)?;
-    actions::pause(&app.source, &name, b.note).await.map(Json)
+    let b: Result<PauseBody, ApiError> = body(&bytes);
+    let mut act = Act::new("pause", Some(&name));
+    act.detail = b
+        .as_ref()
+        .ok()
+        .and_then(|b| b.note.as_ref())
+        .map(|n| format!("note: {n}"));
+    let source = &app.source;
+    operate(&app, &headers, peer, act, async move {
+        actions::pause(source, &name, b?.note).await
+    })
+    .await
 }
 
 /// `POST /api/v1/jobs/{job}/resume`.
 pub async fn resume(
     State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    allowed(&app, &headers)?;
-    actions::resume(&app.source, &name).await.map(Json)
+    let act = Act::new("resume", Some(&name));
+    operate(
+        &app,
+        &headers,
+        peer,
+        act,
+        actions::resume(&app.source, &name),
+    )
+    .await
 }
 
 /// `POST /api/v1/jobs/{job}/trigger`.
 pub async fn trigger(
     State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(name): Path<String>,
     headers: HeaderMap,
     bytes: axum::body::Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    allowed(&app, &headers)?;
-    let b: TriggerBody = body(&bytes)?;
-    let payload = b.payload.map(|p| p.to_string());
-    actions::trigger(&app.source, &name, payload.as_deref())
-        .await
-        .map(Json)
+    let act = Act::new("trigger", Some(&name));
+    let source = &app.source;
+    operate(&app, &headers, peer, act, async move {
+        let b: TriggerBody = body(&bytes)?;
+        let payload = b.payload.map(|p| p.to_string());
+        actions::trigger(source, &name, payload.as_deref()).await
+    })
+    .await
 }
 
 /// `POST /api/v1/jobs/{job}/backfill`.
 pub async fn backfill(
     State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(name): Path<String>,
     headers: HeaderMap,
     bytes: axum::body::Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    allowed(&app, &headers)?;
-    let b: actions::Backfill = body(&bytes)?;
-    actions::backfill(&app.source, &name, &b).await.map(Json)
+    let act = Act::new("backfill", Some(&name));
+    let source = &app.source;
+    operate(&app, &headers, peer, act, async move {
+        let b: actions::Backfill = body(&bytes)?;
+        actions::backfill(source, &name, &b).await
+    })
+    .await
 }
 
 /// `POST /api/v1/dead-letters/replay`.
 pub async fn replay(
     State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     bytes: axum::body::Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    allowed(&app, &headers)?;
-    let b: actions::Replay = body(&bytes)?;
-    actions::replay(&app.source, &b).await.map(Json)
+    let b: Result<actions::Replay, ApiError> = body(&bytes);
+    let job = b.as_ref().ok().and_then(|b| b.job.clone());
+    let act = Act::new("dlq.replay", job.as_deref());
+    let source = &app.source;
+    operate(&app, &headers, peer, act, async move {
+        actions::replay(source, &b?).await
+    })
+    .await
 }
 
 /// Any other path under `/api/v1`.

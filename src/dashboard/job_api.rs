@@ -4,12 +4,14 @@
 //! naming the file); an invalid job answers 400 with `cronq check`'s problems; a body over
 //! 1 MiB answers 413. The body of a PUT is the job's table in TOML, as in a `[[job]]`.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use cronq_shared::audit::diff;
 use cronq_shared::jobs::{Expect, Written, current};
 use cronq_shared::names::JobName;
 use serde::Deserialize;
@@ -17,6 +19,8 @@ use serde_json::json;
 
 use super::App;
 use super::actions::ApiError;
+use super::audit::{self, Act};
+use super::auth::{Caller, Role};
 
 /// The largest PUT body accepted.
 pub const MAX_BODY: usize = 1 << 20;
@@ -28,22 +32,11 @@ fn error(status: StatusCode, message: impl Into<String>) -> ApiError {
     }
 }
 
-fn allowed(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
-    app.admin.authorize(headers, None).map_err(|r| {
-        error(
-            StatusCode::from_u16(r.status).unwrap_or(StatusCode::FORBIDDEN),
-            r.message,
-        )
-    })
-}
-
-/// Who wrote, for the job's history: the one admin token, through the API or a session.
-fn who(headers: &HeaderMap) -> String {
-    if headers.contains_key(header::AUTHORIZATION) {
-        "api (admin token)".to_owned()
-    } else {
-        "dashboard (admin session)".to_owned()
-    }
+/// The caller, when its role is admin (runtime job changes need it).
+fn allowed(app: &App, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    app.access
+        .authorize(headers, None, Role::Admin)
+        .map_err(ApiError::from)
 }
 
 fn name_of(text: &str) -> Result<JobName, ApiError> {
@@ -145,23 +138,39 @@ pub struct PutQuery {
     pub allow_unknown_handler: bool,
 }
 
-/// `PUT /api/v1/jobs/{job}`: creates or updates a runtime job.
+/// `PUT /api/v1/jobs/{job}`: creates or updates a runtime job; recorded in the audit log,
+/// done (with the change's diff) or refused.
 pub async fn put(
     State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(name): Path<String>,
     Query(query): Query<PutQuery>,
     headers: HeaderMap,
     bytes: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    allowed(&app, &headers)?;
+    let mut act = Act::new("job.put", Some(&name));
+    let result = put_job(&app, &name, &query, &headers, &bytes, &mut act).await;
+    audit::note(&app, &headers, peer, act, result.as_ref().err()).await;
+    result
+}
+
+async fn put_job(
+    app: &App,
+    name: &str,
+    query: &PutQuery,
+    headers: &HeaderMap,
+    bytes: &[u8],
+    act: &mut Act,
+) -> Result<Response, ApiError> {
+    let caller = allowed(app, headers)?;
     if bytes.len() > MAX_BODY {
         return Err(error(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("the body has {} bytes: at most {MAX_BODY}", bytes.len()),
         ));
     }
-    let job = name_of(&name)?;
-    file_job(&app, &job)?;
+    let job = name_of(name)?;
+    file_job(app, &job)?;
     let config = &app.source.config;
     if !config.runtime.jobs {
         return Err(error(
@@ -172,11 +181,11 @@ pub async fn put(
             ),
         ));
     }
-    let expect = expect(&headers)?;
-    let text = std::str::from_utf8(&bytes)
+    let expect = expect(headers)?;
+    let text = std::str::from_utf8(bytes)
         .map_err(|_| ApiError::bad_request("the body is not UTF-8 TOML"))?;
     let read = config
-        .runtime_job_named(&name, text)
+        .runtime_job_named(name, text)
         .map_err(|e| ApiError::bad_request(format!("{e:#}")))?;
     if !query.allow_unknown_handler {
         // Which handlers the live consumers offer; the config stands in when it is unknown.
@@ -188,15 +197,23 @@ pub async fn put(
             ));
         }
     }
-    let by = who(&headers);
     let store = &app.source.stores.jobs;
-    let existed = current(&**store, &job)
+    let before = current(&**store, &job)
         .await
-        .map_err(|e| ApiError::unavailable(format!("the job store: {e}")))?
-        .is_some();
-    match store.write(&job, Some(&read.spec), &by, expect).await {
+        .map_err(|e| ApiError::unavailable(format!("the job store: {e}")))?;
+    let old = before.as_ref().and_then(|r| r.spec.as_deref());
+    act.action = if before.is_some() {
+        "job.update"
+    } else {
+        "job.create"
+    };
+    act.detail = Some(diff(old.unwrap_or_default(), &read.spec).join("\n"));
+    match store
+        .write(&job, Some(&read.spec), &caller.name, expect)
+        .await
+    {
         Ok(Written::Done(n)) => {
-            let status = if existed {
+            let status = if before.is_some() {
                 StatusCode::OK
             } else {
                 StatusCode::CREATED
@@ -208,18 +225,37 @@ pub async fn put(
     }
 }
 
-/// `DELETE /api/v1/jobs/{job}`: deletes a runtime job.
+/// `DELETE /api/v1/jobs/{job}`: deletes a runtime job; recorded in the audit log.
 pub async fn delete(
     State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    allowed(&app, &headers)?;
-    let job = name_of(&name)?;
-    file_job(&app, &job)?;
-    let expect = expect(&headers)?;
-    let by = who(&headers);
-    match app.source.stores.jobs.write(&job, None, &by, expect).await {
+    let mut act = Act::new("job.delete", Some(&name));
+    let result = delete_job(&app, &name, &headers, &mut act).await;
+    audit::note(&app, &headers, peer, act, result.as_ref().err()).await;
+    result
+}
+
+async fn delete_job(
+    app: &App,
+    name: &str,
+    headers: &HeaderMap,
+    act: &mut Act,
+) -> Result<Response, ApiError> {
+    let caller = allowed(app, headers)?;
+    let job = name_of(name)?;
+    file_job(app, &job)?;
+    let expect = expect(headers)?;
+    let store = &app.source.stores.jobs;
+    let before = current(&**store, &job)
+        .await
+        .map_err(|e| ApiError::unavailable(format!("the job store: {e}")))?;
+    if let Some(old) = before.as_ref().and_then(|r| r.spec.as_deref()) {
+        act.detail = Some(diff(old, "").join("\n"));
+    }
+    match store.write(&job, None, &caller.name, expect).await {
         Ok(Written::Done(n)) => Ok(with_etag(
             StatusCode::OK,
             n,

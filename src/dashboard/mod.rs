@@ -10,6 +10,7 @@
 
 mod actions;
 mod api;
+mod audit;
 mod auth;
 mod job_api;
 mod pages;
@@ -28,7 +29,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-pub use self::auth::Admin;
+pub use self::auth::Access;
 pub use self::source::{Queues, Source};
 
 use self::snapshot::{Refresher, Snapshot};
@@ -36,7 +37,7 @@ use self::snapshot::{Refresher, Snapshot};
 /// What every request handler shares.
 pub struct App {
     source: Source,
-    admin: Admin,
+    access: Access,
     snapshot: watch::Receiver<Arc<Snapshot>>,
     /// The config's jobs in name order (`query::by_name`).
     by_name: Vec<usize>,
@@ -70,6 +71,7 @@ fn router(app: Arc<App>) -> Router {
         .route("/runs", get(api::runs))
         .route("/dead-letters", get(api::dead_letters))
         .route("/dead-letters/replay", post(api::replay))
+        .route("/audit", get(audit::list))
         .fallback(api::not_found);
     Router::new()
         .route("/", get(pages::fleet))
@@ -77,6 +79,7 @@ fn router(app: Arc<App>) -> Router {
         .route("/jobs/{job}", get(pages::job))
         .route("/runs", get(pages::runs))
         .route("/dead-letters", get(pages::dead_letters))
+        .route("/audit", get(pages::audit))
         .route("/login", get(pages::login_form).post(pages::login))
         .route("/logout", post(pages::logout))
         .route("/ui/jobs/{job}/{action}", post(pages::job_action))
@@ -131,7 +134,7 @@ async fn secure_headers(mut response: axum::response::Response) -> axum::respons
 pub async fn serve(
     addr: SocketAddr,
     source: Source,
-    admin: Admin,
+    access: Access,
     metrics: PrometheusHandle,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
@@ -144,7 +147,7 @@ pub async fn serve(
     }
     tracing::info!(
         addr = %local,
-        read_only = admin.is_read_only(),
+        read_only = access.is_read_only(),
         url = %format!("http://{local}/"),
         "dashboard listening"
     );
@@ -153,17 +156,20 @@ pub async fn serve(
     let app = Arc::new(App {
         by_name,
         source,
-        admin,
+        access,
         snapshot,
         metrics,
     });
     let refreshing = token.child_token();
     let (served, refreshed) = tokio::join!(
         async {
-            let r = axum::serve(listener, router(app))
-                .with_graceful_shutdown(token.clone().cancelled_owned())
-                .await
-                .context("dashboard server failed");
+            let r = axum::serve(
+                listener,
+                router(app).into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .with_graceful_shutdown(token.clone().cancelled_owned())
+            .await
+            .context("dashboard server failed");
             refreshing.cancel();
             r
         },

@@ -4,14 +4,15 @@
 //! The forms post to `/ui/...`, which checks the session and its CSRF token
 //! (`super::auth`) and then calls `super::actions`, like the API.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
-use cronq_shared::registry::{EXPIRY, REPORT_EVERY, Role};
+use cronq_shared::registry::{EXPIRY, REPORT_EVERY, Role as InstanceRole};
 use maud::{DOCTYPE, Markup, html};
 use serde::Deserialize;
 use serde_json::Value;
@@ -19,7 +20,10 @@ use serde_json::Value;
 use super::App;
 use super::actions::{self, ApiError};
 use super::api;
-use super::auth::{LOGIN_COOKIE, SESSION_COOKIE, SESSION_SECONDS, cookie, set_cookie};
+use super::audit::{self, Act, AuditQuery};
+use super::auth::{
+    Caller, LOGIN_COOKIE, Refusal, Role, SESSION_COOKIE, SESSION_SECONDS, cookie, set_cookie,
+};
 use super::query::{JobsQuery, Page, RunsQuery};
 use super::snapshot::{RECENT_RUNS, Snapshot};
 use crate::output;
@@ -56,20 +60,31 @@ struct Viewer {
     read_only: bool,
     /// The CSRF token of the session, when logged in.
     csrf: Option<String>,
+    /// The session's token, when logged in.
+    caller: Option<Caller>,
 }
 
 impl Viewer {
     fn of(app: &App, headers: &HeaderMap) -> Self {
-        let csrf = app.admin.session_of(headers).map(|s| app.admin.csrf(&s));
+        let session = app.access.session_of(headers);
         Self {
-            read_only: app.admin.is_read_only(),
-            csrf,
+            read_only: app.access.is_read_only(),
+            csrf: session.as_ref().map(|(s, _)| app.access.csrf(s)),
+            caller: session.map(|(_, c)| c),
         }
     }
 
-    /// Whether action buttons are shown.
+    /// Whether the session's role allows what needs `need`, so its forms are shown.
+    fn may(&self, need: Role) -> bool {
+        !self.read_only
+            && self.csrf.is_some()
+            && self.caller.as_ref().is_some_and(|c| c.role >= need)
+    }
+
+    /// Whether the operators' action buttons (pause, resume, trigger, backfill, replay)
+    /// are shown.
     fn can_act(&self) -> bool {
-        !self.read_only && self.csrf.is_some()
+        self.may(Role::Operator)
     }
 
     fn csrf_field(&self) -> Markup {
@@ -115,6 +130,7 @@ fn render(
         ("/jobs", "Jobs"),
         ("/runs", "Runs"),
         ("/dead-letters", "Dead letters"),
+        ("/audit", "Audit"),
     ];
     let body = html! {
         (DOCTYPE)
@@ -145,7 +161,8 @@ fn render(
                     span.who {
                         @if viewer.read_only {
                             span.badge { "read-only" }
-                        } @else if let Some(_) = &viewer.csrf {
+                        } @else if let (Some(_), Some(c)) = (&viewer.csrf, &viewer.caller) {
+                            span #who { (c.name) " (" (c.role.as_str()) ")" }
                             form method="post" action="/logout" {
                                 (viewer.csrf_field())
                                 button type="submit" { "Log out" }
@@ -291,7 +308,7 @@ pub async fn fleet(
                         td { code { (b.instance) } }
                         td {
                             @if snap.leader.as_ref().is_some_and(|h| h.instance == b.instance) { "leader" }
-                            @else if b.role == Role::Producer { "standby" }
+                            @else if b.role == InstanceRole::Producer { "standby" }
                             @else { (b.role.as_str()) }
                         }
                         td { (b.host) }
@@ -821,6 +838,59 @@ fn letters_table(letters: &[cronq_shared::broker::Folded], selectable: bool) -> 
     }
 }
 
+/// `GET /audit`: the operators' actions, newest first, for a session of an operator or an
+/// admin (the API's `GET /api/v1/audit` answers the same).
+pub async fn audit(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Query(q): Query<AuditQuery>,
+) -> Response {
+    let viewer = Viewer::of(&app, &headers);
+    if let Err(e) = app.access.authorize_read(&headers, Role::Operator) {
+        return error_page(&app, &headers, &viewer, ApiError::from(e));
+    }
+    let snap = app.snapshot();
+    let (entries, err) = match audit::entries(&app, &q).await {
+        Ok(list) => (list, None),
+        Err(e) => (Vec::new(), Some(e.message)),
+    };
+    let flash = Flash { msg: None, err };
+    let main = html! {
+        (notices(&snap, &flash))
+        h1 { "Audit" }
+        form.filters method="get" action="/audit" {
+            label { "Job " input type="text" name="job" value=[q.job.as_deref()]; }
+            label { "Since " input type="text" name="since" placeholder="24h or 2026-11-29T00:00:00Z" value=[q.since.as_deref()]; }
+            label { "Limit " input type="number" name="limit" min="1" value=[q.limit]; }
+            button type="submit" { "Show" }
+        }
+        @if entries.is_empty() {
+            p #audit-empty { "No action recorded (within the retention)." }
+        } @else {
+            table #audit {
+                thead { tr { th { "when" } th { "who" } th { "action" } th { "job" } th { "outcome" } th { "from" } th { "detail" } } }
+                tbody {
+                    @for e in &entries {
+                        tr {
+                            td { (time(e.at, None)) }
+                            td { (e.who) }
+                            td { code { (e.action) } }
+                            td { @if let Some(j) = &e.job { a href=(format!("/jobs/{}", encode_path(j))) { (j) } } @else { "-" } }
+                            td {
+                                span class={ "outcome " (if e.outcome == cronq_shared::audit::Outcome::Done { "succeeded" } else { "failed" }) } { (e.outcome.as_str()) }
+                                @if let Some(r) = &e.reason { br; small { (r) } }
+                            }
+                            td { (e.from) }
+                            td { @if let Some(d) = &e.detail { pre { (d) } } }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    page(&app, &headers, &viewer, "Audit", "Audit", main)
+}
+
 fn error_page(app: &App, headers: &HeaderMap, viewer: &Viewer, e: ApiError) -> Response {
     let mut response = page(
         app,
@@ -862,26 +932,40 @@ fn field<'f>(form: &'f [(String, String)], name: &str) -> Option<&'f str> {
         .map(|(_, v)| v.as_str())
 }
 
-/// Refuses a posted form without a valid session and CSRF token.
-fn authorize(app: &App, headers: &HeaderMap, form: &[(String, String)]) -> Result<(), ApiError> {
-    app.admin
-        .authorize(headers, field(form, "csrf"))
-        .map_err(|r| ApiError {
-            status: StatusCode::from_u16(r.status).unwrap_or(StatusCode::FORBIDDEN),
-            message: r.message,
-        })
+/// Refuses a posted form without a valid session and CSRF token, or whose session's role
+/// is weaker than `need`.
+fn authorize(
+    app: &App,
+    headers: &HeaderMap,
+    form: &[(String, String)],
+    need: Role,
+) -> Result<Caller, Refusal> {
+    app.access.authorize(headers, field(form, "csrf"), need)
 }
 
 /// `POST /ui/jobs/{job}/{action}`: pause, resume, trigger, backfill from the job's page.
 pub async fn job_action(
     State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     Path((name, action)): Path<(String, String)>,
     body: axum::body::Bytes,
 ) -> Response {
     let viewer = Viewer::of(&app, &headers);
     let form = form(&body);
-    if let Err(e) = authorize(&app, &headers, &form) {
+    let mut act = Act::new(
+        match action.as_str() {
+            "pause" => "pause",
+            "resume" => "resume",
+            "trigger" => "trigger",
+            "backfill" => "backfill",
+            _ => "unknown",
+        },
+        Some(&name),
+    );
+    if let Err(e) = authorize(&app, &headers, &form, Role::Operator) {
+        let e = ApiError::from(e);
+        audit::note(&app, &headers, peer, act, Some(&e)).await;
         return error_page(&app, &headers, &viewer, e);
     }
     let source = &app.source;
@@ -903,6 +987,15 @@ pub async fn job_action(
             message: format!("no action {action:?}: pause, resume, trigger or backfill"),
         }),
     };
+    if action == "pause" {
+        act.detail = field(&form, "note")
+            .filter(|n| !n.trim().is_empty())
+            .map(|n| format!("note: {n}"));
+    }
+    if let Ok(v) = &done {
+        act.detail = act.detail.or_else(|| api::detail_of(act.action, v));
+    }
+    audit::note(&app, &headers, peer, act, done.as_ref().err()).await;
     let target = format!("/jobs/{}", encode_path(&name));
     match done {
         Ok(v) => Redirect::to(&format!(
@@ -926,12 +1019,15 @@ fn encode_path(name: &str) -> String {
 /// `POST /ui/dead-letters/replay`.
 pub async fn replay(
     State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
     let viewer = Viewer::of(&app, &headers);
     let form = form(&body);
-    if let Err(e) = authorize(&app, &headers, &form) {
+    if let Err(e) = authorize(&app, &headers, &form, Role::Operator) {
+        let e = ApiError::from(e);
+        audit::note(&app, &headers, peer, Act::new("dlq.replay", None), Some(&e)).await;
         return error_page(&app, &headers, &viewer, e);
     }
     let req = actions::Replay {
@@ -944,7 +1040,13 @@ pub async fn replay(
         job: None,
         dry_run: field(&form, "dry_run").is_some(),
     };
-    match actions::replay(&app.source, &req).await {
+    let done = actions::replay(&app.source, &req).await;
+    let mut act = Act::new("dlq.replay", None);
+    if let Ok(v) = &done {
+        act.detail = api::detail_of(act.action, v);
+    }
+    audit::note(&app, &headers, peer, act, done.as_ref().err()).await;
+    match done {
         Ok(v) => dead_letters_page(&app, &headers, &viewer, Flash::default(), Some(v)).await,
         Err(e) => {
             dead_letters_page(
@@ -997,18 +1099,18 @@ fn login_page(
 ) -> Response {
     let error = refusal.map(|(_, message)| message);
     let viewer = Viewer::of(app, headers);
-    let nonce = app.admin.new_login();
-    let csrf = app.admin.login_csrf(&nonce);
+    let nonce = app.access.new_login();
+    let csrf = app.access.login_csrf(&nonce);
     let main = html! {
         h1 { "Log in" }
         @if let Some(e) = error { div.banner.bad role="alert" { (e) } }
         @if viewer.read_only {
-            p { "This dashboard is read-only: no admin token is configured (" code { "CRONQ_DASHBOARD_TOKEN" } " or " code { "--dashboard-token-file" } ")." }
+            p { "This dashboard is read-only: no token is configured (" code { "--tokens-file" } ", " code { "CRONQ_DASHBOARD_TOKEN" } " or " code { "--dashboard-token-file" } ")." }
         } @else {
             form #login method="post" action="/login" {
                 input type="hidden" name="csrf" value=(csrf);
                 input type="hidden" name="next" value=(local_path(next));
-                label { "Admin token " input #token type="password" name="token" autocomplete="current-password" required; }
+                label { "Token " input #token type="password" name="token" autocomplete="current-password" required; }
                 button #login-submit type="submit" { "Log in" }
             }
         }
@@ -1026,6 +1128,7 @@ fn login_page(
 /// `POST /login`.
 pub async fn login(
     State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
@@ -1034,9 +1137,14 @@ pub async fn login(
     let nonce = cookie(&headers, LOGIN_COOKIE).unwrap_or_default();
     let csrf_ok = !nonce.is_empty()
         && app
-            .admin
+            .access
             .is_login_csrf(&nonce, field(&form, "csrf").unwrap_or_default());
     if !csrf_ok {
+        let e = ApiError {
+            status: StatusCode::FORBIDDEN,
+            message: "the login form's CSRF token is wrong or missing".into(),
+        };
+        audit::note_as(&app, "-", peer, Act::new("login", None), Some(&e)).await;
         return login_page(
             &app,
             &headers,
@@ -1047,19 +1155,28 @@ pub async fn login(
             )),
         );
     }
-    if !app
-        .admin
-        .is_token(field(&form, "token").unwrap_or_default())
-    {
+    let Some(caller) = app.access.token(field(&form, "token").unwrap_or_default()) else {
         tracing::warn!("dashboard: a login with a wrong token");
+        let e = ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            message: "wrong token".into(),
+        };
+        audit::note_as(&app, "-", peer, Act::new("login", None), Some(&e)).await;
         return login_page(
             &app,
             &headers,
             Some(&next),
-            Some((StatusCode::UNAUTHORIZED, "wrong admin token")),
+            Some((
+                StatusCode::UNAUTHORIZED,
+                "wrong token: none of the dashboard's tokens",
+            )),
         );
-    }
-    let session = app.admin.new_session();
+    };
+    tracing::info!(token = %caller.name, role = %caller.role, "dashboard: logged in");
+    let mut act = Act::new("login", None);
+    act.detail = Some(format!("role {}", caller.role));
+    audit::note_as(&app, &caller.name, peer, act, None).await;
+    let session = app.access.new_session(&caller);
     let mut response = Redirect::to(&next).into_response();
     for c in [
         set_cookie(SESSION_COOKIE, &session, SESSION_SECONDS),
@@ -1080,8 +1197,8 @@ pub async fn logout(
 ) -> Response {
     let viewer = Viewer::of(&app, &headers);
     let form = form(&body);
-    if let Err(e) = authorize(&app, &headers, &form) {
-        return error_page(&app, &headers, &viewer, e);
+    if let Err(e) = authorize(&app, &headers, &form, Role::Viewer) {
+        return error_page(&app, &headers, &viewer, ApiError::from(e));
     }
     let mut response = Redirect::to("/").into_response();
     if let Ok(v) = set_cookie(SESSION_COOKIE, "", 0).parse() {

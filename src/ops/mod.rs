@@ -2,6 +2,7 @@
 //! dashboard (`crate::dashboard`) performs too: written once here, called by both, so the
 //! command line and the browser cannot drift.
 
+pub mod audit;
 pub mod backfill;
 pub mod handler_check;
 pub mod json;

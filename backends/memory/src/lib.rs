@@ -9,6 +9,7 @@
 //! - [`control`]: [`MemoryControl`], cursors, pauses and requests, fenced by a
 //!   [`MemoryLease`].
 
+pub mod audit;
 pub mod broker;
 pub mod control;
 pub mod jobs;
@@ -17,6 +18,7 @@ pub mod ledger;
 pub mod registry;
 pub mod runlog;
 
+pub use audit::MemoryAudit;
 pub use broker::MemoryBroker;
 pub use control::MemoryControl;
 pub use jobs::MemoryJobStore;

@@ -14,6 +14,7 @@
 //! The Redis key layout is in `docs/consumer.md` and in each module's docs.
 
 mod args;
+pub mod audit;
 pub mod conn;
 pub mod connect;
 pub mod control;
@@ -27,6 +28,7 @@ pub mod runlog;
 mod script;
 pub mod sentinel;
 
+pub use audit::RedisAudit;
 pub use conn::{REPLICA_WAIT, RedisConn};
 pub use connect::{connect, connect_tls, connect_with};
 pub use control::RedisControl;

@@ -15,6 +15,7 @@
 //!
 //! Durability is SQLite's under the chosen [`Sync`] (`docs/standalone.md`).
 
+pub mod audit;
 pub mod broker;
 pub mod control;
 pub mod db;
@@ -26,6 +27,7 @@ pub mod runlog;
 pub mod schema;
 mod writer;
 
+pub use audit::SqliteAudit;
 pub use broker::SqliteBroker;
 pub use control::SqliteControl;
 pub use db::{Db, Sync};

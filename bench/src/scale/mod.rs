@@ -343,25 +343,7 @@ async fn producer_process(
     let started = Instant::now();
     let mut child = spawn_cronq(env, cronq, &["producer", "--config"], config, "info")?;
     let pid = child.id().context("the producer exited at once")?;
-    let (tx, rx) = oneshot::channel();
-    let stderr = child.stderr.take().context("no stderr pipe")?;
-    let reader = tokio::spawn(async move {
-        let mut tx = Some(tx);
-        let mut lines = BufReader::new(stderr).lines();
-        let mut tail = Vec::new();
-        while let Ok(Some(line)) = lines.next_line().await {
-            // The scheduler's take-over line (its wording changed once; accept both).
-            if (line.contains("taking over:") || line.contains("leading: caught up"))
-                && let Some(tx) = tx.take()
-            {
-                let _ = tx.send(());
-            }
-            if tail.len() < 20 {
-                tail.push(line);
-            }
-        }
-        tail
-    });
+    let (rx, reader) = leading(&mut child)?;
     let outcome = async {
         tokio::time::timeout(READY_TIMEOUT, rx)
             .await
@@ -390,6 +372,33 @@ async fn producer_process(
         eprintln!("scale: producer stderr (first lines):\n{}", tail.join("\n"));
     }
     outcome
+}
+
+/// Reads a `cronq producer`'s stderr (spawned by [`spawn_cronq`]): the receiver gets a
+/// value when it leads; the task ends with its first 20 lines when the process exits.
+pub fn leading(
+    child: &mut tokio::process::Child,
+) -> anyhow::Result<(oneshot::Receiver<()>, tokio::task::JoinHandle<Vec<String>>)> {
+    let (tx, rx) = oneshot::channel();
+    let stderr = child.stderr.take().context("no stderr pipe")?;
+    let reader = tokio::spawn(async move {
+        let mut tx = Some(tx);
+        let mut lines = BufReader::new(stderr).lines();
+        let mut tail = Vec::new();
+        while let Ok(Some(line)) = lines.next_line().await {
+            // The scheduler's take-over line (its wording changed once; accept both).
+            if (line.contains("taking over:") || line.contains("leading: caught up"))
+                && let Some(tx) = tx.take()
+            {
+                let _ = tx.send(());
+            }
+            if tail.len() < 20 {
+                tail.push(line);
+            }
+        }
+        tail
+    });
+    Ok((rx, reader))
 }
 
 /// Spawns the real `cronq` binary in the env's namespace: `args` then `config`.

@@ -301,7 +301,7 @@ impl Report {
             ("succeeded twice (must be 0)", self.succeeded_twice),
             ("attempts recorded", self.attempts),
             (
-                "re-runs after a killed or frozen consumer",
+                "re-runs after a consumer killed, frozen or cut from Redis",
                 self.reruns_after_kills,
             ),
             (

@@ -3,12 +3,20 @@
 //! freeze) and the table.
 //!
 //! The broker and Redis are shared with other tests: only the connections of this soak's
-//! own processes are closed, found by their local ports (`ss`), matched to RabbitMQ's
-//! `list_connections` peer ports and to Redis's `CLIENT LIST` addresses. On the harness of
-//! `scripts/ha` the soak also stops and starts a RabbitMQ node (`stop_app`, `start_app`),
-//! kills the Redis master (Sentinel promotes a replica; the old master comes back as a
-//! replica) and makes a planned switch (a plain `SENTINEL FAILOVER`, no pause first: the
-//! switch barrier of docs/ha.md), one Redis fault at a time.
+//! own processes are closed, found by their local ports, matched to RabbitMQ's
+//! `list_connections` peer ports and to Redis's `CLIENT LIST` addresses. On the local
+//! services each process reaches Redis and RabbitMQ through proxies of its own
+//! (`support::proxy`), whose connections to the services are the ones closed, and which cut
+//! or stall one link of one process for a while (a network partition): for less or more
+//! than the consumer's execution lease and the producers' leader lease. On the harness of
+//! `scripts/ha` (no proxies: its processes reach Redis through Sentinel, at the addresses it
+//! names; their connections are found with `ss`) the soak also stops and starts a RabbitMQ
+//! node (`stop_app`, `start_app`), drains one (`rabbitmq-upgrade drain`, then `revive`),
+//! moves the job queue's leader to another node, cuts a node off from the other two (a
+//! partition: `pause_minority` stops it until healed), kills the Redis master (Sentinel
+//! promotes a replica; the old master comes back as a replica) and makes a planned switch
+//! (a plain `SENTINEL FAILOVER`, no pause first: the switch barrier of docs/ha.md); one
+//! RabbitMQ node fault and one Redis fault at a time.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,6 +30,7 @@ use rand::{Rng, RngExt};
 use super::{LEASE, PAUSABLE, cronq};
 use crate::support::TestEnv;
 use crate::support::ha::Ha;
+use crate::support::proxy::{Link, Proxy};
 
 /// What every process logs.
 const RUST_LOG: &str = "info,lapin=warn";
@@ -39,7 +48,14 @@ pub enum Fault {
     Pause,
     Trigger,
     Backfill,
+    CutRedis,
+    StallRedis,
+    CutAmqp,
+    StallAmqp,
     StopRabbitNode,
+    DrainRabbitNode,
+    MoveQueueLeader,
+    PartitionRabbitNode,
     KillRedisMaster,
     SentinelFailover,
 }
@@ -58,19 +74,35 @@ impl Fault {
             Fault::Pause => "pause, then resume, a job",
             Fault::Trigger => "cronq trigger",
             Fault::Backfill => "cronq backfill over the last 30 s",
+            Fault::CutRedis => "one process cut from Redis, 1-8 s",
+            Fault::StallRedis => "one process's Redis link stalled, 1-8 s",
+            Fault::CutAmqp => "one process cut from RabbitMQ, 1-8 s",
+            Fault::StallAmqp => "one process's RabbitMQ link stalled, 1-8 s",
             Fault::StopRabbitNode => "RabbitMQ node stop_app, start_app",
+            Fault::DrainRabbitNode => "RabbitMQ node drained (rabbitmq-upgrade), revived",
+            Fault::MoveQueueLeader => "job queue leader moved to another node",
+            Fault::PartitionRabbitNode => "RabbitMQ node cut off from the other two, healed",
             Fault::KillRedisMaster => "Redis master killed (Sentinel promotes a replica)",
             Fault::SentinelFailover => "planned switch (SENTINEL FAILOVER)",
         }
     }
 
-    /// A fault at random, weighted: process faults most often; with `ha`, the harness's
-    /// node faults too.
+    /// A fault at random, weighted: process faults most often; on the local services the
+    /// partitions of one process, with `ha` the harness's node faults.
     pub fn pick(rng: &mut impl Rng, ha: bool) -> Self {
-        const HA: [(Fault, u32); 3] = [
-            (Fault::StopRabbitNode, 2),
+        const HA: [(Fault, u32); 6] = [
+            (Fault::StopRabbitNode, 1),
+            (Fault::DrainRabbitNode, 1),
+            (Fault::MoveQueueLeader, 1),
+            (Fault::PartitionRabbitNode, 1),
             (Fault::KillRedisMaster, 1),
             (Fault::SentinelFailover, 1),
+        ];
+        const LOCAL: [(Fault, u32); 4] = [
+            (Fault::CutRedis, 2),
+            (Fault::StallRedis, 1),
+            (Fault::CutAmqp, 1),
+            (Fault::StallAmqp, 1),
         ];
         const WEIGHTED: [(Fault, u32); 10] = [
             (Fault::KillConsumer, 4),
@@ -84,7 +116,7 @@ impl Fault {
             (Fault::Trigger, 1),
             (Fault::Backfill, 1),
         ];
-        let extra: &[(Fault, u32)] = if ha { &HA } else { &[] };
+        let extra: &[(Fault, u32)] = if ha { &HA } else { &LOCAL };
         let all = || WEIGHTED.iter().chain(extra).copied();
         let total: u32 = all().map(|w| w.1).sum();
         let mut at = rng.random_range(0..total);
@@ -102,8 +134,32 @@ impl Fault {
 #[derive(Debug, Clone)]
 pub struct Event {
     pub at: DateTime<Utc>,
-    /// `kill`, `freeze` (of a consumer), or `connections`.
+    /// `kill`, `freeze` or `partition` (of a consumer from Redis), or `connections`.
     pub kind: &'static str,
+}
+
+/// A member's own proxies to the local Redis and RabbitMQ, and their URLs.
+struct Links {
+    redis: (Proxy, String),
+    amqp: (Proxy, String),
+}
+
+impl Links {
+    /// Both proxies, on `runtime`.
+    async fn start(runtime: &tokio::runtime::Handle) -> Self {
+        let on = |link| runtime.spawn(Proxy::before(link));
+        Self {
+            redis: on(Link::Redis).await.expect("start a proxy"),
+            amqp: on(Link::Amqp).await.expect("start a proxy"),
+        }
+    }
+
+    fn proxy(&self, link: Link) -> &Proxy {
+        match link {
+            Link::Redis => &self.redis.0,
+            Link::Amqp => &self.amqp.0,
+        }
+    }
 }
 
 struct Member {
@@ -113,18 +169,43 @@ struct Member {
     generation: u32,
     up: bool,
     frozen: bool,
+    /// Its proxies, on the local services.
+    links: Option<Links>,
+    /// One of its links is cut or stalled now.
+    partitioned: bool,
 }
 
 enum Pending {
     Restart(usize),
     Cont(usize),
     Resume(String),
+    /// Member N's link restored.
+    Restore(usize, Link),
     /// `start_app` on harness node N.
     StartApp(usize),
+    /// `rabbitmq-upgrade revive` of harness node N.
+    Revive(usize),
+    /// A RabbitMQ node fault over: the next may come.
+    RabbitSettled,
+    /// The harness healed after a partition of node N (every node back, Redis too).
+    HealPartition(usize),
     /// The harness's Redis on this port started again.
     StartRedis(u16),
     /// A Redis fault over: the next may come.
     RedisSettled,
+}
+
+/// The runtime the proxies run on. The soak blocks its own runtime's threads at times
+/// (`rabbitmqctl`, `cronq` commands, waiting for a process to exit), which would stall the
+/// connections a proxy there forwards: a partition no fault made.
+struct ProxyRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for ProxyRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 /// The soak's processes.
@@ -146,11 +227,14 @@ pub struct Fleet {
     /// Each pause: the job, when it was paused and when resumed.
     pub paused: Vec<(String, DateTime<Utc>, DateTime<Utc>)>,
     pausing: Option<(String, DateTime<Utc>)>,
+    /// Last, so the proxies end before their runtime.
+    proxies: ProxyRuntime,
 }
 
 impl Fleet {
-    /// Starts 3 producers and 3 consumers on `config`, on the harness `ha` if given.
-    pub fn start(env: &TestEnv, config: &Path, ha: Option<Ha>) -> Self {
+    /// Starts 3 producers and 3 consumers on `config`, on the harness `ha` if given (else
+    /// each through proxies of its own).
+    pub async fn start(env: &TestEnv, config: &Path, ha: Option<Ha>) -> Self {
         let mut fleet = Self {
             env: env.clone(),
             ha,
@@ -163,9 +247,24 @@ impl Fleet {
             faults: BTreeMap::new(),
             paused: Vec::new(),
             pausing: None,
+            proxies: ProxyRuntime(None),
         };
+        if fleet.ha.is_none() {
+            fleet.proxies.0 = Some(
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .thread_name("chaos-proxies")
+                    .enable_all()
+                    .build()
+                    .expect("the proxies' runtime"),
+            );
+        }
         for (role, n) in [("producer", 3), ("consumer", 3)] {
             for i in 1..=n {
+                let links = match &fleet.proxies.0 {
+                    Some(runtime) => Some(Links::start(runtime.handle()).await),
+                    None => None,
+                };
                 fleet.members.push(Member {
                     role,
                     name: format!("{role}-{i}"),
@@ -173,6 +272,8 @@ impl Fleet {
                     generation: 0,
                     up: false,
                     frozen: false,
+                    links,
+                    partitioned: false,
                 });
                 let index = fleet.members.len() - 1;
                 fleet.spawn(index);
@@ -185,6 +286,10 @@ impl Fleet {
         let m = &mut self.members[i];
         m.generation += 1;
         let mut cmd = cronq(&self.env, self.ha.as_ref());
+        if let Some(links) = &m.links {
+            cmd.env(Link::Redis.var(), &links.redis.1)
+                .env(Link::Amqp.var(), &links.amqp.1);
+        }
         cmd.env("RUST_LOG", RUST_LOG)
             .args(["--log-format", "json", "--config"])
             .arg(&self.config)
@@ -233,10 +338,42 @@ impl Fleet {
                 }
                 Pending::Resume(job) => {
                     let out = self.cli(&["resume", &job]);
+                    if !out.status.success() && self.redis_busy {
+                        // Sentinel may name no master while it switches: again shortly.
+                        self.pending
+                            .push((now + Duration::from_secs(1), Pending::Resume(job)));
+                        continue;
+                    }
                     assert!(out.status.success(), "resume {job}: {out:?}");
                     if let Some((job, from)) = self.pausing.take() {
                         self.paused.push((job, from, Utc::now()));
                     }
+                }
+                Pending::Restore(i, link) => {
+                    let m = &mut self.members[i];
+                    if let Some(links) = &m.links {
+                        links.proxy(link).restore();
+                    }
+                    m.partitioned = false;
+                    eprintln!("chaos: {}'s {link:?} link restored", m.name);
+                }
+                Pending::Revive(n) => {
+                    let ha = self.ha.as_ref().expect("a harness fault");
+                    ha.run(&["upgrade", &n.to_string(), "revive"]);
+                    self.rabbit_down = None;
+                    eprintln!("chaos: RabbitMQ node {n} revived");
+                }
+                Pending::RabbitSettled => self.rabbit_down = None,
+                Pending::HealPartition(n) => {
+                    let ha = self.ha.as_ref().expect("a harness fault");
+                    ha.heal();
+                    self.rabbit_down = None;
+                    self.redis_busy = false;
+                    self.events.push(Event {
+                        at: Utc::now(),
+                        kind: "connections",
+                    });
+                    eprintln!("chaos: RabbitMQ node {n} back in the cluster");
                 }
                 Pending::StartApp(n) => {
                     let ha = self.ha.as_ref().expect("a harness fault");
@@ -265,6 +402,15 @@ impl Fleet {
         if let Some(ha) = &self.ha {
             ha.heal();
         }
+        // A resume that could not be made while Redis switched is made now.
+        for _ in 0..30 {
+            if self.pending.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            self.due(true);
+        }
+        assert!(self.pending.is_empty(), "still to do after healing");
     }
 
     fn cli(&self, args: &[&str]) -> std::process::Output {
@@ -341,7 +487,7 @@ impl Fleet {
             }
             Fault::CloseAmqp => {
                 let closed = match &self.ha {
-                    None => close_amqp(&self.pids(), 5672, |args| {
+                    None => close_amqp(&self.upstream_ports(Link::Amqp), |args| {
                         let out = Command::new("rabbitmqctl")
                             .args(args)
                             .output()
@@ -354,7 +500,7 @@ impl Fleet {
                         .filter(|n| self.rabbit_down != Some(*n))
                         .map(|n| {
                             let port = u16::try_from(5680 + n).expect("a harness port");
-                            close_amqp(&self.pids(), port, |args| ha.try_ctl(n, args))
+                            close_amqp(&local_ports(&self.pids(), port), |args| ha.try_ctl(n, args))
                         })
                         .sum(),
                 };
@@ -365,17 +511,17 @@ impl Fleet {
                 format!("{closed} connections")
             }
             Fault::KillRedisClients => {
-                let (mut conn, port) = match &self.ha {
-                    None => (self.env.redis().await, 6379),
+                let (mut conn, ours) = match &self.ha {
+                    None => (self.env.redis().await, self.upstream_ports(Link::Redis)),
                     // While a Redis fault is under way the master the sentinels name may
                     // be the one killed (not promoted over yet): nothing to connect to.
                     Some(_) if self.redis_busy => return,
                     Some(ha) => {
                         let port = ha.master_port();
-                        (ha.node(port).await, port)
+                        (ha.node(port).await, local_ports(&self.pids(), port))
                     }
                 };
-                let killed = kill_redis_clients(&mut conn, port, &self.pids()).await;
+                let killed = kill_redis_clients(&mut conn, &ours).await;
                 self.events.push(Event {
                     at: Utc::now(),
                     kind: "connections",
@@ -390,6 +536,9 @@ impl Fleet {
                 }
                 format!("{n} producers")
             }
+            // A one-shot command needs Redis: while a Redis fault of the harness is under
+            // way, Sentinel may name no master, and the command fails (as it should).
+            Fault::Pause | Fault::Trigger | Fault::Backfill if self.redis_busy => return,
             Fault::Pause => {
                 if self.pausing.is_some() {
                     return;
@@ -416,6 +565,124 @@ impl Fleet {
                 let out = self.cli(&["backfill", "fast-1", "--from", &from, "--to", &to]);
                 assert!(out.status.success(), "backfill: {out:?}");
                 format!("fast-1 from {from} to {to}")
+            }
+            Fault::CutRedis | Fault::StallRedis | Fault::CutAmqp | Fault::StallAmqp => {
+                let link = match fault {
+                    Fault::CutRedis | Fault::StallRedis => Link::Redis,
+                    _ => Link::Amqp,
+                };
+                let role = if rng.random_bool(0.5) {
+                    "consumer"
+                } else {
+                    "producer"
+                };
+                let Some(i) = self.pick_unpartitioned(rng, role) else {
+                    return;
+                };
+                let m = &mut self.members[i];
+                let Some(links) = &m.links else {
+                    return;
+                };
+                let proxy = links.proxy(link);
+                if matches!(fault, Fault::CutRedis | Fault::CutAmqp) {
+                    proxy.cut();
+                } else {
+                    proxy.stall();
+                }
+                m.partitioned = true;
+                // A consumer without Redis past its lease stops its attempts: they run again
+                // elsewhere. Without RabbitMQ its deliveries come back to the queue.
+                let kind = match link {
+                    Link::Redis => "partition",
+                    Link::Amqp => "connections",
+                };
+                if role == "consumer" || link == Link::Amqp {
+                    self.events.push(Event {
+                        at: Utc::now(),
+                        kind,
+                    });
+                }
+                let back = Duration::from_millis(rng.random_range(1000..8000));
+                let name = m.name.clone();
+                self.pending
+                    .push((Instant::now() + back, Pending::Restore(i, link)));
+                format!("{name} for {back:?}")
+            }
+            Fault::DrainRabbitNode => {
+                let Some(ha) = self.ha.as_ref().filter(|_| self.rabbit_down.is_none()) else {
+                    return;
+                };
+                let n = rng.random_range(1..=3);
+                ha.run(&["upgrade", &n.to_string(), "drain"]);
+                self.rabbit_down = Some(n);
+                self.events.push(Event {
+                    at: Utc::now(),
+                    kind: "connections",
+                });
+                let back = Duration::from_millis(rng.random_range(5000..15000));
+                self.pending
+                    .push((Instant::now() + back, Pending::Revive(n)));
+                format!("node {n}, revive in {back:?}")
+            }
+            Fault::MoveQueueLeader => {
+                let Some(ha) = self.ha.as_ref().filter(|_| self.rabbit_down.is_none()) else {
+                    return;
+                };
+                let queue = format!(
+                    "{}.q.{}",
+                    self.env.namespace,
+                    if rng.random_bool(0.5) {
+                        "default"
+                    } else {
+                        "second"
+                    }
+                );
+                let Some(from) = ha.queue_leader(&queue) else {
+                    return;
+                };
+                let to = (from + rng.random_range(0..2)) % 3 + 1;
+                let out = ha.try_ctl(
+                    from,
+                    &[
+                        "eval",
+                        &format!(
+                            "{{ok, Q}} = rabbit_amqqueue:lookup(rabbit_misc:r(<<\"/\">>, queue, \
+                             <<\"{queue}\">>)), rabbit_quorum_queue:transfer_leadership(Q, '{}').",
+                            ha.rabbit_nodes[to - 1]
+                        ),
+                    ],
+                );
+                self.rabbit_down = Some(from);
+                self.pending.push((
+                    Instant::now() + Duration::from_secs(5),
+                    Pending::RabbitSettled,
+                ));
+                format!(
+                    "{queue} from node {from} to {to}: {}",
+                    out.as_deref().map_or("failed", str::trim)
+                )
+            }
+            Fault::PartitionRabbitNode => {
+                let Some(ha) = self
+                    .ha
+                    .as_ref()
+                    .filter(|_| self.rabbit_down.is_none() && !self.redis_busy)
+                else {
+                    return;
+                };
+                let n = rng.random_range(1..=3);
+                ha.run(&["partition-rabbit", &n.to_string()]);
+                // Healing brings every node back, Redis's too: no Redis fault meanwhile.
+                self.rabbit_down = Some(n);
+                self.redis_busy = true;
+                self.events.push(Event {
+                    at: Utc::now(),
+                    kind: "connections",
+                });
+                let back = Duration::from_millis(rng.random_range(8000..20000));
+                self.pending
+                    .push((Instant::now() + back, Pending::HealPartition(n)));
+                format!("node {n}, healed in {back:?}")
             }
             Fault::StopRabbitNode => {
                 let Some(ha) = self.ha.as_ref().filter(|_| self.rabbit_down.is_none()) else {
@@ -491,6 +758,27 @@ impl Fleet {
         );
     }
 
+    /// A running member of `role` none of whose links is cut or stalled, at random.
+    fn pick_unpartitioned(&self, rng: &mut impl Rng, role: &str) -> Option<usize> {
+        let ready: Vec<usize> = (0..self.members.len())
+            .filter(|&i| {
+                let m = &self.members[i];
+                m.role == role && m.up && !m.partitioned
+            })
+            .collect();
+        (!ready.is_empty()).then(|| ready[rng.random_range(0..ready.len())])
+    }
+
+    /// The local ports of the connections the members' proxies of `link` hold to the
+    /// service.
+    fn upstream_ports(&self, link: Link) -> Vec<u16> {
+        self.members
+            .iter()
+            .filter_map(|m| m.links.as_ref())
+            .flat_map(|l| l.proxy(link).upstream_ports())
+            .collect()
+    }
+
     fn pids(&self) -> Vec<u32> {
         self.members
             .iter()
@@ -553,10 +841,9 @@ fn local_ports(pids: &[u32], port: u16) -> Vec<u16> {
         .collect()
 }
 
-/// Closes the AMQP connections of `pids` to the RabbitMQ node on `port`, through
+/// Closes the AMQP connections from the local ports `ours` to a RabbitMQ node, through its
 /// `rabbitmqctl` (`ctl`: its stdout, `None` when it failed); returns how many.
-fn close_amqp(pids: &[u32], port: u16, ctl: impl Fn(&[&str]) -> Option<String>) -> usize {
-    let ours = local_ports(pids, port);
+fn close_amqp(ours: &[u16], ctl: impl Fn(&[&str]) -> Option<String>) -> usize {
     if ours.is_empty() {
         return 0;
     }
@@ -583,13 +870,9 @@ fn close_amqp(pids: &[u32], port: u16, ctl: impl Fn(&[&str]) -> Option<String>) 
     closed
 }
 
-/// Kills the clients of `pids` on the Redis on `port` (`CLIENT KILL ID`); returns how many.
-async fn kill_redis_clients(
-    conn: &mut redis::aio::MultiplexedConnection,
-    port: u16,
-    pids: &[u32],
-) -> usize {
-    let ours = local_ports(pids, port);
+/// Kills the clients from the local ports `ours` on the Redis `conn` is connected to
+/// (`CLIENT KILL ID`); returns how many.
+async fn kill_redis_clients(conn: &mut redis::aio::MultiplexedConnection, ours: &[u16]) -> usize {
     let list: String = redis::cmd("CLIENT")
         .arg("LIST")
         .query_async(conn)

@@ -3,8 +3,10 @@
 //! fast, slow 3-10 s under each overlap policy, flaky ~30 % with `max_attempts = 3`, always
 //! failing) while faults hit them at seeded random moments: SIGKILL and restart of
 //! producers and consumers, SIGSTOP past the lease then SIGCONT, the AMQP connections and
-//! Redis clients of these processes (only theirs: the broker is shared) closed, SIGHUP
-//! reloads with a changed config, a pause and resume, triggers and backfills.
+//! Redis clients of these processes (only theirs: the broker is shared) closed, one link of
+//! one process cut or stalled for 1-8 s (each process reaches the services through proxies
+//! of its own), SIGHUP reloads with a changed config, a pause and resume, triggers and
+//! backfills.
 //!
 //! Then [`check`] reads the handlers' log (`KEY ATTEMPT START END OUTCOME` per attempt),
 //! `cronq runs --json` and `cronq dlq list --json`, and fails on any occurrence of the
@@ -17,8 +19,9 @@
 //!
 //! `chaos_soak_ha` runs the same soak on the harness of `scripts/ha` (the RabbitMQ
 //! cluster's three nodes, Redis through its sentinels with `CRONQ_REDIS_MIN_REPLICAS=1`),
-//! adding node faults: `stop_app` and `start_app` of a RabbitMQ node, the Redis master
-//! killed, a plain `SENTINEL FAILOVER` (`scripts/chaos --ha`). Like the tests under `ha::`,
+//! adding node faults instead of the proxies' partitions: `stop_app` and `start_app`, a drain
+//! and revive, and a partition (`pause_minority`) of a RabbitMQ node, a queue leader moved,
+//! the Redis master killed, a plain `SENTINEL FAILOVER` (`scripts/chaos --ha`). Like the tests under `ha::`,
 //! it needs the harness and runs in their test group. It is not part of `scripts/test`: it
 //! takes 2 to 2.5 minutes for 90 s of faults, beside the focused `ha::` tests
 //! (docs/reliability.md, "On the high-availability harness").
@@ -168,7 +171,7 @@ async fn soak(env: TestEnv, ha: Option<Ha>) {
         let first = ha.amqp_urls.split(',').next().expect("a node URL");
         env.clean_broker_too(first, None);
     }
-    let mut fleet = Fleet::start(&env, &config_path, ha.clone());
+    let mut fleet = Fleet::start(&env, &config_path, ha.clone()).await;
     eventually(Duration::from_secs(60), "the first runs", || async {
         (check::handler_lines(&env).len() >= 10).then_some(())
     })

@@ -112,7 +112,7 @@ async fn runtime_jobs_through_the_http_api() {
         let history = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         assert_eq!(
-            history.lines().filter(|l| l.contains("by api (admin token)")).count(),
+            history.lines().filter(|l| l.contains(" by admin at ")).count(),
             3,
             "{history}"
         );

@@ -10,6 +10,7 @@ mod api;
 mod browser;
 mod fleet;
 mod jobs_api;
+mod roles;
 
 use crate::support::TestEnv;
 use crate::support::cli;

@@ -21,8 +21,8 @@ use chrono::{DateTime, Utc};
 
 use crate::support::deployment::{Deployment, Options, Running};
 use crate::support::history::{self, Window};
-use crate::support::proxy::Proxy;
-use crate::support::{TestEnv, amqp_url, redis_url, scoped, until};
+use crate::support::proxy::{Link, Proxy};
+use crate::support::{TestEnv, scoped, until};
 
 const JOB: &str = "tick";
 /// How long anything the test waits for may take.
@@ -36,34 +36,6 @@ const HANDLER_SECS: &str = "3";
 /// The producers' leader lease: it steps down 3 s after its last confirmed renewal.
 const LEADER: &str = "[leader]\nlease = \"4s\"\nrenew_deadline = \"3s\"\nretry = \"1s\"\n";
 
-/// Which link a proxy carries.
-#[derive(Debug, Clone, Copy)]
-enum Link {
-    Redis,
-    Amqp,
-}
-
-impl Link {
-    /// The shared service's URL, and the `HOST:PORT` it names.
-    fn service(self) -> (String, String) {
-        let url = match self {
-            Self::Redis => redis_url(),
-            Self::Amqp => amqp_url(),
-        };
-        let (_, rest) = url.split_once("://").expect("a URL with a scheme");
-        let authority = rest.split(['/', '?']).next().unwrap_or(rest);
-        let host_port = authority.rsplit('@').next().unwrap_or(authority).to_owned();
-        (url, host_port)
-    }
-
-    fn var(self) -> &'static str {
-        match self {
-            Self::Redis => "CRONQ_REDIS_URL",
-            Self::Amqp => "CRONQ_AMQP_URL",
-        }
-    }
-}
-
 /// What the test does to the link.
 #[derive(Debug, Clone, Copy)]
 enum Fault {
@@ -74,9 +46,7 @@ enum Fault {
 /// A proxy on `link` for the process logged as `name`, and the environment that sends that
 /// process through it.
 async fn proxied(link: Link, name: &str) -> (Proxy, (String, &'static str, String)) {
-    let (url, target) = link.service();
-    let proxy = Proxy::start(&target).await;
-    let through = url.replacen(&target, &proxy.addr, 1);
+    let (proxy, through) = Proxy::before(link).await;
     (proxy, (name.to_owned(), link.var(), through))
 }
 

@@ -2,6 +2,7 @@
 //! ledger, run log, lease, control store), run on every backend through a small adapter;
 //! plus what the RabbitMQ and Redis implementations promise beyond the contract.
 
+mod audit;
 mod broker;
 mod jobs;
 mod lease;

@@ -51,6 +51,7 @@ pub async fn start_with(
     let mut cmd = env.cronq();
     cmd.envs(vars.iter().copied());
     cmd.env_remove("CRONQ_DASHBOARD_TOKEN_FILE")
+        .env_remove("CRONQ_TOKENS_FILE")
         .env_remove("CRONQ_DATA")
         .args(args)
         .args([addr_flag, &addr]);

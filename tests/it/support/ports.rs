@@ -421,3 +421,34 @@ pub async fn job_stores(
         ),
     }
 }
+
+/// Two processes' handles on the one audit log of `backend`, keeping entries for
+/// `retention`.
+pub async fn audit_logs(
+    backend: Backend,
+    env: &TestEnv,
+    retention: Duration,
+) -> (
+    Arc<dyn cronq_shared::audit::AuditLog>,
+    Arc<dyn cronq_shared::audit::AuditLog>,
+) {
+    match backend {
+        Backend::Memory => {
+            let s = cronq_memory::MemoryAudit::new(retention);
+            (Arc::new(s.clone()), Arc::new(s))
+        }
+        Backend::Real => {
+            let names = names(env);
+            let a = cronq_redis::connect(&redis_url()).await.unwrap();
+            let b = cronq_redis::connect(&redis_url()).await.unwrap();
+            (
+                Arc::new(cronq_redis::RedisAudit::new(a, &names, retention)),
+                Arc::new(cronq_redis::RedisAudit::new(b, &names, retention)),
+            )
+        }
+        Backend::Sqlite => (
+            Arc::new(cronq_sqlite::SqliteAudit::new(open(env), retention)),
+            Arc::new(cronq_sqlite::SqliteAudit::new(open(env), retention)),
+        ),
+    }
+}

@@ -4,12 +4,46 @@
 //! [`Proxy::stall`], which keeps every connection open but passes no byte either way (a
 //! service that hangs); [`Proxy::restore`] drops the stalled connections and lets new ones
 //! through again. The service itself never stops, so the other tests using it see nothing.
+//! [`Proxy::upstream_ports`] names the proxy's own connections to the service, so a test
+//! can close them at the service's end (`CLIENT KILL`, `rabbitmqctl close_connection`).
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+use super::{amqp_url, redis_url};
+
+/// Which shared service a proxy stands in front of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Link {
+    Redis,
+    Amqp,
+}
+
+impl Link {
+    /// The variable that tells a `cronq` process where the service is.
+    pub fn var(self) -> &'static str {
+        match self {
+            Self::Redis => "CRONQ_REDIS_URL",
+            Self::Amqp => "CRONQ_AMQP_URL",
+        }
+    }
+
+    /// The shared service's URL, and the `HOST:PORT` it names.
+    fn service(self) -> (String, String) {
+        let url = match self {
+            Self::Redis => redis_url(),
+            Self::Amqp => amqp_url(),
+        };
+        let (_, rest) = url.split_once("://").expect("a URL with a scheme");
+        let authority = rest.split(['/', '?']).next().unwrap_or(rest);
+        let host_port = authority.rsplit('@').next().unwrap_or(authority).to_owned();
+        (url, host_port)
+    }
+}
 
 /// What the proxy does with connections now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +61,8 @@ pub struct Proxy {
     /// `127.0.0.1:PORT`, where clients connect.
     pub addr: String,
     mode: Arc<watch::Sender<Mode>>,
+    /// The local ports of the proxy's open connections to its target.
+    upstream: Arc<Mutex<BTreeSet<u16>>>,
     accept: JoinHandle<()>,
 }
 
@@ -37,8 +73,10 @@ impl Proxy {
         let addr = listener.local_addr().expect("proxy address").to_string();
         let mode = Arc::new(watch::Sender::new(Mode::Open));
         let target = target.to_owned();
+        let upstream = Arc::new(Mutex::new(BTreeSet::new()));
         let accept = tokio::spawn({
             let mode = mode.clone();
+            let upstream = upstream.clone();
             async move {
                 loop {
                     let Ok((client, _)) = listener.accept().await else {
@@ -52,13 +90,41 @@ impl Proxy {
                             tokio::spawn(hold(vec![client], mode.subscribe()));
                         }
                         Mode::Open => {
-                            tokio::spawn(forward(client, target.clone(), mode.subscribe()));
+                            tokio::spawn(forward(
+                                client,
+                                target.clone(),
+                                mode.subscribe(),
+                                upstream.clone(),
+                            ));
                         }
                     }
                 }
             }
         });
-        Self { addr, mode, accept }
+        Self {
+            addr,
+            mode,
+            upstream,
+            accept,
+        }
+    }
+
+    /// A proxy in front of the shared service of `link`, and that service's URL through it.
+    pub async fn before(link: Link) -> (Self, String) {
+        let (url, target) = link.service();
+        let proxy = Self::start(&target).await;
+        let through = url.replacen(&target, &proxy.addr, 1);
+        (proxy, through)
+    }
+
+    /// The local ports of the proxy's open connections to its target.
+    pub fn upstream_ports(&self) -> Vec<u16> {
+        self.upstream
+            .lock()
+            .expect("the proxy's port set")
+            .iter()
+            .copied()
+            .collect()
     }
 
     /// Drops every open connection and refuses new ones until [`Proxy::restore`].
@@ -86,14 +152,35 @@ impl Drop for Proxy {
 
 /// Copies both ways between `client` and `target` until either side closes or the proxy
 /// leaves [`Mode::Open`]; both sockets are dropped then, or held while it stalls.
-async fn forward(mut client: TcpStream, target: String, mut mode: watch::Receiver<Mode>) {
+async fn forward(
+    mut client: TcpStream,
+    target: String,
+    mut mode: watch::Receiver<Mode>,
+    ports: Arc<Mutex<BTreeSet<u16>>>,
+) {
     let Ok(mut upstream) = TcpStream::connect(&target).await else {
         return;
     };
+    let port = upstream.local_addr().map(|a| a.port()).ok();
+    let set = |open: bool| {
+        if let Some(port) = port {
+            let mut ports = ports.lock().expect("the proxy's port set");
+            if open {
+                ports.insert(port);
+            } else {
+                ports.remove(&port);
+            }
+        }
+    };
+    set(true);
     tokio::select! {
-        _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => return,
+        _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {
+            set(false);
+            return;
+        }
         _ = mode.wait_for(|m| *m != Mode::Open) => {}
     }
+    set(false);
     hold(vec![client, upstream], mode).await;
 }
 
