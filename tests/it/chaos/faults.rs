@@ -614,14 +614,7 @@ impl Fleet {
                 };
                 let n = rng.random_range(1..=3);
                 ha.run(&["upgrade", &n.to_string(), "drain"]);
-                self.rabbit_down = Some(n);
-                self.events.push(Event {
-                    at: Utc::now(),
-                    kind: "connections",
-                });
-                let back = Duration::from_millis(rng.random_range(5000..15000));
-                self.pending
-                    .push((Instant::now() + back, Pending::Revive(n)));
+                let back = self.node_down(n, Pending::Revive(n), rng);
                 format!("node {n}, revive in {back:?}")
             }
             Fault::MoveQueueLeader => {
@@ -641,17 +634,7 @@ impl Fleet {
                     return;
                 };
                 let to = (from + rng.random_range(0..2)) % 3 + 1;
-                let out = ha.try_ctl(
-                    from,
-                    &[
-                        "eval",
-                        &format!(
-                            "{{ok, Q}} = rabbit_amqqueue:lookup(rabbit_misc:r(<<\"/\">>, queue, \
-                             <<\"{queue}\">>)), rabbit_quorum_queue:transfer_leadership(Q, '{}').",
-                            ha.rabbit_nodes[to - 1]
-                        ),
-                    ],
-                );
+                let out = ha.transfer_leadership(&queue, from, to);
                 self.rabbit_down = Some(from);
                 self.pending.push((
                     Instant::now() + Duration::from_secs(5),
@@ -690,14 +673,7 @@ impl Fleet {
                 };
                 let n = rng.random_range(1..=3);
                 ha.ctl(n, &["stop_app"]);
-                self.rabbit_down = Some(n);
-                self.events.push(Event {
-                    at: Utc::now(),
-                    kind: "connections",
-                });
-                let back = Duration::from_millis(rng.random_range(5000..15000));
-                self.pending
-                    .push((Instant::now() + back, Pending::StartApp(n)));
+                let back = self.node_down(n, Pending::StartApp(n), rng);
                 format!("node {n}, start_app in {back:?}")
             }
             Fault::KillRedisMaster => {
@@ -756,6 +732,19 @@ impl Fleet {
             began.format("%H:%M:%S%.3f"),
             fault.name()
         );
+    }
+
+    /// RabbitMQ node `n` out of service from now on (its clients' connections drop), and
+    /// `back` due 5-15 s later to return it; returns how much later.
+    fn node_down(&mut self, n: usize, back: Pending, rng: &mut impl Rng) -> Duration {
+        self.rabbit_down = Some(n);
+        self.events.push(Event {
+            at: Utc::now(),
+            kind: "connections",
+        });
+        let after = Duration::from_millis(rng.random_range(5000..15000));
+        self.pending.push((Instant::now() + after, back));
+        after
     }
 
     /// A running member of `role` none of whose links is cut or stalled, at random.

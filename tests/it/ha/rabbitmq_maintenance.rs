@@ -66,17 +66,9 @@ async fn job_queue_leader_transfer_loses_and_doubles_nothing() {
         let to = from % 3 + 1;
         let began = Utc::now();
         let started = Instant::now();
-        let out = ha.ctl(
-            from,
-            &[
-                "eval",
-                &format!(
-                    "{{ok, Q}} = rabbit_amqqueue:lookup(rabbit_misc:r(<<\"/\">>, queue, \
-                     <<\"{queue}\">>)), rabbit_quorum_queue:transfer_leadership(Q, '{}').",
-                    ha.rabbit_nodes[to - 1]
-                ),
-            ],
-        );
+        let out = ha
+            .transfer_leadership(&queue, from, to)
+            .expect("rabbit_quorum_queue:transfer_leadership");
         assert!(out.contains("migrated"), "transfer_leadership: {out}");
         until(PHASE, "the job queue led by the new node", || async {
             match ha.queue_leader(&queue) {

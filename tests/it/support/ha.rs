@@ -186,6 +186,24 @@ impl Ha {
             .collect()
     }
 
+    /// Moves the leader of the quorum queue `queue` from node `from` to node `to`
+    /// (`rabbit_quorum_queue:transfer_leadership`, what a drain does per queue; RabbitMQ
+    /// 3.10 has no CLI command for one queue): its answer (`{migrated, NODE}` when it
+    /// moved), `None` when the call failed.
+    pub fn transfer_leadership(&self, queue: &str, from: usize, to: usize) -> Option<String> {
+        self.try_ctl(
+            from,
+            &[
+                "eval",
+                &format!(
+                    "{{ok, Q}} = rabbit_amqqueue:lookup(rabbit_misc:r(<<\"/\">>, queue, \
+                     <<\"{queue}\">>)), rabbit_quorum_queue:transfer_leadership(Q, '{}').",
+                    self.rabbit_nodes[to - 1]
+                ),
+            ],
+        )
+    }
+
     /// Kills the Redis node on `port` (`kill -9`).
     pub fn kill_redis(&self, port: u16) {
         self.run(&["kill-redis", &port.to_string()]);
