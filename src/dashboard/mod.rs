@@ -12,11 +12,13 @@ mod actions;
 mod api;
 mod audit;
 mod auth;
+mod editor;
 mod job_api;
 mod pages;
 mod query;
 mod snapshot;
 mod source;
+mod view;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -39,8 +41,8 @@ pub struct App {
     source: Source,
     access: Access,
     snapshot: watch::Receiver<Arc<Snapshot>>,
-    /// The config's jobs in name order (`query::by_name`).
-    by_name: Vec<usize>,
+    /// The config's jobs and the runtime jobs (`view`).
+    views: Arc<self::view::Views>,
     /// The process's metrics, served at `/metrics`.
     metrics: PrometheusHandle,
 }
@@ -49,6 +51,11 @@ impl App {
     /// The latest snapshot.
     fn snapshot(&self) -> Arc<Snapshot> {
         self.snapshot.borrow().clone()
+    }
+
+    /// The jobs now: the file's and the runtime ones.
+    async fn view(&self) -> Arc<self::view::View> {
+        self.views.get().await
     }
 }
 
@@ -76,7 +83,10 @@ fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/", get(pages::fleet))
         .route("/jobs", get(pages::jobs))
+        .route("/jobs/new", get(editor::new))
         .route("/jobs/{job}", get(pages::job))
+        .route("/jobs/{job}/edit", get(editor::edit))
+        .route("/ui/editor", post(editor::submit))
         .route("/runs", get(pages::runs))
         .route("/dead-letters", get(pages::dead_letters))
         .route("/audit", get(pages::audit))
@@ -151,10 +161,13 @@ pub async fn serve(
         url = %format!("http://{local}/"),
         "dashboard listening"
     );
-    let (refresher, snapshot) = Refresher::new(source.clone());
-    let by_name = query::by_name(&source.config);
+    let views = Arc::new(self::view::Views::new(
+        source.config.clone(),
+        source.stores.jobs.clone(),
+    ));
+    let (refresher, snapshot) = Refresher::new(source.clone(), views.clone());
     let app = Arc::new(App {
-        by_name,
+        views,
         source,
         access,
         snapshot,
