@@ -10,8 +10,8 @@ use chrono::{DateTime, Utc};
 use cronq_consumer::replay::{self, Plan, Selector};
 use cronq_shared::config::Job;
 use cronq_shared::jobs::{Revision, current};
-use cronq_shared::names::JobName;
 use cronq_shared::key::OccurrenceKey;
+use cronq_shared::names::JobName;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 

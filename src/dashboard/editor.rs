@@ -118,10 +118,7 @@ impl Fields {
         let mut table = match self.extra.parse::<Table>() {
             Ok(t) => t,
             Err(e) => {
-                problems.field(
-                    "extra",
-                    format!("not valid TOML: {}", e.message().trim()),
-                );
+                problems.field("extra", format!("not valid TOML: {}", e.message().trim()));
                 Table::new()
             }
         };
@@ -226,17 +223,17 @@ struct Outcome {
     note: Option<String>,
 }
 
-/// Refuses a page of the editor to a session without the role admin.
-fn admin_page(app: &App, headers: &HeaderMap, viewer: &Viewer) -> Result<(), Response> {
+/// The refusal of a page of the editor to a session without the role admin, if so.
+fn refused_page(app: &App, headers: &HeaderMap, viewer: &Viewer) -> Option<Response> {
     if viewer.may(Role::Admin) {
-        return Ok(());
+        return None;
     }
     let status = if viewer.csrf.is_none() {
         StatusCode::UNAUTHORIZED
     } else {
         StatusCode::FORBIDDEN
     };
-    Err(error_page(
+    Some(error_page(
         app,
         headers,
         viewer,
@@ -250,14 +247,21 @@ fn admin_page(app: &App, headers: &HeaderMap, viewer: &Viewer) -> Result<(), Res
 /// `GET /jobs/new`.
 pub async fn new(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     let viewer = Viewer::of(&app, &headers);
-    if let Err(r) = admin_page(&app, &headers, &viewer) {
+    if let Some(r) = refused_page(&app, &headers, &viewer) {
         return r;
     }
     let fields = Fields {
         new: true,
         ..Fields::default()
     };
-    form_page(&app, &headers, &viewer, &fields, &Outcome::default(), StatusCode::OK)
+    form_page(
+        &app,
+        &headers,
+        &viewer,
+        &fields,
+        &Outcome::default(),
+        StatusCode::OK,
+    )
 }
 
 /// `GET /jobs/{job}/edit`: a runtime job's form, at its current revision.
@@ -267,7 +271,7 @@ pub async fn edit(
     Path(name): Path<String>,
 ) -> Response {
     let viewer = Viewer::of(&app, &headers);
-    if let Err(r) = admin_page(&app, &headers, &viewer) {
+    if let Some(r) = refused_page(&app, &headers, &viewer) {
         return r;
     }
     let not_runtime = |message: String| {
@@ -367,9 +371,15 @@ fn preview(app: &App, fields: &Fields) -> Outcome {
 /// shown while other fields have problems.
 fn schedule_only(app: &App, fields: &Fields) -> Option<(chrono_tz::Tz, Vec<serde_json::Value>)> {
     let mut table = Table::new();
-    table.insert("schedule".into(), Value::String(fields.key("schedule").into()));
+    table.insert(
+        "schedule".into(),
+        Value::String(fields.key("schedule").into()),
+    );
     if !fields.key("timezone").is_empty() {
-        table.insert("timezone".into(), Value::String(fields.key("timezone").into()));
+        table.insert(
+            "timezone".into(),
+            Value::String(fields.key("timezone").into()),
+        );
     }
     table.insert("handler".into(), Value::String("preview".into()));
     let spec = toml::to_string(&table).ok()?;
@@ -394,7 +404,11 @@ pub async fn submit(
     let fields = Fields::of_form(&form);
     let saving = field(&form, "action") == Some("save");
     let mut act = Act::new(
-        if fields.new { "job.create" } else { "job.update" },
+        if fields.new {
+            "job.create"
+        } else {
+            "job.update"
+        },
         Some(&fields.name),
     );
     let caller = match authorize(&app, &headers, &form, Role::Admin) {
@@ -639,4 +653,84 @@ fn form_page(
     let mut response = render(app, headers, viewer, (&title, "Jobs"), main, false);
     *response.status_mut() = status;
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn posted(pairs: &[(&str, &str)]) -> Fields {
+        let form: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Fields::of_form(&form)
+    }
+
+    #[test]
+    fn a_form_becomes_the_jobs_table_and_back() {
+        let fields = posted(&[
+            ("name", "eu"),
+            ("new", "1"),
+            ("schedule", "30 3 * * *"),
+            ("handler", "report"),
+            ("handler_name", ""),
+            ("payload", "{ region = \"eu\" }"),
+            ("max_attempts", "4"),
+            ("extra", "catchup_window = \"2h\"\n"),
+        ]);
+        let spec = fields.spec().unwrap();
+        let table: Table = spec.parse().unwrap();
+        assert_eq!(table["schedule"].as_str(), Some("30 3 * * *"));
+        assert_eq!(table["handler"].as_str(), Some("report"));
+        assert_eq!(table["max_attempts"].as_integer(), Some(4));
+        assert_eq!(table["payload"]["region"].as_str(), Some("eu"));
+        assert_eq!(table["catchup_window"].as_str(), Some("2h"));
+        assert!(
+            !table.contains_key("timezone"),
+            "an empty field is left out: {spec}"
+        );
+        let back = Fields::of_spec("eu", 3, &spec);
+        assert_eq!(back.key("payload"), "{ region = \"eu\" }");
+        assert_eq!(back.key("max_attempts"), "4");
+        assert_eq!(back.extra.trim(), "catchup_window = \"2h\"");
+        assert_eq!(back.revision, 3);
+    }
+
+    #[test]
+    fn a_typed_handler_wins_over_the_chosen_one() {
+        let fields = posted(&[("handler", "report"), ("handler_name", "rust-one")]);
+        assert_eq!(fields.key("handler"), "rust-one");
+    }
+
+    #[test]
+    fn fields_that_are_not_toml_are_named() {
+        let fields = posted(&[
+            ("payload", "region = eu"),
+            ("extra", "schedule = \"@daily\"\n"),
+        ]);
+        let problems = fields.spec().unwrap_err();
+        assert!(
+            problems.by_field["payload"][0].contains("inline table"),
+            "{problems:?}"
+        );
+        assert!(
+            problems.by_field["extra"][0].contains("sets schedule"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn problems_go_beside_their_field_or_on_top() {
+        let fields = posted(&[("extra", "retry_backoff = \"x\"\n")]);
+        let problems = [
+            Problem::new("job \"a\"", "schedule", "bad minute"),
+            Problem::new("job \"a\"", "retry_backoff", "not a duration"),
+            Problem::new("", "", "not valid TOML"),
+        ];
+        let p = Problems::of(&problems, &fields);
+        assert_eq!(p.by_field["schedule"], ["bad minute"]);
+        assert_eq!(p.by_field["extra"], ["retry_backoff: not a duration"]);
+        assert_eq!(p.top, ["not valid TOML"]);
+    }
 }

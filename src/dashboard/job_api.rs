@@ -12,8 +12,8 @@ use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use cronq_shared::audit::diff;
-use cronq_shared::jobs::{Expect, Written, current};
 use cronq_shared::config::{ConfigError, Problem, RuntimeJob};
+use cronq_shared::jobs::{Expect, Written, current};
 use cronq_shared::names::JobName;
 use serde::Deserialize;
 use serde_json::json;
@@ -329,11 +329,9 @@ pub async fn write(
             revision: n,
             created: new.is_some() && before.is_none(),
         }),
-        Ok(Written::Stale { current: 0 }) if new.is_none() => Err(error(
-            StatusCode::NOT_FOUND,
-            format!("no runtime job {name:?}"),
-        )
-        .into()),
+        Ok(Written::Stale { current: 0 }) if new.is_none() => {
+            Err(error(StatusCode::NOT_FOUND, format!("no runtime job {name:?}")).into())
+        }
         Ok(Written::Stale { current }) => Err(stale(app, &job, current).await.into()),
         Err(e) => Err(ApiError::unavailable(format!("the job store: {e}")).into()),
     }

@@ -1,8 +1,9 @@
 //! The web dashboard and its JSON API (docs/dashboard.md): `cronq dashboard`, and
 //! `cronq standalone --dashboard-addr`. Server-rendered pages (`pages`) with a little
 //! JavaScript (`assets/`, compiled in), the API under `/api/v1` (`api`, `openapi.json`),
-//! the operations both share (`actions`), who may change things (`auth`), and the state
-//! they show (`snapshot`, read from `source`).
+//! the operations both share (`actions`), who may change things (`auth`), the job editor
+//! (`editor`, writing through `job_api`), the jobs listed (`view`: the file's and the
+//! runtime ones), and the state they show (`snapshot`, read from `source`).
 //!
 //! Invariant: every response carries a Content-Security-Policy that allows only the
 //! dashboard's own script and style (no inline script), and every text a user or a store

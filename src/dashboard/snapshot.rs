@@ -169,7 +169,11 @@ impl Refresher {
         loop {
             let previous = self.tx.borrow().clone();
             let view = self.views.get().await;
-            if !previous.view.as_ref().is_some_and(|v| Arc::ptr_eq(v, &view)) {
+            if !previous
+                .view
+                .as_ref()
+                .is_some_and(|v| Arc::ptr_eq(v, &view))
+            {
                 // Other jobs, or the same in another order: every index is computed again.
                 next = Arc::new(Vec::new());
             }

@@ -14,9 +14,7 @@ use chrono::Datelike as _;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use super::roles::{
-    ADMIN, JOBS, OPERATOR, cli_as_alice, log_in, page, send, tokens_file,
-};
+use super::roles::{ADMIN, JOBS, OPERATOR, cli_as_alice, log_in, page, send, tokens_file};
 use crate::support::cli;
 use crate::support::dashboard::{self, Dashboard};
 use crate::support::data_file::DataFile;
@@ -116,7 +114,10 @@ async fn editor(env: &TestEnv, d: &Dashboard, target: &[&str]) {
     assert!(html.contains("id=\"new-job\""), "{html}");
     let (s, form) = page(d, "/jobs/new", &admin).await;
     assert_eq!(s, StatusCode::OK, "{form}");
-    assert!(form.contains("<option value=\"ok\""), "the handlers: {form}");
+    assert!(
+        form.contains("<option value=\"ok\""),
+        "the handlers: {form}"
+    );
     let csrf = csrf_of(&form);
 
     // A preview with a bad schedule: the problem beside the schedule field, nothing stored.
@@ -179,7 +180,10 @@ async fn editor(env: &TestEnv, d: &Dashboard, target: &[&str]) {
     sneaky[10] = ("action", "save");
     let (s, _, html) = post_form(d, "/ui/editor", &operator, &sneaky).await;
     assert_eq!(s, StatusCode::FORBIDDEN, "{html}");
-    assert!(job_get(env, target, "made").is_none(), "an operator created");
+    assert!(
+        job_get(env, target, "made").is_none(),
+        "an operator created"
+    );
 
     // The admin saves: the job's page, the CLI, the Jobs page, the audit log.
     let mut save = good.to_vec();
@@ -228,7 +232,9 @@ async fn editor(env: &TestEnv, d: &Dashboard, target: &[&str]) {
     let (s, html) = page(d, "/jobs/made", &operator).await;
     assert_eq!(s, StatusCode::OK);
     assert!(
-        html.contains("id=\"trigger\"") && !html.contains("id=\"edit\"") && !html.contains("id=\"delete\""),
+        html.contains("id=\"trigger\"")
+            && !html.contains("id=\"edit\"")
+            && !html.contains("id=\"delete\""),
         "{html}"
     );
     let (s, _) = page(d, "/jobs/made/edit", &operator).await;
@@ -237,7 +243,11 @@ async fn editor(env: &TestEnv, d: &Dashboard, target: &[&str]) {
         d,
         "/ui/jobs/made/delete",
         &operator,
-        &[("csrf", &operator_csrf), ("revision", "1"), ("confirm", "1")],
+        &[
+            ("csrf", &operator_csrf),
+            ("revision", "1"),
+            ("confirm", "1"),
+        ],
     )
     .await;
     assert_eq!(s, StatusCode::FORBIDDEN, "{html}");
@@ -267,7 +277,11 @@ async fn editor(env: &TestEnv, d: &Dashboard, target: &[&str]) {
         "[[job]]\nname = \"made\"\nschedule = \"@daily\"\nhandler = \"ok\"\n",
     )
     .unwrap();
-    cli_as_alice(env, target, &["job", "apply", "-f", &file.to_string_lossy()]);
+    cli_as_alice(
+        env,
+        target,
+        &["job", "apply", "-f", &file.to_string_lossy()],
+    );
     let edit = [
         ("csrf", csrf.as_str()),
         ("revision", "1"),
@@ -306,7 +320,10 @@ async fn editor(env: &TestEnv, d: &Dashboard, target: &[&str]) {
     .await;
     assert_eq!(s, StatusCode::SEE_OTHER);
     assert!(location.contains("err="), "{location}");
-    assert!(job_get(env, target, "made").is_some(), "deleted unconfirmed");
+    assert!(
+        job_get(env, target, "made").is_some(),
+        "deleted unconfirmed"
+    );
     let (s, location, html) = post_form(
         d,
         "/ui/jobs/made/delete",
