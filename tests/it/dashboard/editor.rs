@@ -402,3 +402,70 @@ async fn the_editor_on_a_data_file() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_browser_creates_a_job_through_the_form() {
+    scoped("editor-browser", |env: TestEnv| async move {
+        let file = DataFile::new(&env, &format!("{LEADER}\n{JOBS}"));
+        let config = file.config.to_string_lossy().into_owned();
+        let data = file.arg();
+        let d = dashboard::start(
+            &env,
+            "standalone",
+            &["standalone", "--config", &config, "--data", &data],
+            "--dashboard-addr",
+            true,
+        )
+        .await;
+        let b = dashboard::Browser::start().await;
+        b.goto(&d.url("/login?next=/jobs")).await;
+        b.type_into("#token", dashboard::TOKEN).await;
+        b.click("#login-submit").await;
+        b.until_contains("id=\"new-job\"").await;
+        b.click("#new-job").await;
+        b.until_contains("id=\"job-form\"").await;
+
+        // A bad schedule first: the problem beside the field; then the fixed one previewed.
+        b.type_into("#name", "browsed").await;
+        b.type_into("#schedule", "0 25 * * *").await;
+        b.click("#handler option[value=ok]").await;
+        b.click("#preview").await;
+        b.until_contains("data-field=\"schedule\"").await;
+        let field = b
+            .client
+            .find(fantoccini::Locator::Css("#schedule"))
+            .await
+            .unwrap();
+        field.clear().await.unwrap();
+        field.send_keys("0 9 * * *").await.unwrap();
+        b.type_into("#timezone", "Asia/Tokyo").await;
+        b.click("#preview").await;
+        let page = b.until_contains("id=\"preview-fires\"").await;
+        assert!(
+            page.contains("T00:00:00Z") && page.contains("T09:00:00+09:00"),
+            "09:00 in Tokyo is 00:00 UTC: {page}"
+        );
+        assert!(!page.contains("data-field=\"schedule\""), "{page}");
+        b.screenshot(&env, "editor").await;
+
+        // Saved: the job's page, and the CLI sees it.
+        b.click("#save").await;
+        let page = b.until_contains("id=\"ownership\"").await;
+        assert!(
+            page.contains("created job") && page.contains("browsed"),
+            "{page}"
+        );
+        let got = job_get(&env, &["--config", &config, "--data", &data], "browsed")
+            .expect("created through the browser");
+        assert_eq!(got["by"], "admin", "{got}");
+        assert!(
+            got["spec"]
+                .as_str()
+                .unwrap()
+                .contains("timezone = \"Asia/Tokyo\""),
+            "{got}"
+        );
+        b.quit().await;
+    })
+    .await;
+}
