@@ -174,8 +174,8 @@ impl Refresher {
                 .as_ref()
                 .is_some_and(|v| Arc::ptr_eq(v, &view))
             {
-                // Other jobs, or the same in another order: every index is computed again.
-                next = Arc::new(Vec::new());
+                // Other runtime jobs: the file's come first in every view and keep theirs.
+                next = runtime_moved(&view, &next, self.source.config.jobs.len());
             }
             next = next_fires(&view.config, next).await;
             let mut snapshot = refresh(&self.source, &previous, next.clone()).await;
@@ -227,6 +227,26 @@ impl Refresher {
             }
         }
     }
+}
+
+/// The next fire times of `view`'s jobs from `known`, those of another view: the file's
+/// first `file_len` jobs keep theirs, the runtime jobs after them are computed.
+fn runtime_moved(
+    view: &View,
+    known: &[Option<DateTime<Utc>>],
+    file_len: usize,
+) -> Arc<Vec<Option<DateTime<Utc>>>> {
+    if known.len() < file_len {
+        return Arc::new(Vec::new());
+    }
+    let now = Utc::now();
+    let mut next = known[..file_len].to_vec();
+    next.extend(
+        view.config.jobs[file_len..]
+            .iter()
+            .map(|job| job.schedule.next_after(now)),
+    );
+    Arc::new(next)
 }
 
 /// Each job's next fire time: recomputed only for the jobs whose last one has passed, so a

@@ -55,9 +55,32 @@ impl View {
     }
 }
 
+/// Every index of `config.jobs` in job name order, from `file_by_name` (the order of its
+/// first `file_len` jobs, the file's) and the runtime jobs after them: one merge, not a
+/// sort of every job.
+fn merged_by_name(config: &Config, file_by_name: &[usize], file_len: usize) -> Vec<usize> {
+    let name = |i: &usize| config.jobs[*i].name.as_str();
+    let mut runtime: Vec<usize> = (file_len..config.jobs.len()).collect();
+    runtime.sort_by(|a, b| name(a).cmp(name(b)));
+    let mut out = Vec::with_capacity(config.jobs.len());
+    let (mut f, mut r) = (file_by_name.iter().peekable(), runtime.iter().peekable());
+    loop {
+        let next = match (f.peek(), r.peek()) {
+            (Some(a), Some(b)) if name(a) <= name(b) => f.next(),
+            (Some(_), Some(_)) | (None, Some(_)) => r.next(),
+            (Some(_), None) => f.next(),
+            (None, None) => break,
+        };
+        out.extend(next);
+    }
+    out
+}
+
 /// The current [`View`], rebuilt when the job store's version moves.
 pub struct Views {
     file: Arc<Config>,
+    /// The file's jobs in name order, merged with the runtime jobs' on each rebuild.
+    file_by_name: Arc<Vec<usize>>,
     store: Arc<dyn JobStore>,
     current: RwLock<Arc<View>>,
     rebuilding: tokio::sync::Mutex<()>,
@@ -68,6 +91,7 @@ impl Views {
     pub fn new(file: Arc<Config>, store: Arc<dyn JobStore>) -> Self {
         let first = Arc::new(View::of_file(file.clone()));
         Self {
+            file_by_name: Arc::new(first.by_name.clone()),
             file,
             store,
             current: RwLock::new(first),
@@ -104,6 +128,7 @@ impl Views {
             return last;
         };
         let file = self.file.clone();
+        let file_by_name = self.file_by_name.clone();
         let built = tokio::task::spawn_blocking(move || {
             let (config, _) = file.with_runtime(&revisions);
             let runtime = revisions
@@ -122,7 +147,7 @@ impl Views {
                 })
                 .collect();
             View {
-                by_name: query::by_name(&config),
+                by_name: merged_by_name(&config, &file_by_name, file.jobs.len()),
                 config: Arc::new(config),
                 runtime,
                 version: Some(version),
@@ -138,5 +163,40 @@ impl Views {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = view.clone();
         view
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_jobs_are_merged_in_name_order() {
+        let file = Config::from_toml(
+            "[handlers.ok]\ncommand = [\"true\"]\n[[job]]\nname = \"m\"\nschedule = \"@hourly\"\nhandler = \"ok\"\n[[job]]\nname = \"c\"\nschedule = \"@hourly\"\nhandler = \"ok\"\n",
+            std::path::Path::new("cronq.toml"),
+        )
+        .unwrap();
+        let at = chrono::Utc::now();
+        let revisions: Vec<_> = ["z", "a", "n"]
+            .iter()
+            .map(|n| cronq_shared::jobs::Revision {
+                name: (*n).to_owned(),
+                revision: 1,
+                spec: Some(format!(
+                    "name = \"{n}\"\nschedule = \"@daily\"\nhandler = \"ok\"\n"
+                )),
+                by: "t".to_owned(),
+                at,
+            })
+            .collect();
+        let (config, _) = file.with_runtime(&revisions);
+        let order = merged_by_name(&config, &query::by_name(&file), file.jobs.len());
+        let names: Vec<&str> = order
+            .iter()
+            .map(|i| config.jobs[*i].name.as_str())
+            .collect();
+        assert_eq!(names, ["a", "c", "m", "n", "z"]);
+        assert_eq!(order, query::by_name(&config));
     }
 }
