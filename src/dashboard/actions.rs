@@ -320,12 +320,17 @@ pub struct Replayed {
 }
 
 /// Replays (or, dry, lists) the selected dead letters, with the rules of `cronq dlq
-/// replay`.
+/// replay`. `config` is the file's with the runtime jobs merged in (`super::view`): a
+/// letter of a runtime job is replayed as one of a file job.
 ///
 /// # Errors
 /// 400 without a selector or for a malformed key; 404 for an unknown job; 503 when the
 /// queue or the ledger cannot be reached (letters not yet replayed stay).
-pub async fn replay(source: &Source, req: &Replay) -> Result<serde_json::Value, ApiError> {
+pub async fn replay(
+    source: &Source,
+    config: &cronq_shared::config::Config,
+    req: &Replay,
+) -> Result<serde_json::Value, ApiError> {
     let job = match req.job.as_deref().map(str::trim).filter(|j| !j.is_empty()) {
         Some(name) => Some(job(source, name).await?.name.clone()),
         None => None,
@@ -367,7 +372,7 @@ pub async fn replay(source: &Source, req: &Replay) -> Result<serde_json::Value, 
         let report = replay::replay(
             &*source.broker,
             &*source.stores.ledger,
-            &source.config,
+            config,
             selector,
             source.keyring.as_deref(),
             req.dry_run,

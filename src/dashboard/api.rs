@@ -615,8 +615,9 @@ pub async fn replay(
     let job = b.as_ref().ok().and_then(|b| b.job.clone());
     let act = Act::new("dlq.replay", job.as_deref());
     let source = &app.source;
+    let view = app.view().await;
     operate(&app, &headers, peer, act, async move {
-        actions::replay(source, &b?).await
+        actions::replay(source, &view.config, &b?).await
     })
     .await
 }

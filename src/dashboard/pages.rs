@@ -1096,7 +1096,8 @@ pub async fn replay(
         job: None,
         dry_run: field(&form, "dry_run").is_some(),
     };
-    let done = actions::replay(&app.source, &req).await;
+    let view = app.view().await;
+    let done = actions::replay(&app.source, &view.config, &req).await;
     let mut act = Act::new("dlq.replay", None);
     if let Ok(v) = &done {
         act.detail = api::detail_of(act.action, v);

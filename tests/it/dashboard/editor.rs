@@ -239,6 +239,20 @@ async fn editor(env: &TestEnv, d: &Dashboard, target: &[&str]) {
     );
     let (s, _) = page(d, "/jobs/made/edit", &operator).await;
     assert_eq!(s, StatusCode::FORBIDDEN);
+    for action in ["pause", "resume"] {
+        let (s, location, html) = post_form(
+            d,
+            &format!("/ui/jobs/made/{action}"),
+            &operator,
+            &[("csrf", &operator_csrf)],
+        )
+        .await;
+        assert_eq!(s, StatusCode::SEE_OTHER, "{html}");
+        assert!(
+            location.contains("msg="),
+            "{action} a runtime job: {location}"
+        );
+    }
     let (s, _, html) = post_form(
         d,
         "/ui/jobs/made/delete",
