@@ -478,6 +478,23 @@ pub async fn submit(
             ))
             .into_response()
         }
+        Err(refused) if refused.error.status == StatusCode::UNPROCESSABLE_ENTITY => {
+            // No live consumer offers the handler: said beside it, with this form's way out.
+            let message = refused.error.message.replace(
+                "add ?allow_unknown_handler=true",
+                "tick \"accept a handler no consumer offers now\"",
+            );
+            outcome.problems = Problems::default();
+            outcome.problems.field("handler", message);
+            form_page(
+                &app,
+                &headers,
+                &viewer,
+                &fields,
+                &outcome,
+                refused.error.status,
+            )
+        }
         Err(refused) => {
             let status = refused.error.status;
             outcome.problems = Problems::of_refusal(refused, &fields);

@@ -140,6 +140,26 @@ async fn editor(env: &TestEnv, d: &Dashboard, target: &[&str]) {
     assert!(!html.contains("id=\"preview-fires\""), "{html}");
     assert!(job_get(env, target, "made").is_none(), "a preview stored");
 
+    // A save naming a handler nobody offers: refused beside the handler, nothing stored.
+    let mut unserved = bad.to_vec();
+    unserved[4] = ("schedule", "@daily");
+    unserved[5] = ("handler_name", "nobody");
+    unserved[6] = ("action", "save");
+    let (s, _, html) = post_form(d, "/ui/editor", &admin, &unserved).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{html}");
+    let beside = html
+        .split("data-field=\"handler\" role=\"alert\">")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no error beside the handler: {html}"));
+    assert!(
+        beside.contains("nobody") && beside.contains("tick"),
+        "{html}"
+    );
+    assert!(
+        job_get(env, target, "made").is_none(),
+        "an unserved job stored"
+    );
+
     // A preview of a valid job: the next fire times of its schedule, in UTC and its zone.
     let year = chrono::Utc::now().year();
     let good = [
@@ -223,7 +243,8 @@ async fn editor(env: &TestEnv, d: &Dashboard, target: &[&str]) {
         audit_of(d, "made").await,
         [
             entry("ada", "job.create", "done"),
-            entry("otto", "job.create", "refused")
+            entry("otto", "job.create", "refused"),
+            entry("ada", "job.create", "refused"),
         ]
     );
 
