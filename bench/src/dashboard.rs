@@ -4,6 +4,10 @@
 //! the stream, untrimmed), then `--dashboard-requests` sequential GETs of each page on
 //! loopback after a warm-up, timed from the request to the last byte of the answer (the
 //! server's time plus a loopback round trip). p50 and p99 per page; goal p99 < 100 ms.
+//! `--dashboard-runtime-jobs` runtime jobs are written into the job store too: the Jobs
+//! page lists them, one has its page timed, and the Jobs page is also timed right after
+//! each of `--dashboard-requests` changes of a runtime job (the dashboard then reads and
+//! merges the runtime jobs again).
 
 use std::path::Path;
 use std::process::Stdio;
@@ -29,7 +33,16 @@ pub struct DashboardArgs {
     /// Timed requests per page.
     #[arg(long, default_value_t = 100)]
     pub dashboard_requests: usize,
+    /// Runtime jobs written into the job store (at least 1).
+    #[arg(long, default_value_t = 1_000)]
+    pub dashboard_runtime_jobs: usize,
 }
+
+/// What the figures after [`PAGES`] time.
+const MORE: &[&str] = &[
+    "Job page, a runtime job",
+    "Jobs page right after a runtime job change",
+];
 
 /// The pages timed: what each shows, and its path. `job-092081` has the newest entry of
 /// the history ([`fill_history`] gives entry `n` the job `n * 7919 % jobs`).
@@ -66,7 +79,9 @@ const QUEUES: &[&str] = &["default", "reports", "sync", "batch"];
 pub async fn run(args: &DashboardArgs, runs: usize, cronq: &Path) -> anyhow::Result<Vec<Figure>> {
     let mut figures: Vec<Figure> = PAGES
         .iter()
-        .flat_map(|(what, _)| {
+        .map(|(what, _)| *what)
+        .chain(MORE.iter().copied())
+        .flat_map(|what| {
             [
                 Figure::new("dashboard", format!("{what}: p50"), Unit::Seconds),
                 Figure::new("dashboard", format!("{what}: p99"), Unit::Seconds).goal("< 100 ms"),
@@ -98,6 +113,12 @@ async fn once(
     for q in QUEUES {
         env.track_queue(&cronq_shared::names::QueueName::new(*q)?);
     }
+    let stores = cronq_backends::stores(&env.endpoints, Duration::from_secs(86_400), None)
+        .await
+        .context("while connecting to Redis")?;
+    for i in 0..args.dashboard_runtime_jobs.max(1) {
+        write_runtime(&stores, i, SCHEDULES[i % SCHEDULES.len()]).await?;
+    }
     let started = Instant::now();
     fill_history(env, args).await?;
     eprintln!(
@@ -120,14 +141,38 @@ async fn once(
         .kill_on_drop(true)
         .spawn()
         .with_context(|| format!("while starting {}", cronq.display()))?;
-    let result = measure(&format!("http://{addr}"), args.dashboard_requests, started).await;
+    let result = measure(
+        &format!("http://{addr}"),
+        args.dashboard_requests,
+        started,
+        &stores,
+    )
+    .await;
     let _ = child.kill().await;
     let _ = std::fs::remove_dir_all(&dir);
     result
 }
 
+/// Writes the runtime job `rt-NNNNNN` with `schedule` (whatever its revision).
+async fn write_runtime(
+    stores: &cronq_backends::Stores,
+    i: usize,
+    schedule: &str,
+) -> anyhow::Result<()> {
+    let name = format!("rt-{i:06}");
+    let job = cronq_shared::names::JobName::new(&name)?;
+    let spec = format!("name = \"{name}\"\nschedule = \"{schedule}\"\nhandler = \"ok\"\n");
+    stores
+        .jobs
+        .write(&job, Some(&spec), "bench", cronq_shared::jobs::Expect::Any)
+        .await
+        .context("while writing a runtime job")?;
+    Ok(())
+}
+
 fn config_text(jobs: usize) -> String {
     let mut out = String::with_capacity(jobs * 120);
+    out.push_str("[handlers.ok]\ncommand = [\"true\"]\n\n");
     for i in 0..jobs {
         out.push_str(&format!(
             "[[job]]\nname = \"job-{i:06}\"\nschedule = \"{}\"\ntimezone = \"{}\"\nqueue = \"{}\"\ncommand = [\"true\"]\n",
@@ -194,10 +239,35 @@ async fn fill_history(env: &BenchEnv, args: &DashboardArgs) -> anyhow::Result<()
     Ok(())
 }
 
+/// GETs `url`, asserting success: the seconds to its last byte.
+async fn get(
+    http: &reqwest::Client,
+    url: &str,
+    path: &str,
+    say_size: bool,
+    what: &str,
+) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    let resp = http
+        .get(url)
+        .send()
+        .await
+        .with_context(|| format!("GET {path}"))?;
+    let status = resp.status();
+    let body = resp.bytes().await?;
+    let took = t.elapsed().as_secs_f64();
+    anyhow::ensure!(status.is_success(), "GET {path} answered {status}");
+    if say_size {
+        eprintln!("dashboard: {what}: {} bytes", body.len());
+    }
+    Ok(took)
+}
+
 async fn measure(
     base: &str,
     requests: usize,
     started: Instant,
+    stores: &cronq_backends::Stores,
 ) -> anyhow::Result<Vec<Distribution>> {
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
@@ -226,28 +296,24 @@ async fn measure(
         started.elapsed().as_secs_f64()
     );
     let mut out = Vec::new();
-    for (what, path) in PAGES {
+    let pages = PAGES.iter().copied().chain([(MORE[0], "/jobs/rt-000000")]);
+    for (what, path) in pages {
         let url = format!("{base}{path}");
         let mut samples = Vec::with_capacity(requests);
         for i in 0..requests + 5 {
-            let t = Instant::now();
-            let resp = http
-                .get(&url)
-                .send()
-                .await
-                .with_context(|| format!("GET {path}"))?;
-            let status = resp.status();
-            let body = resp.bytes().await?;
-            let took = t.elapsed().as_secs_f64();
-            anyhow::ensure!(status.is_success(), "GET {path} answered {status}");
-            if i == 0 {
-                eprintln!("dashboard: {what}: {} bytes", body.len());
-            }
+            let took = get(&http, &url, path, i == 0, what).await?;
             if i >= 5 {
                 samples.push(took);
             }
         }
         out.push(Distribution::of(&samples).context("no samples")?);
     }
+    let url = format!("{base}/jobs");
+    let mut samples = Vec::with_capacity(requests);
+    for i in 0..requests {
+        write_runtime(stores, 0, SCHEDULES[i % SCHEDULES.len()]).await?;
+        samples.push(get(&http, &url, "/jobs", false, MORE[1]).await?);
+    }
+    out.push(Distribution::of(&samples).context("no samples")?);
     Ok(out)
 }

@@ -9,7 +9,9 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use cronq_consumer::replay::{self, Plan, Selector};
 use cronq_shared::config::Job;
+use cronq_shared::jobs::{Revision, current};
 use cronq_shared::key::OccurrenceKey;
+use cronq_shared::names::JobName;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -62,15 +64,58 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// The job `name` of the config, or 404 with a "did you mean".
+/// The job `name`: a job of the config file, or a runtime job of the job store resolved
+/// against the config (with its current revision), or 404 with a "did you mean".
 ///
 /// # Errors
-/// 404 naming the config file and the likely job.
-pub fn job<'c>(source: &'c Source, name: &str) -> Result<&'c Job, ApiError> {
-    lookup::job(&source.config, name).map_err(|e| ApiError {
+/// 404 naming the config file and the likely job; 409 for a runtime job that does not
+/// resolve against the config; 503 when the job store cannot be read.
+pub async fn find(source: &Source, name: &str) -> Result<(Job, Option<Revision>), ApiError> {
+    if let Some(job) = source.config.job(name) {
+        return Ok((job.clone(), None));
+    }
+    let not_found = |e: crate::cmd::settings::UsageError| ApiError {
         status: StatusCode::NOT_FOUND,
         message: e.0,
-    })
+    };
+    let Ok(runtime) = JobName::new(name) else {
+        return Err(lookup::job(&source.config, name).err().map_or_else(
+            || ApiError::bad_request(format!("no job {name:?}")),
+            not_found,
+        ));
+    };
+    if source.config.runtime.jobs {
+        let rev = within(current(&*source.stores.jobs, &runtime))
+            .await
+            .map_err(|e| ApiError::unavailable(format!("the job store: {e}")))?;
+        if let Some(rev) = rev
+            && let Some(spec) = &rev.spec
+        {
+            return match source.config.runtime_job(spec) {
+                Ok(job) => Ok((job, Some(rev))),
+                Err(problems) => Err(ApiError {
+                    status: StatusCode::CONFLICT,
+                    message: format!(
+                        "runtime job {name:?} (revision {}) does not resolve against {}: {problems}",
+                        rev.revision,
+                        source.config.path.display()
+                    ),
+                }),
+            };
+        }
+    }
+    match lookup::job(&source.config, name) {
+        Ok(job) => Ok((job.clone(), None)),
+        Err(e) => Err(not_found(e)),
+    }
+}
+
+/// The job `name`, as [`find`] finds it.
+///
+/// # Errors
+/// As [`find`].
+pub async fn job(source: &Source, name: &str) -> Result<Job, ApiError> {
+    find(source, name).await.map(|(job, _)| job)
 }
 
 /// Pauses `job` fleet-wide with `note`.
@@ -82,7 +127,7 @@ pub async fn pause(
     name: &str,
     note: Option<String>,
 ) -> Result<serde_json::Value, ApiError> {
-    let job = job(source, name)?;
+    let job = job(source, name).await?;
     let note = note.map(|n| n.trim().to_owned()).filter(|n| !n.is_empty());
     let pause = within(source.stores.control.pause(&job.name, note))
         .await
@@ -103,7 +148,7 @@ pub async fn pause(
 /// # Errors
 /// 404 for an unknown job; 503 when the control store cannot be written.
 pub async fn resume(source: &Source, name: &str) -> Result<serde_json::Value, ApiError> {
-    let job = job(source, name)?;
+    let job = job(source, name).await?;
     let was = within(source.stores.control.resume(&job.name))
         .await
         .map_err(|e| {
@@ -132,7 +177,7 @@ pub async fn trigger(
     name: &str,
     payload: Option<&str>,
 ) -> Result<serde_json::Value, ApiError> {
-    let job = job(source, name)?;
+    let job = job(source, name).await?;
     let payload = crate::ops::trigger::payload(payload)
         .map_err(|e| ApiError::bad_request(format!("payload {e}")))?;
     let key = within(source.stores.control.request_trigger(&job.name, payload))
@@ -176,7 +221,7 @@ pub async fn backfill(
     name: &str,
     req: &Backfill,
 ) -> Result<serde_json::Value, ApiError> {
-    let job = job(source, name)?;
+    let job = job(source, name).await?;
     let from = lookup::instant("from", req.from.trim()).map_err(|e| ApiError::bad_request(e.0))?;
     let to = lookup::instant("to", req.to.trim()).map_err(|e| ApiError::bad_request(e.0))?;
     if from > to {
@@ -275,14 +320,19 @@ pub struct Replayed {
 }
 
 /// Replays (or, dry, lists) the selected dead letters, with the rules of `cronq dlq
-/// replay`.
+/// replay`. `config` is the file's with the runtime jobs merged in (`super::view`): a
+/// letter of a runtime job is replayed as one of a file job.
 ///
 /// # Errors
 /// 400 without a selector or for a malformed key; 404 for an unknown job; 503 when the
 /// queue or the ledger cannot be reached (letters not yet replayed stay).
-pub async fn replay(source: &Source, req: &Replay) -> Result<serde_json::Value, ApiError> {
+pub async fn replay(
+    source: &Source,
+    config: &cronq_shared::config::Config,
+    req: &Replay,
+) -> Result<serde_json::Value, ApiError> {
     let job = match req.job.as_deref().map(str::trim).filter(|j| !j.is_empty()) {
-        Some(name) => Some(job(source, name)?.name.clone()),
+        Some(name) => Some(job(source, name).await?.name.clone()),
         None => None,
     };
     let keys = req
@@ -322,7 +372,7 @@ pub async fn replay(source: &Source, req: &Replay) -> Result<serde_json::Value, 
         let report = replay::replay(
             &*source.broker,
             &*source.stores.ledger,
-            &source.config,
+            config,
             selector,
             source.keyring.as_deref(),
             req.dry_run,

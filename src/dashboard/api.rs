@@ -159,24 +159,29 @@ pub async fn jobs(
 ) -> Result<Json<Value>, ApiError> {
     q.check().map_err(ApiError::bad_request)?;
     let snap = app.snapshot();
-    let config = &app.source.config;
-    let page = q.select(config, &snap, &app.by_name);
+    let view = app.view().await;
+    let config = &view.config;
+    let next = snap.next_of(&view);
+    let page = q.select(config, &snap, &view.by_name, next);
     let now = Utc::now();
     let fleet = Fleet::new(&snap.instances);
     let rows: Vec<Value> = page
         .rows
         .iter()
         .map(|i| {
-            job_row(
+            let mut row = job_row(
                 &config.jobs[*i],
-                snap.next
-                    .get(*i)
+                next.get(*i)
                     .copied()
                     .flatten()
                     .or_else(|| config.jobs[*i].schedule.next_after(now)),
                 &snap,
                 &fleet,
-            )
+            );
+            if let Some(stamp) = view.stamp(&config.jobs[*i].name) {
+                row["runtime"] = json!({ "revision": stamp.revision, "by": stamp.by });
+            }
+            row
         })
         .collect();
     Ok(Json(json!({
@@ -258,7 +263,8 @@ pub async fn job(
     State(app): State<Arc<App>>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let job = actions::job(&app.source, &name)?;
+    let job = actions::job(&app.source, &name).await?;
+    let job = &job;
     let snap = app.snapshot();
     let runs = job_runs(&app, job).await;
     let (runs, error) = match runs {
@@ -331,7 +337,7 @@ pub struct RunsPage {
 pub async fn select_runs(app: &App, q: &RunsQuery) -> Result<RunsPage, ApiError> {
     let filter = q.filter().map_err(ApiError::bad_request)?;
     let job = match &filter.job {
-        Some(name) => Some(actions::job(&app.source, name)?.name.clone()),
+        Some(name) => Some(actions::job(&app.source, name).await?.name.clone()),
         None => None,
     };
     let (runs, scanned, error) = match runs_of(app, job.as_ref(), RUNS_SCANNED).await {
@@ -609,8 +615,9 @@ pub async fn replay(
     let job = b.as_ref().ok().and_then(|b| b.job.clone());
     let act = Act::new("dlq.replay", job.as_deref());
     let source = &app.source;
+    let view = app.view().await;
     operate(&app, &headers, peer, act, async move {
-        actions::replay(source, &b?).await
+        actions::replay(source, &view.config, &b?).await
     })
     .await
 }

@@ -12,6 +12,7 @@ use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use cronq_shared::audit::diff;
+use cronq_shared::config::{ConfigError, Problem, RuntimeJob};
 use cronq_shared::jobs::{Expect, Written, current};
 use cronq_shared::names::JobName;
 use serde::Deserialize;
@@ -91,12 +92,20 @@ fn with_etag(status: StatusCode, revision: u64, body: serde_json::Value) -> Resp
     response
 }
 
-fn stale(name: &JobName, current: u64) -> ApiError {
+/// A write refused because the job is not at the revision expected: who changed it last.
+async fn stale(app: &App, name: &JobName, current: u64) -> ApiError {
     let message = if current == 0 {
-        format!("job {:?} does not exist (anymore)", name.as_str())
-    } else {
         format!(
-            "job {:?} is at revision {current}, not the one in If-Match: GET it again and retry",
+            "job {:?} was deleted meanwhile (it does not exist now): nothing was written",
+            name.as_str()
+        )
+    } else {
+        let by = match cronq_shared::jobs::current(&*app.source.stores.jobs, name).await {
+            Ok(Some(r)) => r.by,
+            _ => "someone".to_owned(),
+        };
+        format!(
+            "job {:?} was changed meanwhile by {by} (revision {current}): nothing was written; read it again and redo the change",
             name.as_str()
         )
     };
@@ -123,6 +132,7 @@ pub async fn get(
         )),
         // Not a runtime job either: the config's answer, with its "did you mean".
         Ok(None) => Err(super::actions::job(&app.source, &name)
+            .await
             .err()
             .unwrap_or_else(|| error(StatusCode::NOT_FOUND, format!("no job {name:?}")))),
         Err(e) => Err(ApiError::unavailable(format!("the job store: {e}"))),
@@ -169,6 +179,78 @@ async fn put_job(
             format!("the body has {} bytes: at most {MAX_BODY}", bytes.len()),
         ));
     }
+    let expect = expect(headers)?;
+    let text = std::str::from_utf8(bytes)
+        .map_err(|_| ApiError::bad_request("the body is not UTF-8 TOML"))?;
+    let change = Change {
+        name,
+        spec: Some(text),
+        expect,
+        allow_unknown_handler: query.allow_unknown_handler,
+    };
+    let wrote = write(app, &caller, &change, act)
+        .await
+        .map_err(|r| r.error)?;
+    let status = if wrote.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(with_etag(
+        status,
+        wrote.revision,
+        json!({ "job": name, "revision": wrote.revision }),
+    ))
+}
+
+/// A change of one runtime job, as the API and the dashboard's editor ask it.
+pub struct Change<'a> {
+    /// The job.
+    pub name: &'a str,
+    /// Its table in TOML, without the `[[job]]` header (its `name` may be left out);
+    /// `None` deletes it.
+    pub spec: Option<&'a str>,
+    /// The revision the change is made to (0: create only).
+    pub expect: Expect,
+    /// Accept a handler no live consumer offers.
+    pub allow_unknown_handler: bool,
+}
+
+/// What a write did.
+#[derive(Debug, Clone, Copy)]
+pub struct Wrote {
+    /// The job's revision now.
+    pub revision: u64,
+    /// Whether it created the job.
+    pub created: bool,
+}
+
+/// Why a write was refused: the error as the API answers it, and, for an invalid job,
+/// its problems with the field each names.
+#[derive(Debug, Clone)]
+pub struct Refused {
+    /// The status and the whole message.
+    pub error: ApiError,
+    /// The problems of an invalid job (empty for another refusal).
+    pub problems: Vec<Problem>,
+}
+
+impl From<ApiError> for Refused {
+    fn from(error: ApiError) -> Self {
+        Self {
+            error,
+            problems: Vec::new(),
+        }
+    }
+}
+
+/// Checks the runtime job `change.spec` as `Config::runtime_job_named` does, without
+/// writing it: the job resolved against the dashboard's config.
+///
+/// # Errors
+/// 400 for an invalid job (with its problems); 409 for a file job's name or a config that
+/// refuses runtime jobs.
+pub fn check(app: &App, name: &str, spec: &str) -> Result<RuntimeJob, Refused> {
     let job = name_of(name)?;
     file_job(app, &job)?;
     let config = &app.source.config;
@@ -179,22 +261,53 @@ async fn put_job(
                 "{} says [runtime] jobs = false: runtime jobs are refused",
                 config.path.display()
             ),
-        ));
+        )
+        .into());
     }
-    let expect = expect(headers)?;
-    let text = std::str::from_utf8(bytes)
-        .map_err(|_| ApiError::bad_request("the body is not UTF-8 TOML"))?;
-    let read = config
-        .runtime_job_named(name, text)
-        .map_err(|e| ApiError::bad_request(format!("{e:#}")))?;
-    if !query.allow_unknown_handler {
+    config.runtime_job_named(name, spec).map_err(|e| Refused {
+        error: ApiError::bad_request(format!("{e:#}")),
+        problems: match e {
+            ConfigError::Invalid { problems, .. } => problems,
+            ConfigError::Read { .. } => Vec::new(),
+        },
+    })
+}
+
+/// Writes `change` as `caller`: the one path of every runtime job change of the API and
+/// of the dashboard's editor. Sets `act` to what the audit log records (`job.create`,
+/// `job.update` or `job.delete`, with the diff); the caller records it, done or refused.
+///
+/// # Errors
+/// As [`check`]; 422 for a handler no consumer offers (unless allowed); 412 when the job
+/// is not at the revision expected (naming who changed it), 404 deleting a job that does
+/// not exist; 503 when the job store cannot be used.
+pub async fn write(
+    app: &App,
+    caller: &Caller,
+    change: &Change<'_>,
+    act: &mut Act,
+) -> Result<Wrote, Refused> {
+    let name = change.name;
+    let job = name_of(name)?;
+    let read = match change.spec {
+        Some(spec) => Some(check(app, name, spec)?),
+        None => {
+            file_job(app, &job)?;
+            None
+        }
+    };
+    let config = &app.source.config;
+    if let Some(read) = &read
+        && !change.allow_unknown_handler
+    {
         // Which handlers the live consumers offer; the config stands in when it is unknown.
         let beats = app.source.stores.registry.instances().await.ok();
         if let Some(why) = crate::ops::handler_check::refusal(config, &read.job, beats.as_deref()) {
             return Err(error(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 format!("{why}; or add ?allow_unknown_handler=true when they register it in Rust"),
-            ));
+            )
+            .into());
         }
     }
     let store = &app.source.stores.jobs;
@@ -202,26 +315,25 @@ async fn put_job(
         .await
         .map_err(|e| ApiError::unavailable(format!("the job store: {e}")))?;
     let old = before.as_ref().and_then(|r| r.spec.as_deref());
-    act.action = if before.is_some() {
-        "job.update"
-    } else {
-        "job.create"
+    let new = read.as_ref().map(|r| r.spec.as_str());
+    act.action = match (new, &before) {
+        (None, _) => "job.delete",
+        (Some(_), Some(_)) => "job.update",
+        (Some(_), None) => "job.create",
     };
-    act.detail = Some(diff(old.unwrap_or_default(), &read.spec).join("\n"));
-    match store
-        .write(&job, Some(&read.spec), &caller.name, expect)
-        .await
-    {
-        Ok(Written::Done(n)) => {
-            let status = if before.is_some() {
-                StatusCode::OK
-            } else {
-                StatusCode::CREATED
-            };
-            Ok(with_etag(status, n, json!({ "job": name, "revision": n })))
+    if new.is_some() || old.is_some() {
+        act.detail = Some(diff(old.unwrap_or_default(), new.unwrap_or_default()).join("\n"));
+    }
+    match store.write(&job, new, &caller.name, change.expect).await {
+        Ok(Written::Done(n)) => Ok(Wrote {
+            revision: n,
+            created: new.is_some() && before.is_none(),
+        }),
+        Ok(Written::Stale { current: 0 }) if new.is_none() => {
+            Err(error(StatusCode::NOT_FOUND, format!("no runtime job {name:?}")).into())
         }
-        Ok(Written::Stale { current }) => Err(stale(&job, current)),
-        Err(e) => Err(ApiError::unavailable(format!("the job store: {e}"))),
+        Ok(Written::Stale { current }) => Err(stale(app, &job, current).await.into()),
+        Err(e) => Err(ApiError::unavailable(format!("the job store: {e}")).into()),
     }
 }
 
@@ -245,27 +357,19 @@ async fn delete_job(
     act: &mut Act,
 ) -> Result<Response, ApiError> {
     let caller = allowed(app, headers)?;
-    let job = name_of(name)?;
-    file_job(app, &job)?;
     let expect = expect(headers)?;
-    let store = &app.source.stores.jobs;
-    let before = current(&**store, &job)
+    let change = Change {
+        name,
+        spec: None,
+        expect,
+        allow_unknown_handler: false,
+    };
+    let wrote = write(app, &caller, &change, act)
         .await
-        .map_err(|e| ApiError::unavailable(format!("the job store: {e}")))?;
-    if let Some(old) = before.as_ref().and_then(|r| r.spec.as_deref()) {
-        act.detail = Some(diff(old, "").join("\n"));
-    }
-    match store.write(&job, None, &caller.name, expect).await {
-        Ok(Written::Done(n)) => Ok(with_etag(
-            StatusCode::OK,
-            n,
-            json!({ "job": name, "revision": n, "deleted": true }),
-        )),
-        Ok(Written::Stale { current: 0 }) => Err(error(
-            StatusCode::NOT_FOUND,
-            format!("no runtime job {name:?}"),
-        )),
-        Ok(Written::Stale { current }) => Err(stale(&job, current)),
-        Err(e) => Err(ApiError::unavailable(format!("the job store: {e}"))),
-    }
+        .map_err(|r| r.error)?;
+    Ok(with_etag(
+        StatusCode::OK,
+        wrote.revision,
+        json!({ "job": name, "revision": wrote.revision, "deleted": true }),
+    ))
 }

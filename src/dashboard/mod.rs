@@ -1,8 +1,9 @@
 //! The web dashboard and its JSON API (docs/dashboard.md): `cronq dashboard`, and
 //! `cronq standalone --dashboard-addr`. Server-rendered pages (`pages`) with a little
 //! JavaScript (`assets/`, compiled in), the API under `/api/v1` (`api`, `openapi.json`),
-//! the operations both share (`actions`), who may change things (`auth`), and the state
-//! they show (`snapshot`, read from `source`).
+//! the operations both share (`actions`), who may change things (`auth`), the job editor
+//! (`editor`, writing through `job_api`), the jobs listed (`view`: the file's and the
+//! runtime ones), and the state they show (`snapshot`, read from `source`).
 //!
 //! Invariant: every response carries a Content-Security-Policy that allows only the
 //! dashboard's own script and style (no inline script), and every text a user or a store
@@ -12,11 +13,13 @@ mod actions;
 mod api;
 mod audit;
 mod auth;
+mod editor;
 mod job_api;
 mod pages;
 mod query;
 mod snapshot;
 mod source;
+mod view;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -39,8 +42,8 @@ pub struct App {
     source: Source,
     access: Access,
     snapshot: watch::Receiver<Arc<Snapshot>>,
-    /// The config's jobs in name order (`query::by_name`).
-    by_name: Vec<usize>,
+    /// The config's jobs and the runtime jobs (`view`).
+    views: Arc<self::view::Views>,
     /// The process's metrics, served at `/metrics`.
     metrics: PrometheusHandle,
 }
@@ -49,6 +52,11 @@ impl App {
     /// The latest snapshot.
     fn snapshot(&self) -> Arc<Snapshot> {
         self.snapshot.borrow().clone()
+    }
+
+    /// The jobs now: the file's and the runtime ones.
+    async fn view(&self) -> Arc<self::view::View> {
+        self.views.get().await
     }
 }
 
@@ -76,7 +84,10 @@ fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/", get(pages::fleet))
         .route("/jobs", get(pages::jobs))
+        .route("/jobs/new", get(editor::new))
         .route("/jobs/{job}", get(pages::job))
+        .route("/jobs/{job}/edit", get(editor::edit))
+        .route("/ui/editor", post(editor::submit))
         .route("/runs", get(pages::runs))
         .route("/dead-letters", get(pages::dead_letters))
         .route("/audit", get(pages::audit))
@@ -151,10 +162,13 @@ pub async fn serve(
         url = %format!("http://{local}/"),
         "dashboard listening"
     );
-    let (refresher, snapshot) = Refresher::new(source.clone());
-    let by_name = query::by_name(&source.config);
+    let views = Arc::new(self::view::Views::new(
+        source.config.clone(),
+        source.stores.jobs.clone(),
+    ));
+    let (refresher, snapshot) = Refresher::new(source.clone(), views.clone());
     let app = Arc::new(App {
-        by_name,
+        views,
         source,
         access,
         snapshot,

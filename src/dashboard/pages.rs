@@ -56,16 +56,16 @@ pub async fn style() -> Response {
 }
 
 /// Who is looking, and what they may do.
-struct Viewer {
+pub(super) struct Viewer {
     read_only: bool,
     /// The CSRF token of the session, when logged in.
-    csrf: Option<String>,
+    pub(super) csrf: Option<String>,
     /// The session's token, when logged in.
     caller: Option<Caller>,
 }
 
 impl Viewer {
-    fn of(app: &App, headers: &HeaderMap) -> Self {
+    pub(super) fn of(app: &App, headers: &HeaderMap) -> Self {
         let session = app.access.session_of(headers);
         Self {
             read_only: app.access.is_read_only(),
@@ -75,7 +75,7 @@ impl Viewer {
     }
 
     /// Whether the session's role allows what needs `need`, so its forms are shown.
-    fn may(&self, need: Role) -> bool {
+    pub(super) fn may(&self, need: Role) -> bool {
         !self.read_only
             && self.csrf.is_some()
             && self.caller.as_ref().is_some_and(|c| c.role >= need)
@@ -87,7 +87,7 @@ impl Viewer {
         self.may(Role::Operator)
     }
 
-    fn csrf_field(&self) -> Markup {
+    pub(super) fn csrf_field(&self) -> Markup {
         html! { input type="hidden" name="csrf" value=(self.csrf.as_deref().unwrap_or_default()); }
     }
 }
@@ -96,12 +96,12 @@ impl Viewer {
 /// refusal).
 #[derive(Debug, Default, Deserialize)]
 pub struct Flash {
-    msg: Option<String>,
-    err: Option<String>,
+    pub(super) msg: Option<String>,
+    pub(super) err: Option<String>,
 }
 
 /// The whole page, or only `<main>` for the live refresh.
-fn page(
+pub(super) fn page(
     app: &App,
     headers: &HeaderMap,
     viewer: &Viewer,
@@ -114,7 +114,7 @@ fn page(
 
 /// As [`page`]; `live` says whether the script refreshes it (not a form's answer to a
 /// POST, nor the login form).
-fn render(
+pub(super) fn render(
     app: &App,
     headers: &HeaderMap,
     viewer: &Viewer,
@@ -180,7 +180,7 @@ fn render(
     html_response(StatusCode::OK, body)
 }
 
-fn html_response(status: StatusCode, body: Markup) -> Response {
+pub(super) fn html_response(status: StatusCode, body: Markup) -> Response {
     (
         status,
         [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
@@ -191,13 +191,13 @@ fn html_response(status: StatusCode, body: Markup) -> Response {
 
 /// An instant, absolute: shown in UTC and re-shown by the script in the chosen zone
 /// (`zone` is the job's, for "each job's zone").
-fn time(t: DateTime<Utc>, zone: Option<Tz>) -> Markup {
+pub(super) fn time(t: DateTime<Utc>, zone: Option<Tz>) -> Markup {
     let utc = output::utc(t);
     html! { time datetime=(utc) data-zone=[zone.map(|z| z.name())] { (utc) } }
 }
 
 /// The outage banners and the flash message.
-fn notices(snap: &Snapshot, flash: &Flash) -> Markup {
+pub(super) fn notices(snap: &Snapshot, flash: &Flash) -> Markup {
     html! {
         @for o in api::outages(snap) {
             div.banner.bad role="alert" {
@@ -223,6 +223,7 @@ pub async fn fleet(
 ) -> Response {
     let viewer = Viewer::of(&app, &headers);
     let snap = app.snapshot();
+    let view = app.view().await;
     let fleet = api::fleet_json(&app, &snap);
     let main = html! {
         (notices(&snap, &flash))
@@ -253,7 +254,8 @@ pub async fn fleet(
             }
             div.card {
                 h2 { "Jobs" }
-                p.big { (app.source.config.jobs.len()) }
+                p.big { (view.config.jobs.len()) }
+                @if !view.runtime.is_empty() { p { (view.runtime.len()) " runtime" } }
                 p { (snap.paused.len()) " paused" }
             }
             div.card {
@@ -365,7 +367,7 @@ fn jobs_link(q: &JobsQuery, set: impl FnOnce(&mut JobsQuery)) -> String {
 }
 
 /// `application/x-www-form-urlencoded` of `pairs`.
-fn encode(pairs: &[(&str, String)]) -> String {
+pub(super) fn encode(pairs: &[(&str, String)]) -> String {
     form_urlencoded::Serializer::new(String::new())
         .extend_pairs(pairs.iter().map(|(k, v)| (*k, v.as_str())))
         .finish()
@@ -399,13 +401,15 @@ pub async fn jobs(
 ) -> Response {
     let viewer = Viewer::of(&app, &headers);
     let snap = app.snapshot();
-    let config = &app.source.config;
+    let view = app.view().await;
+    let config = &view.config;
+    let next_of = snap.next_of(&view);
     let flash = Flash {
-        msg: None,
+        msg: q.msg.clone(),
         err: q.check().err(),
     };
     let page_of = if flash.err.is_none() {
-        Some(q.select(config, &snap, &app.by_name))
+        Some(q.select(config, &snap, &view.by_name, next_of))
     } else {
         None
     };
@@ -429,6 +433,9 @@ pub async fn jobs(
     let main = html! {
         (notices(&snap, &flash))
         h1 { "Jobs" }
+        @if viewer.may(Role::Admin) && app.source.config.runtime.jobs {
+            p.actions { a #new-job .button href="/jobs/new" { "New job" } }
+        }
         form.filters method="get" action="/jobs" {
             input type="search" name="q" placeholder="search by name" value=[q.q.as_deref()];
             (select("queue", q.queue.as_deref(), &queue_opts))
@@ -444,9 +451,13 @@ pub async fn jobs(
                 tbody {
                     @for i in &page_of.rows {
                         @let job = &config.jobs[*i];
-                        @let next = snap.next.get(*i).copied().flatten().or_else(|| job.schedule.next_after(now));
-                        tr data-job=(job.name.as_str()) {
-                            td { a href=(format!("/jobs/{}", job.name)) { (job.name.as_str()) } }
+                        @let next = next_of.get(*i).copied().flatten().or_else(|| job.schedule.next_after(now));
+                        @let stamp = view.stamp(&job.name);
+                        tr data-job=(job.name.as_str()) data-runtime=[stamp.map(|s| s.revision)] {
+                            td {
+                                a href=(format!("/jobs/{}", job.name)) { (job.name.as_str()) }
+                                @if let Some(s) = stamp { " " span.badge.runtime title={ "a runtime job, revision " (s.revision) " by " (s.by) } { "runtime r" (s.revision) } }
+                            }
                             td { code { (job.schedule.as_str()) } }
                             td { (job.timezone.name()) }
                             td {
@@ -523,10 +534,11 @@ pub async fn job(
 ) -> Response {
     let viewer = Viewer::of(&app, &headers);
     let snap = app.snapshot();
-    let job = match actions::job(&app.source, &name) {
-        Ok(job) => job,
+    let (job, revision) = match actions::find(&app.source, &name).await {
+        Ok(found) => found,
         Err(e) => return error_page(&app, &headers, &viewer, e),
     };
+    let job = &job;
     let runs = api::job_runs(&app, job).await;
     let zone = Some(job.timezone);
     let next = actions::next_fires(job, Utc::now(), 10);
@@ -534,6 +546,7 @@ pub async fn job(
     let main = html! {
         (notices(&snap, &flash))
         h1 { "Job " code { (job.name.as_str()) } }
+        (ownership(app.as_ref(), &viewer, job, revision.as_ref()))
         @if let Some(p) = snap.paused.get(&job.name) {
             div.banner.warn #paused {
                 "Paused since " (time(p.since, zone))
@@ -569,18 +582,7 @@ pub async fn job(
         section.cols {
             div {
                 h2 { "Next 10 fire times" }
-                table #next {
-                    thead { tr { th { "UTC" } th { "in " (job.timezone.name()) } th { "" } } }
-                    tbody {
-                        @for n in &next {
-                            tr {
-                                td { code { (n["utc"].as_str().unwrap_or_default()) } }
-                                td { code { (n["local"].as_str().unwrap_or_default()) } }
-                                td { @if let Some(t) = n["transition"].as_str() { span.badge.dst { "DST: " (t) } } }
-                            }
-                        }
-                    }
-                }
+                (next_table(job.timezone, &next))
             }
             div {
                 h2 { "Config" }
@@ -597,6 +599,57 @@ pub async fn job(
         }
     };
     page(&app, &headers, &viewer, job.name.as_str(), "Jobs", main)
+}
+
+/// The next fire times of a job in `zone` (`actions::next_fires`), in UTC and the zone.
+pub(super) fn next_table(zone: Tz, next: &[Value]) -> Markup {
+    html! {
+        table #next {
+            thead { tr { th { "UTC" } th { "in " (zone.name()) } th { "" } } }
+            tbody {
+                @for n in next {
+                    tr {
+                        td { code { (n["utc"].as_str().unwrap_or_default()) } }
+                        td { code { (n["local"].as_str().unwrap_or_default()) } }
+                        td { @if let Some(t) = n["transition"].as_str() { span.badge.dst { "DST: " (t) } } }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Where a job is defined: a runtime job's revision, with Edit and Delete for an admin;
+/// a file job's file, read-only here.
+fn ownership(
+    app: &App,
+    viewer: &Viewer,
+    job: &cronq_shared::config::Job,
+    revision: Option<&cronq_shared::jobs::Revision>,
+) -> Markup {
+    let path = encode_path(job.name.as_str());
+    html! {
+        @match revision {
+            Some(r) => {
+                p #ownership {
+                    "Runtime job, revision " strong #revision { (r.revision) } " by " (r.by) " at " (time(r.at, None)) " ("
+                    a href=(format!("/audit?job={path}")) { "history" } ")."
+                }
+                @if viewer.may(Role::Admin) {
+                    section.actions #job-admin {
+                        a #edit .button href=(format!("/jobs/{path}/edit")) { "Edit" }
+                        form #delete-form method="post" action=(format!("/ui/jobs/{path}/delete")) {
+                            (viewer.csrf_field())
+                            input type="hidden" name="revision" value=(r.revision);
+                            label { input #confirm-delete type="checkbox" name="confirm" value="1" required; " yes, delete this job (its queued occurrences end cancelled)" }
+                            button #delete type="submit" { "Delete" }
+                        }
+                    }
+                }
+            }
+            None => p #ownership.note { "Defined in " code { (app.source.config.path.display()) } ": read-only here (change it in the file, then reload)." }
+        }
+    }
 }
 
 /// Bars of run durations over time (oldest left), coloured by outcome, and two lines on one
@@ -891,7 +944,7 @@ pub async fn audit(
     page(&app, &headers, &viewer, "Audit", "Audit", main)
 }
 
-fn error_page(app: &App, headers: &HeaderMap, viewer: &Viewer, e: ApiError) -> Response {
+pub(super) fn error_page(app: &App, headers: &HeaderMap, viewer: &Viewer, e: ApiError) -> Response {
     let mut response = page(
         app,
         headers,
@@ -922,11 +975,11 @@ pub async fn not_found(State(app): State<Arc<App>>, headers: HeaderMap) -> Respo
 }
 
 /// The fields of a posted form (a key may repeat).
-fn form(body: &[u8]) -> Vec<(String, String)> {
+pub(super) fn form(body: &[u8]) -> Vec<(String, String)> {
     form_urlencoded::parse(body).into_owned().collect()
 }
 
-fn field<'f>(form: &'f [(String, String)], name: &str) -> Option<&'f str> {
+pub(super) fn field<'f>(form: &'f [(String, String)], name: &str) -> Option<&'f str> {
     form.iter()
         .find(|(k, _)| k == name)
         .map(|(_, v)| v.as_str())
@@ -934,7 +987,7 @@ fn field<'f>(form: &'f [(String, String)], name: &str) -> Option<&'f str> {
 
 /// Refuses a posted form without a valid session and CSRF token, or whose session's role
 /// is weaker than `need`.
-fn authorize(
+pub(super) fn authorize(
     app: &App,
     headers: &HeaderMap,
     form: &[(String, String)],
@@ -951,6 +1004,9 @@ pub async fn job_action(
     Path((name, action)): Path<(String, String)>,
     body: axum::body::Bytes,
 ) -> Response {
+    if action == "delete" {
+        return super::editor::delete(&app, peer, &headers, &name, &body).await;
+    }
     let viewer = Viewer::of(&app, &headers);
     let form = form(&body);
     let mut act = Act::new(
@@ -1012,7 +1068,7 @@ pub async fn job_action(
 
 /// A job name for a path (job names are `[A-Za-z0-9_.-]`, but an unknown one may be
 /// anything).
-fn encode_path(name: &str) -> String {
+pub(super) fn encode_path(name: &str) -> String {
     form_urlencoded::byte_serialize(name.as_bytes()).collect()
 }
 
@@ -1040,7 +1096,8 @@ pub async fn replay(
         job: None,
         dry_run: field(&form, "dry_run").is_some(),
     };
-    let done = actions::replay(&app.source, &req).await;
+    let view = app.view().await;
+    let done = actions::replay(&app.source, &view.config, &req).await;
     let mut act = Act::new("dlq.replay", None);
     if let Ok(v) = &done {
         act.detail = api::detail_of(act.action, v);

@@ -35,6 +35,8 @@ pub struct JobsQuery {
     pub page: Option<usize>,
     /// Rows per page, at most [`MAX_PER_PAGE`].
     pub per_page: Option<usize>,
+    /// The page's flash message after a change (the Jobs page only).
+    pub msg: Option<String>,
 }
 
 /// One page of the listing.
@@ -99,7 +101,14 @@ impl JobsQuery {
     /// The page of jobs (their indices in the config) this query selects; `by_name` is every
     /// index of the config sorted by job name ([`by_name`]), so that the default order costs
     /// no sort.
-    pub fn select(&self, config: &Config, snap: &Snapshot, by_name: &[usize]) -> Page<usize> {
+    /// `next` is each job's next fire time by index, as far as known.
+    pub fn select(
+        &self,
+        config: &Config,
+        snap: &Snapshot,
+        by_name: &[usize],
+        next: &[Option<chrono::DateTime<chrono::Utc>>],
+    ) -> Page<usize> {
         let needle = given(&self.q).map(str::to_lowercase);
         let queue = given(&self.queue);
         let outcome = given(&self.outcome);
@@ -124,7 +133,7 @@ impl JobsQuery {
         // sort last.
         match given(&self.sort).unwrap_or("name") {
             "next" => hits.sort_by_cached_key(|i| {
-                let t = snap.next.get(*i).copied().flatten();
+                let t = next.get(*i).copied().flatten();
                 (t.is_none(), t)
             }),
             "last" => hits.sort_by_cached_key(|i| {

@@ -25,6 +25,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::source::{QueueDepth, Source};
+use super::view::{View, Views};
 
 /// How often the snapshot is refreshed (pages poll about as often).
 pub const REFRESH: Duration = Duration::from_secs(2);
@@ -70,8 +71,10 @@ pub struct Snapshot {
     pub queues: Vec<QueueDepth>,
     /// Letters in the dead-letter queue.
     pub dead_letters: Option<u64>,
-    /// Each job's next fire time, by its index in the config.
+    /// Each job's next fire time, by its index in the config of `view`.
     pub next: Arc<Vec<Option<DateTime<Utc>>>>,
+    /// The jobs `next` is of (`None` before the first refresh).
+    pub view: Option<Arc<View>>,
     /// Occurrences the schedules produced from `expected_from` to `expected_at`, paused
     /// jobs counted only up to their pause.
     pub expected_last_hour: Option<usize>,
@@ -117,6 +120,15 @@ impl Snapshot {
             .leading_since
     }
 
+    /// Each job's next fire time by its index in `view`'s config, when this snapshot was
+    /// taken of that view (else empty: the caller computes what it shows).
+    pub fn next_of(&self, view: &Arc<View>) -> &[Option<DateTime<Utc>>] {
+        match &self.view {
+            Some(v) if Arc::ptr_eq(v, view) => &self.next,
+            _ => &[],
+        }
+    }
+
     /// The last outcome of `job` in the window.
     pub fn last(&self, job: &JobName) -> Option<&Run> {
         self.runs_of(job).next()
@@ -135,14 +147,15 @@ impl Snapshot {
 /// Reads a snapshot every [`REFRESH`] until `token` is cancelled.
 pub struct Refresher {
     source: Source,
+    views: Arc<Views>,
     tx: watch::Sender<Arc<Snapshot>>,
 }
 
 impl Refresher {
     /// A refresher and the receiver the requests read.
-    pub fn new(source: Source) -> (Self, watch::Receiver<Arc<Snapshot>>) {
+    pub fn new(source: Source, views: Arc<Views>) -> (Self, watch::Receiver<Arc<Snapshot>>) {
         let (tx, rx) = watch::channel(Arc::new(Snapshot::default()));
-        (Self { source, tx }, rx)
+        (Self { source, views, tx }, rx)
     }
 
     /// Refreshes until `token` is cancelled.
@@ -155,8 +168,18 @@ impl Refresher {
         let own: Reference = ConfigDigest::of_shared(self.source.config.clone()).await;
         loop {
             let previous = self.tx.borrow().clone();
-            next = next_fires(&self.source.config, next).await;
+            let view = self.views.get().await;
+            if !previous
+                .view
+                .as_ref()
+                .is_some_and(|v| Arc::ptr_eq(v, &view))
+            {
+                // Other runtime jobs: the file's come first in every view and keep theirs.
+                next = runtime_moved(&view, &next, self.source.config.jobs.len());
+            }
+            next = next_fires(&view.config, next).await;
             let mut snapshot = refresh(&self.source, &previous, next.clone()).await;
+            snapshot.view = Some(view.clone());
             fleet(&self.source, &mut snapshot, &mut comparer, &own).await;
             let now = Utc::now();
             let hour_ago = now - chrono::TimeDelta::hours(1);
@@ -174,7 +197,7 @@ impl Refresher {
                     .expected_at
                     .is_none_or(|at| now - at >= EXPECTED_EVERY)
             {
-                let config = self.source.config.clone();
+                let config = view.config.clone();
                 let paused = snapshot.paused.clone();
                 snapshot.expected_last_hour = tokio::task::spawn_blocking(move || {
                     config
@@ -204,6 +227,26 @@ impl Refresher {
             }
         }
     }
+}
+
+/// The next fire times of `view`'s jobs from `known`, those of another view: the file's
+/// first `file_len` jobs keep theirs, the runtime jobs after them are computed.
+fn runtime_moved(
+    view: &View,
+    known: &[Option<DateTime<Utc>>],
+    file_len: usize,
+) -> Arc<Vec<Option<DateTime<Utc>>>> {
+    if known.len() < file_len {
+        return Arc::new(Vec::new());
+    }
+    let now = Utc::now();
+    let mut next = known[..file_len].to_vec();
+    next.extend(
+        view.config.jobs[file_len..]
+            .iter()
+            .map(|job| job.schedule.next_after(now)),
+    );
+    Arc::new(next)
 }
 
 /// Each job's next fire time: recomputed only for the jobs whose last one has passed, so a

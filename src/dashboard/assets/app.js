@@ -46,7 +46,7 @@
   function busy(main) {
     var active = document.activeElement;
     if (active && main.contains(active) && /^(INPUT|TEXTAREA|SELECT)$/.test(active.tagName)) { return true; }
-    var fields = main.querySelectorAll("input[type=text], input[type=search], textarea, input[type=checkbox][name=key]");
+    var fields = main.querySelectorAll("input[type=text], input[type=search], textarea, input[type=checkbox][name=key], input[type=checkbox][name=confirm]");
     for (var i = 0; i < fields.length; i++) {
       var f = fields[i];
       if (f.type === "checkbox" ? f.checked : f.value !== f.defaultValue) { return true; }

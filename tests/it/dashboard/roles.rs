@@ -16,13 +16,13 @@ use crate::support::data_file::DataFile;
 use crate::support::producer_process::LEADER;
 use crate::support::{TestEnv, scoped};
 
-const ADMIN: &str = "ada-secret-0123456789";
-const OPERATOR: &str = "otto-secret-0123456789";
+pub(super) const ADMIN: &str = "ada-secret-0123456789";
+pub(super) const OPERATOR: &str = "otto-secret-0123456789";
 const VIEWER: &str = "vera-secret-0123456789";
 
-const JOBS: &str = "[handlers.ok]\ncommand = [\"/bin/true\"]\n\n[[job]]\nname = \"tick\"\nschedule = \"@hourly\"\nhandler = \"ok\"\n";
+pub(super) const JOBS: &str = "[handlers.ok]\ncommand = [\"/bin/true\"]\n\n[[job]]\nname = \"tick\"\nschedule = \"@hourly\"\nhandler = \"ok\"\n";
 
-fn tokens_file(env: &TestEnv) -> String {
+pub(super) fn tokens_file(env: &TestEnv) -> String {
     let path = env.dir.join("tokens");
     std::fs::write(
         &path,
@@ -34,7 +34,7 @@ fn tokens_file(env: &TestEnv) -> String {
     path.to_string_lossy().into_owned()
 }
 
-async fn send(
+pub(super) async fn send(
     d: &Dashboard,
     method: reqwest::Method,
     path: &str,
@@ -62,7 +62,7 @@ async fn send(
 
 /// Logs in through the form with `token`: the status of the answer to the POST, and the
 /// session cookie it set (`cronq_session=…`), if any.
-async fn log_in(d: &Dashboard, token: &str) -> (StatusCode, Option<String>) {
+pub(super) async fn log_in(d: &Dashboard, token: &str) -> (StatusCode, Option<String>) {
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -103,7 +103,7 @@ async fn log_in(d: &Dashboard, token: &str) -> (StatusCode, Option<String>) {
 }
 
 /// GET `path` with the session cookie `session`: the status and the page.
-async fn page(d: &Dashboard, path: &str, session: &str) -> (StatusCode, String) {
+pub(super) async fn page(d: &Dashboard, path: &str, session: &str) -> (StatusCode, String) {
     let resp = reqwest::Client::new()
         .get(d.url(path))
         .header("cookie", session)
@@ -114,7 +114,7 @@ async fn page(d: &Dashboard, path: &str, session: &str) -> (StatusCode, String) 
 }
 
 /// `cronq ARGS` as the OS user `alice`, asserting it succeeds; its stdout.
-fn cli_as_alice(env: &TestEnv, target: &[&str], args: &[&str]) -> String {
+pub(super) fn cli_as_alice(env: &TestEnv, target: &[&str], args: &[&str]) -> String {
     let out = env
         .cronq()
         .env("USER", "alice")

@@ -1,0 +1,265 @@
+//! The jobs the dashboard lists: the config file's, then the runtime jobs of the job store
+//! (`cronq_shared::jobs`) merged in as every producer and consumer merges them
+//! (`cronq_shared::reload`). The merged view is kept and rebuilt only when
+//! [`JobStore::version`] moved, so a listing of 100,000 jobs costs one version read, not a
+//! parse of every runtime job.
+//!
+//! Invariant: a view's `by_name` and `revisions` describe its own `config`; a view is
+//! replaced whole, never changed in place.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use cronq_shared::config::{Config, Job};
+use cronq_shared::jobs::{JobStore, Revision};
+use cronq_shared::names::JobName;
+
+use super::query;
+use super::snapshot::within;
+
+/// What a runtime job's row shows of its current revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stamp {
+    /// Its revision number.
+    pub revision: u64,
+    /// Who wrote it.
+    pub by: String,
+}
+
+/// The file's jobs and the runtime jobs, at one version of the job store.
+#[derive(Debug)]
+pub struct View {
+    /// The file's config with the runtime jobs added after its own.
+    pub config: Arc<Config>,
+    /// Every index of `config.jobs`, in job name order (`query::by_name`).
+    pub by_name: Vec<usize>,
+    /// The runtime jobs of `config`, with their revision.
+    pub runtime: HashMap<JobName, Stamp>,
+    /// The job store's version it was read at (`None`: only the file's jobs).
+    pub version: Option<u64>,
+}
+
+impl View {
+    fn of_file(file: Arc<Config>) -> Self {
+        Self {
+            by_name: query::by_name(&file),
+            config: file,
+            runtime: HashMap::new(),
+            version: None,
+        }
+    }
+
+    /// The revision of `job` when it is a runtime job.
+    pub fn stamp(&self, job: &JobName) -> Option<&Stamp> {
+        self.runtime.get(job)
+    }
+}
+
+/// Every index of `config.jobs` in job name order, from `file_by_name` (the order of its
+/// first `file_len` jobs, the file's) and the runtime jobs after them: one merge, not a
+/// sort of every job.
+fn merged_by_name(config: &Config, file_by_name: &[usize], file_len: usize) -> Vec<usize> {
+    let name = |i: &usize| config.jobs[*i].name.as_str();
+    let mut runtime: Vec<usize> = (file_len..config.jobs.len()).collect();
+    runtime.sort_by(|a, b| name(a).cmp(name(b)));
+    let mut out = Vec::with_capacity(config.jobs.len());
+    let (mut f, mut r) = (file_by_name.iter().peekable(), runtime.iter().peekable());
+    loop {
+        let next = match (f.peek(), r.peek()) {
+            (Some(a), Some(b)) if name(a) <= name(b) => f.next(),
+            (Some(_), Some(_)) | (None, Some(_)) => r.next(),
+            (Some(_), None) => f.next(),
+            (None, None) => break,
+        };
+        out.extend(next);
+    }
+    out
+}
+
+/// `file` with the runtime jobs of `revisions` merged in, as `Config::with_runtime` merges
+/// them; a job at the same revision as in `last` is taken from it instead of read again,
+/// so a change of one job among thousands reads one.
+fn merge(file: &Config, revisions: &[Revision], last: &View) -> Config {
+    let file_len = file.jobs.len();
+    let known: HashMap<&str, (u64, &Job)> = last.config.jobs
+        [file_len.min(last.config.jobs.len())..]
+        .iter()
+        .filter_map(|j| {
+            let stamp = last.runtime.get(&j.name)?;
+            Some((j.name.as_str(), (stamp.revision, j)))
+        })
+        .collect();
+    let same = |r: &Revision| {
+        known
+            .get(r.name.as_str())
+            .filter(|(n, _)| *n == r.revision)
+            .map(|(_, job)| *job)
+    };
+    let fresh: Vec<Revision> = revisions
+        .iter()
+        .filter(|r| same(r).is_none())
+        .cloned()
+        .collect();
+    let (mut config, _) = file.with_runtime(&fresh);
+    for r in revisions {
+        if let Some(job) = same(r) {
+            config.runtime_since.insert(job.name.clone(), r.at);
+            config.jobs.push(job.clone());
+        }
+    }
+    config
+}
+
+/// The current [`View`], rebuilt when the job store's version moves.
+pub struct Views {
+    file: Arc<Config>,
+    /// The file's jobs in name order, merged with the runtime jobs' on each rebuild.
+    file_by_name: Arc<Vec<usize>>,
+    store: Arc<dyn JobStore>,
+    current: RwLock<Arc<View>>,
+    rebuilding: tokio::sync::Mutex<()>,
+}
+
+impl Views {
+    /// The views of `file`'s jobs and of `store`'s runtime jobs.
+    pub fn new(file: Arc<Config>, store: Arc<dyn JobStore>) -> Self {
+        let first = Arc::new(View::of_file(file.clone()));
+        Self {
+            file_by_name: Arc::new(first.by_name.clone()),
+            file,
+            store,
+            current: RwLock::new(first),
+            rebuilding: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn last(&self) -> Arc<View> {
+        self.current
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The view at the job store's current version: the kept one when the version has not
+    /// moved, the kept one too when the store cannot be read (the snapshot reports the
+    /// outage).
+    pub async fn get(&self) -> Arc<View> {
+        if !self.file.runtime.jobs {
+            return self.last();
+        }
+        let Ok(version) = within(self.store.version()).await else {
+            return self.last();
+        };
+        if self.last().version == Some(version) {
+            return self.last();
+        }
+        let _one = self.rebuilding.lock().await;
+        let last = self.last();
+        if last.version == Some(version) {
+            return last;
+        }
+        let Ok(revisions) = within(self.store.list()).await else {
+            return last;
+        };
+        let file = self.file.clone();
+        let file_by_name = self.file_by_name.clone();
+        let before = last.clone();
+        let built = tokio::task::spawn_blocking(move || {
+            let config = merge(&file, &revisions, &before);
+            let runtime = revisions
+                .iter()
+                .filter_map(|r| {
+                    let name = JobName::new(&r.name).ok()?;
+                    config.runtime_since.contains_key(&name).then(|| {
+                        (
+                            name,
+                            Stamp {
+                                revision: r.revision,
+                                by: r.by.clone(),
+                            },
+                        )
+                    })
+                })
+                .collect();
+            View {
+                by_name: merged_by_name(&config, &file_by_name, file.jobs.len()),
+                config: Arc::new(config),
+                runtime,
+                version: Some(version),
+            }
+        })
+        .await;
+        let Ok(view) = built else {
+            return last;
+        };
+        let view = Arc::new(view);
+        *self
+            .current
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = view.clone();
+        view
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_jobs_are_merged_in_name_order() {
+        let file = Config::from_toml(
+            "[handlers.ok]\ncommand = [\"true\"]\n[[job]]\nname = \"m\"\nschedule = \"@hourly\"\nhandler = \"ok\"\n[[job]]\nname = \"c\"\nschedule = \"@hourly\"\nhandler = \"ok\"\n",
+            std::path::Path::new("cronq.toml"),
+        )
+        .unwrap();
+        let at = chrono::Utc::now();
+        let revisions: Vec<_> = ["z", "a", "n"]
+            .iter()
+            .map(|n| cronq_shared::jobs::Revision {
+                name: (*n).to_owned(),
+                revision: 1,
+                spec: Some(format!(
+                    "name = \"{n}\"\nschedule = \"@daily\"\nhandler = \"ok\"\n"
+                )),
+                by: "t".to_owned(),
+                at,
+            })
+            .collect();
+        let (config, _) = file.with_runtime(&revisions);
+        let order = merged_by_name(&config, &query::by_name(&file), file.jobs.len());
+        let names: Vec<&str> = order
+            .iter()
+            .map(|i| config.jobs[*i].name.as_str())
+            .collect();
+        assert_eq!(names, ["a", "c", "m", "n", "z"]);
+        assert_eq!(order, query::by_name(&config));
+
+        // A rebuild reuses the jobs at the same revision and reads the changed one.
+        let last = View {
+            by_name: order,
+            runtime: revisions
+                .iter()
+                .map(|r| {
+                    let stamp = Stamp {
+                        revision: 1,
+                        by: "t".to_owned(),
+                    };
+                    (JobName::new(&r.name).unwrap(), stamp)
+                })
+                .collect(),
+            config: Arc::new(config),
+            version: Some(1),
+        };
+        let mut changed = revisions.clone();
+        changed[1].revision = 2;
+        changed[1].spec = Some("name = \"a\"\nschedule = \"@weekly\"\nhandler = \"ok\"\n".into());
+        changed.remove(0);
+        let merged = merge(&file, &changed, &last);
+        let names: Vec<&str> = merged.jobs.iter().map(|j| j.name.as_str()).collect();
+        assert_eq!(names.len(), 4, "{names:?}");
+        assert!(!names.contains(&"z"), "a deleted job stays: {names:?}");
+        assert_eq!(merged.job("a").unwrap().schedule.as_str(), "@weekly");
+        assert_eq!(merged.job("n").unwrap().schedule.as_str(), "@daily");
+        assert_eq!(merged.runtime_since.len(), 2);
+    }
+}
