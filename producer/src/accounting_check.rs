@@ -139,15 +139,21 @@ impl AccountingCheck {
             audit: &*self.stores.audit,
             jobs: &*self.stores.jobs,
         };
-        let report =
-            match accounting::reconcile(sources, &config, &paused, &HashMap::new(), &window).await
-            {
-                Ok(r) => r,
-                Err(e) => {
-                    debug!(error = %e, "cannot read the run history to account for the occurrences");
-                    return None;
-                }
-            };
+        let report = match accounting::reconcile(
+            sources,
+            &config,
+            &paused,
+            &HashMap::new(),
+            &window,
+        )
+        .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                debug!(error = %e, "cannot read the run history to account for the occurrences");
+                return None;
+            }
+        };
         let mut gaps = HashMap::new();
         let mut first: BTreeMap<&str, String> = BTreeMap::new();
         for a in &report.accounts {

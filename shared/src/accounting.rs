@@ -270,10 +270,9 @@ impl std::fmt::Display for Gap {
                 "published but without a terminal state (last attempt {last})"
             ),
             Self::SucceededTwice { times } => write!(f, "succeeded {times} times"),
-            Self::DeadLetterWithoutFailed { reason } => write!(
-                f,
-                "dead-lettered ({reason}) without a failed record"
-            ),
+            Self::DeadLetterWithoutFailed { reason } => {
+                write!(f, "dead-lettered ({reason}) without a failed record")
+            }
         }
     }
 }
@@ -308,7 +307,9 @@ impl Account {
 pub fn by_key(runs: impl IntoIterator<Item = Run>) -> HashMap<String, Vec<Run>> {
     let mut out: HashMap<String, Vec<Run>> = HashMap::new();
     for run in runs {
-        out.entry(run.key.as_str().to_owned()).or_default().push(run);
+        out.entry(run.key.as_str().to_owned())
+            .or_default()
+            .push(run);
     }
     out
 }
@@ -366,16 +367,16 @@ pub fn account(
         }
     }
     let (from, to) = range;
-    let mut extra: Vec<(&String, &String)> = letters
-        .iter()
-        .filter(|(k, _)| !seen.contains(*k))
-        .collect();
+    let mut extra: Vec<(&String, &String)> =
+        letters.iter().filter(|(k, _)| !seen.contains(*k)).collect();
     extra.sort();
     for (key, reason) in extra {
         let Ok(parsed) = key.parse::<OccurrenceKey>() else {
             continue;
         };
-        let in_range = parsed.scheduled_at().is_some_and(|at| from <= at && at <= to);
+        let in_range = parsed
+            .scheduled_at()
+            .is_some_and(|at| from <= at && at <= to);
         let failed = runs
             .get(key)
             .is_some_and(|rs| rs.iter().any(|r| r.outcome == Outcome::Failed));
@@ -552,7 +553,10 @@ pub async fn reconcile(
             }
             let history = sources.jobs.history(&name).await?;
             let defs = runtime_definitions(config, &history);
-            if defs.iter().any(|d| d.until.is_none_or(|u| u >= window.from)) {
+            if defs
+                .iter()
+                .any(|d| d.until.is_none_or(|u| u >= window.from))
+            {
                 definitions.insert(name, defs);
             }
         }

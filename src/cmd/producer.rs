@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use cronq_producer::{
-    AccountingCheck, ConfigCheck, Leadership, accounting_check, Producer, Reloader, ServingCheck, instance_id, leader,
+    AccountingCheck, ConfigCheck, Leadership, Producer, Reloader, ServingCheck, accounting_check,
+    instance_id, leader,
 };
 use cronq_shared::config::Config;
 use cronq_shared::lease::Lease;

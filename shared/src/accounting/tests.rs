@@ -89,7 +89,9 @@ fn each_revision_expects_its_own_schedule_from_its_time() {
     // the change to the delete, nothing after.
     assert_eq!(
         instants(&e),
-        ["10:00:10", "10:00:20", "10:00:30", "10:00:40", "10:01:00", "10:01:20"]
+        [
+            "10:00:10", "10:00:20", "10:00:30", "10:00:40", "10:01:00", "10:01:20"
+        ]
     );
     let optional: Vec<bool> = e.occurrences.iter().map(|o| o.optional).collect();
     assert_eq!(optional, [false, false, false, false, false, false]);
@@ -150,7 +152,10 @@ fn a_paused_stretch_is_not_expected_and_its_edges_are_optional() {
         t("2026-03-01T10:00:00Z"),
         t("2026-03-01T10:01:00Z"),
     );
-    assert_eq!(instants(&e), ["10:00:00", "10:00:10", "10:00:50", "10:01:00"]);
+    assert_eq!(
+        instants(&e),
+        ["10:00:00", "10:00:10", "10:00:50", "10:01:00"]
+    );
     assert_eq!(e.paused, 3, "10:00:20, :30 and :40");
 
     // The control store's pause in force holds to the end, even without a log entry.
@@ -167,8 +172,14 @@ fn a_paused_stretch_is_not_expected_and_its_edges_are_optional() {
         t("2026-03-01T10:00:00Z"),
         t("2026-03-01T10:01:00Z"),
     );
-    assert_eq!(instants(&e), ["10:00:00", "10:00:10", "10:00:20", "10:00:30"]);
-    assert!(!e.occurrences[3].optional, "5 s before the pause is past SETTLE");
+    assert_eq!(
+        instants(&e),
+        ["10:00:00", "10:00:10", "10:00:20", "10:00:30"]
+    );
+    assert!(
+        !e.occurrences[3].optional,
+        "5 s before the pause is past SETTLE"
+    );
     assert_eq!(e.paused, 3);
 }
 
@@ -264,7 +275,15 @@ fn runs_classify_each_occurrence_and_name_every_gap() {
 
     // Judged right after `to`: the last ones are still within their time to end.
     let soon = t("2026-03-01T10:01:20Z");
-    let a = account(&name, &e, &runs, &HashMap::new(), (from, to), DEFAULT_GRACE, soon);
+    let a = account(
+        &name,
+        &e,
+        &runs,
+        &HashMap::new(),
+        (from, to),
+        DEFAULT_GRACE,
+        soon,
+    );
     assert_eq!(a.pending, 3, "10:00:30 (interrupted), :40, 10:01:00: {a:?}");
     assert_eq!(a.gaps.len(), 1, "the double success only: {a:?}");
     let a = account(
@@ -276,6 +295,13 @@ fn runs_classify_each_occurrence_and_name_every_gap() {
         Duration::ZERO,
         soon,
     );
-    assert_eq!(a.pending, 1, "the interrupted one may still be retried: {a:?}");
-    assert_eq!(a.gaps.len(), 3, "10:00:40 and 10:01:00 never published: {a:?}");
+    assert_eq!(
+        a.pending, 1,
+        "the interrupted one may still be retried: {a:?}"
+    );
+    assert_eq!(
+        a.gaps.len(),
+        3,
+        "10:00:40 and 10:01:00 never published: {a:?}"
+    );
 }
