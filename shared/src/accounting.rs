@@ -326,7 +326,6 @@ const TERMINAL: [Outcome; 5] = [
 /// Classifies `expectation` of `job` by `runs` (by key) and `letters` (the dead letters'
 /// reasons, by key), at `now` with `grace`. A dead letter of the job whose key is in
 /// `[from, to]` (a scheduled key) but not expected is judged too.
-#[allow(clippy::too_many_arguments)]
 pub fn account(
     job: &JobName,
     expectation: &Expectation,
