@@ -41,7 +41,7 @@ pub const SETTLE: Duration = Duration::from_secs(3);
 
 /// At most this many occurrences of one job are expected in one range; a longer range is
 /// cut at its end (`cronq verify` says so).
-pub const MAX_PER_JOB: usize = 1_000_000;
+pub const MAX_PER_JOB: usize = 100_000;
 
 /// The default grace (`cronq verify --grace`): how long after an occurrence could have
 /// ended it is judged.
@@ -450,8 +450,8 @@ pub struct Sources<'a> {
 pub struct Report {
     /// One account per job, by name.
     pub accounts: Vec<Account>,
-    /// The oldest run read, when the listing reached its cap: occurrences before it may
-    /// show as never published only because their runs were not read.
+    /// The oldest run read, when the listing reached its cap: the occurrences before it
+    /// were not accounted for (their runs were not read).
     pub runs_from: Option<DateTime<Utc>>,
 }
 
@@ -516,13 +516,14 @@ pub async fn reconcile(
             }],
         );
     }
-    // The audit log from the range's start (and the pauses before it, which may hold
-    // into it): pauses, and the runtime jobs deleted since.
+    // The audit log from the range's start: pauses, and the runtime jobs deleted since. A
+    // pause made before and still in force is the control store's; one made before and
+    // ended inside the range shows as a resume without its pause: paused from the start.
     let entries = sources
         .audit
         .list(&audit::Filter {
             job: window.job.as_ref().map(|j| j.as_str().to_owned()),
-            since: None,
+            since: Some(window.from),
             limit: audit::MAX_ENTRIES,
         })
         .await?;
@@ -537,7 +538,7 @@ pub async fn reconcile(
         names.extend(
             entries
                 .iter()
-                .filter(|e| e.action.starts_with("job.") && e.at >= window.from)
+                .filter(|e| e.action.starts_with("job."))
                 .filter_map(|e| e.job.clone()),
         );
         for name in names {
@@ -575,7 +576,9 @@ pub async fn reconcile(
             by_job.get(name.as_str()).map_or(&[][..], Vec::as_slice),
             paused_now.get(name),
         );
-        let expectation = expected(defs, &stretches, window.from, window.to);
+        // Before the oldest run read nothing can be judged.
+        let from = runs_from.map_or(window.from, |oldest| oldest.max(window.from));
+        let expectation = expected(defs, &stretches, from, window.to);
         accounts.push(account(
             name,
             &expectation,

@@ -145,7 +145,7 @@ fn notes(report: &Report) -> Vec<String> {
     }
     if let Some(oldest) = report.runs_from {
         out.push(format!(
-            "the run history read starts at {} (its newest {DEFAULT_MAX_RUNS} runs): an occurrence before shows as never published; verify with --job, or a later range",
+            "the run history read starts at {} (its newest {DEFAULT_MAX_RUNS} runs): the occurrences before were not accounted for; verify one job (--job) for more",
             output::utc(oldest)
         ));
     }
