@@ -183,9 +183,9 @@ fn announce() {
     metrics::gauge!(METRIC, "job" => cronq_shared::job_labels::OTHER).set(0.0);
 }
 
-/// Moves each job's gauge from `shown` to `now` by increments (so jobs sharing the
-/// `other` label add up), and keeps `now` as shown.
-fn publish(shown: &mut HashMap<String, f64>, now: HashMap<String, f64>) {
+/// Moves each job's gauge from `shown` to `now` (gaps by job) by increments, so that
+/// jobs sharing the `other` label add up, and keeps `now` as shown.
+pub fn publish(shown: &mut HashMap<String, f64>, now: HashMap<String, f64>) {
     for (job, was) in shown.iter() {
         if !now.contains_key(job) {
             metrics::gauge!(METRIC, "job" => job.clone()).decrement(*was);
