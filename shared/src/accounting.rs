@@ -528,13 +528,14 @@ pub async fn reconcile(
         })
         .await?;
     if config.runtime.jobs {
-        let mut names: HashSet<String> = sources
+        let current: HashMap<String, Revision> = sources
             .jobs
             .list()
             .await?
             .into_iter()
-            .map(|r| r.name)
+            .map(|r| (r.name.clone(), r))
             .collect();
+        let mut names: HashSet<String> = current.keys().cloned().collect();
         names.extend(
             entries
                 .iter()
@@ -551,8 +552,14 @@ pub async fn reconcile(
             if window.job.as_ref().is_some_and(|j| *j != name) {
                 continue;
             }
-            let history = sources.jobs.history(&name).await?;
-            let defs = runtime_definitions(config, &history);
+            // A job unchanged since before the range is its current revision throughout:
+            // no history to read (one read per job would not scale to many jobs).
+            let defs = match current.get(name.as_str()) {
+                Some(rev) if rev.at < window.from => {
+                    runtime_definitions(config, std::slice::from_ref(rev))
+                }
+                _ => runtime_definitions(config, &sources.jobs.history(&name).await?),
+            };
             if defs
                 .iter()
                 .any(|d| d.until.is_none_or(|u| u >= window.from))
