@@ -200,7 +200,7 @@ pub enum Command {
     #[command(
         after_help = "Examples:\n  cronq producer --config cronq.toml --admin-addr 0.0.0.0:9090\n  CRONQ_REDIS_URL=redis+sentinel://s1:26379,s2:26379/cronq cronq producer --config cronq.toml"
     )]
-    Producer(ServeArgs),
+    Producer(ProducerArgs),
     /// Execute occurrences from the queues.
     #[command(
         after_help = "Examples:\n  cronq consumer --config cronq.toml --concurrency 8\n  cronq consumer --config cronq.toml --queues reports --grace 5m"
@@ -256,6 +256,13 @@ pub enum Command {
         after_help = "Examples:\n  cronq audit --config cronq.toml\n  cronq audit --job nightly-report --since 24h --json --config cronq.toml"
     )]
     Audit(AuditArgs),
+    /// Account for every occurrence the schedules expected in a range: its terminal state,
+    /// and every gap (never published, no terminal state, succeeded twice, a dead letter
+    /// without a failed record); exit 1 when there is any.
+    #[command(
+        after_help = "Exit status: 0 every expected occurrence is accounted for, 1 a gap (or an error), 2 a usage error.\n\nExamples:\n  cronq verify --from 2026-11-29T00:00:00Z --to 2026-11-30T00:00:00Z --config cronq.toml\n  cronq verify --job nightly-report --from 2026-11-01T00:00:00Z --to 2026-11-30T00:00:00Z --json --config cronq.toml\n  cronq verify --from 2026-11-29T10:00:00Z --to 2026-11-29T11:00:00Z --data cronq.db --config cronq.toml"
+    )]
+    Verify(VerifyArgs),
     /// GET an admin URL and exit 0 when it answers 2xx (container health checks).
     #[command(after_help = "Examples:\n  cronq probe http://127.0.0.1:9090/readyz")]
     Probe(ProbeArgs),
@@ -324,6 +331,43 @@ pub struct ServeArgs {
     pub admin_addr: SocketAddr,
 }
 
+/// `cronq producer`.
+#[derive(Debug, Args)]
+pub struct ProducerArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub serve: ServeArgs,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub reconcile: ReconcileArgs,
+}
+
+/// The leader's continuous reconciliation (docs/observability.md, "Verifying what ran");
+/// tests shorten it.
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    /// How often the leader accounts for the trailing window.
+    #[arg(long, env = "CRONQ_RECONCILE_EVERY", default_value = "60s", value_parser = humantime::parse_duration, hide = true)]
+    pub reconcile_every: Duration,
+    /// How far back the trailing window starts.
+    #[arg(long, env = "CRONQ_RECONCILE_WINDOW", default_value = "1h", value_parser = humantime::parse_duration, hide = true)]
+    pub reconcile_window: Duration,
+    /// How far back it ends (also each occurrence's grace).
+    #[arg(long, env = "CRONQ_RECONCILE_LAG", default_value = "2m", value_parser = humantime::parse_duration, hide = true)]
+    pub reconcile_lag: Duration,
+}
+
+impl ReconcileArgs {
+    /// As the producer's check takes it.
+    pub fn trailing(&self) -> cronq_producer::accounting_check::Trailing {
+        cronq_producer::accounting_check::Trailing {
+            every: self.reconcile_every,
+            window: self.reconcile_window,
+            lag: self.reconcile_lag,
+        }
+    }
+}
+
 /// `cronq consumer`.
 #[derive(Debug, Args)]
 pub struct ConsumerArgs {
@@ -373,6 +417,9 @@ pub struct StandaloneArgs {
     /// Also serve the web dashboard here (as `cronq dashboard --data` does).
     #[arg(long, value_name = "ADDR")]
     pub dashboard_addr: Option<SocketAddr>,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub reconcile: ReconcileArgs,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub token: DashboardToken,
@@ -447,6 +494,27 @@ pub struct AuditArgs {
     /// At most this many entries.
     #[arg(long, default_value_t = cronq_shared::audit::DEFAULT_LIMIT)]
     pub limit: usize,
+    /// Print one JSON document on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `cronq verify`.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// The range's first instant (RFC 3339), inclusive.
+    #[arg(long, value_name = "T")]
+    pub from: String,
+    /// The range's last instant (RFC 3339), inclusive.
+    #[arg(long, value_name = "T")]
+    pub to: String,
+    /// Only this job.
+    #[arg(long)]
+    pub job: Option<String>,
+    /// How long after an occurrence could have ended (its jitter and timeout, or its
+    /// retry's) it is judged; before that it is pending, not a gap.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub grace: Duration,
     /// Print one JSON document on stdout.
     #[arg(long)]
     pub json: bool,

@@ -16,12 +16,15 @@
 //!   in force, on a `watch` channel of `Arc<Config>`.
 //! - [`config_check`]: while leading, which instances run another config (log, `/metrics`).
 //! - [`serving_check`]: while leading, which jobs no live consumer runs (log, `/metrics`).
+//! - [`accounting_check`]: while leading, the occurrences of a trailing window not
+//!   accounted for (log, `/metrics`).
 //! - [`Producer`]: all of it as one `run(self, shutdown)`.
 //!
 //! Guarantees: a cursor moves only after the occurrences before it were confirmed
 //! published, and only by the current leader (G2, G3); keys and jitter come from scheduled
 //! instants only (G4).
 
+pub mod accounting_check;
 pub mod config_check;
 mod error;
 #[doc(hidden)]
@@ -35,6 +38,7 @@ pub mod serving_check;
 mod term;
 pub mod timer;
 
+pub use accounting_check::AccountingCheck;
 pub use config_check::ConfigCheck;
 pub use cronq_shared::reload::Reloader;
 pub use error::Error;

@@ -20,6 +20,7 @@
 //!   jobs) and [`audit`] (the operators' actions); [`store`]
 //!   is the error the stores share.
 
+pub mod accounting;
 pub mod audit;
 pub mod broker;
 pub mod config;

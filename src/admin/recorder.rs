@@ -106,4 +106,53 @@ mod tests {
         assert!(!text.contains("job=\"b\""), "{text}");
         assert!(text.contains("t_plain_total 1"), "{text}");
     }
+
+    /// The value of `cronq_occurrences_unaccounted{job}` in `text`.
+    fn gauge(text: &str, job: &str) -> Option<String> {
+        let series = format!("cronq_occurrences_unaccounted{{job=\"{job}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .map(str::to_owned)
+    }
+
+    #[test]
+    fn unaccounted_occurrences_of_jobs_past_the_limit_add_up_under_other() {
+        use std::collections::HashMap;
+
+        use cronq_producer::accounting_check::publish;
+
+        let prometheus = PrometheusBuilder::new().build_recorder();
+        let handle = prometheus.handle();
+        let recorder = JobLabelRecorder {
+            inner: prometheus,
+            labels: JobLabels::new(&MetricsConfig {
+                job_label_limit: Some(1),
+            }),
+        };
+        let gaps = |pairs: &[(&str, f64)]| -> HashMap<String, f64> {
+            pairs.iter().map(|(j, n)| ((*j).to_owned(), *n)).collect()
+        };
+        let mut shown = HashMap::new();
+        metrics::with_local_recorder(&recorder, || {
+            publish(&mut shown, gaps(&[("a", 2.0)]));
+            publish(&mut shown, gaps(&[("a", 2.0), ("b", 3.0), ("c", 1.0)]));
+        });
+        let text = handle.render();
+        assert_eq!(gauge(&text, "a").as_deref(), Some("2"), "{text}");
+        assert_eq!(
+            gauge(&text, "other").as_deref(),
+            Some("4"),
+            "b and c: {text}"
+        );
+        metrics::with_local_recorder(&recorder, || {
+            publish(&mut shown, gaps(&[("c", 1.0)]));
+        });
+        let text = handle.render();
+        assert_eq!(gauge(&text, "a").as_deref(), Some("0"), "{text}");
+        assert_eq!(
+            gauge(&text, "other").as_deref(),
+            Some("1"),
+            "c alone: {text}"
+        );
+    }
 }

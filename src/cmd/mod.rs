@@ -17,6 +17,7 @@ pub(crate) mod settings;
 mod signals;
 mod standalone;
 mod trigger;
+mod verify;
 
 use cronq_shared::config::ConfigError;
 use tokio_util::sync::CancellationToken;
@@ -36,6 +37,7 @@ pub async fn dispatch(cli: Cli, root: CancellationToken) -> anyhow::Result<()> {
         Command::Jobs(args) => jobs::run(&cli, args).await,
         Command::Runs(args) => runs::run(&cli, args).await,
         Command::Audit(args) => audit::run(&cli, args).await,
+        Command::Verify(args) => verify::run(&cli, args).await,
         Command::Pause(args) => pause::pause(&cli, args).await,
         Command::Resume(args) => pause::resume(&cli, args).await,
         Command::Trigger(args) => trigger::run(&cli, args).await,

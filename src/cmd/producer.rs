@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use cronq_producer::{
-    ConfigCheck, Leadership, Producer, Reloader, ServingCheck, instance_id, leader,
+    AccountingCheck, ConfigCheck, Leadership, Producer, Reloader, ServingCheck, accounting_check,
+    instance_id, leader,
 };
 use cronq_shared::config::Config;
 use cronq_shared::lease::Lease;
@@ -22,11 +23,11 @@ use tracing::{info, warn};
 
 use super::signals;
 use crate::admin::{self, ReadyProbe};
-use crate::cli::{Cli, ServeArgs};
+use crate::cli::{Cli, ProducerArgs};
 
 /// Runs until the root token is cancelled (SIGTERM/SIGINT), then releases leadership at
 /// once and returns.
-pub async fn run(cli: &Cli, args: &ServeArgs, root: CancellationToken) -> anyhow::Result<()> {
+pub async fn run(cli: &Cli, args: &ProducerArgs, root: CancellationToken) -> anyhow::Result<()> {
     let config = super::settings::load_config(cli)?;
     let endpoints = super::settings::endpoints(cli)?;
     for warning in &config.warnings {
@@ -60,6 +61,7 @@ pub async fn run(cli: &Cli, args: &ServeArgs, root: CancellationToken) -> anyhow
 
     let lease = stores.lease;
     let control = stores.control;
+    let control_view = control.clone();
     let ready = readiness(lease.clone(), instance.clone());
     let (reloader, config_rx) = Reloader::new(config, hangups);
     let mut reloader = reloader.with_store(stores.jobs.clone());
@@ -71,6 +73,17 @@ pub async fn run(cli: &Cli, args: &ServeArgs, root: CancellationToken) -> anyhow
     let counted = Arc::new(CountingBroker::new(broker.clone(), tally.clone()));
     let producer = Producer::new(counted, lease, control, config_rx.clone(), instance.clone())
         .with_reloader(reloader);
+    let accounting = AccountingCheck::new(
+        accounting_check::Stores {
+            runlog: stores.runlog,
+            audit: stores.audit,
+            jobs: stores.jobs,
+            control: control_view,
+        },
+        config_rx.clone(),
+        producer.leadership(),
+        args.reconcile.trailing(),
+    );
     let fleet = Fleet {
         registry: stores.registry,
         instance,
@@ -81,14 +94,15 @@ pub async fn run(cli: &Cli, args: &ServeArgs, root: CancellationToken) -> anyhow
     };
     // The fleet's part stops with the producer, so the record leaves last.
     let beside = root.child_token();
-    let (served, ran, ()) = tokio::join!(
-        admin::serve(args.admin_addr, metrics, ready, root.clone()),
+    let (served, ran, (), ()) = tokio::join!(
+        admin::serve(args.serve.admin_addr, metrics, ready, root.clone()),
         async {
             let r = producer.run(root.child_token()).await;
             beside.cancel();
             r
         },
         fleet.run(beside.clone()),
+        accounting.run(beside.clone()),
     );
     signal_tasks.shutdown().await;
     broker.close().await;

@@ -14,7 +14,10 @@ use std::time::Duration;
 use anyhow::Context as _;
 use cronq_backends::Stores;
 use cronq_consumer::{Consumer, Options};
-use cronq_producer::{ConfigCheck, Producer, Reloader, ServingCheck, instance_id, leader};
+use cronq_producer::{
+    AccountingCheck, ConfigCheck, Producer, Reloader, ServingCheck, accounting_check, instance_id,
+    leader,
+};
 use cronq_shared::broker::Broker;
 use cronq_shared::lease::Lease;
 use cronq_shared::registry::Role;
@@ -151,6 +154,12 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         digest_rx.clone(),
         tally,
     );
+    let accounting_stores = accounting_check::Stores {
+        runlog: Arc::clone(&stores.runlog),
+        audit: Arc::clone(&stores.audit),
+        jobs: stores.jobs.clone(),
+        control: stores.control.clone(),
+    };
     let producer = Producer::new(
         counted,
         stores.lease,
@@ -165,6 +174,12 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         .with_serves(consumer.serves());
     let check = ConfigCheck::new(stores.registry.clone(), digest_rx, producer.leadership());
     let serving = ServingCheck::new(stores.registry, config_rx.clone(), producer.leadership());
+    let accounting = AccountingCheck::new(
+        accounting_stores,
+        config_rx.clone(),
+        producer.leadership(),
+        args.reconcile.trailing(),
+    );
     let first_term = producer.first_term();
 
     let ready: ReadyProbe = Arc::new(|| Box::pin(async { Ok("standalone".to_owned()) }));
@@ -176,7 +191,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
             token.cancel();
         }
     };
-    let (served, shown, produced, consumed, (), (), (), ()) = tokio::join!(
+    let (served, shown, produced, consumed, (), (), (), (), ()) = tokio::join!(
         admin::serve(args.serve.admin_addr, metrics, ready, token.clone()),
         async {
             let Some((addr, source, admin)) = dashboard else {
@@ -206,6 +221,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         reporter.run(token.child_token()),
         check.run(token.child_token()),
         serving.run(token.child_token()),
+        accounting.run(token.child_token()),
     );
     signal_tasks.shutdown().await;
     produced.context("while running the producer")?;

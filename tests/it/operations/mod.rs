@@ -13,3 +13,4 @@ mod runtime_failover;
 mod runtime_jobs;
 mod runtime_ops;
 mod runtime_served;
+mod verify;

@@ -106,6 +106,8 @@ pub struct Options {
     /// More environment for one process only, by its log name (`producer-1`,
     /// `consumer-2`), over `env`: to send one process through a proxy.
     pub env_of: Vec<(String, &'static str, String)>,
+    /// Whether a fleet's producers serve `/metrics` ([`Running::metrics`]).
+    pub producer_admin: bool,
 }
 
 impl Default for Options {
@@ -119,6 +121,7 @@ impl Default for Options {
             tls: Tls::default(),
             consumer_args: Vec::new(),
             env_of: Vec::new(),
+            producer_admin: false,
         }
     }
 }
@@ -133,6 +136,8 @@ pub struct Running {
     standalone: Option<u32>,
     /// A standalone's admin address (`/metrics`).
     pub admin: Option<String>,
+    /// A fleet's producers' admin addresses, when [`Options::producer_admin`].
+    producer_admins: Vec<String>,
     /// A fleet's run history.
     runlog: Option<RedisRunLog>,
     /// A standalone's data file, and its run history once first read (opened late, so
@@ -181,6 +186,7 @@ impl Running {
             consumers: Vec::new(),
             standalone: None,
             admin: None,
+            producer_admins: Vec::new(),
             runlog: None,
             data: None,
             names: names.clone(),
@@ -189,9 +195,16 @@ impl Running {
             Deployment::Fleet => {
                 env.track_queue("default");
                 for i in 1..=2 {
+                    let mut args = vec!["producer".to_owned()];
+                    if options.producer_admin {
+                        let admin = free_addr();
+                        args.extend(["--admin-addr".to_owned(), admin.clone()]);
+                        running.producer_admins.push(admin);
+                    }
+                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
                     running
                         .producers
-                        .push(command(&format!("producer-{i}"), &["producer"]));
+                        .push(command(&format!("producer-{i}"), &args));
                 }
                 for i in 1..=options.consumers {
                     let id = format!("consumer-{i}");
@@ -378,15 +391,20 @@ impl Running {
         }
     }
 
-    /// A standalone's `/metrics`.
+    /// A standalone's `/metrics`, or those of a fleet's producers one after the other
+    /// (with [`Options::producer_admin`]).
     pub async fn metrics(&self) -> Option<String> {
-        let admin = self.admin.as_ref()?;
-        reqwest::get(format!("http://{admin}/metrics"))
-            .await
-            .ok()?
-            .text()
-            .await
-            .ok()
+        let mut text = String::new();
+        for admin in self.admin.iter().chain(&self.producer_admins) {
+            let page = reqwest::get(format!("http://{admin}/metrics"))
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            text.push_str(&page);
+        }
+        (!text.is_empty()).then_some(text)
     }
 
     /// The namespace, and the last lines of every process's log, for failure messages.

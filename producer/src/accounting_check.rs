@@ -1,0 +1,201 @@
+//! The leader's continuous reconciliation: every [`Trailing::every`], while this producer
+//! leads, it accounts for the occurrences of a trailing window (from [`Trailing::window`]
+//! ago to [`Trailing::lag`] ago) of every job of the config in force, file and runtime
+//! jobs, as `cronq verify` does (`cronq_shared::accounting`), and exports
+//! `cronq_occurrences_unaccounted{job}`: the gaps each job has in the window. A standby
+//! exports 0.
+//!
+//! Invariant: the per-job series are bounded as every per-job series is (`[metrics]
+//! job_label_limit`, `cronq_shared::job_labels`): the gauge moves by increments, so jobs
+//! past the limit add up under `job="other"` instead of overwriting each other.
+//!
+//! Not checked here: the dead-letter queue (listing it every minute would load the broker
+//! for every letter); `cronq verify` checks it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{TimeDelta, Utc};
+use cronq_shared::accounting::{self, Sources, Window};
+use cronq_shared::audit::AuditLog;
+use cronq_shared::config::Config;
+use cronq_shared::control::Control;
+use cronq_shared::jobs::JobStore;
+use cronq_shared::runlog::{DEFAULT_MAX_RUNS, RunLog};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::leader::Leadership;
+
+/// The gauge's name.
+pub const METRIC: &str = "cronq_occurrences_unaccounted";
+
+/// The trailing window and how often it is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Trailing {
+    /// How often.
+    pub every: Duration,
+    /// How far back the window starts.
+    pub window: Duration,
+    /// How far back it ends; also the grace each occurrence gets after it could have ended.
+    pub lag: Duration,
+}
+
+impl Default for Trailing {
+    /// Every minute, from an hour ago to two minutes ago.
+    fn default() -> Self {
+        Self {
+            every: Duration::from_secs(60),
+            window: Duration::from_secs(3600),
+            lag: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Where the check reads.
+pub struct Stores {
+    /// The run history.
+    pub runlog: Arc<dyn RunLog>,
+    /// The audit log (past pauses, runtime job changes).
+    pub audit: Arc<dyn AuditLog>,
+    /// The runtime jobs' revisions.
+    pub jobs: Arc<dyn JobStore>,
+    /// The pauses in force.
+    pub control: Control,
+}
+
+/// Reconciles a trailing window while leading.
+pub struct AccountingCheck {
+    stores: Stores,
+    config: watch::Receiver<Arc<Config>>,
+    leadership: watch::Receiver<Option<Leadership>>,
+    trailing: Trailing,
+}
+
+impl AccountingCheck {
+    /// Checks `trailing` while `leadership` holds, the jobs of the config `config` sends.
+    pub fn new(
+        stores: Stores,
+        config: watch::Receiver<Arc<Config>>,
+        leadership: watch::Receiver<Option<Leadership>>,
+        trailing: Trailing,
+    ) -> Self {
+        Self {
+            stores,
+            config,
+            leadership,
+            trailing,
+        }
+    }
+
+    /// Checks until `token` is cancelled.
+    pub async fn run(self, token: CancellationToken) {
+        announce();
+        let mut shown: HashMap<String, f64> = HashMap::new();
+        loop {
+            if self.leadership.borrow().is_some() {
+                if let Some(now) = self.check(&shown).await {
+                    publish(&mut shown, now);
+                }
+            } else {
+                // A standby exports nothing unaccounted: the leader does.
+                publish(&mut shown, HashMap::new());
+            }
+            if token
+                .run_until_cancelled(tokio::time::sleep(self.trailing.every))
+                .await
+                .is_none()
+            {
+                return;
+            }
+        }
+    }
+
+    /// The gaps per job of the window ending now, or `None` when a store cannot be read;
+    /// warns of each job whose gaps grew since `shown`.
+    async fn check(&self, shown: &HashMap<String, f64>) -> Option<HashMap<String, f64>> {
+        let config = self.config.borrow().clone();
+        let now = Utc::now();
+        let back = |d: Duration| now - TimeDelta::from_std(d).unwrap_or(TimeDelta::zero());
+        let window = Window {
+            from: back(self.trailing.window),
+            to: back(self.trailing.lag),
+            grace: self.trailing.lag,
+            now,
+            job: None,
+            max_runs: DEFAULT_MAX_RUNS,
+        };
+        let paused = match self.stores.control.paused().await {
+            Ok(p) => p,
+            Err(e) => {
+                debug!(error = %e, "cannot read the pauses to account for the occurrences");
+                return None;
+            }
+        };
+        let sources = Sources {
+            runlog: &*self.stores.runlog,
+            audit: &*self.stores.audit,
+            jobs: &*self.stores.jobs,
+        };
+        let report = match accounting::reconcile(
+            sources,
+            &config,
+            &paused,
+            &HashMap::new(),
+            &window,
+        )
+        .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                debug!(error = %e, "cannot read the run history to account for the occurrences");
+                return None;
+            }
+        };
+        let mut gaps = HashMap::new();
+        let mut first: BTreeMap<&str, String> = BTreeMap::new();
+        for a in &report.accounts {
+            if a.gaps.is_empty() {
+                continue;
+            }
+            #[allow(clippy::cast_precision_loss)]
+            let count = a.gaps.len() as f64;
+            gaps.insert(a.job.clone(), count);
+            if shown.get(&a.job).is_some_and(|was| *was >= count) {
+                continue;
+            }
+            if let Some((key, gap)) = a.gaps.last() {
+                first.insert(&a.job, format!("{key}: {gap}"));
+            }
+        }
+        for (job, example) in first.iter().take(crate::serving_check::NAMED) {
+            warn!(job = %job, gap = %example, "occurrences not accounted for in the trailing window (`cronq verify` lists them)");
+        }
+        Some(gaps)
+    }
+}
+
+/// Exported at 0 from the start, so an alert can tell "all accounted for" from "not
+/// known".
+fn announce() {
+    metrics::gauge!(METRIC, "job" => cronq_shared::job_labels::OTHER).set(0.0);
+}
+
+/// Moves each job's gauge from `shown` to `now` (gaps by job) by increments, so that
+/// jobs sharing the `other` label add up, and keeps `now` as shown.
+pub fn publish(shown: &mut HashMap<String, f64>, now: HashMap<String, f64>) {
+    for (job, was) in shown.iter() {
+        if !now.contains_key(job) {
+            metrics::gauge!(METRIC, "job" => job.clone()).decrement(*was);
+        }
+    }
+    for (job, value) in &now {
+        let was = shown.get(job).copied().unwrap_or(0.0);
+        if (value - was).abs() > f64::EPSILON {
+            metrics::gauge!(METRIC, "job" => job.clone()).increment(value - was);
+        }
+    }
+    *shown = now;
+}

@@ -1,0 +1,615 @@
+//! Accounting: every occurrence a job's schedules expected over a range, and what the run
+//! log says became of each (`cronq verify`, and the leader's continuous check in
+//! `cronq_producer::accounting_check`). Both use this module, so they agree.
+//!
+//! Owns: the expected occurrences of a range for a job's definitions as they were then
+//! ([`expected`]: a file job as the config defines it now; a runtime job per revision of
+//! the job store, from its time), less the stretches it was paused ([`paused`]: from the
+//! audit log's `pause` and `resume` entries, and the control store's pause in force), and
+//! the classification of each from its runs and dead letters ([`account`]).
+//!
+//! The gaps ([`Gap`]): expected but never published (no run at all, past its grace);
+//! published but never ending in a terminal state; succeeded twice; dead-lettered
+//! without a `failed` record. An occurrence still within its time to end
+//! ([`Expected::judged_from`] plus the grace) is *pending*, not a gap.
+//!
+//! What cannot be known, and is not modelled: a pause older than the audit log's oldest
+//! entry (a `resume` without its `pause` counts as paused from the range's start); a file
+//! job's schedule before the last reload (the current one is used for the whole range);
+//! a catch-up policy that chose not to publish what a leader outage missed (reported as
+//! never published: it was not run).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use serde::Serialize;
+
+use crate::audit::{self, AuditLog};
+use crate::config::{Config, Job};
+use crate::control::Pause;
+use crate::jobs::{JobStore, Revision};
+use crate::key::OccurrenceKey;
+use crate::names::JobName;
+use crate::runlog::{Outcome, Run, RunLog};
+use crate::store::StoreError;
+
+/// How long a pause, a resume, or a runtime job's change takes to reach the leader (its
+/// poll and its `[leader] retry`): an occurrence within this of one is *optional*, counted
+/// when it ran and no gap when it did not.
+pub const SETTLE: Duration = Duration::from_secs(3);
+
+/// At most this many occurrences of one job are expected in one range; a longer range is
+/// cut at its end (`cronq verify` says so).
+pub const MAX_PER_JOB: usize = 100_000;
+
+/// The default grace (`cronq verify --grace`): how long after an occurrence could have
+/// ended it is judged.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(60);
+
+/// One definition of a job, in force over `(since, until]` (unbounded where `None`).
+#[derive(Debug, Clone)]
+pub struct Definition {
+    /// When it took effect: a runtime revision's time; `None` for a file job.
+    pub since: Option<DateTime<Utc>>,
+    /// When the next revision (or the delete) replaced it.
+    pub until: Option<DateTime<Utc>>,
+    /// The job as it was defined.
+    pub job: Job,
+}
+
+/// The definitions of a runtime job from its revisions (oldest first), resolved against
+/// `config`. A revision that does not resolve (its handler's defaults changed since) is
+/// left out: nothing was expected of it.
+pub fn runtime_definitions(config: &Config, history: &[Revision]) -> Vec<Definition> {
+    history
+        .iter()
+        .enumerate()
+        .filter_map(|(i, rev)| {
+            let job = config.runtime_job(rev.spec.as_deref()?).ok()?;
+            Some(Definition {
+                since: Some(rev.at),
+                until: history.get(i + 1).map(|next| next.at),
+                job,
+            })
+        })
+        .collect()
+}
+
+/// A stretch a job was paused: from `from` (`None`: before the audit log knows) to `to`
+/// (`None`: still paused).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Stretch {
+    /// When the pause began, if known.
+    pub from: Option<DateTime<Utc>>,
+    /// When it ended, if it did.
+    pub to: Option<DateTime<Utc>>,
+}
+
+impl Stretch {
+    /// Whether `at` falls in the stretch.
+    fn contains(&self, at: DateTime<Utc>) -> bool {
+        self.from.is_none_or(|f| f <= at) && self.to.is_none_or(|t| at < t)
+    }
+
+    /// Whether `at` is within `settle` of either end.
+    fn near_edge(&self, at: DateTime<Utc>, settle: TimeDelta) -> bool {
+        [self.from, self.to]
+            .into_iter()
+            .flatten()
+            .any(|edge| (at - edge).abs() <= settle)
+    }
+}
+
+/// The stretches a job was paused, oldest first: its audit entries (any order; only the
+/// done `pause` and `resume` of a paused job count), and `current`, the control store's
+/// pause in force, which holds until now whatever the log says.
+pub fn paused(entries: &[audit::Entry], current: Option<&Pause>) -> Vec<Stretch> {
+    let mut acts: Vec<&audit::Entry> = entries
+        .iter()
+        .filter(|e| e.outcome == audit::Outcome::Done)
+        .filter(|e| e.action == "pause" || e.action == "resume")
+        .filter(|e| e.detail.as_deref() != Some("was not paused"))
+        .collect();
+    acts.sort_by_key(|e| e.at);
+    let mut out = Vec::new();
+    let mut open: Option<Option<DateTime<Utc>>> = None;
+    for e in acts {
+        match (e.action.as_str(), open) {
+            ("pause", None) => open = Some(Some(e.at)),
+            ("resume", Some(from)) => {
+                out.push(Stretch {
+                    from,
+                    to: Some(e.at),
+                });
+                open = None;
+            }
+            // A resume without its pause: the pause is older than the log.
+            ("resume", None) if out.is_empty() => out.push(Stretch {
+                from: None,
+                to: Some(e.at),
+            }),
+            _ => {}
+        }
+    }
+    match (open, current) {
+        (Some(from), Some(p)) => out.push(Stretch {
+            from: from.map(|f| f.min(p.since)),
+            to: None,
+        }),
+        (None, Some(p)) => out.push(Stretch {
+            from: Some(p.since),
+            to: None,
+        }),
+        // The log says paused, the store says running: a resume the log lost.
+        (Some(from), None) => out.push(Stretch { from, to: None }),
+        (None, None) => {}
+    }
+    out
+}
+
+/// One occurrence a schedule expected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expected {
+    /// Its scheduled instant.
+    pub at: DateTime<Utc>,
+    /// Within [`SETTLE`] of a change or a pause's edge: counted when it ran, no gap when
+    /// it did not.
+    pub optional: bool,
+    /// From when its first attempt must have ended: its instant plus the job's jitter and
+    /// timeout (the grace comes on top).
+    pub judged_from: DateTime<Utc>,
+    /// How long a retry may take to start after an attempt's end, and run: the job's
+    /// `backoff_max` plus its timeout.
+    pub retry_within: Duration,
+}
+
+/// What [`expected`] found of one job over a range.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Expectation {
+    /// The occurrences expected, by instant.
+    pub occurrences: Vec<Expected>,
+    /// How many fell in a paused stretch (not expected).
+    pub paused: usize,
+    /// Whether the range was cut at [`MAX_PER_JOB`].
+    pub cut: bool,
+}
+
+/// The occurrences `definitions` expected in `[from, to]`, less those in a `paused`
+/// stretch. Each definition expects the instants of its schedule (bounded by its
+/// `start_at`/`end_at`) strictly after its `since` and up to its `until`.
+pub fn expected(
+    definitions: &[Definition],
+    paused: &[Stretch],
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Expectation {
+    let settle = delta(SETTLE);
+    let mut found: BTreeMap<DateTime<Utc>, Expected> = BTreeMap::new();
+    let mut out = Expectation::default();
+    for def in definitions {
+        let job = &def.job;
+        // The first instant at or after `from`, strictly after `since`.
+        let after = match def.since {
+            Some(since) if since >= from => since,
+            _ => from - TimeDelta::nanoseconds(1),
+        };
+        let end = def.until.map_or(to, |u| u.min(to));
+        let judged = delta(job.jitter) + delta(job.timeout);
+        for at in job.schedule.iter_after(after) {
+            if at > end {
+                break;
+            }
+            if found.len() >= MAX_PER_JOB {
+                out.cut = true;
+                break;
+            }
+            if paused.iter().any(|s| s.contains(at)) {
+                out.paused += 1;
+                continue;
+            }
+            let optional = def.since.is_some_and(|s| at - s <= settle)
+                || paused.iter().any(|s| s.near_edge(at, settle));
+            found.insert(
+                at,
+                Expected {
+                    at,
+                    optional,
+                    judged_from: plus(at, judged),
+                    retry_within: job.backoff_max + job.timeout,
+                },
+            );
+        }
+    }
+    out.occurrences = found.into_values().collect();
+    out
+}
+
+/// A gap: an occurrence not accounted for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Gap {
+    /// Expected, and no run of it at all past its grace.
+    NeverPublished,
+    /// Published (it has runs) but no terminal state past its grace: the last run's
+    /// outcome.
+    Unfinished {
+        /// The newest run's outcome (`retrying`, `interrupted`, `lost`).
+        last: Outcome,
+    },
+    /// More than one successful run.
+    SucceededTwice {
+        /// How many.
+        times: usize,
+    },
+    /// In the dead-letter queue without a `failed` record.
+    DeadLetterWithoutFailed {
+        /// The letter's reason.
+        reason: String,
+    },
+}
+
+impl Gap {
+    /// The kind as `--json` names it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::NeverPublished => "never_published",
+            Self::Unfinished { .. } => "unfinished",
+            Self::SucceededTwice { .. } => "succeeded_twice",
+            Self::DeadLetterWithoutFailed { .. } => "dead_letter_without_failed",
+        }
+    }
+}
+
+impl std::fmt::Display for Gap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NeverPublished => f.write_str("expected but never published (no run recorded)"),
+            Self::Unfinished { last } => write!(
+                f,
+                "published but without a terminal state (last attempt {last})"
+            ),
+            Self::SucceededTwice { times } => write!(f, "succeeded {times} times"),
+            Self::DeadLetterWithoutFailed { reason } => {
+                write!(f, "dead-lettered ({reason}) without a failed record")
+            }
+        }
+    }
+}
+
+/// What became of one job's occurrences over a range.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Account {
+    /// The job.
+    pub job: String,
+    /// Occurrences expected (the optional ones that ran included).
+    pub expected: usize,
+    /// By terminal outcome ([`Outcome::index`]).
+    pub outcomes: [usize; Outcome::ALL.len()],
+    /// Still within their time to end.
+    pub pending: usize,
+    /// Not expected: the job was paused.
+    pub paused: usize,
+    /// Whether the range was cut at [`MAX_PER_JOB`].
+    pub cut: bool,
+    /// The gaps, by key.
+    pub gaps: Vec<(OccurrenceKey, Gap)>,
+}
+
+impl Account {
+    /// How many expected occurrences ended `outcome`.
+    pub fn count(&self, outcome: Outcome) -> usize {
+        self.outcomes[outcome.index()]
+    }
+}
+
+/// The runs of a run log listing, by key.
+pub fn by_key(runs: impl IntoIterator<Item = Run>) -> HashMap<String, Vec<Run>> {
+    let mut out: HashMap<String, Vec<Run>> = HashMap::new();
+    for run in runs {
+        out.entry(run.key.as_str().to_owned())
+            .or_default()
+            .push(run);
+    }
+    out
+}
+
+/// The terminal outcomes, in the order one is chosen when a key has several.
+const TERMINAL: [Outcome; 5] = [
+    Outcome::Succeeded,
+    Outcome::Failed,
+    Outcome::Missed,
+    Outcome::Skipped,
+    Outcome::Cancelled,
+];
+
+/// Classifies `expectation` of `job` by `runs` (by key) and `letters` (the dead letters'
+/// reasons, by key), at `now` with `grace`. A dead letter of the job whose key is in
+/// `[from, to]` (a scheduled key) but not expected is judged too.
+pub fn account(
+    job: &JobName,
+    expectation: &Expectation,
+    runs: &HashMap<String, Vec<Run>>,
+    letters: &HashMap<String, String>,
+    range: (DateTime<Utc>, DateTime<Utc>),
+    grace: Duration,
+    now: DateTime<Utc>,
+) -> Account {
+    let grace = delta(grace);
+    let mut out = Account {
+        job: job.as_str().to_owned(),
+        paused: expectation.paused,
+        cut: expectation.cut,
+        ..Account::default()
+    };
+    let mut seen = HashSet::new();
+    for e in &expectation.occurrences {
+        let key = OccurrenceKey::scheduled(job.clone(), e.at);
+        seen.insert(key.as_str().to_owned());
+        let of = runs.get(key.as_str()).map_or(&[][..], Vec::as_slice);
+        let letter = letters.get(key.as_str());
+        if of.is_empty() && letter.is_none() {
+            if e.optional {
+                continue;
+            }
+            out.expected += 1;
+            if now < plus(e.judged_from, grace) {
+                out.pending += 1;
+            } else {
+                out.gaps.push((key, Gap::NeverPublished));
+            }
+            continue;
+        }
+        out.expected += 1;
+        if let Some(gap) = judge(of, letter, e, grace, now, &mut out) {
+            out.gaps.push((key, gap));
+        }
+    }
+    let (from, to) = range;
+    let mut extra: Vec<(&String, &String)> =
+        letters.iter().filter(|(k, _)| !seen.contains(*k)).collect();
+    extra.sort();
+    for (key, reason) in extra {
+        let Ok(parsed) = key.parse::<OccurrenceKey>() else {
+            continue;
+        };
+        let in_range = parsed
+            .scheduled_at()
+            .is_some_and(|at| from <= at && at <= to);
+        let failed = runs
+            .get(key)
+            .is_some_and(|rs| rs.iter().any(|r| r.outcome == Outcome::Failed));
+        if parsed.job() == job && in_range && !failed {
+            out.gaps.push((
+                parsed,
+                Gap::DeadLetterWithoutFailed {
+                    reason: reason.clone(),
+                },
+            ));
+        }
+    }
+    out
+}
+
+/// The gap of one expected occurrence with runs `of` (or a dead letter), if any; counts
+/// its terminal outcome (or pending) in `out`.
+fn judge(
+    of: &[Run],
+    letter: Option<&String>,
+    e: &Expected,
+    grace: TimeDelta,
+    now: DateTime<Utc>,
+    out: &mut Account,
+) -> Option<Gap> {
+    let successes = of
+        .iter()
+        .filter(|r| r.outcome == Outcome::Succeeded)
+        .count();
+    let terminal = TERMINAL
+        .into_iter()
+        .find(|t| of.iter().any(|r| r.outcome == *t));
+    if let Some(t) = terminal {
+        out.outcomes[t.index()] += 1;
+    }
+    if successes > 1 {
+        return Some(Gap::SucceededTwice { times: successes });
+    }
+    let failed = of.iter().any(|r| r.outcome == Outcome::Failed);
+    if let Some(reason) = letter
+        && !failed
+    {
+        return Some(Gap::DeadLetterWithoutFailed {
+            reason: reason.clone(),
+        });
+    }
+    if terminal.is_some() {
+        return None;
+    }
+    let last = of.iter().max_by_key(|r| (r.started_at, r.attempt))?;
+    let ended = last.started_at + delta(last.duration);
+    if now < plus(plus(ended, delta(e.retry_within)), grace) {
+        out.pending += 1;
+        return None;
+    }
+    Some(Gap::Unfinished { last: last.outcome })
+}
+
+/// Where [`reconcile`] reads.
+#[derive(Clone, Copy)]
+pub struct Sources<'a> {
+    /// The run history.
+    pub runlog: &'a dyn RunLog,
+    /// The operators' actions (past pauses, runtime job changes).
+    pub audit: &'a dyn AuditLog,
+    /// Runtime jobs with their revisions.
+    pub jobs: &'a dyn JobStore,
+}
+
+/// What [`reconcile`] answers.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// One account per job, by name.
+    pub accounts: Vec<Account>,
+    /// The oldest run read, when the listing reached its cap: the occurrences before it
+    /// were not accounted for (their runs were not read).
+    pub runs_from: Option<DateTime<Utc>>,
+}
+
+impl Report {
+    /// How many gaps in all.
+    pub fn gaps(&self) -> usize {
+        self.accounts.iter().map(|a| a.gaps.len()).sum()
+    }
+}
+
+/// What [`reconcile`] checks.
+#[derive(Debug, Clone)]
+pub struct Window {
+    /// The range's start.
+    pub from: DateTime<Utc>,
+    /// Its end.
+    pub to: DateTime<Utc>,
+    /// Added to each occurrence's time to end before it is judged.
+    pub grace: Duration,
+    /// The time of the check.
+    pub now: DateTime<Utc>,
+    /// Only this job, when given.
+    pub job: Option<JobName>,
+    /// At most this many runs read (newest first).
+    pub max_runs: usize,
+}
+
+/// Accounts for every job of `config` (its file jobs, as the file defines them now) and
+/// every runtime job the job store has a history of (present, or deleted inside the
+/// range) over `window`, with `paused_now` the control store's pauses and `letters` the
+/// dead letters' reasons by key.
+///
+/// # Errors
+/// When a store cannot be read.
+pub async fn reconcile(
+    sources: Sources<'_>,
+    config: &Config,
+    paused_now: &BTreeMap<JobName, Pause>,
+    letters: &HashMap<String, String>,
+    window: &Window,
+) -> Result<Report, StoreError> {
+    let runs = sources
+        .runlog
+        .list(window.job.as_ref(), window.max_runs)
+        .await?;
+    let runs_from = (runs.len() >= window.max_runs)
+        .then(|| runs.iter().map(|r| r.started_at).min())
+        .flatten();
+    let runs = by_key(runs);
+    let file: HashSet<&str> = config.jobs.iter().map(|j| j.name.as_str()).collect();
+    let mut definitions: BTreeMap<JobName, Vec<Definition>> = BTreeMap::new();
+    for job in &config.jobs {
+        if config.runtime_since.contains_key(&job.name) {
+            continue; // merged in from the store: its history says more
+        }
+        definitions.insert(
+            job.name.clone(),
+            vec![Definition {
+                since: None,
+                until: None,
+                job: job.clone(),
+            }],
+        );
+    }
+    // The audit log from the range's start: pauses, and the runtime jobs deleted since. A
+    // pause made before and still in force is the control store's; one made before and
+    // ended inside the range shows as a resume without its pause: paused from the start.
+    let entries = sources
+        .audit
+        .list(&audit::Filter {
+            job: window.job.as_ref().map(|j| j.as_str().to_owned()),
+            since: Some(window.from),
+            limit: audit::MAX_ENTRIES,
+        })
+        .await?;
+    if config.runtime.jobs {
+        let current: HashMap<String, Revision> = sources
+            .jobs
+            .list()
+            .await?
+            .into_iter()
+            .map(|r| (r.name.clone(), r))
+            .collect();
+        let mut names: HashSet<String> = current.keys().cloned().collect();
+        names.extend(
+            entries
+                .iter()
+                .filter(|e| e.action.starts_with("job."))
+                .filter_map(|e| e.job.clone()),
+        );
+        for name in names {
+            if file.contains(name.as_str()) {
+                continue;
+            }
+            let Ok(name) = JobName::new(&name) else {
+                continue;
+            };
+            if window.job.as_ref().is_some_and(|j| *j != name) {
+                continue;
+            }
+            // A job unchanged since before the range is its current revision throughout:
+            // no history to read (one read per job would not scale to many jobs).
+            let defs = match current.get(name.as_str()) {
+                Some(rev) if rev.at < window.from => {
+                    runtime_definitions(config, std::slice::from_ref(rev))
+                }
+                _ => runtime_definitions(config, &sources.jobs.history(&name).await?),
+            };
+            if defs
+                .iter()
+                .any(|d| d.until.is_none_or(|u| u >= window.from))
+            {
+                definitions.insert(name, defs);
+            }
+        }
+    }
+    let mut by_job: HashMap<&str, Vec<audit::Entry>> = HashMap::new();
+    for e in &entries {
+        if let Some(job) = &e.job {
+            by_job.entry(job.as_str()).or_default().push(e.clone());
+        }
+    }
+    let mut accounts = Vec::with_capacity(definitions.len());
+    for (name, defs) in &definitions {
+        if window.job.as_ref().is_some_and(|j| j != name) {
+            continue;
+        }
+        let stretches = paused(
+            by_job.get(name.as_str()).map_or(&[][..], Vec::as_slice),
+            paused_now.get(name),
+        );
+        // Before the oldest run read nothing can be judged.
+        let from = runs_from.map_or(window.from, |oldest| oldest.max(window.from));
+        let expectation = expected(defs, &stretches, from, window.to);
+        accounts.push(account(
+            name,
+            &expectation,
+            &runs,
+            letters,
+            (window.from, window.to),
+            window.grace,
+            window.now,
+        ));
+    }
+    Ok(Report {
+        accounts,
+        runs_from,
+    })
+}
+
+fn delta(d: Duration) -> TimeDelta {
+    TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX)
+}
+
+/// `at + d`, or the last instant there is.
+fn plus(at: DateTime<Utc>, d: TimeDelta) -> DateTime<Utc> {
+    at.checked_add_signed(d).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+#[cfg(test)]
+mod tests;

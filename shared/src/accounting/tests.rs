@@ -1,0 +1,307 @@
+//! Unit tests of the expected occurrences (revisions, pauses, bounds) and of the
+//! classification of runs.
+
+use std::path::Path;
+
+use super::*;
+
+fn t(text: &str) -> DateTime<Utc> {
+    text.parse().expect("valid instant")
+}
+
+/// The one job of a config whose `[[job]]` table is `job`.
+fn job(table: &str) -> Job {
+    let text = format!("[[job]]\nname = \"j\"\ncommand = [\"true\"]\ntimeout = \"5s\"\n{table}\n");
+    let config = Config::from_toml_at(&text, Path::new("cronq.toml"), t("2026-01-01T00:00:00Z"))
+        .expect("valid config");
+    config.jobs[0].clone()
+}
+
+fn file(table: &str) -> Definition {
+    Definition {
+        since: None,
+        until: None,
+        job: job(table),
+    }
+}
+
+fn instants(e: &Expectation) -> Vec<String> {
+    e.occurrences
+        .iter()
+        .map(|o| o.at.format("%H:%M:%S").to_string())
+        .collect()
+}
+
+#[test]
+fn a_range_includes_both_ends() {
+    let e = expected(
+        &[file("schedule = \"@every 10s\"")],
+        &[],
+        t("2026-03-01T10:00:00Z"),
+        t("2026-03-01T10:00:30Z"),
+    );
+    assert_eq!(
+        instants(&e),
+        ["10:00:00", "10:00:10", "10:00:20", "10:00:30"]
+    );
+    assert!(e.occurrences.iter().all(|o| !o.optional));
+    assert_eq!(e.paused, 0);
+}
+
+#[test]
+fn start_at_and_end_at_bound_the_expectation() {
+    let def = file(
+        "schedule = \"@every 10s\"\nstart_at = \"2026-03-01T10:00:15Z\"\nend_at = \"2026-03-01T10:00:40Z\"",
+    );
+    let e = expected(
+        &[def],
+        &[],
+        t("2026-03-01T10:00:00Z"),
+        t("2026-03-01T10:01:00Z"),
+    );
+    assert_eq!(instants(&e), ["10:00:20", "10:00:30", "10:00:40"]);
+}
+
+#[test]
+fn each_revision_expects_its_own_schedule_from_its_time() {
+    let created = t("2026-03-01T10:00:05Z");
+    let changed = t("2026-03-01T10:00:42Z");
+    let deleted = t("2026-03-01T10:01:30Z");
+    let defs = [
+        Definition {
+            since: Some(created),
+            until: Some(changed),
+            job: job("schedule = \"@every 10s\""),
+        },
+        Definition {
+            since: Some(changed),
+            until: Some(deleted),
+            job: job("schedule = \"@every 20s\""),
+        },
+    ];
+    let e = expected(
+        &defs,
+        &[],
+        t("2026-03-01T10:00:00Z"),
+        t("2026-03-01T10:03:00Z"),
+    );
+    // Nothing before the creation, the 10 s schedule up to the change, the 20 s one from
+    // the change to the delete, nothing after.
+    assert_eq!(
+        instants(&e),
+        [
+            "10:00:10", "10:00:20", "10:00:30", "10:00:40", "10:01:00", "10:01:20"
+        ]
+    );
+    let optional: Vec<bool> = e.occurrences.iter().map(|o| o.optional).collect();
+    assert_eq!(optional, [false, false, false, false, false, false]);
+
+    // An occurrence within the settle time of a change is optional.
+    let e = expected(
+        &defs[1..],
+        &[],
+        t("2026-03-01T10:00:00Z"),
+        t("2026-03-01T10:01:30Z"),
+    );
+    assert_eq!(instants(&e), ["10:01:00", "10:01:20"]);
+    let soon = Definition {
+        since: Some(t("2026-03-01T10:00:59Z")),
+        ..defs[1].clone()
+    };
+    let e = expected(
+        &[soon],
+        &[],
+        t("2026-03-01T10:00:00Z"),
+        t("2026-03-01T10:01:30Z"),
+    );
+    assert!(e.occurrences[0].optional, "{e:?}");
+    assert!(!e.occurrences[1].optional, "{e:?}");
+}
+
+#[test]
+fn a_paused_stretch_is_not_expected_and_its_edges_are_optional() {
+    let pause = |at: &str| audit::Entry {
+        at: t(at),
+        ..audit::Entry::done("pause", "me", "cli").job(Some("j"))
+    };
+    let resume = |at: &str| audit::Entry {
+        at: t(at),
+        ..audit::Entry::done("resume", "me", "cli").job(Some("j"))
+    };
+    let noop = resume("2026-03-01T10:00:12Z").detail(Some("was not paused".into()));
+    let refused = pause("2026-03-01T10:00:02Z").refused("not allowed");
+    let stretches = paused(
+        &[
+            resume("2026-03-01T10:00:41Z"),
+            pause("2026-03-01T10:00:15Z"),
+            noop,
+            refused,
+        ],
+        None,
+    );
+    assert_eq!(
+        stretches,
+        [Stretch {
+            from: Some(t("2026-03-01T10:00:15Z")),
+            to: Some(t("2026-03-01T10:00:41Z")),
+        }]
+    );
+    let e = expected(
+        &[file("schedule = \"@every 10s\"")],
+        &stretches,
+        t("2026-03-01T10:00:00Z"),
+        t("2026-03-01T10:01:00Z"),
+    );
+    assert_eq!(
+        instants(&e),
+        ["10:00:00", "10:00:10", "10:00:50", "10:01:00"]
+    );
+    assert_eq!(e.paused, 3, "10:00:20, :30 and :40");
+
+    // The control store's pause in force holds to the end, even without a log entry.
+    let now = paused(
+        &[],
+        Some(&Pause {
+            since: t("2026-03-01T10:00:35Z"),
+            note: None,
+        }),
+    );
+    let e = expected(
+        &[file("schedule = \"@every 10s\"")],
+        &now,
+        t("2026-03-01T10:00:00Z"),
+        t("2026-03-01T10:01:00Z"),
+    );
+    assert_eq!(
+        instants(&e),
+        ["10:00:00", "10:00:10", "10:00:20", "10:00:30"]
+    );
+    assert!(
+        !e.occurrences[3].optional,
+        "5 s before the pause is past SETTLE"
+    );
+    assert_eq!(e.paused, 3);
+}
+
+#[test]
+fn a_resume_without_its_pause_counts_as_paused_from_the_start() {
+    let resume = audit::Entry {
+        at: t("2026-03-01T10:00:25Z"),
+        ..audit::Entry::done("resume", "me", "cli").job(Some("j"))
+    };
+    let stretches = paused(&[resume], None);
+    let e = expected(
+        &[file("schedule = \"@every 10s\"")],
+        &stretches,
+        t("2026-03-01T10:00:00Z"),
+        t("2026-03-01T10:00:40Z"),
+    );
+    assert_eq!(instants(&e), ["10:00:30", "10:00:40"]);
+}
+
+fn run(key: &OccurrenceKey, attempt: u32, outcome: Outcome) -> Run {
+    Run {
+        key: key.clone(),
+        job: key.job().clone(),
+        attempt,
+        consumer: "c".into(),
+        started_at: key.scheduled_at().unwrap_or_else(Utc::now),
+        duration: Duration::from_millis(10),
+        outcome,
+        error: None,
+        published_at: None,
+    }
+}
+
+#[test]
+fn runs_classify_each_occurrence_and_name_every_gap() {
+    let name = JobName::new("j").unwrap();
+    let (from, to) = (t("2026-03-01T10:00:00Z"), t("2026-03-01T10:01:00Z"));
+    let e = expected(&[file("schedule = \"@every 10s\"")], &[], from, to);
+    let key = |at: &str| OccurrenceKey::scheduled(name.clone(), t(at));
+    let k0 = key("2026-03-01T10:00:00Z");
+    let k1 = key("2026-03-01T10:00:10Z");
+    let k2 = key("2026-03-01T10:00:20Z");
+    let k3 = key("2026-03-01T10:00:30Z");
+    let k4 = key("2026-03-01T10:00:40Z");
+    let k5 = key("2026-03-01T10:00:50Z");
+    let k6 = key("2026-03-01T10:01:00Z");
+    let runs = by_key([
+        run(&k0, 1, Outcome::Succeeded),
+        run(&k1, 1, Outcome::Retrying),
+        run(&k1, 2, Outcome::Failed),
+        run(&k2, 1, Outcome::Succeeded),
+        run(&k2, 1, Outcome::Succeeded),
+        run(&k3, 1, Outcome::Interrupted),
+        run(&k5, 1, Outcome::Skipped),
+        // A manual trigger's run does not count.
+        run(&OccurrenceKey::manual(name.clone()), 1, Outcome::Succeeded),
+    ]);
+    let stray = key("2026-03-01T10:00:05Z");
+    let letters: HashMap<String, String> = [
+        (k1.as_str().to_owned(), "failed".to_owned()),
+        (k5.as_str().to_owned(), "unknown job".to_owned()),
+        (stray.as_str().to_owned(), "no handler".to_owned()),
+    ]
+    .into();
+    // Judged well after: every gap shows.
+    let now = t("2026-03-01T11:00:00Z");
+    let a = account(&name, &e, &runs, &letters, (from, to), DEFAULT_GRACE, now);
+    assert_eq!(a.expected, 7);
+    assert_eq!(a.count(Outcome::Succeeded), 2);
+    assert_eq!(a.count(Outcome::Failed), 1);
+    assert_eq!(a.count(Outcome::Skipped), 1);
+    assert_eq!(a.pending, 0);
+    let gaps: Vec<(String, &str)> = a
+        .gaps
+        .iter()
+        .map(|(k, g)| (k.to_string(), g.kind()))
+        .collect();
+    assert_eq!(
+        gaps,
+        [
+            (k2.to_string(), "succeeded_twice"),
+            (k3.to_string(), "unfinished"),
+            (k4.to_string(), "never_published"),
+            (k5.to_string(), "dead_letter_without_failed"),
+            (k6.to_string(), "never_published"),
+            (stray.to_string(), "dead_letter_without_failed"),
+        ]
+    );
+    assert_eq!(
+        a.gaps[1].1.to_string(),
+        "published but without a terminal state (last attempt interrupted)"
+    );
+
+    // Judged right after `to`: the last ones are still within their time to end.
+    let soon = t("2026-03-01T10:01:20Z");
+    let a = account(
+        &name,
+        &e,
+        &runs,
+        &HashMap::new(),
+        (from, to),
+        DEFAULT_GRACE,
+        soon,
+    );
+    assert_eq!(a.pending, 3, "10:00:30 (interrupted), :40, 10:01:00: {a:?}");
+    assert_eq!(a.gaps.len(), 1, "the double success only: {a:?}");
+    let a = account(
+        &name,
+        &e,
+        &runs,
+        &HashMap::new(),
+        (from, to),
+        Duration::ZERO,
+        soon,
+    );
+    assert_eq!(
+        a.pending, 1,
+        "the interrupted one may still be retried: {a:?}"
+    );
+    assert_eq!(
+        a.gaps.len(),
+        3,
+        "10:00:40 and 10:01:00 never published: {a:?}"
+    );
+}

@@ -1,0 +1,189 @@
+//! `cronq verify`: every occurrence the schedules expected in a range and what became of
+//! it, with every gap named; glue over `cronq_shared::accounting`, which the leader's
+//! continuous check (`cronq_producer::accounting_check`) uses too.
+
+use std::collections::HashMap;
+
+use anyhow::Context as _;
+use chrono::Utc;
+use cronq_shared::accounting::{self, Account, Report, Sources, Window};
+use cronq_shared::broker::bounded;
+use cronq_shared::runlog::{DEFAULT_MAX_RUNS, Outcome};
+use serde_json::json;
+
+use super::settings::UsageError;
+use crate::cli::{Cli, VerifyArgs};
+use crate::ops::lookup;
+use crate::output::{self, Table};
+
+/// The outcomes a table shows, in its column order.
+const SHOWN: [Outcome; 5] = [
+    Outcome::Succeeded,
+    Outcome::Failed,
+    Outcome::Skipped,
+    Outcome::Cancelled,
+    Outcome::Missed,
+];
+
+/// Accounts for the range of `args` and prints a table per job and a line per gap (or one
+/// JSON document).
+///
+/// # Errors
+/// A usage error for a bad `--from`/`--to`, a range that ends before it starts, an unknown
+/// `--job`; the stores or the queue unreachable; and, after printing, an error (exit 1)
+/// when there is any gap.
+pub async fn run(cli: &Cli, args: &VerifyArgs) -> anyhow::Result<()> {
+    let from = lookup::instant("--from", &args.from)?;
+    let to = lookup::instant("--to", &args.to)?;
+    if to < from {
+        return Err(UsageError(format!(
+            "--to {} is before --from {}: give the range's first instant to --from",
+            args.to, args.from
+        ))
+        .into());
+    }
+    let config = super::settings::load_config(cli)?;
+    let job = match &args.job {
+        Some(name) => Some(lookup::job_filter(cli, name).await?),
+        None => None,
+    };
+    let target = super::settings::target(cli)?;
+    let (stores, queue) = lookup::stores_and_queue(&target, config.longest_retention()).await?;
+    let letters = bounded("list dead letters", queue.port().dead_letters()).await;
+    queue.close().await;
+    let letters = letters
+        .map_err(|e| anyhow::Error::new(e).context("while listing the dead-letter queue"))?;
+    let letters: HashMap<String, String> = letters
+        .into_iter()
+        .filter_map(|l| Some((l.key?, l.reason)))
+        .collect();
+    let paused_now = stores
+        .control
+        .paused()
+        .await
+        .context("while reading the pauses")?;
+    let window = Window {
+        from,
+        to,
+        grace: args.grace,
+        now: Utc::now(),
+        job,
+        max_runs: DEFAULT_MAX_RUNS,
+    };
+    let sources = Sources {
+        runlog: &*stores.runlog,
+        audit: &*stores.audit,
+        jobs: &*stores.jobs,
+    };
+    let report = accounting::reconcile(sources, &config, &paused_now, &letters, &window)
+        .await
+        .context("while reading the run history, the audit log and the job store")?;
+    if args.json {
+        output::print_json(&as_json(&report, &window));
+    } else {
+        print_text(&report);
+    }
+    match report.gaps() {
+        0 => Ok(()),
+        n => Err(anyhow::anyhow!(
+            "{n} occurrence{} not accounted for in [{}, {}]",
+            if n == 1 { "" } else { "s" },
+            output::utc(from),
+            output::utc(to)
+        )),
+    }
+}
+
+/// The table, then one line per gap, then the notes.
+fn print_text(report: &Report) {
+    if report.accounts.is_empty() {
+        println!("no job to account for");
+        return;
+    }
+    let mut table = Table::new(&[
+        "JOB",
+        "EXPECTED",
+        "SUCCEEDED",
+        "FAILED",
+        "SKIPPED",
+        "CANCELLED",
+        "MISSED",
+        "PENDING",
+        "PAUSED",
+        "GAPS",
+    ]);
+    for a in &report.accounts {
+        let mut row = vec![a.job.clone(), a.expected.to_string()];
+        row.extend(SHOWN.iter().map(|o| a.count(*o).to_string()));
+        row.extend([
+            a.pending.to_string(),
+            a.paused.to_string(),
+            a.gaps.len().to_string(),
+        ]);
+        table.row(row);
+    }
+    print!("{}", table.render());
+    for a in &report.accounts {
+        for (key, gap) in &a.gaps {
+            println!("{key}: {gap}");
+        }
+    }
+    for note in notes(report) {
+        println!("note: {note}");
+    }
+}
+
+/// What the reader must know of the report's limits.
+fn notes(report: &Report) -> Vec<String> {
+    let mut out = Vec::new();
+    for a in report.accounts.iter().filter(|a| a.cut) {
+        out.push(format!(
+            "job {:?}: only its first {} occurrences were accounted for; verify a shorter range",
+            a.job,
+            accounting::MAX_PER_JOB
+        ));
+    }
+    if let Some(oldest) = report.runs_from {
+        out.push(format!(
+            "the run history read starts at {} (its newest {DEFAULT_MAX_RUNS} runs): the occurrences before were not accounted for; verify one job (--job) for more",
+            output::utc(oldest)
+        ));
+    }
+    out
+}
+
+fn as_json(report: &Report, window: &Window) -> serde_json::Value {
+    let jobs: Vec<_> = report.accounts.iter().map(account_json).collect();
+    json!({
+        "from": window.from,
+        "to": window.to,
+        "grace_seconds": window.grace.as_secs(),
+        "gaps": report.gaps(),
+        "jobs": jobs,
+        "notes": notes(report),
+    })
+}
+
+fn account_json(a: &Account) -> serde_json::Value {
+    let gaps: Vec<_> = a
+        .gaps
+        .iter()
+        .map(|(key, gap)| {
+            let mut v = serde_json::to_value(gap).unwrap_or_default();
+            v["key"] = json!(key.as_str());
+            v["what"] = json!(gap.to_string());
+            v
+        })
+        .collect();
+    let mut v = json!({
+        "job": a.job,
+        "expected": a.expected,
+        "pending": a.pending,
+        "paused": a.paused,
+        "gaps": gaps,
+    });
+    for o in SHOWN {
+        v[o.as_str()] = json!(a.count(o));
+    }
+    v
+}
