@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::config::Config;
+use crate::config::{Config, RuntimeCache};
 use crate::jobs::{JobStore, Revision};
 use crate::names::JobName;
 
@@ -38,6 +38,8 @@ pub struct Reloader {
     seen: Option<(u64, Vec<Revision>)>,
     /// Runtime jobs seen in the store, then gone from it (deleted) since.
     deleted: BTreeSet<JobName>,
+    /// The runtime jobs as resolved against `file`, by revision.
+    cache: RuntimeCache,
 }
 
 impl Reloader {
@@ -57,6 +59,7 @@ impl Reloader {
             store: None,
             seen: None,
             deleted: BTreeSet::new(),
+            cache: RuntimeCache::default(),
         };
         (reloader, rx)
     }
@@ -96,6 +99,8 @@ impl Reloader {
                 }
                 info!(path = %self.path.display(), jobs = config.jobs.len(), "config reloaded");
                 self.file = Arc::new(config);
+                // The runtime jobs resolve anew against the new file's defaults and handlers.
+                self.cache = RuntimeCache::default();
                 self.publish();
                 true
             }
@@ -149,12 +154,12 @@ impl Reloader {
     }
 
     /// Publishes the file's config merged with the runtime jobs last read.
-    fn publish(&self) {
+    fn publish(&mut self) {
         let runtime = self.seen.as_ref().map_or(&[][..], |(_, jobs)| &jobs[..]);
         let config = if runtime.is_empty() && self.deleted.is_empty() {
             self.file.clone()
         } else {
-            let (config, merged) = self.file.with_runtime(runtime);
+            let (config, merged) = self.file.with_runtime_cached(runtime, &mut self.cache);
             for name in &merged.shadowed {
                 warn!(job = %name, "runtime job shadowed by the config file's job of the same name: the file's job runs; delete the runtime job or rename one of them");
             }

@@ -10,8 +10,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use cronq_shared::config::{Config, Job};
-use cronq_shared::jobs::{JobStore, Revision};
+use cronq_shared::config::{Config, RuntimeCache};
+use cronq_shared::jobs::JobStore;
 use cronq_shared::names::JobName;
 
 use super::query;
@@ -76,40 +76,6 @@ fn merged_by_name(config: &Config, file_by_name: &[usize], file_len: usize) -> V
     out
 }
 
-/// `file` with the runtime jobs of `revisions` merged in, as `Config::with_runtime` merges
-/// them; a job at the same revision as in `last` is taken from it instead of read again,
-/// so a change of one job among thousands reads one.
-fn merge(file: &Config, revisions: &[Revision], last: &View) -> Config {
-    let file_len = file.jobs.len();
-    let known: HashMap<&str, (u64, &Job)> = last.config.jobs
-        [file_len.min(last.config.jobs.len())..]
-        .iter()
-        .filter_map(|j| {
-            let stamp = last.runtime.get(&j.name)?;
-            Some((j.name.as_str(), (stamp.revision, j)))
-        })
-        .collect();
-    let same = |r: &Revision| {
-        known
-            .get(r.name.as_str())
-            .filter(|(n, _)| *n == r.revision)
-            .map(|(_, job)| *job)
-    };
-    let fresh: Vec<Revision> = revisions
-        .iter()
-        .filter(|r| same(r).is_none())
-        .cloned()
-        .collect();
-    let (mut config, _) = file.with_runtime(&fresh);
-    for r in revisions {
-        if let Some(job) = same(r) {
-            config.runtime_since.insert(job.name.clone(), r.at);
-            config.jobs.push(job.clone());
-        }
-    }
-    config
-}
-
 /// The current [`View`], rebuilt when the job store's version moves.
 pub struct Views {
     file: Arc<Config>,
@@ -118,6 +84,9 @@ pub struct Views {
     store: Arc<dyn JobStore>,
     current: RwLock<Arc<View>>,
     rebuilding: tokio::sync::Mutex<()>,
+    /// The runtime jobs as resolved at their revisions: a change of one among thousands
+    /// resolves that one.
+    cache: Arc<std::sync::Mutex<RuntimeCache>>,
 }
 
 impl Views {
@@ -130,6 +99,7 @@ impl Views {
             store,
             current: RwLock::new(first),
             rebuilding: tokio::sync::Mutex::new(()),
+            cache: Arc::default(),
         }
     }
 
@@ -163,9 +133,12 @@ impl Views {
         };
         let file = self.file.clone();
         let file_by_name = self.file_by_name.clone();
-        let before = last.clone();
+        let cache = self.cache.clone();
         let built = tokio::task::spawn_blocking(move || {
-            let config = merge(&file, &revisions, &before);
+            let mut cache = cache
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let (config, _) = file.with_runtime_cached(&revisions, &mut cache);
             let runtime = revisions
                 .iter()
                 .filter_map(|r| {
@@ -235,26 +208,13 @@ mod tests {
         assert_eq!(order, query::by_name(&config));
 
         // A rebuild reuses the jobs at the same revision and reads the changed one.
-        let last = View {
-            by_name: order,
-            runtime: revisions
-                .iter()
-                .map(|r| {
-                    let stamp = Stamp {
-                        revision: 1,
-                        by: "t".to_owned(),
-                    };
-                    (JobName::new(&r.name).unwrap(), stamp)
-                })
-                .collect(),
-            config: Arc::new(config),
-            version: Some(1),
-        };
+        let mut cache = RuntimeCache::default();
+        let _ = file.with_runtime_cached(&revisions, &mut cache);
         let mut changed = revisions.clone();
         changed[1].revision = 2;
         changed[1].spec = Some("name = \"a\"\nschedule = \"@weekly\"\nhandler = \"ok\"\n".into());
         changed.remove(0);
-        let merged = merge(&file, &changed, &last);
+        let (merged, _) = file.with_runtime_cached(&changed, &mut cache);
         let names: Vec<&str> = merged.jobs.iter().map(|j| j.name.as_str()).collect();
         assert_eq!(names.len(), 4, "{names:?}");
         assert!(!names.contains(&"z"), "a deleted job stays: {names:?}");

@@ -40,7 +40,7 @@ use std::time::Duration;
 use chrono_tz::Tz;
 
 pub use error::{ConfigError, Problem};
-pub use runtime::{Merged, RuntimeJob};
+pub use runtime::{Merged, RuntimeCache, RuntimeJob};
 pub use secret::{Origin, Secret};
 pub use suggest::did_you_mean;
 

@@ -6,7 +6,7 @@
 //! Invariant: a runtime job names its handler and carries nothing else of it: a command
 //! line, a URL or a command's start fields are refused, so none travels through the store.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use chrono::Utc;
@@ -29,6 +29,31 @@ pub struct RuntimeJob {
     pub job: Job,
     /// Its `[[job]]` table as TOML text.
     pub spec: String,
+}
+
+/// What merging runtime jobs keeps from one merge to the next: each job as resolved at its
+/// revision, and the parsed schedules and settings the jobs share. A change of one job
+/// among thousands resolves that one; jobs with one schedule share its parsed state (a
+/// cron expression's is about 5 KiB), as the file's jobs do.
+///
+/// Invariant: it holds jobs resolved against one config: start a new one when the config
+/// they resolve against (its `[defaults]`, `[handlers.NAME]`) changes.
+#[derive(Debug)]
+pub struct RuntimeCache {
+    /// By name: the revision resolved, and the job or why it does not resolve.
+    resolved: HashMap<String, (u64, Result<Job, String>)>,
+    schedules: Interner,
+    sharing: Sharing,
+}
+
+impl Default for RuntimeCache {
+    fn default() -> Self {
+        Self {
+            resolved: HashMap::new(),
+            schedules: Interner::new(Utc::now()),
+            sharing: Sharing::default(),
+        }
+    }
 }
 
 /// Runtime jobs merged into a config: who was left out, and why.
@@ -148,12 +173,17 @@ impl Config {
     /// # Errors
     /// Every problem, one per line.
     pub fn runtime_job(&self, spec: &str) -> Result<Job, String> {
+        self.runtime_job_in(spec, &mut RuntimeCache::default())
+    }
+
+    /// [`Config::runtime_job`], sharing schedules and settings through `cache`.
+    fn runtime_job_in(&self, spec: &str, cache: &mut RuntimeCache) -> Result<Job, String> {
         let mut out = Report::default();
         let item = match spec.parse::<Table>() {
             Ok(t) => Value::Table(t),
             Err(err) => return Err(format!("not valid TOML: {}", err.message().trim())),
         };
-        match self.read_runtime(1, item, &mut out) {
+        match self.read_runtime_in(1, item, &mut out, cache) {
             Some(job) if out.problems.is_empty() => Ok(job.job),
             _ => Err(out
                 .problems
@@ -167,6 +197,16 @@ impl Config {
     /// This config with the runtime jobs of `revisions` added after the file's jobs (see
     /// [`Merged`] for those left out).
     pub fn with_runtime(&self, revisions: &[Revision]) -> (Config, Merged) {
+        self.with_runtime_cached(revisions, &mut RuntimeCache::default())
+    }
+
+    /// [`Config::with_runtime`], taking from `cache` each job at the revision it resolved
+    /// before, and keeping there what it resolves now (a deleted job leaves it).
+    pub fn with_runtime_cached(
+        &self,
+        revisions: &[Revision],
+        cache: &mut RuntimeCache,
+    ) -> (Config, Merged) {
         let mut merged = Merged::default();
         let mut config = self.clone();
         if !self.runtime.jobs {
@@ -174,13 +214,27 @@ impl Config {
             return (config, merged);
         }
         let file: HashSet<&str> = self.jobs.iter().map(|j| j.name.as_str()).collect();
+        let listed: HashSet<&str> = revisions.iter().map(|r| r.name.as_str()).collect();
+        cache
+            .resolved
+            .retain(|name, _| listed.contains(name.as_str()));
         for rev in revisions {
             let Some(spec) = &rev.spec else { continue };
             if file.contains(rev.name.as_str()) {
                 merged.shadowed.push(rev.name.clone());
                 continue;
             }
-            match self.runtime_job(spec) {
+            let job = match cache.resolved.get(&rev.name) {
+                Some((n, job)) if *n == rev.revision => job.clone(),
+                _ => {
+                    let job = self.runtime_job_in(spec, cache);
+                    cache
+                        .resolved
+                        .insert(rev.name.clone(), (rev.revision, job.clone()));
+                    job
+                }
+            };
+            match job {
                 Ok(job) => {
                     config.runtime_since.insert(job.name.clone(), rev.at);
                     config.jobs.push(job);
@@ -192,6 +246,16 @@ impl Config {
     }
 
     fn read_runtime(&self, ordinal: usize, item: Value, out: &mut Report) -> Option<RuntimeJob> {
+        self.read_runtime_in(ordinal, item, out, &mut RuntimeCache::default())
+    }
+
+    fn read_runtime_in(
+        &self,
+        ordinal: usize,
+        item: Value,
+        out: &mut Report,
+        cache: &mut RuntimeCache,
+    ) -> Option<RuntimeJob> {
         let spec = match &item {
             Value::Table(t) => toml::to_string(t).unwrap_or_default(),
             _ => String::new(),
@@ -236,10 +300,14 @@ impl Config {
             defaults: &self.defaults,
             handlers: &self.handlers,
         };
-        let mut schedules = Interner::new(Utc::now());
-        let mut sharing = Sharing::default();
         let mut report = Report::default();
-        let job = resolve_job(raw, &context, &mut schedules, &mut sharing, &mut report);
+        let job = resolve_job(
+            raw,
+            &context,
+            &mut cache.schedules,
+            &mut cache.sharing,
+            &mut report,
+        );
         out.problems.extend(report.problems);
         job.map(|job| RuntimeJob { job, spec })
     }
@@ -268,6 +336,53 @@ mod tests {
             by: "t".to_owned(),
             at: Utc::now(),
         }
+    }
+
+    #[test]
+    fn a_cached_merge_resolves_only_the_jobs_whose_revision_moved_and_shares_their_schedules() {
+        let c = config("");
+        let spec = |name: &str, schedule: &str| {
+            format!("name = \"{name}\"\nschedule = \"{schedule}\"\nhandler = \"report\"\n")
+        };
+        let mut revs = vec![
+            rev("a", &spec("a", "0 3 * * *")),
+            rev("b", &spec("b", "0 3 * * *")),
+            rev("c", &spec("c", "61 * * * *")),
+        ];
+        let mut cache = RuntimeCache::default();
+        let (first, merged) = c.with_runtime_cached(&revs, &mut cache);
+        let (plain, plain_merged) = c.with_runtime(&revs);
+        assert_eq!(
+            merged, plain_merged,
+            "the cache changes nothing of the merge"
+        );
+        assert_eq!(merged.invalid.len(), 1, "{merged:?}");
+        let names = |c: &Config| {
+            c.jobs
+                .iter()
+                .map(|j| j.name.to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(&first), names(&plain));
+        let schedule = |c: &Config, n: &str| c.job(n).unwrap().schedule.clone();
+        assert!(
+            schedule(&first, "a").shares_parsed(&schedule(&first, "b")),
+            "one parsed schedule for the jobs that share it"
+        );
+        // b changes; a stays at its revision and is taken from the cache as it was.
+        revs[1] = Revision {
+            revision: 2,
+            ..rev("b", &spec("b", "0 4 * * *"))
+        };
+        let (second, merged) = c.with_runtime_cached(&revs, &mut cache);
+        assert_eq!(merged.invalid.len(), 1, "c is still refused: {merged:?}");
+        assert!(schedule(&first, "a").shares_parsed(&schedule(&second, "a")));
+        assert_eq!(second.job("b").unwrap().schedule.as_str(), "0 4 * * *");
+        // Deleted: gone from the merge and from the cache.
+        revs.remove(0);
+        let (third, _) = c.with_runtime_cached(&revs, &mut cache);
+        assert!(third.job("a").is_none());
+        assert!(!cache.resolved.contains_key("a"));
     }
 
     #[test]
