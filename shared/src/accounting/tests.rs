@@ -272,26 +272,12 @@ fn runs_classify_each_occurrence_and_name_every_gap() {
 
     // Judged right after `to`: the last ones are still within their time to end.
     let soon = t("2026-03-01T10:01:20Z");
-    let a = account(
-        &name,
-        &e,
-        &runs,
-        &HashMap::new(),
-        (from, to),
-        DEFAULT_GRACE,
-        soon,
-    );
+    let soon_with =
+        |grace: Duration| account(&name, &e, &runs, &HashMap::new(), (from, to), grace, soon);
+    let a = soon_with(DEFAULT_GRACE);
     assert_eq!(a.pending, 3, "10:00:30 (interrupted), :40, 10:01:00: {a:?}");
     assert_eq!(a.gaps.len(), 1, "the double success only: {a:?}");
-    let a = account(
-        &name,
-        &e,
-        &runs,
-        &HashMap::new(),
-        (from, to),
-        Duration::ZERO,
-        soon,
-    );
+    let a = soon_with(Duration::ZERO);
     assert_eq!(
         a.pending, 1,
         "the interrupted one may still be retried: {a:?}"
