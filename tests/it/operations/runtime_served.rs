@@ -16,8 +16,6 @@ use crate::support::backends::Backend;
 use crate::support::deployment::{Deployment, LEADER, Options, Running, appending_config};
 use crate::support::{TestEnv, eventually, scoped};
 
-/// The consumers' handler, and a file job so that every process has the queue `default`.
-
 fn cli(running: &Running, args: &[&str]) -> (bool, String, String) {
     let out = running.cli(args);
     (
