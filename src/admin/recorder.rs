@@ -74,12 +74,13 @@ impl<R: Recorder> Recorder for JobLabelRecorder<R> {
 #[cfg(test)]
 mod tests {
     use cronq_shared::config::MetricsConfig;
-    use metrics_exporter_prometheus::PrometheusBuilder;
+    use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
     use super::*;
 
-    #[test]
-    fn jobs_past_the_limit_are_counted_under_other() {
+    /// A Prometheus recorder behind a [`JobLabelRecorder`] that labels one job, and the
+    /// handle that renders it.
+    fn limited_to_one_job() -> (JobLabelRecorder<PrometheusRecorder>, PrometheusHandle) {
         let prometheus = PrometheusBuilder::new().build_recorder();
         let handle = prometheus.handle();
         let recorder = JobLabelRecorder {
@@ -88,6 +89,12 @@ mod tests {
                 job_label_limit: Some(1),
             }),
         };
+        (recorder, handle)
+    }
+
+    #[test]
+    fn jobs_past_the_limit_are_counted_under_other() {
+        let (recorder, handle) = limited_to_one_job();
         metrics::with_local_recorder(&recorder, || {
             for job in ["a", "b", "c", "a"] {
                 metrics::counter!("t_total", "job" => job, "outcome" => "ok").increment(1);
@@ -121,14 +128,7 @@ mod tests {
 
         use cronq_producer::accounting_check::publish;
 
-        let prometheus = PrometheusBuilder::new().build_recorder();
-        let handle = prometheus.handle();
-        let recorder = JobLabelRecorder {
-            inner: prometheus,
-            labels: JobLabels::new(&MetricsConfig {
-                job_label_limit: Some(1),
-            }),
-        };
+        let (recorder, handle) = limited_to_one_job();
         let gaps = |pairs: &[(&str, f64)]| -> HashMap<String, f64> {
             pairs.iter().map(|(j, n)| ((*j).to_owned(), *n)).collect()
         };

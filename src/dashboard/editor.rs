@@ -26,7 +26,8 @@ use super::audit::{self, Act};
 use super::auth::Role;
 use super::job_api::{self, Change, Refused};
 use super::pages::{
-    Flash, Viewer, authorize, encode, encode_path, error_page, field, form, next_table, render,
+    Flash, Viewer, authorize, authorize_act, encode, encode_path, error_page, field, form,
+    next_table, render,
 };
 use super::snapshot::within;
 
@@ -515,13 +516,9 @@ pub async fn delete(
     let viewer = Viewer::of(app, headers);
     let form = form(body);
     let mut act = Act::new("job.delete", Some(name));
-    let caller = match authorize(app, headers, &form, Role::Admin) {
+    let caller = match authorize_act(app, peer, headers, &viewer, &form, Role::Admin, &act).await {
         Ok(caller) => caller,
-        Err(e) => {
-            let e = ApiError::from(e);
-            audit::note(app, headers, peer, act, Some(&e)).await;
-            return error_page(app, headers, &viewer, e);
-        }
+        Err(page) => return page,
     };
     let page = format!("/jobs/{}", encode_path(name));
     if field(&form, "confirm").is_none() {

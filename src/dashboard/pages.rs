@@ -996,6 +996,27 @@ pub(super) fn authorize(
     app.access.authorize(headers, field(form, "csrf"), need)
 }
 
+/// [`authorize`] for a form that acts: when refused, `act` is noted refused in the audit log
+/// and the answer is the error page.
+pub(super) async fn authorize_act(
+    app: &App,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    viewer: &Viewer,
+    form: &[(String, String)],
+    need: Role,
+    act: &Act,
+) -> Result<Caller, Response> {
+    match authorize(app, headers, form, need) {
+        Ok(caller) => Ok(caller),
+        Err(e) => {
+            let e = ApiError::from(e);
+            audit::note(app, headers, peer, act.clone(), Some(&e)).await;
+            Err(error_page(app, headers, viewer, e))
+        }
+    }
+}
+
 /// `POST /ui/jobs/{job}/{action}`: pause, resume, trigger, backfill from the job's page.
 pub async fn job_action(
     State(app): State<Arc<App>>,
@@ -1019,10 +1040,10 @@ pub async fn job_action(
         },
         Some(&name),
     );
-    if let Err(e) = authorize(&app, &headers, &form, Role::Operator) {
-        let e = ApiError::from(e);
-        audit::note(&app, &headers, peer, act, Some(&e)).await;
-        return error_page(&app, &headers, &viewer, e);
+    if let Err(page) =
+        authorize_act(&app, peer, &headers, &viewer, &form, Role::Operator, &act).await
+    {
+        return page;
     }
     let source = &app.source;
     let done = match action.as_str() {
@@ -1081,10 +1102,11 @@ pub async fn replay(
 ) -> Response {
     let viewer = Viewer::of(&app, &headers);
     let form = form(&body);
-    if let Err(e) = authorize(&app, &headers, &form, Role::Operator) {
-        let e = ApiError::from(e);
-        audit::note(&app, &headers, peer, Act::new("dlq.replay", None), Some(&e)).await;
-        return error_page(&app, &headers, &viewer, e);
+    let mut act = Act::new("dlq.replay", None);
+    if let Err(page) =
+        authorize_act(&app, peer, &headers, &viewer, &form, Role::Operator, &act).await
+    {
+        return page;
     }
     let req = actions::Replay {
         keys: form
@@ -1098,7 +1120,6 @@ pub async fn replay(
     };
     let view = app.view().await;
     let done = actions::replay(&app.source, &view.config, &req).await;
-    let mut act = Act::new("dlq.replay", None);
     if let Ok(v) = &done {
         act.detail = api::detail_of(act.action, v);
     }

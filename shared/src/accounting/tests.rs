@@ -120,13 +120,20 @@ fn each_revision_expects_its_own_schedule_from_its_time() {
 
 #[test]
 fn a_paused_stretch_is_not_expected_and_its_edges_are_optional() {
-    let pause = |at: &str| audit::Entry {
+    let entry = |action: &str, at: &str| audit::Entry {
         at: t(at),
-        ..audit::Entry::done("pause", "me", "cli").job(Some("j"))
+        ..audit::Entry::done(action, "me", "cli").job(Some("j"))
     };
-    let resume = |at: &str| audit::Entry {
-        at: t(at),
-        ..audit::Entry::done("resume", "me", "cli").job(Some("j"))
+    let pause = |at: &str| entry("pause", at);
+    let resume = |at: &str| entry("resume", at);
+    // The occurrences of a job every 10 s over a minute, with these paused stretches.
+    let every_10s = |stretches: &[Stretch]| {
+        expected(
+            &[file("schedule = \"@every 10s\"")],
+            stretches,
+            t("2026-03-01T10:00:00Z"),
+            t("2026-03-01T10:01:00Z"),
+        )
     };
     let noop = resume("2026-03-01T10:00:12Z").detail(Some("was not paused".into()));
     let refused = pause("2026-03-01T10:00:02Z").refused("not allowed");
@@ -146,12 +153,7 @@ fn a_paused_stretch_is_not_expected_and_its_edges_are_optional() {
             to: Some(t("2026-03-01T10:00:41Z")),
         }]
     );
-    let e = expected(
-        &[file("schedule = \"@every 10s\"")],
-        &stretches,
-        t("2026-03-01T10:00:00Z"),
-        t("2026-03-01T10:01:00Z"),
-    );
+    let e = every_10s(&stretches);
     assert_eq!(
         instants(&e),
         ["10:00:00", "10:00:10", "10:00:50", "10:01:00"]
@@ -166,12 +168,7 @@ fn a_paused_stretch_is_not_expected_and_its_edges_are_optional() {
             note: None,
         }),
     );
-    let e = expected(
-        &[file("schedule = \"@every 10s\"")],
-        &now,
-        t("2026-03-01T10:00:00Z"),
-        t("2026-03-01T10:01:00Z"),
-    );
+    let e = every_10s(&now);
     assert_eq!(
         instants(&e),
         ["10:00:00", "10:00:10", "10:00:20", "10:00:30"]
@@ -275,26 +272,12 @@ fn runs_classify_each_occurrence_and_name_every_gap() {
 
     // Judged right after `to`: the last ones are still within their time to end.
     let soon = t("2026-03-01T10:01:20Z");
-    let a = account(
-        &name,
-        &e,
-        &runs,
-        &HashMap::new(),
-        (from, to),
-        DEFAULT_GRACE,
-        soon,
-    );
+    let soon_with =
+        |grace: Duration| account(&name, &e, &runs, &HashMap::new(), (from, to), grace, soon);
+    let a = soon_with(DEFAULT_GRACE);
     assert_eq!(a.pending, 3, "10:00:30 (interrupted), :40, 10:01:00: {a:?}");
     assert_eq!(a.gaps.len(), 1, "the double success only: {a:?}");
-    let a = account(
-        &name,
-        &e,
-        &runs,
-        &HashMap::new(),
-        (from, to),
-        Duration::ZERO,
-        soon,
-    );
+    let a = soon_with(Duration::ZERO);
     assert_eq!(
         a.pending, 1,
         "the interrupted one may still be retried: {a:?}"

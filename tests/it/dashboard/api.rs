@@ -275,14 +275,7 @@ async fn api_on_a_data_file() {
         let data = file.arg();
         // The standalone serves the dashboard itself; `cronq dashboard --data` reads the
         // same file from another process.
-        let inside = dashboard::start(
-            &env,
-            "standalone",
-            &["standalone", "--config", &config, "--data", &data],
-            "--dashboard-addr",
-            true,
-        )
-        .await;
+        let inside = dashboard::standalone(&file, &[], true).await;
         let outside = dashboard::start(
             &env,
             "dashboard",

@@ -14,8 +14,10 @@ use chrono::Datelike as _;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use super::roles::{ADMIN, JOBS, OPERATOR, cli_as_alice, log_in, page, send, tokens_file};
-use crate::support::cli;
+use super::roles::{
+    ADMIN, JOBS, OPERATOR, cli_as_alice, data_file_with_tokens, fleet_with_tokens, page, send,
+    session,
+};
 use crate::support::dashboard::{self, Dashboard};
 use crate::support::data_file::DataFile;
 use crate::support::producer_process::LEADER;
@@ -61,7 +63,7 @@ async fn post_form(
 
 /// `cronq job get NAME --json` on the same state: the revision, or `None` when the CLI
 /// says there is no such job.
-fn job_get(env: &TestEnv, target: &[&str], name: &str) -> Option<Value> {
+fn job_get(env: &TestEnv, target: &[String], name: &str) -> Option<Value> {
     let out = env
         .cronq()
         .args(target)
@@ -100,13 +102,9 @@ fn entry(who: &str, action: &str, outcome: &str) -> (String, String, String) {
 
 /// The whole scenario against a dashboard `d` started with the tokens file; `target` are
 /// the CLI's flags for the same state.
-async fn editor(env: &TestEnv, d: &Dashboard, target: &[&str]) {
-    let (s, admin) = log_in(d, ADMIN).await;
-    assert_eq!(s, StatusCode::SEE_OTHER);
-    let admin = admin.expect("a session cookie");
-    let (s, operator) = log_in(d, OPERATOR).await;
-    assert_eq!(s, StatusCode::SEE_OTHER);
-    let operator = operator.expect("a session cookie");
+async fn editor(env: &TestEnv, d: &Dashboard, target: &[String]) {
+    let admin = session(d, ADMIN).await;
+    let operator = session(d, OPERATOR).await;
 
     // The admin sees "New job"; its form lists the config's handlers.
     let (s, html) = page(d, "/jobs", &admin).await;
@@ -395,17 +393,8 @@ async fn editor(env: &TestEnv, d: &Dashboard, target: &[&str]) {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_editor_over_rabbitmq_and_redis() {
     scoped("editor-fleet", |env: TestEnv| async move {
-        let config = cli::config(&env, JOBS);
-        let tokens = tokens_file(&env);
-        let d = dashboard::start(
-            &env,
-            "dashboard",
-            &["dashboard", "--config", &config, "--tokens-file", &tokens],
-            "--addr",
-            false,
-        )
-        .await;
-        editor(&env, &d, &["--config", &config]).await;
+        let (d, target) = fleet_with_tokens(&env).await;
+        editor(&env, &d, &target).await;
     })
     .await;
 }
@@ -413,27 +402,8 @@ async fn the_editor_over_rabbitmq_and_redis() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_editor_on_a_data_file() {
     scoped("editor-data", |env: TestEnv| async move {
-        let file = DataFile::new(&env, &format!("{LEADER}\n{JOBS}"));
-        let config = file.config.to_string_lossy().into_owned();
-        let data = file.arg();
-        let tokens = tokens_file(&env);
-        let d = dashboard::start(
-            &env,
-            "standalone",
-            &[
-                "standalone",
-                "--config",
-                &config,
-                "--data",
-                &data,
-                "--tokens-file",
-                &tokens,
-            ],
-            "--dashboard-addr",
-            false,
-        )
-        .await;
-        editor(&env, &d, &["--config", &config, "--data", &data]).await;
+        let (d, target) = data_file_with_tokens(&env).await;
+        editor(&env, &d, &target).await;
     })
     .await;
 }
@@ -442,16 +412,7 @@ async fn the_editor_on_a_data_file() {
 async fn a_browser_creates_a_job_through_the_form() {
     scoped("editor-browser", |env: TestEnv| async move {
         let file = DataFile::new(&env, &format!("{LEADER}\n{JOBS}"));
-        let config = file.config.to_string_lossy().into_owned();
-        let data = file.arg();
-        let d = dashboard::start(
-            &env,
-            "standalone",
-            &["standalone", "--config", &config, "--data", &data],
-            "--dashboard-addr",
-            true,
-        )
-        .await;
+        let d = dashboard::standalone(&file, &[], true).await;
         let b = dashboard::Browser::start().await;
         b.goto(&d.url("/login?next=/jobs")).await;
         b.type_into("#token", dashboard::TOKEN).await;
@@ -490,8 +451,7 @@ async fn a_browser_creates_a_job_through_the_form() {
             page.contains("created job") && page.contains("browsed"),
             "{page}"
         );
-        let got = job_get(&env, &["--config", &config, "--data", &data], "browsed")
-            .expect("created through the browser");
+        let got = job_get(&env, &file.target(), "browsed").expect("created through the browser");
         assert_eq!(got["by"], "admin", "{got}");
         assert!(
             got["spec"]

@@ -34,6 +34,46 @@ pub(super) fn tokens_file(env: &TestEnv) -> String {
     path.to_string_lossy().into_owned()
 }
 
+/// A `cronq dashboard` over RabbitMQ and Redis started with the tokens file, and the CLI's
+/// flags for the same state (`--config`).
+pub(super) async fn fleet_with_tokens(env: &TestEnv) -> (Dashboard, Vec<String>) {
+    let config = cli::config(env, JOBS);
+    let tokens = tokens_file(env);
+    let d = dashboard::start(
+        env,
+        "dashboard",
+        &["dashboard", "--config", &config, "--tokens-file", &tokens],
+        "--addr",
+        false,
+    )
+    .await;
+    (d, vec!["--config".to_owned(), config])
+}
+
+/// A standalone on a data file serving the dashboard with the tokens file, and the CLI's
+/// flags for the same state (`--config`, `--data`).
+pub(super) async fn data_file_with_tokens(env: &TestEnv) -> (Dashboard, Vec<String>) {
+    let file = DataFile::new(env, &format!("{LEADER}\n{JOBS}"));
+    let tokens = tokens_file(env);
+    let d = dashboard::standalone(&file, &["--tokens-file", &tokens], false).await;
+    (d, file.target())
+}
+
+/// A request with `token` and no other header, asserting it is answered `expected`: the
+/// answer's body.
+async fn call(
+    d: &Dashboard,
+    method: reqwest::Method,
+    path: &str,
+    token: &str,
+    body: Option<String>,
+    expected: StatusCode,
+) -> Value {
+    let (s, v) = send(d, method.clone(), path, token, &[], body).await;
+    assert_eq!(s, expected, "{method} {path}: {v}");
+    v
+}
+
 pub(super) async fn send(
     d: &Dashboard,
     method: reqwest::Method,
@@ -102,6 +142,13 @@ pub(super) async fn log_in(d: &Dashboard, token: &str) -> (StatusCode, Option<St
     (resp.status(), session)
 }
 
+/// Logs in through the form with `token`, asserting it is let in: the session cookie.
+pub(super) async fn session(d: &Dashboard, token: &str) -> String {
+    let (s, session) = log_in(d, token).await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    session.expect("a session cookie")
+}
+
 /// GET `path` with the session cookie `session`: the status and the page.
 pub(super) async fn page(d: &Dashboard, path: &str, session: &str) -> (StatusCode, String) {
     let resp = reqwest::Client::new()
@@ -114,7 +161,7 @@ pub(super) async fn page(d: &Dashboard, path: &str, session: &str) -> (StatusCod
 }
 
 /// `cronq ARGS` as the OS user `alice`, asserting it succeeds; its stdout.
-pub(super) fn cli_as_alice(env: &TestEnv, target: &[&str], args: &[&str]) -> String {
+pub(super) fn cli_as_alice(env: &TestEnv, target: &[String], args: &[&str]) -> String {
     let out = env
         .cronq()
         .env("USER", "alice")
@@ -157,23 +204,22 @@ fn rows(entries: &Value) -> Vec<(String, String, String, String, String)> {
 
 /// The whole scenario against a dashboard `d` started with the tokens file; `target` are
 /// the CLI's flags for the same state (`--config`, and `--data` for a data file).
-async fn roles_and_audit(env: &TestEnv, d: &Dashboard, target: &[&str]) {
+async fn roles_and_audit(env: &TestEnv, d: &Dashboard, target: &[String]) {
     let post = reqwest::Method::POST;
     let put = reqwest::Method::PUT;
     let job = "schedule = \"@hourly\"\nhandler = \"ok\"\n".to_owned();
 
     // A viewer reads but cannot pause; an operator cannot create a job.
     assert_eq!(d.json("/api/v1/jobs").await["total"], 1);
-    let (s, v) = send(
+    let v = call(
         d,
         post.clone(),
         "/api/v1/jobs/tick/pause",
         VIEWER,
-        &[],
         None,
+        StatusCode::FORBIDDEN,
     )
     .await;
-    assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
     assert!(
         v["error"]
             .as_str()
@@ -181,16 +227,15 @@ async fn roles_and_audit(env: &TestEnv, d: &Dashboard, target: &[&str]) {
             .contains("role operator or admin"),
         "{v}"
     );
-    let (s, v) = send(
+    let v = call(
         d,
         put.clone(),
         "/api/v1/jobs/live",
         OPERATOR,
-        &[],
         Some(job.clone()),
+        StatusCode::FORBIDDEN,
     )
     .await;
-    assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
     assert!(v["error"].as_str().unwrap().contains("role admin"), "{v}");
     let (s, v) = send(
         d,
@@ -205,71 +250,65 @@ async fn roles_and_audit(env: &TestEnv, d: &Dashboard, target: &[&str]) {
 
     // The operator's actions.
     let pause = json!({ "note": "maintenance" }).to_string();
-    let (s, v) = send(
+    call(
         d,
         post.clone(),
         "/api/v1/jobs/tick/pause",
         OPERATOR,
-        &[],
         Some(pause),
+        StatusCode::OK,
     )
     .await;
-    assert_eq!(s, StatusCode::OK, "{v}");
-    let (s, v) = send(
+    call(
         d,
         post.clone(),
         "/api/v1/jobs/tick/resume",
         OPERATOR,
-        &[],
         None,
+        StatusCode::OK,
     )
     .await;
-    assert_eq!(s, StatusCode::OK, "{v}");
-    let (s, v) = send(
+    let v = call(
         d,
         post.clone(),
         "/api/v1/jobs/tick/trigger",
         OPERATOR,
-        &[],
         None,
+        StatusCode::OK,
     )
     .await;
-    assert_eq!(s, StatusCode::OK, "{v}");
     let key = v["key"].as_str().unwrap().to_owned();
     let range = json!({ "from": "2026-01-01T00:00:00Z", "to": "2026-01-01T02:00:00Z" }).to_string();
-    let (s, v) = send(
+    call(
         d,
         post.clone(),
         "/api/v1/jobs/tick/backfill",
         OPERATOR,
-        &[],
         Some(range),
+        StatusCode::OK,
     )
     .await;
-    assert_eq!(s, StatusCode::OK, "{v}");
     let all = json!({ "all": true }).to_string();
-    let (s, v) = send(
+    call(
         d,
         post.clone(),
         "/api/v1/dead-letters/replay",
         OPERATOR,
-        &[],
         Some(all),
+        StatusCode::OK,
     )
     .await;
-    assert_eq!(s, StatusCode::OK, "{v}");
 
     // The admin creates and updates a job.
-    let (s, v) = send(
+    call(
         d,
         put.clone(),
         "/api/v1/jobs/live",
         ADMIN,
-        &[],
         Some(job.clone()),
+        StatusCode::CREATED,
     )
     .await;
-    assert_eq!(s, StatusCode::CREATED, "{v}");
     let changed = "schedule = \"@daily\"\nhandler = \"ok\"\n".to_owned();
     let (s, v) = send(
         d,
@@ -300,9 +339,7 @@ async fn roles_and_audit(env: &TestEnv, d: &Dashboard, target: &[&str]) {
     // Log-ins: one with the operator's token, one with a wrong token, one with the
     // viewer's. The operator's session shows the job's actions and the Audit page; the
     // viewer's shows neither.
-    let (s, operator) = log_in(d, OPERATOR).await;
-    assert_eq!(s, StatusCode::SEE_OTHER);
-    let operator = operator.expect("a session cookie");
+    let operator = session(d, OPERATOR).await;
     let (s, html) = page(d, "/jobs/tick", &operator).await;
     assert_eq!(s, StatusCode::OK);
     assert!(
@@ -317,9 +354,7 @@ async fn roles_and_audit(env: &TestEnv, d: &Dashboard, target: &[&str]) {
     );
     let (s, _) = log_in(d, "not-a-token-0123456789").await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
-    let (s, viewer) = log_in(d, VIEWER).await;
-    assert_eq!(s, StatusCode::SEE_OTHER);
-    let viewer = viewer.expect("a session cookie");
+    let viewer = session(d, VIEWER).await;
     let (s, html) = page(d, "/jobs/tick", &viewer).await;
     assert_eq!(s, StatusCode::OK);
     assert!(
@@ -333,18 +368,24 @@ async fn roles_and_audit(env: &TestEnv, d: &Dashboard, target: &[&str]) {
     assert_eq!(s, StatusCode::FORBIDDEN, "{html}");
 
     // The audit log: viewers may not read it; operators may.
-    let (s, v) = send(d, reqwest::Method::GET, "/api/v1/audit", VIEWER, &[], None).await;
-    assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
-    let (s, api) = send(
+    call(
+        d,
+        reqwest::Method::GET,
+        "/api/v1/audit",
+        VIEWER,
+        None,
+        StatusCode::FORBIDDEN,
+    )
+    .await;
+    let api = call(
         d,
         reqwest::Method::GET,
         "/api/v1/audit?limit=500",
         OPERATOR,
-        &[],
         None,
+        StatusCode::OK,
     )
     .await;
-    assert_eq!(s, StatusCode::OK, "{api}");
     let http = "127.0.0.1";
     let o = |who: &str, action: &str, job: &str, outcome: &str, from: &str| {
         (
@@ -410,33 +451,23 @@ async fn roles_and_audit(env: &TestEnv, d: &Dashboard, target: &[&str]) {
     let live: Value = serde_json::from_str(&out).unwrap();
     expected.retain(|r| r.2 == "live");
     assert_eq!(rows(&live), expected, "{live:#}");
-    let (s, v) = send(
+    let v = call(
         d,
         reqwest::Method::GET,
         "/api/v1/audit?job=live&since=2000-01-01T00:00:00Z",
         ADMIN,
-        &[],
         None,
+        StatusCode::OK,
     )
     .await;
-    assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(rows(&v), expected, "{v:#}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn roles_and_audit_over_rabbitmq_and_redis() {
     scoped("roles-fleet", |env: TestEnv| async move {
-        let config = cli::config(&env, JOBS);
-        let tokens = tokens_file(&env);
-        let d = dashboard::start(
-            &env,
-            "dashboard",
-            &["dashboard", "--config", &config, "--tokens-file", &tokens],
-            "--addr",
-            false,
-        )
-        .await;
-        roles_and_audit(&env, &d, &["--config", &config]).await;
+        let (d, target) = fleet_with_tokens(&env).await;
+        roles_and_audit(&env, &d, &target).await;
     })
     .await;
 }
@@ -444,27 +475,8 @@ async fn roles_and_audit_over_rabbitmq_and_redis() {
 #[tokio::test(flavor = "multi_thread")]
 async fn roles_and_audit_on_a_data_file() {
     scoped("roles-data", |env: TestEnv| async move {
-        let file = DataFile::new(&env, &format!("{LEADER}\n{JOBS}"));
-        let config = file.config.to_string_lossy().into_owned();
-        let data = file.arg();
-        let tokens = tokens_file(&env);
-        let d = dashboard::start(
-            &env,
-            "standalone",
-            &[
-                "standalone",
-                "--config",
-                &config,
-                "--data",
-                &data,
-                "--tokens-file",
-                &tokens,
-            ],
-            "--dashboard-addr",
-            false,
-        )
-        .await;
-        roles_and_audit(&env, &d, &["--config", &config, "--data", &data]).await;
+        let (d, target) = data_file_with_tokens(&env).await;
+        roles_and_audit(&env, &d, &target).await;
     })
     .await;
 }
@@ -476,22 +488,31 @@ async fn a_tokens_file_error_names_the_file_and_line() {
         let bad = env.dir.join("tokens");
         std::fs::write(&bad, format!("ada admin {ADMIN}\notto boss {OPERATOR}\n")).unwrap();
         let bad = bad.to_string_lossy().into_owned();
-        let out = env
-            .cronq()
-            .env_remove("CRONQ_DASHBOARD_TOKEN")
-            .args([
-                "dashboard",
-                "--config",
-                &config,
-                "--tokens-file",
-                &bad,
-                "--addr",
-                "127.0.0.1:0",
-            ])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        // `cronq dashboard` with the tokens file, and the old admin token when given,
+        // asserting it exits 2: its stderr.
+        let refused = |admin_token: Option<&str>| {
+            let mut cmd = env.cronq();
+            match admin_token {
+                Some(token) => cmd.env("CRONQ_DASHBOARD_TOKEN", token),
+                None => cmd.env_remove("CRONQ_DASHBOARD_TOKEN"),
+            };
+            let out = cmd
+                .args([
+                    "dashboard",
+                    "--config",
+                    &config,
+                    "--tokens-file",
+                    &bad,
+                    "--addr",
+                    "127.0.0.1:0",
+                ])
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            assert_eq!(out.status.code(), Some(2), "{stderr}");
+            stderr
+        };
+        let stderr = refused(None);
         assert!(
             stderr.contains(&format!("tokens file {bad}, line 2: role \"boss\""))
                 && stderr.contains("viewer, operator or admin"),
@@ -500,22 +521,7 @@ async fn a_tokens_file_error_names_the_file_and_line() {
         assert!(!stderr.contains(OPERATOR), "a secret shown: {stderr}");
         // A tokens file and the old admin token together are refused, naming both.
         std::fs::write(&bad, format!("ada admin {ADMIN}\n")).unwrap();
-        let out = env
-            .cronq()
-            .env("CRONQ_DASHBOARD_TOKEN", ADMIN)
-            .args([
-                "dashboard",
-                "--config",
-                &config,
-                "--tokens-file",
-                &bad,
-                "--addr",
-                "127.0.0.1:0",
-            ])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        let stderr = refused(Some(ADMIN));
         assert!(
             stderr.contains("--tokens-file") && stderr.contains("CRONQ_DASHBOARD_TOKEN"),
             "{stderr}"

@@ -9,21 +9,14 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use crate::support::deployment::{Deployment, LEADER, Running, argv};
+use crate::support::deployment::{Deployment, LEADER, Running, appending_config};
 use crate::support::history::{self, key_at};
 use crate::support::{TestEnv, eventually, scoped};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_leader_killed_right_after_an_apply_loses_no_occurrence_of_the_new_job() {
     scoped("rt-jobs-kill-leader", |env: TestEnv| async move {
-        let script = format!(
-            "echo \"$CRONQ_KEY\" >> '{}'/\"$CRONQ_JOB\".ran",
-            env.dir.display()
-        );
-        let toml = format!(
-            "{LEADER}\n[handlers.append]\ncommand = {}\n\n[[job]]\nname = \"tick\"\nschedule = \"@every 1s\"\nhandler = \"append\"\n",
-            argv(&["/bin/sh", "-c", &script])
-        );
+        let toml = appending_config(&env, LEADER, "");
         let running = Running::start(Deployment::Fleet, &env, &toml).await;
         running
             .until_succeeded("tick", 2, Duration::from_secs(20), "tick to run")

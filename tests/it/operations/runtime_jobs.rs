@@ -5,10 +5,11 @@
 
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Timelike, Utc};
+use chrono::{Timelike, Utc};
 
 use crate::support::backends::Backend;
-use crate::support::deployment::{Deployment, Running, argv};
+use crate::support::deployment::{Deployment, Running, appending_config};
+use crate::support::history::scheduled_at;
 use crate::support::{TestEnv, eventually, scoped};
 
 const LEADER: &str = "[leader]\nlease = \"2s\"\nrenew_deadline = \"1500ms\"\nretry = \"300ms\"\n";
@@ -17,39 +18,9 @@ const LEADER: &str = "[leader]\nlease = \"2s\"\nrenew_deadline = \"1500ms\"\nret
 /// (the poll, 500 ms) plus the tick being published: the contract says 2 s.
 const TAKES_EFFECT: Duration = Duration::from_secs(2);
 
-fn config(env: &TestEnv) -> String {
-    let script = format!(
-        "echo \"$CRONQ_KEY\" >> '{}'/\"$CRONQ_JOB\".ran",
-        env.dir.display()
-    );
-    format!(
-        "{LEADER}\n[handlers.append]\ncommand = {}\n\n[[job]]\nname = \"tick\"\nschedule = \"@every 1s\"\nhandler = \"append\"\n",
-        argv(&["/bin/sh", "-c", &script])
-    )
-}
-
-fn scheduled(key: &str) -> DateTime<Utc> {
-    let (_, at) = key.split_once('@').expect("JOB@TIME");
-    at.parse().unwrap_or_else(|e| panic!("{key}: {e}"))
-}
-
-fn ok(running: &Running, args: &[&str]) -> String {
-    let out = running.cli(args);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "cronq {args:?}: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
 async fn apply_update_delete(backend: Backend, test: &str) {
     scoped(test, move |env: TestEnv| async move {
-        let running = Running::start(Deployment::on(backend), &env, &config(&env)).await;
-        running
-            .until_succeeded("tick", 1, Duration::from_secs(20), "tick to run")
-            .await;
+        let running = Running::start_ticking(Deployment::on(backend), &env, &appending_config(&env, LEADER, "")).await;
 
         // Create.
         let file = env.write_config(
@@ -59,7 +30,7 @@ async fn apply_update_delete(backend: Backend, test: &str) {
         let file = file.to_string_lossy().into_owned();
         let applied = Instant::now();
         let created = Utc::now();
-        let out = ok(&running, &["job", "apply", "-f", &file]);
+        let out = running.ok(&["job", "apply", "-f", &file]);
         assert_eq!(out, "created job \"live\" (revision 1)\n");
         running
             .until_succeeded("live", 1, Duration::from_secs(10), "the applied job to run")
@@ -74,14 +45,14 @@ async fn apply_update_delete(backend: Backend, test: &str) {
         let first = running
             .published("live")
             .iter()
-            .map(|k| scheduled(k))
+            .map(|k| scheduled_at(k))
             .min()
             .expect("published");
         assert!(
             first >= created - chrono::Duration::seconds(1),
             "catch-up starts at the creation: first {first}, created {created}"
         );
-        assert_eq!(ok(&running, &["job", "apply", "-f", &file]), "job \"live\" unchanged (revision 1)\n");
+        assert_eq!(running.ok(&["job", "apply", "-f", &file]), "job \"live\" unchanged (revision 1)\n");
 
         // Update: every third second.
         std::fs::write(
@@ -89,7 +60,7 @@ async fn apply_update_delete(backend: Backend, test: &str) {
             "[[job]]\nname = \"live\"\nschedule = \"*/3 * * * * *\"\nhandler = \"append\"\n",
         )
         .unwrap();
-        let out = ok(&running, &["job", "apply", "-f", &file]);
+        let out = running.ok(&["job", "apply", "-f", &file]);
         assert_eq!(out, "updated job \"live\" (revision 2)\n");
         let updated = Utc::now();
         let effect = updated + chrono::Duration::from_std(TAKES_EFFECT).unwrap();
@@ -97,7 +68,7 @@ async fn apply_update_delete(backend: Backend, test: &str) {
             let after = running
                 .published("live")
                 .iter()
-                .filter(|k| scheduled(k) > effect)
+                .filter(|k| scheduled_at(k) > effect)
                 .count();
             (after >= 2).then_some(())
         })
@@ -105,17 +76,17 @@ async fn apply_update_delete(backend: Backend, test: &str) {
         let off: Vec<String> = running
             .published("live")
             .into_iter()
-            .filter(|k| scheduled(k) > effect && !scheduled(k).second().is_multiple_of(3))
+            .filter(|k| scheduled_at(k) > effect && !scheduled_at(k).second().is_multiple_of(3))
             .collect();
         assert!(off.is_empty(), "old schedule after the update: {off:?}\n{}", running.logs());
 
-        let got = ok(&running, &["job", "get", "live", "--json"]);
+        let got = running.ok(&["job", "get", "live", "--json"]);
         let got: serde_json::Value = serde_json::from_str(&got).unwrap();
         assert_eq!(got["revision"], 2, "{got}");
         assert!(got["spec"].as_str().unwrap().contains("*/3 * * * * *"), "{got}");
 
         // Delete.
-        let out = ok(&running, &["job", "delete", "live"]);
+        let out = running.ok(&["job", "delete", "live"]);
         assert!(out.starts_with("deleted job \"live\" (revision 3)"), "{out}");
         let deleted = Utc::now() + chrono::Duration::from_std(TAKES_EFFECT).unwrap();
         running
@@ -125,11 +96,11 @@ async fn apply_update_delete(backend: Backend, test: &str) {
         let late: Vec<String> = running
             .published("live")
             .into_iter()
-            .filter(|k| scheduled(k) > deleted)
+            .filter(|k| scheduled_at(k) > deleted)
             .collect();
         assert!(late.is_empty(), "published after the delete: {late:?}\n{}", running.logs());
 
-        let history = ok(&running, &["job", "history", "live"]);
+        let history = running.ok(&["job", "history", "live"]);
         let heads: Vec<&str> = history
             .lines()
             .filter(|l| l.starts_with("revision"))
@@ -161,21 +132,18 @@ async fn queued_occurrences_of_a_deleted_job_are_cancelled(backend: Backend, tes
     scoped(test, move |env: TestEnv| async move {
         let toml = format!(
             "{}\n[handlers.slow]\ncommand = [\"/bin/sh\", \"-c\", \"sleep 2\"]\n",
-            config(&env)
+            appending_config(&env, LEADER, "")
         );
-        let running = Running::start(Deployment::on(backend), &env, &toml).await;
-        running
-            .until_succeeded("tick", 1, Duration::from_secs(20), "tick to run")
-            .await;
+        let running = Running::start_ticking(Deployment::on(backend), &env, &toml).await;
         let file = env.write_config(
             "slow.toml",
             "[[job]]\nname = \"slow\"\nschedule = \"@every 1s\"\nhandler = \"slow\"\noverlap = \"queue\"\n",
         );
-        ok(&running, &["job", "apply", "-f", &file.to_string_lossy()]);
+        running.ok(&["job", "apply", "-f", &file.to_string_lossy()]);
         running
             .until_succeeded("slow", 1, Duration::from_secs(15), "slow to run once")
             .await;
-        ok(&running, &["job", "delete", "slow"]);
+        running.ok(&["job", "delete", "slow"]);
         let published = running.published("slow");
         eventually(
             Duration::from_secs(30),
@@ -213,7 +181,7 @@ async fn queued_occurrences_of_a_deleted_job_are_cancelled(backend: Backend, tes
         for e in &cancelled {
             assert_eq!(e.error.as_deref(), Some("job deleted"), "{e:?}");
         }
-        let letters = ok(&running, &["dlq", "list", "--json"]);
+        let letters = running.ok(&["dlq", "list", "--json"]);
         let letters: serde_json::Value = serde_json::from_str(&letters).unwrap();
         let slow = letters["letters"]
             .as_array()

@@ -4,40 +4,13 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use cronq_shared::runlog::Outcome;
 
 use crate::support::backends::Backend;
-use crate::support::deployment::{Deployment, LEADER, Running, argv};
-use crate::support::history;
+use crate::support::deployment::{Deployment, LEADER, Running, appending_config};
+use crate::support::history::{self, scheduled_at};
 use crate::support::{TestEnv, eventually, scoped};
-
-fn config(env: &TestEnv) -> String {
-    let script = format!(
-        "echo \"$CRONQ_KEY\" >> '{}'/\"$CRONQ_JOB\".ran",
-        env.dir.display()
-    );
-    format!(
-        "{LEADER}\n[handlers.append]\ncommand = {}\n\n[[job]]\nname = \"tick\"\nschedule = \"@every 1s\"\nhandler = \"append\"\n",
-        argv(&["/bin/sh", "-c", &script])
-    )
-}
-
-fn ok(running: &Running, args: &[&str]) -> String {
-    let out = running.cli(args);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "cronq {args:?}: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
-fn scheduled(key: &str) -> DateTime<Utc> {
-    let (_, at) = key.split_once('@').expect("JOB@TIME");
-    at.parse().unwrap_or_else(|e| panic!("{key}: {e}"))
-}
 
 /// Every publish of `job` by any producer (or the standalone), with why.
 fn publishes(running: &Running, env: &TestEnv, job: &str) -> Vec<history::Published> {
@@ -56,25 +29,25 @@ fn publishes(running: &Running, env: &TestEnv, job: &str) -> Vec<history::Publis
 
 async fn operations_on_a_runtime_job(backend: Backend, test: &str) {
     scoped(test, move |env: TestEnv| async move {
-        let running = Running::start(Deployment::on(backend), &env, &config(&env)).await;
-        running
-            .until_succeeded("tick", 1, Duration::from_secs(20), "tick to run")
-            .await;
+        let running = Running::start_ticking(
+            Deployment::on(backend),
+            &env,
+            &appending_config(&env, LEADER, ""),
+        )
+        .await;
         let file = env.write_config(
             "rt.toml",
             "[[job]]\nname = \"rt\"\nschedule = \"@every 1s\"\nhandler = \"append\"\n",
         );
-        ok(&running, &["job", "apply", "-f", &file.to_string_lossy()]);
+        running.ok(&["job", "apply", "-f", &file.to_string_lossy()]);
         running
             .until_succeeded("rt", 2, Duration::from_secs(10), "rt to run")
             .await;
 
         // next
-        let next: serde_json::Value = serde_json::from_str(&ok(
-            &running,
-            &["next", "--job", "rt", "--count", "2", "--json"],
-        ))
-        .unwrap();
+        let next: serde_json::Value =
+            serde_json::from_str(&running.ok(&["next", "--job", "rt", "--count", "2", "--json"]))
+                .unwrap();
         assert_eq!(next["jobs"][0]["job"], "rt", "{next}");
         assert_eq!(
             next["jobs"][0]["next"].as_array().unwrap().len(),
@@ -83,25 +56,25 @@ async fn operations_on_a_runtime_job(backend: Backend, test: &str) {
         );
 
         // jobs
-        let jobs = ok(&running, &["jobs"]);
+        let jobs = running.ok(&["jobs"]);
         assert!(jobs.lines().any(|l| l.starts_with("rt ")), "{jobs}");
 
         // pause: nothing published for it past the pause's effect; resume: published again.
-        let out = ok(&running, &["pause", "rt", "--note", "maintenance"]);
+        let out = running.ok(&["pause", "rt", "--note", "maintenance"]);
         assert!(out.starts_with("paused job \"rt\""), "{out}");
         let paused = Utc::now() + chrono::Duration::seconds(2);
         tokio::time::sleep(Duration::from_secs(5)).await;
         let during: Vec<String> = running
             .published("rt")
             .into_iter()
-            .filter(|k| scheduled(k) > paused)
+            .filter(|k| scheduled_at(k) > paused)
             .collect();
         assert!(
             during.is_empty(),
             "published while paused: {during:?}\n{}",
             running.logs()
         );
-        let out = ok(&running, &["resume", "rt"]);
+        let out = running.ok(&["resume", "rt"]);
         assert!(out.starts_with("resumed job \"rt\""), "{out}");
         let resumed = Utc::now();
         eventually(
@@ -111,14 +84,14 @@ async fn operations_on_a_runtime_job(backend: Backend, test: &str) {
                 running
                     .published("rt")
                     .iter()
-                    .any(|k| scheduled(k) > resumed)
+                    .any(|k| scheduled_at(k) > resumed)
                     .then_some(())
             },
         )
         .await;
 
         // trigger: its own key, which runs.
-        let key = ok(&running, &["trigger", "rt"]).trim().to_owned();
+        let key = running.ok(&["trigger", "rt"]).trim().to_owned();
         assert!(key.starts_with("rt@manual-"), "{key}");
         eventually(
             Duration::from_secs(15),
@@ -143,7 +116,7 @@ async fn operations_on_a_runtime_job(backend: Backend, test: &str) {
             .expect("a scheduled success")
             .key;
         let at = done.split_once('@').unwrap().1.to_owned();
-        let out = ok(&running, &["backfill", "rt", "--from", &at, "--to", &at]);
+        let out = running.ok(&["backfill", "rt", "--from", &at, "--to", &at]);
         assert!(out.starts_with("requested backfill"), "{out}");
         eventually(
             Duration::from_secs(15),
@@ -167,7 +140,7 @@ async fn operations_on_a_runtime_job(backend: Backend, test: &str) {
 
         // runs
         let runs: serde_json::Value =
-            serde_json::from_str(&ok(&running, &["runs", "--job", "rt", "--json"])).unwrap();
+            serde_json::from_str(&running.ok(&["runs", "--job", "rt", "--json"])).unwrap();
         let listed = runs["runs"].as_array().unwrap();
         assert!(
             !listed.is_empty() && listed.iter().all(|r| r["job"] == "rt"),
@@ -175,8 +148,8 @@ async fn operations_on_a_runtime_job(backend: Backend, test: &str) {
         );
 
         // After a delete its history stays readable.
-        ok(&running, &["job", "delete", "rt"]);
-        ok(&running, &["runs", "--job", "rt"]);
+        running.ok(&["job", "delete", "rt"]);
+        running.ok(&["runs", "--job", "rt"]);
         let out = running.cli(&["pause", "rt"]);
         assert_eq!(
             out.status.code(),

@@ -13,20 +13,8 @@ use cronq_shared::runlog::Outcome;
 use nix::sys::signal::Signal;
 
 use crate::support::backends::Backend;
-use crate::support::deployment::{Deployment, LEADER, Options, Running, argv};
+use crate::support::deployment::{Deployment, LEADER, Options, Running, appending_config};
 use crate::support::{TestEnv, eventually, scoped};
-
-/// The consumers' handler, and a file job so that every process has the queue `default`.
-fn config(env: &TestEnv, extra: &str) -> String {
-    let script = format!(
-        "echo \"$CRONQ_KEY\" >> '{}'/\"$CRONQ_JOB\".ran",
-        env.dir.display()
-    );
-    format!(
-        "{LEADER}\n[handlers.append]\ncommand = {}\n{extra}\n[[job]]\nname = \"tick\"\nschedule = \"@every 1s\"\nhandler = \"append\"\n",
-        argv(&["/bin/sh", "-c", &script])
-    )
-}
 
 fn cli(running: &Running, args: &[&str]) -> (bool, String, String) {
     let out = running.cli(args);
@@ -37,15 +25,9 @@ fn cli(running: &Running, args: &[&str]) -> (bool, String, String) {
     )
 }
 
-fn ok(running: &Running, args: &[&str]) -> String {
-    let (success, stdout, stderr) = cli(running, args);
-    assert!(success, "cronq {args:?}: {stderr}\n{stdout}");
-    stdout
-}
-
 /// `cronq jobs --json`'s `served` and `unserved_reason` of `job`.
 fn served(running: &Running, job: &str) -> (String, String) {
-    let doc: serde_json::Value = serde_json::from_str(&ok(running, &["jobs", "--json"])).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&running.ok(&["jobs", "--json"])).unwrap();
     let row = doc["jobs"]
         .as_array()
         .unwrap()
@@ -75,10 +57,12 @@ fn gauge(metrics: &str, series: &str) -> Option<f64> {
 
 async fn unserved_until_a_consumer_offers_it(backend: Backend, test: &str) {
     scoped(test, move |env: TestEnv| async move {
-        let running = Running::start(Deployment::on(backend), &env, &config(&env, "")).await;
-        running
-            .until_succeeded("tick", 1, Duration::from_secs(20), "tick to run")
-            .await;
+        let running = Running::start_ticking(
+            Deployment::on(backend),
+            &env,
+            &appending_config(&env, LEADER, ""),
+        )
+        .await;
         let file = env.write_config(
             "ghost.toml",
             "[[job]]\nname = \"ghost\"\nschedule = \"@every 1s\"\nhandler = \"ghost\"\n",
@@ -94,10 +78,7 @@ async fn unserved_until_a_consumer_offers_it(backend: Backend, test: &str) {
                 && stderr.contains("--allow-unknown-handler"),
             "{stderr}"
         );
-        let out = ok(
-            &running,
-            &["job", "apply", "-f", &file, "--allow-unknown-handler"],
-        );
+        let out = running.ok(&["job", "apply", "-f", &file, "--allow-unknown-handler"]);
         assert_eq!(out, "created job \"ghost\" (revision 1)\n");
 
         // Shown as such.
@@ -113,7 +94,7 @@ async fn unserved_until_a_consumer_offers_it(backend: Backend, test: &str) {
         let (state, why) = served(&running, "ghost");
         assert!(why.contains("offers handler \"ghost\""), "{state}: {why}");
         assert_eq!(served(&running, "tick").0, "served");
-        let table = ok(&running, &["jobs"]);
+        let table = running.ok(&["jobs"]);
         assert!(table.lines().next().unwrap().ends_with("SERVED"), "{table}");
         let ghost = table.lines().find(|l| l.starts_with("ghost")).unwrap();
         assert!(ghost.contains("NO: no consumer of queue"), "{table}");
@@ -151,7 +132,11 @@ async fn unserved_until_a_consumer_offers_it(backend: Backend, test: &str) {
         // The consumers define it and reload: served again, and it runs.
         std::fs::write(
             running.config_path(),
-            config(&env, "\n[handlers.ghost]\ncommand = [\"/bin/true\"]\n"),
+            appending_config(
+                &env,
+                LEADER,
+                "\n[handlers.ghost]\ncommand = [\"/bin/true\"]\n",
+            ),
         )
         .unwrap();
         let reloaded: Vec<u32> = match running.consumers() {
@@ -208,7 +193,7 @@ async fn a_standalone_shows_a_runtime_job_its_consumer_half_does_not_serve() {
 /// Dead letters of `job` in `cronq dlq list --json`.
 fn letters_of(running: &Running, job: &str) -> usize {
     let letters: serde_json::Value =
-        serde_json::from_str(&ok(running, &["dlq", "list", "--json"])).unwrap();
+        serde_json::from_str(&running.ok(&["dlq", "list", "--json"])).unwrap();
     letters["letters"]
         .as_array()
         .unwrap()
@@ -265,8 +250,13 @@ async fn a_consumer_started_after_a_delete_cancels_the_queued_occurrences() {
             consumers: 0,
             ..Options::default()
         };
-        let running =
-            Running::start_with(Deployment::Fleet, &env, &config(&env, ""), options).await;
+        let running = Running::start_with(
+            Deployment::Fleet,
+            &env,
+            &appending_config(&env, LEADER, ""),
+            options,
+        )
+        .await;
         eventually(Duration::from_secs(20), "a leader", || async {
             running.leader().map(|_| ())
         })
@@ -275,7 +265,7 @@ async fn a_consumer_started_after_a_delete_cancels_the_queued_occurrences() {
             "gone.toml",
             "[[job]]\nname = \"gone\"\nschedule = \"@every 1s\"\nhandler = \"append\"\n",
         );
-        ok(&running, &["job", "apply", "-f", &file.to_string_lossy()]);
+        running.ok(&["job", "apply", "-f", &file.to_string_lossy()]);
         eventually(
             Duration::from_secs(15),
             "three occurrences queued",
@@ -288,7 +278,7 @@ async fn a_consumer_started_after_a_delete_cancels_the_queued_occurrences() {
             || async { (served(&running, "gone").0 == "no consumer").then_some(()) },
         )
         .await;
-        ok(&running, &["job", "delete", "gone"]);
+        running.ok(&["job", "delete", "gone"]);
         // Past the delete's effect: nothing more is published for it.
         tokio::time::sleep(Duration::from_secs(3)).await;
         let published = running.published("gone");
@@ -321,16 +311,13 @@ async fn a_consumer_started_after_a_delete_cancels_the_queued_occurrences() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_standalone_restarted_after_a_delete_cancels_the_queued_occurrences() {
     scoped("served-deleted-data", |env: TestEnv| async move {
-        let toml = config(&env, "\n[handlers.slow]\ncommand = [\"/bin/sh\", \"-c\", \"sleep 3\"]\n");
-        let running = Running::start(Deployment::on(Backend::Sqlite), &env, &toml).await;
-        running
-            .until_succeeded("tick", 1, Duration::from_secs(20), "tick to run")
-            .await;
+        let toml = appending_config(&env, LEADER, "\n[handlers.slow]\ncommand = [\"/bin/sh\", \"-c\", \"sleep 3\"]\n");
+        let running = Running::start_ticking(Deployment::on(Backend::Sqlite), &env, &toml).await;
         let file = env.write_config(
             "slow.toml",
             "[[job]]\nname = \"slow\"\nschedule = \"@every 1s\"\nhandler = \"slow\"\noverlap = \"queue\"\n",
         );
-        ok(&running, &["job", "apply", "-f", &file.to_string_lossy()]);
+        running.ok(&["job", "apply", "-f", &file.to_string_lossy()]);
         running
             .until_succeeded("slow", 1, Duration::from_secs(15), "slow to run once")
             .await;
@@ -339,7 +326,7 @@ async fn a_standalone_restarted_after_a_delete_cancels_the_queued_occurrences() 
         };
         env.signal(pid, Signal::SIGTERM);
         assert!(env.wait(pid, Duration::from_secs(40)).is_some(), "the standalone to stop");
-        ok(&running, &["job", "delete", "slow"]);
+        running.ok(&["job", "delete", "slow"]);
         let succeeded: BTreeSet<String> = running
             .entries("slow")
             .await
@@ -378,12 +365,9 @@ async fn the_dashboard_shows_which_jobs_are_unserved() {
     scoped("served-dashboard", |env: TestEnv| async move {
         let toml = format!(
             "{}\n[[job]]\nname = \"orphan\"\nschedule = \"@every 1s\"\nhandler = \"nobody\"\n",
-            config(&env, "")
+            appending_config(&env, LEADER, "")
         );
-        let running = Running::start(Deployment::on(Backend::Sqlite), &env, &toml).await;
-        running
-            .until_succeeded("tick", 1, Duration::from_secs(20), "tick to run")
-            .await;
+        let running = Running::start_ticking(Deployment::on(Backend::Sqlite), &env, &toml).await;
         let cfg = running.config_path().to_string_lossy().into_owned();
         let data = crate::support::ports::data_file(&env);
         let d = crate::support::dashboard::start(

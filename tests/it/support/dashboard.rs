@@ -8,6 +8,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::Value;
 
+use super::data_file::DataFile;
 use super::{TestEnv, eventually, free_addr};
 
 /// The admin token the tests configure.
@@ -36,6 +37,16 @@ pub async fn start(
     token: bool,
 ) -> Dashboard {
     start_with(env, log, args, addr_flag, token, &[]).await
+}
+
+/// Starts `cronq standalone --config C --data F EXTRA --dashboard-addr ADDR` on `file`,
+/// logging to `standalone.log`, as [`start`] does.
+pub async fn standalone(file: &DataFile, extra: &[&str], token: bool) -> Dashboard {
+    let config = file.config.to_string_lossy().into_owned();
+    let data = file.arg();
+    let mut args = vec!["standalone", "--config", &config, "--data", &data];
+    args.extend_from_slice(extra);
+    start(&file.env, "standalone", &args, "--dashboard-addr", token).await
 }
 
 /// As [`start`], with these environment variables set too.

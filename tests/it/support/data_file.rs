@@ -110,6 +110,16 @@ impl DataFile {
         self.path.to_string_lossy().into_owned()
     }
 
+    /// The CLI's flags for this state: `--config C --data F`.
+    pub fn target(&self) -> Vec<String> {
+        vec![
+            "--config".to_owned(),
+            self.config.to_string_lossy().into_owned(),
+            "--data".to_owned(),
+            self.arg(),
+        ]
+    }
+
     /// Starts `cronq standalone --config C --data F ARGS`, logging JSON to `<log>.log`.
     pub fn start(&self, log: &str, args: &[&str]) -> Standalone {
         let mut cmd = self.env.cronq();

@@ -40,6 +40,20 @@ pub fn argv(args: &[&str]) -> String {
     serde_json::to_string(args).expect("strings serialize")
 }
 
+/// A config for the runtime-job tests: `leader`, the handler `append` (it appends each key
+/// to `<dir>/<job>.ran`), `extra`, and the file job `tick` every second on `append`, so that
+/// every process has the queue `default`.
+pub fn appending_config(env: &TestEnv, leader: &str, extra: &str) -> String {
+    let script = format!(
+        "echo \"$CRONQ_KEY\" >> '{}'/\"$CRONQ_JOB\".ran",
+        env.dir.display()
+    );
+    format!(
+        "{leader}\n[handlers.append]\ncommand = {}\n{extra}\n[[job]]\nname = \"tick\"\nschedule = \"@every 1s\"\nhandler = \"append\"\n",
+        argv(&["/bin/sh", "-c", &script])
+    )
+}
+
 /// How long a process may take to stop publishing.
 const STOP: Duration = Duration::from_secs(10);
 
@@ -150,6 +164,16 @@ impl Running {
     /// Starts `kind` on the config `toml` with default options.
     pub async fn start(kind: Deployment, env: &TestEnv, toml: &str) -> Self {
         Self::start_with(kind, env, toml, Options::default()).await
+    }
+
+    /// Starts `kind` on the config `toml` (one with the file job `tick`, as
+    /// [`appending_config`] writes) and waits until `tick` has run once.
+    pub async fn start_ticking(kind: Deployment, env: &TestEnv, toml: &str) -> Self {
+        let running = Self::start(kind, env, toml).await;
+        running
+            .until_succeeded("tick", 1, Duration::from_secs(20), "tick to run")
+            .await;
+        running
     }
 
     /// Starts `kind` on the config `toml`.
@@ -281,6 +305,18 @@ impl Running {
             cmd.arg("--data").arg(file);
         }
         cmd.args(args).output().expect("run cronq")
+    }
+
+    /// [`Running::cli`], asserting it succeeds: its stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.cli(args);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "cronq {args:?}: {}\n{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
     }
 
     /// The config file every process reads.

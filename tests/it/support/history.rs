@@ -182,10 +182,18 @@ pub fn render_runs(runs: &[Run]) -> String {
 /// # Panics
 /// When `key` is not a scheduled key.
 pub fn scheduled(key: &str) -> i64 {
+    scheduled_at(key).timestamp()
+}
+
+/// The scheduled instant of a key `JOB@RFC3339`.
+///
+/// # Panics
+/// When `key` is not a scheduled key.
+pub fn scheduled_at(key: &str) -> DateTime<Utc> {
     let (_, at) = key.split_once('@').expect("a key is JOB@TIME");
     DateTime::parse_from_rfc3339(at)
         .unwrap_or_else(|e| panic!("key {key}: {e}"))
-        .timestamp()
+        .with_timezone(&Utc)
 }
 
 /// The key of `job` scheduled at unix second `secs`.
