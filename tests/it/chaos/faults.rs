@@ -422,12 +422,17 @@ impl Fleet {
             .expect("run cronq")
     }
 
-    /// A running, unfrozen member of `role`, at random.
-    fn pick(&self, rng: &mut impl Rng, role: &str) -> Option<usize> {
+    /// A running member of `role` that `free` accepts, at random.
+    fn pick(
+        &self,
+        rng: &mut impl Rng,
+        role: &str,
+        free: impl Fn(&Member) -> bool,
+    ) -> Option<usize> {
         let ready: Vec<usize> = (0..self.members.len())
             .filter(|&i| {
                 let m = &self.members[i];
-                m.role == role && m.up && !m.frozen
+                m.role == role && m.up && free(m)
             })
             .collect();
         (!ready.is_empty()).then(|| ready[rng.random_range(0..ready.len())])
@@ -446,7 +451,7 @@ impl Fleet {
                 } else {
                     "producer"
                 };
-                let Some(i) = self.pick(rng, role) else {
+                let Some(i) = self.pick(rng, role, |m| !m.frozen) else {
                     return;
                 };
                 let pid = self.members[i].pid;
@@ -470,7 +475,7 @@ impl Fleet {
                 } else {
                     ("producer", 3000..5000)
                 };
-                let Some(i) = self.pick(rng, role) else {
+                let Some(i) = self.pick(rng, role, |m| !m.frozen) else {
                     return;
                 };
                 self.env.signal(self.members[i].pid, Signal::SIGSTOP);
@@ -576,7 +581,7 @@ impl Fleet {
                 } else {
                     "producer"
                 };
-                let Some(i) = self.pick_unpartitioned(rng, role) else {
+                let Some(i) = self.pick(rng, role, |m| !m.partitioned) else {
                     return;
                 };
                 let m = &mut self.members[i];
@@ -745,17 +750,6 @@ impl Fleet {
         let after = Duration::from_millis(rng.random_range(5000..15000));
         self.pending.push((Instant::now() + after, back));
         after
-    }
-
-    /// A running member of `role` none of whose links is cut or stalled, at random.
-    fn pick_unpartitioned(&self, rng: &mut impl Rng, role: &str) -> Option<usize> {
-        let ready: Vec<usize> = (0..self.members.len())
-            .filter(|&i| {
-                let m = &self.members[i];
-                m.role == role && m.up && !m.partitioned
-            })
-            .collect();
-        (!ready.is_empty()).then(|| ready[rng.random_range(0..ready.len())])
     }
 
     /// The local ports of the connections the members' proxies of `link` hold to the
