@@ -35,6 +35,7 @@ mod handler;
 mod reaper;
 pub mod registry;
 pub mod replay;
+mod running;
 pub mod service;
 mod telemetry;
 mod view;

@@ -126,6 +126,8 @@ pub struct Consumer {
     outputs: Option<Outputs>,
     /// The runtime jobs ([`Consumer::with_job_store`]).
     jobs: Option<Arc<dyn JobStore>>,
+    /// Its attempts of jobs with an `sla`, for the registry beats ([`Consumer::running`]).
+    running: crate::running::Running,
 }
 
 /// Where a consumer keeps its attempts' outputs, and how much of each stream.
@@ -165,6 +167,7 @@ impl Consumer {
             options,
             outputs: None,
             jobs: None,
+            running: crate::running::Running::default(),
         }
     }
 
@@ -259,6 +262,17 @@ impl Consumer {
                 jobs: jobs.clone(),
             }
         }
+    }
+
+    /// The attempts this consumer runs now of jobs with an `sla` on their start or
+    /// duration, as a function the fleet registry's reporter calls at each beat
+    /// (`cronq_shared::registry::reporter::Reporter::with_running`): the leader's alerts
+    /// check them while they run.
+    pub fn running(
+        &self,
+    ) -> impl Fn() -> Vec<cronq_shared::registry::InFlight> + Send + Sync + 'static {
+        let running = self.running.clone();
+        move || running.report()
     }
 
     /// Replaces every registered handler.
@@ -363,6 +377,7 @@ impl Consumer {
             metrics: telemetry::Metrics::default(),
             outputs: self.outputs.clone(),
             jobs: self.jobs.clone(),
+            running: self.running.clone(),
         }
     }
 

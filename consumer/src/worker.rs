@@ -92,6 +92,8 @@ pub(crate) struct Worker {
     pub(crate) outputs: Option<crate::service::Outputs>,
     /// The runtime jobs, to tell an occurrence of a deleted job from an unknown one.
     pub(crate) jobs: Option<Arc<dyn JobStore>>,
+    /// The attempts running now of jobs with an `sla` on their start or duration.
+    pub(crate) running: crate::running::Running,
 }
 
 async fn ack(d: &Delivery, job: &str) {
@@ -393,6 +395,10 @@ impl Worker {
     ) {
         let started_at = Utc::now();
         let t0 = Instant::now();
+        let _listed = job
+            .sla
+            .watches_runs()
+            .then(|| self.running.enter(&occ, started_at));
         tracing::debug!(job = %occ.job, key = %occ.key, attempt = occ.attempt, "attempt started");
         let beat = if job.overlap == Overlap::Replace {
             REPLACE_BEAT.min(self.lease / 3)

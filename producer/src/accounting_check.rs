@@ -27,6 +27,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use crate::alerts::Gaps;
 use crate::leader::Leadership;
 
 /// The gauge's name.
@@ -72,6 +73,7 @@ pub struct AccountingCheck {
     config: watch::Receiver<Arc<Config>>,
     leadership: watch::Receiver<Option<Leadership>>,
     trailing: Trailing,
+    gaps: watch::Sender<Arc<Gaps>>,
 }
 
 impl AccountingCheck {
@@ -87,7 +89,13 @@ impl AccountingCheck {
             config,
             leadership,
             trailing,
+            gaps: watch::Sender::new(Arc::default()),
         }
+    }
+
+    /// The gaps each check finds, by job (for the alerts, `crate::alerts`).
+    pub fn gaps(&self) -> watch::Receiver<Arc<Gaps>> {
+        self.gaps.subscribe()
     }
 
     /// Checks until `token` is cancelled.
@@ -156,10 +164,18 @@ impl AccountingCheck {
         };
         let mut gaps = HashMap::new();
         let mut first: BTreeMap<&str, String> = BTreeMap::new();
+        let mut found = Gaps::new();
         for a in &report.accounts {
             if a.gaps.is_empty() {
                 continue;
             }
+            found.insert(
+                a.job.clone(),
+                a.gaps
+                    .iter()
+                    .map(|(key, gap)| (key.to_string(), gap.to_string()))
+                    .collect(),
+            );
             #[allow(clippy::cast_precision_loss)]
             let count = a.gaps.len() as f64;
             gaps.insert(a.job.clone(), count);
@@ -170,6 +186,7 @@ impl AccountingCheck {
                 first.insert(&a.job, format!("{key}: {gap}"));
             }
         }
+        self.gaps.send_replace(Arc::new(found));
         for (job, example) in first.iter().take(crate::serving_check::NAMED) {
             warn!(job = %job, gap = %example, "occurrences not accounted for in the trailing window (`cronq verify` lists them)");
         }

@@ -18,6 +18,8 @@
 //! - [`serving_check`]: while leading, which jobs no live consumer runs (log, `/metrics`).
 //! - [`accounting_check`]: while leading, the occurrences of a trailing window not
 //!   accounted for (log, `/metrics`).
+//! - [`alerts`]: the `[[alert]]` sinks told of failures, misses, SLA breaches, gaps, and a
+//!   fleet without a leader or a queue without a consumer.
 //! - [`Producer`]: all of it as one `run(self, shutdown)`.
 //!
 //! Guarantees: a cursor moves only after the occurrences before it were confirmed
@@ -25,6 +27,7 @@
 //! instants only (G4).
 
 pub mod accounting_check;
+pub mod alerts;
 pub mod config_check;
 mod error;
 #[doc(hidden)]
@@ -39,6 +42,7 @@ mod term;
 pub mod timer;
 
 pub use accounting_check::AccountingCheck;
+pub use alerts::Alerts;
 pub use config_check::ConfigCheck;
 pub use cronq_shared::reload::Reloader;
 pub use error::Error;

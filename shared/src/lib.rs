@@ -23,6 +23,7 @@
 pub mod accounting;
 pub mod audit;
 pub mod broker;
+pub mod causes;
 pub mod config;
 pub mod control;
 pub mod endpoints;

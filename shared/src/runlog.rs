@@ -234,6 +234,24 @@ pub fn lost_error(after: Option<&str>) -> String {
     )
 }
 
+/// Where [`RunLog::tail`] reads from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TailFrom {
+    /// The runs appended at or after this instant (the store's clock).
+    Since(DateTime<Utc>),
+    /// The runs appended after this position, as an earlier [`Tail::next`] gave it.
+    After(String),
+}
+
+/// What [`RunLog::tail`] read: runs in the order they were appended, and where to go on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tail {
+    /// Oldest first.
+    pub runs: Vec<Run>,
+    /// Where the next read starts: after the last of `runs` (the same start when none).
+    pub next: TailFrom,
+}
+
 /// The run history port.
 #[async_trait]
 pub trait RunLog: Send + Sync + 'static {
@@ -249,6 +267,14 @@ pub trait RunLog: Send + Sync + 'static {
     /// # Errors
     /// [`StoreError`] when the store cannot be reached or an entry is unreadable.
     async fn list(&self, job: Option<&JobName>, limit: usize) -> Result<Vec<Run>, StoreError>;
+
+    /// Up to `limit` runs appended from `from` on, in the order they were appended: what
+    /// follows the history as it grows (the leader's alerts). Runs trimmed by the history's
+    /// bounds before they were read are not returned.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store cannot be reached or an entry is unreadable.
+    async fn tail(&self, from: &TailFrom, limit: usize) -> Result<Tail, StoreError>;
 
     /// Keeps `output` of attempt `attempt` of `key`, under the history's bounds (its
     /// retention; at most about as many outputs as runs). A second output of the same

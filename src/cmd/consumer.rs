@@ -84,7 +84,10 @@ pub async fn run(cli: &Cli, args: &ConsumerArgs, root: CancellationToken) -> any
         .keep_outputs(Arc::clone(&stores.runlog), args.output.output_limit)
         .with_job_store(stores.jobs.clone());
     // The leader tells from it which jobs no consumer serves (docs/runtime-jobs.md).
-    let reporter = reporter.with_serves(consumer.serves());
+    // ... and which runs breach their `sla` while they run (docs/alerts.md).
+    let reporter = reporter
+        .with_serves(consumer.serves())
+        .with_running(consumer.running());
     let beside = root.child_token();
     let (served, ran, (), (), ()) = tokio::join!(
         admin::serve(args.serve.admin_addr, metrics, ready, root.clone()),

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use cronq_producer::{
-    AccountingCheck, ConfigCheck, Leadership, Producer, Reloader, ServingCheck, accounting_check,
-    instance_id, leader,
+    AccountingCheck, Alerts, ConfigCheck, Leadership, Producer, Reloader, ServingCheck,
+    accounting_check, alerts, instance_id, leader,
 };
 use cronq_shared::config::Config;
 use cronq_shared::lease::Lease;
@@ -62,6 +62,12 @@ pub async fn run(cli: &Cli, args: &ProducerArgs, root: CancellationToken) -> any
     let lease = stores.lease;
     let control = stores.control;
     let control_view = control.clone();
+    let alert_sources = alerts::Sources {
+        runlog: stores.runlog.clone(),
+        registry: stores.registry.clone(),
+        lease: lease.clone(),
+        control: control.clone(),
+    };
     let ready = readiness(lease.clone(), instance.clone());
     let (reloader, config_rx) = Reloader::new(config, hangups);
     let mut reloader = reloader.with_store(stores.jobs.clone());
@@ -84,6 +90,15 @@ pub async fn run(cli: &Cli, args: &ProducerArgs, root: CancellationToken) -> any
         producer.leadership(),
         args.reconcile.trailing(),
     );
+    // The `[[alert]]` sinks (docs/alerts.md): the leader tells what happens, a standby
+    // that the fleet has no leader.
+    let alerts = Alerts::new(
+        alert_sources,
+        config_rx.clone(),
+        producer.leadership(),
+        instance.clone(),
+    )
+    .with_gaps(accounting.gaps());
     let fleet = Fleet {
         registry: stores.registry,
         instance,
@@ -94,7 +109,7 @@ pub async fn run(cli: &Cli, args: &ProducerArgs, root: CancellationToken) -> any
     };
     // The fleet's part stops with the producer, so the record leaves last.
     let beside = root.child_token();
-    let (served, ran, (), ()) = tokio::join!(
+    let (served, ran, (), (), ()) = tokio::join!(
         admin::serve(args.serve.admin_addr, metrics, ready, root.clone()),
         async {
             let r = producer.run(root.child_token()).await;
@@ -103,6 +118,7 @@ pub async fn run(cli: &Cli, args: &ProducerArgs, root: CancellationToken) -> any
         },
         fleet.run(beside.clone()),
         accounting.run(beside.clone()),
+        alerts.run(beside.clone()),
     );
     signal_tasks.shutdown().await;
     broker.close().await;

@@ -15,8 +15,8 @@ use anyhow::Context as _;
 use cronq_backends::Stores;
 use cronq_consumer::{Consumer, Options};
 use cronq_producer::{
-    AccountingCheck, ConfigCheck, Producer, Reloader, ServingCheck, accounting_check, instance_id,
-    leader,
+    AccountingCheck, Alerts, ConfigCheck, Producer, Reloader, ServingCheck, accounting_check,
+    alerts, instance_id, leader,
 };
 use cronq_shared::broker::Broker;
 use cronq_shared::lease::Lease;
@@ -154,6 +154,12 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         digest_rx.clone(),
         tally,
     );
+    let alert_sources = alerts::Sources {
+        runlog: Arc::clone(&stores.runlog),
+        registry: stores.registry.clone(),
+        lease: stores.lease.clone(),
+        control: stores.control.clone(),
+    };
     let accounting_stores = accounting_check::Stores {
         runlog: Arc::clone(&stores.runlog),
         audit: Arc::clone(&stores.audit),
@@ -171,7 +177,8 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
     // It serves what its consumer half serves, in the same process.
     let reporter = reporter
         .with_leading(leader::leading_since(producer.leadership()))
-        .with_serves(consumer.serves());
+        .with_serves(consumer.serves())
+        .with_running(consumer.running());
     let check = ConfigCheck::new(stores.registry.clone(), digest_rx, producer.leadership());
     let serving = ServingCheck::new(stores.registry, config_rx.clone(), producer.leadership());
     let accounting = AccountingCheck::new(
@@ -180,6 +187,13 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         producer.leadership(),
         args.reconcile.trailing(),
     );
+    let alerts = Alerts::new(
+        alert_sources,
+        config_rx.clone(),
+        producer.leadership(),
+        instance.clone(),
+    )
+    .with_gaps(accounting.gaps());
     let first_term = producer.first_term();
 
     let ready: ReadyProbe = Arc::new(|| Box::pin(async { Ok("standalone".to_owned()) }));
@@ -191,7 +205,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
             token.cancel();
         }
     };
-    let (served, shown, produced, consumed, (), (), (), (), ()) = tokio::join!(
+    let (served, shown, produced, consumed, (), (), (), (), (), ()) = tokio::join!(
         admin::serve(args.serve.admin_addr, metrics, ready, token.clone()),
         async {
             let Some((addr, source, admin)) = dashboard else {
@@ -222,6 +236,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         check.run(token.child_token()),
         serving.run(token.child_token()),
         accounting.run(token.child_token()),
+        alerts.run(token.child_token()),
     );
     signal_tasks.shutdown().await;
     produced.context("while running the producer")?;

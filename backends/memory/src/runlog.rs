@@ -5,17 +5,25 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::names::JobName;
-use cronq_shared::runlog::{DEFAULT_MAX_RUNS, Run, RunLog, RunOutput};
+use cronq_shared::runlog::{DEFAULT_MAX_RUNS, Run, RunLog, RunOutput, Tail, TailFrom};
 use cronq_shared::store::StoreError;
 
 /// The history in memory, capped at a number of runs.
 #[derive(Debug)]
 pub struct MemoryRunLog {
-    runs: Mutex<VecDeque<Run>>,
+    runs: Mutex<Runs>,
     outputs: Mutex<Outputs>,
     max_runs: usize,
+}
+
+/// The runs, oldest first, each with its position and when it was appended.
+#[derive(Debug, Default)]
+struct Runs {
+    entries: VecDeque<(u64, DateTime<Utc>, Run)>,
+    next: u64,
 }
 
 /// The outputs kept, by key and attempt, and the order they were kept in (for the cap).
@@ -35,7 +43,7 @@ impl MemoryRunLog {
     /// An empty history keeping at most `max_runs`.
     pub fn new(max_runs: usize) -> Self {
         Self {
-            runs: Mutex::new(VecDeque::new()),
+            runs: Mutex::default(),
             outputs: Mutex::default(),
             max_runs: max_runs.max(1),
         }
@@ -47,9 +55,11 @@ impl MemoryRunLog {
             .runs
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        runs.push_back(run);
-        while runs.len() > self.max_runs {
-            runs.pop_front();
+        let at = runs.next;
+        runs.next += 1;
+        runs.entries.push_back((at, Utc::now(), run));
+        while runs.entries.len() > self.max_runs {
+            runs.entries.pop_front();
         }
     }
 }
@@ -67,12 +77,42 @@ impl RunLog for MemoryRunLog {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         Ok(runs
+            .entries
             .iter()
             .rev()
+            .map(|(_, _, r)| r)
             .filter(|r| job.is_none_or(|j| *j == r.job))
             .take(limit)
             .cloned()
             .collect())
+    }
+
+    async fn tail(&self, from: &TailFrom, limit: usize) -> Result<Tail, StoreError> {
+        let runs = self
+            .runs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let after = match from {
+            TailFrom::Since(since) => runs
+                .entries
+                .iter()
+                .find(|(_, at, _)| at >= since)
+                .map_or(runs.next, |(n, _, _)| *n),
+            TailFrom::After(position) => position.parse::<u64>().map_or(0, |n| n + 1),
+        };
+        let read: Vec<&(u64, DateTime<Utc>, Run)> = runs
+            .entries
+            .iter()
+            .filter(|(n, _, _)| *n >= after)
+            .take(limit.max(1))
+            .collect();
+        let next = read
+            .last()
+            .map_or_else(|| from.clone(), |(n, _, _)| TailFrom::After(n.to_string()));
+        Ok(Tail {
+            runs: read.into_iter().map(|(_, _, r)| r.clone()).collect(),
+            next,
+        })
     }
 
     async fn keep_output(

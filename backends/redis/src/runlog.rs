@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use chrono::Utc;
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::names::{JobName, Names};
-use cronq_shared::runlog::{DEFAULT_MAX_RUNS, Outcome, Run, RunLog, RunOutput};
+use cronq_shared::runlog::{DEFAULT_MAX_RUNS, Outcome, Run, RunLog, RunOutput, Tail, TailFrom};
 use cronq_shared::store::StoreError;
 
 use crate::conn::RedisConn;
@@ -177,6 +177,33 @@ impl RunLog for RedisRunLog {
             .await
             .map_err(command)?;
         Ok(())
+    }
+
+    async fn tail(&self, from: &TailFrom, limit: usize) -> Result<Tail, StoreError> {
+        let start = match from {
+            TailFrom::Since(at) => format!("{}-0", at.timestamp_millis().max(0)),
+            TailFrom::After(id) => format!("({id}"),
+        };
+        let mut conn = self.conn.clone();
+        let page: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+            .arg(&self.key)
+            .arg(&start)
+            .arg("+")
+            .arg("COUNT")
+            .arg(limit.max(1))
+            .query_async(&mut conn)
+            .await
+            .map_err(command)?;
+        let next = page
+            .ids
+            .last()
+            .map_or_else(|| from.clone(), |last| TailFrom::After(last.id.clone()));
+        let runs = page
+            .ids
+            .iter()
+            .map(|entry| parse_run(&self.key, entry))
+            .collect::<Result<_, _>>()?;
+        Ok(Tail { runs, next })
     }
 
     async fn list(&self, job: Option<&JobName>, limit: usize) -> Result<Vec<Run>, StoreError> {

@@ -12,7 +12,7 @@ use rusqlite::{Connection, params};
 
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::names::JobName;
-use cronq_shared::runlog::{Run, RunLog, RunOutput};
+use cronq_shared::runlog::{Run, RunLog, RunOutput, Tail, TailFrom};
 use cronq_shared::store::StoreError;
 
 use crate::db::{Db, Failure, ms, now_ms};
@@ -113,6 +113,46 @@ impl RunLog for SqliteRunLog {
             })
             .await
             .map_err(Failure::into_store)
+    }
+
+    async fn tail(&self, from: &TailFrom, limit: usize) -> Result<Tail, StoreError> {
+        let limit = i64::try_from(limit.max(1)).unwrap_or(i64::MAX);
+        let (sql, bound) = match from {
+            TailFrom::Since(at) => (
+                "SELECT id, run FROM runs WHERE at >= ?1 ORDER BY id LIMIT ?2",
+                at.timestamp_millis(),
+            ),
+            TailFrom::After(id) => (
+                "SELECT id, run FROM runs WHERE id > ?1 ORDER BY id LIMIT ?2",
+                id.parse::<i64>().map_err(|_| StoreError::Corrupt {
+                    key: format!("runs/{id}"),
+                    source: serde::de::Error::custom("a run history position is a row id"),
+                })?,
+            ),
+        };
+        let rows: Vec<(i64, String)> = self
+            .db
+            .run(move |conn| {
+                conn.prepare_cached(sql)?
+                    .query_map(params![bound, limit], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect::<Result<_, _>>()
+                    .map_err(Into::into)
+            })
+            .await
+            .map_err(Failure::into_store)?;
+        let next = rows
+            .last()
+            .map_or_else(|| from.clone(), |(id, _)| TailFrom::After(id.to_string()));
+        let runs = rows
+            .into_iter()
+            .map(|(id, json)| {
+                serde_json::from_str(&json).map_err(|source| StoreError::Corrupt {
+                    key: format!("runs/{id}"),
+                    source,
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Tail { runs, next })
     }
 
     async fn keep_output(

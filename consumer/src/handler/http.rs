@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use cronq_shared::causes::causes;
 use cronq_shared::config::{HttpHandler, Origin, Secret};
 use cronq_shared::message::Occurrence;
 use cronq_shared::redacted::Redacted;
@@ -85,23 +86,6 @@ async fn head(mut resp: reqwest::Response, limit: usize) -> (Vec<u8>, bool) {
         }
     }
     (body, false)
-}
-
-/// `err` with its causes, outermost first: reqwest's own text ("error sending request")
-/// says nothing of why (connection refused, the timeout, the TLS error); a cause that its
-/// parent's text already ends with is not repeated.
-fn causes(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let line = cause.to_string();
-        if !text.ends_with(&line) {
-            text.push_str(": ");
-            text.push_str(&line);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// The URL as errors show it: redacted when inline, scheme, host and port with its origin

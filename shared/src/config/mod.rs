@@ -11,6 +11,7 @@
 //! Invariant: a [`Config`] value is always valid; nothing downstream re-checks it. A
 //! [`ConfigError`] lists every problem, one line each: `FILE: SCOPE: FIELD: message`.
 
+mod alert;
 mod bounds;
 mod error;
 mod handler;
@@ -23,6 +24,7 @@ mod report;
 mod runtime;
 mod secret;
 mod share;
+mod sla;
 mod suggest;
 mod validate;
 mod warnings;
@@ -39,9 +41,14 @@ use std::time::Duration;
 
 use chrono_tz::Tz;
 
+pub use alert::{
+    AlertKind, AlertSink, AlertTarget, DEFAULT_REPEAT, DEFAULT_SEND_TIMEOUT, EmailTarget, EmailTls,
+    default_events,
+};
 pub use error::{ConfigError, Problem};
 pub use runtime::{Merged, RuntimeCache, RuntimeJob};
 pub use secret::{Origin, Secret};
+pub use sla::Sla;
 pub use suggest::did_you_mean;
 
 use crate::names::{JobName, QueueName};
@@ -62,6 +69,8 @@ pub struct Config {
     pub defaults: Settings,
     /// `[handlers.NAME]`: the named handlers of this file, by name.
     pub handlers: BTreeMap<Arc<str>, Handler>,
+    /// `[[alert]]`: where the leader sends alerts (`docs/alerts.md`).
+    pub alerts: Vec<AlertSink>,
     /// Every job, in file order, names unique (then the runtime jobs merged in, see
     /// [`Config::with_runtime`]).
     pub jobs: Vec<Job>,
@@ -185,6 +194,8 @@ pub struct Settings {
     pub queue: QueueName,
     /// How long run and idempotency records are kept.
     pub retention: Duration,
+    /// `sla`: the service levels the leader alerts on (`docs/alerts.md`).
+    pub sla: Sla,
 }
 
 /// What an occurrence does while an earlier one of the same job still runs (the rules in

@@ -57,6 +57,7 @@ struct QuickJob {
     jitter: Option<String>,
     queue: Option<String>,
     retention: Option<String>,
+    sla: Option<Table>,
 }
 
 /// How many pieces [`read_ahead`] takes at a time: enough that starting its threads costs
@@ -165,6 +166,7 @@ pub(super) fn read(piece: &str, ordinal: usize) -> Option<RawJob> {
             jitter: job.jitter,
             queue: job.queue,
             retention: job.retention,
+            sla: job.sla,
         },
         http: job.http,
         rejected: Vec::new(),

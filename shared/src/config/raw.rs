@@ -49,6 +49,10 @@ pub(crate) const COMMON_FIELDS: &[Field] = &[
     field("jitter", "a duration string such as \"30s\""),
     field("queue", "a string such as \"default\""),
     field("retention", "a duration string such as \"7d\""),
+    field(
+        "sla",
+        "a table such as { start_within = \"30s\", max_duration = \"10m\", success_within = \"25h\" }",
+    ),
 ];
 
 /// The fields only a `[[job]]` has.
@@ -149,6 +153,8 @@ pub(crate) struct RawConfig<'t> {
     pub(crate) handlers: Vec<(String, Section<RawJob>)>,
     /// Every `[[job]]`, in file order, read as the caller iterates.
     pub(crate) jobs: RawJobs<'t>,
+    /// Every `[[alert]]`, in file order, read in stage two (`super::alert`).
+    pub(crate) alerts: Vec<Table>,
 }
 
 /// The `[[job]]` tables, each read into a [`RawJob`] only when the caller gets to it, so
@@ -238,6 +244,7 @@ pub(crate) struct RawDefaults {
     pub(crate) jitter: Option<String>,
     pub(crate) queue: Option<String>,
     pub(crate) retention: Option<String>,
+    pub(crate) sla: Option<Table>,
 }
 
 /// `[leader]`.
@@ -386,6 +393,31 @@ impl<'t> RawConfig<'t> {
                     other => raw
                         .problems
                         .push(not_a_table(&key, "[handlers.NAME]", &other)),
+                },
+                "alert" => match value {
+                    Value::Array(items) => {
+                        for (i, item) in items.into_iter().enumerate() {
+                            match item {
+                                Value::Table(t) => raw.alerts.push(t),
+                                other => raw.problems.push(Problem::new(
+                                    format!("alert #{}", i + 1),
+                                    "",
+                                    format!(
+                                        "expected a table, written [[alert]], got {}",
+                                        describe(&other)
+                                    ),
+                                )),
+                            }
+                        }
+                    }
+                    other => raw.problems.push(Problem::new(
+                        "",
+                        "alert",
+                        format!(
+                            "expected an array of tables, written [[alert]], got {}",
+                            describe(&other)
+                        ),
+                    )),
                 },
                 "job" => match value {
                     Value::Array(items) => raw.jobs.items = items.into_iter(),

@@ -61,6 +61,8 @@ pub(crate) fn resolve(
     out.problems.extend(raw.runtime.problems);
     let runtime = resolve_runtime(&raw.runtime.value);
 
+    let alerts = super::alert::resolve(raw.alerts, parse_duration, &mut out);
+
     let mut jobs = Vec::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
     // One parsed schedule per distinct (text, zone): jobs share it (memory), and the parse
@@ -113,6 +115,7 @@ pub(crate) fn resolve(
         runtime,
         defaults,
         handlers,
+        alerts,
         jobs,
         deleted: std::collections::BTreeSet::new(),
         runtime_since: std::collections::BTreeMap::new(),
@@ -198,6 +201,7 @@ impl Settings {
             jitter: Duration::ZERO,
             queue: QueueName::new("default").expect("\"default\" is a valid queue name"),
             retention: super::DEFAULT_RETENTION,
+            sla: super::Sla::default(),
         }
     }
 }
@@ -249,6 +253,7 @@ fn resolve_common(
         parse_max_attempts,
         &mut c.max_attempts,
     );
+    c.sla = super::sla::resolve(c.sla, raw.sla.as_ref(), scope, parse_duration, out);
     let queue = |text: &str| QueueName::new(text).map_err(|e| e.to_string());
     out.set(scope, "queue", raw.queue.as_deref(), queue, &mut c.queue);
     let touches_backoff = raw.backoff.is_some() || raw.backoff_max.is_some();

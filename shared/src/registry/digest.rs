@@ -191,6 +191,9 @@ pub fn job_digest(job: &Job) -> JobDigest {
     if let Some(name) = &job.handler_name {
         let _ = writeln!(text, "handler_name={name:?}");
     }
+    if s.sla.is_set() {
+        let _ = writeln!(text, "sla={:?}", s.sla);
+    }
     let bounds = job.schedule.bounds();
     if !bounds.is_none() {
         let _ = writeln!(text, "start_at={:?}\nend_at={:?}", bounds.start, bounds.end);

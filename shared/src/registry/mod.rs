@@ -96,6 +96,27 @@ pub struct Beat {
     /// version that did not report it: [`serving`] then counts it as serving every job).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serves: Option<Serves>,
+    /// The attempts it runs now of jobs with an `sla` on their start or duration (at most
+    /// [`RUNNING_REPORTED`], the longest-running first): what the leader's alerts check
+    /// while the attempts still run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub running: Vec<InFlight>,
+}
+
+/// How many running attempts one beat reports at most.
+pub const RUNNING_REPORTED: usize = 100;
+
+/// An attempt running now, as a consumer reports it ([`Beat::running`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InFlight {
+    /// The occurrence key, as text.
+    pub key: String,
+    /// Its job.
+    pub job: String,
+    /// The attempt.
+    pub attempt: u32,
+    /// When it started.
+    pub started_at: DateTime<Utc>,
 }
 
 /// What a consumer (or a standalone's consumer half) can run, reported with each beat so

@@ -16,7 +16,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::digest::ConfigDigest;
 use super::tally::Tally;
-use super::{Beat, Counter, DIGESTS_TTL, EXPIRY, REPORT_EVERY, Registry, Role, Serves, minute_of};
+use super::{
+    Beat, Counter, DIGESTS_TTL, EXPIRY, InFlight, REPORT_EVERY, Registry, Role, Serves, minute_of,
+};
 
 /// How often the per-job digests are written again, keeping them [`DIGESTS_TTL`].
 const DIGESTS_REFRESH: Duration = Duration::from_secs(600);
@@ -27,6 +29,9 @@ type Leading = Box<dyn Fn() -> Option<DateTime<Utc>> + Send + Sync>;
 /// What the process serves now, if it consumes ([`Reporter::with_serves`]).
 type Serving = Box<dyn Fn() -> Serves + Send + Sync>;
 
+/// The attempts the process runs now, if it consumes ([`Reporter::with_running`]).
+type Running = Box<dyn Fn() -> Vec<InFlight> + Send + Sync>;
+
 /// Reports one process until cancelled.
 pub struct Reporter {
     registry: Arc<dyn Registry>,
@@ -35,6 +40,7 @@ pub struct Reporter {
     tally: Tally,
     leading: Option<Leading>,
     serving: Option<Serving>,
+    running: Option<Running>,
 }
 
 impl Reporter {
@@ -60,6 +66,7 @@ impl Reporter {
             jobs: 0,
             leading_since: None,
             serves: None,
+            running: Vec::new(),
         };
         Self {
             registry,
@@ -68,6 +75,7 @@ impl Reporter {
             tally,
             leading: None,
             serving: None,
+            running: None,
         }
     }
 
@@ -87,6 +95,17 @@ impl Reporter {
     #[must_use]
     pub fn with_serves(mut self, serves: impl Fn() -> Serves + Send + Sync + 'static) -> Self {
         self.serving = Some(Box::new(serves));
+        self
+    }
+
+    /// Reports with each beat the attempts `running` lists at that moment (a consumer's
+    /// attempts of jobs with an `sla`).
+    #[must_use]
+    pub fn with_running(
+        mut self,
+        running: impl Fn() -> Vec<InFlight> + Send + Sync + 'static,
+    ) -> Self {
+        self.running = Some(Box::new(running));
         self
     }
 
@@ -117,6 +136,7 @@ impl Reporter {
             self.beat.jobs = digest.jobs.len();
             self.beat.leading_since = self.leading.as_ref().and_then(|since| since());
             self.beat.serves = self.serving.as_ref().map(|serves| serves());
+            self.beat.running = self.running.as_ref().map(|r| r()).unwrap_or_default();
             let reported = self.report().await;
             match (&reported, failing) {
                 (Err(e), false) => {

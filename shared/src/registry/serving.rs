@@ -160,6 +160,7 @@ mod tests {
             jobs: 0,
             leading_since: None,
             serves,
+            running: Vec::new(),
         }
     }
 

@@ -30,6 +30,7 @@ fn beat(instance: &str, role: Role, digest: &str) -> Beat {
             handlers: vec!["report".to_owned()],
             jobs: Vec::new(),
         }),
+        running: Vec::new(),
     }
 }
 

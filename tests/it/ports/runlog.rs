@@ -8,7 +8,7 @@ use chrono::Utc;
 use cronq_shared::config::Overlap;
 use cronq_shared::ledger::{End, Heartbeat, Lease, Ledger, Settle, State};
 use cronq_shared::names::JobName;
-use cronq_shared::runlog::{Outcome, Run, RunLog, RunOutput};
+use cronq_shared::runlog::{Outcome, Run, RunLog, RunOutput, TailFrom};
 
 use crate::support::TestEnv;
 use crate::support::backends::{Backend, on_every_backend};
@@ -115,6 +115,54 @@ async fn outputs_suite(log: impl RunLog) {
 }
 
 on_every_backend!(outputs, "runlog_outputs");
+
+/// The history read as it grows: from an instant, then from each returned position on,
+/// in the order appended, a page at a time; nothing read twice, nothing skipped.
+async fn tail_suite(log: impl RunLog) {
+    log.record(&run("old", 1, Outcome::Succeeded))
+        .await
+        .unwrap();
+    // Store clocks count in milliseconds: the next runs are appended strictly later.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let since = Utc::now();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let start = TailFrom::Since(since);
+    let empty = log
+        .tail(
+            &TailFrom::Since(Utc::now() + chrono::TimeDelta::hours(1)),
+            10,
+        )
+        .await
+        .unwrap();
+    assert!(
+        empty.runs.is_empty(),
+        "nothing appended after an hour from now: {empty:?}"
+    );
+    let appended: Vec<Run> = (1..=5).map(|i| run("t", i, Outcome::Failed)).collect();
+    for r in &appended {
+        log.record(r).await.unwrap();
+    }
+    let first = log.tail(&start, 2).await.unwrap();
+    assert_eq!(
+        first.runs,
+        appended[..2],
+        "oldest first, from the instant on, a page of 2"
+    );
+    let second = log.tail(&first.next, 10).await.unwrap();
+    assert_eq!(second.runs, appended[2..], "the rest, after the first page");
+    let idle = log.tail(&second.next, 10).await.unwrap();
+    assert!(idle.runs.is_empty(), "nothing new: {idle:?}");
+    assert_eq!(idle.next, second.next, "an empty read stays where it was");
+    let later = run("t", 6, Outcome::Succeeded);
+    log.record(&later).await.unwrap();
+    assert_eq!(log.tail(&idle.next, 10).await.unwrap().runs, vec![later]);
+}
+
+on_every_backend!(tail, "runlog_tail");
+
+async fn tail(backend: Backend, env: TestEnv) {
+    tail_suite(ports::runlog(backend, &env).await).await;
+}
 
 async fn outputs(backend: Backend, env: TestEnv) {
     outputs_suite(ports::runlog(backend, &env).await).await;

@@ -357,6 +357,14 @@ impl<T: RunLog + ?Sized> RunLog for Port<T> {
         self.0.list(job, limit).await
     }
 
+    async fn tail(
+        &self,
+        from: &cronq_shared::runlog::TailFrom,
+        limit: usize,
+    ) -> Result<cronq_shared::runlog::Tail, StoreError> {
+        self.0.tail(from, limit).await
+    }
+
     async fn keep_output(
         &self,
         key: &OccurrenceKey,
