@@ -44,6 +44,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod alerts;
 mod chaos;
 mod command_identity;
 mod dashboard;

@@ -12,6 +12,7 @@
 
 #![allow(dead_code)]
 
+pub mod alert_sinks;
 pub mod backends;
 pub mod cli;
 pub mod config_dir;
