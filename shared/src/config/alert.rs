@@ -451,6 +451,7 @@ fn email(table: &Table, scope: &str, out: &mut Report) -> Option<EmailTarget> {
         ),
         Some(_) => {}
     }
+    let before_to = out.problems.len();
     let to: Vec<String> = match table.get("to") {
         None => {
             out.problem(
@@ -487,7 +488,7 @@ fn email(table: &Table, scope: &str, out: &mut Report) -> Option<EmailTarget> {
             Vec::new()
         }
     };
-    if table.contains_key("to") && to.is_empty() && out.problems.len() == before {
+    if table.contains_key("to") && to.is_empty() && out.problems.len() == before_to {
         out.problem(scope, "to", "is empty: give at least one recipient");
     }
     for t in to.iter().filter(|t| !address(t)) {
@@ -501,7 +502,7 @@ fn email(table: &Table, scope: &str, out: &mut Report) -> Option<EmailTarget> {
     let password = table
         .get("password")
         .and_then(|v| secret::resolve(v, scope, "password", out));
-    if username.is_some() != password.is_some() && out.problems.len() == before {
+    if username.is_some() != (password.is_some() || table.contains_key("password")) {
         out.problem(
             scope,
             if username.is_some() {

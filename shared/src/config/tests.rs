@@ -767,3 +767,96 @@ clear_env = "yes"
         assert!(err.contains(expected), "{expected} in:\n{err}");
     }
 }
+
+#[test]
+fn an_sla_in_defaults_is_overridden_field_by_field() {
+    let config = load(
+        "[defaults]\nsla = { success_within = \"25h\", start_within = \"1m\" }\n\
+         [[job]]\nname = \"a\"\nschedule = \"@every 5m\"\nsla = { max_duration = \"10m\", start_within = \"none\" }\n\
+         [[job]]\nname = \"b\"\nschedule = \"@every 5m\"\n",
+    )
+    .unwrap();
+    let a = config.job("a").unwrap();
+    assert_eq!(
+        a.sla,
+        Sla {
+            start_within: None,
+            max_duration: Some(secs(600)),
+            success_within: Some(secs(25 * 3600)),
+        }
+    );
+    let b = config.job("b").unwrap();
+    assert_eq!(b.sla.start_within, Some(secs(60)));
+    assert!(!b.sla.watches_runs() || b.sla.start_within.is_some());
+}
+
+#[test]
+fn sla_mistakes_name_the_field() {
+    assert_eq!(
+        problems(
+            "[[job]]\nname = \"a\"\nschedule = \"@every 5m\"\nsla = { max_duraton = \"1m\", start_within = \"0s\", success_within = 5 }\n"
+        ),
+        [
+            "job \"a\": sla.max_duraton: unknown field; did you mean \"max_duration\"?",
+            "job \"a\": sla.start_within: must be longer than 0s (or \"none\"), got \"0s\"",
+            "job \"a\": sla.success_within: expected a duration string such as \"10m\", or \"none\", got 5",
+        ]
+    );
+}
+
+#[test]
+fn alert_sinks_resolve_with_their_defaults() {
+    let config = load(
+        "[[job]]\nname = \"a\"\nschedule = \"@every 5m\"\n\
+         [[alert]]\nkind = \"webhook\"\nurl = \"https://hooks.example.com/x\"\nsecret = \"s3cret\"\n\
+         [[alert]]\nname = \"mail\"\nkind = \"email\"\nsmtp = \"smtp.example.com\"\nfrom = \"c@example.com\"\nto = \"o@example.com\"\nevents = [\"sla\", \"missed\"]\nrepeat_interval = \"4h\"\n",
+    )
+    .unwrap();
+    assert_eq!(config.alerts.len(), 2);
+    let hook = &config.alerts[0];
+    assert_eq!(hook.name, "webhook #1");
+    assert_eq!(hook.events, default_events());
+    assert!(!hook.events.contains(&AlertKind::AttemptFailed));
+    assert_eq!(hook.repeat_interval, DEFAULT_REPEAT);
+    assert!(
+        matches!(&hook.target, AlertTarget::Webhook { secret: Some(s), .. } if s.expose() == "s3cret")
+    );
+    let mail = &config.alerts[1];
+    let AlertTarget::Email(email) = &mail.target else {
+        panic!("{mail:?}");
+    };
+    assert_eq!(
+        (email.host.as_str(), email.port, email.tls),
+        ("smtp.example.com", 587, EmailTls::Starttls)
+    );
+    assert_eq!(email.to, ["o@example.com"]);
+    assert_eq!(
+        mail.events.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
+        ["missed", "late_start", "too_long", "no_success"]
+    );
+    assert_eq!(mail.repeat_interval, secs(4 * 3600));
+}
+
+#[test]
+fn alert_mistakes_name_the_sink_and_the_field() {
+    assert_eq!(
+        problems(
+            "[[job]]\nname = \"a\"\nschedule = \"@every 5m\"\n\
+             [[alert]]\nname = \"hook\"\nkind = \"webhook\"\nevents = [\"dead_letered\"]\nsmtp = \"x:25\"\n\
+             [[alert]]\nkind = \"email\"\nsmtp = \"mail:99999\"\nfrom = \"nobody\"\nto = []\nusername = \"u\"\n\
+             [[alert]]\nkind = \"pager\"\n\
+             [[alert]]\nname = \"hook\"\nkind = \"slack\"\nurl = \"ftp://x\"\n"
+        ),
+        [
+            "alert \"hook\": url: is missing: give the address to POST to, such as \"https://hooks.example.com/cronq\" (or { env = \"VARIABLE\" })",
+            "alert \"hook\": smtp: is only for kind email: remove it",
+            "alert \"hook\": events: \"dead_letered\" is not an event; did you mean \"dead_lettered\"?",
+            "alert #2: smtp: \"mail:99999\" is not \"host:port\" with a port from 1 to 65535",
+            "alert #2: from: \"nobody\" is not an email address such as \"cronq@example.com\"",
+            "alert #2: to: is empty: give at least one recipient",
+            "alert #2: password: username and password go together: give both, or neither",
+            "alert #3: kind: \"pager\" is not a kind of alert sink: use \"webhook\", \"slack\" or \"email\"",
+            "alert \"hook\": url: \"ftp://x\" is not an http(s) URL",
+        ]
+    );
+}

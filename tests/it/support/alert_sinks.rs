@@ -111,9 +111,9 @@ impl SmtpServer {
                 &port,
                 &harness.file("server.pem"),
                 &harness.file("server.key"),
-                &dir.to_string_lossy().into_owned(),
-                SMTP_PASSWORD,
             ])
+            .arg(&dir)
+            .arg(SMTP_PASSWORD)
             .stdin(Stdio::null());
         env.spawn_command("smtp", cmd);
         super::eventually(
