@@ -67,6 +67,7 @@ pub async fn run(cli: &Cli, args: &ProducerArgs, root: CancellationToken) -> any
         registry: stores.registry.clone(),
         lease: lease.clone(),
         control: control.clone(),
+        audit: stores.audit.clone(),
     };
     let ready = readiness(lease.clone(), instance.clone());
     let (reloader, config_rx) = Reloader::new(config, hangups);

@@ -159,6 +159,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         registry: stores.registry.clone(),
         lease: stores.lease.clone(),
         control: stores.control.clone(),
+        audit: stores.audit.clone(),
     };
     let accounting_stores = accounting_check::Stores {
         runlog: Arc::clone(&stores.runlog),

@@ -32,6 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
+use cronq_shared::audit::AuditLog;
 use cronq_shared::config::{AlertKind, AlertSink, Config};
 use cronq_shared::control::Control;
 use cronq_shared::lease::Lease;
@@ -87,6 +88,8 @@ pub struct Sources {
     pub lease: Arc<dyn Lease>,
     /// The pauses (a paused job is not expected to start or succeed).
     pub control: Control,
+    /// Where each send is recorded.
+    pub audit: Arc<dyn AuditLog>,
 }
 
 /// The gaps the continuous reconciliation found: by job, each key and what is missing.
@@ -130,7 +133,7 @@ impl Alerts {
     /// reload that adds some.
     pub async fn run(mut self, token: CancellationToken) {
         let mut config = self.config.borrow_and_update().clone();
-        let mut senders = Senders::start(&config.alerts, &token);
+        let mut senders = Senders::start(&config.alerts, &self.sources.audit, &token);
         let mut state = State::default();
         let mut last_fleet_check: Option<tokio::time::Instant> = None;
         loop {
@@ -138,7 +141,7 @@ impl Alerts {
                 let new = self.config.borrow_and_update().clone();
                 if new.alerts != config.alerts {
                     senders.stop().await;
-                    senders = Senders::start(&new.alerts, &token);
+                    senders = Senders::start(&new.alerts, &self.sources.audit, &token);
                     state = State::default();
                 }
                 config = new;
@@ -590,14 +593,14 @@ struct Senders {
 }
 
 impl Senders {
-    fn start(sinks: &[AlertSink], parent: &CancellationToken) -> Self {
+    fn start(sinks: &[AlertSink], audit: &Arc<dyn AuditLog>, parent: &CancellationToken) -> Self {
         let token = parent.child_token();
         let mut tasks = JoinSet::new();
         let http = reqwest::Client::new();
         let sinks = sinks
             .iter()
             .map(|s| {
-                let (outbox, task) = sink::start(s, http.clone(), token.clone());
+                let (outbox, task) = sink::start(s, http.clone(), audit.clone(), token.clone());
                 tasks.spawn(task);
                 (
                     s.clone(),

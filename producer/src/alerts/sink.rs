@@ -1,7 +1,8 @@
 //! Sending notices: one task per `[[alert]]` sink, fed through a bounded queue, so a slow
 //! or failing sink delays only its own notices, never scheduling, execution or another
 //! sink. Each notice is tried with backoff ([`SEND_RETRY`]) within the sink's `timeout`
-//! per try, and counted (`cronq_alerts_sent_total`, `cronq_alert_send_failures_total`).
+//! per try, counted (`cronq_alerts_sent_total`, `cronq_alert_send_failures_total`), and
+//! recorded in the audit log (action `alert`: done when sent, refused when given up).
 //!
 //! - `webhook`: POST of the [`Notice`] as JSON; with a `secret`, signed:
 //!   `X-Cronq-Timestamp: UNIX_SECONDS` and `X-Cronq-Signature: sha256=HEX`, the
@@ -12,6 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use cronq_shared::audit::{AuditLog, Entry};
 use cronq_shared::config::{AlertSink, AlertTarget, EmailTarget, EmailTls};
 use cronq_shared::retry::{Backoff, retry};
 use hmac::{Hmac, Mac};
@@ -22,7 +24,7 @@ use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 use sha2::Sha256;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::notice::Notice;
 
@@ -56,6 +58,7 @@ impl Outbox {
 pub(super) fn start(
     sink: &AlertSink,
     http: reqwest::Client,
+    audit: Arc<dyn AuditLog>,
     token: CancellationToken,
 ) -> (Outbox, impl Future<Output = ()> + Send + 'static) {
     let (tx, mut rx) = mpsc::channel::<Notice>(QUEUE);
@@ -69,6 +72,7 @@ pub(super) fn start(
         target: sink.target.clone(),
         timeout: sink.timeout,
         http,
+        audit,
     };
     let task = async move {
         while let Some(notice) = token.run_until_cancelled(rx.recv()).await.flatten() {
@@ -83,6 +87,7 @@ struct Sender {
     target: AlertTarget,
     timeout: Duration,
     http: reqwest::Client,
+    audit: Arc<dyn AuditLog>,
 }
 
 impl Sender {
@@ -115,16 +120,30 @@ impl Sender {
             },
         )
         .await;
-        match sent {
+        let entry = Entry::done("alert", "cronq", &format!("sink {}", self.name))
+            .job(notice.job.as_deref())
+            .detail(Some(format!(
+                "{} ({} event{}): {}",
+                notice.title(),
+                notice.count,
+                if notice.count == 1 { "" } else { "s" },
+                notice.subject
+            )));
+        let entry = match sent {
             Ok(()) => {
                 metrics::counter!("cronq_alerts_sent_total", &labels).increment(1);
                 info!(sink = %self.name, kind = %notice.kind, status, job = notice.job.as_deref().unwrap_or(""), count = notice.count, "alert sent");
+                entry
             }
             Err(gave_up) => {
                 metrics::counter!("cronq_alerts_dropped_total", "sink" => self.name.to_string())
                     .increment(1);
                 warn!(sink = %self.name, kind = %notice.kind, error = ?gave_up, "alert not sent: gave up");
+                entry.refused(&format!("not sent: {gave_up:?}"))
             }
+        };
+        if let Err(e) = self.audit.record(&entry).await {
+            debug!(sink = %self.name, error = %e, "cannot record an alert in the audit log");
         }
     }
 
