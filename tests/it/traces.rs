@@ -6,16 +6,27 @@
 //! `cronq consumer`, and on a SQLite data file with one `cronq standalone` whose spans
 //! leave only at its exit (the exporter is flushed on SIGTERM). Without the variables, or
 //! with `OTEL_TRACES_EXPORTER=none`, nothing is exported and a command gets no
-//! `TRACEPARENT`, not even one the consumer itself was started with.
+//! `TRACEPARENT`, not even one the consumer itself was started with. And on every backend,
+//! with in-process consumers that do not trace: a command, an http handler and a Rust
+//! handler get the message's own `traceparent` as it came, and none for a malformed one.
 
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use cronq_consumer::Handlers;
+use cronq_shared::message::Occurrence;
+use cronq_shared::names::JobName;
 use nix::sys::signal::Signal;
 
+use crate::support::backends::{Backend, on_every_backend};
 use crate::support::consumer_process::consumer_args;
 use crate::support::data_file::LEADER;
+use crate::support::fleet::Fleet;
+use crate::support::occurrences::occurrence;
 use crate::support::otlp::{Receiver, Span};
 use crate::support::{TestEnv, eventually, scoped, until};
 
@@ -310,3 +321,92 @@ async fn without_the_otel_variables_nothing_is_exported_and_no_traceparent_is_se
     })
     .await;
 }
+
+/// What each handler saw, by occurrence key: its `traceparent`, empty if none.
+type Seen = Arc<Mutex<BTreeMap<String, String>>>;
+
+async fn handlers_get_the_messages_own_traceparent(backend: Backend, env: TestEnv) {
+    use axum::routing::post;
+    let hooked: Seen = Arc::default();
+    let h = hooked.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        post(
+            move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                let h = h.clone();
+                async move {
+                    let occ = Occurrence::decode(&body).unwrap();
+                    let tp = headers
+                        .get("traceparent")
+                        .map(|v| v.to_str().unwrap().to_owned());
+                    h.lock()
+                        .unwrap()
+                        .insert(occ.key.to_string(), tp.unwrap_or_default());
+                    "fine"
+                }
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let ran = env.dir.join("cmd.seen");
+    let toml = format!(
+        r#"
+[[job]]
+name = "hook"
+schedule = "@every 1s"
+overlap = "allow"
+http = {{ url = "http://{addr}/hook" }}
+
+[[job]]
+name = "rust"
+schedule = "@every 1s"
+overlap = "allow"
+
+[[job]]
+name = "cmd"
+schedule = "@every 1s"
+overlap = "allow"
+command = ["/bin/sh", "-c", "echo \"$CRONQ_KEY $TRACEPARENT\" >> '{}'"]
+"#,
+        ran.display()
+    );
+    let ruled: Seen = Arc::default();
+    let r = ruled.clone();
+    let mut handlers = Handlers::new();
+    handlers.register(JobName::new("rust").unwrap(), move |occ: Occurrence, _t| {
+        let r = r.clone();
+        async move {
+            r.lock()
+                .unwrap()
+                .insert(occ.key.to_string(), occ.traceparent.unwrap_or_default());
+            Ok::<(), String>(())
+        }
+    });
+    let mut fleet = Fleet::new(backend, &env, &toml).await;
+    fleet.start("c1", handlers, 4).await;
+    let malformed = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\nX-Injected: yes";
+    let mut expected = BTreeMap::new();
+    let mut published = Vec::new();
+    for job in ["hook", "rust", "cmd"] {
+        for (i, tp) in [(1, FOREIGN), (2, malformed)] {
+            let mut occ = occurrence(job, i);
+            occ.traceparent = Some(tp.to_owned());
+            let shown = if tp == FOREIGN { FOREIGN } else { "" };
+            expected.insert(occ.key.to_string(), shown.to_owned());
+            published.push(occ);
+        }
+    }
+    fleet.publish(published).await;
+    for job in ["hook", "rust", "cmd"] {
+        fleet.settled(job, 2).await;
+    }
+    let mut got = hooked.lock().unwrap().clone();
+    got.extend(ruled.lock().unwrap().clone());
+    got.extend(seen(&ran));
+    assert_eq!(got, expected, "what each handler saw, by key");
+    server.abort();
+}
+
+on_every_backend!(handlers_get_the_messages_own_traceparent, "traces_handlers");
