@@ -22,6 +22,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse_shaped(); // clap exits 2 on usage errors
     let standalone = matches!(cli.command, cli::Command::Standalone(_));
     telemetry::init(cli.log_format, telemetry::default_filter(standalone));
+    // Only the daemons publish and run occurrences: only they trace.
+    let traces = match cli.command {
+        cli::Command::Producer(_) | cli::Command::Consumer(_) | cli::Command::Standalone(_) => {
+            telemetry::traces()
+        }
+        _ => telemetry::Traces::off(),
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -33,11 +40,14 @@ fn main() -> ExitCode {
         }
     };
     let root = CancellationToken::new();
-    match runtime.block_on(cmd::dispatch(cli, root)) {
+    let code = match runtime.block_on(cmd::dispatch(cli, root)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("cronq: {}", output::chain(&err));
             ExitCode::from(cmd::exit_code(&err))
         }
-    }
+    };
+    // After the drain (SIGTERM included): the spans of the last attempts are sent.
+    traces.shutdown();
+    code
 }

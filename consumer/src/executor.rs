@@ -422,6 +422,7 @@ schedule = "@every 1s"
             published_at: at,
             deadline: None,
             last_error: None,
+            traceparent: None,
         }
     }
 

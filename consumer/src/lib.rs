@@ -10,6 +10,8 @@
 //! - `attempt`: supervising a running handler: heartbeats, timeout, panic catching.
 //! - `handler`: `command` (own process group, killed as a whole) and `http`; [`registry`]:
 //!   Rust handlers registered by job name by an embedding program.
+//! - `traces`: the attempt's spans (`cronq.claim`, `cronq.execute`, `cronq.end`) in the
+//!   trace the message's `traceparent` names, and the `traceparent` a handler gets.
 //! - `reaper`: republishes the stored message of a claim whose owner died.
 //! - [`replay`]: `cronq dlq replay`, dead letters sent back to run under their key.
 //!
@@ -38,6 +40,7 @@ pub mod replay;
 mod running;
 pub mod service;
 mod telemetry;
+mod traces;
 mod view;
 mod worker;
 

@@ -43,6 +43,7 @@ use crate::handler::{Capture, Runner};
 use crate::reaper::republish;
 use crate::registry::Handlers;
 use crate::telemetry;
+use crate::traces::Step;
 
 /// How often a running occurrence of a `replace` job renews its lease, and so learns that
 /// a newer occurrence asked it to stop: a replace takes effect within about this long.
@@ -132,7 +133,7 @@ impl Worker {
             telemetry::redelivery();
         }
         let config = self.config();
-        let admitted = match self.admit(&d, &config) {
+        let mut admitted = match self.admit(&d, &config) {
             Ok(admitted) => admitted,
             Err(Reject::UnknownJob(name)) => {
                 return self.unknown(&d, name, &config, &shutdown).await;
@@ -150,9 +151,11 @@ impl Worker {
             return self.settle(&d, occ, job, end, &shutdown).await;
         }
         let claim = self.claim_of(occ, job, &d);
+        let span = Step::claim(occ, &job.queue, &self.consumer_id);
         let Some(claimed) = self.claim(&claim, &d, &shutdown).await else {
             return;
         };
+        span.claimed(&claimed, &mut admitted.occ);
         self.on_claim(claimed, d, admitted, &abort, &shutdown).await;
     }
 
@@ -345,6 +348,7 @@ impl Worker {
         end: AttemptEnd,
         shutdown: &CancellationToken,
     ) {
+        let span = Step::end(occ, &job.queue, &self.consumer_id);
         let settle = Settle {
             key: occ.key.clone(),
             job: occ.job.clone(),
@@ -362,6 +366,7 @@ impl Worker {
                 woken,
             }) => {
                 let outcome = end.outcome();
+                span.ended(outcome);
                 tracing::info!(job = %occ.job, key = %occ.key, outcome = %outcome, reason = settle.error.as_deref().unwrap_or(""), "occurrence not run");
                 self.metrics.attempt(occ.job.as_str(), outcome);
                 ack(d, occ.job.as_str()).await;
@@ -414,7 +419,9 @@ impl Worker {
             abort,
         };
         let capture = Arc::new(Capture::new(self.outputs.as_ref().map_or(0, |o| o.limit)));
-        let ending = supervise(runner, occ.clone(), sup, Arc::clone(&capture)).await;
+        let span = Step::execute(&occ, &job.queue, &self.consumer_id);
+        let ending = supervise(runner, span.for_handler(&occ), sup, Arc::clone(&capture)).await;
+        span.executed(&ending);
         let took = t0.elapsed();
         self.keep_output(&occ, &capture).await;
         self.metrics.duration(occ.job.as_str(), took);
@@ -429,11 +436,13 @@ impl Worker {
             }
         };
         let attempt = Attempted { started_at, took };
+        let span = Step::end(&occ, &job.queue, &self.consumer_id);
         let end = tokio::select! {
             end = self.conclude(&occ, job, &lease, end, &attempt) => end,
             _ = keepalive => unreachable!("the keepalive loop never ends"),
         };
         let outcome = end.outcome();
+        span.ended(outcome);
         if end == AttemptEnd::Succeeded {
             tracing::info!(job = %occ.job, key = %occ.key, attempt = occ.attempt, elapsed_ms = took.as_millis() as u64, "attempt succeeded");
         } else {

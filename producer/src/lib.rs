@@ -9,6 +9,8 @@
 //!   earliest one and never polls.
 //! - [`publisher`]: confirmed publishing, and the leader's one retry loop (what the broker
 //!   refuses, what the control store fails), while the leadership lasts.
+//! - [`traces`]: the publish span of each occurrence, root of its trace, and the
+//!   `traceparent` it writes into the message (when traces are on).
 //! - [`scheduler`]: the leader's loop: take over, fire, commit cursors (fenced), carry out
 //!   pause flags and trigger/backfill requests, apply reloaded configs.
 //! - `term`: one term's bookkeeping (job table, timer, pauses, uncommitted cursors).
@@ -40,6 +42,7 @@ mod service;
 pub mod serving_check;
 mod term;
 pub mod timer;
+pub mod traces;
 
 pub use accounting_check::AccountingCheck;
 pub use alerts::Alerts;

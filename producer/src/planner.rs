@@ -183,6 +183,7 @@ pub fn occurrence(
         published_at: now,
         deadline: deadline(job, base),
         last_error: None,
+        traceparent: None,
     }
 }
 
@@ -209,6 +210,7 @@ pub fn manual(
         published_at: now,
         deadline: deadline(job, now),
         last_error: None,
+        traceparent: None,
     }
 }
 

@@ -21,6 +21,7 @@ use chrono::{DateTime, Utc};
 use cronq_shared::broker::{Broker, BrokerError, Outgoing, Ready};
 use cronq_shared::message::Trigger;
 use cronq_shared::retry::{Backoff, Retrying, retry};
+use cronq_shared::traces;
 use futures_util::future::BoxFuture;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -28,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::leader::{Leadership, holds, lost};
+use crate::traces::Publishing;
 
 /// The leader's retries (a refused publish, a control store error): short first steps ride
 /// over a refusal that passes by itself (a queue leader moving to another node), the cap
@@ -49,7 +51,8 @@ pub enum Abandoned {
 }
 
 /// Publishes `batch` until the broker confirms all of it, for as long as `epoch` holds a
-/// valid leadership (refusals retried along [`LEADER_RETRY`]).
+/// valid leadership (refusals retried along [`LEADER_RETRY`]). With traces on, each
+/// message goes out with the `traceparent` of its publish span (`crate::traces`).
 ///
 /// # Errors
 /// [`Abandoned`] when the leadership ended or `token` was cancelled first; nothing is
@@ -64,14 +67,25 @@ pub async fn publish_confirmed(
     epoch: u64,
     token: &CancellationToken,
 ) -> Result<(), Abandoned> {
-    confirmed_while_leading(batch, leadership, epoch, token, || {
+    let mut traced = Vec::new();
+    let spans = traces::tracer().and_then(|_| {
+        traced = batch.to_vec();
+        Publishing::start(&mut traced, None)
+    });
+    let batch = if spans.is_some() { &traced[..] } else { batch };
+    let published = confirmed_while_leading(batch, leadership, epoch, token, || {
         broker.publish_timed(batch)
     })
-    .await
+    .await;
+    if let Some(spans) = spans {
+        spans.end(&published);
+    }
+    published
 }
 
 /// As [`publish_confirmed`] for a batch made ready ahead ([`Broker::ready`]), each
-/// message published at `at`.
+/// message published at `at`; its publish spans, if traced, were started when it was made
+/// ready (`Scheduler::fire`), and `spans` ends them.
 ///
 /// # Errors
 /// As [`publish_confirmed`].
@@ -85,11 +99,16 @@ pub async fn publish_ready_confirmed(
     leadership: &watch::Receiver<Option<Leadership>>,
     epoch: u64,
     token: &CancellationToken,
+    spans: Option<Publishing>,
 ) -> Result<(), Abandoned> {
-    confirmed_while_leading(ready.messages(), leadership, epoch, token, || {
+    let published = confirmed_while_leading(ready.messages(), leadership, epoch, token, || {
         broker.publish_ready(ready, at)
     })
-    .await
+    .await;
+    if let Some(spans) = spans {
+        spans.end(&published);
+    }
+    published
 }
 
 /// The loop of [`publish_confirmed`] and [`publish_ready_confirmed`]: `publish` sends
@@ -320,7 +339,8 @@ command = ["true"]
             let (tx, rx) = watch::channel(leading(7, Duration::from_secs(60)));
             let ready = batch(at);
             tx.send_replace(after_ready);
-            let published = publish_ready_confirmed(&broker, &ready, at, &rx, 7, &token).await;
+            let published =
+                publish_ready_confirmed(&broker, &ready, at, &rx, 7, &token, None).await;
             assert!(
                 matches!(published, Err(Abandoned::LostLeadership)),
                 "{why}: {published:?}"
@@ -329,7 +349,7 @@ command = ["true"]
         }
 
         let (_tx, rx) = watch::channel(leading(7, Duration::from_secs(60)));
-        publish_ready_confirmed(&broker, &batch(at), at, &rx, 7, &token)
+        publish_ready_confirmed(&broker, &batch(at), at, &rx, 7, &token, None)
             .await
             .unwrap();
         assert_eq!(

@@ -32,6 +32,7 @@ const CONTROL_POLL: Duration = Duration::from_secs(1);
 use crate::leader::{Leadership, lost};
 use crate::publisher::{Abandoned, publish_confirmed, publish_ready_confirmed, while_leading};
 use crate::term::{Cursor, Leading};
+use crate::traces::Publishing;
 
 /// How long before a fire instant the leader wakes to work out what is due and build its
 /// messages (for 10,000 jobs due together, tens of milliseconds), so that at the instant
@@ -207,20 +208,23 @@ impl Scheduler {
         let due = lead.take_due(instant.max(Utc::now()));
         let (messages, cursors): (Vec<Option<Outgoing>>, Vec<Cursor>) = due.into_iter().unzip();
         let mut messages = messages.into_iter().flatten().peekable();
+        let publish_at = instant + chrono::TimeDelta::milliseconds(1);
         let mut batches = Vec::new();
         while messages.peek().is_some() {
-            let batch = messages.by_ref().take(PUBLISH_BATCH).collect();
-            batches.push(self.broker.ready(batch));
+            let mut batch: Vec<Outgoing> = messages.by_ref().take(PUBLISH_BATCH).collect();
+            // The traceparents go in before the bodies are built.
+            let spans = Publishing::start(&mut batch, Some(publish_at));
+            batches.push((self.broker.ready(batch), spans));
         }
-        let publish_at = instant + chrono::TimeDelta::milliseconds(1);
         if let Ok(wait) = (publish_at - Utc::now()).to_std()
             && token.run_until_cancelled(sleep(wait)).await.is_none()
         {
             return Err(Abandoned::Cancelled);
         }
         let now = Utc::now();
-        futures_util::future::try_join_all(batches.iter().map(|batch| {
-            publish_ready_confirmed(&self.broker, batch, now, &self.leadership, epoch, token)
+        let (broker, leadership) = (&self.broker, &self.leadership);
+        futures_util::future::try_join_all(batches.into_iter().map(|(batch, spans)| async move {
+            publish_ready_confirmed(broker, &batch, now, leadership, epoch, token, spans).await
         }))
         .await?;
         lead.uncommitted.cursors.extend(cursors);

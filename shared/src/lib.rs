@@ -11,6 +11,8 @@
 //! - [`job_labels`]: which jobs have a `job` label of their own on `/metrics`.
 //! - [`redacted`]: URLs with credentials hidden, for logs and errors.
 //! - [`signing`]: signed messages (`CRONQ_SIGNING_KEY`): the keyring, sealing and opening.
+//! - [`traces`]: one occurrence in one OpenTelemetry trace: the tracer, span names, and
+//!   the `traceparent` a message carries.
 //! - [`retry`]: the one retry primitive (exponential, capped, jittered, cancellable), and
 //!   which layer retries what.
 //! - The ports, each a trait with its rules in its docs: [`broker`] (the queue),
@@ -42,3 +44,4 @@ pub mod runlog;
 pub mod schedule;
 pub mod signing;
 pub mod store;
+pub mod traces;

@@ -164,6 +164,13 @@ pub struct Occurrence {
     /// The error of the previous attempt, carried along retries for the dead-letter record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// The W3C `traceparent` of the publish that started this occurrence's trace
+    /// ([`crate::traces`]), kept by every copy (retry, redelivery, republish, replay), so
+    /// all attempts of an occurrence are in one trace. Written only when the publisher
+    /// traces; a handler gets it as `TRACEPARENT` or the `traceparent` header. Before
+    /// `published_at`, so [`Encoded`] carries it in the body encoded ahead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
     /// When this copy was published. The last field on the wire: [`Encoded`] stamps it
     /// onto a body encoded ahead.
     #[serde(deserialize_with = "rfc3339::utc")]
@@ -365,6 +372,7 @@ mod tests {
             published_at: at,
             deadline: None,
             last_error: None,
+            traceparent: None,
         }
     }
 
@@ -386,7 +394,9 @@ mod tests {
         let mut occ = sample();
         occ.deadline = Some("2026-11-29T19:31:00Z".parse().unwrap());
         occ.last_error = Some(r#"exit 3: "published_at":"#.into());
-        for plain in [sample(), occ] {
+        let mut traced = occ.clone();
+        traced.traceparent = Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into());
+        for plain in [sample(), occ, traced] {
             let ahead = Encoded::new(&plain);
             for at in [
                 "2026-11-29T19:30:00Z",
@@ -469,6 +479,35 @@ mod tests {
             Occurrence::decode(json.to_string().as_bytes()),
             Err(DecodeError::Malformed(_))
         ));
+    }
+
+    /// A traced body carries `traceparent` before `published_at`; a body without one (an
+    /// older or untraced producer) decodes to `None`, and an untraced occurrence writes
+    /// no field at all.
+    #[test]
+    fn a_traceparent_is_optional_on_the_wire() {
+        let untraced = sample().encode();
+        assert!(!String::from_utf8_lossy(&untraced).contains("traceparent"));
+        let mut occ = sample();
+        occ.traceparent = Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into());
+        let body = String::from_utf8(occ.encode()).unwrap();
+        assert!(
+            body.contains(r#""traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","published_at":"#),
+            "{body}"
+        );
+        assert_eq!(Occurrence::decode(body.as_bytes()).unwrap(), occ);
+        assert_eq!(Occurrence::decode(&untraced).unwrap().traceparent, None);
+        // Sealed, the traceparent is inside the signed bytes: it opens and decodes as is.
+        let ring = crate::signing::Keyring::parse(
+            "k1:0123456789abcdef0123456789abcdef",
+            crate::signing::KeySource::Variable,
+        )
+        .unwrap();
+        let sealed = ring.seal(body.as_bytes());
+        assert_eq!(
+            Occurrence::decode(ring.open(&sealed).unwrap()).unwrap(),
+            occ
+        );
     }
 
     #[test]

@@ -34,6 +34,9 @@
 //! - `tls`: `amqps://` and `rediss://` for real, on the harness of `scripts/tls`: a fleet
 //!   over TLS runs each occurrence once; certificates from another CA or for another host
 //!   name refused; a client certificate; the TLS files checked at start;
+//! - `traces`: OpenTelemetry traces: one occurrence one trace, from the leader's publish
+//!   to the command's `TRACEPARENT`, through real processes on the services and on a data
+//!   file; nothing exported and no `TRACEPARENT` without the `OTEL_*` variables;
 //! - `support`: the test environment, the backends and the helpers the modules share.
 //!
 //! Every behavioural suite is written once and run on every backend by
@@ -69,3 +72,4 @@ mod standalone_data;
 mod support;
 mod time_controls;
 mod tls;
+mod traces;

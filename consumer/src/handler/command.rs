@@ -2,7 +2,8 @@
 //!
 //! Environment: the consumer's (none with `clear_env`), then the job's `env`, then
 //! `CRONQ_JOB`, `CRONQ_KEY`, `CRONQ_SCHEDULED_AT` (RFC 3339 in the job's zone),
-//! `CRONQ_ATTEMPT`; with `user`, also `USER`, `LOGNAME` and `HOME` of that user (unless
+//! `CRONQ_ATTEMPT`, and `TRACEPARENT` when the occurrence is traced (the consumer's own
+//! `TRACEPARENT` and `TRACESTATE` are never passed on: they name another trace); with `user`, also `USER`, `LOGNAME` and `HOME` of that user (unless
 //! `env` sets them). It runs as `user`/`group` ([`super::identity`]) in `cwd`. The payload
 //! JSON reaches it on stdin only, never on its command line; exit 0 is success. On cancellation the whole
 //! process group gets SIGTERM, then SIGKILL after the caller's grace, so grandchildren
@@ -196,13 +197,17 @@ fn spawn(handler: &CommandHandler, occ: &Occurrence) -> Result<(Child, GroupGuar
         }
         cmd.current_dir(cwd);
     }
+    cmd.env_remove("TRACEPARENT").env_remove("TRACESTATE");
     cmd.args(args)
         .envs(handler.env.iter().map(|(k, v)| (k, v)))
         .env("CRONQ_JOB", occ.job.as_str())
         .env("CRONQ_KEY", occ.key.to_string())
         .env("CRONQ_SCHEDULED_AT", occ.scheduled_local.to_rfc3339())
-        .env("CRONQ_ATTEMPT", occ.attempt.to_string())
-        .stdin(Stdio::piped())
+        .env("CRONQ_ATTEMPT", occ.attempt.to_string());
+    if let Some(traceparent) = &occ.traceparent {
+        cmd.env("TRACEPARENT", traceparent);
+    }
+    cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // Its own process group, so a timeout can signal every process it started.

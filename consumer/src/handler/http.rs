@@ -1,6 +1,7 @@
-//! The `http` handler: one request per attempt with the message JSON as body; any 2xx
-//! status is success. A failure keeps the status and the start of the response body in
-//! its error; every answer's status and the first [`HTTP_BODY_LIMIT`] bytes of its body are
+//! The `http` handler: one request per attempt with the message JSON as body, and the
+//! `traceparent` header when the occurrence is traced; any 2xx status is success. A
+//! failure keeps the status and the start of the response body in its error; every
+//! answer's status and the first [`HTTP_BODY_LIMIT`] bytes of its body are
 //! the attempt's output ([`Capture`]), the URL and header values masked.
 //!
 //! Invariant: errors show the URL redacted, and a URL given from the environment or a file
@@ -40,6 +41,10 @@ pub(crate) async fn run(
         .body(occ.encode());
     for (name, value) in &h.headers {
         req = req.header(name, value.expose());
+    }
+    // Well formed (`crate::traces`): a valid header value.
+    if let Some(traceparent) = &occ.traceparent {
+        req = req.header("traceparent", traceparent);
     }
     let send = async {
         let resp = req

@@ -6,7 +6,7 @@
 //! ([`producer_process`], [`consumer_process`], [`deployment`], [`history`]), standalones
 //! on one data file ([`data_file`], and [`tmpfs`] for a read-only or full disk), the command
 //! line ([`cli`], [`config_dir`]), the queue ([`occurrences`], [`deliveries`],
-//! [`rabbitmq`], and a [`proxy`] to take RabbitMQ away from one process), the ledger ([`inspect`]), the extra RabbitMQ node ([`nodes`]), the
+//! [`rabbitmq`], and a [`proxy`] to take RabbitMQ away from one process), the ledger ([`inspect`]), the extra RabbitMQ node ([`nodes`]), an OTLP trace receiver ([`otlp`]), the
 //! high-availability harness of the `ha` tests ([`ha`]) and the TLS harness of the `tls`
 //! tests ([`tls`]).
 
@@ -27,6 +27,7 @@ pub mod history;
 pub mod inspect;
 pub mod nodes;
 pub mod occurrences;
+pub mod otlp;
 pub mod ports;
 pub mod producer_process;
 pub mod producers;

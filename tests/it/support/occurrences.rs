@@ -34,6 +34,7 @@ pub fn occurrence(job: &str, i: u32) -> Occurrence {
         published_at: at,
         deadline: None,
         last_error: None,
+        traceparent: None,
     }
 }
 
