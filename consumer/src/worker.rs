@@ -92,6 +92,9 @@ pub(crate) struct Worker {
     pub(crate) outputs: Option<crate::service::Outputs>,
     /// The runtime jobs, to tell an occurrence of a deleted job from an unknown one.
     pub(crate) jobs: Option<Arc<dyn JobStore>>,
+    /// The ledger's cancel count (`crate::cancels`): when it moves, running attempts renew
+    /// their claims at once, and so learn of a cancel.
+    pub(crate) cancels: watch::Receiver<u64>,
 }
 
 async fn ack(d: &Delivery, job: &str) {
@@ -406,6 +409,7 @@ impl Worker {
             beat,
             timeout: job.timeout,
             abort,
+            cancels: self.cancels.clone(),
         };
         let capture = Arc::new(Capture::new(self.outputs.as_ref().map_or(0, |o| o.limit)));
         let ending = supervise(runner, occ.clone(), sup, Arc::clone(&capture)).await;
