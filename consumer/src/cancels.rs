@@ -3,7 +3,8 @@
 //! channel. When the count moves, each attempt renews its claim at once instead of at its
 //! next heartbeat, reads the cancel mark, and stops: a running attempt stops within about
 //! [`CANCEL_POLL`] plus one store round trip, whatever the heartbeat period, at the cost of
-//! one cheap read per consumer per poll (not one per running attempt).
+//! one cheap read per consumer per poll while it runs attempts (not one per attempt; none
+//! while it runs none).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,6 +40,12 @@ impl CancelWatch {
                 .is_none()
             {
                 return;
+            }
+            if self.tx.receiver_count() <= 1 {
+                // Only the worker's own receiver: no attempt runs here, none to renew (an
+                // attempt that starts later reads the count as it is then, on its first
+                // poll).
+                continue;
             }
             match self.ledger.cancels().await {
                 Ok(n) => {
