@@ -7,8 +7,9 @@
 //!    running; busy → `skipped` (skip, an earlier occurrence runs); waiting (queue,
 //!    replace, skip behind a later occurrence) → recorded in the ledger with its message,
 //!    then acked: it is published again when its turn comes (or by the
-//!    reaper), never parked on a broker timer; superseded by a newer occurrence (replace) →
-//!    `cancelled`; store unreachable → hold the delivery unacked and retry with backoff:
+//!    reaper), never parked on a broker timer; superseded by a newer occurrence (replace),
+//!    or by an operator's cancel its previous owner never carried out → `cancelled`; store
+//!    unreachable → hold the delivery unacked and retry with backoff:
 //!    nothing runs, nothing is acked.
 //! 4. Claimed: the message body is stored in the claim, so the delivery is acked at once.
 //!    The broker's `consumer_timeout` can then never close the channel under a long job, and

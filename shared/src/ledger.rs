@@ -62,7 +62,9 @@
 //!   `cancelled` at once (its run appended as `cancelled by WHO`); a running one is asked to
 //!   stop, as a replacing occurrence asks: its heartbeat returns
 //!   [`Heartbeat::CancelRequested`] with `by` = `cancelled by WHO`, and its owner records the
-//!   end. Every cancel request moves [`Ledger::cancels`] on, so that consumers renew their
+//!   end. Should the owner go away first (its lease lapses, or it releases the claim), the
+//!   record keeps the mark and the next claim is [`ClaimOutcome::Superseded`] by it: the
+//!   occurrence ends cancelled, not run again. Every cancel request moves [`Ledger::cancels`] on, so that consumers renew their
 //!   claims at once and stop within about a second, whatever their heartbeat period.
 
 pub mod rules;
@@ -236,10 +238,11 @@ pub enum ClaimOutcome {
         /// An earlier waiter whose turn it is now, to publish.
         woken: Option<Orphan>,
     },
-    /// Overlap `replace`: a newer occurrence runs or waits, so this one is not run; the
-    /// caller settles it [`State::Cancelled`].
+    /// Overlap `replace`: a newer occurrence runs or waits, so this one is not run; or an
+    /// operator cancelled it while it ran and its owner went away before it stopped (the
+    /// record keeps the mark). The caller settles it [`State::Cancelled`].
     Superseded {
-        /// The newer occurrence's key, as text.
+        /// The newer occurrence's key, as text; `cancelled by WHO` ([`cancelled_by`]).
         by: String,
     },
 }

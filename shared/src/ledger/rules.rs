@@ -13,8 +13,8 @@ use std::time::Duration;
 use chrono::Utc;
 
 use super::{
-    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, Heartbeat, Lease, Orphan, Record,
-    Republish, Settle, State, WAKE_RECHECK, cancelled_by,
+    CANCELLED_BY, Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, Heartbeat, Lease, Orphan,
+    Record, Republish, Settle, State, WAKE_RECHECK, cancelled_by,
 };
 use crate::config::Overlap;
 use crate::key::OccurrenceKey;
@@ -193,6 +193,18 @@ fn wait_here<S: Records>(s: &mut S, claim: &Claim, key: &str) -> Result<(), S::E
     s.put(key, &rec)
 }
 
+/// The operator's cancel mark of a record whose owner went away before it stopped the
+/// attempt (its lease lapsed, or it was reaped or released): claimed by anyone else, the
+/// occurrence ends cancelled instead of running again (see claim.lua).
+fn abandoned_cancel(rec: &Rec, token: &str) -> Option<String> {
+    let by = rec
+        .cancel
+        .as_ref()
+        .filter(|c| c.starts_with(CANCELLED_BY))?;
+    let gone = matches!(rec.state, State::Running | State::Pending) && !is_mine(rec, token);
+    gone.then(|| by.clone())
+}
+
 /// Applies the overlap rules of an exclusive job to `claim` (see `claim.lua`): `None` when
 /// it may take the job lock now.
 fn overlap<S: Records>(
@@ -317,6 +329,9 @@ pub fn claim<S: Records>(s: &mut S, claim: &Claim) -> Result<ClaimOutcome, S::Er
     let current = live(s, &key)?;
     if let Some((state, attempt)) = blocked(current.as_ref(), claim.attempt, &token, s.now()) {
         return Ok(ClaimOutcome::Duplicate { state, attempt });
+    }
+    if let Some(by) = current.as_ref().and_then(|r| abandoned_cancel(r, &token)) {
+        return Ok(ClaimOutcome::Superseded { by });
     }
     // A claim granted again under its own token keeps the fence it was granted with.
     let mine = current

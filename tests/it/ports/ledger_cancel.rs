@@ -146,6 +146,33 @@ async fn cancel_suite(ledger: impl Ledger + Inspect, history: &dyn RunLog) {
         State::Cancelled
     );
 
+    // Running when asked, then its owner went away before it stopped: the next claim of
+    // the reaped occurrence is superseded by the mark, and settling it records it.
+    let short = claim("cx", 6, 1, Overlap::Allow, Duration::from_millis(300));
+    claimed(&ledger, &short).await;
+    assert_eq!(
+        ledger.cancel(&by_ada("cx", 6)).await.unwrap(),
+        Cancelled::Stopping
+    );
+    eventually(WAIT, "the abandoned claim to be reaped", || async {
+        let orphans = ledger.reap(100, LONG).await.unwrap();
+        orphans
+            .iter()
+            .any(|o| o.key == short.key.as_str())
+            .then_some(())
+    })
+    .await;
+    let next = Claim {
+        token: claim_token(),
+        ..short.clone()
+    };
+    assert_eq!(
+        ledger.claim(&next).await.unwrap(),
+        ClaimOutcome::Superseded {
+            by: "cancelled by ada".into()
+        }
+    );
+
     // Finished.
     let done = claimed(&ledger, &claim("cx", 5, 1, Overlap::Allow, LONG)).await;
     assert!(

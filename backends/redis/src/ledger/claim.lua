@@ -31,7 +31,8 @@
 -- throughput step 2).
 -- Returns {"claimed", takeover (0|1: taken over from an owner that stopped), fence}
 --   | {"duplicate", state, attempt} | {"busy", holder key}
---   | {"waiting", holder key [, woken key, woken queue, woken body]} | {"superseded", by key}
+--   | {"waiting", holder key [, woken key, woken queue, woken body]}
+--   | {"superseded", by key, or an operator's mark "cancelled by WHO"}
 local function claim(KEYS, ARGV, shared)
   local now_s = server_now()
   local now = tonumber(now_s)
@@ -43,7 +44,7 @@ local function claim(KEYS, ARGV, shared)
   local prefix, body_prefix = shared.record, shared.body
   -- One read of everything the checks need (a new key reads five nils).
   local rec = redis.call('HMGET', KEYS[1], 'state', 'attempt', 'lease_until', 'next', 'token',
-    'fence')
+    'fence', 'cancel')
   local st = rec[1]
   local takeover = 0
   -- The fence of this very claim, granted by an earlier try: it keeps it.
@@ -63,7 +64,15 @@ local function claim(KEYS, ARGV, shared)
     if tonumber(attempt) < tonumber(rec[4] or '0') then
       return {'duplicate', st, tostring(rec_attempt)}
     end
-    if (st == 'running' and not mine) or st == 'pending' then takeover = 1 end
+    if (st == 'running' and not mine) or st == 'pending' then
+      -- An operator cancelled it while it ran, and its owner went away before stopping it
+      -- (lapsed, reaped or released): it ends cancelled rather than run again.
+      local mark = rec[7]
+      if mark and string.sub(mark, 1, 13) == 'cancelled by ' then
+        return {'superseded', mark}
+      end
+      takeover = 1
+    end
   end
 
   -- Records this occurrence as waiting for its turn.
