@@ -245,6 +245,12 @@ pub enum Command {
         after_help = "Examples:\n  cronq backfill nightly-report --from 2026-11-28T00:00:00Z --to 2026-11-29T23:59:59Z --config cronq.toml"
     )]
     Backfill(BackfillArgs),
+    /// Stop a running occurrence within about a second, or a waiting one before it starts;
+    /// recorded `cancelled` with who asked.
+    #[command(
+        after_help = "Exit status: 0 cancelled (or the running attempt asked to stop), 1 the occurrence already ended (or an error), 2 no such occurrence, or a usage error.\n\nExamples:\n  cronq cancel nightly-report@2026-11-29T19:30:00Z\n  cronq cancel nightly-report@manual-01JDX3 --data cronq.db --json"
+    )]
+    Cancel(CancelArgs),
     /// Create, change and delete jobs at runtime, fleet-wide, without a restart.
     #[command(subcommand)]
     Job(JobCommand),
@@ -609,6 +615,16 @@ pub struct TriggerArgs {
     /// JSON that replaces the configured payload.
     #[arg(long)]
     pub payload: Option<String>,
+}
+
+/// `cronq cancel`.
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    /// The occurrence key, JOB@SCHEDULED_UTC or JOB@manual-ID (as `cronq runs` lists it).
+    pub key: String,
+    /// Print one JSON document on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `cronq backfill`.

@@ -1,13 +1,14 @@
 //! Supervising one running attempt: the handler runs in its own task (so a panic is caught
 //! as a `JoinError`), while this loop renews the claim's lease, enforces the job's timeout,
-//! and stops the handler when the claim is lost, a replacing occurrence asks, or the
-//! shutdown grace is over.
+//! and stops the handler when the claim is lost, a replacing occurrence or an operator's
+//! cancel asks (a cancel is read at once: `crate::cancels`), or the shutdown grace is over.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use cronq_shared::ledger::{Heartbeat, Lease, Ledger};
 use cronq_shared::message::Occurrence;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -52,6 +53,9 @@ pub(crate) struct Supervision<'a> {
     pub(crate) timeout: Duration,
     /// Cancelled when the shutdown grace is over.
     pub(crate) abort: &'a CancellationToken,
+    /// The ledger's cancel count: when it moves, the claim is renewed at once (an
+    /// operator's cancel is read there).
+    pub(crate) cancels: watch::Receiver<u64>,
 }
 
 /// Runs `runner` for `occ` to its end.
@@ -65,6 +69,7 @@ pub(crate) async fn supervise(
     let token = CancellationToken::new();
     let mut task = AbortOnDrop(tokio::spawn(runner.run(
         occ,
+        sup.lease.fence,
         sup.timeout,
         token.clone(),
         capture,
@@ -79,6 +84,10 @@ pub(crate) async fn supervise(
     let kill = tokio::time::sleep(Duration::ZERO);
     tokio::pin!(kill);
     let mut stop: Option<Stop> = None;
+    let mut cancels = sup.cancels.clone();
+    // Only a cancel asked for from now on concerns this attempt's renewals.
+    cancels.borrow_and_update();
+    let mut watching = true;
     let request =
         |stop: &mut Option<Stop>, why: Stop, kill: std::pin::Pin<&mut tokio::time::Sleep>| {
             // `Lost` overrides any earlier reason: nothing may be recorded for this attempt.
@@ -106,6 +115,11 @@ pub(crate) async fn supervise(
             () = sup.abort.cancelled(), if stop.is_none() => {
                 request(&mut stop, Stop::Shutdown, kill.as_mut());
             }
+            moved = cancels.changed(), if watching && stop.is_none() => match moved {
+                // An operator cancelled something: renew now, and learn whether it was this.
+                Ok(()) => beat.reset_immediately(),
+                Err(_) => watching = false,
+            },
             _ = beat.tick() => match sup.ledger.heartbeat(sup.lease, sup.lease_for).await {
                 Ok(Heartbeat::Held) => renewed = Instant::now(),
                 Ok(Heartbeat::CancelRequested { by }) => {

@@ -98,9 +98,10 @@ pub fn admit<'c>(
 pub enum Stop {
     /// It ran past the job's `timeout`.
     Timeout(Duration),
-    /// A newer occurrence replaced it (overlap `replace`).
+    /// A newer occurrence replaced it (overlap `replace`), or an operator cancelled it
+    /// (`cronq cancel`).
     Replaced {
-        /// The newer occurrence's key (empty when not known).
+        /// The newer occurrence's key (empty when not known), or `cancelled by WHO`.
         by: String,
     },
     /// This consumer lost its claim (lease lapsed, key reaped).
@@ -138,9 +139,10 @@ pub enum AttemptEnd {
         /// The last error.
         error: String,
     },
-    /// Replaced by a newer occurrence (overlap `replace`), running or not.
+    /// Replaced by a newer occurrence (overlap `replace`), running or not, or cancelled by
+    /// an operator.
     Cancelled {
-        /// `replaced by KEY`.
+        /// `replaced by KEY`, `cancelled by WHO`.
         why: String,
     },
     /// Stopped by a consumer shutdown: released, and republished at once.
@@ -283,9 +285,12 @@ pub fn classify(job: &Job, attempt: u32, ending: Ending) -> AttemptEnd {
     }
 }
 
-/// The error recorded for an occurrence of a `replace` job that a newer one, `by`, replaced.
+/// The error recorded for an occurrence of a `replace` job that a newer one, `by`, replaced;
+/// an operator's cancel mark (`cancelled by WHO`) as it is.
 pub fn replaced_by(by: &str) -> String {
-    if by.is_empty() {
+    if by.starts_with(cronq_shared::ledger::CANCELLED_BY) {
+        by.to_owned()
+    } else if by.is_empty() {
         "replaced by a newer occurrence".to_owned()
     } else {
         format!("replaced by {by}")

@@ -7,9 +7,11 @@
 //!   early, run, record the outcome, then retry or dead-letter.
 //! - [`executor`]: the one place outcomes are classified (`Retry { after }`, `Fail`,
 //!   `Reject(reason)`), pure and unit-tested.
-//! - `attempt`: supervising a running handler: heartbeats, timeout, panic catching.
+//! - `attempt`: supervising a running handler: heartbeats, timeout, panic catching;
+//!   `cancels`: the poll that makes an operator's cancel take effect within a second.
 //! - `handler`: `command` (own process group, killed as a whole) and `http`; [`registry`]:
-//!   Rust handlers registered by job name by an embedding program.
+//!   Rust handlers registered by job name by an embedding program; [`context`]: what a
+//!   Rust handler learns of its attempt (the fencing token).
 //! - `traces`: the attempt's spans (`cronq.claim`, `cronq.execute`, `cronq.end`) in the
 //!   trace the message's `traceparent` names, and the `traceparent` a handler gets.
 //! - `reaper`: republishes the stored message of a claim whose owner died.
@@ -30,6 +32,8 @@
 //! ```
 
 mod attempt;
+mod cancels;
+pub mod context;
 mod dead_letter;
 mod error;
 pub mod executor;
@@ -44,6 +48,7 @@ mod traces;
 mod view;
 mod worker;
 
+pub use context::Context;
 pub use error::Error;
 pub use handler::identity::{CommandProblem, check_commands};
 pub use registry::{HandlerFuture, Handlers, JobHandler};

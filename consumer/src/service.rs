@@ -25,6 +25,7 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::cancels::CancelWatch;
 use crate::error::Error;
 use crate::handler::KILL_GRACE;
 use crate::reaper::Reaper;
@@ -335,7 +336,9 @@ impl Consumer {
             "consumer started"
         );
         beside.spawn(self.reaper(lease, hold).run(shutdown.clone()));
-        let worker = Arc::new(self.worker(lease, hold));
+        let (cancels, cancelled) = CancelWatch::new(Arc::clone(&self.ledger));
+        beside.spawn(cancels.run(shutdown.child_token()));
+        let worker = Arc::new(self.worker(lease, hold, cancelled));
         let abort = CancellationToken::new();
         let mut tasks = JoinSet::new();
         let ended = receive(&mut rx, &worker, concurrency, &mut tasks, &abort, &shutdown).await;
@@ -363,8 +366,9 @@ impl Consumer {
     }
 
     /// What runs each delivery.
-    fn worker(&self, lease: Duration, hold: Duration) -> Worker {
+    fn worker(&self, lease: Duration, hold: Duration, cancels: watch::Receiver<u64>) -> Worker {
         Worker {
+            cancels,
             config: self.config.clone(),
             broker: Arc::clone(&self.broker),
             ledger: Arc::clone(&self.ledger),

@@ -7,8 +7,9 @@
 //!    running; busy → `skipped` (skip, an earlier occurrence runs); waiting (queue,
 //!    replace, skip behind a later occurrence) → recorded in the ledger with its message,
 //!    then acked: it is published again when its turn comes (or by the
-//!    reaper), never parked on a broker timer; superseded by a newer occurrence (replace) →
-//!    `cancelled`; store unreachable → hold the delivery unacked and retry with backoff:
+//!    reaper), never parked on a broker timer; superseded by a newer occurrence (replace),
+//!    or by an operator's cancel its previous owner never carried out → `cancelled`; store
+//!    unreachable → hold the delivery unacked and retry with backoff:
 //!    nothing runs, nothing is acked.
 //! 4. Claimed: the message body is stored in the claim, so the delivery is acked at once.
 //!    The broker's `consumer_timeout` can then never close the channel under a long job, and
@@ -95,6 +96,9 @@ pub(crate) struct Worker {
     pub(crate) jobs: Option<Arc<dyn JobStore>>,
     /// The attempts running now of jobs with an `sla` on their start or duration.
     pub(crate) running: crate::running::Running,
+    /// The ledger's cancel count (`crate::cancels`): when it moves, running attempts renew
+    /// their claims at once, and so learn of a cancel.
+    pub(crate) cancels: watch::Receiver<u64>,
 }
 
 async fn ack(d: &Delivery, job: &str) {
@@ -417,6 +421,7 @@ impl Worker {
             beat,
             timeout: job.timeout,
             abort,
+            cancels: self.cancels.clone(),
         };
         let capture = Arc::new(Capture::new(self.outputs.as_ref().map_or(0, |o| o.limit)));
         let span = Step::execute(&occ, &job.queue, &self.consumer_id);

@@ -1,6 +1,7 @@
 //! The audit log port: one entry per operator action (a runtime job's create, update or
-//! delete, pause, resume, trigger, backfill, dead-letter replay, a dashboard log-in), done
-//! or refused, with who, when, from where and what (docs/security.md, "Audit log").
+//! delete, pause, resume, trigger, backfill, cancel, dead-letter replay, a dashboard
+//! log-in), done or refused, with who, when, from where and what (docs/security.md, "Audit
+//! log").
 //!
 //! Rules every backend keeps (the port suite checks them on each):
 //! - [`AuditLog::list`] answers newest first (by [`Entry::at`], then by the order of
@@ -50,7 +51,7 @@ pub struct Entry {
     /// Who: a token's name (HTTP), or `user@host` (the CLI); `-` when unknown.
     pub who: String,
     /// What: `job.create`, `job.update`, `job.delete`, `pause`, `resume`, `trigger`,
-    /// `backfill`, `dlq.replay`, `login`.
+    /// `backfill`, `cancel`, `dlq.replay`, `login`.
     pub action: String,
     /// The job it concerned, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -54,6 +54,18 @@
 //!   broker timer. Ending the running occurrence (or settling one) gives the earliest waiter
 //!   its turn ([`Ended::woken`]). Under `replace` the newest occurrence runs: an older one,
 //!   running or waiting, is cancelled (`replaced by KEY`).
+//! - Every claim granted carries a fencing token ([`Lease::fence`]) issued in the same
+//!   atomic step from a counter of the job's that only grows and outlives every record of
+//!   the job: an attempt's fence is greater than that of every earlier attempt of the same
+//!   job, fleet-wide. A claim granted again under its own token keeps its fence.
+//! - An operator's [`Ledger::cancel`] ends a waiting, pending or retrying occurrence
+//!   `cancelled` at once (its run appended as `cancelled by WHO`); a running one is asked to
+//!   stop, as a replacing occurrence asks: its heartbeat returns
+//!   [`Heartbeat::CancelRequested`] with `by` = `cancelled by WHO`, and its owner records the
+//!   end. Should the owner go away first (its lease lapses, or it releases the claim), the
+//!   record keeps the mark and the next claim is [`ClaimOutcome::Superseded`] by it: the
+//!   occurrence ends cancelled, not run again. Every cancel request moves [`Ledger::cancels`] on, so that consumers renew their
+//!   claims at once and stop within about a second, whatever their heartbeat period.
 
 pub mod rules;
 
@@ -187,6 +199,9 @@ pub struct Lease {
     pub job: JobName,
     /// Random, unique per claim ([`Claim::token`]).
     pub token: String,
+    /// The attempt's fencing token: greater than that of every earlier attempt of the job,
+    /// fleet-wide (`CRONQ_FENCE`, `X-Cronq-Fence`, see docs/consumer.md).
+    pub fence: u64,
 }
 
 /// What [`Ledger::claim`] decided.
@@ -223,10 +238,11 @@ pub enum ClaimOutcome {
         /// An earlier waiter whose turn it is now, to publish.
         woken: Option<Orphan>,
     },
-    /// Overlap `replace`: a newer occurrence runs or waits, so this one is not run; the
-    /// caller settles it [`State::Cancelled`].
+    /// Overlap `replace`: a newer occurrence runs or waits, so this one is not run; or an
+    /// operator cancelled it while it ran and its owner went away before it stopped (the
+    /// record keeps the mark). The caller settles it [`State::Cancelled`].
     Superseded {
-        /// The newer occurrence's key, as text.
+        /// The newer occurrence's key, as text; `cancelled by WHO` ([`cancelled_by`]).
         by: String,
     },
 }
@@ -236,9 +252,10 @@ pub enum ClaimOutcome {
 pub enum Heartbeat {
     /// Still ours, lease renewed.
     Held,
-    /// Still ours and renewed, but a replacing occurrence asked it to stop.
+    /// Still ours and renewed, but a replacing occurrence, or an operator, asked it to stop.
     CancelRequested {
-        /// The replacing occurrence's key, as text (empty when not known).
+        /// The replacing occurrence's key, as text (empty when not known); for an
+        /// operator's [`Ledger::cancel`], `cancelled by WHO` ([`cancelled_by`]).
         by: String,
     },
     /// No longer ours: stop, and expect [`Ledger::complete`] to be fenced.
@@ -371,6 +388,39 @@ pub struct Record {
     pub error: Option<String>,
 }
 
+/// The reason an operator's cancel records, and the mark it leaves on a running record
+/// for its heartbeat to return: `cancelled by WHO`. An occurrence key never holds a space,
+/// so the mark never reads as a replacing occurrence's key.
+pub fn cancelled_by(who: &str) -> String {
+    format!("{CANCELLED_BY}{who}")
+}
+
+/// What [`cancelled_by`] begins with.
+pub const CANCELLED_BY: &str = "cancelled by ";
+
+/// An operator's request to cancel one occurrence (`cronq cancel KEY`).
+#[derive(Debug, Clone)]
+pub struct Cancel {
+    /// The occurrence.
+    pub key: OccurrenceKey,
+    /// Who asked, as the audit log names them.
+    pub who: String,
+}
+
+/// What [`Ledger::cancel`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cancelled {
+    /// No record of the key: never claimed, or past its retention.
+    Unknown,
+    /// Nothing to cancel: the occurrence ended already, in this state.
+    Finished(State),
+    /// It runs: its owner is asked to stop it, and records it `cancelled`.
+    Stopping,
+    /// It was waiting, pending or retrying (this state): recorded `cancelled` now; it never
+    /// starts.
+    Ended(State),
+}
+
 /// The idempotency and overlap port.
 #[async_trait]
 pub trait Ledger: Send + Sync + 'static {
@@ -425,4 +475,21 @@ pub trait Ledger: Send + Sync + 'static {
     /// # Errors
     /// [`StoreError`] when the store cannot be reached or the record is unreadable.
     async fn admit_replay(&self, key: &OccurrenceKey) -> Result<Option<State>, StoreError>;
+
+    /// Cancels an occurrence for an operator: a waiting, pending or retrying record becomes
+    /// `cancelled` at once (appending its run as [`cancelled_by`] `cancel.who`), and so does
+    /// a running one whose lease lapsed; a running one is asked to stop (its heartbeat
+    /// returns [`Heartbeat::CancelRequested`]). A terminal record is left alone. Any request
+    /// moves [`Ledger::cancels`] on.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store cannot be reached; nothing changed.
+    async fn cancel(&self, cancel: &Cancel) -> Result<Cancelled, StoreError>;
+
+    /// How many cancels were asked for so far (a counter that only grows): a consumer that
+    /// sees it move renews its claims at once, and so learns of a cancel within its poll.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store cannot be reached.
+    async fn cancels(&self) -> Result<u64, StoreError>;
 }

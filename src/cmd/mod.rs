@@ -2,6 +2,7 @@
 
 mod audit;
 mod backfill;
+mod cancel;
 mod check;
 mod consumer;
 mod dashboard;
@@ -42,6 +43,7 @@ pub async fn dispatch(cli: Cli, root: CancellationToken) -> anyhow::Result<()> {
         Command::Resume(args) => pause::resume(&cli, args).await,
         Command::Trigger(args) => trigger::run(&cli, args).await,
         Command::Backfill(args) => backfill::run(&cli, args).await,
+        Command::Cancel(args) => cancel::run(&cli, args).await,
         Command::Job(JobCommand::Apply(args)) => job::apply(&cli, args).await,
         Command::Job(JobCommand::Get(args)) => job::get(&cli, args).await,
         Command::Job(JobCommand::Delete(args)) => job::delete(&cli, args).await,

@@ -196,6 +196,31 @@ pub async fn trigger(
     }))
 }
 
+/// Cancels the occurrence `key` for `who` (`crate::ops::cancel`).
+///
+/// # Errors
+/// 400 for a text that is not an occurrence key; 404 when no occurrence `key` is known;
+/// 409 when it ended already; 503 when the ledger cannot be written.
+pub async fn cancel(source: &Source, key: &str, who: &str) -> Result<serde_json::Value, ApiError> {
+    let key = crate::ops::cancel::key(key).map_err(ApiError::bad_request)?;
+    let cancelled = within(crate::ops::cancel::cancel(
+        &*source.stores.ledger,
+        &key,
+        who,
+    ))
+    .await
+    .map_err(|e| ApiError::unavailable(format!("while cancelling {key}: {e}")))?;
+    if let Some(message) = crate::ops::cancel::refusal(&key, &cancelled) {
+        let status = match cancelled {
+            cronq_shared::ledger::Cancelled::Unknown => StatusCode::NOT_FOUND,
+            _ => StatusCode::CONFLICT,
+        };
+        return Err(ApiError { status, message });
+    }
+    tracing::info!(job = %key.job(), key = %key, who, "dashboard: cancelled");
+    Ok(crate::ops::cancel::json(&key, &cancelled))
+}
+
 /// A backfill request: `dry_run` only counts; more than 10,000 occurrences need `confirm`.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct Backfill {

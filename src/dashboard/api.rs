@@ -604,6 +604,29 @@ pub async fn backfill(
     .await
 }
 
+/// `POST /api/v1/runs/{key}/cancel`: an operator's cancel, in the caller's name.
+pub async fn cancel(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let mut act = Act::new(
+        crate::ops::cancel::ACTION,
+        key.split_once('@').map(|(j, _)| j),
+    );
+    act.detail = Some(key.clone());
+    let who = audit::who(&app, &headers);
+    operate(
+        &app,
+        &headers,
+        peer,
+        act,
+        actions::cancel(&app.source, &key, &who),
+    )
+    .await
+}
+
 /// `POST /api/v1/dead-letters/replay`.
 pub async fn replay(
     State(app): State<Arc<App>>,

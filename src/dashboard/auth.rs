@@ -2,7 +2,8 @@
 //! tokens").
 //!
 //! Tokens are named, each with a [`Role`]: `viewer` (reads), `operator` (also pause,
-//! resume, trigger, backfill, dead-letter replay) and `admin` (also runtime job changes).
+//! resume, trigger, backfill, cancel, dead-letter replay) and `admin` (also runtime job
+//! changes).
 //! They come from a tokens file (`--tokens-file`, one `NAME ROLE SECRET` a line), or from
 //! `CRONQ_DASHBOARD_TOKEN` / `--dashboard-token-file`: one token named `admin` with the
 //! role admin. Without any token the dashboard is read-only: it shows no action and refuses
@@ -53,7 +54,8 @@ const MIN_TOKEN: usize = 16;
 pub enum Role {
     /// Reads.
     Viewer,
-    /// Also pause, resume, trigger, backfill, dead-letter replay, and reading the audit log.
+    /// Also pause, resume, trigger, backfill, cancel, dead-letter replay, and reading the
+    /// audit log.
     Operator,
     /// Also create, change and delete runtime jobs.
     Admin,

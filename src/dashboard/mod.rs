@@ -77,6 +77,7 @@ fn router(app: Arc<App>) -> Router {
         .route("/jobs/{job}/trigger", post(api::trigger))
         .route("/jobs/{job}/backfill", post(api::backfill))
         .route("/runs", get(api::runs))
+        .route("/runs/{key}/cancel", post(api::cancel))
         .route("/dead-letters", get(api::dead_letters))
         .route("/dead-letters/replay", post(api::replay))
         .route("/audit", get(audit::list))

@@ -577,6 +577,11 @@ pub async fn job(
                     label { input type="checkbox" name="confirm" value="1"; " allow more than 10,000" }
                     button type="submit" { "Backfill" }
                 }
+                form method="post" action=(action("cancel")) {
+                    (viewer.csrf_field())
+                    input #cancel-key type="text" name="key" placeholder=(format!("{}@2026-11-29T06:00:00Z (running or waiting)", job.name)) required;
+                    button #cancel type="submit" { "Cancel occurrence" }
+                }
             }
         }
         section.cols {
@@ -1017,7 +1022,8 @@ pub(super) async fn authorize_act(
     }
 }
 
-/// `POST /ui/jobs/{job}/{action}`: pause, resume, trigger, backfill from the job's page.
+/// `POST /ui/jobs/{job}/{action}`: pause, resume, trigger, backfill, cancel (an occurrence
+/// of the job, by key) from the job's page.
 pub async fn job_action(
     State(app): State<Arc<App>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -1036,6 +1042,7 @@ pub async fn job_action(
             "resume" => "resume",
             "trigger" => "trigger",
             "backfill" => "backfill",
+            "cancel" => crate::ops::cancel::ACTION,
             _ => "unknown",
         },
         Some(&name),
@@ -1046,7 +1053,12 @@ pub async fn job_action(
         return page;
     }
     let source = &app.source;
+    let key = field(&form, "key").map(str::trim).unwrap_or_default();
     let done = match action.as_str() {
+        "cancel" if !key.starts_with(&format!("{name}@")) => Err(ApiError::bad_request(format!(
+            "{key:?} is not an occurrence key of job {name:?}: give JOB@SCHEDULED_UTC or JOB@manual-ID, as the runs list them"
+        ))),
+        "cancel" => actions::cancel(source, key, &audit::who(&app, &headers)).await,
         "pause" => actions::pause(source, &name, field(&form, "note").map(str::to_owned)).await,
         "resume" => actions::resume(source, &name).await,
         "trigger" => actions::trigger(source, &name, field(&form, "payload")).await,
@@ -1061,9 +1073,12 @@ pub async fn job_action(
         }
         _ => Err(ApiError {
             status: StatusCode::NOT_FOUND,
-            message: format!("no action {action:?}: pause, resume, trigger or backfill"),
+            message: format!("no action {action:?}: pause, resume, trigger, backfill or cancel"),
         }),
     };
+    if action == "cancel" {
+        act.detail = Some(key.to_owned());
+    }
     if action == "pause" {
         act.detail = field(&form, "note")
             .filter(|n| !n.trim().is_empty())

@@ -1,9 +1,10 @@
-//! The operations behind `cronq jobs/runs/pause/resume/trigger/backfill/dlq` that the
+//! The operations behind `cronq jobs/runs/pause/resume/trigger/backfill/cancel/dlq` that the
 //! dashboard (`crate::dashboard`) performs too: written once here, called by both, so the
 //! command line and the browser cannot drift.
 
 pub mod audit;
 pub mod backfill;
+pub mod cancel;
 pub mod handler_check;
 pub mod json;
 pub mod lookup;

@@ -14,6 +14,7 @@
 //!   the Redis stores through Sentinel (following the master, the replication barrier of
 //!   `CRONQ_REDIS_MIN_REPLICAS`), on the harness of `scripts/ha`;
 //! - `handlers`, `queues`: how a consumer runs a job, and which queues it serves;
+//!   `fence_handlers`: the fencing token each kind of handler gets;
 //! - `dashboard`: the web dashboard's API through a real `cronq dashboard` (on the
 //!   services and on a data file) and its pages in headless Chromium; its Fleet page over
 //!   real `cronq producer`s and `cronq consumer`s (`dashboard::fleet`: a config that differs
@@ -21,7 +22,7 @@
 //!   history; a killed consumer's record lapsing);
 //! - `command_identity`: a command's `user`, `group`, `cwd`, `env` and `clear_env`, through a
 //!   real `cronq standalone`;
-//! - `operations`: pause, trigger, backfill, reload, the operations commands, the
+//! - `operations`: pause, trigger, backfill, cancel, reload, the operations commands, the
 //!   dead-letter queue;
 //! - `docs_links`: every relative link of the README and `docs/` names a file and heading;
 //! - `packaging`: completions, man pages, `cronq version` and the systemd units;
@@ -52,6 +53,7 @@ mod chaos;
 mod command_identity;
 mod dashboard;
 mod docs_links;
+mod fence_handlers;
 mod g1_once;
 mod g2_no_loss;
 mod g3_crash;

@@ -111,6 +111,7 @@ fn help_puts_a_commands_own_options_first_and_shows_examples() {
         &["resume"],
         &["trigger"],
         &["backfill"],
+        &["cancel"],
         &["probe"],
         &["dlq", "list"],
         &["dlq", "replay"],

@@ -12,7 +12,8 @@ use async_trait::async_trait;
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::rules::{self, JobLock, Rec, Records};
 use cronq_shared::ledger::{
-    Claim, ClaimOutcome, End, Ended, Heartbeat, Lease, Ledger, Orphan, Record, Settle, State,
+    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, Heartbeat, Lease, Ledger, Orphan, Record,
+    Settle, State,
 };
 use cronq_shared::runlog::Run;
 use cronq_shared::store::StoreError;
@@ -42,6 +43,10 @@ struct Maps {
     due: BTreeSet<(i64, String)>,
     /// Job → (scheduled ms, key) of its records in state `waiting`.
     waits: HashMap<String, BTreeSet<(i64, String)>>,
+    /// Job → the last fencing token issued to it; never dropped.
+    fences: HashMap<String, u64>,
+    /// How many cancels were asked for.
+    cancels: u64,
 }
 
 /// The maps at one instant, with the history to append to.
@@ -158,6 +163,17 @@ impl Records for Step<'_> {
         self.history.push(run.clone());
         Ok(())
     }
+
+    fn next_fence(&mut self, job: &str) -> Result<u64, StoreError> {
+        let fence = self.maps.fences.entry(job.to_owned()).or_default();
+        *fence += 1;
+        Ok(*fence)
+    }
+
+    fn count_cancel(&mut self) -> Result<(), StoreError> {
+        self.maps.cancels += 1;
+        Ok(())
+    }
 }
 
 impl MemoryLedger {
@@ -216,5 +232,13 @@ impl Ledger for MemoryLedger {
 
     async fn admit_replay(&self, key: &OccurrenceKey) -> Result<Option<State>, StoreError> {
         self.step(|s| rules::admit_replay(s, key))
+    }
+
+    async fn cancel(&self, cancel: &Cancel) -> Result<Cancelled, StoreError> {
+        self.step(|s| rules::cancel(s, cancel))
+    }
+
+    async fn cancels(&self) -> Result<u64, StoreError> {
+        self.step(|s| Ok(s.maps.cancels))
     }
 }

@@ -11,7 +11,9 @@
 //! record of an `allow` job has no cancel and no exclusive, read as none), `ns:occbody:KEY`
 //! (the stored message, apart so that the hash stays small and listpack-encoded),
 //! `ns:leases` (zset KEY → lease expiry or due time ms), `ns:joblock:JOB` (`KEY|TOKEN`, PX
-//! lease), `ns:jobwait:JOB` (zset of waiting KEYs → scheduled ms, see `wait.lua`); runs are
+//! lease), `ns:jobwait:JOB` (zset of waiting KEYs → scheduled ms, see `wait.lua`),
+//! `ns:fence:JOB` (the job's last fencing token, no TTL; the record's `fence` field holds
+//! its claim's), `ns:cancels` (how many cancels were asked for, no TTL); runs are
 //! appended to the [`RedisRunLog`]'s stream by the same scripts that end a record (a fenced
 //! or given-up end appends its run as lost, see `complete.lua`).
 
@@ -23,8 +25,8 @@ use redis::Script;
 
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::{
-    Claim, ClaimOutcome, End, Ended, Heartbeat, Lease, Ledger, Orphan, Record, Republish, Settle,
-    State, WAKE_RECHECK,
+    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, Heartbeat, Lease, Ledger, Orphan, Record,
+    Republish, Settle, State, WAKE_RECHECK, cancelled_by,
 };
 use cronq_shared::names::{JobName, Names};
 use cronq_shared::runlog::Run;
@@ -53,6 +55,8 @@ pub struct RedisLedger {
     body_prefix: String,
     /// `ns:leases`.
     leases_key: String,
+    /// `ns:cancels`.
+    cancels_key: String,
 }
 
 #[derive(Clone)]
@@ -65,6 +69,7 @@ struct Scripts {
     settle: Script,
     reap: Script,
     admit_replay: Script,
+    cancel: Script,
 }
 
 impl std::fmt::Debug for RedisLedger {
@@ -99,8 +104,9 @@ impl RedisLedger {
         let body_prefix = names.redis_key(&["occbody", ""]);
         // What every call of a batch of claims or ends shares (claim.lua, complete.lua):
         // the lease zset and the history stream, then the key prefixes, how long a woken
-        // waiter has, and the history's bounds as of the batch.
-        let shared = {
+        // waiter has, and the history's bounds as of the batch; claims also the fence
+        // counters' key prefix.
+        let shared = |fences: Option<String>| {
             let prefixes = [
                 record_prefix.clone(),
                 body_prefix.clone(),
@@ -116,28 +122,35 @@ impl RedisLedger {
                 }
                 let (max_runs, min_id) = history.bounds();
                 call.arg(millis(WAKE_RECHECK)).arg(max_runs).arg(min_id);
+                if let Some(fences) = &fences {
+                    call.arg(fences);
+                }
                 call.into_cmd()
-            })
+            }) as Arc<batch::Start>
         };
+        let claims = Arc::new(Batcher::new(
+            batched(include_str!("ledger/claim.lua")),
+            shared(Some(names.redis_key(&["fence", ""]))),
+        ));
+        let completes = Arc::new(Batcher::new(
+            batched(include_str!("ledger/complete.lua")),
+            shared(None),
+        ));
         Self {
+            cancels_key: names.redis_key(&["cancels"]),
             record_prefix,
             body_prefix,
             conn,
             names,
             history,
             scripts: Scripts {
-                claims: Arc::new(Batcher::new(
-                    batched(include_str!("ledger/claim.lua")),
-                    Arc::clone(&shared) as Arc<batch::Start>,
-                )),
+                claims,
                 heartbeat: Script::new(include_str!("ledger/heartbeat.lua")),
-                completes: Arc::new(Batcher::new(
-                    batched(include_str!("ledger/complete.lua")),
-                    shared,
-                )),
+                completes,
                 settle: with_history(include_str!("ledger/settle.lua")),
                 reap: Script::new(include_str!("ledger/reap.lua")),
                 admit_replay: Script::new(include_str!("ledger/admit_replay.lua")),
+                cancel: with_history(include_str!("ledger/cancel.lua")),
             },
             leases_key,
         }
@@ -286,13 +299,14 @@ impl Ledger for RedisLedger {
             return Err(unexpected("an empty reply"));
         };
         match (tag.as_slice(), rest) {
-            (b"claimed", [] | [_]) => Ok(ClaimOutcome::Claimed {
+            (b"claimed", [takeover, fence]) => Ok(ClaimOutcome::Claimed {
                 lease: Lease {
                     key: claim.key.clone(),
                     job: claim.job.clone(),
                     token: token.clone(),
+                    fence: text(fence).parse().map_err(|_| unexpected(&text(fence)))?,
                 },
-                takeover: rest == [b"1"],
+                takeover: takeover.as_slice() == b"1",
             }),
             (b"duplicate", [state, attempt]) => {
                 let state = text(state);
@@ -452,5 +466,50 @@ impl Ledger for RedisLedger {
         State::parse(&before)
             .map(Some)
             .ok_or_else(|| unexpected(&before))
+    }
+
+    async fn cancel(&self, cancel: &Cancel) -> Result<Cancelled, StoreError> {
+        let key = cancel.key.as_str();
+        let job = cancel.key.job();
+        let mut invocation = Call::new(&self.scripts.cancel, 7);
+        invocation
+            .key(self.record_key(key))
+            .key(&self.leases_key)
+            .key(self.history.key())
+            .key(self.body_key(key))
+            .key(self.wait_key(job))
+            .key(self.job_lock_key(job))
+            .key(&self.cancels_key)
+            .arg(key)
+            .arg(job.as_str())
+            .arg(cancelled_by(&cancel.who))
+            .arg(&cancel.who)
+            .arg(chrono::Utc::now().to_rfc3339());
+        let (max_runs, min_id) = self.history.bounds();
+        invocation
+            .arg(max_runs)
+            .arg(min_id)
+            .arg(&self.record_prefix)
+            .arg(&self.body_prefix)
+            .arg(millis(WAKE_RECHECK));
+        // Guarded: a cancel a failover lost would let the occurrence run after all.
+        let reply: Vec<String> = self.conn.write_script(&invocation).await.map_err(written)?;
+        let state = |s: &str| State::parse(s).ok_or_else(|| unexpected(s));
+        match reply.as_slice() {
+            [tag] if tag == "unknown" => Ok(Cancelled::Unknown),
+            [tag] if tag == "stopping" => Ok(Cancelled::Stopping),
+            [tag, st] if tag == "finished" => Ok(Cancelled::Finished(state(st)?)),
+            [tag, st] if tag == "ended" => Ok(Cancelled::Ended(state(st)?)),
+            other => Err(unexpected(&other.join(" "))),
+        }
+    }
+
+    async fn cancels(&self) -> Result<u64, StoreError> {
+        let n: Option<u64> = redis::cmd("GET")
+            .arg(&self.cancels_key)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(command)?;
+        Ok(n.unwrap_or(0))
     }
 }

@@ -11,7 +11,8 @@ use async_trait::async_trait;
 
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::{
-    Claim, ClaimOutcome, End, Ended, Heartbeat, Lease, Ledger, Orphan, Record, Settle, State, rules,
+    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, Heartbeat, Lease, Ledger, Orphan, Record,
+    Settle, State, rules,
 };
 use cronq_shared::store::StoreError;
 
@@ -100,5 +101,14 @@ impl Ledger for SqliteLedger {
     async fn admit_replay(&self, key: &OccurrenceKey) -> Result<Option<State>, StoreError> {
         let key = key.clone();
         self.with(move |s| rules::admit_replay(s, &key)).await
+    }
+
+    async fn cancel(&self, cancel: &Cancel) -> Result<Cancelled, StoreError> {
+        let cancel = cancel.clone();
+        self.with(move |s| rules::cancel(s, &cancel)).await
+    }
+
+    async fn cancels(&self) -> Result<u64, StoreError> {
+        self.with(|s| s.cancels()).await
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! Environment: the consumer's (none with `clear_env`), then the job's `env`, then
 //! `CRONQ_JOB`, `CRONQ_KEY`, `CRONQ_SCHEDULED_AT` (RFC 3339 in the job's zone),
-//! `CRONQ_ATTEMPT`, and `TRACEPARENT` when the occurrence is traced (the consumer's own
-//! `TRACEPARENT` and `TRACESTATE` are never passed on: they name another trace); with `user`, also `USER`, `LOGNAME` and `HOME` of that user (unless
+//! `CRONQ_ATTEMPT`, `CRONQ_FENCE` (the attempt's fencing token), and `TRACEPARENT` when the
+//! occurrence is traced (the consumer's own `TRACEPARENT` and `TRACESTATE` are never passed
+//! on: they name another trace); with `user`, also `USER`, `LOGNAME` and `HOME` of that user (unless
 //! `env` sets them). It runs as `user`/`group` ([`super::identity`]) in `cwd`. The payload
 //! JSON reaches it on stdin only, never on its command line; exit 0 is success. On cancellation the whole
 //! process group gets SIGTERM, then SIGKILL after the caller's grace, so grandchildren
@@ -102,6 +103,7 @@ fn text(bytes: &[u8]) -> String {
 pub(crate) async fn run(
     handler: &CommandHandler,
     occ: &Occurrence,
+    fence: u64,
     grace: Duration,
     token: CancellationToken,
     capture: &Capture,
@@ -110,7 +112,7 @@ pub(crate) async fn run(
         .argv
         .first()
         .ok_or_else(|| "the command is empty".to_owned())?;
-    let (mut child, guard) = spawn(handler, occ)?;
+    let (mut child, guard) = spawn(handler, occ, fence)?;
     let payload = serde_json::to_vec(&occ.payload).unwrap_or_default();
     let stdin = child.stdin.take();
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
@@ -166,7 +168,11 @@ pub(crate) async fn run(
 
 /// Starts the command for `occ` in its own process group, as its user in its directory,
 /// with the occurrence in its environment and piped stdio.
-fn spawn(handler: &CommandHandler, occ: &Occurrence) -> Result<(Child, GroupGuard), String> {
+fn spawn(
+    handler: &CommandHandler,
+    occ: &Occurrence,
+    fence: u64,
+) -> Result<(Child, GroupGuard), String> {
     let (program, args) = handler
         .argv
         .split_first()
@@ -203,7 +209,8 @@ fn spawn(handler: &CommandHandler, occ: &Occurrence) -> Result<(Child, GroupGuar
         .env("CRONQ_JOB", occ.job.as_str())
         .env("CRONQ_KEY", occ.key.to_string())
         .env("CRONQ_SCHEDULED_AT", occ.scheduled_local.to_rfc3339())
-        .env("CRONQ_ATTEMPT", occ.attempt.to_string());
+        .env("CRONQ_ATTEMPT", occ.attempt.to_string())
+        .env("CRONQ_FENCE", fence.to_string());
     if let Some(traceparent) = &occ.traceparent {
         cmd.env("TRACEPARENT", traceparent);
     }

@@ -1,7 +1,8 @@
-//! The `http` handler: one request per attempt with the message JSON as body, and the
-//! `traceparent` header when the occurrence is traced; any 2xx status is success. A
-//! failure keeps the status and the start of the response body in its error; every
-//! answer's status and the first [`HTTP_BODY_LIMIT`] bytes of its body are
+//! The `http` handler: one request per attempt with the message JSON as body, the attempt's
+//! fencing token in `X-Cronq-Fence`, and the `traceparent` header when the occurrence is
+//! traced; any 2xx status is success. A failure keeps the status and the start of the
+//! response body in its error; every answer's status and the first [`HTTP_BODY_LIMIT`]
+//! bytes of its body are
 //! the attempt's output ([`Capture`]), the URL and header values masked.
 //!
 //! Invariant: errors show the URL redacted, and a URL given from the environment or a file
@@ -19,6 +20,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::Capture;
 
+/// The header carrying the attempt's fencing token (docs/consumer.md "Fencing tokens").
+const FENCE_HEADER: &str = "X-Cronq-Fence";
+
 /// How much of a failed response's body goes into the error.
 const SNIPPET_BYTES: usize = 512;
 
@@ -27,6 +31,7 @@ pub(crate) async fn run(
     h: &HttpHandler,
     client: &reqwest::Client,
     occ: &Occurrence,
+    fence: u64,
     timeout: Duration,
     token: CancellationToken,
     capture: &Capture,
@@ -38,6 +43,7 @@ pub(crate) async fn run(
         .request(method.clone(), h.url.expose())
         .timeout(timeout)
         .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .header(FENCE_HEADER, fence)
         .body(occ.encode());
     for (name, value) in &h.headers {
         req = req.header(name, value.expose());

@@ -16,6 +16,7 @@ use cronq_shared::message::Occurrence;
 use cronq_shared::runlog::RunOutput;
 use tokio_util::sync::CancellationToken;
 
+use crate::context::Context;
 use crate::registry::{Handlers, JobHandler};
 
 /// How long a handler may take to stop after its token is cancelled before it is killed
@@ -84,11 +85,12 @@ impl Runner {
         }
     }
 
-    /// Runs one attempt until it ends or `token` is cancelled, leaving its output in
-    /// `capture`.
+    /// Runs one attempt, fenced by `fence`, until it ends or `token` is cancelled, leaving
+    /// its output in `capture`.
     pub(crate) async fn run(
         self,
         occ: Occurrence,
+        fence: u64,
         timeout: std::time::Duration,
         token: CancellationToken,
         capture: Arc<Capture>,
@@ -97,11 +99,16 @@ impl Runner {
         // future kilobytes large, copied on every spawn (half the consumer's own CPU per
         // message for a no-op handler, docs/benchmarks-notebook.md).
         match self {
-            Self::Command(h) => Box::pin(command::run(&h, &occ, KILL_GRACE, token, &capture)).await,
-            Self::Http(h, client) => {
-                Box::pin(http::run(&h, &client, &occ, timeout, token, &capture)).await
+            Self::Command(h) => {
+                Box::pin(command::run(&h, &occ, fence, KILL_GRACE, token, &capture)).await
             }
-            Self::Rust(h) => h.call(occ, token).await,
+            Self::Http(h, client) => {
+                Box::pin(http::run(
+                    &h, &client, &occ, fence, timeout, token, &capture,
+                ))
+                .await
+            }
+            Self::Rust(h) => Context { fence }.scope(h.call(occ, token)).await,
         }
     }
 }

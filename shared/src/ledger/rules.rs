@@ -13,8 +13,8 @@ use std::time::Duration;
 use chrono::Utc;
 
 use super::{
-    Claim, ClaimOutcome, End, Ended, Heartbeat, Lease, Orphan, Record, Republish, Settle, State,
-    WAKE_RECHECK,
+    CANCELLED_BY, Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, Heartbeat, Lease, Orphan,
+    Record, Republish, Settle, State, WAKE_RECHECK, cancelled_by,
 };
 use crate::config::Overlap;
 use crate::key::OccurrenceKey;
@@ -52,6 +52,8 @@ pub struct Rec {
     pub expires: i64,
     /// When the reaper looks at it next, if ever.
     pub due: Option<i64>,
+    /// The fencing token of the claim that runs it, or that ran it last; 0 before any.
+    pub fence: u64,
 }
 
 /// A job lock as stored.
@@ -91,6 +93,11 @@ pub trait Records {
     fn due(&mut self, limit: usize) -> Result<Vec<String>, Self::Error>;
     /// Appends `run` to the history, in the same step.
     fn append(&mut self, run: &Run) -> Result<(), Self::Error>;
+    /// Moves `job`'s fence counter on by one and returns it (1 the first time). The counter
+    /// outlives every record of the job: it is never reset.
+    fn next_fence(&mut self, job: &str) -> Result<u64, Self::Error>;
+    /// Moves the count of cancel requests on by one (`Ledger::cancels`).
+    fn count_cancel(&mut self) -> Result<(), Self::Error>;
 }
 
 /// Milliseconds of `d`, saturating.
@@ -172,6 +179,7 @@ fn fresh(claim: &Claim, state: State, now: i64) -> Rec {
         error: None,
         expires: now + ms(claim.retention),
         due: None,
+        fence: 0,
     }
 }
 
@@ -183,6 +191,18 @@ fn wait_here<S: Records>(s: &mut S, claim: &Claim, key: &str) -> Result<(), S::E
         ..fresh(claim, State::Waiting, now)
     };
     s.put(key, &rec)
+}
+
+/// The operator's cancel mark of a record whose owner went away before it stopped the
+/// attempt (its lease lapsed, or it was reaped or released): claimed by anyone else, the
+/// occurrence ends cancelled instead of running again (see claim.lua).
+fn abandoned_cancel(rec: &Rec, token: &str) -> Option<String> {
+    let by = rec
+        .cancel
+        .as_ref()
+        .filter(|c| c.starts_with(CANCELLED_BY))?;
+    let gone = matches!(rec.state, State::Running | State::Pending) && !is_mine(rec, token);
+    gone.then(|| by.clone())
 }
 
 /// Applies the overlap rules of an exclusive job to `claim` (see `claim.lua`): `None` when
@@ -310,6 +330,14 @@ pub fn claim<S: Records>(s: &mut S, claim: &Claim) -> Result<ClaimOutcome, S::Er
     if let Some((state, attempt)) = blocked(current.as_ref(), claim.attempt, &token, s.now()) {
         return Ok(ClaimOutcome::Duplicate { state, attempt });
     }
+    if let Some(by) = current.as_ref().and_then(|r| abandoned_cancel(r, &token)) {
+        return Ok(ClaimOutcome::Superseded { by });
+    }
+    // A claim granted again under its own token keeps the fence it was granted with.
+    let mine = current
+        .as_ref()
+        .filter(|r| is_mine(r, &token))
+        .map(|r| r.fence);
     let takeover = current.is_some_and(|r| {
         matches!(r.state, State::Running | State::Pending) && !is_mine(&r, &token)
     });
@@ -327,11 +355,16 @@ pub fn claim<S: Records>(s: &mut S, claim: &Claim) -> Result<ClaimOutcome, S::Er
         };
         s.set_lock(claim.job.as_str(), Some(&lock))?;
     }
+    let fence = match mine {
+        Some(fence) => fence,
+        None => s.next_fence(claim.job.as_str())?,
+    };
     let rec = Rec {
         token: token.clone(),
         lease_until: until,
         exclusive,
         due: Some(until),
+        fence,
         ..fresh(claim, State::Running, now)
     };
     s.put(&key, &rec)?;
@@ -340,6 +373,7 @@ pub fn claim<S: Records>(s: &mut S, claim: &Claim) -> Result<ClaimOutcome, S::Er
             key: claim.key.clone(),
             job: claim.job.clone(),
             token,
+            fence,
         },
         takeover,
     })
@@ -478,6 +512,7 @@ pub fn settle<S: Records>(s: &mut S, settle: &Settle) -> Result<Ended, S::Error>
         error: settle.error.clone(),
         expires: now + ms(settle.retention),
         due: None,
+        fence: 0,
     };
     s.put(&key, &rec)?;
     if let Some(run) = &settle.run {
@@ -558,6 +593,55 @@ pub fn admit_replay<S: Records>(s: &mut S, key: &OccurrenceKey) -> Result<Option
         s.put(&key, &rec)?;
     }
     Ok(Some(before))
+}
+
+/// [`super::Ledger::cancel`].
+///
+/// # Errors
+/// The storage's.
+pub fn cancel<S: Records>(s: &mut S, cancel: &Cancel) -> Result<Cancelled, S::Error> {
+    s.count_cancel()?;
+    let key = cancel.key.to_string();
+    let Some(mut rec) = live(s, &key)? else {
+        return Ok(Cancelled::Unknown);
+    };
+    if rec.state.is_terminal() {
+        return Ok(Cancelled::Finished(rec.state));
+    }
+    let why = cancelled_by(&cancel.who);
+    let now = s.now();
+    if rec.state == State::Running && rec.lease_until > now {
+        // Its owner reads the mark with its next heartbeat and records the end itself.
+        rec.cancel = Some(why);
+        s.put(&key, &rec)?;
+        return Ok(Cancelled::Stopping);
+    }
+    // Waiting, pending, retrying, or running under a lapsed lease (its owner is gone: a
+    // late end of it is fenced, the token being cleared): it never starts again.
+    let was = rec.state;
+    rec.state = State::Cancelled;
+    rec.token.clear();
+    rec.body = None;
+    rec.due = None;
+    rec.error = Some(why.clone());
+    s.put(&key, &rec)?;
+    s.append(&Run {
+        key: cancel.key.clone(),
+        job: cancel.key.job().clone(),
+        attempt: rec.attempt,
+        consumer: cancel.who.clone(),
+        started_at: Utc::now(),
+        duration: Duration::ZERO,
+        outcome: Outcome::Cancelled,
+        error: Some(why),
+        published_at: None,
+    })?;
+    if rec.exclusive && live_lock(s, &rec.job)?.is_none() {
+        // The next waiter's turn: no one here publishes it, the reaper does once its due
+        // time (WAKE_RECHECK from now) passes.
+        wake(s, &rec.job)?;
+    }
+    Ok(Cancelled::Ended(was))
 }
 
 /// A key's record as it is now, for inspection.

@@ -21,7 +21,8 @@ use super::Counter;
 use crate::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing, Pick, Ready};
 use crate::key::OccurrenceKey;
 use crate::ledger::{
-    Claim, ClaimOutcome, End, Ended, Heartbeat, Lease, Ledger, Orphan, Settle, State,
+    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, Heartbeat, Lease, Ledger, Orphan, Settle,
+    State,
 };
 use crate::names::QueueName;
 use crate::store::StoreError;
@@ -167,5 +168,13 @@ impl Ledger for CountingLedger {
 
     async fn admit_replay(&self, key: &OccurrenceKey) -> Result<Option<State>, StoreError> {
         self.inner.admit_replay(key).await
+    }
+
+    async fn cancel(&self, cancel: &Cancel) -> Result<Cancelled, StoreError> {
+        self.inner.cancel(cancel).await
+    }
+
+    async fn cancels(&self) -> Result<u64, StoreError> {
+        self.inner.cancels().await
     }
 }

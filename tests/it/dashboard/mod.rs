@@ -8,6 +8,7 @@
 
 mod api;
 mod browser;
+mod cancel;
 mod editor;
 mod fleet;
 mod jobs_api;

@@ -18,7 +18,7 @@ use crate::support::{TestEnv, scoped};
 
 pub(super) const ADMIN: &str = "ada-secret-0123456789";
 pub(super) const OPERATOR: &str = "otto-secret-0123456789";
-const VIEWER: &str = "vera-secret-0123456789";
+pub(super) const VIEWER: &str = "vera-secret-0123456789";
 
 pub(super) const JOBS: &str = "[handlers.ok]\ncommand = [\"/bin/true\"]\n\n[[job]]\nname = \"tick\"\nschedule = \"@hourly\"\nhandler = \"ok\"\n";
 

@@ -3,4 +3,5 @@
 
 mod duplicates;
 mod every_second;
+mod fence;
 mod long_job;

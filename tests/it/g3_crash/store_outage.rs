@@ -93,6 +93,17 @@ impl Ledger for Flaky {
         self.check()?;
         self.inner.admit_replay(key).await
     }
+    async fn cancel(
+        &self,
+        c: &cronq_shared::ledger::Cancel,
+    ) -> Result<cronq_shared::ledger::Cancelled, cronq_shared::store::StoreError> {
+        self.check()?;
+        self.inner.cancel(c).await
+    }
+    async fn cancels(&self) -> Result<u64, cronq_shared::store::StoreError> {
+        self.check()?;
+        self.inner.cancels().await
+    }
 }
 
 /// The store down at first: nothing runs and nothing is acked until it is back; then the

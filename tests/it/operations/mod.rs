@@ -2,6 +2,7 @@
 //! reloads as the leader carries them out, the operations commands of the binary, and the
 //! dead-letter queue's list and replay.
 
+mod cancel;
 mod commands;
 mod control;
 mod dlq;

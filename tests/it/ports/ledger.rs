@@ -364,3 +364,65 @@ on_every_backend!(settle, "ledger_settle");
 async fn settle(backend: Backend, env: TestEnv) {
     settle_suite(ports::ledger(backend, &env).await).await;
 }
+
+/// Fencing tokens: every claim granted gets a fence greater than every earlier one of its
+/// job (across keys, a takeover after a lapsed lease, and the expiry of the records that
+/// had them); a claim granted again under its own token keeps its fence.
+async fn fence_suite(ledger: impl Ledger + Inspect) {
+    let c1 = claim("fence", 1, 1, Overlap::Allow, LONG);
+    let first = claimed(&ledger, &c1).await;
+    assert!(first.fence >= 1, "{first:?}");
+    let again = claimed(&ledger, &c1).await;
+    assert_eq!(again.fence, first.fence, "the same claim, tried again");
+    // An exclusive job's claim, for the other branch of the claim step.
+    let second = claimed(&ledger, &claim("fence", 2, 1, Overlap::Skip, LONG)).await;
+    assert!(second.fence > first.fence, "{second:?} after {first:?}");
+    // A takeover of a lapsed claim: a new attempt, a greater fence.
+    let short = claim("fence", 3, 1, Overlap::Allow, Duration::from_millis(300));
+    let lapsed = claimed(&ledger, &short).await;
+    assert!(lapsed.fence > second.fence);
+    eventually(WAIT, "the lapsed claim to be reaped", || async {
+        let orphans = ledger.reap(100, LONG).await.unwrap();
+        orphans
+            .iter()
+            .any(|o| o.key == short.key.as_str())
+            .then_some(())
+    })
+    .await;
+    let taken = claimed(
+        &ledger,
+        &Claim {
+            token: claim_token(),
+            ..short.clone()
+        },
+    )
+    .await;
+    assert!(taken.fence > lapsed.fence, "{taken:?} after {lapsed:?}");
+    assert_eq!(
+        ledger.heartbeat(&lapsed, LONG).await.unwrap(),
+        Heartbeat::Lost
+    );
+    // The records go (retention), the job's counter stays.
+    let brief = End {
+        retention: Duration::from_millis(300),
+        ..end(State::Succeeded)
+    };
+    for lease in [&first, &second, &taken] {
+        assert!(ledger.complete(lease, &brief).await.unwrap().recorded);
+    }
+    eventually(WAIT, "the records to expire", || async {
+        ledger.inspect(&c1.key).await.is_none().then_some(())
+    })
+    .await;
+    let after = claimed(&ledger, &claim("fence", 1, 1, Overlap::Allow, LONG)).await;
+    assert!(
+        after.fence > taken.fence,
+        "{after:?} after the records expired, {taken:?} before"
+    );
+}
+
+on_every_backend!(fence, "ledger_fence");
+
+async fn fence(backend: Backend, env: TestEnv) {
+    fence_suite(ports::ledger(backend, &env).await).await;
+}

@@ -324,6 +324,11 @@ impl Running {
         &self.config
     }
 
+    /// A standalone's data file, if it runs on one.
+    pub fn data_file(&self) -> Option<&std::path::Path> {
+        self.data.as_ref().map(|(file, _)| file.as_path())
+    }
+
     /// The pids of a fleet's consumers, in start order (`consumer-1` first).
     pub fn consumers(&self) -> &[u32] {
         &self.consumers

@@ -338,6 +338,14 @@ impl<T: Ledger + ?Sized> Ledger for Port<T> {
     async fn admit_replay(&self, key: &OccurrenceKey) -> Result<Option<State>, StoreError> {
         self.0.admit_replay(key).await
     }
+
+    async fn cancel(&self, cancel: &ledger::Cancel) -> Result<ledger::Cancelled, StoreError> {
+        self.0.cancel(cancel).await
+    }
+
+    async fn cancels(&self) -> Result<u64, StoreError> {
+        self.0.cancels().await
+    }
 }
 
 #[async_trait]

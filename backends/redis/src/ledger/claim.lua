@@ -8,6 +8,8 @@
 -- KEYS[3] message body   (ns:occbody:KEY) kept apart, so that the record stays a small
 --                        listpack-encoded hash (a long value would make it a hashtable for
 --                        the rest of its retention, 3x the memory)
+-- KEYS[7] fence counter  (ns:fence:JOB) the job's last fencing token; no TTL, so that a
+--                        fence outgrows every earlier one of the job whatever expired since
 -- Only for an exclusive job (overlap skip, queue or replace):
 -- KEYS[4] job lock       (ns:joblock:JOB) value "KEY|TOKEN", PX lease
 -- KEYS[5] wait list      (ns:jobwait:JOB) see wait.lua
@@ -27,9 +29,10 @@
 -- Numbers go to Redis as the strings they came in where they can: Lua turns a number back
 -- into text with sprintf, 2,000 to 3,000 instructions each (see docs/benchmarks-notebook.md,
 -- throughput step 2).
--- Returns {"claimed"} (a new claim) | {"claimed", 1} (taken over from an owner that
---   stopped) | {"duplicate", state, attempt} | {"busy", holder key}
---   | {"waiting", holder key [, woken key, woken queue, woken body]} | {"superseded", by key}
+-- Returns {"claimed", takeover (0|1: taken over from an owner that stopped), fence}
+--   | {"duplicate", state, attempt} | {"busy", holder key}
+--   | {"waiting", holder key [, woken key, woken queue, woken body]}
+--   | {"superseded", by key, or an operator's mark "cancelled by WHO"}
 local function claim(KEYS, ARGV, shared)
   local now_s = server_now()
   local now = tonumber(now_s)
@@ -40,12 +43,16 @@ local function claim(KEYS, ARGV, shared)
   -- ns:occ: and ns:occbody:, as the batch sent them (the waiters of an exclusive job).
   local prefix, body_prefix = shared.record, shared.body
   -- One read of everything the checks need (a new key reads five nils).
-  local rec = redis.call('HMGET', KEYS[1], 'state', 'attempt', 'lease_until', 'next', 'token')
+  local rec = redis.call('HMGET', KEYS[1], 'state', 'attempt', 'lease_until', 'next', 'token',
+    'fence', 'cancel')
   local st = rec[1]
   local takeover = 0
+  -- The fence of this very claim, granted by an earlier try: it keeps it.
+  local fence
   if st then
     local rec_attempt = tonumber(rec[2] or '0')
     local mine = st == 'running' and rec[5] == ARGV[5]
+    if mine then fence = rec[6] end
     -- A terminal state is final (a dead-letter replay first makes a failed record
     -- `retrying` again: admit_replay.lua).
     if st ~= 'running' and st ~= 'retrying' and st ~= 'pending' and st ~= 'waiting' then
@@ -57,7 +64,15 @@ local function claim(KEYS, ARGV, shared)
     if tonumber(attempt) < tonumber(rec[4] or '0') then
       return {'duplicate', st, tostring(rec_attempt)}
     end
-    if (st == 'running' and not mine) or st == 'pending' then takeover = 1 end
+    if (st == 'running' and not mine) or st == 'pending' then
+      -- An operator cancelled it while it ran, and its owner went away before stopping it
+      -- (lapsed, reaped or released): it ends cancelled rather than run again.
+      local mark = rec[7]
+      if mark and string.sub(mark, 1, 13) == 'cancelled by ' then
+        return {'superseded', mark}
+      end
+      takeover = 1
+    end
   end
 
   -- Records this occurrence as waiting for its turn.
@@ -144,17 +159,20 @@ local function claim(KEYS, ARGV, shared)
     redis.call('ZREM', KEYS[5], key)
     redis.call('SET', KEYS[4], key .. '|' .. ARGV[5], 'PX', ARGV[6])
   end
+  if not fence then
+    fence = tostring(redis.call('INCR', KEYS[7]))
+  end
   if st or exclusive then
-    redis.call('HSET', KEYS[1], 'state', 'running', 'attempt', attempt, 'next', attempt,
+    redis.call('HSET', KEYS[1], 'fence', fence, 'state', 'running', 'attempt', attempt, 'next', attempt,
       'token', ARGV[5], 'job', ARGV[2], 'queue', ARGV[3],
       'lease_until', lease_until, 'cancel', '', 'exclusive', exclusive and '1' or '0',
       'sched', ARGV[10], 'updated', now_s)
   else
     -- A new record of an `allow` job: no cancel request and not exclusive, which every
     -- script reads off absent fields as well (two fields less to write and to keep).
-    redis.call('HSET', KEYS[1], 'state', 'running', 'attempt', attempt, 'next', attempt,
-      'token', ARGV[5], 'job', ARGV[2], 'queue', ARGV[3], 'lease_until', lease_until,
-      'sched', ARGV[10], 'updated', now_s)
+    redis.call('HSET', KEYS[1], 'fence', fence, 'state', 'running', 'attempt', attempt,
+      'next', attempt, 'token', ARGV[5], 'job', ARGV[2], 'queue', ARGV[3],
+      'lease_until', lease_until, 'sched', ARGV[10], 'updated', now_s)
   end
   if st then
     -- Only an earlier attempt can have left an error behind.
@@ -163,28 +181,26 @@ local function claim(KEYS, ARGV, shared)
   redis.call('PEXPIRE', KEYS[1], ARGV[7])
   redis.call('SET', KEYS[3], ARGV[9], 'PX', ARGV[7])
   redis.call('ZADD', KEYS[2], lease_until, key)
-  if takeover == 1 then
-    return {'claimed', '1'}
-  end
-  return {'claimed'}
+  return {'claimed', tostring(takeover), fence}
 end
 
 -- The batch. KEYS[1] is the lease zset, KEYS[2] the run history stream. ARGV begins with
 -- what every claim of the batch shares: ARGV[1] the record key prefix (ns:occ:), ARGV[2]
 -- the body key prefix (ns:occbody:), ARGV[3] the job lock key prefix (ns:joblock:),
 -- ARGV[4] the wait list key prefix (ns:jobwait:), ARGV[5] ms a woken waiter has to claim
--- its turn, ARGV[6] history MAXLEN, ARGV[7] history MINID. Then the claims one after the
--- other, each as its ARGV[1..10] above, and for an exclusive job ARGV[11], ARGV[13] and
+-- its turn, ARGV[6] history MAXLEN, ARGV[7] history MINID, ARGV[8] the fence counter key
+-- prefix (ns:fence:). Then the claims one after the other, each as its ARGV[1..10] above, and for an exclusive job ARGV[11], ARGV[13] and
 -- ARGV[14] after them (13 arguments); a claim's keys are made here from its key, its job
 -- and the prefixes, and what the batch shares goes into its ARGV. A claim whose key holds
 -- another type answers {"error", why} and leaves the others to run; any other error fails
 -- the whole call. Returns one reply per claim, in order.
 local shared = {record = ARGV[1], body = ARGV[2]}
 local replies = {}
-local at = 8
+local at = 9
 while at <= #ARGV do
   local key, job = ARGV[at], ARGV[at + 1]
   local keys = {ARGV[1] .. key, KEYS[1], ARGV[2] .. key}
+  keys[7] = ARGV[8] .. job
   local args
   if ARGV[at + 7] ~= 'allow' then
     keys[4], keys[5], keys[6] = ARGV[3] .. job, ARGV[4] .. job, KEYS[2]

@@ -23,7 +23,7 @@ pub(super) struct Store<'c> {
 macro_rules! columns {
     () => {
         "job, state, attempt, next, token, queue, body, lease_until, cancel, exclusive, sched, \
-         error, expires, due"
+         error, expires, due, fence"
     };
 }
 
@@ -31,7 +31,7 @@ const GET: &str = concat!("SELECT ", columns!(), " FROM records WHERE key = ?1")
 const PUT: &str = concat!(
     "INSERT OR REPLACE INTO records (key, ",
     columns!(),
-    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
 );
 const FIRST_WAITER: &str = "SELECT sched, key FROM records
      WHERE job = ?1 AND state = 'waiting' AND body IS NOT NULL AND expires > ?2
@@ -63,6 +63,7 @@ fn from_row(key: &str, r: &Row<'_>) -> rusqlite::Result<Result<Rec, Failure>> {
         error: r.get(11)?,
         expires: r.get(12)?,
         due: r.get(13)?,
+        fence: u64::try_from(r.get::<_, i64>(14)?).unwrap_or(0),
     }))
 }
 
@@ -83,6 +84,16 @@ impl Store<'_> {
             .prepare_cached("DELETE FROM job_locks WHERE until <= ?1")?
             .execute([self.now])?;
         Ok(())
+    }
+
+    /// How many cancels were asked for (`Ledger::cancels`).
+    pub(super) fn cancels(&self) -> Result<u64, Failure> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT n FROM cancel_count WHERE one = 1")?
+            .query_row([], |r| r.get::<_, i64>(0))
+            .optional()?
+            .map_or(0, |n| u64::try_from(n).unwrap_or(0)))
     }
 }
 
@@ -118,6 +129,7 @@ impl Records for Store<'_> {
             rec.error,
             rec.expires,
             rec.due,
+            i64::try_from(rec.fence).unwrap_or(i64::MAX),
         ])?;
         Ok(())
     }
@@ -190,5 +202,26 @@ impl Records for Store<'_> {
 
     fn append(&mut self, run: &Run) -> Result<(), Failure> {
         runlog::append(self.conn, run)
+    }
+
+    fn next_fence(&mut self, job: &str) -> Result<u64, Failure> {
+        let fence: i64 = self
+            .conn
+            .prepare_cached(
+                "INSERT INTO fences (job, fence) VALUES (?1, 1)
+                 ON CONFLICT (job) DO UPDATE SET fence = fence + 1 RETURNING fence",
+            )?
+            .query_row([job], |r| r.get(0))?;
+        Ok(u64::try_from(fence).unwrap_or(0))
+    }
+
+    fn count_cancel(&mut self) -> Result<(), Failure> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO cancel_count (one, n) VALUES (1, 1)
+                 ON CONFLICT (one) DO UPDATE SET n = n + 1",
+            )?
+            .execute([])?;
+        Ok(())
     }
 }
