@@ -18,7 +18,7 @@
 //! slow or failing sink never delays scheduling, execution or another sink.
 //!
 //! Invariant: an event is told once per process: the same attempt seen running and then
-//! ended, or read twice from the history, raises one event ([`Seen`]). A new leader reads
+//! ended, or read twice from the history, raises one event (`Seen`). A new leader reads
 //! the history from one leader lease before its term began, so what ended while no one
 //! led is told too (a failover may tell one event twice, never none).
 

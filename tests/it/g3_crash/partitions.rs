@@ -13,7 +13,8 @@
 //! - A consumer cut from RabbitMQ, not from Redis, while it runs attempts.
 //!
 //! Each judges the run history: every occurrence of the window the producers' logs cover
-//! ends exactly once, and succeeded exactly once.
+//! ends exactly once, and succeeded exactly once; and `cronq verify` over that window
+//! accounts for every one of them (0 gaps).
 
 use std::time::Duration;
 
@@ -169,7 +170,44 @@ async fn exactly_once(running: &Running, after: Duration) -> Window {
         "not exactly once: {problems:#?}\nsuccesses: {not_once:?}\n{}",
         running.logs()
     );
+    verified(running, &window);
     window
+}
+
+/// `cronq verify` over the window: every tick expected, accounted for, no gap.
+fn verified(running: &Running, window: &Window) {
+    let at = |key: &String| {
+        key.parse::<cronq_shared::key::OccurrenceKey>()
+            .ok()
+            .and_then(|k| k.scheduled_at())
+            .expect("a scheduled key")
+            .to_rfc3339()
+    };
+    let (from, to) = (
+        at(window.expected.first().expect("a tick")),
+        at(window.expected.last().expect("a tick")),
+    );
+    let out = running.cli(&[
+        "verify", "--from", &from, "--to", &to, "--job", JOB, "--grace", "0s", "--json",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "cronq verify: {text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(&text).expect("verify's JSON");
+    assert_eq!(report["gaps"], 0, "{report}");
+    let tick = report["jobs"]
+        .as_array()
+        .and_then(|jobs| jobs.iter().find(|j| j["job"] == JOB))
+        .unwrap_or_else(|| panic!("no job {JOB} in {report}"));
+    assert_eq!(
+        tick["expected"].as_u64(),
+        Some(window.expected.len() as u64),
+        "verify expects the window's ticks: {report}"
+    );
 }
 
 /// A consumer cut from Redis (not from RabbitMQ) while attempts run on it, longer than its
