@@ -31,6 +31,26 @@ fn notices(hooks: &HookServer, kind: &str, status: &str) -> Vec<Value> {
         .collect()
 }
 
+/// Waits up to `within` for the first notices of `kind` and `status`; on timeout the test
+/// fails with every process's last log lines.
+async fn told(
+    hooks: &HookServer,
+    running: &Running,
+    kind: &str,
+    status: &str,
+    within: Duration,
+) -> Vec<Value> {
+    until(within, &format!("a {status} {kind} notice"), || async {
+        let n = notices(hooks, kind, status);
+        if n.is_empty() {
+            Err(running.logs())
+        } else {
+            Ok(n)
+        }
+    })
+    .await
+}
+
 /// The webhook's signature checked as a receiver would, with HMAC-SHA-256 of
 /// `TIMESTAMP.BODY`.
 fn check_signature(post: &Received) {
@@ -172,14 +192,13 @@ events = ["dead_lettered"]
 
     // The fix: the next success resolves the group, once, counting every failure.
     std::fs::remove_file(&broken).unwrap();
-    let resolved = until(Duration::from_secs(20), "the resolved notice", || async {
-        let r = notices(&hooks, "dead_lettered", "resolved");
-        if r.is_empty() {
-            Err(running.logs())
-        } else {
-            Ok(r)
-        }
-    })
+    let resolved = told(
+        &hooks,
+        &running,
+        "dead_lettered",
+        "resolved",
+        Duration::from_secs(20),
+    )
     .await;
     let failed = running
         .entries("flaky")
@@ -271,14 +290,13 @@ url = "http://{addr}/hook"
     }
     let running = Running::start_with(Deployment::on(backend), &env, &config, options).await;
 
-    let long = until(Duration::from_secs(30), "a too_long notice", || async {
-        let n = notices(&hooks, "too_long", "firing");
-        if n.is_empty() {
-            Err(running.logs())
-        } else {
-            Ok(n)
-        }
-    })
+    let long = told(
+        &hooks,
+        &running,
+        "too_long",
+        "firing",
+        Duration::from_secs(30),
+    )
     .await;
     assert_eq!(long[0]["job"], "slow");
     assert!(
@@ -288,26 +306,24 @@ url = "http://{addr}/hook"
             .contains("has been running for"),
         "told while it runs, not after: {long:?}"
     );
-    let missed = until(Duration::from_secs(30), "a missed notice", || async {
-        let n = notices(&hooks, "missed", "firing");
-        if n.is_empty() {
-            Err(running.logs())
-        } else {
-            Ok(n)
-        }
-    })
+    let missed = told(
+        &hooks,
+        &running,
+        "missed",
+        "firing",
+        Duration::from_secs(30),
+    )
     .await;
     assert_eq!(missed[0]["job"], "jam", "{missed:?}");
 
     if backend == Backend::Real {
-        let unserved = until(Duration::from_secs(30), "a no_consumer notice", || async {
-            let n = notices(&hooks, "no_consumer", "firing");
-            if n.is_empty() {
-                Err(running.logs())
-            } else {
-                Ok(n)
-            }
-        })
+        let unserved = told(
+            &hooks,
+            &running,
+            "no_consumer",
+            "firing",
+            Duration::from_secs(30),
+        )
         .await;
         assert_eq!(unserved.len(), 1, "{unserved:?}");
         assert_eq!(unserved[0]["subject"], "queue nobody", "{unserved:?}");

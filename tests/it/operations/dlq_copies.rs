@@ -106,7 +106,13 @@ async fn a_run_dead_lettered_twice_is_listed_once_and_replayed_once() {
         assert!(env.wait(consumer, WAIT).is_some(), "the consumer stops");
         copy_first_letter(&env, &names).await;
 
-        let list = json(&env, &["dlq", "list", "--json"]);
+        // The broker puts the original back when the copying channel closes, on its own
+        // time: wait for both letters.
+        let list = eventually(WAIT, "the original back beside its copy", || async {
+            let list = json(&env, &["dlq", "list", "--json"]);
+            (list["letters"][0]["copies"] == 2).then_some(list)
+        })
+        .await;
         assert_eq!(list["count"], 1, "one dead run: {list}");
         let letter = &list["letters"][0];
         assert_eq!(letter["key"], key.as_str());
