@@ -27,6 +27,7 @@
 //! `docs/benchmarks-notebook.md` ([`report`]).
 
 mod barrier;
+mod capture;
 mod dashboard;
 mod digest;
 mod env;
@@ -36,6 +37,7 @@ mod lateness;
 mod precision;
 mod procfs;
 mod raw;
+mod reconcile;
 mod recorder;
 mod report;
 mod runtime_jobs;
@@ -92,6 +94,10 @@ struct Cli {
     runtime: runtime_jobs::RuntimeArgs,
     #[command(flatten)]
     barrier: barrier::BarrierArgs,
+    #[command(flatten)]
+    capture: capture::CaptureArgs,
+    #[command(flatten)]
+    reconcile: reconcile::ReconcileArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -108,6 +114,10 @@ enum Which {
     Digest,
     /// Runtime jobs at scale: applies, memory, apply to first publish.
     Runtime,
+    /// The cost of keeping each run's output: drains with it kept and not.
+    Capture,
+    /// The leader's continuous reconciliation at many jobs: one check's cost.
+    Reconcile,
     /// The cost of CRONQ_REDIS_MIN_REPLICAS (needs replicas: not part of `all`).
     Barrier,
     /// Every benchmark above but `barrier`, in that order.
@@ -236,6 +246,24 @@ async fn run(mut cli: Cli) -> anyhow::Result<()> {
         match runtime_jobs::run(&cli.runtime, runs, &cronq).await {
             Ok(f) => report.figures.extend(f),
             Err(e) => failures.push(format!("runtime failed: {e:#}")),
+        }
+    }
+    if all || cli.which == Which::Capture {
+        report
+            .sizes
+            .insert("capture".into(), serde_json::to_value(&cli.capture)?);
+        match capture::run(&cli.capture, runs).await {
+            Ok(f) => report.figures.extend(f),
+            Err(e) => failures.push(format!("capture failed: {e:#}")),
+        }
+    }
+    if all || cli.which == Which::Reconcile {
+        report
+            .sizes
+            .insert("reconcile".into(), serde_json::to_value(&cli.reconcile)?);
+        match reconcile::run(&cli.reconcile, runs).await {
+            Ok(f) => report.figures.extend(f),
+            Err(e) => failures.push(format!("reconcile failed: {e:#}")),
         }
     }
     if cli.which == Which::Barrier {
