@@ -3,7 +3,9 @@
 //! the output kept (`keep_outputs`, the default of `cronq consumer`), against the same
 //! drain with nothing kept (the baseline), in the same run, alternating which side goes
 //! first. Each side runs in a namespace of its own on the real RabbitMQ and Redis; the
-//! drain ends when the run history holds every occurrence's run.
+//! drain ends when the run history holds every occurrence's run. Besides the rates, the
+//! CPU each side spent per run (the consumers, the commands they ran, and Redis, from
+//! `/proc`): on a shared machine the rates move with its load, the CPU per run much less.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -66,6 +68,14 @@ pub async fn run(args: &CaptureArgs, runs: usize) -> anyhow::Result<Vec<Figure>>
     .baseline("the same, output not kept");
     let mut share =
         Figure::new("capture", "kept / not kept drain rate", Unit::Ratio).goal(">= 95%");
+    let mut cpu = Figure::new(
+        "capture",
+        "CPU per run: consumers + commands + Redis, output kept",
+        Unit::Seconds,
+    )
+    .baseline("the same, output not kept");
+    let mut cpu_share =
+        Figure::new("capture", "not kept / kept CPU per run", Unit::Ratio).goal(">= 95%");
     for run in 1..=runs {
         // Alternate which side goes first, so a machine warming up or slowing down does
         // not favour one side.
@@ -75,22 +85,51 @@ pub async fn run(args: &CaptureArgs, runs: usize) -> anyhow::Result<Vec<Figure>>
             [false, true]
         };
         let mut rates = [0.0; 2];
+        let mut cpus = [None; 2];
         for keep in order {
             let env = BenchEnv::new()?;
             let measured = drain(&env, args, keep).await;
             env.cleanup().await;
-            let rate = measured?;
+            let (rate, used) = measured?;
             eprintln!(
-                "capture: run {run}/{runs}, output {}: {rate:.0}/s",
-                if keep { "kept" } else { "not kept" }
+                "capture: run {run}/{runs}, output {}: {rate:.0}/s{}",
+                if keep { "kept" } else { "not kept" },
+                used.map_or(String::new(), |d| format!(
+                    ", {:.0} µs CPU per run",
+                    d.as_secs_f64() * 1e6 / args.occurrences as f64
+                ))
             );
             rates[usize::from(!keep)] = rate;
+            cpus[usize::from(!keep)] = used;
         }
         kept.runs.push(rates[0]);
         kept.push_baseline(rates[1]);
         share.runs.push(ratio(rates[0], rates[1]));
+        if let [Some(on), Some(off)] = cpus {
+            let per = |d: Duration| d.as_secs_f64() / args.occurrences as f64;
+            cpu.runs.push(per(on));
+            cpu.push_baseline(per(off));
+            cpu_share
+                .runs
+                .push(ratio(off.as_secs_f64(), on.as_secs_f64()));
+        }
     }
-    Ok(vec![kept, share])
+    let mut figures = vec![kept, share];
+    if !cpu.runs.is_empty() {
+        figures.extend([cpu, cpu_share]);
+    }
+    Ok(figures)
+}
+
+/// CPU used so far by this process, the children it waited for, and the local Redis;
+/// `None` when Redis is not a local process.
+fn cpu_now() -> Option<Duration> {
+    let redis = crate::procfs::find("redis-server")?;
+    Some(
+        crate::procfs::cpu_time(None).ok()?
+            + crate::procfs::children_cpu_time(None).ok()?
+            + crate::procfs::cpu_time(Some(redis)).ok()?,
+    )
 }
 
 fn config() -> anyhow::Result<Config> {
@@ -101,8 +140,13 @@ fn config() -> anyhow::Result<Config> {
         .context("while building the capture config")
 }
 
-/// Publishes the occurrences, drains them with output kept or not; the drain rate.
-async fn drain(env: &BenchEnv, args: &CaptureArgs, keep: bool) -> anyhow::Result<f64> {
+/// Publishes the occurrences, drains them with output kept or not; the drain rate, and the
+/// CPU the drain used.
+async fn drain(
+    env: &BenchEnv,
+    args: &CaptureArgs,
+    keep: bool,
+) -> anyhow::Result<(f64, Option<Duration>)> {
     let config = config()?;
     for q in config.queues() {
         env.track_queue(&q);
@@ -156,6 +200,7 @@ async fn drain(env: &BenchEnv, args: &CaptureArgs, keep: bool) -> anyhow::Result
     }
     let history = history.context("no consumer")?;
     let started = Instant::now();
+    let cpu_before = cpu_now();
     for consumer in consumers {
         tasks.spawn(consumer.run(token.child_token()));
     }
@@ -178,10 +223,11 @@ async fn drain(env: &BenchEnv, args: &CaptureArgs, keep: bool) -> anyhow::Result
             token.cancel();
             bail!("the drain stalled at {runs} of {} runs", args.occurrences);
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let took = started.elapsed();
+    let used = cpu_before.zip(cpu_now()).map(|(a, b)| b.saturating_sub(a));
     token.cancel();
     while tasks.join_next().await.is_some() {}
-    Ok(args.occurrences as f64 / took.as_secs_f64().max(1e-9))
+    Ok((args.occurrences as f64 / took.as_secs_f64().max(1e-9), used))
 }
