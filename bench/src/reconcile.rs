@@ -166,8 +166,11 @@ async fn measure(
     });
     let gaps: usize = report.accounts.iter().map(|a| a.gaps.len()).sum();
     let accounted: usize = report.accounts.iter().map(|a| a.expected).sum();
+    // The check judges an occurrence once its time to end has passed: those of the last
+    // minute may still be pending, so it may expect up to a minute's worth fewer.
+    let minute = expected.len() / 50;
     anyhow::ensure!(
-        accounted == expected.len() && gaps == 0,
+        gaps == 0 && accounted <= expected.len() && accounted + minute >= expected.len(),
         "the check expected {accounted} occurrences with {gaps} gaps; {} runs were written",
         expected.len()
     );
