@@ -62,10 +62,6 @@ pub(crate) const JOB_FIELDS: &[Field] = &[
         "schedule",
         "a string such as \"30 3 * * *\" or \"@every 5m\"",
     ),
-    field(
-        "at",
-        "an RFC 3339 instant such as \"2026-12-24T10:00:00+01:00\", or a local date-time in the job's zone",
-    ),
     field("payload", "a table such as { region = \"cn\" }"),
     field(
         "handler",
@@ -97,6 +93,10 @@ pub(crate) const JOB_FIELDS: &[Field] = &[
     field(
         "end_at",
         "an RFC 3339 instant such as \"2026-12-31T18:00:00+01:00\", or a local date-time in the job's zone",
+    ),
+    field(
+        "at",
+        "an RFC 3339 instant such as \"2026-12-24T10:00:00+01:00\", or a local date-time in the job's zone",
     ),
 ];
 
