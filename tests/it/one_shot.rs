@@ -330,3 +330,61 @@ async fn check_warns_about_a_same_second_herd() {
     })
     .await;
 }
+
+/// A one-shot applied as a runtime job (`cronq job apply`) to a running standalone runs
+/// once at its instant.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_runtime_one_shot_runs_once() {
+    scoped("oneshot-runtime", |env| async move {
+        let config = env.write_config("cronq.toml", &format!("[handlers.record]\n{RECORD}\n"));
+        let data = env.dir.join("cronq.db");
+        let pid = env.spawn(
+            "standalone",
+            &[
+                "standalone",
+                "--config",
+                path(&config),
+                "--data",
+                path(&data),
+                "--grace",
+                "5s",
+            ],
+        );
+        eventually(Duration::from_secs(20), "the data file", || async {
+            data.exists().then_some(())
+        })
+        .await;
+        let at = ahead(5);
+        let job = env.write_config(
+            "later.toml",
+            &format!(
+                "[[job]]\nname = \"later\"\nat = \"{}\"\nhandler = \"record\"\n",
+                rfc3339(at)
+            ),
+        );
+        let out = env.run(&[
+            "job",
+            "apply",
+            "-f",
+            path(&job),
+            "--config",
+            path(&config),
+            "--data",
+            path(&data),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ran = exactly(&env, 1, &["standalone"]).await;
+        assert_eq!(ran[0].0, format!("later@{}", rfc3339(at)));
+        assert!(
+            ran[0].1 >= at.timestamp() as f64,
+            "not before its instant: {ran:?}"
+        );
+        env.signal(pid, Signal::SIGTERM);
+        assert_eq!(env.wait(pid, Duration::from_secs(10)), Some(0));
+    })
+    .await;
+}
