@@ -235,9 +235,9 @@ pub enum Command {
     /// Restart publishing a paused job (no catch-up: use backfill).
     #[command(after_help = "Examples:\n  cronq resume nightly-report --config cronq.toml")]
     Resume(JobArg),
-    /// Run one occurrence now, under its own key JOB@manual-ID.
+    /// Run one occurrence now (or once at --at), under its own key JOB@manual-ID.
     #[command(
-        after_help = "Examples:\n  cronq trigger nightly-report --config cronq.toml\n  cronq trigger nightly-report --payload '{\"region\": \"eu\"}' --config cronq.toml"
+        after_help = "Examples:\n  cronq trigger nightly-report --config cronq.toml\n  cronq trigger nightly-report --payload '{\"region\": \"eu\"}' --config cronq.toml\n  cronq trigger nightly-report --at 2026-12-24T10:00:00+01:00 --config cronq.toml"
     )]
     Trigger(TriggerArgs),
     /// Publish every occurrence with from <= t <= to under its normal key.
@@ -615,6 +615,10 @@ pub struct TriggerArgs {
     /// JSON that replaces the configured payload.
     #[arg(long)]
     pub payload: Option<String>,
+    /// Run it once at this future instant (RFC 3339) instead of now; the request waits in
+    /// the control store, so it survives a leader failover.
+    #[arg(long)]
+    pub at: Option<String>,
 }
 
 /// `cronq cancel`.

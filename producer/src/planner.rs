@@ -187,8 +187,9 @@ pub fn occurrence(
     }
 }
 
-/// The wire message of a manual trigger requested at `requested_at` under `key`; its
-/// deadline counts from `now`, when it is published.
+/// The wire message of a manual trigger under `key`, scheduled at `requested_at` (the
+/// request's time, or its `--at` instant); its deadline counts from `now`, when it is
+/// published.
 pub fn manual(
     job: &Job,
     key: OccurrenceKey,

@@ -1,7 +1,9 @@
 //! The leader's work: on taking over, catch up per job; then sleep on one timer until
 //! shortly before the next fire, build what is due, publish it at the instant in confirmed
 //! batches, and advance the cursors (fenced).
-//! Every `retry` it also reads pause flags and carries out trigger and backfill requests.
+//! Every `retry` it also reads pause flags and carries out trigger and backfill requests
+//! (a trigger `--at` a later instant waits in the store, and the next poll is then no
+//! later than that instant).
 //!
 //! Owns: the loop around one term's state (`term`: job table, timer, pauses, uncommitted
 //! cursors). Everything is rebuilt from the control store on each new term, so a producer
@@ -14,10 +16,10 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use cronq_shared::broker::{Broker, Outgoing};
 use cronq_shared::config::Config;
-use cronq_shared::control::{Commit, Control, ControlError};
+use cronq_shared::control::{Commit, Control, ControlError, Request};
 use cronq_shared::lease::Term;
 use cronq_shared::names::JobName;
 use tokio::sync::watch;
@@ -160,8 +162,15 @@ impl Scheduler {
                     self.fire(&mut lead, token).await?;
                 }
                 () = sleep_until(control_at) => {
-                    self.poll_control(&mut lead, token).await?;
+                    let waiting = self.poll_control(&mut lead, token).await?;
                     control_at = Instant::now() + lead.config.leader.retry.min(CONTROL_POLL);
+                    // A trigger for a later instant is published at that instant, not at
+                    // the next poll after it (1 ms past it, as `fire` does).
+                    if let Some(at) = waiting
+                        && let Ok(wait) = (at - Utc::now()).to_std()
+                    {
+                        control_at = control_at.min(Instant::now() + wait + Duration::from_millis(1));
+                    }
                 }
             }
         }
@@ -231,12 +240,13 @@ impl Scheduler {
         self.commit(lead).await
     }
 
-    /// Reads pause flags and carries out pending requests.
+    /// Reads pause flags and carries out pending requests that are due. Returns the
+    /// earliest instant a waiting request (`cronq trigger --at`) is due at.
     async fn poll_control(
         &mut self,
         lead: &mut Leading,
         token: &CancellationToken,
-    ) -> Result<(), Abandoned> {
+    ) -> Result<Option<DateTime<Utc>>, Abandoned> {
         match self.control.paused().await {
             Ok(paused) => {
                 let paused: HashSet<JobName> = paused.into_keys().collect();
@@ -257,15 +267,22 @@ impl Scheduler {
                 Vec::new()
             }
         };
+        let now = Utc::now();
+        let waiting = requests
+            .iter()
+            .filter_map(Request::not_before)
+            .filter(|at| *at > now)
+            .min();
         if !requests.is_empty() {
-            let (batch, settle) = lead.requests(requests, Utc::now());
+            let (batch, settle) = lead.requests(requests, now);
             let epoch = lead.term.epoch;
             for chunk in batch.chunks(PUBLISH_BATCH) {
                 publish_confirmed(&self.broker, chunk, &self.leadership, epoch, token).await?;
             }
             lead.uncommitted.settle.extend(settle);
         }
-        self.commit(lead).await
+        self.commit(lead).await?;
+        Ok(waiting)
     }
 
     /// Writes the uncommitted cursors and settlements (fenced). A store error keeps them

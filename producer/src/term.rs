@@ -265,7 +265,11 @@ impl Leading {
     ) -> (Vec<Outgoing>, Vec<(String, Option<Request>)>) {
         let mut batch = Vec::new();
         let mut settle = Vec::new();
-        for request in requests.into_iter().take(REQUESTS_PER_POLL) {
+        // A trigger for a later instant stays in the store, untouched, until it is due.
+        let due = requests
+            .into_iter()
+            .filter(|r| r.not_before().is_none_or(|at| at <= now));
+        for request in due.take(REQUESTS_PER_POLL) {
             let by_name = self.by_name.get_or_init(|| by_name(&self.config));
             let job =
                 find(&self.config, by_name, request.job.as_str()).map(|i| &self.config.jobs[i]);
@@ -279,14 +283,14 @@ impl Leading {
                 continue;
             };
             match &request.kind {
-                RequestKind::Trigger { key, payload } => {
+                RequestKind::Trigger { key, payload, at } => {
                     info!(job = %job.name, key = %key, "publishing manual trigger");
                     batch.push(Outgoing {
                         queue: job.queue.clone(),
                         occurrence: planner::manual(
                             job,
                             key.clone(),
-                            request.requested_at,
+                            at.unwrap_or(request.requested_at),
                             payload.clone(),
                             self.term.epoch,
                             now,
@@ -546,6 +550,7 @@ mod tests {
                 RequestKind::Trigger {
                     key: trigger_key.clone(),
                     payload: Some(serde_json::json!({"x": 1})),
+                    at: None,
                 },
             ),
             base(
@@ -554,6 +559,7 @@ mod tests {
                 RequestKind::Trigger {
                     key: cronq_shared::key::OccurrenceKey::manual(job("gone")),
                     payload: None,
+                    at: None,
                 },
             ),
             base(
@@ -582,5 +588,35 @@ mod tests {
             ("3".to_owned(), None),
             "backfill finished in one chunk"
         );
+    }
+
+    #[test]
+    fn a_trigger_at_a_later_instant_waits_for_it_then_is_scheduled_at_it() {
+        let now = t("2026-11-30T10:00:00Z");
+        let at = t("2026-11-30T10:00:03Z");
+        let lead = leading(config(&[("y", "0 0 1 1 *")]), now);
+        let key = cronq_shared::key::OccurrenceKey::manual(job("y"));
+        let request = Request {
+            id: "1".into(),
+            job: job("y"),
+            requested_at: now,
+            kind: RequestKind::Trigger {
+                key: key.clone(),
+                payload: None,
+                at: Some(at),
+            },
+        };
+        assert_eq!(request.not_before(), Some(at));
+        let (batch, settle) = lead.requests(vec![request.clone()], now);
+        assert!(
+            batch.is_empty() && settle.is_empty(),
+            "not before its instant"
+        );
+        let later = at + chrono::Duration::milliseconds(5);
+        let (batch, settle) = lead.requests(vec![request], later);
+        assert_eq!(batch.len(), 1);
+        assert_eq!(batch[0].occurrence.key, key);
+        assert_eq!(batch[0].occurrence.scheduled_at, at);
+        assert_eq!(settle, vec![("1".to_owned(), None)]);
     }
 }

@@ -64,13 +64,18 @@ pub struct Request {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum RequestKind {
-    /// Publish one occurrence now under `key` (`JOB@manual-ID`).
+    /// Publish one occurrence under `key` (`JOB@manual-ID`): now, or at `at`.
     Trigger {
         /// The occurrence's key, fixed when requested so a re-publish deduplicates.
         key: OccurrenceKey,
         /// Replaces the configured payload when given.
         #[serde(default)]
         payload: Option<serde_json::Value>,
+        /// `cronq trigger --at`: not published before this instant (the occurrence's
+        /// scheduled time); the request waits in the store until then, so it survives a
+        /// failover, and a leader that first sees it after `at` publishes it at once.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        at: Option<DateTime<Utc>>,
     },
     /// Publish every occurrence with `from <= t <= to` under its normal key.
     Backfill {
@@ -83,6 +88,17 @@ pub enum RequestKind {
         #[serde(default)]
         done_through: Option<DateTime<Utc>>,
     },
+}
+
+impl Request {
+    /// The instant before which the leader leaves this request waiting (a trigger with
+    /// `--at`); `None` when it is to be carried out as soon as seen.
+    pub fn not_before(&self) -> Option<DateTime<Utc>> {
+        match &self.kind {
+            RequestKind::Trigger { at, .. } => *at,
+            RequestKind::Backfill { .. } => None,
+        }
+    }
 }
 
 /// One fenced write: cursors to advance and requests to settle.
@@ -267,6 +283,21 @@ impl Control {
         job: &JobName,
         payload: Option<serde_json::Value>,
     ) -> Result<OccurrenceKey, ControlError> {
+        self.request_trigger_at(job, payload, None).await
+    }
+
+    /// [`Control::request_trigger`] for the instant `at` when given (`cronq trigger
+    /// --at`): the leader publishes the occurrence when `at` comes, not before; its
+    /// scheduled time is `at`. The caller refuses an `at` in the past.
+    ///
+    /// # Errors
+    /// [`ControlError`] when the store cannot be written.
+    pub async fn request_trigger_at(
+        &self,
+        job: &JobName,
+        payload: Option<serde_json::Value>,
+        at: Option<DateTime<Utc>>,
+    ) -> Result<OccurrenceKey, ControlError> {
         let key = OccurrenceKey::manual(job.clone());
         let id = match key.slot() {
             Slot::Manual(id) => id.clone(),
@@ -279,6 +310,7 @@ impl Control {
             kind: RequestKind::Trigger {
                 key: key.clone(),
                 payload,
+                at,
             },
         };
         self.store.submit(&request).await?;

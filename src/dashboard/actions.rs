@@ -166,33 +166,51 @@ pub async fn resume(source: &Source, name: &str) -> Result<serde_json::Value, Ap
     Ok(json!({ "job": job.name.as_str(), "was_paused": was, "message": message }))
 }
 
-/// Asks the leader to run `job` once now, with `payload` (JSON text) replacing the
-/// configured one when given.
+/// Asks the leader to run `job` once now (or at `at`, a future RFC 3339 instant), with
+/// `payload` (JSON text) replacing the configured one when given.
 ///
 /// # Errors
-/// 404 for an unknown job; 400 for a payload that is not JSON; 503 when the control store
-/// cannot be written.
+/// 404 for an unknown job; 400 for a payload that is not JSON or an `at` that is not a
+/// future instant; 503 when the control store cannot be written.
 pub async fn trigger(
     source: &Source,
     name: &str,
     payload: Option<&str>,
+    at: Option<&str>,
 ) -> Result<serde_json::Value, ApiError> {
     let job = job(source, name).await?;
     let payload = crate::ops::trigger::payload(payload)
         .map_err(|e| ApiError::bad_request(format!("payload {e}")))?;
-    let key = within(source.stores.control.request_trigger(&job.name, payload))
-        .await
-        .map_err(|e| {
-            ApiError::unavailable(format!(
-                "while requesting a trigger of job {:?}: {e}",
-                job.name.as_str()
-            ))
-        })?;
+    let at = at
+        .map(|text| crate::ops::trigger::at(text, chrono::Utc::now()))
+        .transpose()
+        .map_err(|e| ApiError::bad_request(format!("at {e}")))?;
+    let key = within(
+        source
+            .stores
+            .control
+            .request_trigger_at(&job.name, payload, at),
+    )
+    .await
+    .map_err(|e| {
+        ApiError::unavailable(format!(
+            "while requesting a trigger of job {:?}: {e}",
+            job.name.as_str()
+        ))
+    })?;
     tracing::info!(job = %job.name, key = %key, "dashboard: triggered");
+    let when = match at {
+        Some(at) => format!(
+            " at {}",
+            at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        ),
+        None => String::new(),
+    };
     Ok(json!({
         "job": job.name.as_str(),
         "key": key.to_string(),
-        "message": format!("requested occurrence {key}; the leading producer publishes it"),
+        "at": at,
+        "message": format!("requested occurrence {key}; the leading producer publishes it{when}"),
     }))
 }
 

@@ -462,6 +462,9 @@ pub struct TriggerBody {
     /// JSON replacing the configured payload.
     #[serde(default)]
     pub payload: Option<Value>,
+    /// Run it once at this future instant (RFC 3339) instead of now.
+    #[serde(default)]
+    pub at: Option<String>,
 }
 
 /// A JSON body, or 400 naming what is wrong (an empty body is the default).
@@ -582,7 +585,7 @@ pub async fn trigger(
     operate(&app, &headers, peer, act, async move {
         let b: TriggerBody = body(&bytes)?;
         let payload = b.payload.map(|p| p.to_string());
-        actions::trigger(source, &name, payload.as_deref()).await
+        actions::trigger(source, &name, payload.as_deref(), b.at.as_deref()).await
     })
     .await
 }

@@ -1061,7 +1061,7 @@ pub async fn job_action(
         "cancel" => actions::cancel(source, key, &audit::who(&app, &headers)).await,
         "pause" => actions::pause(source, &name, field(&form, "note").map(str::to_owned)).await,
         "resume" => actions::resume(source, &name).await,
-        "trigger" => actions::trigger(source, &name, field(&form, "payload")).await,
+        "trigger" => actions::trigger(source, &name, field(&form, "payload"), None).await,
         "backfill" => {
             let req = actions::Backfill {
                 from: field(&form, "from").unwrap_or_default().to_owned(),

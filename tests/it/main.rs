@@ -63,6 +63,7 @@ mod ha;
 mod handlers;
 mod job_labels;
 mod monitoring;
+mod one_shot;
 mod operations;
 mod packaging;
 mod ports;

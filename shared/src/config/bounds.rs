@@ -67,7 +67,7 @@ pub(super) fn resolve_bounds(
 
 /// An RFC 3339 instant, or a local date-time (or date, at midnight) in `tz`; a string or a
 /// TOML date-time.
-fn instant(value: &Value, tz: Tz) -> Result<DateTime<Utc>, String> {
+pub(super) fn instant(value: &Value, tz: Tz) -> Result<DateTime<Utc>, String> {
     let text = match value {
         Value::String(s) => s.clone(),
         Value::Datetime(d) => d.to_string(),

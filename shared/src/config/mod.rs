@@ -15,7 +15,9 @@ mod alert;
 mod bounds;
 mod error;
 mod handler;
+mod herd;
 mod load;
+mod once;
 mod payload;
 mod pieces;
 mod quick;
@@ -29,6 +31,8 @@ mod suggest;
 mod validate;
 mod warnings;
 
+#[cfg(test)]
+mod once_tests;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]

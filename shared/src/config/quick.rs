@@ -34,6 +34,7 @@ struct Piece {
 struct QuickJob {
     name: Option<String>,
     schedule: Option<String>,
+    at: Option<toml::Value>,
     payload: Option<Table>,
     handler: Option<String>,
     command: Option<Vec<String>>,
@@ -134,6 +135,10 @@ pub(super) fn read(piece: &str, ordinal: usize) -> Option<RawJob> {
         own: RawJobOwn {
             name: job.name,
             schedule: job.schedule,
+            at: job.at.map(|mut v| {
+                as_string(&mut v);
+                v
+            }),
             payload: job.payload,
             handler: job.handler,
             command: job.command,
@@ -237,7 +242,8 @@ retention = "1d"
 "#;
         let http = "[[job]]\nname = \"h\"\nschedule = \"@every 5m\"\n[job.http]\nurl = { env = \"URL\" }\nmethod = \"GET\"\nheaders = { \"X-Token\" = \"t\" }\n";
         let bad_name = "[[job]]\nname = \"no spaces\"\nschedule = \"@daily\"\n";
-        for text in [every_field, http, bad_name] {
+        let one_shot = "[[job]]\nname = \"o\"\nat = 2026-12-24T10:00:00+01:00\n";
+        for text in [every_field, http, bad_name, one_shot] {
             assert_eq!(
                 quick(text).as_deref(),
                 careful(text).first().map(String::as_str)

@@ -94,6 +94,10 @@ pub(crate) const JOB_FIELDS: &[Field] = &[
         "end_at",
         "an RFC 3339 instant such as \"2026-12-31T18:00:00+01:00\", or a local date-time in the job's zone",
     ),
+    field(
+        "at",
+        "an RFC 3339 instant such as \"2026-12-24T10:00:00+01:00\", or a local date-time in the job's zone",
+    ),
 ];
 
 /// The fields of a `[handlers.NAME]` section: a job's inline handler fields.
@@ -302,6 +306,7 @@ pub(crate) struct RawJob {
 pub(crate) struct RawJobOwn {
     pub(crate) name: Option<String>,
     pub(crate) schedule: Option<String>,
+    pub(crate) at: Option<toml::Value>,
     pub(crate) payload: Option<Table>,
     pub(crate) handler: Option<String>,
     pub(crate) command: Option<Vec<String>>,

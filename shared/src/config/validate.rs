@@ -23,7 +23,7 @@ use super::warnings::{Memo, warn_risky};
 use super::{
     Catchup, Config, Handler, Job, LeaderConfig, MetricsConfig, Overlap, RuntimeConfig, Settings,
 };
-use super::{bounds, handler, payload};
+use super::{bounds, handler, once, payload};
 use crate::names::{JobName, QueueName};
 use crate::schedule::{Interner, ScheduleError};
 
@@ -70,6 +70,8 @@ pub(crate) fn resolve(
     let mut schedules = Interner::new(now);
     // Look-ahead results for the warnings, shared the same way.
     let mut memo = Memo::default();
+    // Jobs per distinct schedule, for the same-second herd warning.
+    let mut herd = super::herd::Herd::default();
     // One copy of each distinct settings value and command, shared by the jobs (memory).
     let mut sharing = Sharing::default();
     let handlers = resolve_handlers(raw.handlers, &mut sharing, &mut out);
@@ -95,9 +97,11 @@ pub(crate) fn resolve(
         };
         if let Some(resolved) = resolve_job(job, &context, &mut schedules, &mut sharing, &mut out) {
             warn_risky(&resolved, &job.scope, now, &mut memo, &mut out);
+            herd.add(&resolved.schedule);
             jobs.push(resolved);
         }
     }
+    herd.warn(now, &mut out);
     if out.problems.is_empty() && jobs.is_empty() {
         out.warn("", "", "no [[job]] is defined: nothing will be scheduled");
     }
@@ -477,6 +481,10 @@ pub(super) fn resolve_job(
     };
     let common = resolve_common(context.defaults, &raw.common, scope, false, out);
     let schedule = match raw.own.schedule.as_deref() {
+        _ if raw.rejected.contains(&"at") => None,
+        _ if raw.own.at.is_some() => {
+            once::resolve_once(raw, common.timezone, schedules.now(), scope, out)
+        }
         None if raw.rejected.contains(&"schedule") => None,
         None => {
             out.problem(

@@ -13,7 +13,7 @@ use croner::Cron;
 
 use super::zone;
 
-/// What a schedule is: `@every` or a cron expression.
+/// What a schedule is: `@every`, a cron expression, or one instant (a one-shot job's `at`).
 #[derive(Debug, Clone)]
 #[expect(
     clippy::large_enum_variant,
@@ -26,6 +26,8 @@ pub(super) enum Kind {
         secs: i64,
     },
     Cron(CronSchedule),
+    /// A one-shot job's `at`: fires once, at this instant (see `super::once`).
+    Once(DateTime<Utc>),
 }
 
 /// A cron expression compiled by croner, with what cronq's searches need besides it.

@@ -15,7 +15,8 @@
 //!   local time (croner against the naive time as if it were UTC), and each matching
 //!   local time maps to one instant: itself, the first of two passes, or the first instant
 //!   after a gap. That mapping is monotone, so equal instants collapse into one fire;
-//! - `@every D` fires when `unix_seconds % D == 0`, in UTC, with no DST at all.
+//! - `@every D` fires when `unix_seconds % D == 0`, in UTC, with no DST at all;
+//! - a one-shot (`at = T`, [`Schedule::once`]) fires once, at the instant `T`.
 //!
 //! A parsed schedule is shared, not copied: [`Schedule`] is a pointer to immutable parsed
 //! state (croner's is ≈ 5 KiB per cron expression), and [`Interner`] hands out one parsed
@@ -28,6 +29,7 @@ mod fields;
 mod hash;
 mod intern;
 mod kind;
+mod once;
 mod parse;
 #[cfg(test)]
 mod tests;
@@ -42,6 +44,7 @@ use chrono_tz::Tz;
 pub use dst::{DstChange, DstWarning, TransitionCache};
 pub use error::ScheduleError;
 pub use intern::Interner;
+pub use once::ONCE_PREFIX;
 
 use self::kind::{CRON_END, Kind, cron_start};
 
@@ -241,6 +244,7 @@ impl Schedule {
                         .map(|t| t.with_timezone(&Utc))
                 }
             }
+            Kind::Once(at) => (after < *at).then_some(*at),
         }
     }
 
@@ -279,7 +283,7 @@ impl Schedule {
     pub fn is_every(&self) -> Option<Duration> {
         match &self.inner.kind {
             Kind::Every { every, .. } => Some(*every),
-            Kind::Cron(_) => None,
+            Kind::Cron(_) | Kind::Once(_) => None,
         }
     }
 
@@ -331,6 +335,8 @@ impl Schedule {
                 };
             }
             Kind::Cron(c) => c,
+            // A past one-shot is the config's warning, not a parse error.
+            Kind::Once(_) => return Ok(()),
         };
         let today = now.with_timezone(&self.inner.tz).date_naive();
         if let Some(year) = c.last_year.filter(|y| *y < today.year()) {
