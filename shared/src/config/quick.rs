@@ -34,6 +34,9 @@ struct Piece {
 struct QuickJob {
     name: Option<String>,
     schedule: Option<String>,
+    schedules: Option<Vec<String>>,
+    exclude: Option<Vec<toml::Value>>,
+    calendars: Option<Vec<String>>,
     payload: Option<Table>,
     handler: Option<String>,
     command: Option<Vec<String>>,
@@ -134,6 +137,13 @@ pub(super) fn read(piece: &str, ordinal: usize) -> Option<RawJob> {
         own: RawJobOwn {
             name: job.name,
             schedule: job.schedule,
+            schedules: job.schedules,
+            // The careful way reads every TOML date-time as its text.
+            exclude: job.exclude.map(|mut items| {
+                items.iter_mut().for_each(as_string);
+                items
+            }),
+            calendars: job.calendars,
             payload: job.payload,
             handler: job.handler,
             command: job.command,
@@ -221,6 +231,8 @@ env = { LANG = "C.UTF-8" }
 clear_env = true
 cwd = "/srv"
 start_at = 2026-12-01T09:00:00+01:00
+exclude = ["0 12 * * *", 2026-12-25, "2026-12-26"]
+calendars = ["holidays"]
 end_at = "2026-12-31T18:00:00"
 timezone = "Europe/Berlin"
 timeout = "5m"
@@ -237,7 +249,8 @@ retention = "1d"
 "#;
         let http = "[[job]]\nname = \"h\"\nschedule = \"@every 5m\"\n[job.http]\nurl = { env = \"URL\" }\nmethod = \"GET\"\nheaders = { \"X-Token\" = \"t\" }\n";
         let bad_name = "[[job]]\nname = \"no spaces\"\nschedule = \"@daily\"\n";
-        for text in [every_field, http, bad_name] {
+        let union = "[[job]]\nname = \"u\"\nschedules = [\"0 9 * * MON-FRI\", \"0 11 * * SAT\"]\n";
+        for text in [every_field, http, bad_name, union] {
             assert_eq!(
                 quick(text).as_deref(),
                 careful(text).first().map(String::as_str)

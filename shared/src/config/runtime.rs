@@ -299,6 +299,7 @@ impl Config {
         let context = JobContext {
             defaults: &self.defaults,
             handlers: &self.handlers,
+            calendars: &self.calendars,
         };
         let mut report = Report::default();
         let job = resolve_job(

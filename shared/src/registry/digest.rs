@@ -1,5 +1,6 @@
 //! The digest of the config a process runs: one per job, a SHA-256 of the job's effective
-//! definition (its name, schedule, zone, resolved settings, payload and handler), and one
+//! definition (its name, schedule (with its `schedules`, `exclude` and calendars' dates),
+//! zone, resolved settings, payload and handler), and one
 //! overall, over every job's name and digest in name order. Two processes whose overall
 //! digests are equal run the same jobs the same way; where they differ, the per-job
 //! digests say in which jobs.
@@ -193,6 +194,15 @@ pub fn job_digest(job: &Job) -> JobDigest {
     }
     if s.sla.is_set() {
         let _ = writeln!(text, "sla={:?}", s.sla);
+    }
+    // `schedule` above shows a union and its exclusions as written; a calendar is named
+    // there, and its dates (which its file may change) count here.
+    if let Some(dates) = job.schedule.excluded_dates() {
+        text.push_str("excluded_dates=");
+        for d in dates {
+            let _ = write!(text, "{d},");
+        }
+        text.push('\n');
     }
     let bounds = job.schedule.bounds();
     if !bounds.is_none() {
