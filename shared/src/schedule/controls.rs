@@ -208,11 +208,8 @@ impl Schedule {
     ///
     /// # Errors
     /// [`ScheduleError::NeverFires`] when no instant after `now` is left (within
-    /// [`MAX_SKIPPED`] excluded candidates).
-    ///
-    /// # Panics
-    /// Never: `members` must not be empty, which the config guarantees (it returns the
-    /// empty-schedule error instead).
+    /// 100,000 excluded candidates in one search).
+    /// [`ScheduleError::Empty`] when `members` is empty.
     pub fn combine(
         members: Vec<Schedule>,
         exclude: Exclusions,
