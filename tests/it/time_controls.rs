@@ -1,9 +1,13 @@
-//! Time controls through a real standalone: `start_at` and `end_at` bound what runs.
+//! Time controls through real processes: `start_at` and `end_at` bound what runs;
+//! `exclude` (and calendars) take occurrences out and `schedules` unites several, in what
+//! runs, in what `cronq verify` expects, and in what `cronq next` lists.
 
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
+use crate::support::backends::Backend;
+use crate::support::deployment::{Deployment, LEADER, Running, argv};
 use crate::support::{TestEnv, eventually, scoped};
 
 /// The scheduled instants of the runs the job's command wrote, one line per run.
@@ -301,4 +305,94 @@ command = ["true"]
         }
     })
     .await;
+}
+
+/// On a fleet (two producers, consumers, RabbitMQ and Redis) and on a standalone's data
+/// file: the history holds only the seconds `exclude` leaves and each instant of a
+/// `schedules` union once, and `cronq verify` expects exactly those (no excluded second is
+/// expected, none is a gap).
+async fn accounted(backend: Backend, env: TestEnv) {
+    let script = format!(
+        "echo \"$CRONQ_KEY\" >> '{}'/\"$CRONQ_JOB\".ran",
+        env.dir.display()
+    );
+    let toml = format!(
+        "{LEADER}\n[handlers.append]\ncommand = {}\n\n[[job]]\nname = \"odd\"\nschedule = \"@every 1s\"\nexclude = [\"*/2 * * * * *\"]\nhandler = \"append\"\noverlap = \"allow\"\ntimeout = \"5s\"\n\n[[job]]\nname = \"union\"\nschedules = [\"*/2 * * * * *\", \"*/3 * * * * *\"]\nhandler = \"append\"\noverlap = \"allow\"\ntimeout = \"5s\"\n",
+        argv(&["/bin/sh", "-c", &script])
+    );
+    let running = Running::start(Deployment::on(backend), &env, &toml).await;
+    running
+        .until_succeeded("odd", 2, Duration::from_secs(40), "odd to run")
+        .await;
+    running
+        .until_succeeded("union", 2, Duration::from_secs(40), "union to run")
+        .await;
+    let from = DateTime::from_timestamp(Utc::now().timestamp() + 1, 0).expect("in range");
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let to = DateTime::from_timestamp(Utc::now().timestamp(), 0).expect("in range");
+    // Every occurrence of the range has had its 5 s timeout.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+
+    let seconds = |job: &str| -> Vec<i64> {
+        let mut keys: Vec<i64> = std::fs::read_to_string(env.dir.join(format!("{job}.ran")))
+            .unwrap_or_default()
+            .lines()
+            .map(|k| {
+                let at = k.strip_prefix(&format!("{job}@")).expect("key of the job");
+                DateTime::parse_from_rfc3339(at)
+                    .expect("RFC 3339")
+                    .timestamp()
+            })
+            .collect();
+        keys.sort_unstable();
+        keys
+    };
+    let logs = running.logs();
+    let odd = seconds("odd");
+    assert!(
+        odd.iter().all(|s| s % 2 == 1),
+        "only odd seconds ran: {odd:?}\n{logs}"
+    );
+    let union = seconds("union");
+    let mut unique = union.clone();
+    unique.dedup();
+    assert_eq!(union, unique, "each instant of the union once\n{logs}");
+    assert!(
+        union.iter().all(|s| s % 2 == 0 || s % 3 == 0),
+        "only the union's seconds: {union:?}\n{logs}"
+    );
+
+    let fmt = |t: DateTime<Utc>| t.to_rfc3339_opts(SecondsFormat::Secs, true);
+    let (from_arg, to_arg) = (fmt(from), fmt(to));
+    let out = running.cli(&[
+        "verify", "--from", &from_arg, "--to", &to_arg, "--grace", "0s", "--json",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{logs}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("verify JSON");
+    assert_eq!(report["gaps"], 0, "{report}");
+    let range = from.timestamp()..=to.timestamp();
+    let job = |name: &str| {
+        report["jobs"]
+            .as_array()
+            .expect("jobs")
+            .iter()
+            .find(|j| j["job"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no job {name} in {report}"))
+    };
+    let want_odd = range.clone().filter(|s| s % 2 == 1).count();
+    assert_eq!(job("odd")["expected"], want_odd, "{report}");
+    let want_union = range.filter(|s| s % 2 == 0 || s % 3 == 0).count();
+    assert_eq!(job("union")["expected"], want_union, "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fleet_runs_and_accounts_for_only_what_the_time_controls_leave() {
+    scoped("controls-real", |env| accounted(Backend::Real, env)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_standalone_on_a_data_file_runs_and_accounts_for_only_what_the_time_controls_leave() {
+    scoped("controls-sqlite", |env| accounted(Backend::Sqlite, env)).await;
 }
