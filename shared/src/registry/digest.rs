@@ -289,6 +289,31 @@ mod tests {
     }
 
     #[test]
+    fn exclusions_and_a_calendar_s_dates_are_part_of_the_digest() {
+        let job = |head: &str, extra: &str| {
+            job_digest(
+                &config(&format!(
+                    "{head}[[job]]\nname = \"a\"\nschedule = \"@daily\"\n{extra}command = [\"true\"]\n"
+                ))
+                .jobs[0],
+            )
+        };
+        let plain = job("", "");
+        let cal = |dates: &str| format!("[calendars.h]\ndates = {dates}\n");
+        let one = job(&cal("[\"2030-12-25\"]"), "calendars = [\"h\"]\n");
+        let other = job(&cal("[\"2030-12-26\"]"), "calendars = [\"h\"]\n");
+        let excluded = job("", "exclude = [\"2030-12-25\"]\n");
+        assert_ne!(plain, one);
+        assert_ne!(one, other, "the calendar's dates count, not only its name");
+        assert_ne!(one, excluded);
+        assert_ne!(
+            job("", "exclude = [\"0 0 * * SUN\"]\n"),
+            plain,
+            "an exclusion counts"
+        );
+    }
+
+    #[test]
     fn a_job_digest_reads_back_from_its_hex() {
         let d = job_digest(
             &config("[[job]]\nname = \"a\"\nschedule = \"@every 1s\"\ncommand = [\"true\"]\n").jobs
