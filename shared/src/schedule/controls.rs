@@ -40,6 +40,8 @@ pub(super) const MAX_SKIPPED: usize = 100_000;
 /// What a combined schedule adds to its first member.
 #[derive(Debug)]
 pub(super) struct Controls {
+    /// The first member, as parsed (the combined schedule evaluates its kind itself).
+    pub(super) first: Schedule,
     /// The other members of the union (unbounded, without controls of their own).
     pub(super) also: Vec<Schedule>,
     /// What is taken out of the union.
@@ -48,7 +50,7 @@ pub(super) struct Controls {
 
 impl PartialEq for Controls {
     fn eq(&self, other: &Self) -> bool {
-        self.also == other.also && self.exclude == other.exclude
+        self.first == other.first && self.also == other.also && self.exclude == other.exclude
     }
 }
 
@@ -240,6 +242,7 @@ impl Schedule {
                 tz: p.tz,
                 kind: p.kind.clone(),
                 controls: Some(Arc::new(Controls {
+                    first: first.clone(),
                     also: members[1..].to_vec(),
                     exclude,
                 })),
@@ -260,6 +263,15 @@ impl Schedule {
             });
         }
         Ok(schedule)
+    }
+
+    /// The schedules of a combined schedule's union, each as written (for checks that look
+    /// at each one, such as the daylight-saving warnings); `None` for a plain schedule.
+    pub fn members(&self) -> Option<impl Iterator<Item = &Schedule>> {
+        self.inner
+            .controls
+            .as_ref()
+            .map(|c| std::iter::once(&c.first).chain(&c.also))
     }
 
     /// Whether this schedule is a union of several or has exclusions.
@@ -412,6 +424,24 @@ mod tests {
             times(&s, "2026-01-02T23:59:45Z", 2),
             ["2026-01-02T23:59:50", "2026-01-05T00:00:00"]
         );
+    }
+
+    #[test]
+    fn each_member_of_a_union_gets_its_daylight_saving_warnings() {
+        let ny: Tz = "America/New_York".parse().unwrap();
+        let s = Schedule::combine(
+            vec![plain("0 12 * * *", ny), plain("30 2 * * *", ny)],
+            Exclusions::new(),
+            now(),
+        )
+        .unwrap();
+        let horizon = std::time::Duration::from_secs(366 * 86_400);
+        let warned: Vec<usize> = s
+            .members()
+            .unwrap()
+            .map(|m| m.dst_warnings(now(), horizon).len())
+            .collect();
+        assert_eq!(warned, [0, 1], "02:30 is skipped on 2026-03-08");
     }
 
     #[test]
