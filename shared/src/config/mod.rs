@@ -13,6 +13,7 @@
 
 mod alert;
 mod bounds;
+mod calendars;
 mod error;
 mod handler;
 mod herd;
@@ -28,6 +29,7 @@ mod secret;
 mod share;
 mod sla;
 mod suggest;
+mod time_controls;
 mod validate;
 mod warnings;
 
@@ -49,6 +51,7 @@ pub use alert::{
     AlertKind, AlertSink, AlertTarget, DEFAULT_REPEAT, DEFAULT_SEND_TIMEOUT, EmailTarget, EmailTls,
     default_events,
 };
+pub use calendars::Calendar;
 pub use error::{ConfigError, Problem};
 pub use runtime::{Merged, RuntimeCache, RuntimeJob};
 pub use secret::{Origin, Secret};
@@ -73,6 +76,9 @@ pub struct Config {
     pub defaults: Settings,
     /// `[handlers.NAME]`: the named handlers of this file, by name.
     pub handlers: BTreeMap<Arc<str>, Handler>,
+    /// `[calendars.NAME]`: named sets of dates jobs exclude, by name (what a runtime job's
+    /// `calendars` names too).
+    pub calendars: BTreeMap<Arc<str>, Calendar>,
     /// `[[alert]]`: where the leader sends alerts (`docs/alerts.md`).
     pub alerts: Vec<AlertSink>,
     /// Every job, in file order, names unique (then the runtime jobs merged in, see

@@ -186,6 +186,26 @@ schedule = "0 0 1 1 *"
         assert_eq!(head.keys().collect::<Vec<_>>(), ["defaults", "leader"]);
     }
 
+    /// A `[calendars.NAME]` before the first job is part of the head: the file is still cut,
+    /// and loads as the whole file does.
+    #[test]
+    fn calendars_in_the_head_keep_the_file_cut() {
+        let now: DateTime<Utc> = "2026-01-15T00:00:00Z".parse().unwrap();
+        let text = "[calendars.h]\ndates = [\"2026-12-25\"]\n\n[[job]]\nname = \"a\"\nschedule = \"@daily\"\ncalendars = [\"h\"]\n[[job]]\nname = \"b\"\nschedules = [\"@daily\", \"0 12 * * *\"]\nexclude = [2026-12-24]\n";
+        let pieces = cut(text).unwrap();
+        assert_eq!(pieces.head.keys().collect::<Vec<_>>(), ["calendars"]);
+        assert_eq!(pieces.jobs.len(), 2);
+        let path = Path::new("c.toml");
+        let cut_read = super::super::validate::resolve(RawConfig::parse(text), path, now).unwrap();
+        let whole =
+            super::super::validate::resolve(RawConfig::parse_whole(text), path, now).unwrap();
+        assert_eq!(format!("{cut_read:?}"), format!("{whole:?}"));
+        assert_eq!(
+            cut_read.jobs[1].schedule.as_str(),
+            "@daily | 0 12 * * * except 2026-12-24"
+        );
+    }
+
     #[test]
     fn other_layouts_are_parsed_whole() {
         for text in [

@@ -35,6 +35,9 @@ struct QuickJob {
     name: Option<String>,
     schedule: Option<String>,
     at: Option<toml::Value>,
+    schedules: Option<Vec<String>>,
+    exclude: Option<Vec<toml::Value>>,
+    calendars: Option<Vec<String>>,
     payload: Option<Table>,
     handler: Option<String>,
     command: Option<Vec<String>>,
@@ -139,6 +142,13 @@ pub(super) fn read(piece: &str, ordinal: usize) -> Option<RawJob> {
                 as_string(&mut v);
                 v
             }),
+            schedules: job.schedules,
+            // The careful way reads every TOML date-time as its text.
+            exclude: job.exclude.map(|mut items| {
+                items.iter_mut().for_each(as_string);
+                items
+            }),
+            calendars: job.calendars,
             payload: job.payload,
             handler: job.handler,
             command: job.command,
@@ -226,6 +236,8 @@ env = { LANG = "C.UTF-8" }
 clear_env = true
 cwd = "/srv"
 start_at = 2026-12-01T09:00:00+01:00
+exclude = ["0 12 * * *", 2026-12-25, "2026-12-26"]
+calendars = ["holidays"]
 end_at = "2026-12-31T18:00:00"
 timezone = "Europe/Berlin"
 timeout = "5m"
@@ -243,7 +255,8 @@ retention = "1d"
         let http = "[[job]]\nname = \"h\"\nschedule = \"@every 5m\"\n[job.http]\nurl = { env = \"URL\" }\nmethod = \"GET\"\nheaders = { \"X-Token\" = \"t\" }\n";
         let bad_name = "[[job]]\nname = \"no spaces\"\nschedule = \"@daily\"\n";
         let one_shot = "[[job]]\nname = \"o\"\nat = 2026-12-24T10:00:00+01:00\n";
-        for text in [every_field, http, bad_name, one_shot] {
+        let union = "[[job]]\nname = \"u\"\nschedules = [\"0 9 * * MON-FRI\", \"0 11 * * SAT\"]\n";
+        for text in [every_field, http, bad_name, one_shot, union] {
             assert_eq!(
                 quick(text).as_deref(),
                 careful(text).first().map(String::as_str)

@@ -62,6 +62,18 @@ pub(crate) const JOB_FIELDS: &[Field] = &[
         "schedule",
         "a string such as \"30 3 * * *\" or \"@every 5m\"",
     ),
+    field(
+        "schedules",
+        "an array of schedules such as [\"0 9 * * MON-FRI\", \"0 11 * * SAT\"]",
+    ),
+    field(
+        "exclude",
+        "an array of dates and cron expressions such as [\"2026-12-25\", \"0 12 * * *\"]",
+    ),
+    field(
+        "calendars",
+        "an array of [calendars.NAME] names such as [\"holidays\"]",
+    ),
     field("payload", "a table such as { region = \"cn\" }"),
     field(
         "handler",
@@ -159,6 +171,8 @@ pub(crate) struct RawConfig<'t> {
     pub(crate) jobs: RawJobs<'t>,
     /// Every `[[alert]]`, in file order, read in stage two (`super::alert`).
     pub(crate) alerts: Vec<Table>,
+    /// `[calendars.NAME]`, as written, read in stage two (`super::calendars`).
+    pub(crate) calendars: Option<Value>,
 }
 
 /// The `[[job]]` tables, each read into a [`RawJob`] only when the caller gets to it, so
@@ -307,6 +321,9 @@ pub(crate) struct RawJobOwn {
     pub(crate) name: Option<String>,
     pub(crate) schedule: Option<String>,
     pub(crate) at: Option<toml::Value>,
+    pub(crate) schedules: Option<Vec<String>>,
+    pub(crate) exclude: Option<Vec<toml::Value>>,
+    pub(crate) calendars: Option<Vec<String>>,
     pub(crate) payload: Option<Table>,
     pub(crate) handler: Option<String>,
     pub(crate) command: Option<Vec<String>>,
@@ -424,6 +441,7 @@ impl<'t> RawConfig<'t> {
                         ),
                     )),
                 },
+                "calendars" => raw.calendars = Some(value),
                 "job" => match value {
                     Value::Array(items) => raw.jobs.items = items.into_iter(),
                     other => raw.problems.push(Problem::new(
@@ -494,10 +512,18 @@ fn unknown_top_level(key: &str) -> Problem {
     } else {
         match did_you_mean(
             key,
-            ["defaults", "leader", "metrics", "runtime", "handlers", "job"],
+            [
+                "defaults",
+                "leader",
+                "metrics",
+                "runtime",
+                "handlers",
+                "calendars",
+                "job",
+            ],
         ) {
             Some(s) => format!("unknown section; did you mean \"{s}\"?"),
-            None => "unknown section; allowed: [defaults], [leader], [metrics], [runtime], [handlers.NAME], [[job]]".to_owned(),
+            None => "unknown section; allowed: [defaults], [leader], [metrics], [runtime], [handlers.NAME], [calendars.NAME], [[job]]".to_owned(),
         }
     };
     Problem::new("", key_text(key), message)

@@ -299,6 +299,7 @@ impl Config {
         let context = JobContext {
             defaults: &self.defaults,
             handlers: &self.handlers,
+            calendars: &self.calendars,
         };
         let mut report = Report::default();
         let job = resolve_job(
@@ -410,6 +411,45 @@ mod tests {
             "resolved against [handlers.report]"
         );
         assert_eq!(c.runtime_job(&ok[0].spec).unwrap().payload["n"], 1);
+    }
+
+    #[test]
+    fn a_runtime_job_may_exclude_the_calendars_of_the_reading_config() {
+        let c = config("[calendars.holidays]\ndates = [\"2026-12-25\"]\n");
+        let ok = c
+            .runtime_jobs(
+                "[[job]]\nname = \"a\"\nschedules = [\"0 9 * * *\", \"0 11 * * *\"]\ncalendars = [\"holidays\"]\nexclude = [\"0 11 * * SAT\"]\nhandler = \"report\"\n",
+                Path::new("jobs.toml"),
+            )
+            .unwrap();
+        let from: chrono::DateTime<Utc> = "2026-12-24T10:00:00Z".parse().unwrap();
+        let times: Vec<String> = ok[0]
+            .job
+            .schedule
+            .iter_after(from)
+            .take(3)
+            .map(|t| t.to_rfc3339())
+            .collect();
+        // The 25th is a holiday, the 26th a Saturday.
+        assert_eq!(
+            times,
+            [
+                "2026-12-24T11:00:00+00:00",
+                "2026-12-26T09:00:00+00:00",
+                "2026-12-27T09:00:00+00:00"
+            ]
+        );
+        let err = c
+            .runtime_jobs(
+                "[[job]]\nname = \"b\"\nschedule = \"@daily\"\ncalendars = [\"holiday\"]\nhandler = \"report\"\n",
+                Path::new("jobs.toml"),
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.ends_with("jobs.toml: job \"b\": calendars: \"holiday\" is not a [calendars.NAME] of this file; did you mean \"holidays\"?: define it, or remove it from the list"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -23,9 +23,9 @@ use super::warnings::{Memo, warn_risky};
 use super::{
     Catchup, Config, Handler, Job, LeaderConfig, MetricsConfig, Overlap, RuntimeConfig, Settings,
 };
-use super::{bounds, handler, once, payload};
+use super::{bounds, calendars, handler, once, payload, time_controls};
 use crate::names::{JobName, QueueName};
-use crate::schedule::{Interner, ScheduleError};
+use crate::schedule::Interner;
 
 /// The longest duration accepted anywhere: 100 years. Longer values are typos, and would
 /// overflow date arithmetic downstream.
@@ -63,6 +63,8 @@ pub(crate) fn resolve(
 
     let alerts = super::alert::resolve(raw.alerts, parse_duration, &mut out);
 
+    let calendars = calendars::resolve(raw.calendars, path, &mut out);
+
     let mut jobs = Vec::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
     // One parsed schedule per distinct (text, zone): jobs share it (memory), and the parse
@@ -94,6 +96,7 @@ pub(crate) fn resolve(
         let context = JobContext {
             defaults: &defaults,
             handlers: &handlers,
+            calendars: &calendars,
         };
         if let Some(resolved) = resolve_job(job, &context, &mut schedules, &mut sharing, &mut out) {
             warn_risky(&resolved, &job.scope, now, &mut memo, &mut out);
@@ -119,6 +122,7 @@ pub(crate) fn resolve(
         runtime,
         defaults,
         handlers,
+        calendars,
         alerts,
         jobs,
         deleted: std::collections::BTreeSet::new(),
@@ -133,6 +137,8 @@ pub(super) struct JobContext<'a> {
     pub(super) defaults: &'a Settings,
     /// `[handlers.NAME]`, resolved.
     pub(super) handlers: &'a BTreeMap<Arc<str>, Handler>,
+    /// `[calendars.NAME]`, read.
+    pub(super) calendars: &'a BTreeMap<Arc<str>, calendars::Calendar>,
 }
 
 /// `[runtime]`, with its default: runtime jobs are taken.
@@ -480,27 +486,30 @@ pub(super) fn resolve_job(
         },
     };
     let common = resolve_common(context.defaults, &raw.common, scope, false, out);
-    let schedule = match raw.own.schedule.as_deref() {
-        _ if raw.rejected.contains(&"at") => None,
-        _ if raw.own.at.is_some() => {
-            once::resolve_once(raw, common.timezone, schedules.now(), scope, out)
-        }
-        None if raw.rejected.contains(&"schedule") => None,
-        None => {
+    // `H` needs the job's name (a job whose name is refused gets the name's problem only,
+    // unless the schedule is wrong on its own). A one-shot (`at`) has no schedule of its own.
+    let schedule = if raw.rejected.contains(&"at") {
+        None
+    } else if raw.own.at.is_some() {
+        if raw.own.schedules.is_some() || raw.own.exclude.is_some() || raw.own.calendars.is_some() {
             out.problem(
                 scope,
-                "schedule",
-                "is required: a cron expression such as \"30 3 * * *\", or \"@every 5m\"",
+                "at",
+                "is set together with schedules, exclude or calendars: a one-shot job runs once at `at`; remove them",
             );
             None
+        } else {
+            once::resolve_once(raw, common.timezone, schedules.now(), scope, out)
         }
-        Some(text) => match parse_schedule(schedules, text, common.timezone, name.as_ref()) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                out.problem(scope, "schedule", schedule_message(text, &e));
-                None
-            }
-        },
+    } else {
+        time_controls::resolve_schedule(
+            raw,
+            common.timezone,
+            name.as_ref().map_or("", JobName::as_str),
+            context.calendars,
+            schedules,
+            out,
+        )
     };
     let bounds = bounds::resolve_bounds(raw, common.timezone, schedules.now(), scope, out);
     let schedule = match schedule {
@@ -582,27 +591,6 @@ fn named_handler(
             );
             (None, Some(Arc::from(named)))
         }
-    }
-}
-
-/// The job's schedule; `H` needs its name (a job whose name is refused gets the name's
-/// problem only, unless the schedule is wrong on its own).
-fn parse_schedule(
-    schedules: &mut Interner,
-    text: &str,
-    tz: Tz,
-    name: Option<&JobName>,
-) -> Result<crate::schedule::Schedule, ScheduleError> {
-    schedules.parse_for_job(text, tz, name.map_or("", JobName::as_str))
-}
-
-/// `"TEXT" <error>`: the schedule error's text reads after the schedule as written.
-fn schedule_message(text: &str, error: &ScheduleError) -> String {
-    let message = error.to_string();
-    if message.starts_with('"') {
-        format!("{text:?}: {message}")
-    } else {
-        format!("{text:?} {message}")
     }
 }
 

@@ -141,6 +141,16 @@ fn dst_warnings(
     horizon: Duration,
     zones: &mut TransitionCache,
 ) -> Vec<String> {
+    // A union (`schedules`): each of its schedules, named as written.
+    if let Some(members) = schedule.members() {
+        return members
+            .flat_map(|m| {
+                m.dst_warnings_cached(from, horizon, zones)
+                    .into_iter()
+                    .map(|w| format!("{:?} {w}", m.as_str()))
+            })
+            .collect();
+    }
     schedule
         .dst_warnings_cached(from, horizon, zones)
         .into_iter()

@@ -1,5 +1,6 @@
 //! The digest of the config a process runs: one per job, a SHA-256 of the job's effective
-//! definition (its name, schedule, zone, resolved settings, payload and handler), and one
+//! definition (its name, schedule (with its `schedules`, `exclude` and calendars' dates),
+//! zone, resolved settings, payload and handler), and one
 //! overall, over every job's name and digest in name order. Two processes whose overall
 //! digests are equal run the same jobs the same way; where they differ, the per-job
 //! digests say in which jobs.
@@ -194,6 +195,15 @@ pub fn job_digest(job: &Job) -> JobDigest {
     if s.sla.is_set() {
         let _ = writeln!(text, "sla={:?}", s.sla);
     }
+    // `schedule` above shows a union and its exclusions as written; a calendar is named
+    // there, and its dates (which its file may change) count here.
+    if let Some(dates) = job.schedule.excluded_dates() {
+        text.push_str("excluded_dates=");
+        for d in dates {
+            let _ = write!(text, "{d},");
+        }
+        text.push('\n');
+    }
     let bounds = job.schedule.bounds();
     if !bounds.is_none() {
         let _ = writeln!(text, "start_at={:?}\nend_at={:?}", bounds.start, bounds.end);
@@ -276,6 +286,31 @@ mod tests {
             .map(|(x, _)| x.0.as_str())
             .collect();
         assert_eq!(differing, ["a"]);
+    }
+
+    #[test]
+    fn exclusions_and_a_calendar_s_dates_are_part_of_the_digest() {
+        let job = |head: &str, extra: &str| {
+            job_digest(
+                &config(&format!(
+                    "{head}[[job]]\nname = \"a\"\nschedule = \"@daily\"\n{extra}command = [\"true\"]\n"
+                ))
+                .jobs[0],
+            )
+        };
+        let plain = job("", "");
+        let cal = |dates: &str| format!("[calendars.h]\ndates = {dates}\n");
+        let one = job(&cal("[\"2030-12-25\"]"), "calendars = [\"h\"]\n");
+        let other = job(&cal("[\"2030-12-26\"]"), "calendars = [\"h\"]\n");
+        let excluded = job("", "exclude = [\"2030-12-25\"]\n");
+        assert_ne!(plain, one);
+        assert_ne!(one, other, "the calendar's dates count, not only its name");
+        assert_ne!(one, excluded);
+        assert_ne!(
+            job("", "exclude = [\"0 0 * * SUN\"]\n"),
+            plain,
+            "an exclusion counts"
+        );
     }
 
     #[test]

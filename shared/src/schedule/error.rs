@@ -18,6 +18,7 @@
 /// | [`TooShort`](Self::TooShort) | `"500ms" is shorter than 1s: @every needs at least one second` |
 /// | [`Fractional`](Self::Fractional) | `"1500ms" is not a whole number of seconds: @every needs whole seconds, such as "90s"` |
 /// | [`NeverFires`](Self::NeverFires) | `can never fire: <reason>`, the reason being one of the forms below |
+/// | [`NotAnExclusion`](Self::NotAnExclusion) | `is not an exclusion: use a date such as "2026-12-25" or a cron expression such as "0 12 * * *"` (an `exclude` entry that is `@…` or a date that does not exist) |
 ///
 /// Field details (`<field>` is `second`, `minute`, `hour`, `day-of-month`, `month`,
 /// `day-of-week` or `year`; `<allowed>` is `0-59`, `0-23`, `1-31`, `1-12 or JAN-DEC`,
@@ -44,6 +45,7 @@
 /// - `its last time, 2026-01-01T00:00:00+01:00, is past`
 /// - `none of its times from now on exist in <zone>` (only dates whose times fall in a
 ///   daylight-saving gap) or, for `@every`, `its next time is out of range`
+/// - `its exclusions remove every occurrence from now on` (`exclude` and calendars)
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScheduleError {
     /// The text is empty or blank.
@@ -102,4 +104,9 @@ pub enum ScheduleError {
         /// Why, such as `its last year, 2020, is past`.
         reason: String,
     },
+    /// An `exclude` entry that is neither a date nor a cron expression.
+    #[error(
+        "is not an exclusion: use a date such as \"2026-12-25\" or a cron expression such as \"0 12 * * *\""
+    )]
+    NotAnExclusion,
 }

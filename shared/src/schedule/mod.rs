@@ -23,6 +23,7 @@
 //! value per distinct (text, zone), so a million jobs over a few thousand schedules hold a
 //! few thousand parsed expressions.
 
+mod controls;
 mod dst;
 mod error;
 mod fields;
@@ -41,6 +42,7 @@ use std::time::Duration;
 use chrono::{DateTime, Datelike as _, SubsecRound as _, Utc};
 use chrono_tz::Tz;
 
+pub use controls::Exclusions;
 pub use dst::{DstChange, DstWarning, TransitionCache};
 pub use error::ScheduleError;
 pub use intern::Interner;
@@ -67,6 +69,8 @@ struct Parsed {
     bounds: Bounds,
     tz: Tz,
     kind: Kind,
+    /// `schedules` beyond the first and the exclusions (`controls`); `None` for most.
+    controls: Option<Arc<controls::Controls>>,
 }
 
 /// A job's `start_at` and `end_at`: the first and last instants it may fire at (both
@@ -161,6 +165,7 @@ impl Schedule {
                 bounds,
                 tz: p.tz,
                 kind: p.kind.clone(),
+                controls: p.controls.clone(),
             }),
         }
     }
@@ -193,6 +198,7 @@ impl Schedule {
                 bounds: Bounds::default(),
                 tz,
                 kind,
+                controls: None,
             }),
         };
         schedule.check_fires(now)?;
@@ -209,7 +215,7 @@ impl Schedule {
             Some(start) if after < start => start - chrono::Duration::nanoseconds(1),
             _ => after,
         };
-        let next = self.next_unbounded(after)?;
+        let next = self.next_controlled(after)?;
         match end {
             Some(end) if next > end => None,
             _ => Some(next),
@@ -217,7 +223,7 @@ impl Schedule {
     }
 
     /// [`Schedule::next_after`] without the bounds.
-    fn next_unbounded(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    pub(super) fn next_unbounded(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
         match &self.inner.kind {
             Kind::Every { secs, .. } => {
                 let next = after
@@ -280,7 +286,11 @@ impl Schedule {
     }
 
     /// The interval of an `@every` schedule.
+    /// `None` for a union or a schedule with exclusions (see [`Schedule::combine`]).
     pub fn is_every(&self) -> Option<Duration> {
+        if self.inner.controls.is_some() {
+            return None;
+        }
         match &self.inner.kind {
             Kind::Every { every, .. } => Some(*every),
             Kind::Cron(_) | Kind::Once(_) => None,
@@ -374,7 +384,8 @@ impl PartialEq for Schedule {
             || (self.inner.text == other.inner.text
                 && self.inner.resolved == other.inner.resolved
                 && self.inner.bounds == other.inner.bounds
-                && self.inner.tz == other.inner.tz)
+                && self.inner.tz == other.inner.tz
+                && self.inner.controls == other.inner.controls)
     }
 }
 

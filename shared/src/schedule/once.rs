@@ -47,6 +47,7 @@ impl Schedule {
                 bounds: Bounds::default(),
                 tz,
                 kind: Kind::Once(at),
+                controls: None,
             }),
         }
     }

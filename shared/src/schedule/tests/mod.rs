@@ -1,5 +1,6 @@
 //! Tests of the schedule engine: parsing, DST tables computed by hand, properties.
 
+mod controls_props;
 mod dst_table;
 mod parse;
 mod props;
