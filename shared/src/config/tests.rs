@@ -860,3 +860,15 @@ fn alert_mistakes_name_the_sink_and_the_field() {
         ]
     );
 }
+
+#[test]
+fn a_one_shot_takes_no_schedules_exclusions_or_calendars() {
+    assert_eq!(
+        problems(
+            "[[job]]\nname = \"o\"\nat = \"2026-12-24T10:00:00Z\"\nschedules = [\"@hourly\"]\nexclude = [\"2026-12-25\"]\n"
+        ),
+        [
+            "job \"o\": at: is set together with schedules, exclude or calendars: a one-shot job runs once at `at`; remove them"
+        ]
+    );
+}
