@@ -1,28 +1,11 @@
 //! Unit tests of one-shot jobs (`at`) and the same-second herd warning, through a load.
 
-use std::path::Path;
 use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 
+use super::tests::{load, now, problems};
 use super::*;
-
-fn now() -> DateTime<Utc> {
-    "2026-01-15T00:00:00Z".parse().expect("valid instant")
-}
-
-fn load(text: &str) -> Result<Config, ConfigError> {
-    Config::from_toml_at(text, Path::new("cronq.toml"), now())
-}
-
-fn problems(text: &str) -> Vec<String> {
-    match load(text) {
-        Err(ConfigError::Invalid { problems, .. }) => {
-            problems.iter().map(ToString::to_string).collect()
-        }
-        other => panic!("expected problems, got {other:?}"),
-    }
-}
 
 fn warnings(config: &Config) -> Vec<String> {
     config.warnings.iter().map(ToString::to_string).collect()

@@ -8,15 +8,15 @@ use chrono::{DateTime, Utc};
 
 use super::*;
 
-fn now() -> DateTime<Utc> {
+pub(super) fn now() -> DateTime<Utc> {
     "2026-01-15T00:00:00Z".parse().expect("valid instant")
 }
 
-fn load(text: &str) -> Result<Config, ConfigError> {
+pub(super) fn load(text: &str) -> Result<Config, ConfigError> {
     Config::from_toml_at(text, Path::new("cronq.toml"), now())
 }
 
-fn problems(text: &str) -> Vec<String> {
+pub(super) fn problems(text: &str) -> Vec<String> {
     match load(text) {
         Ok(_) => panic!("config was accepted:\n{text}"),
         Err(ConfigError::Invalid { path, problems }) => {
