@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use toml::{Table, Value};
 
-use super::raw::describe;
+use super::handler::is_http_url;
+use super::raw::{describe, unknown_field};
 use super::report::Report;
 use super::secret::{self, Secret};
 use super::suggest::did_you_mean;
@@ -229,11 +230,8 @@ fn one(
     let before = out.problems.len();
     for key in table.keys() {
         if !FIELDS.contains(&key.as_str()) {
-            let message = match did_you_mean(key, FIELDS.iter().copied()) {
-                Some(s) => format!("unknown field; did you mean \"{s}\"?"),
-                None => format!("unknown field; allowed: {}", FIELDS.join(", ")),
-            };
-            out.problem(scope, key, message);
+            out.problems
+                .push(unknown_field(scope, "", key, FIELDS.iter().copied()));
         }
     }
     let text = |field: &str, out: &mut Report| -> Option<String> {
@@ -358,26 +356,11 @@ fn url(table: &Table, scope: &str, out: &mut Report) -> Option<Secret> {
         secret::Origin::Inline => format!("{:?}", Redacted(url.expose()).to_string()),
         _ => url.to_string(),
     };
-    match reqwest_like_check(url.expose()) {
-        Ok(()) => Some(url),
-        Err(why) => {
-            out.problem(scope, "url", format!("{shown} {why}"));
-            None
-        }
+    if is_http_url(url.expose()) {
+        return Some(url);
     }
-}
-
-/// An http(s) URL with a host.
-fn reqwest_like_check(url: &str) -> Result<(), &'static str> {
-    let rest = url
-        .strip_prefix("https://")
-        .or_else(|| url.strip_prefix("http://"))
-        .ok_or("is not an http(s) URL")?;
-    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
-    if host.is_empty() || host.starts_with(':') {
-        return Err("has no host");
-    }
-    Ok(())
+    out.problem(scope, "url", format!("{shown} is not an http(s) URL"));
+    None
 }
 
 fn email(table: &Table, scope: &str, out: &mut Report) -> Option<EmailTarget> {

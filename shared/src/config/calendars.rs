@@ -20,9 +20,8 @@ use chrono::NaiveDate;
 use icalendar::{Component as _, DatePerhapsTime};
 use toml::{Table, Value};
 
-use super::raw::{describe, key_text};
+use super::raw::{describe, key_text, unknown_field};
 use super::report::Report;
-use super::suggest::did_you_mean;
 
 /// One `[calendars.NAME]`, read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,13 +114,9 @@ fn read(fields: &Table, scope: &str, config: &Path, out: &mut Report) -> Option<
                     ),
                 ),
             },
-            other => {
-                let message = match did_you_mean(other, ["dates", "ics"]) {
-                    Some(s) => format!("unknown field; did you mean \"{s}\"?"),
-                    None => "unknown field; allowed: dates, ics".to_owned(),
-                };
-                out.problem(scope, &key_text(other), message);
-            }
+            other => out
+                .problems
+                .push(unknown_field(scope, "", other, ["dates", "ics"].into_iter())),
         }
     }
     if !fields.contains_key("dates") && !fields.contains_key("ics") {

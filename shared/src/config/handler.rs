@@ -219,7 +219,8 @@ fn resolve_http(raw: &RawHttp, scope: &str, out: &mut Report) -> Option<HttpHand
     })
 }
 
-fn is_http_url(url: &str) -> bool {
+/// An http(s) URL with a host and no whitespace.
+pub(super) fn is_http_url(url: &str) -> bool {
     let rest = url
         .strip_prefix("http://")
         .or_else(|| url.strip_prefix("https://"));

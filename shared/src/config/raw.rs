@@ -778,7 +778,9 @@ fn section<T: DeserializeOwned + Default>(
     Section { value, problems }
 }
 
-fn unknown_field<'a>(
+/// The problem of an unknown `key` (named `PREFIX.KEY`) among `allowed`: a "did you mean"
+/// when one is close, else the allowed names. Every section, job and sub-table says it so.
+pub(crate) fn unknown_field<'a>(
     scope: &str,
     prefix: &str,
     key: &str,

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use toml::{Table, Value};
 
+use super::raw::unknown_field;
 use super::report::Report;
-use super::suggest::did_you_mean;
 
 /// The fields of an `sla` table.
 pub(crate) const SLA_FIELDS: &[&str] = &["start_within", "max_duration", "success_within"];
@@ -56,11 +56,12 @@ pub(super) fn resolve(
             "max_duration" => &mut sla.max_duration,
             "success_within" => &mut sla.success_within,
             _ => {
-                let message = match did_you_mean(key, SLA_FIELDS.iter().copied()) {
-                    Some(s) => format!("unknown field; did you mean \"{s}\"?"),
-                    None => format!("unknown field; allowed: {}", SLA_FIELDS.join(", ")),
-                };
-                out.problem(scope, &field, message);
+                out.problems.push(unknown_field(
+                    scope,
+                    "sla.",
+                    key,
+                    SLA_FIELDS.iter().copied(),
+                ));
                 continue;
             }
         };
