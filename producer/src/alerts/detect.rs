@@ -62,50 +62,73 @@ pub(super) fn from_run(run: &Run, job: Option<&Job>) -> Vec<Event> {
         run.outcome,
         Outcome::Succeeded | Outcome::Failed | Outcome::Retrying
     );
-    if let (Some(job), true) = (job, ran) {
-        let attempt = InFlight {
-            key: run.key.to_string(),
-            job: run.job.to_string(),
-            attempt: run.attempt,
-            started_at: run.started_at,
-        };
-        if let Some(e) = late_start(&attempt, job, &run.consumer) {
-            events.push(e);
-        }
-        if let Some(max) = job.sla.max_duration
-            && run.duration > max
-        {
-            events.push(event(
-                AlertKind::TooLong,
-                format!(
-                    "attempt {} ran for {} on {} (sla.max_duration {})",
-                    run.attempt,
-                    human_std(run.duration),
-                    run.consumer,
-                    human_std(max)
-                ),
-            ));
-        }
+    let Some(job) = job.filter(|j| ran && j.sla.watches_runs()) else {
+        return events;
+    };
+    if let Some(e) = run.key.scheduled_at().and_then(|at| {
+        late_start(
+            job,
+            run.key.as_str(),
+            at,
+            run.attempt,
+            run.started_at,
+            &run.consumer,
+        )
+    }) {
+        events.push(e);
+    }
+    if let Some(max) = job.sla.max_duration
+        && run.duration > max
+    {
+        events.push(event(
+            AlertKind::TooLong,
+            format!(
+                "attempt {} ran for {} on {} (sla.max_duration {})",
+                run.attempt,
+                human_std(run.duration),
+                run.consumer,
+                human_std(max)
+            ),
+        ));
     }
     events
 }
 
-/// A running or ended attempt that started later than its job's `sla.start_within`.
-pub(super) fn late_start(attempt: &InFlight, job: &Job, consumer: &str) -> Option<Event> {
-    let within = job.sla.start_within?;
+/// A running attempt that started later than its job's `sla.start_within`.
+pub(super) fn running_late(attempt: &InFlight, job: &Job, consumer: &str) -> Option<Event> {
     let scheduled = attempt.key.parse::<OccurrenceKey>().ok()?.scheduled_at()?;
-    let late = attempt.started_at - scheduled;
+    late_start(
+        job,
+        &attempt.key,
+        scheduled,
+        attempt.attempt,
+        attempt.started_at,
+        consumer,
+    )
+}
+
+/// Attempt `attempt` of `key` (scheduled at `scheduled`), started at `started_at` on
+/// `consumer`, if that is later than its job's `sla.start_within`.
+fn late_start(
+    job: &Job,
+    key: &str,
+    scheduled: DateTime<Utc>,
+    attempt: u32,
+    started_at: DateTime<Utc>,
+    consumer: &str,
+) -> Option<Event> {
+    let within = job.sla.start_within?;
+    let late = started_at - scheduled;
     (late > TimeDelta::from_std(within).unwrap_or(TimeDelta::MAX)).then(|| Event {
         kind: AlertKind::LateStart,
-        job: Some(attempt.job.clone()),
-        subject: attempt.key.clone(),
+        job: Some(job.name.to_string()),
+        subject: key.to_owned(),
         summary: format!(
-            "attempt {} started {} after its scheduled time on {consumer} (sla.start_within {})",
-            attempt.attempt,
+            "attempt {attempt} started {} after its scheduled time on {consumer} (sla.start_within {})",
             human(late),
             human_std(within)
         ),
-        at: attempt.started_at,
+        at: started_at,
     })
 }
 

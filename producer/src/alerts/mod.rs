@@ -214,8 +214,11 @@ impl Alerts {
             };
             let full = tail.runs.len() == PAGE;
             for run in &tail.runs {
-                state.started.insert(run.key.to_string());
                 let job = config.job(run.job.as_str());
+                // Only the starts of jobs with a `start_within` are looked up.
+                if job.is_some_and(|j| j.sla.start_within.is_some()) {
+                    state.started.insert(run.key.to_string());
+                }
                 let events = detect::from_run(run, job);
                 let raised: Vec<AlertKind> = events.iter().map(|e| e.kind).collect();
                 for event in events {
@@ -262,12 +265,14 @@ impl Alerts {
         };
         for beat in &beats {
             for attempt in &beat.running {
-                state.started.insert(attempt.key.clone());
                 let Some(job) = config.job(&attempt.job) else {
                     continue;
                 };
+                if job.sla.start_within.is_some() {
+                    state.started.insert(attempt.key.clone());
+                }
                 let events = [
-                    detect::late_start(attempt, job, &beat.instance),
+                    detect::running_late(attempt, job, &beat.instance),
                     detect::running_long(attempt, job, &beat.instance, now),
                 ];
                 for event in events.into_iter().flatten() {
