@@ -132,13 +132,18 @@ async fn was_runtime(cli: &Cli, name: &JobName) -> bool {
 /// # Errors
 /// [`UsageError`] naming the flag, the value and the expected form.
 pub fn instant(flag: &str, text: &str) -> Result<DateTime<Utc>, UsageError> {
+    rfc3339(text).map_err(|message| UsageError(format!("{flag} {message}")))
+}
+
+/// `text` as an RFC 3339 instant; the error message starts with the value (the caller
+/// names the flag or field before it).
+///
+/// # Errors
+/// The message, for text that is not RFC 3339.
+pub fn rfc3339(text: &str) -> Result<DateTime<Utc>, String> {
     DateTime::parse_from_rfc3339(text)
         .map(|t| t.with_timezone(&Utc))
-        .map_err(|e| {
-            UsageError(format!(
-                "{flag} {text:?} is not an RFC 3339 instant such as 2026-11-29T19:30:00Z: {e}"
-            ))
-        })
+        .map_err(|e| format!("{text:?} is not an RFC 3339 instant such as 2026-11-29T19:30:00Z: {e}"))
 }
 
 /// The stores of `target` (the services fail within 10 s, naming the redacted URL; a data

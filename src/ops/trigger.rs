@@ -25,11 +25,7 @@ pub fn payload(text: Option<&str>) -> Result<Option<serde_json::Value>, String> 
 /// `now`.
 pub fn at(text: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
     let text = text.trim();
-    let at = DateTime::parse_from_rfc3339(text)
-        .map(|t| t.with_timezone(&Utc))
-        .map_err(|e| {
-            format!("{text:?} is not an RFC 3339 instant such as 2026-12-24T10:00:00+01:00: {e}")
-        })?;
+    let at = super::lookup::rfc3339(text)?;
     if at <= now {
         return Err(format!(
             "{text:?} is in the past (now is {}): give a future instant, or leave it out to run now",
