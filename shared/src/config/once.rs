@@ -34,6 +34,14 @@ pub(super) fn resolve_once(
         );
         return None;
     }
+    if raw.own.schedules.is_some() || raw.own.exclude.is_some() || raw.own.calendars.is_some() {
+        out.problem(
+            scope,
+            "at",
+            "is set together with schedules, exclude or calendars: a one-shot job runs once at `at`; remove them",
+        );
+        return None;
+    }
     let t = match instant(at, tz) {
         Ok(t) => t,
         Err(message) => {

@@ -491,16 +491,7 @@ pub(super) fn resolve_job(
     let schedule = if raw.rejected.contains(&"at") {
         None
     } else if raw.own.at.is_some() {
-        if raw.own.schedules.is_some() || raw.own.exclude.is_some() || raw.own.calendars.is_some() {
-            out.problem(
-                scope,
-                "at",
-                "is set together with schedules, exclude or calendars: a one-shot job runs once at `at`; remove them",
-            );
-            None
-        } else {
-            once::resolve_once(raw, common.timezone, schedules.now(), scope, out)
-        }
+        once::resolve_once(raw, common.timezone, schedules.now(), scope, out)
     } else {
         time_controls::resolve_schedule(
             raw,

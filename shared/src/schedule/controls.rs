@@ -131,9 +131,10 @@ impl Exclusions {
     }
 
     /// Adds the dates of the calendar `name`.
-    pub fn add_calendar(&mut self, name: &str, dates: &BTreeSet<NaiveDate>) {
+    pub fn add_calendar(&mut self, name: &str, dates: &Arc<BTreeSet<NaiveDate>>) {
         if self.dates.is_empty() {
-            self.dates = Arc::new(dates.clone());
+            // The calendar's own set, shared by every job that names only it.
+            self.dates = Arc::clone(dates);
         } else {
             Arc::make_mut(&mut self.dates).extend(dates.iter().copied());
         }
@@ -272,11 +273,6 @@ impl Schedule {
             .controls
             .as_ref()
             .map(|c| std::iter::once(&c.first).chain(&c.also))
-    }
-
-    /// Whether this schedule is a union of several or has exclusions.
-    pub fn is_combined(&self) -> bool {
-        self.inner.controls.is_some()
     }
 
     /// The dates this schedule excludes (of `exclude` and its calendars); empty for most.

@@ -46,7 +46,6 @@ pub use controls::Exclusions;
 pub use dst::{DstChange, DstWarning, TransitionCache};
 pub use error::ScheduleError;
 pub use intern::Interner;
-pub use once::ONCE_PREFIX;
 
 use self::kind::{CRON_END, Kind, cron_start};
 

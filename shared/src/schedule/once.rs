@@ -17,7 +17,7 @@ use super::kind::Kind;
 use super::{Bounds, Parsed, Schedule};
 
 /// The prefix of a one-shot's schedule text: `at 2026-12-24T10:00:00+01:00`.
-pub const ONCE_PREFIX: &str = "at ";
+const ONCE_PREFIX: &str = "at ";
 
 impl Schedule {
     /// The schedule of a one-shot job: it fires once, at `at`; `tz` is the job's zone,
