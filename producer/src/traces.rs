@@ -41,7 +41,7 @@ impl Publishing {
                         KeyValue::new(attr::KEY, occ.key.to_string()),
                         KeyValue::new(attr::ATTEMPT, i64::from(occ.attempt)),
                         KeyValue::new(attr::QUEUE, out.queue.to_string()),
-                        KeyValue::new(attr::TRIGGER, trigger(occ.trigger)),
+                        KeyValue::new(attr::TRIGGER, occ.trigger.as_str()),
                         KeyValue::new(attr::EPOCH, i64::try_from(occ.epoch).unwrap_or(i64::MAX)),
                     ]);
                 if let Some(at) = at {
@@ -67,16 +67,5 @@ impl Publishing {
             }
             span.end();
         }
-    }
-}
-
-fn trigger(trigger: cronq_shared::message::Trigger) -> &'static str {
-    use cronq_shared::message::Trigger;
-    match trigger {
-        Trigger::Schedule => "schedule",
-        Trigger::Catchup => "catchup",
-        Trigger::Manual => "manual",
-        Trigger::Backfill => "backfill",
-        Trigger::Replay => "replay",
     }
 }

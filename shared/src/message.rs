@@ -132,6 +132,19 @@ pub enum Trigger {
     Replay,
 }
 
+impl Trigger {
+    /// The lowercase name, as on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Schedule => "schedule",
+            Self::Catchup => "catchup",
+            Self::Manual => "manual",
+            Self::Backfill => "backfill",
+            Self::Replay => "replay",
+        }
+    }
+}
+
 /// One occurrence of one job, as carried on the wire.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Occurrence {
@@ -355,6 +368,19 @@ impl Occurrence {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_triggers_name_is_its_wire_form() {
+        for t in [
+            Trigger::Schedule,
+            Trigger::Catchup,
+            Trigger::Manual,
+            Trigger::Backfill,
+            Trigger::Replay,
+        ] {
+            assert_eq!(serde_json::to_value(t).unwrap(), t.as_str());
+        }
+    }
 
     fn sample() -> Occurrence {
         let at: DateTime<Utc> = "2026-11-29T19:30:00Z".parse().unwrap();
