@@ -143,7 +143,9 @@ pub fn instant(flag: &str, text: &str) -> Result<DateTime<Utc>, UsageError> {
 pub fn rfc3339(text: &str) -> Result<DateTime<Utc>, String> {
     DateTime::parse_from_rfc3339(text)
         .map(|t| t.with_timezone(&Utc))
-        .map_err(|e| format!("{text:?} is not an RFC 3339 instant such as 2026-11-29T19:30:00Z: {e}"))
+        .map_err(|e| {
+            format!("{text:?} is not an RFC 3339 instant such as 2026-11-29T19:30:00Z: {e}")
+        })
 }
 
 /// The stores of `target` (the services fail within 10 s, naming the redacted URL; a data

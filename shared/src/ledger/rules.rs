@@ -333,11 +333,12 @@ pub fn claim<S: Records>(s: &mut S, claim: &Claim) -> Result<ClaimOutcome, S::Er
     if let Some(by) = current.as_ref().and_then(|r| abandoned_cancel(r, &token)) {
         return Ok(ClaimOutcome::Superseded { by });
     }
-    // A claim granted again under its own token keeps the fence it was granted with.
+    // A claim granted again under its own token keeps the fence it was granted with, and
+    // a cancel or replace mark set on it meanwhile (the owner must still learn of it).
     let mine = current
         .as_ref()
         .filter(|r| is_mine(r, &token))
-        .map(|r| r.fence);
+        .map(|r| (r.fence, r.cancel.clone()));
     let takeover = current.is_some_and(|r| {
         matches!(r.state, State::Running | State::Pending) && !is_mine(&r, &token)
     });
@@ -355,9 +356,9 @@ pub fn claim<S: Records>(s: &mut S, claim: &Claim) -> Result<ClaimOutcome, S::Er
         };
         s.set_lock(claim.job.as_str(), Some(&lock))?;
     }
-    let fence = match mine {
-        Some(fence) => fence,
-        None => s.next_fence(claim.job.as_str())?,
+    let (fence, mark) = match mine {
+        Some(kept) => kept,
+        None => (s.next_fence(claim.job.as_str())?, None),
     };
     let rec = Rec {
         token: token.clone(),
@@ -365,6 +366,7 @@ pub fn claim<S: Records>(s: &mut S, claim: &Claim) -> Result<ClaimOutcome, S::Er
         exclusive,
         due: Some(until),
         fence,
+        cancel: mark,
         ..fresh(claim, State::Running, now)
     };
     s.put(&key, &rec)?;

@@ -1,7 +1,8 @@
 //! The ledger port's operator cancel (`Ledger::cancel`), on every backend: an unknown key,
 //! a running claim asked to stop through its heartbeat, a waiting, a retrying and a lapsed
-//! one recorded `cancelled` at once with their run, a finished one left alone, and the
-//! cancel count moving with every request.
+//! one recorded `cancelled` at once with their run, a finished one left alone, a request
+//! kept when the running claim is tried again under its own token, and the cancel count
+//! moving with every request.
 
 use std::time::Duration;
 
@@ -38,7 +39,8 @@ async fn cancel_suite(ledger: impl Ledger + Inspect, history: &dyn RunLog) {
     );
 
     // Running: asked to stop through its heartbeat, as a replacing occurrence asks.
-    let running = claimed(&ledger, &claim("cx", 1, 1, Overlap::Queue, LONG)).await;
+    let first = claim("cx", 1, 1, Overlap::Queue, LONG);
+    let running = claimed(&ledger, &first).await;
     let counted = ledger.cancels().await.unwrap();
     // Waiting behind it.
     let waiter = claim("cx", 2, 1, Overlap::Queue, LONG);
@@ -65,6 +67,18 @@ async fn cancel_suite(ledger: impl Ledger + Inspect, history: &dyn RunLog) {
         Cancelled::Stopping
     );
     assert!(ledger.cancels().await.unwrap() > counted);
+    assert_eq!(
+        ledger.heartbeat(&running, LONG).await.unwrap(),
+        Heartbeat::CancelRequested {
+            by: "cancelled by ada".into()
+        }
+    );
+    // The same claim tried again (its first answer lost) is granted again and keeps the
+    // request: its owner still learns of it.
+    assert!(matches!(
+        ledger.claim(&first).await.unwrap(),
+        ClaimOutcome::Claimed { .. }
+    ));
     assert_eq!(
         ledger.heartbeat(&running, LONG).await.unwrap(),
         Heartbeat::CancelRequested {

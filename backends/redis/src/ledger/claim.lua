@@ -49,10 +49,15 @@ local function claim(KEYS, ARGV, shared)
   local takeover = 0
   -- The fence of this very claim, granted by an earlier try: it keeps it.
   local fence
+  -- ... and the cancel or replace mark set on it meanwhile.
+  local mark = ''
   if st then
     local rec_attempt = tonumber(rec[2] or '0')
     local mine = st == 'running' and rec[5] == ARGV[5]
-    if mine then fence = rec[6] end
+    if mine then
+      fence = rec[6]
+      mark = rec[7] or ''
+    end
     -- A terminal state is final (a dead-letter replay first makes a failed record
     -- `retrying` again: admit_replay.lua).
     if st ~= 'running' and st ~= 'retrying' and st ~= 'pending' and st ~= 'waiting' then
@@ -165,7 +170,7 @@ local function claim(KEYS, ARGV, shared)
   if st or exclusive then
     redis.call('HSET', KEYS[1], 'fence', fence, 'state', 'running', 'attempt', attempt, 'next', attempt,
       'token', ARGV[5], 'job', ARGV[2], 'queue', ARGV[3],
-      'lease_until', lease_until, 'cancel', '', 'exclusive', exclusive and '1' or '0',
+      'lease_until', lease_until, 'cancel', mark, 'exclusive', exclusive and '1' or '0',
       'sched', ARGV[10], 'updated', now_s)
   else
     -- A new record of an `allow` job: no cancel request and not exclusive, which every
