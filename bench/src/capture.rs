@@ -12,13 +12,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use chrono::{DateTime, TimeDelta, Utc};
-use cronq_consumer::{Consumer, Options};
-use cronq_producer::planner;
+use chrono::{DateTime, Utc};
 use cronq_rabbitmq::AmqpBroker;
-use cronq_shared::broker::{Broker as _, Outgoing};
+use cronq_shared::broker::Broker as _;
 use cronq_shared::config::Config;
-use cronq_shared::message::Trigger;
 use cronq_shared::runlog::DEFAULT_OUTPUT_LIMIT;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -26,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use crate::env::BenchEnv;
 use crate::report::Figure;
 use crate::stats::{Unit, ratio};
+use crate::throughput;
 
 /// Sizes of the capture bench.
 #[derive(Debug, Clone, clap::Args, serde::Serialize)]
@@ -153,17 +151,7 @@ async fn drain(
     }
     let base: DateTime<Utc> = "2020-01-01T00:00:00Z".parse()?;
     let now = Utc::now();
-    let batch: Vec<Outgoing> = (0..args.occurrences)
-        .map(|i| {
-            let job = &config.jobs[i % config.jobs.len()];
-            let at = base + TimeDelta::seconds(i64::try_from(i).unwrap_or(i64::MAX));
-            Outgoing {
-                queue: job.queue.clone(),
-                occurrence: planner::occurrence(job, at, Trigger::Backfill, 0, now),
-                delay: Duration::ZERO,
-            }
-        })
-        .collect();
+    let batch = throughput::backlog(&config, args.occurrences, base, now);
     let broker = AmqpBroker::connect(&env.endpoints.amqp_url, env.names())
         .await?
         .signing(env.endpoints.keyring.clone());
@@ -178,21 +166,14 @@ async fn drain(
     let mut history = None;
     let mut consumers = Vec::new();
     for i in 0..2 {
-        let options = Options {
-            concurrency: args.concurrency,
-            grace: Duration::from_secs(5),
-            consumer_id: format!("bench-capture-{i}"),
-            keyring: env.endpoints.keyring.clone(),
-            ..Options::default()
-        };
-        let stores = cronq_backends::stores(&env.endpoints, config.longest_retention(), None)
-            .await
-            .context("while starting a consumer")?;
-        let broker = cronq_backends::broker(&env.endpoints)
-            .await
-            .context("while starting a consumer")?;
+        let (mut consumer, stores) = throughput::consumer(
+            env,
+            &config,
+            &format!("bench-capture-{i}"),
+            args.concurrency,
+        )
+        .await?;
         history.get_or_insert_with(|| Arc::clone(&stores.runlog));
-        let mut consumer = Consumer::new(config.clone(), Arc::new(broker), stores.ledger, options);
         if keep {
             consumer = consumer.keep_outputs(Arc::clone(&stores.runlog), DEFAULT_OUTPUT_LIMIT);
         }

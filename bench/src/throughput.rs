@@ -240,6 +240,57 @@ fn config_text(jobs: usize) -> String {
     crate::workload::every_second("t", jobs, crate::workload::Shape { defaults, job: "" })
 }
 
+/// `n` occurrences spread over `config`'s jobs, one a second from `base`, as the leader
+/// would publish them (`now` as their publish time).
+pub(crate) fn backlog(
+    config: &Config,
+    n: usize,
+    base: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Vec<Outgoing> {
+    (0..n)
+        .map(|i| {
+            let job = &config.jobs[i % config.jobs.len()];
+            let at = base + TimeDelta::seconds(i64::try_from(i).unwrap_or(i64::MAX));
+            Outgoing {
+                queue: job.queue.clone(),
+                occurrence: planner::occurrence(job, at, Trigger::Backfill, 0, now),
+                delay: Duration::ZERO,
+            }
+        })
+        .collect()
+}
+
+/// A consumer of `config` named `id` running `concurrency` attempts at once, on stores
+/// and a broker of its own, as `cronq consumer` starts one; with its stores.
+pub(crate) async fn consumer(
+    env: &BenchEnv,
+    config: &Config,
+    id: &str,
+    concurrency: u16,
+) -> anyhow::Result<(Consumer, cronq_backends::Stores)> {
+    let options = Options {
+        concurrency,
+        grace: Duration::from_secs(5),
+        consumer_id: id.to_owned(),
+        keyring: env.endpoints.keyring.clone(),
+        ..Options::default()
+    };
+    let stores = cronq_backends::stores(&env.endpoints, config.longest_retention(), None)
+        .await
+        .context("while starting a consumer")?;
+    let broker = cronq_backends::broker(&env.endpoints)
+        .await
+        .context("while starting a consumer")?;
+    let consumer = Consumer::new(
+        config.clone(),
+        Arc::new(broker),
+        Arc::clone(&stores.ledger),
+        options,
+    );
+    Ok((consumer, stores))
+}
+
 fn per_second(count: usize, took: Duration) -> f64 {
     count as f64 / took.as_secs_f64().max(1e-9)
 }
@@ -256,17 +307,7 @@ async fn measure(env: &BenchEnv, args: &ThroughputArgs) -> anyhow::Result<Measur
     // The work: K distinct occurrences, spread over the jobs, at past instants.
     let base: DateTime<Utc> = "2020-01-01T00:00:00Z".parse()?;
     let now = Utc::now();
-    let batch: Vec<Outgoing> = (0..args.occurrences)
-        .map(|i| {
-            let job = &config.jobs[i % config.jobs.len()];
-            let at = base + TimeDelta::seconds(i64::try_from(i).unwrap_or(i64::MAX));
-            Outgoing {
-                queue: job.queue.clone(),
-                occurrence: planner::occurrence(job, at, Trigger::Backfill, 0, now),
-                delay: Duration::ZERO,
-            }
-        })
-        .collect();
+    let batch = backlog(&config, args.occurrences, base, now);
     // With CRONQ_SIGNING_KEY, the baseline moves the same signed bodies cronq does.
     let keyring = env.endpoints.keyring.clone();
     let bodies: Vec<Vec<u8>> = batch.iter().map(|o| o.body(keyring.as_deref())).collect();
@@ -293,20 +334,13 @@ async fn measure(env: &BenchEnv, args: &ThroughputArgs) -> anyhow::Result<Measur
     let token = CancellationToken::new();
     let mut consumers = Vec::new();
     for i in 0..args.consumers.max(1) {
-        let options = Options {
-            concurrency: args.concurrency,
-            grace: Duration::from_secs(5),
-            consumer_id: format!("bench-consumer-{i}"),
-            keyring: env.endpoints.keyring.clone(),
-            ..Options::default()
-        };
-        let stores = cronq_backends::stores(&env.endpoints, config.longest_retention(), None)
-            .await
-            .context("while starting a consumer")?;
-        let broker = cronq_backends::broker(&env.endpoints)
-            .await
-            .context("while starting a consumer")?;
-        let mut consumer = Consumer::new(config.clone(), Arc::new(broker), stores.ledger, options);
+        let (mut consumer, _) = consumer(
+            env,
+            &config,
+            &format!("bench-consumer-{i}"),
+            args.concurrency,
+        )
+        .await?;
         for job in &config.jobs {
             let executed = Arc::clone(&executed);
             consumer.register(job.name.clone(), move |_occ, _token| {
