@@ -31,6 +31,16 @@ fn notices(hooks: &HookServer, kind: &str, status: &str) -> Vec<Value> {
         .collect()
 }
 
+/// How many of `job`'s history entries ended `outcome`.
+async fn ended(running: &Running, job: &str, outcome: Outcome) -> usize {
+    running
+        .entries(job)
+        .await
+        .iter()
+        .filter(|e| e.outcome == outcome)
+        .count()
+}
+
 /// Waits up to `within` for the first notices of `kind` and `status`; on timeout the test
 /// fails with every process's last log lines.
 async fn told(
@@ -123,12 +133,7 @@ events = ["dead_lettered"]
     };
     let running = Running::start_with(Deployment::on(backend), &env, &config, options).await;
     until(Duration::from_secs(30), "three dead letters", || async {
-        let failed = running
-            .entries("flaky")
-            .await
-            .iter()
-            .filter(|e| e.outcome == Outcome::Failed)
-            .count();
+        let failed = ended(&running, "flaky", Outcome::Failed).await;
         if failed >= 3 {
             Ok(())
         } else {
@@ -200,12 +205,7 @@ events = ["dead_lettered"]
         Duration::from_secs(20),
     )
     .await;
-    let failed = running
-        .entries("flaky")
-        .await
-        .iter()
-        .filter(|e| e.outcome == Outcome::Failed)
-        .count();
+    let failed = ended(&running, "flaky", Outcome::Failed).await;
     assert_eq!(resolved.len(), 1, "{resolved:?}");
     assert_eq!(
         resolved[0]["count"].as_u64().unwrap() as usize,
@@ -350,12 +350,7 @@ url = "http://{addr}/hook"
     // succeeds between its misses), however often it happened meanwhile (how many events
     // one notice stands for is the failing-job test's).
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let misses = running
-        .entries("jam")
-        .await
-        .iter()
-        .filter(|e| e.outcome == Outcome::Missed)
-        .count();
+    let misses = ended(&running, "jam", Outcome::Missed).await;
     for kind in ["too_long", "missed"] {
         let told: Vec<String> = hooks
             .posts("/hook")
