@@ -1,5 +1,5 @@
 //! `GET/PUT/DELETE /api/v1/jobs/{job}` on a real `cronq dashboard` over Redis: create,
-//! update with `If-Match` (412 when stale), delete; 409 for a file job, 413 for a body over
+//! update with `If-Match` (412 when stale, and for the loser of two racing updates), delete; 409 for a file job, 413 for a body over
 //! 1 MiB, 400 for an inline handler, 422 for an unknown handler name, 401 without the
 //! token; the CLI's `cronq job history` shows what the API wrote.
 
@@ -69,6 +69,33 @@ async fn runtime_jobs_through_the_http_api() {
         assert_eq!((s, etag.as_deref()), (StatusCode::OK, Some("\"2\"")), "{v}");
         let (s, _, v) = send(put.clone(), &url, true, &[("if-match", "\"1\"")], Some(body.clone())).await;
         assert_eq!(s, StatusCode::PRECONDITION_FAILED, "{v}");
+        // Two updates racing from the same revision: one wins, the other is told 412 and
+        // changes nothing, round after round.
+        for round in 0..5u32 {
+            let revision = format!("\"{}\"", 2 + round);
+            let bodies = [8 + round, 20 + round]
+                .map(|secs| format!("schedule = \"@every {secs}s\"\nhandler = \"append\"\n"));
+            let if_match = [("if-match", revision.as_str())];
+            let ((s1, e1, v1), (s2, e2, v2)) = tokio::join!(
+                send(put.clone(), &url, true, &if_match, Some(bodies[0].clone())),
+                send(put.clone(), &url, true, &if_match, Some(bodies[1].clone())),
+            );
+            let next = format!("\"{}\"", 3 + round);
+            let winner = match (s1, s2) {
+                (StatusCode::OK, StatusCode::PRECONDITION_FAILED) => {
+                    assert_eq!(e1.as_deref(), Some(next.as_str()), "{v1}");
+                    8 + round
+                }
+                (StatusCode::PRECONDITION_FAILED, StatusCode::OK) => {
+                    assert_eq!(e2.as_deref(), Some(next.as_str()), "{v2}");
+                    20 + round
+                }
+                other => panic!("round {round}: {other:?}: {v1} / {v2}"),
+            };
+            let (s, etag, v) = send(reqwest::Method::GET, &url, false, &[], None).await;
+            assert_eq!((s, etag.as_deref()), (StatusCode::OK, Some(next.as_str())), "{v}");
+            assert!(v.to_string().contains(&format!("@every {winner}s")), "round {round}: {v}");
+        }
         let (s, _, v) = send(put.clone(), &url, true, &[("if-none-match", "*")], Some(body.clone())).await;
         assert_eq!(s, StatusCode::PRECONDITION_FAILED, "create-only on an existing job: {v}");
 
@@ -97,7 +124,7 @@ async fn runtime_jobs_through_the_http_api() {
         let del = reqwest::Method::DELETE;
         let (s, _, v) = send(del.clone(), &url, true, &[("if-match", "\"1\"")], None).await;
         assert_eq!(s, StatusCode::PRECONDITION_FAILED, "{v}");
-        let (s, _, v) = send(del.clone(), &url, true, &[("if-match", "\"2\"")], None).await;
+        let (s, _, v) = send(del.clone(), &url, true, &[("if-match", "\"7\"")], None).await;
         assert_eq!(s, StatusCode::OK, "{v}");
         let (s, _, v) = send(reqwest::Method::GET, &url, false, &[], None).await;
         assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
@@ -113,7 +140,7 @@ async fn runtime_jobs_through_the_http_api() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         assert_eq!(
             history.lines().filter(|l| l.contains(" by admin at ")).count(),
-            3,
+            8,
             "{history}"
         );
     })
