@@ -23,11 +23,13 @@
 //! - [`barrier`]: the cost of `CRONQ_REDIS_MIN_REPLICAS` on the consumer's ledger writes
 //!   (needs Redis with replicas, e.g. through Sentinel; not part of `all`).
 //!
-//! Results: a table on stdout, a JSON file, and with `--markdown` a section of
-//! `docs/benchmarks-notebook.md` ([`report`]).
+//! Results: a table on stdout, a JSON file, with `--markdown` a section of
+//! `docs/benchmarks-notebook.md` ([`report`]), and with `--charts DIR` SVG charts
+//! ([`chart`]); `cronq-bench chart` draws the charts of saved reports.
 
 mod barrier;
 mod capture;
+mod chart;
 mod dashboard;
 mod digest;
 mod env;
@@ -70,6 +72,13 @@ struct Cli {
     /// Also write the results section into this Markdown file (e.g. docs/benchmarks-notebook.md).
     #[arg(long)]
     markdown: Option<PathBuf>,
+    /// Also draw this run's charts (SVG) into this directory; with `chart`, where the
+    /// charts go (default docs/benchmarks/charts).
+    #[arg(long)]
+    charts: Option<PathBuf>,
+    /// With `chart`: the saved reports to draw (files, or directories of `*.json`).
+    #[arg(long, default_value = "docs/benchmarks/runs")]
+    from: Vec<PathBuf>,
     /// The `cronq` binary run by scale, failover, footprint and standalone (default: next
     /// to this one).
     #[arg(long)]
@@ -122,6 +131,8 @@ enum Which {
     Barrier,
     /// Every benchmark above but `barrier`, in that order.
     All,
+    /// Runs nothing: draws the SVG charts of the saved reports (`--from`) into `--charts`.
+    Chart,
 }
 
 fn main() -> ExitCode {
@@ -148,6 +159,16 @@ fn main() -> ExitCode {
 }
 
 async fn run(mut cli: Cli) -> anyhow::Result<()> {
+    if cli.which == Which::Chart {
+        let out = cli
+            .charts
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("docs/benchmarks/charts"));
+        for path in chart::write_all(&cli.from, &out)? {
+            eprintln!("cronq-bench: chart {}", path.display());
+        }
+        return Ok(());
+    }
     let samples = recorder::install()?;
     // The report states the burst's length even when it follows `--duration`.
     cli.precision.burst.get_or_insert(cli.precision.duration);
@@ -166,7 +187,10 @@ async fn run(mut cli: Cli) -> anyhow::Result<()> {
             .sizes
             .insert("precision".into(), serde_json::to_value(&cli.precision)?);
         match precision::run(&cli.precision, runs, &samples).await {
-            Ok(f) => report.figures.extend(f),
+            Ok((f, c)) => {
+                report.figures.extend(f);
+                report.curves.extend(c);
+            }
             Err(e) => failures.push(format!("precision failed: {e:#}")),
         }
     }
@@ -284,6 +308,11 @@ async fn run(mut cli: Cli) -> anyhow::Result<()> {
             .write_markdown(path)
             .with_context(|| format!("while writing the Markdown section to {}", path.display()))?;
         eprintln!("cronq-bench: results section written to {}", path.display());
+    }
+    if let Some(dir) = &cli.charts {
+        for path in chart::write_all(std::slice::from_ref(&cli.json), dir)? {
+            eprintln!("cronq-bench: chart {}", path.display());
+        }
     }
     if failures.is_empty() {
         Ok(())

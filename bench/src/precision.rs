@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::env::BenchEnv;
 use crate::lateness::Late;
 use crate::recorder::Samples;
-use crate::report::Figure;
+use crate::report::{Curves, Figure, Series};
 use crate::stats::{Distribution, Unit};
 
 /// Sizes of the precision bench.
@@ -93,7 +93,8 @@ struct Measured {
     baseline: Vec<f64>,
 }
 
-/// Runs the bench `runs` times per job count; returns its figures.
+/// Runs the bench `runs` times per job count; returns its figures, and per job count the
+/// lateness distributions of cronq and its baselines over every run (for charts).
 ///
 /// # Errors
 /// When a service is unreachable or the producer never publishes.
@@ -101,9 +102,13 @@ pub async fn run(
     args: &PrecisionArgs,
     runs: usize,
     samples: &Samples,
-) -> anyhow::Result<Vec<Figure>> {
+) -> anyhow::Result<(Vec<Figure>, Vec<Curves>)> {
     let mut figures = Vec::new();
+    let mut curves = Vec::new();
     for &jobs in &args.jobs {
+        // Every run's samples of cronq, the bare burst, the burst of cronq's messages and
+        // the single publish, in that order.
+        let mut kept: [Vec<f64>; 4] = Default::default();
         let label = crate::stats::format(jobs as f64, Unit::Count);
         let mut lateness = crate::lateness::Figures::new(
             "precision",
@@ -173,11 +178,16 @@ pub async fn run(
                 crate::lateness::per_second_summary(&bursts),
                 crate::lateness::per_second_summary(&shaped),
             ];
-            let bursts = Distribution::of(&crate::lateness::values(&bursts))
+            let (bursts_samples, shaped_samples) = (bursts, shaped);
+            let bursts = Distribution::of(&crate::lateness::values(&bursts_samples))
                 .context("the burst baseline recorded nothing")?;
-            let shaped = Distribution::of(&crate::lateness::values(&shaped))
+            let shaped = Distribution::of(&crate::lateness::values(&shaped_samples))
                 .context("the burst of cronq's messages recorded nothing")?;
             let values = crate::lateness::values(&m.lateness);
+            kept[0].extend(&values);
+            kept[1].extend(crate::lateness::values(&bursts_samples));
+            kept[2].extend(crate::lateness::values(&shaped_samples));
+            kept[3].extend(&m.baseline);
             let (Some(d), Some(b)) = (Distribution::of(&values), Distribution::of(&m.baseline))
             else {
                 bail!("precision run with {jobs} jobs recorded no samples");
@@ -217,8 +227,28 @@ pub async fn run(
         }
         figures.extend(lateness.into_figures());
         figures.extend([burst_p50, burst_p99, own_p99, shaped_p99, own_shaped_p99]);
+        let names = [
+            "cronq".to_owned(),
+            format!("bare lapin burst of {label} pipelined publishes"),
+            "the same burst of cronq's messages into its queue".to_owned(),
+            "bare lapin publish+confirm, 1 msg/s".to_owned(),
+        ];
+        curves.push(Curves {
+            bench: "precision".to_owned(),
+            name: format!("publish lateness, {label} jobs"),
+            unit: Unit::Seconds,
+            series: names
+                .into_iter()
+                .zip(&kept)
+                .map(|(name, values)| Series {
+                    name,
+                    samples: values.len(),
+                    points: crate::stats::percentiles(values),
+                })
+                .collect(),
+        });
     }
-    Ok(figures)
+    Ok((figures, curves))
 }
 
 async fn measure(

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Context as _;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::procfs::Machine;
 use crate::stats::{Spread, Unit, format};
@@ -88,11 +88,38 @@ impl Figure {
     }
 }
 
+/// One measured distribution: its percentiles, for a cumulative chart.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Series {
+    /// What was measured, e.g. `cronq` or `bare lapin burst`.
+    pub name: String,
+    /// How many samples, over every run.
+    pub samples: usize,
+    /// `[percentile, value]` pairs in increasing percentile (see [`crate::stats::percentiles`]).
+    pub points: Vec<[f64; 2]>,
+}
+
+/// Distributions measured side by side (cronq and its baselines), drawn on one chart.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Curves {
+    /// Which benchmark.
+    pub bench: String,
+    /// What is measured, e.g. `publish lateness, 1,000 jobs`.
+    pub name: String,
+    /// How the values print.
+    pub unit: Unit,
+    /// cronq's first, then its baselines'.
+    pub series: Vec<Series>,
+}
+
 /// Everything one invocation measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     /// When the bench started (RFC 3339, UTC).
     pub started_at: String,
+    /// The commit measured (`git describe --always --dirty`), when the bench runs in a
+    /// checkout.
+    pub commit: Option<String>,
     /// The command line.
     pub command: String,
     /// Where it ran.
@@ -101,6 +128,9 @@ pub struct Report {
     pub sizes: serde_json::Map<String, serde_json::Value>,
     /// Every figure.
     pub figures: Vec<Figure>,
+    /// Distributions kept whole for charts (`crate::chart`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub curves: Vec<Curves>,
     /// Remarks (skipped parts, caveats found while running).
     pub notes: Vec<String>,
 }
@@ -110,10 +140,12 @@ impl Report {
     pub fn new(command: String) -> Self {
         Self {
             started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            commit: commit(),
             command,
             machine: Machine::describe(),
             sizes: serde_json::Map::new(),
             figures: Vec::new(),
+            curves: Vec::new(),
             notes: Vec::new(),
         }
     }
@@ -248,6 +280,16 @@ impl Report {
         let text = splice(&old, &self.markdown());
         std::fs::write(path, text).with_context(|| format!("while writing {}", path.display()))
     }
+}
+
+/// The checkout's commit, `-dirty` when it has changes; `None` outside a git checkout.
+fn commit() -> Option<String> {
+    let out = std::process::Command::new("git")
+        .args(["describe", "--always", "--dirty", "--abbrev=10"])
+        .output()
+        .ok()?;
+    let text = String::from_utf8(out.stdout).ok()?;
+    (out.status.success() && !text.trim().is_empty()).then(|| text.trim().to_owned())
 }
 
 /// Opening marker of the generated section.

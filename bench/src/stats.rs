@@ -15,6 +15,25 @@ fn nearest_rank(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
+/// The percentiles a cumulative chart draws: every whole one, then 99.5 and 99.9.
+const CHART_PERCENTILES: [f64; 2] = [99.5, 99.9];
+
+/// `[percentile, value]` of unsorted `samples` at 0, 1, …, 100, 99.5 and 99.9 (in that
+/// order of percentile), nearest rank; empty when there are none.
+pub fn percentiles(samples: &[f64]) -> Vec<[f64; 2]> {
+    if samples.is_empty() {
+        return Vec::new();
+    }
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let mut ps: Vec<f64> = (0..=100).map(f64::from).collect();
+    ps.extend(CHART_PERCENTILES);
+    ps.sort_by(f64::total_cmp);
+    ps.into_iter()
+        .map(|p| [p, nearest_rank(&sorted, p)])
+        .collect()
+}
+
 /// p50, p99 and max of one run's samples.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Distribution {
@@ -73,7 +92,7 @@ impl Spread {
 }
 
 /// How a figure's values are printed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Unit {
     /// Seconds, printed as µs, ms or s.
@@ -173,6 +192,23 @@ mod tests {
         let mut sorted = samples.to_vec();
         sorted.sort_by(f64::total_cmp);
         Some(nearest_rank(&sorted, p))
+    }
+
+    #[test]
+    fn chart_percentiles_rise_to_the_maximum() {
+        let samples: Vec<f64> = (1..=1000).rev().map(f64::from).collect();
+        let points = percentiles(&samples);
+        assert_eq!(points.len(), 103);
+        assert_eq!(points[0], [0.0, 1.0]);
+        assert_eq!(points[50], [50.0, 500.0]);
+        assert!(points.contains(&[99.5, 995.0]), "{points:?}");
+        assert_eq!(points[points.len() - 1], [100.0, 1000.0]);
+        assert!(
+            points
+                .windows(2)
+                .all(|w| w[0][0] < w[1][0] && w[0][1] <= w[1][1])
+        );
+        assert!(percentiles(&[]).is_empty());
     }
 
     #[test]
