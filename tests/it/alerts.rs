@@ -3,8 +3,9 @@
 //! post, an email over STARTTLS with AUTH) and a resolved one after the fix; a run that
 //! runs past `sla.max_duration` is told while it runs, a missed one when it is missed;
 //! a queue that no consumer serves and an occurrence not started within
-//! `sla.start_within` are told; and a webhook that answers only after 10 s delays no
-//! job's run.
+//! `sla.start_within` are told; a fleet where no producer leads is told (after twice the
+//! lease, at least 10 s, not before) and resolved when one leads; and a webhook that
+//! answers only after 10 s delays no job's run.
 
 use std::time::Duration;
 
@@ -446,6 +447,86 @@ timeout = "30s"
             "one request at a time to the slow sink: {}",
             hooks.posts("/hook").len()
         );
+    })
+    .await;
+}
+
+/// A producer that cannot lead (its lease writes wait for a replica the Redis of the tests
+/// does not have, so they are never confirmed, though the lease key is written) is the
+/// fleet's only producer: `no_leader` is told after `no_leader_after` (10 s here), not
+/// before, by that standby; a second producer that leads resolves it.
+#[tokio::test]
+async fn a_fleet_with_no_leader_is_told_then_resolved() {
+    scoped("alerts-no-leader", |env| async move {
+        let hooks = HookServer::start(Duration::ZERO).await;
+        let config = env.write_config(
+            "cronq.toml",
+            &format!(
+                r#"{LEADER}
+[[job]]
+name = "tick"
+schedule = "@every 1s"
+command = ["true"]
+
+[[alert]]
+kind = "webhook"
+url = "http://{addr}/hook"
+events = ["no_leader"]
+repeat_interval = "1s"
+"#,
+                addr = hooks.addr,
+            ),
+        );
+        let config = config.to_string_lossy().into_owned();
+        let mut stuck = env.cronq();
+        stuck
+            .env("CRONQ_REDIS_MIN_REPLICAS", "1")
+            .args(["producer", "--config", &config]);
+        let started = tokio::time::Instant::now();
+        env.spawn_command("stuck", stuck);
+        let no_leader = |status: &'static str| {
+            let hooks = &hooks;
+            let env = &env;
+            async move {
+                until(
+                    Duration::from_secs(40),
+                    &format!("a {status} no_leader notice"),
+                    || async {
+                        let n = notices(hooks, "no_leader", status);
+                        if n.is_empty() {
+                            Err(env.log("stuck"))
+                        } else {
+                            Ok(n)
+                        }
+                    },
+                )
+                .await
+            }
+        };
+        // Before the threshold: nothing, though the process tries (and writes the lease
+        // key) every second.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        assert_eq!(hooks.posts("/hook").len(), 0, "told before 10 s");
+        let fired = no_leader("firing").await;
+        let after = started.elapsed();
+        assert!(after >= Duration::from_secs(10), "told after {after:?}");
+        assert_eq!(fired.len(), 1, "{fired:?}");
+        let summary = fired[0].to_string();
+        assert!(summary.contains("does not lead"), "{summary}");
+        assert!(
+            env.log("stuck").contains("not confirmed"),
+            "{}",
+            env.log("stuck")
+        );
+
+        env.spawn("leader", &["producer", "--config", &config]);
+        let resolved = no_leader("resolved").await;
+        assert_eq!(resolved.len(), 1, "{resolved:?}");
+        assert!(
+            resolved[0].to_string().contains(" leads (epoch "),
+            "{resolved:?}"
+        );
+        assert_eq!(notices(&hooks, "no_leader", "firing").len(), 1);
     })
     .await;
 }

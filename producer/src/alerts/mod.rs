@@ -9,9 +9,10 @@
 //!   they run), and the queues no live consumer serves. It checks `sla.success_within`
 //!   (a dead man's switch), the occurrences not started within `sla.start_within`, and
 //!   the gaps the continuous reconciliation found (`crate::accounting_check`).
-//! - **A standby** watches the leader lease: when no producer has held it for
-//!   [`no_leader_after`], the first standby by instance id says so, and says so again
-//!   when a leader is back.
+//! - **A standby** watches the leader lease and the leader's own report: when no producer
+//!   has led for [`no_leader_after`] (the lease free, or held by a producer that does not
+//!   lead), the first standby by instance id says so, and says so again when a leader is
+//!   back.
 //!
 //! Each sink groups what it is told (`groups`: one notice per job and kind per
 //! `repeat_interval`, then a resolution) and sends from a task of its own (`sink`), so a
@@ -423,7 +424,10 @@ impl Alerts {
         }
     }
 
-    /// On a standby: whether the fleet has had no leader for too long.
+    /// On a standby: whether the fleet has had no leader for too long. A leader is a
+    /// holder of the lease whose own report says it leads: a producer that writes the
+    /// lease but never has it confirmed (its Redis writes reach too few replicas) holds
+    /// the key without publishing anything, and counts as no leader.
     async fn check_leader(
         &self,
         config: &Config,
@@ -438,7 +442,16 @@ impl Alerts {
                 return;
             }
         };
-        if let Some(holder) = holder {
+        let beats = self.sources.registry.instances().await.ok();
+        let leads = |instance: &str| {
+            // Without the registry, the lease alone says who leads.
+            beats.as_ref().is_none_or(|beats| {
+                beats
+                    .iter()
+                    .any(|b| b.instance == instance && b.leading_since.is_some())
+            })
+        };
+        if let Some(holder) = holder.as_ref().filter(|h| leads(&h.instance)) {
             state.leaderless_since = None;
             if state.told_no_leader {
                 state.told_no_leader = false;
@@ -455,26 +468,32 @@ impl Alerts {
             return;
         }
         // One standby tells: the first by instance id among the live producers.
-        let first = match self.sources.registry.instances().await {
-            Ok(beats) => beats
+        let first = beats.as_ref().and_then(|beats| {
+            beats
                 .iter()
                 .filter(|b| matches!(b.role, Role::Producer | Role::Standalone))
                 .map(|b| b.instance.clone())
-                .min(),
-            Err(_) => None,
-        };
+                .min()
+        });
         if first.as_deref().is_some_and(|f| f != self.instance) {
             return;
         }
         state.told_no_leader = true;
+        let seconds = (now - since).num_seconds();
+        let summary = match &holder {
+            None => format!(
+                "no producer has held the leader lease for {seconds}s: nothing is being scheduled; are the producers running and reaching the store?"
+            ),
+            Some(h) => format!(
+                "no producer has led for {seconds}s: {} holds the leader lease but does not lead (its lease writes are not confirmed: see its log, and CRONQ_REDIS_MIN_REPLICAS against the replicas in sync); nothing is being scheduled",
+                h.instance
+            ),
+        };
         senders.offer(&Event {
             kind: AlertKind::NoLeader,
             job: None,
             subject: LEADER.to_owned(),
-            summary: format!(
-                "no producer has held the leader lease for {}s: nothing is being scheduled; are the producers running and reaching the store?",
-                (now - since).num_seconds()
-            ),
+            summary,
             at: now,
         });
     }
