@@ -287,9 +287,14 @@ fn parse_range(kind: FieldKind, item: &str, out: &mut String) -> Result<u32, Str
         }
         return Ok(max);
     }
-    if let Some((start, end)) = range.split_once('-') {
+    if let Some((start, end_text)) = range.split_once('-') {
         let start = kind.value(start, item, false)?;
-        let end = kind.value(end, item, true)?;
+        let mut end = kind.value(end_text, item, true)?;
+        if start == 0 && end == 7 && !end_text.bytes().all(|b| b.is_ascii_digit()) {
+            // `SUN-SUN` (or `0-SUN`) is Sunday alone; a named SUN ends a range as 7 only
+            // after another day (`FRI-SUN`).
+            end = 0;
+        }
         if start > end {
             return Err(format!(
                 "{name} range {range:?} goes backwards: write the smaller value first"

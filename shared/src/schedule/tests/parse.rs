@@ -87,6 +87,14 @@ fn names_ranges_lists_and_steps() {
             "2026-01-09T09:00:00Z"
         ]
     );
+    // SUN-SUN (and 0-SUN) is Sunday alone, not the whole week 0-7.
+    for sundays in ["0 9 * * SUN-SUN", "0 9 * * 0-SUN", "0 9 * * sun-sun"] {
+        assert_eq!(
+            fires(&parse(sundays), "2026-01-01T00:00:00Z", 2),
+            ["2026-01-04T09:00:00Z", "2026-01-11T09:00:00Z"],
+            "{sundays}"
+        );
+    }
     assert_eq!(
         fires(&parse("10-30/10,45 8 * * *"), "2026-01-01T00:00:00Z", 5),
         [
