@@ -8,6 +8,14 @@
 //!   random instant inside the window is the oracle's first fire after it.
 //! - `@every N` fires exactly on the multiples of N seconds since the epoch.
 //! - Any other text: parsing never panics; what parses fires strictly increasingly.
+//! - A job's time controls (`Schedule::combine`, `Schedule::bounded`): up to three
+//!   generated expressions (`schedules`), up to two generated 5-field exclusions and up to
+//!   three excluded local dates (`exclude`, calendars), `start_at`/`end_at` inside the
+//!   window, and `H` or `H(A-B)` in the first expression's minute field: the fires are
+//!   exactly the oracle's union of each expression's own fires, each instant once, less
+//!   those whose local minute an exclusion matches or whose local date is excluded,
+//!   within the bounds. For `H`, the oracle takes the value cronq resolved (checked to lie
+//!   in the item's range, and the same when resolved again), then fires as for that value.
 //!
 //! The oracle's rules: a field matches by its own list; day of month and day of week are
 //! both required when either starts with `*`, else either is enough (crontab); a schedule
@@ -21,7 +29,7 @@
 use arbitrary::Arbitrary;
 use chrono::{DateTime, Datelike, Duration, NaiveDateTime, Offset, TimeZone, Timelike, Utc};
 use chrono_tz::{TZ_VARIANTS, Tz};
-use cronq_shared::schedule::Schedule;
+use cronq_shared::schedule::{Bounds, Exclusions, Schedule, ScheduleError};
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Debug, Arbitrary)]
@@ -43,12 +51,33 @@ struct FieldSpec {
     nth: Option<(u8, u8)>,
 }
 
+/// `H` in the first expression's minute field: `H`, or `H(A-B)`.
+#[derive(Debug, Arbitrary)]
+enum Hash {
+    Plain,
+    Range(u8, u8),
+}
+
+#[derive(Debug, Arbitrary)]
+struct Controls {
+    members: Vec<[FieldSpec; 5]>,
+    exclude: Vec<[FieldSpec; 5]>,
+    /// Excluded local dates, as days after the window's first.
+    dates: Vec<u8>,
+    /// `start_at` and `end_at`, as minutes into the window.
+    start: Option<u16>,
+    end: Option<u16>,
+    hash: Option<Hash>,
+    name: u16,
+}
+
 #[derive(Debug, Arbitrary)]
 enum Form {
     Cron([FieldSpec; 5]),
     Descriptor(u8, bool),
     Every(u32),
     Raw(String),
+    Controlled(Controls),
 }
 
 #[derive(Debug, Arbitrary)]
@@ -138,8 +167,12 @@ impl Field {
                     set(v, v, 1, &mut values);
                 }
                 Atom::Range(a, b) => {
-                    let (a, b) = (val(a).min(val(b)), val(a).max(val(b)));
+                    let (a, mut b) = (val(a).min(val(b)), val(a).max(val(b)));
                     parts.push(format!("{}-{}", name(a), name(b)));
+                    if kind == Kind::Dow && spec.names && a == 0 && b == 7 {
+                        // `SUN-SUN` is Sunday alone (docs/config.md).
+                        b = 0;
+                    }
                     set(a, b, 1, &mut values);
                 }
                 Atom::RangeStep(a, b, s) => {
@@ -222,6 +255,24 @@ impl Cron {
             dom && dow
         } else {
             dom || dow
+        }
+    }
+}
+
+impl Cron {
+    /// Whether an exclusion written as this 5-field expression matches local time `t`:
+    /// any second of a minute it matches (docs/config.md, "Exclusions").
+    fn excludes(&self, t: NaiveDateTime) -> bool {
+        self.matches(t.with_second(0).expect("second 0 exists"))
+    }
+
+    fn build(specs: &[FieldSpec; 5]) -> Cron {
+        Cron {
+            min: Field::build(Kind::Minute, &specs[0]),
+            hour: Field::build(Kind::Hour, &specs[1]),
+            dom: Field::build(Kind::Dom, &specs[2]),
+            month: Field::build(Kind::Month, &specs[3]),
+            dow: Field::build(Kind::Dow, &specs[4]),
         }
     }
 }
@@ -382,14 +433,14 @@ fuzz_target!(|input: Input| {
             (word, cron)
         }
         Form::Cron(specs) => {
-            let cron = Cron {
-                min: Field::build(Kind::Minute, &specs[0]),
-                hour: Field::build(Kind::Hour, &specs[1]),
-                dom: Field::build(Kind::Dom, &specs[2]),
-                month: Field::build(Kind::Month, &specs[3]),
-                dow: Field::build(Kind::Dow, &specs[4]),
-            };
+            let cron = Cron::build(specs);
             (cron.text(), cron)
+        }
+        Form::Controlled(controls) => {
+            if whole_minutes(from) && whole_minutes(from + Duration::days(4)) {
+                controlled(controls, tz, from, input.probe);
+            }
+            return;
         }
     };
     let (text, cron) = cron;
@@ -397,9 +448,21 @@ fuzz_target!(|input: Input| {
     if !whole_minutes(from) || !whole_minutes(to) {
         return;
     }
-    let schedule = Schedule::parse_at(&text, tz, from)
-        .unwrap_or_else(|e| panic!("{text:?} in {tz} refused: {e}"));
     let expected = oracle(&cron, tz, from, to);
+    let schedule = match Schedule::parse_at(&text, tz, from) {
+        Ok(s) => s,
+        // Fields that no date satisfies together (`*/16` days with `FRI#2`): refused as
+        // never firing, and the oracle finds nothing either.
+        Err(e @ ScheduleError::NeverFires { .. }) => {
+            assert_eq!(
+                expected,
+                [],
+                "{text:?} in {tz} refused ({e}), but the oracle fires"
+            );
+            return;
+        }
+        Err(e) => panic!("{text:?} in {tz} refused: {e}"),
+    };
     let got: Vec<DateTime<Utc>> = schedule.iter_after(from).take_while(|t| *t <= to).collect();
     for pair in got.windows(2) {
         assert!(
@@ -423,3 +486,135 @@ fuzz_target!(|input: Input| {
         );
     }
 });
+
+/// The minute value `H`/`H(A-B)` resolved to, read off the resolved text's first field.
+fn resolved_minute(schedule: &Schedule) -> u32 {
+    let resolved = schedule
+        .resolved()
+        .expect("an H schedule shows what it resolved to");
+    let minute = resolved.split_whitespace().next().expect("a minute field");
+    minute
+        .parse()
+        .unwrap_or_else(|_| panic!("H resolved to one value, got {resolved:?}"))
+}
+
+fn controlled(c: &Controls, tz: Tz, from: DateTime<Utc>, probe: u32) {
+    let to = from + Duration::days(4);
+    let job = format!("job-{}", c.name);
+    let mut crons: Vec<Cron> = c.members.iter().take(3).map(Cron::build).collect();
+    if crons.is_empty() {
+        return;
+    }
+    let mut texts: Vec<String> = crons.iter().map(Cron::text).collect();
+    if let Some(hash) = &c.hash {
+        let (item, lo, hi) = match *hash {
+            Hash::Plain => ("H".to_owned(), 0, 59),
+            Hash::Range(a, b) => {
+                let (a, b) = (u32::from(a) % 60, u32::from(b) % 60);
+                let (a, b) = (a.min(b), a.max(b));
+                (format!("H({a}-{b})"), a, b)
+            }
+        };
+        let rest: Vec<&str> = texts[0].split_whitespace().skip(1).collect();
+        let text = format!("{item} {}", rest.join(" "));
+        let alone = Schedule::parse_for_job(&text, tz, &job, from)
+            .unwrap_or_else(|e| panic!("{text:?} for {job} in {tz} refused: {e}"));
+        let value = resolved_minute(&alone);
+        assert!(
+            (lo..=hi).contains(&value),
+            "{text:?} for {job}: H resolved to {value}, outside {lo}-{hi}"
+        );
+        let again = Schedule::parse_for_job(&text, tz, &job, to).expect("parsed once");
+        assert_eq!(
+            again.resolved(),
+            alone.resolved(),
+            "{text:?} for {job}: H moved"
+        );
+        let mut values = vec![false; 60];
+        values[value as usize] = true;
+        crons[0].min = Field {
+            text: item,
+            values,
+            last: false,
+            nth: None,
+        };
+        texts[0] = text;
+    }
+    let members: Vec<Schedule> = texts
+        .iter()
+        .map(|t| {
+            Schedule::parse_for_job(t, tz, &job, from)
+                .unwrap_or_else(|e| panic!("{t:?} for {job} in {tz} refused: {e}"))
+        })
+        .collect();
+    let exclusions: Vec<Cron> = c.exclude.iter().take(2).map(Cron::build).collect();
+    let first_day = local(tz, from).date();
+    let dates: Vec<chrono::NaiveDate> = c
+        .dates
+        .iter()
+        .take(3)
+        .map(|d| first_day + Duration::days(i64::from(*d % 5)))
+        .collect();
+    let mut exclude = Exclusions::new();
+    for e in &exclusions {
+        exclude
+            .add(&e.text(), &job)
+            .unwrap_or_else(|err| panic!("exclusion {:?} refused: {err}", e.text()));
+    }
+    for d in &dates {
+        exclude
+            .add(&d.format("%Y-%m-%d").to_string(), &job)
+            .expect("a date is an exclusion");
+    }
+    let window = 4 * 1440;
+    let at = |m: u16| from + Duration::minutes(i64::from(m) % window);
+    let (start, end) = match (c.start.map(at), c.end.map(at)) {
+        (Some(a), Some(b)) => (Some(a.min(b)), Some(a.max(b))),
+        other => other,
+    };
+
+    // The oracle: each expression's own fires, merged, each instant once, less the excluded.
+    let mut expected: Vec<DateTime<Utc>> = crons
+        .iter()
+        .flat_map(|cron| oracle(cron, tz, from, to))
+        .collect();
+    expected.sort();
+    expected.dedup();
+    expected.retain(|t| {
+        let l = local(tz, *t);
+        !exclusions.iter().any(|e| e.excludes(l)) && !dates.contains(&l.date())
+    });
+    let unbounded = expected.len();
+    expected.retain(|t| start.is_none_or(|s| *t >= s) && end.is_none_or(|e| *t <= e));
+
+    let label = format!(
+        "{texts:?} except {:?} and {dates:?} in {tz} from {from}, bounds {start:?}..{end:?}",
+        exclusions.iter().map(Cron::text).collect::<Vec<_>>()
+    );
+    let combined = match Schedule::combine(members, exclude, from) {
+        Ok(s) => s,
+        Err(e) => {
+            // Refused as never firing (before the bounds): then the oracle finds nothing
+            // left in the window either.
+            assert_eq!(unbounded, 0, "{label}: refused ({e}) but the oracle fires");
+            return;
+        }
+    };
+    let schedule = combined.bounded(Bounds { start, end });
+    let got: Vec<DateTime<Utc>> = schedule.iter_after(from).take_while(|t| *t <= to).collect();
+    for pair in got.windows(2) {
+        assert!(
+            pair[0] < pair[1],
+            "{label}: not strictly increasing: {pair:?}"
+        );
+    }
+    assert_eq!(got, expected, "{label}");
+    let probe = from + Duration::seconds(i64::from(probe % (4 * 86_400)));
+    if let Some(want) = expected.iter().find(|t| **t > probe) {
+        assert_eq!(
+            schedule.next_after(probe),
+            Some(*want),
+            "{label} after {probe}"
+        );
+    }
+}
