@@ -511,8 +511,11 @@ repeat_interval = "1s"
         let after = started.elapsed();
         assert!(after >= Duration::from_secs(10), "told after {after:?}");
         assert_eq!(fired.len(), 1, "{fired:?}");
-        let summary = fired[0].to_string();
-        assert!(summary.contains("does not lead"), "{summary}");
+        // The stuck producer's lease key comes and goes (written at each try, expiring
+        // between them): told either way, as the key held by a producer that does not
+        // lead, or as no key at all.
+        let summary = fired[0]["summary"].as_str().unwrap_or_default();
+        assert!(summary.contains("nothing is being scheduled"), "{summary}");
         assert!(
             env.log("stuck").contains("not confirmed"),
             "{}",
