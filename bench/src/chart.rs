@@ -232,7 +232,11 @@ fn rate(path: &Path, f: &SavedFigure, source: &str) -> anyhow::Result<()> {
         .margin(12)
         .x_label_area_size(42)
         .y_label_area_size(70)
-        .build_cartesian_2d((0..bars.len()).into_segmented(), 0.0..y_max)
+        // A segmented range of 0..n has a segment for each of 0..=n: end at the last bar.
+        .build_cartesian_2d(
+            (0..bars.len().saturating_sub(1)).into_segmented(),
+            0.0..y_max,
+        )
         .map_err(|e| draw_error(e, path))?;
     chart
         .configure_mesh()
@@ -241,6 +245,7 @@ fn rate(path: &Path, f: &SavedFigure, source: &str) -> anyhow::Result<()> {
             SegmentValue::CenterOf(i) => names.get(*i).cloned().unwrap_or_default(),
             _ => String::new(),
         })
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .y_desc("per second (median; whisker: min to max over the runs)")
         .draw()
         .map_err(|e| draw_error(e, path))?;
@@ -333,7 +338,11 @@ fn memory_chart(path: &Path, points: &MemoryPoints) -> anyhow::Result<()> {
         .map_err(|e| draw_error(e, path))?;
     chart
         .configure_mesh()
-        .x_desc("jobs")
+        .light_line_style(WHITE)
+        .x_labels(8)
+        .x_label_formatter(&|x| compact(*x))
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .x_desc("jobs (logarithmic)")
         .y_desc("MiB (median; whisker: min to max)")
         .draw()
         .map_err(|e| draw_error(e, path))?;
@@ -369,6 +378,17 @@ fn memory_chart(path: &Path, points: &MemoryPoints) -> anyhow::Result<()> {
         .draw()
         .map_err(|e| draw_error(e, path))?;
     root.present().map_err(|e| draw_error(e, path))
+}
+
+/// A job count as a short label: `300k`, `1M`, `2.5M`.
+fn compact(n: f64) -> String {
+    if n >= 1e6 {
+        format!("{}M", (n / 1e5).round() / 10.0)
+    } else if n >= 1e3 {
+        format!("{}k", (n / 1e2).round() / 10.0)
+    } else {
+        format!("{n:.0}")
+    }
 }
 
 #[cfg(test)]
@@ -443,6 +463,14 @@ mod tests {
             "{err:#}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn job_counts_read_short() {
+        assert_eq!(compact(300_000.0), "300k");
+        assert_eq!(compact(1_000_000.0), "1M");
+        assert_eq!(compact(2_500_000.0), "2.5M");
+        assert_eq!(compact(500.0), "500");
     }
 
     #[test]
