@@ -454,10 +454,9 @@ fuzz_target!(|input: Input| {
         // Fields that no date satisfies together (`*/16` days with `FRI#2`): refused as
         // never firing, and the oracle finds nothing either.
         Err(e @ ScheduleError::NeverFires { .. }) => {
-            assert_eq!(
-                expected,
-                [],
-                "{text:?} in {tz} refused ({e}), but the oracle fires"
+            assert!(
+                expected.is_empty(),
+                "{text:?} in {tz} refused ({e}), but the oracle fires at {expected:?}"
             );
             return;
         }
