@@ -454,7 +454,7 @@ timeout = "30s"
 /// A producer that cannot lead (its lease writes wait for a replica the Redis of the tests
 /// does not have, so they are never confirmed, though the lease key is written) is the
 /// fleet's only producer: `no_leader` is told after `no_leader_after` (10 s here), not
-/// before, by that standby; a second producer that leads resolves it.
+/// before, by that standby; once a second producer leads, the first resolves it.
 #[tokio::test]
 async fn a_fleet_with_no_leader_is_told_then_resolved() {
     scoped("alerts-no-leader", |env| async move {
@@ -483,7 +483,7 @@ repeat_interval = "1s"
             .env("CRONQ_REDIS_MIN_REPLICAS", "1")
             .args(["producer", "--config", &config]);
         let started = tokio::time::Instant::now();
-        env.spawn_command("stuck", stuck);
+        let stuck_pid = env.spawn_command("stuck", stuck);
         let no_leader = |status: &'static str| {
             let hooks = &hooks;
             let env = &env;
@@ -522,7 +522,23 @@ repeat_interval = "1s"
             env.log("stuck")
         );
 
+        // Frozen, the stuck producer cannot write the lease key while another takes it;
+        // woken once that one leads, it sees a leader and resolves what it told.
+        env.signal(stuck_pid, nix::sys::signal::Signal::SIGSTOP);
         env.spawn("leader", &["producer", "--config", &config]);
+        until(
+            Duration::from_secs(30),
+            "the second producer leading",
+            || async {
+                if env.log("leader").contains("became leader") {
+                    Ok(())
+                } else {
+                    Err(env.log("leader"))
+                }
+            },
+        )
+        .await;
+        env.signal(stuck_pid, nix::sys::signal::Signal::SIGCONT);
         let resolved = no_leader("resolved").await;
         assert_eq!(resolved.len(), 1, "{resolved:?}");
         assert!(
