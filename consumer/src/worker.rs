@@ -28,7 +28,9 @@ use chrono::{DateTime, Utc};
 use cronq_shared::broker::{Broker, Delivery};
 use cronq_shared::config::{Config, Job, Overlap};
 use cronq_shared::jobs::JobStore;
-use cronq_shared::ledger::{Claim, ClaimOutcome, End, Ended, FollowUp, Lease, Ledger, Settle};
+use cronq_shared::ledger::{
+    Claim, ClaimOutcome, End, Ended, FollowUp, Lease, Ledger, PoolSlot, Settle,
+};
 use cronq_shared::message::Occurrence;
 use cronq_shared::names::JobName;
 use cronq_shared::retry::{Backoff, retry};
@@ -231,6 +233,8 @@ impl Worker {
             queue: job.queue.clone(),
             attempt: occ.attempt,
             overlap: executor::effective_overlap(job.overlap, occ.trigger),
+            max_concurrent: job.max_concurrent.unwrap_or(1),
+            pool: self.pool_of(job),
             lease: self.lease,
             retention: job.retention,
             body: d.body.clone(),
@@ -239,6 +243,17 @@ impl Worker {
             consumer: self.consumer_id.clone(),
             token: cronq_shared::ledger::claim_token(),
         }
+    }
+
+    /// The pool `job` runs in, with its size as this consumer's config gives it. A pool the
+    /// config does not know (a runtime job written against another file) is no limit.
+    fn pool_of(&self, job: &Job) -> Option<PoolSlot> {
+        let name = job.pool.as_deref()?;
+        let size = *self.config().pools.get(name)?;
+        Some(PoolSlot {
+            name: name.to_owned(),
+            size,
+        })
     }
 
     /// Acts on what the claim decided: run it, or settle, or leave it waiting.
