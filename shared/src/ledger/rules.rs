@@ -353,7 +353,8 @@ fn overlap<S: Records>(
 
 /// `replace`: the newest occurrences run. All slots taken, a newer one asks the running
 /// one to stop (with one slot the holder; with more the oldest not yet asked) and waits for
-/// its slot; an older one is superseded. With one slot a newer one also supersedes every
+/// its slot; an older one, or one with as many newer waiters as there are slots, is
+/// superseded. With one slot a newer one also supersedes every
 /// waiter; with more, once every holder is asked to stop, it takes the oldest waiter's place.
 fn replace<S: Records>(
     s: &mut S,
@@ -388,9 +389,15 @@ fn replace<S: Records>(
     {
         return Ok(Some(ClaimOutcome::Superseded { by: holder.clone() }));
     }
-    if let Some((newest_sched, newest)) = s.wait_ends(gate, 1, true)?.pop()
-        && newest != key
-        && newest_sched > sched
+    // As many waiters newer than it as there are slots: they run, not it.
+    let newer: Vec<String> = s
+        .wait_ends(gate, cap, true)?
+        .into_iter()
+        .filter(|(at, k)| k != key && *at > sched)
+        .map(|(_, k)| k)
+        .collect();
+    if newer.len() >= cap
+        && let Some(newest) = newer.into_iter().next()
     {
         return Ok(Some(ClaimOutcome::Superseded { by: newest }));
     }

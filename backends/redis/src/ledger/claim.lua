@@ -207,9 +207,15 @@ local function claim(KEYS, ARGV, shared)
       if target and target[1] > sched then
         return {'superseded', target[2]}
       end
-      local newest = wait_ends(wait, gate, prefix, body_prefix, true, 1)[1]
-      if newest and newest[1] ~= key and newest[2] > sched then
-        return {'superseded', newest[1]}
+      -- As many waiters newer than it as there are slots: they run, not it.
+      local newer = {}
+      for _, w in ipairs(wait_ends(wait, gate, prefix, body_prefix, true, cap)) do
+        if w[1] ~= key and w[2] > sched then
+          newer[#newer + 1] = w[1]
+        end
+      end
+      if #newer >= cap then
+        return {'superseded', newer[1]}
       end
       if cap == 1 then
         for _, other in ipairs(redis.call('ZRANGE', wait, 0, -1)) do
