@@ -37,6 +37,8 @@ mod warnings;
 #[cfg(test)]
 mod once_tests;
 #[cfg(test)]
+mod pools_tests;
+#[cfg(test)]
 mod proptests;
 #[cfg(test)]
 mod tests;
