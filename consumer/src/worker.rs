@@ -234,7 +234,7 @@ impl Worker {
             attempt: occ.attempt,
             overlap: executor::effective_overlap(job.overlap, occ.trigger),
             max_concurrent: job.max_concurrent.unwrap_or(1),
-            pool: self.pool_of(job),
+            pool: Self::pool_of(job),
             lease: self.lease,
             retention: job.retention,
             body: d.body.clone(),
@@ -245,14 +245,12 @@ impl Worker {
         }
     }
 
-    /// The pool `job` runs in, with its size as this consumer's config gives it. A pool the
-    /// config does not know (a runtime job written against another file) is no limit.
-    fn pool_of(&self, job: &Job) -> Option<PoolSlot> {
-        let name = job.pool.as_deref()?;
-        let size = *self.config().pools.get(name)?;
+    /// The pool `job` runs in, with its size as the job was resolved with.
+    fn pool_of(job: &Job) -> Option<PoolSlot> {
+        let pool = job.pool.as_ref()?;
         Some(PoolSlot {
-            name: name.to_owned(),
-            size,
+            name: pool.name.to_string(),
+            size: pool.size,
         })
     }
 

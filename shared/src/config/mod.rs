@@ -215,8 +215,19 @@ pub struct Settings {
     /// `max_concurrent`: how many occurrences may run at once, fleet-wide, when `overlap`
     /// is not `allow` (`None`: one); `overlap` says what the next one does.
     pub max_concurrent: Option<u32>,
-    /// `pool = "NAME"`: the `[pools.NAME]` whose slots its runs take (a job's own field).
-    pub pool: Option<Arc<str>>,
+    /// `pool = "NAME"`: the `[pools.NAME]` whose slots its runs take (a job's own field),
+    /// with its size as resolved with the job, so a job kept past a reload that dropped the
+    /// section still runs within it.
+    pub pool: Option<Pool>,
+}
+
+/// A job's pool: `pool = "NAME"` and the size of `[pools.NAME]`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Pool {
+    /// The pool's name.
+    pub name: Arc<str>,
+    /// How many runs of its jobs may run at once, fleet-wide (>= 1).
+    pub size: u32,
 }
 
 /// What an occurrence does while an earlier one of the same job still runs (the rules in

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use toml::Value;
 
 use super::raw::{describe, key_text, unknown_field};
+use super::Pool;
 use super::report::Report;
 use super::suggest::did_you_mean;
 
@@ -92,16 +93,19 @@ pub(super) fn resolve(table: Option<Value>, out: &mut Report) -> BTreeMap<Arc<st
     pools
 }
 
-/// A job's `pool = "NAME"`: the pool's name when `pools` has it; else a problem naming the
+/// A job's `pool = "NAME"`: the pool when `pools` has it; else a problem naming the
 /// closest pool.
 pub(super) fn check(
     name: &str,
     pools: &BTreeMap<Arc<str>, u32>,
     scope: &str,
     out: &mut Report,
-) -> Option<Arc<str>> {
-    if let Some((known, _)) = pools.get_key_value(name) {
-        return Some(known.clone());
+) -> Option<Pool> {
+    if let Some((known, size)) = pools.get_key_value(name) {
+        return Some(Pool {
+            name: known.clone(),
+            size: *size,
+        });
     }
     let hint = match did_you_mean(name, pools.keys().map(|k| &**k)) {
         Some(s) => format!("; did you mean \"{s}\"?"),

@@ -12,7 +12,8 @@ fn pools_and_limits_are_read() {
     ))
     .unwrap();
     assert_eq!(config.pools.get("reports"), Some(&3));
-    assert_eq!(config.jobs[0].pool.as_deref(), Some("reports"));
+    let pool = config.jobs[0].pool.as_ref().unwrap();
+    assert_eq!((&*pool.name, pool.size), ("reports", 3));
     assert_eq!(config.jobs[0].max_concurrent, Some(2));
     assert_eq!(config.jobs[1].pool, None);
     assert_eq!(config.jobs[1].max_concurrent, Some(5));
