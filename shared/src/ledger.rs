@@ -445,6 +445,23 @@ pub enum Cancelled {
     Ended(State),
 }
 
+/// How one gate is used now ([`Ledger::gates`]): for `cronq jobs`, the dashboard and
+/// `/metrics`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct GateUse {
+    /// The gate: a job's name, or [`rules::pool_gate`] of a pool.
+    pub gate: String,
+    /// The keys of the occurrences running in its slots, by key.
+    pub running: Vec<String>,
+    /// How many occurrences wait for a slot.
+    pub waiting: usize,
+    /// The first waiting ones, in the order they will run (at most [`GATE_SHOWN`]).
+    pub next: Vec<String>,
+}
+
+/// How many waiting keys [`GateUse::next`] holds at most.
+pub const GATE_SHOWN: usize = 10;
+
 /// The idempotency and overlap port.
 #[async_trait]
 pub trait Ledger: Send + Sync + 'static {
@@ -516,4 +533,11 @@ pub trait Ledger: Send + Sync + 'static {
     /// # Errors
     /// [`StoreError`] when the store cannot be reached.
     async fn cancels(&self) -> Result<u64, StoreError>;
+
+    /// How each of `gates` is used now: the runs holding its slots, and those waiting.
+    /// Read only; one entry per gate, in order.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store cannot be reached.
+    async fn gates(&self, gates: &[String]) -> Result<Vec<GateUse>, StoreError>;
 }

@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::rules::{self, JobLock, Rec, Records};
 use cronq_shared::ledger::{
-    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, Heartbeat, Lease, Ledger, Orphan, Record,
-    Settle, State,
+    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, GateUse, Heartbeat, Lease, Ledger, Orphan,
+    Record, Settle, State,
 };
 use cronq_shared::runlog::Run;
 use cronq_shared::store::StoreError;
@@ -258,5 +258,9 @@ impl Ledger for MemoryLedger {
 
     async fn cancels(&self) -> Result<u64, StoreError> {
         self.step(|s| Ok(s.maps.cancels))
+    }
+
+    async fn gates(&self, gates: &[String]) -> Result<Vec<GateUse>, StoreError> {
+        self.step(|s| gates.iter().map(|g| rules::gate_use(s, g)).collect())
     }
 }

@@ -27,8 +27,8 @@ use redis::Script;
 
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::{
-    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, Heartbeat, Lease, Ledger, Orphan, Record,
-    Republish, Settle, State, WAKE_RECHECK, cancelled_by,
+    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, GATE_SHOWN, GateUse, Heartbeat, Lease,
+    Ledger, Orphan, Record, Republish, Settle, State, WAKE_RECHECK, cancelled_by,
 };
 use cronq_shared::names::Names;
 use cronq_shared::runlog::Run;
@@ -72,6 +72,7 @@ struct Scripts {
     reap: Script,
     admit_replay: Script,
     cancel: Script,
+    gates: Script,
 }
 
 impl std::fmt::Debug for RedisLedger {
@@ -159,6 +160,7 @@ impl RedisLedger {
                 reap: Script::new(include_str!("ledger/reap.lua")),
                 admit_replay: Script::new(include_str!("ledger/admit_replay.lua")),
                 cancel: with_history(include_str!("ledger/cancel.lua")),
+                gates: Script::new(include_str!("ledger/gates.lua")),
             },
             leases_key,
         }
@@ -521,6 +523,35 @@ impl Ledger for RedisLedger {
             [tag, st] if tag == "ended" => Ok(Cancelled::Ended(state(st)?)),
             other => Err(unexpected(&other.join(" "))),
         }
+    }
+
+    async fn gates(&self, gates: &[String]) -> Result<Vec<GateUse>, StoreError> {
+        if gates.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut invocation = Call::new(&self.scripts.gates, 0);
+        invocation
+            .arg(&self.record_prefix)
+            .arg(self.slots_prefix())
+            .arg(self.wait_prefix())
+            .arg(GATE_SHOWN);
+        for gate in gates {
+            invocation.arg(gate);
+        }
+        let reply: Vec<(Vec<String>, usize, Vec<String>)> = invocation
+            .query(&mut self.conn.clone())
+            .await
+            .map_err(command)?;
+        Ok(gates
+            .iter()
+            .zip(reply)
+            .map(|(gate, (running, waiting, next))| GateUse {
+                gate: gate.clone(),
+                running,
+                waiting,
+                next,
+            })
+            .collect())
     }
 
     async fn cancels(&self) -> Result<u64, StoreError> {

@@ -21,8 +21,8 @@ use std::time::Duration;
 use chrono::Utc;
 
 use super::{
-    CANCELLED_BY, Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, Heartbeat, Lease, Orphan,
-    Record, Republish, Settle, State, WAKE_RECHECK, cancelled_by,
+    CANCELLED_BY, Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, GATE_SHOWN, GateUse,
+    Heartbeat, Lease, Orphan, Record, Republish, Settle, State, WAKE_RECHECK, cancelled_by,
 };
 use crate::config::Overlap;
 use crate::key::OccurrenceKey;
@@ -847,6 +847,25 @@ pub fn cancel<S: Records>(s: &mut S, cancel: &Cancel) -> Result<Cancelled, S::Er
         }
     }
     Ok(Cancelled::Ended(was))
+}
+
+/// [`super::Ledger::gates`], for one gate.
+///
+/// # Errors
+/// The storage's.
+pub fn gate_use<S: Records>(s: &mut S, gate: &str) -> Result<GateUse, S::Error> {
+    let running = others(s, gate, "")?
+        .into_iter()
+        .filter(|l| !l.token.is_empty())
+        .map(|l| l.holder)
+        .collect();
+    let waiting = s.waiting(gate)?;
+    Ok(GateUse {
+        gate: gate.to_owned(),
+        running,
+        waiting: waiting.len(),
+        next: waiting.into_iter().take(GATE_SHOWN).collect(),
+    })
 }
 
 /// A key's record as it is now, for inspection.

@@ -3,14 +3,15 @@
 //! what its overlap says (`queue` waits, in scheduled order, woken one per freed slot;
 //! `skip` is skipped; `replace` stops the oldest); a pool of N runs N of its jobs' runs at
 //! once, the others wait in scheduled order across the jobs; a slot whose holder stopped
-//! renewing frees after its lease and not before; on every backend.
+//! renewing frees after its lease and not before; what a gate's use reads as; on every
+//! backend.
 
 use std::time::Duration;
 
 use cronq_shared::config::Overlap;
 use cronq_shared::ledger::{
-    Cancel, Claim, ClaimOutcome, Ended, Heartbeat, Lease, Ledger, PoolSlot, Republish, Settle,
-    State,
+    Cancel, Claim, ClaimOutcome, Ended, GateUse, Heartbeat, Lease, Ledger, PoolSlot, Republish,
+    Settle, State, rules,
 };
 use cronq_shared::names::JobName;
 
@@ -175,6 +176,17 @@ async fn pool_suite(ledger: impl Ledger + Inspect) {
     assert_eq!(waiting(ledger.claim(&p("pa", 4)).await.unwrap()).1, None);
     assert_eq!(waiting(ledger.claim(&p("pc", 3)).await.unwrap()).1, None);
     assert_eq!(waiting(ledger.claim(&p("pc", 5)).await.unwrap()).1, None);
+    // What `cronq jobs`, the dashboard and /metrics show of it.
+    let used = ledger.gates(&[rules::pool_gate("two")]).await.unwrap();
+    assert_eq!(
+        used,
+        [GateUse {
+            gate: "pool:two".into(),
+            running: vec![key("pa", 1), key("pb", 2)],
+            waiting: 3,
+            next: vec![key("pc", 3), key("pa", 4), key("pc", 5)],
+        }]
+    );
     // Another pool is not held back.
     claimed(&ledger, &pooled("pa", 9, "other", 1, LONG)).await;
     assert_eq!(succeed(&ledger, &b2).await, Some(key("pc", 3)), "earliest first");
