@@ -18,6 +18,7 @@
 //!   in force, on a `watch` channel of `Arc<Config>`.
 //! - [`config_check`]: while leading, which instances run another config (log, `/metrics`).
 //! - [`serving_check`]: while leading, which jobs no live consumer runs (log, `/metrics`).
+//! - [`pool_check`]: while leading, how each pool is used (`/metrics`).
 //! - [`accounting_check`]: while leading, the occurrences of a trailing window not
 //!   accounted for (log, `/metrics`).
 //! - [`alerts`]: the `[[alert]]` sinks told of failures, misses, SLA breaches, gaps, and a
@@ -39,6 +40,7 @@ pub mod planner;
 pub mod publisher;
 pub mod scheduler;
 mod service;
+pub mod pool_check;
 pub mod serving_check;
 mod term;
 pub mod timer;
@@ -52,4 +54,5 @@ pub use error::Error;
 pub use leader::{Elector, Leadership};
 pub use scheduler::Scheduler;
 pub use service::{Producer, instance_id};
+pub use pool_check::PoolCheck;
 pub use serving_check::ServingCheck;

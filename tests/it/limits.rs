@@ -7,7 +7,8 @@
 //! - `max_concurrent = 3` with `queue` on a job whose runs take 4 s: never 4 at once, the
 //!   limit reached, every occurrence ends exactly once, run once.
 //! - A fleet consumer killed (-9) while it holds the only slot of a pool: the waiting run
-//!   does not start while the killed one's lease lasts, and does start after it.
+//!   does not start while the killed one's lease lasts, and does start after it; before
+//!   the kill, `cronq jobs` and the leader's `/metrics` show the pool's run and waiter.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -19,7 +20,7 @@ use cronq_shared::runlog::Outcome;
 use nix::sys::signal::Signal;
 
 use crate::support::backends::{Backend, on_every_backend};
-use crate::support::deployment::{Deployment, LEADER, Running, argv};
+use crate::support::deployment::{Deployment, LEADER, Options, Running, argv};
 use crate::support::history::{self, Entry, Mark, Trace};
 use crate::support::inspect::Inspect;
 use crate::support::{TestEnv, eventually, ports, until};
@@ -219,7 +220,11 @@ async fn a_killed_consumer_frees_its_pool_slot_after_its_lease() {
             argv(&["sh", "-c", &hold]),
             argv(&["sh", "-c", &next]),
         );
-        let running = Running::start(Deployment::Fleet, &env, &config).await;
+        let options = Options {
+            producer_admin: true,
+            ..Options::default()
+        };
+        let running = Running::start_with(Deployment::Fleet, &env, &config, options).await;
         let ledger = ports::ledger(Backend::Real, &env).await;
         let trigger = |job: &str| running.ok(&["trigger", job]).trim().to_owned();
 
@@ -238,6 +243,38 @@ async fn a_killed_consumer_frees_its_pool_slot_after_its_lease() {
         eventually(WAIT, "next to wait for the pool", || async {
             let state = ledger.inspect(&waiting_key).await.map(|r| r.state);
             (state == Some(State::Waiting)).then_some(())
+        })
+        .await;
+
+        // What `cronq jobs` and /metrics show of the pool meanwhile.
+        let jobs: serde_json::Value =
+            serde_json::from_str(&running.ok(&["jobs", "--json"])).expect("jobs --json");
+        assert_eq!(
+            jobs["pools"],
+            serde_json::json!([{
+                "pool": "one", "size": 1, "running": [held], "waiting": 1, "next": [waiting],
+            }]),
+            "{jobs}"
+        );
+        let hold_row = jobs["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["job"] == "hold")
+            .unwrap();
+        assert_eq!(hold_row["pool"], "one");
+        let table = running.ok(&["jobs"]);
+        assert!(
+            table.contains("pool one 1/1 running, 1 waiting"),
+            "{table}"
+        );
+        eventually(WAIT, "the leader's /metrics to show the pool", || async {
+            let metrics = running.metrics().await?;
+            let shown = |line: &str| metrics.lines().any(|l| l == line);
+            (shown("cronq_pool_size{pool=\"one\"} 1")
+                && shown("cronq_pool_running{pool=\"one\"} 1")
+                && shown("cronq_pool_waiting{pool=\"one\"} 1"))
+            .then_some(())
         })
         .await;
 
