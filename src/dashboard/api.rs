@@ -210,6 +210,7 @@ fn job_row(
     row["strip"] = json!(strip);
     let served = snap.taken_at.map(|_| fleet.assess(job));
     ops::json::served(&mut row, served.as_ref());
+    ops::pools::job_fields(&mut row, job);
     row
 }
 

@@ -8,7 +8,8 @@
 //!   limit reached, every occurrence ends exactly once, run once.
 //! - A fleet consumer killed (-9) while it holds the only slot of a pool: the waiting run
 //!   does not start while the killed one's lease lasts, and does start after it; before
-//!   the kill, `cronq jobs` and the leader's `/metrics` show the pool's run and waiter.
+//!   the kill, `cronq jobs`, the dashboard (API and job page) and the leader's `/metrics`
+//!   show the pool's run and waiter.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -267,6 +268,26 @@ async fn a_killed_consumer_frees_its_pool_slot_after_its_lease() {
         assert!(
             table.contains("pool one 1/1 running, 1 waiting"),
             "{table}"
+        );
+        // The dashboard: the JSON API and the job page.
+        let cfg = running.config_path().to_string_lossy().into_owned();
+        let d = crate::support::dashboard::start(
+            &env,
+            "dashboard",
+            &["dashboard", "--config", &cfg],
+            "--addr",
+            false,
+        )
+        .await;
+        assert_eq!(
+            d.json("/api/v1/pools").await["pools"],
+            jobs["pools"],
+            "the API shows what cronq jobs shows"
+        );
+        let page = crate::support::dashboard::text(&d.url("/jobs/next")).await;
+        assert!(
+            page.contains("pool one 1/1 running, 1 waiting") && page.contains(&waiting),
+            "{page}"
         );
         eventually(WAIT, "the leader's /metrics to show the pool", || async {
             let metrics = running.metrics().await?;
