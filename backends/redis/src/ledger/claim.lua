@@ -129,6 +129,11 @@ local function claim(KEYS, ARGV, shared)
   -- first k waiters scheduled no later than it go first.
   local function queue_at(gate, cap)
     local slots, wait = shared.slots .. gate, shared.wait .. gate
+    -- The common case first, without reading every slot: fewer slots stored (live or
+    -- lapsed, its own included) than the gate has, and no one waiting.
+    if redis.call('HLEN', slots) < cap and redis.call('ZCARD', wait) == 0 then
+      return nil
+    end
     local holders = slot_holders(slots, now, key)
     local free = cap - #holders
     if free <= 0 then

@@ -46,7 +46,7 @@ local function complete(KEYS, ARGV, shared)
     if redis.call('HGET', slots, ARGV[1]) and slot_token(slots, ARGV[1], 0) == ARGV[3] then
       redis.call('HDEL', slots, ARGV[1])
     end
-    if not woken then
+    if not woken and redis.call('ZCARD', shared.wait .. g[1]) > 0 then
       local free = g[2] - #slot_holders(slots, now, '')
       woken = wake(shared.wait .. g[1], g[1], KEYS[2], shared.record, shared.body, now,
         shared.wake, free)
