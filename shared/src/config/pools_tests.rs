@@ -48,3 +48,28 @@ fn a_limit_under_allow_and_a_pool_without_size_are_refused() {
         ]
     );
 }
+
+#[test]
+fn a_runtime_job_may_name_the_pools_of_the_reading_config() {
+    let c = load(&format!("[pools.batch]\nsize = 2\n[[job]]\nname = \"f\"\n{JOB}")).unwrap();
+    let ok = c
+        .runtime_jobs(
+            "[[job]]\nname = \"a\"\nschedule = \"@every 5s\"\nhandler = \"report\"\npool = \"batch\"\nmax_concurrent = 2\noverlap = \"queue\"\n",
+            std::path::Path::new("jobs.toml"),
+        )
+        .unwrap();
+    let pool = ok[0].job.pool.as_ref().unwrap();
+    assert_eq!((&*pool.name, pool.size), ("batch", 2));
+    assert_eq!(ok[0].job.max_concurrent, Some(2));
+    let err = c
+        .runtime_jobs(
+            "[[job]]\nname = \"b\"\nschedule = \"@daily\"\nhandler = \"report\"\npool = \"bathc\"\n",
+            std::path::Path::new("jobs.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.ends_with("jobs.toml: job \"b\": pool: \"bathc\" is not a [pools.NAME] of this file; did you mean \"batch\"?: define it with [pools.bathc] size = N, or remove pool from the job"),
+        "{err}"
+    );
+}
