@@ -29,10 +29,18 @@ use crate::throughput;
 #[derive(Debug, Clone, clap::Args, serde::Serialize)]
 pub struct PoolsArgs {
     /// Occurrences per side and run.
-    #[arg(id = "pools_occurrences", long = "pools-occurrences", default_value_t = 10_000)]
+    #[arg(
+        id = "pools_occurrences",
+        long = "pools-occurrences",
+        default_value_t = 10_000
+    )]
     pub occurrences: usize,
     /// Concurrency of each of the 2 consumers.
-    #[arg(id = "pools_concurrency", long = "pools-concurrency", default_value_t = 32)]
+    #[arg(
+        id = "pools_concurrency",
+        long = "pools-concurrency",
+        default_value_t = 32
+    )]
     pub concurrency: u16,
     /// The size of the pool that is full.
     #[arg(long = "pool-size", default_value_t = 8)]
@@ -55,15 +63,17 @@ const STALL: Duration = Duration::from_secs(60);
 pub async fn run(args: &PoolsArgs, runs: usize) -> anyhow::Result<Vec<Figure>> {
     let in_flight = u32::from(args.concurrency) * CONSUMERS as u32;
     let k = args.occurrences;
-    let shape = format!("{k} occurrences, {CONSUMERS} consumers x {}", args.concurrency);
+    let shape = format!(
+        "{k} occurrences, {CONSUMERS} consumers x {}",
+        args.concurrency
+    );
     let mut open = Figure::new(
         "pools",
         format!("executed/s, {shape}, one pool of {in_flight} (never full)"),
         Unit::PerSecond,
     )
     .baseline("the same, no pool");
-    let mut open_share =
-        Figure::new("pools", "pool never full / no pool drain rate", Unit::Ratio);
+    let mut open_share = Figure::new("pools", "pool never full / no pool drain rate", Unit::Ratio);
     let mut full = Figure::new(
         "pools",
         format!("executed/s, {shape}, one pool of {} (full)", args.pool_size),

@@ -141,7 +141,9 @@ async fn pool_of_two(backend: Backend, env: TestEnv) {
         w.expected.len()
     );
     if most != 2 {
-        w.fail(&format!("at most {most} runs at once, expected the pool's 2"));
+        w.fail(&format!(
+            "at most {most} runs at once, expected the pool's 2"
+        ));
     }
 }
 
@@ -168,7 +170,9 @@ async fn max_concurrent_queue(backend: Backend, env: TestEnv) {
         w.expected.len()
     );
     if most != 3 {
-        w.fail(&format!("at most {most} runs at once, expected max_concurrent 3"));
+        w.fail(&format!(
+            "at most {most} runs at once, expected max_concurrent 3"
+        ));
     }
 }
 

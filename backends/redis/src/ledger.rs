@@ -274,8 +274,7 @@ impl Ledger for RedisLedger {
         let key = claim.key.as_str();
         let token = &claim.token;
         // What a gate's waiters need: an `allow` claim outside any pool sends none of it.
-        let gated =
-            claim.overlap != cronq_shared::config::Overlap::Allow || claim.pool.is_some();
+        let gated = claim.overlap != cronq_shared::config::Overlap::Allow || claim.pool.is_some();
         // Only a `replace` claim can supersede waiters and append their history entries:
         // no clock read or formatting for the other policies.
         let now = gated.then(|| {

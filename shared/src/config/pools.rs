@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use toml::Value;
 
-use super::raw::{describe, key_text, unknown_field};
 use super::Pool;
+use super::raw::{describe, key_text, unknown_field};
 use super::report::Report;
 use super::suggest::did_you_mean;
 

@@ -51,7 +51,10 @@ fn a_limit_under_allow_and_a_pool_without_size_are_refused() {
 
 #[test]
 fn a_runtime_job_may_name_the_pools_of_the_reading_config() {
-    let c = load(&format!("[pools.batch]\nsize = 2\n[[job]]\nname = \"f\"\n{JOB}")).unwrap();
+    let c = load(&format!(
+        "[pools.batch]\nsize = 2\n[[job]]\nname = \"f\"\n{JOB}"
+    ))
+    .unwrap();
     let ok = c
         .runtime_jobs(
             "[[job]]\nname = \"a\"\nschedule = \"@every 5s\"\nhandler = \"report\"\npool = \"batch\"\nmax_concurrent = 2\noverlap = \"queue\"\n",

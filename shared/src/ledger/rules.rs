@@ -293,7 +293,10 @@ fn queue_at<S: Records>(
     let holders = others(s, gate, key)?;
     let free = cap.saturating_sub(holders.len());
     if free == 0 {
-        let holder = holders.first().map(|h| h.holder.clone()).unwrap_or_default();
+        let holder = holders
+            .first()
+            .map(|h| h.holder.clone())
+            .unwrap_or_default();
         wait_here(s, claim, key, gate)?;
         return Ok(Some(ClaimOutcome::Waiting {
             holder,
@@ -678,11 +681,7 @@ pub fn settle<S: Records>(s: &mut S, settle: &Settle) -> Result<Ended, S::Error>
     // The gate whose turn may pass on: a waiter's own, else its job's.
     let (gate, cap) = match &current {
         Some(r) if r.state == State::Waiting => {
-            let cap = if r.gate == r.job {
-                r.cap
-            } else {
-                r.pool_cap
-            };
+            let cap = if r.gate == r.job { r.cap } else { r.pool_cap };
             (r.gate.clone(), slots(cap))
         }
         Some(r) if r.exclusive => (job.to_owned(), slots(r.cap)),

@@ -336,8 +336,16 @@ mod tests {
         let pooled = |size: u32| job(&format!("[pools.p]\nsize = {size}\n"), "pool = \"p\"\n");
         assert_ne!(plain, limited);
         assert_ne!(plain, pooled(2));
-        assert_ne!(pooled(2), pooled(3), "the pool's size counts, not only its name");
-        assert_eq!(plain, job("[pools.p]\nsize = 2\n", ""), "a pool no job names");
+        assert_ne!(
+            pooled(2),
+            pooled(3),
+            "the pool's size counts, not only its name"
+        );
+        assert_eq!(
+            plain,
+            job("[pools.p]\nsize = 2\n", ""),
+            "a pool no job names"
+        );
     }
 
     #[test]

@@ -65,7 +65,12 @@ async fn state(ledger: &impl Inspect, job: &str, i: u32) -> State {
 }
 
 async fn succeed(ledger: &impl Ledger, lease: &Lease) -> Option<String> {
-    woken(ledger.complete(lease, &end(State::Succeeded)).await.unwrap())
+    woken(
+        ledger
+            .complete(lease, &end(State::Succeeded))
+            .await
+            .unwrap(),
+    )
 }
 
 /// `max_concurrent = 3` with `queue`: three run, the fourth and fifth wait; each freed slot
@@ -79,7 +84,11 @@ async fn max_concurrent_queue_suite(ledger: impl Ledger + Inspect) {
     assert_eq!(waiting(ledger.claim(&q(5)).await.unwrap()).1, None);
     assert_eq!(waiting(ledger.claim(&q(4)).await.unwrap()).1, None);
     assert_eq!(state(&ledger, "mq", 4).await, State::Waiting);
-    assert_eq!(succeed(&ledger, &q1).await, Some(key("mq", 4)), "first waiter");
+    assert_eq!(
+        succeed(&ledger, &q1).await,
+        Some(key("mq", 4)),
+        "first waiter"
+    );
     assert_eq!(
         succeed(&ledger, &q2).await,
         Some(key("mq", 5)),
@@ -189,7 +198,11 @@ async fn pool_suite(ledger: impl Ledger + Inspect) {
     );
     // Another pool is not held back.
     claimed(&ledger, &pooled("pa", 9, "other", 1, LONG)).await;
-    assert_eq!(succeed(&ledger, &b2).await, Some(key("pc", 3)), "earliest first");
+    assert_eq!(
+        succeed(&ledger, &b2).await,
+        Some(key("pc", 3)),
+        "earliest first"
+    );
     let c3 = claimed(&ledger, &p("pc", 3)).await;
     assert_eq!(
         waiting(ledger.claim(&p("pb", 6)).await.unwrap()).1,
@@ -271,22 +284,40 @@ async fn pool_lapse_suite(ledger: impl Ledger + Inspect) {
     let held = claimed(&ledger, &pooled("pl", 1, "one", 1, lease)).await;
     let started = std::time::Instant::now();
     assert_eq!(
-        waiting(ledger.claim(&pooled("pm", 2, "one", 1, LONG)).await.unwrap()).0,
+        waiting(
+            ledger
+                .claim(&pooled("pm", 2, "one", 1, LONG))
+                .await
+                .unwrap()
+        )
+        .0,
         key("pl", 1)
     );
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert!(
         matches!(
-            ledger.claim(&pooled("pm", 2, "one", 1, LONG)).await.unwrap(),
+            ledger
+                .claim(&pooled("pm", 2, "one", 1, LONG))
+                .await
+                .unwrap(),
             ClaimOutcome::Waiting { .. }
         ),
         "before its lease ends, the slot is still held"
     );
-    assert!(started.elapsed() < lease, "the check above ran inside the lease");
+    assert!(
+        started.elapsed() < lease,
+        "the check above ran inside the lease"
+    );
     tokio::time::sleep(lease).await;
     let next = claimed(&ledger, &pooled("pm", 2, "one", 1, LONG)).await;
-    assert_eq!(ledger.heartbeat(&held, lease).await.unwrap(), Heartbeat::Lost);
-    assert_eq!(ledger.heartbeat(&next, LONG).await.unwrap(), Heartbeat::Held);
+    assert_eq!(
+        ledger.heartbeat(&held, lease).await.unwrap(),
+        Heartbeat::Lost
+    );
+    assert_eq!(
+        ledger.heartbeat(&next, LONG).await.unwrap(),
+        Heartbeat::Held
+    );
 }
 
 on_every_backend!(pool_lapse, "ledger_limits_lapse");
