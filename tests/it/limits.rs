@@ -10,6 +10,8 @@
 //!   does not start while the killed one's lease lasts, and does start after it; before
 //!   the kill, `cronq jobs`, the dashboard (API and job page) and the leader's `/metrics`
 //!   show the pool's run and waiter.
+//! - A run waiting for a pool past its `deadline` ends `missed` and never starts (fleet,
+//!   and a standalone on a data file).
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -348,6 +350,85 @@ async fn a_killed_consumer_frees_its_pool_slot_after_its_lease() {
             })
             .await;
         }
+    })
+    .await;
+}
+
+/// A run waiting for a pool honours its job's `deadline`: behind a long run in a pool of
+/// one, it ends `missed` (once), never starts, and the long run ends `succeeded`.
+async fn a_waiting_run_misses_its_deadline(kind: Deployment, env: TestEnv) {
+    let trace = env.dir.join("trace");
+    let config = format!(
+        "{LEADER}\n[pools.one]\nsize = 1\n\
+         [[job]]\nname = \"long\"\nschedule = \"0 0 1 1 *\"\npool = \"one\"\noverlap = \"allow\"\ncommand = {}\n\
+         [[job]]\nname = \"late\"\nschedule = \"0 0 1 1 *\"\npool = \"one\"\noverlap = \"allow\"\ndeadline = \"2s\"\ncommand = {}\n",
+        argv(&["sh", "-c", &history::traced_script(&trace, "6")]),
+        argv(&["sh", "-c", &history::traced_script(&trace, "0")]),
+    );
+    let running = Running::start(kind, &env, &config).await;
+    if let Some(file) = running.data_file() {
+        let file = file.to_owned();
+        eventually(WAIT, "the standalone to create its data file", || async {
+            file.exists().then_some(())
+        })
+        .await;
+    }
+    let long = running.ok(&["trigger", "long"]).trim().to_owned();
+    eventually(WAIT, "long to start", || async {
+        (Trace::read(&trace).count(Mark::Start, &long) == 1).then_some(())
+    })
+    .await;
+    let late = running.ok(&["trigger", "late"]).trim().to_owned();
+    let ended = eventually(WAIT, "late to end", || async {
+        let entries = running.entries("late").await;
+        let terminal: Vec<Entry> = entries
+            .into_iter()
+            .filter(|e| e.key == late && e.is_terminal())
+            .collect();
+        (!terminal.is_empty()).then_some(terminal)
+    })
+    .await;
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert_eq!(ended[0].outcome, Outcome::Missed, "{ended:?}");
+    assert!(
+        ended[0]
+            .error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("could not start before its deadline"),
+        "{ended:?}"
+    );
+    eventually(WAIT, "long to succeed", || async {
+        let entries = running.entries("long").await;
+        entries
+            .iter()
+            .any(|e| e.key == long && e.outcome == Outcome::Succeeded)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        Trace::read(&trace).count(Mark::Start, &late),
+        0,
+        "the late run never started"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiting_run_misses_its_deadline_on_a_fleet() {
+    crate::support::scoped("limits_deadline_fleet", |env| async move {
+        a_waiting_run_misses_its_deadline(Deployment::Fleet, env).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiting_run_misses_its_deadline_on_a_data_file() {
+    crate::support::scoped("limits_deadline_file", |env| async move {
+        a_waiting_run_misses_its_deadline(
+            Deployment::Standalone(crate::support::deployment::Data::File),
+            env,
+        )
+        .await;
     })
     .await;
 }
