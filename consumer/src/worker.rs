@@ -277,7 +277,7 @@ impl Worker {
                 self.settle(&d, &occ, job, skipped, shutdown).await;
             }
             ClaimOutcome::Waiting { holder, woken } => {
-                tracing::debug!(job = %occ.job, key = %occ.key, holder = %holder, "waiting until the occurrence holding the job lock ends");
+                tracing::debug!(job = %occ.job, key = %occ.key, holder = %holder, "waiting for a slot of its job or its pool (holder: a run holding one, or the earlier waiter whose turn it is)");
                 ack(&d, occ.job.as_str()).await;
                 if let Some(woken) = woken {
                     republish(&*self.broker, &self.config(), woken).await;
