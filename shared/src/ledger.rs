@@ -1,6 +1,7 @@
 //! The idempotency and overlap port: one record per occurrence key, claimed for an attempt
-//! under an execution lease, and one lock per exclusive job (overlap `skip`, `queue`,
-//! `replace`). Three implementations: `cronq-redis` (`RedisLedger`, atomic Lua scripts),
+//! under an execution lease, and the slots of gates: one gate per exclusive job (overlap
+//! `skip`, `queue`, `replace`; `max_concurrent` slots, one unless set) and one per pool
+//! (`[pools.NAME]`, its size). Three implementations: `cronq-redis` (`RedisLedger`, atomic Lua scripts),
 //! `cronq-sqlite` (`SqliteLedger`, `cronq standalone`) and `cronq-memory` (`MemoryLedger`,
 //! fast tests); the last two run the rules of [`rules`] on their own storage. All pass the
 //! same suite (`tests/it/ports/ledger.rs`).
