@@ -95,8 +95,7 @@ async fn held_back_and_retrying_occurrences_survive_a_broker_restart() {
             consumers: 3,
             ..Options::default()
         };
-        let running =
-            Running::start_with(
+        let running = Running::start_with(
             Deployment::Fleet,
             &env,
             &config(&trace, &markers, &pool_trace),
