@@ -194,6 +194,8 @@ async fn occurrence(ledger: &dyn Ledger, job: &JobName, i: usize) -> anyhow::Res
         queue: QueueName::new("default")?,
         attempt: 1,
         overlap: Overlap::Allow,
+        max_concurrent: 1,
+        pool: None,
         lease: Duration::from_secs(30),
         retention: Duration::from_secs(3600),
         body: br#"{"kind":"occurrence_v1"}"#.to_vec(),

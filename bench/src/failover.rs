@@ -273,6 +273,8 @@ async fn run_through_ledger(
             queue: queue.clone(),
             attempt: occ.attempt,
             overlap: Overlap::Allow,
+            max_concurrent: 1,
+            pool: None,
             lease: Duration::from_secs(30),
             retention: Duration::from_secs(3600),
             body: occ.encode(),

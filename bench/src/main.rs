@@ -20,6 +20,8 @@
 //! - [`runtime_jobs`]: 100,000 runtime jobs: applies per second (CLI and API), the leader's
 //!   memory against the same jobs in a file, and the time from an apply to the leader's
 //!   first publish against a SIGHUP reload of the same change.
+//! - [`pools`]: the drain rate of jobs in a pool (never full, and full) against the same
+//!   jobs with none, in the same run.
 //! - [`barrier`]: the cost of `CRONQ_REDIS_MIN_REPLICAS` on the consumer's ledger writes
 //!   (needs Redis with replicas, e.g. through Sentinel; not part of `all`).
 //!
@@ -36,6 +38,7 @@ mod env;
 mod failover;
 mod footprint;
 mod lateness;
+mod pools;
 mod precision;
 mod procfs;
 mod raw;
@@ -107,6 +110,8 @@ struct Cli {
     capture: capture::CaptureArgs,
     #[command(flatten)]
     reconcile: reconcile::ReconcileArgs,
+    #[command(flatten)]
+    pools: pools::PoolsArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -127,6 +132,8 @@ enum Which {
     Capture,
     /// The leader's continuous reconciliation at many jobs: one check's cost.
     Reconcile,
+    /// The drain rate of pooled jobs against unpooled ones.
+    Pools,
     /// The cost of CRONQ_REDIS_MIN_REPLICAS (needs replicas: not part of `all`).
     Barrier,
     /// Every benchmark above but `barrier`, in that order.
@@ -288,6 +295,15 @@ async fn run(mut cli: Cli) -> anyhow::Result<()> {
         match reconcile::run(&cli.reconcile, runs).await {
             Ok(f) => report.figures.extend(f),
             Err(e) => failures.push(format!("reconcile failed: {e:#}")),
+        }
+    }
+    if all || cli.which == Which::Pools {
+        report
+            .sizes
+            .insert("pools".into(), serde_json::to_value(&cli.pools)?);
+        match pools::run(&cli.pools, runs).await {
+            Ok(f) => report.figures.extend(f),
+            Err(e) => failures.push(format!("pools failed: {e:#}")),
         }
     }
     if cli.which == Which::Barrier {

@@ -28,7 +28,9 @@ use chrono::{DateTime, Utc};
 use cronq_shared::broker::{Broker, Delivery};
 use cronq_shared::config::{Config, Job, Overlap};
 use cronq_shared::jobs::JobStore;
-use cronq_shared::ledger::{Claim, ClaimOutcome, End, Ended, FollowUp, Lease, Ledger, Settle};
+use cronq_shared::ledger::{
+    Claim, ClaimOutcome, End, Ended, FollowUp, Lease, Ledger, PoolSlot, Settle,
+};
 use cronq_shared::message::Occurrence;
 use cronq_shared::names::JobName;
 use cronq_shared::retry::{Backoff, retry};
@@ -231,6 +233,8 @@ impl Worker {
             queue: job.queue.clone(),
             attempt: occ.attempt,
             overlap: executor::effective_overlap(job.overlap, occ.trigger),
+            max_concurrent: job.max_concurrent.unwrap_or(1),
+            pool: Self::pool_of(job),
             lease: self.lease,
             retention: job.retention,
             body: d.body.clone(),
@@ -239,6 +243,15 @@ impl Worker {
             consumer: self.consumer_id.clone(),
             token: cronq_shared::ledger::claim_token(),
         }
+    }
+
+    /// The pool `job` runs in, with its size as the job was resolved with.
+    fn pool_of(job: &Job) -> Option<PoolSlot> {
+        let pool = job.pool.as_ref()?;
+        Some(PoolSlot {
+            name: pool.name.to_string(),
+            size: pool.size,
+        })
     }
 
     /// Acts on what the claim decided: run it, or settle, or leave it waiting.
@@ -264,7 +277,7 @@ impl Worker {
                 self.settle(&d, &occ, job, skipped, shutdown).await;
             }
             ClaimOutcome::Waiting { holder, woken } => {
-                tracing::debug!(job = %occ.job, key = %occ.key, holder = %holder, "waiting until the occurrence holding the job lock ends");
+                tracing::debug!(job = %occ.job, key = %occ.key, holder = %holder, "waiting for a slot of its job or its pool (holder: a run holding one, or the earlier waiter whose turn it is)");
                 ack(&d, occ.job.as_str()).await;
                 if let Some(woken) = woken {
                     republish(&*self.broker, &self.config(), woken).await;

@@ -18,6 +18,7 @@
 //!   in force, on a `watch` channel of `Arc<Config>`.
 //! - [`config_check`]: while leading, which instances run another config (log, `/metrics`).
 //! - [`serving_check`]: while leading, which jobs no live consumer runs (log, `/metrics`).
+//! - [`pool_check`]: while leading, how each pool is used (`/metrics`).
 //! - [`accounting_check`]: while leading, the occurrences of a trailing window not
 //!   accounted for (log, `/metrics`).
 //! - [`alerts`]: the `[[alert]]` sinks told of failures, misses, SLA breaches, gaps, and a
@@ -36,6 +37,7 @@ mod error;
 pub mod footprint;
 pub mod leader;
 pub mod planner;
+pub mod pool_check;
 pub mod publisher;
 pub mod scheduler;
 mod service;
@@ -50,6 +52,7 @@ pub use config_check::ConfigCheck;
 pub use cronq_shared::reload::Reloader;
 pub use error::Error;
 pub use leader::{Elector, Leadership};
+pub use pool_check::PoolCheck;
 pub use scheduler::Scheduler;
 pub use service::{Producer, instance_id};
 pub use serving_check::ServingCheck;

@@ -1,6 +1,7 @@
 //! The idempotency and overlap port: one record per occurrence key, claimed for an attempt
-//! under an execution lease, and one lock per exclusive job (overlap `skip`, `queue`,
-//! `replace`). Three implementations: `cronq-redis` (`RedisLedger`, atomic Lua scripts),
+//! under an execution lease, and the slots of gates: one gate per exclusive job (overlap
+//! `skip`, `queue`, `replace`; `max_concurrent` slots, one unless set) and one per pool
+//! (`[pools.NAME]`, its size). Three implementations: `cronq-redis` (`RedisLedger`, atomic Lua scripts),
 //! `cronq-sqlite` (`SqliteLedger`, `cronq standalone`) and `cronq-memory` (`MemoryLedger`,
 //! fast tests); the last two run the rules of [`rules`] on their own storage. All pass the
 //! same suite (`tests/it/ports/ledger.rs`).
@@ -42,7 +43,16 @@
 //!   taken for a duplicate that nobody runs until its lease lapses), and an ended record
 //!   keeps the token that ended it, so the same end tried again is reported recorded,
 //!   changing and appending nothing more.
-//! - At most one occurrence of an exclusive job holds the job lock at a time, fleet-wide.
+//! - Slots ([`rules`] calls each set a gate): a job whose overlap is not `allow` has
+//!   `max_concurrent` slots (1 unless set), a pool `size` slots; a claim runs only holding
+//!   one slot of its job's gate (if exclusive) and one of its pool's (if pooled), taken in
+//!   the same atomic step, renewed with its lease and freed by its end, or by its lease
+//!   lapsing (a killed consumer). At most that many occurrences hold a gate's slots at a
+//!   time, fleet-wide. "The job lock" below is the job's gate of one slot; with more
+//!   slots, the rules below apply once all slots are taken.
+//! - A pool is always a queue: an occurrence that finds its pool's slots taken, or earlier
+//!   occurrences waiting for one, is [`State::Waiting`] in the pool's wait list, in
+//!   scheduled order, exactly as a `queue` waiter in its job's.
 //! - Overlap `skip` makes an occurrence [`ClaimOutcome::Busy`] (settled `skipped`) only when
 //!   the holder of the job lock was scheduled no later than it. Behind a *later* holder (a
 //!   retry, or an attempt republished after its owner stopped, of an occurrence the next
@@ -162,8 +172,14 @@ pub struct Claim {
     pub queue: QueueName,
     /// The attempt the message carries (1 for the first try).
     pub attempt: u32,
-    /// The job's overlap policy; anything but `allow` takes the job lock.
+    /// The job's overlap policy; anything but `allow` takes one of the job's slots.
     pub overlap: Overlap,
+    /// How many occurrences of the job may hold its slots at once when `overlap` is not
+    /// `allow` (`max_concurrent`, 1 unless set); `overlap` says what the next one does.
+    pub max_concurrent: u32,
+    /// The pool it runs in, if any: at most its size of the pool's runs at once,
+    /// fleet-wide; the others wait in scheduled order.
+    pub pool: Option<PoolSlot>,
     /// How long the claim lives without a heartbeat.
     pub lease: Duration,
     /// How long the record is kept.
@@ -182,6 +198,15 @@ pub struct Claim {
     /// tries of its claim, so that a try after one that was recorded unbeknown to the
     /// caller is granted again; never shared by two deliveries.
     pub token: String,
+}
+
+/// A claim's pool (`pool = "NAME"`, `[pools.NAME] size = N`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolSlot {
+    /// The pool's name.
+    pub name: String,
+    /// How many runs of its jobs may run at once (>= 1).
+    pub size: u32,
 }
 
 /// A fresh claim token: 64 random bits as 16 hex digits. Unique enough among the claims of
@@ -421,6 +446,23 @@ pub enum Cancelled {
     Ended(State),
 }
 
+/// How one gate is used now ([`Ledger::gates`]): for `cronq jobs`, the dashboard and
+/// `/metrics`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct GateUse {
+    /// The gate: a job's name, or [`rules::pool_gate`] of a pool.
+    pub gate: String,
+    /// The keys of the occurrences running in its slots, by key.
+    pub running: Vec<String>,
+    /// How many occurrences wait for a slot.
+    pub waiting: usize,
+    /// The first waiting ones, in the order they will run (at most [`GATE_SHOWN`]).
+    pub next: Vec<String>,
+}
+
+/// How many waiting keys [`GateUse::next`] holds at most.
+pub const GATE_SHOWN: usize = 10;
+
 /// The idempotency and overlap port.
 #[async_trait]
 pub trait Ledger: Send + Sync + 'static {
@@ -492,4 +534,11 @@ pub trait Ledger: Send + Sync + 'static {
     /// # Errors
     /// [`StoreError`] when the store cannot be reached.
     async fn cancels(&self) -> Result<u64, StoreError>;
+
+    /// How each of `gates` is used now: the runs holding its slots, and those waiting.
+    /// Read only; one entry per gate, in order.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store cannot be reached.
+    async fn gates(&self, gates: &[String]) -> Result<Vec<GateUse>, StoreError>;
 }

@@ -1,9 +1,11 @@
 //! `cronq jobs`: each job of the config, then each runtime job of the job store, with its
 //! schedule, zone, next fire (in its zone and UTC), pause flag (from the control store),
-//! last outcome (from the run log) and whether a live consumer serves it (from the fleet
-//! registry, `cronq_shared::registry::serving`).
+//! last outcome (from the run log), whether a live consumer serves it (from the fleet
+//! registry, `cronq_shared::registry::serving`) and its limits (`max_concurrent`, its pool
+//! and the pool's use, from the ledger); then each pool: its size, runs and waiting runs.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
@@ -15,7 +17,7 @@ use cronq_shared::runlog::Run;
 use serde_json::json;
 
 use crate::cli::{Cli, JsonArg};
-use crate::ops::{self, lookup};
+use crate::ops::{self, lookup, pools};
 use crate::output::{self, Table};
 
 /// How many of the newest runs are read at once to find each job's last outcome.
@@ -82,34 +84,68 @@ pub async fn run(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
         let served = fleet.as_ref().map(|f| f.assess(job));
         rows.push((job, next, paused.get(&job.name), last, served));
     }
+    let pools = match pools::usage(&config, &*stores.ledger).await {
+        Ok(pools) => Some(pools),
+        Err(e) => {
+            eprintln!("note: cannot read the ledger, so the pools' use is not shown: {e:#}");
+            None
+        }
+    };
     if args.json {
-        print_json(&rows);
+        print_json(&rows, pools.as_ref());
         return Ok(());
     }
-    let table = table(&rows);
+    let table = table(&rows, pools.as_ref());
     if table.is_empty() {
         println!("{} defines no job", config.path.display());
     } else {
         print!("{}", table.render());
     }
+    if let Some(pools) = pools.filter(|p| !p.is_empty()) {
+        let mut t = Table::new(&["POOL", "SIZE", "RUNNING", "WAITING", "NEXT"]);
+        for (name, pool) in &pools {
+            t.row(vec![
+                name.to_string(),
+                pool.size.to_string(),
+                pool.gate.running.len().to_string(),
+                pool.gate.waiting.to_string(),
+                if pool.gate.next.is_empty() {
+                    "-".to_owned()
+                } else {
+                    pool.gate.next.join(" ")
+                },
+            ]);
+        }
+        print!("\n{}", t.render());
+    }
     Ok(())
 }
 
-/// `{"jobs": [...]}`, one object per row.
-fn print_json(rows: &[Row<'_>]) {
+/// `{"jobs": [...], "pools": [...]}`, one object per row and per pool (`pools` null when
+/// the ledger could not be read).
+fn print_json(rows: &[Row<'_>], pools: Option<&Pools>) {
     let jobs: Vec<_> = rows
         .iter()
         .map(|(job, next, pause, last, served)| {
             let mut row = ops::json::job(job, *next, *pause, last.as_ref());
             ops::json::served(&mut row, served.as_ref());
+            pools::job_fields(&mut row, job);
             row
         })
         .collect();
-    output::print_json(&json!({ "jobs": jobs }));
+    let pools = pools.map(|p| {
+        p.iter()
+            .map(|(name, pool)| pools::pool_json(name, pool))
+            .collect::<Vec<_>>()
+    });
+    output::print_json(&json!({ "jobs": jobs, "pools": pools }));
 }
 
+/// Each pool's use, by name.
+type Pools = BTreeMap<Arc<str>, pools::PoolUse>;
+
 /// The human table, one line per row.
-fn table(rows: &[Row<'_>]) -> Table {
+fn table(rows: &[Row<'_>], pools: Option<&Pools>) -> Table {
     let mut table = Table::new(&[
         "JOB",
         "SCHEDULE",
@@ -119,6 +155,7 @@ fn table(rows: &[Row<'_>]) -> Table {
         "PAUSED",
         "LAST",
         "SERVED",
+        "LIMITS",
     ]);
     for (job, next, pause, last, served) in rows {
         let paused = pause.map_or_else(
@@ -144,6 +181,7 @@ fn table(rows: &[Row<'_>]) -> Table {
             paused,
             last,
             served.as_ref().map_or_else(|| "?".to_owned(), served_cell),
+            pools::cell(job, pools),
         ]);
     }
     table

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use cronq_producer::{
-    AccountingCheck, Alerts, ConfigCheck, Leadership, Producer, Reloader, ServingCheck,
+    AccountingCheck, Alerts, ConfigCheck, Leadership, PoolCheck, Producer, Reloader, ServingCheck,
     accounting_check, alerts, instance_id, leader,
 };
 use cronq_shared::config::Config;
@@ -100,6 +100,7 @@ pub async fn run(cli: &Cli, args: &ProducerArgs, root: CancellationToken) -> any
         instance.clone(),
     )
     .with_gaps(accounting.gaps());
+    let pools = PoolCheck::new(stores.ledger, config_rx.clone(), producer.leadership());
     let fleet = Fleet {
         registry: stores.registry,
         instance,
@@ -110,7 +111,7 @@ pub async fn run(cli: &Cli, args: &ProducerArgs, root: CancellationToken) -> any
     };
     // The fleet's part stops with the producer, so the record leaves last.
     let beside = root.child_token();
-    let (served, ran, (), (), ()) = tokio::join!(
+    let (served, ran, (), (), (), ()) = tokio::join!(
         admin::serve(args.serve.admin_addr, metrics, ready, root.clone()),
         async {
             let r = producer.run(root.child_token()).await;
@@ -120,6 +121,7 @@ pub async fn run(cli: &Cli, args: &ProducerArgs, root: CancellationToken) -> any
         fleet.run(beside.clone()),
         accounting.run(beside.clone()),
         alerts.run(beside.clone()),
+        pools.run(beside.clone()),
     );
     signal_tasks.shutdown().await;
     broker.close().await;

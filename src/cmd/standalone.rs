@@ -15,8 +15,8 @@ use anyhow::Context as _;
 use cronq_backends::Stores;
 use cronq_consumer::{Consumer, Options};
 use cronq_producer::{
-    AccountingCheck, Alerts, ConfigCheck, Producer, Reloader, ServingCheck, accounting_check,
-    alerts, instance_id, leader,
+    AccountingCheck, Alerts, ConfigCheck, PoolCheck, Producer, Reloader, ServingCheck,
+    accounting_check, alerts, instance_id, leader,
 };
 use cronq_shared::broker::Broker;
 use cronq_shared::lease::Lease;
@@ -132,6 +132,8 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
     // One instance on the Fleet page, counting what both halves do (docs/dashboard.md).
     let tally = Tally::default();
     let ledger = Arc::new(CountingLedger::new(stores.ledger, tally.clone()));
+    // The pools' use on /metrics reads the same ledger (reads are not counted).
+    let pool_ledger: Arc<dyn cronq_shared::ledger::Ledger> = ledger.clone();
     // Both halves follow one config: a SIGHUP reload reaches the consumer half too, so a
     // job added to the file runs instead of being dead-lettered as unknown.
     let (reloader, config_rx) = Reloader::new(config.clone(), hangups);
@@ -182,6 +184,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         .with_running(consumer.running());
     let check = ConfigCheck::new(stores.registry.clone(), digest_rx, producer.leadership());
     let serving = ServingCheck::new(stores.registry, config_rx.clone(), producer.leadership());
+    let pools = PoolCheck::new(pool_ledger, config_rx.clone(), producer.leadership());
     let accounting = AccountingCheck::new(
         accounting_stores,
         config_rx.clone(),
@@ -206,7 +209,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
             token.cancel();
         }
     };
-    let (served, shown, produced, consumed, (), (), (), (), (), ()) = tokio::join!(
+    let (served, shown, produced, consumed, (), (), (), (), (), (), ()) = tokio::join!(
         admin::serve(args.serve.admin_addr, metrics, ready, token.clone()),
         async {
             let Some((addr, source, admin)) = dashboard else {
@@ -238,6 +241,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         serving.run(token.child_token()),
         accounting.run(token.child_token()),
         alerts.run(token.child_token()),
+        pools.run(token.child_token()),
     );
     signal_tasks.shutdown().await;
     produced.context("while running the producer")?;

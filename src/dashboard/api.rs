@@ -210,6 +210,7 @@ fn job_row(
     row["strip"] = json!(strip);
     let served = snap.taken_at.map(|_| fleet.assess(job));
     ops::json::served(&mut row, served.as_ref());
+    ops::pools::job_fields(&mut row, job);
     row
 }
 
@@ -247,6 +248,8 @@ pub fn job_config(job: &Job) -> Value {
         "backoff_max": d(job.backoff_max),
         "jitter": d(job.jitter),
         "retention": d(job.retention),
+        "max_concurrent": job.max_concurrent,
+        "pool": job.pool.as_ref().map(|p| json!({ "name": &*p.name, "size": p.size })),
         "payload": job.payload,
         "handler": handler,
     })

@@ -16,6 +16,7 @@ mod auth;
 mod editor;
 mod job_api;
 mod pages;
+mod pools;
 mod query;
 mod snapshot;
 mod source;
@@ -77,6 +78,7 @@ fn router(app: Arc<App>) -> Router {
         .route("/jobs/{job}/trigger", post(api::trigger))
         .route("/jobs/{job}/backfill", post(api::backfill))
         .route("/runs", get(api::runs))
+        .route("/pools", get(pools::list))
         .route("/runs/{key}/cancel", post(api::cancel))
         .route("/dead-letters", get(api::dead_letters))
         .route("/dead-letters/replay", post(api::replay))

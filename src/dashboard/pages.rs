@@ -543,6 +543,7 @@ pub async fn job(
     let zone = Some(job.timezone);
     let next = actions::next_fires(job, Utc::now(), 10);
     let action = |a: &str| format!("/ui/jobs/{}/{a}", job.name);
+    let limits = super::pools::section(&app, job).await;
     let main = html! {
         (notices(&snap, &flash))
         h1 { "Job " code { (job.name.as_str()) } }
@@ -584,6 +585,7 @@ pub async fn job(
                 }
             }
         }
+        (limits)
         section.cols {
             div {
                 h2 { "Next 10 fire times" }

@@ -8,4 +8,5 @@ pub mod cancel;
 pub mod handler_check;
 pub mod json;
 pub mod lookup;
+pub mod pools;
 pub mod trigger;

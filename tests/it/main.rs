@@ -62,6 +62,7 @@ mod g5_bad_input;
 mod ha;
 mod handlers;
 mod job_labels;
+mod limits;
 mod monitoring;
 mod one_shot;
 mod operations;

@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::rules::{self, JobLock, Rec, Records};
 use cronq_shared::ledger::{
-    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, Heartbeat, Lease, Ledger, Orphan, Record,
-    Settle, State,
+    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, GateUse, Heartbeat, Lease, Ledger, Orphan,
+    Record, Settle, State,
 };
 use cronq_shared::runlog::Run;
 use cronq_shared::store::StoreError;
@@ -38,10 +38,11 @@ impl Default for MemoryLedger {
 #[derive(Debug, Default)]
 struct Maps {
     records: HashMap<String, Rec>,
-    locks: HashMap<String, JobLock>,
+    /// Gate → its slots (see `cronq_shared::ledger::rules`).
+    slots: HashMap<String, Vec<JobLock>>,
     /// (due, key) of every record with a reaper time.
     due: BTreeSet<(i64, String)>,
-    /// Job → (scheduled ms, key) of its records in state `waiting`.
+    /// Gate → (scheduled ms, key) of its records in state `waiting`.
     waits: HashMap<String, BTreeSet<(i64, String)>>,
     /// Job → the last fencing token issued to it; never dropped.
     fences: HashMap<String, u64>,
@@ -63,11 +64,11 @@ impl Maps {
             self.due.remove(&(due, key.to_owned()));
         }
         if rec.state == State::Waiting
-            && let Some(waits) = self.waits.get_mut(&rec.job)
+            && let Some(waits) = self.waits.get_mut(&rec.gate)
         {
             waits.remove(&(rec.sched, key.to_owned()));
             if waits.is_empty() {
-                self.waits.remove(&rec.job);
+                self.waits.remove(&rec.gate);
             }
         }
     }
@@ -92,7 +93,7 @@ impl Records for Step<'_> {
         if rec.state == State::Waiting {
             self.maps
                 .waits
-                .entry(rec.job.clone())
+                .entry(rec.gate.clone())
                 .or_default()
                 .insert((rec.sched, key.to_owned()));
         }
@@ -107,22 +108,39 @@ impl Records for Step<'_> {
         Ok(())
     }
 
-    fn lock(&mut self, job: &str) -> Result<Option<JobLock>, StoreError> {
-        Ok(self.maps.locks.get(job).cloned())
+    fn slots(&mut self, gate: &str) -> Result<Vec<JobLock>, StoreError> {
+        Ok(self.maps.slots.get(gate).cloned().unwrap_or_default())
     }
 
-    fn set_lock(&mut self, job: &str, lock: Option<&JobLock>) -> Result<(), StoreError> {
-        match lock {
-            Some(l) => self.maps.locks.insert(job.to_owned(), l.clone()),
-            None => self.maps.locks.remove(job),
-        };
+    fn set_slot(
+        &mut self,
+        gate: &str,
+        holder: &str,
+        slot: Option<&JobLock>,
+    ) -> Result<(), StoreError> {
+        let now = self.now;
+        let slots = self.maps.slots.entry(gate.to_owned()).or_default();
+        // Lapsed slots go as the gate is written, so a gate holds at most its live slots
+        // and the ones lapsed since its last write.
+        slots.retain(|l| l.holder != holder && l.until > now);
+        if let Some(slot) = slot {
+            slots.push(slot.clone());
+        }
+        if slots.is_empty() {
+            self.maps.slots.remove(gate);
+        }
         Ok(())
     }
 
-    fn wait_end(&mut self, job: &str, last: bool) -> Result<Option<(i64, String)>, StoreError> {
+    fn wait_ends(
+        &mut self,
+        gate: &str,
+        n: usize,
+        last: bool,
+    ) -> Result<Vec<(i64, String)>, StoreError> {
         let now = self.now;
-        let Some(waits) = self.maps.waits.get(job) else {
-            return Ok(None);
+        let Some(waits) = self.maps.waits.get(gate) else {
+            return Ok(Vec::new());
         };
         let holds = |(_, key): &&(i64, String)| {
             self.maps
@@ -130,12 +148,12 @@ impl Records for Step<'_> {
                 .get(key)
                 .is_some_and(|r| r.body.is_some() && r.expires > now)
         };
-        let found = if last {
-            waits.iter().rev().find(holds)
+        let found: Vec<(i64, String)> = if last {
+            waits.iter().rev().filter(holds).take(n).cloned().collect()
         } else {
-            waits.iter().find(holds)
+            waits.iter().filter(holds).take(n).cloned().collect()
         };
-        Ok(found.cloned())
+        Ok(found)
     }
 
     fn waiting(&mut self, job: &str) -> Result<Vec<String>, StoreError> {
@@ -240,5 +258,9 @@ impl Ledger for MemoryLedger {
 
     async fn cancels(&self) -> Result<u64, StoreError> {
         self.step(|s| Ok(s.maps.cancels))
+    }
+
+    async fn gates(&self, gates: &[String]) -> Result<Vec<GateUse>, StoreError> {
+        self.step(|s| gates.iter().map(|g| rules::gate_use(s, g)).collect())
     }
 }

@@ -1,5 +1,5 @@
 //! The ledger on Redis: one hash per occurrence key, one sorted set of lease expiries, one
-//! string lock per exclusive job. Every operation is one Lua script (loaded with
+//! hash of slots per gate (an exclusive job's, a pool's; `ledger/wait.lua`). Every operation is one Lua script (loaded with
 //! `include_str!`, run with EVALSHA and loaded again on `NOSCRIPT`, see `script.rs`), so it
 //! is atomic; claims and ends made together share one call of their script
 //! (`ledger/batch.rs`).
@@ -7,11 +7,13 @@
 //! clock skew between hosts cannot shorten or stretch a lease.
 //!
 //! Key layout (all through [`Names::redis_key`]): `ns:occ:KEY` (hash: state, attempt,
-//! next, token, job, queue, lease_until, cancel, exclusive, sched, error, updated; a new
-//! record of an `allow` job has no cancel and no exclusive, read as none), `ns:occbody:KEY`
-//! (the stored message, apart so that the hash stays small and listpack-encoded),
-//! `ns:leases` (zset KEY → lease expiry or due time ms), `ns:joblock:JOB` (`KEY|TOKEN`, PX
-//! lease), `ns:jobwait:JOB` (zset of waiting KEYs → scheduled ms, see `wait.lua`),
+//! next, token, job, queue, lease_until, cancel, exclusive, cap, pool, pool_cap, gate,
+//! sched, error, updated; a new record of an `allow` job outside any pool has no cancel, no
+//! exclusive and no pool, read as none), `ns:occbody:KEY` (the stored message, apart so
+//! that the hash stays small and listpack-encoded), `ns:leases` (zset KEY → lease expiry or
+//! due time ms), `ns:slots:GATE` (hash KEY → `UNTIL|TOKEN`, one field per slot held; GATE
+//! is the job's name or `pool:NAME`), `ns:jobwait:GATE` (zset of waiting KEYs → scheduled
+//! ms, see `wait.lua`),
 //! `ns:fence:JOB` (the job's last fencing token, no TTL; the record's `fence` field holds
 //! its claim's), `ns:cancels` (how many cancels were asked for, no TTL); runs are
 //! appended to the [`RedisRunLog`]'s stream by the same scripts that end a record (a fenced
@@ -25,10 +27,10 @@ use redis::Script;
 
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::{
-    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, Heartbeat, Lease, Ledger, Orphan, Record,
-    Republish, Settle, State, WAKE_RECHECK, cancelled_by,
+    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, GATE_SHOWN, GateUse, Heartbeat, Lease,
+    Ledger, Orphan, Record, Republish, Settle, State, WAKE_RECHECK, cancelled_by,
 };
-use cronq_shared::names::{JobName, Names};
+use cronq_shared::names::Names;
 use cronq_shared::runlog::Run;
 use cronq_shared::store::StoreError;
 
@@ -70,6 +72,7 @@ struct Scripts {
     reap: Script,
     admit_replay: Script,
     cancel: Script,
+    gates: Script,
 }
 
 impl std::fmt::Debug for RedisLedger {
@@ -110,7 +113,7 @@ impl RedisLedger {
             let prefixes = [
                 record_prefix.clone(),
                 body_prefix.clone(),
-                names.redis_key(&["joblock", ""]),
+                names.redis_key(&["slots", ""]),
                 names.redis_key(&["jobwait", ""]),
             ];
             let (leases_key, history) = (leases_key.clone(), history.clone());
@@ -145,12 +148,19 @@ impl RedisLedger {
             history,
             scripts: Scripts {
                 claims,
-                heartbeat: Script::new(include_str!("ledger/heartbeat.lua")),
+                heartbeat: Script::new(
+                    &[
+                        include_str!("ledger/wait.lua"),
+                        include_str!("ledger/heartbeat.lua"),
+                    ]
+                    .concat(),
+                ),
                 completes,
                 settle: with_history(include_str!("ledger/settle.lua")),
                 reap: Script::new(include_str!("ledger/reap.lua")),
                 admit_replay: Script::new(include_str!("ledger/admit_replay.lua")),
                 cancel: with_history(include_str!("ledger/cancel.lua")),
+                gates: Script::new(include_str!("ledger/gates.lua")),
             },
             leases_key,
         }
@@ -187,12 +197,12 @@ impl RedisLedger {
         [self.body_prefix.as_str(), key].concat()
     }
 
-    fn job_lock_key(&self, job: &JobName) -> String {
-        self.names.redis_key(&["joblock", job.as_str()])
+    fn slots_prefix(&self) -> String {
+        self.names.redis_key(&["slots", ""])
     }
 
-    fn wait_key(&self, job: &JobName) -> String {
-        self.names.redis_key(&["jobwait", job.as_str()])
+    fn wait_prefix(&self) -> String {
+        self.names.redis_key(&["jobwait", ""])
     }
 }
 
@@ -263,11 +273,11 @@ impl Ledger for RedisLedger {
     async fn claim(&self, claim: &Claim) -> Result<ClaimOutcome, StoreError> {
         let key = claim.key.as_str();
         let token = &claim.token;
-        // What an exclusive job's waiters need: an `allow` claim sends none of it.
-        let exclusive = claim.overlap != cronq_shared::config::Overlap::Allow;
+        // What a gate's waiters need: an `allow` claim outside any pool sends none of it.
+        let gated = claim.overlap != cronq_shared::config::Overlap::Allow || claim.pool.is_some();
         // Only a `replace` claim can supersede waiters and append their history entries:
         // no clock read or formatting for the other policies.
-        let now = exclusive.then(|| {
+        let now = gated.then(|| {
             if claim.overlap == cronq_shared::config::Overlap::Replace {
                 chrono::Utc::now().to_rfc3339()
             } else {
@@ -280,7 +290,8 @@ impl Ledger for RedisLedger {
             .scripts
             .claims
             .call(&self.conn, |cmd| {
-                cmd.arg(key)
+                cmd.arg(if gated { 16 } else { 10 })
+                    .arg(key)
                     .arg(claim.job.as_str())
                     .arg(claim.queue.as_str())
                     .arg(claim.attempt)
@@ -291,7 +302,16 @@ impl Ledger for RedisLedger {
                     .arg(&claim.body[..])
                     .arg(claim.scheduled_at.timestamp_millis());
                 if let Some(now) = &now {
-                    cmd.arg(millis(claim.recheck)).arg(&claim.consumer).arg(now);
+                    let (pool, size) = claim
+                        .pool
+                        .as_ref()
+                        .map_or(("", 0), |p| (p.name.as_str(), p.size));
+                    cmd.arg(millis(claim.recheck))
+                        .arg(&claim.consumer)
+                        .arg(now)
+                        .arg(claim.max_concurrent.max(1))
+                        .arg(pool)
+                        .arg(size);
                 }
             })
             .await?;
@@ -329,14 +349,14 @@ impl Ledger for RedisLedger {
 
     async fn heartbeat(&self, lease: &Lease, duration: Duration) -> Result<Heartbeat, StoreError> {
         let key = lease.key.as_str();
-        let mut invocation = Call::new(&self.scripts.heartbeat, 3);
+        let mut invocation = Call::new(&self.scripts.heartbeat, 2);
         invocation
             .key(self.record_key(key))
             .key(&self.leases_key)
-            .key(self.job_lock_key(&lease.job))
             .arg(key)
             .arg(&lease.token)
-            .arg(millis(duration));
+            .arg(millis(duration))
+            .arg(self.slots_prefix());
         // Guarded: a renewal a failover could lose would let the lease lapse early on the
         // new master, and the reaper hand the occurrence out while it still runs.
         let reply: Vec<String> = self.conn.write_script(&invocation).await.map_err(written)?;
@@ -406,8 +426,8 @@ impl Ledger for RedisLedger {
             .key(&self.leases_key)
             .key(self.history.key())
             .key(self.body_key(key))
-            .key(self.job_lock_key(&settle.job))
-            .key(self.wait_key(&settle.job))
+            .key(self.slots_prefix())
+            .key(self.wait_prefix())
             .arg(key)
             .arg(settle.job.as_str())
             .arg(settle.attempt)
@@ -477,8 +497,8 @@ impl Ledger for RedisLedger {
             .key(&self.leases_key)
             .key(self.history.key())
             .key(self.body_key(key))
-            .key(self.wait_key(job))
-            .key(self.job_lock_key(job))
+            .key(self.wait_prefix())
+            .key(self.slots_prefix())
             .key(&self.cancels_key)
             .arg(key)
             .arg(job.as_str())
@@ -502,6 +522,35 @@ impl Ledger for RedisLedger {
             [tag, st] if tag == "ended" => Ok(Cancelled::Ended(state(st)?)),
             other => Err(unexpected(&other.join(" "))),
         }
+    }
+
+    async fn gates(&self, gates: &[String]) -> Result<Vec<GateUse>, StoreError> {
+        if gates.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut invocation = Call::new(&self.scripts.gates, 0);
+        invocation
+            .arg(&self.record_prefix)
+            .arg(self.slots_prefix())
+            .arg(self.wait_prefix())
+            .arg(GATE_SHOWN);
+        for gate in gates {
+            invocation.arg(gate);
+        }
+        let reply: Vec<(Vec<String>, usize, Vec<String>)> = invocation
+            .query(&mut self.conn.clone())
+            .await
+            .map_err(command)?;
+        Ok(gates
+            .iter()
+            .zip(reply)
+            .map(|(gate, (running, waiting, next))| GateUse {
+                gate: gate.clone(),
+                running,
+                waiting,
+                next,
+            })
+            .collect())
     }
 
     async fn cancels(&self) -> Result<u64, StoreError> {

@@ -11,8 +11,8 @@ use async_trait::async_trait;
 
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::{
-    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, Heartbeat, Lease, Ledger, Orphan, Record,
-    Settle, State, rules,
+    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, GateUse, Heartbeat, Lease, Ledger, Orphan,
+    Record, Settle, State, rules,
 };
 use cronq_shared::store::StoreError;
 
@@ -110,5 +110,11 @@ impl Ledger for SqliteLedger {
 
     async fn cancels(&self) -> Result<u64, StoreError> {
         self.with(|s| s.cancels()).await
+    }
+
+    async fn gates(&self, gates: &[String]) -> Result<Vec<GateUse>, StoreError> {
+        let gates = gates.to_vec();
+        self.with(move |s| gates.iter().map(|g| rules::gate_use(s, g)).collect())
+            .await
     }
 }

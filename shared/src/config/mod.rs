@@ -21,6 +21,7 @@ mod load;
 mod once;
 mod payload;
 mod pieces;
+mod pools;
 mod quick;
 mod raw;
 mod report;
@@ -35,6 +36,8 @@ mod warnings;
 
 #[cfg(test)]
 mod once_tests;
+#[cfg(test)]
+mod pools_tests;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
@@ -79,6 +82,9 @@ pub struct Config {
     /// `[calendars.NAME]`: named sets of dates jobs exclude, by name (what a runtime job's
     /// `calendars` names too).
     pub calendars: BTreeMap<Arc<str>, Calendar>,
+    /// `[pools.NAME] size = N`: each pool's size, by name (what a job's `pool` names,
+    /// a runtime job's too).
+    pub pools: BTreeMap<Arc<str>, u32>,
     /// `[[alert]]`: where the leader sends alerts (`docs/alerts.md`).
     pub alerts: Vec<AlertSink>,
     /// Every job, in file order, names unique (then the runtime jobs merged in, see
@@ -206,6 +212,22 @@ pub struct Settings {
     pub retention: Duration,
     /// `sla`: the service levels the leader alerts on (`docs/alerts.md`).
     pub sla: Sla,
+    /// `max_concurrent`: how many occurrences may run at once, fleet-wide, when `overlap`
+    /// is not `allow` (`None`: one); `overlap` says what the next one does.
+    pub max_concurrent: Option<u32>,
+    /// `pool = "NAME"`: the `[pools.NAME]` whose slots its runs take (a job's own field),
+    /// with its size as resolved with the job, so a job kept past a reload that dropped the
+    /// section still runs within it.
+    pub pool: Option<Pool>,
+}
+
+/// A job's pool: `pool = "NAME"` and the size of `[pools.NAME]`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Pool {
+    /// The pool's name.
+    pub name: Arc<str>,
+    /// How many runs of its jobs may run at once, fleet-wide (>= 1).
+    pub size: u32,
 }
 
 /// What an occurrence does while an earlier one of the same job still runs (the rules in

@@ -21,6 +21,8 @@ const FIELDS: &[&str] = &[
     "jitter",
     "queue",
     "retention",
+    "max_concurrent",
+    "pool",
     "payload",
     "command",
     "http",

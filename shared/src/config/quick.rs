@@ -38,6 +38,7 @@ struct QuickJob {
     schedules: Option<Vec<String>>,
     exclude: Option<Vec<toml::Value>>,
     calendars: Option<Vec<String>>,
+    pool: Option<String>,
     payload: Option<Table>,
     handler: Option<String>,
     command: Option<Vec<String>>,
@@ -62,6 +63,7 @@ struct QuickJob {
     queue: Option<String>,
     retention: Option<String>,
     sla: Option<Table>,
+    max_concurrent: Option<i64>,
 }
 
 /// How many pieces [`read_ahead`] takes at a time: enough that starting its threads costs
@@ -149,6 +151,7 @@ pub(super) fn read(piece: &str, ordinal: usize) -> Option<RawJob> {
                 items
             }),
             calendars: job.calendars,
+            pool: job.pool,
             payload: job.payload,
             handler: job.handler,
             command: job.command,
@@ -182,6 +185,7 @@ pub(super) fn read(piece: &str, ordinal: usize) -> Option<RawJob> {
             queue: job.queue,
             retention: job.retention,
             sla: job.sla,
+            max_concurrent: job.max_concurrent,
         },
         http: job.http,
         rejected: Vec::new(),
@@ -238,6 +242,8 @@ cwd = "/srv"
 start_at = 2026-12-01T09:00:00+01:00
 exclude = ["0 12 * * *", 2026-12-25, "2026-12-26"]
 calendars = ["holidays"]
+pool = "reports"
+max_concurrent = 4
 end_at = "2026-12-31T18:00:00"
 timezone = "Europe/Berlin"
 timeout = "5m"

@@ -49,6 +49,7 @@ pub(crate) const COMMON_FIELDS: &[Field] = &[
     field("jitter", "a duration string such as \"30s\""),
     field("queue", "a string such as \"default\""),
     field("retention", "a duration string such as \"7d\""),
+    field("max_concurrent", "an integer such as 3"),
     field(
         "sla",
         "a table such as { start_within = \"30s\", max_duration = \"10m\", success_within = \"25h\" }",
@@ -75,6 +76,10 @@ pub(crate) const JOB_FIELDS: &[Field] = &[
         "an array of [calendars.NAME] names such as [\"holidays\"]",
     ),
     field("payload", "a table such as { region = \"cn\" }"),
+    field(
+        "pool",
+        "a string naming a [pools.NAME] section, such as \"reports\"",
+    ),
     field(
         "handler",
         "a string naming a [handlers.NAME] section or a handler registered in Rust, such as \"report\"",
@@ -173,6 +178,8 @@ pub(crate) struct RawConfig<'t> {
     pub(crate) alerts: Vec<Table>,
     /// `[calendars.NAME]`, as written, read in stage two (`super::calendars`).
     pub(crate) calendars: Option<Value>,
+    /// `[pools.NAME]`, as written, read in stage two (`super::pools`).
+    pub(crate) pools: Option<Value>,
 }
 
 /// The `[[job]]` tables, each read into a [`RawJob`] only when the caller gets to it, so
@@ -263,6 +270,7 @@ pub(crate) struct RawDefaults {
     pub(crate) queue: Option<String>,
     pub(crate) retention: Option<String>,
     pub(crate) sla: Option<Table>,
+    pub(crate) max_concurrent: Option<i64>,
 }
 
 /// `[leader]`.
@@ -324,6 +332,7 @@ pub(crate) struct RawJobOwn {
     pub(crate) schedules: Option<Vec<String>>,
     pub(crate) exclude: Option<Vec<toml::Value>>,
     pub(crate) calendars: Option<Vec<String>>,
+    pub(crate) pool: Option<String>,
     pub(crate) payload: Option<Table>,
     pub(crate) handler: Option<String>,
     pub(crate) command: Option<Vec<String>>,
@@ -442,6 +451,7 @@ impl<'t> RawConfig<'t> {
                     )),
                 },
                 "calendars" => raw.calendars = Some(value),
+                "pools" => raw.pools = Some(value),
                 "job" => match value {
                     Value::Array(items) => raw.jobs.items = items.into_iter(),
                     other => raw.problems.push(Problem::new(
@@ -519,11 +529,12 @@ fn unknown_top_level(key: &str) -> Problem {
                 "runtime",
                 "handlers",
                 "calendars",
+                "pools",
                 "job",
             ],
         ) {
             Some(s) => format!("unknown section; did you mean \"{s}\"?"),
-            None => "unknown section; allowed: [defaults], [leader], [metrics], [runtime], [handlers.NAME], [calendars.NAME], [[job]]".to_owned(),
+            None => "unknown section; allowed: [defaults], [leader], [metrics], [runtime], [handlers.NAME], [calendars.NAME], [pools.NAME], [[job]]".to_owned(),
         }
     };
     Problem::new("", key_text(key), message)

@@ -300,6 +300,7 @@ impl Config {
             defaults: &self.defaults,
             handlers: &self.handlers,
             calendars: &self.calendars,
+            pools: &self.pools,
         };
         let mut report = Report::default();
         let job = resolve_job(

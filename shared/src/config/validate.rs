@@ -65,6 +65,8 @@ pub(crate) fn resolve(
 
     let calendars = calendars::resolve(raw.calendars, path, &mut out);
 
+    let pools = super::pools::resolve(raw.pools, &mut out);
+
     let mut jobs = Vec::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
     // One parsed schedule per distinct (text, zone): jobs share it (memory), and the parse
@@ -97,6 +99,7 @@ pub(crate) fn resolve(
             defaults: &defaults,
             handlers: &handlers,
             calendars: &calendars,
+            pools: &pools,
         };
         if let Some(resolved) = resolve_job(job, &context, &mut schedules, &mut sharing, &mut out) {
             warn_risky(&resolved, &job.scope, now, &mut memo, &mut out);
@@ -123,6 +126,7 @@ pub(crate) fn resolve(
         defaults,
         handlers,
         calendars,
+        pools,
         alerts,
         jobs,
         deleted: std::collections::BTreeSet::new(),
@@ -139,6 +143,8 @@ pub(super) struct JobContext<'a> {
     pub(super) handlers: &'a BTreeMap<Arc<str>, Handler>,
     /// `[calendars.NAME]`, read.
     pub(super) calendars: &'a BTreeMap<Arc<str>, calendars::Calendar>,
+    /// `[pools.NAME]`: each pool's size.
+    pub(super) pools: &'a BTreeMap<Arc<str>, u32>,
 }
 
 /// `[runtime]`, with its default: runtime jobs are taken.
@@ -212,6 +218,8 @@ impl Settings {
             queue: QueueName::new("default").expect("\"default\" is a valid queue name"),
             retention: super::DEFAULT_RETENTION,
             sla: super::Sla::default(),
+            max_concurrent: None,
+            pool: None,
         }
     }
 }
@@ -264,6 +272,23 @@ fn resolve_common(
         &mut c.max_attempts,
     );
     c.sla = super::sla::resolve(c.sla, raw.sla.as_ref(), scope, parse_duration, out);
+    out.set(
+        scope,
+        "max_concurrent",
+        raw.max_concurrent,
+        parse_max_concurrent,
+        &mut c.max_concurrent,
+    );
+    if (own_section || raw.max_concurrent.is_some() || raw.overlap.is_some())
+        && c.overlap == Overlap::Allow
+        && let Some(n) = c.max_concurrent
+    {
+        out.problem(
+            scope,
+            "max_concurrent",
+            format!("is {n} but overlap is \"allow\" (no limit): set overlap to \"skip\", \"queue\" or \"replace\" to say what the occurrence past the limit does, or remove max_concurrent"),
+        );
+    }
     let queue = |text: &str| QueueName::new(text).map_err(|e| e.to_string());
     out.set(scope, "queue", raw.queue.as_deref(), queue, &mut c.queue);
     let touches_backoff = raw.backoff.is_some() || raw.backoff_max.is_some();
@@ -311,6 +336,15 @@ fn resolve_durations(raw: &RawDefaults, scope: &str, c: &mut Settings, out: &mut
                 Err(message) => out.problem(scope, field, message),
             }
         }
+    }
+}
+
+fn parse_max_concurrent(n: i64) -> Result<Option<u32>, String> {
+    match u32::try_from(n) {
+        Ok(n) if n >= 1 => Ok(Some(n)),
+        _ => Err(format!(
+            "must be at least 1 (how many occurrences of the job may run at once, fleet-wide), got {n}: give it 1 or more, or remove it (one at a time under overlap skip, queue or replace)"
+        )),
     }
 }
 
@@ -485,7 +519,10 @@ pub(super) fn resolve_job(
             }
         },
     };
-    let common = resolve_common(context.defaults, &raw.common, scope, false, out);
+    let mut common = resolve_common(context.defaults, &raw.common, scope, false, out);
+    if let Some(pool) = raw.own.pool.as_deref() {
+        common.pool = super::pools::check(pool, context.pools, scope, out);
+    }
     // `H` needs the job's name (a job whose name is refused gets the name's problem only,
     // unless the schedule is wrong on its own). A one-shot (`at`) has no schedule of its own.
     let schedule = if raw.rejected.contains(&"at") {

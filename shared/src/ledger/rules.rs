@@ -4,17 +4,25 @@
 //! Redis ledger runs the same rules as Lua scripts (`backends/redis/src/ledger/*.lua`).
 //!
 //! Pure: no I/O, no clock (the step's instant is [`Records::now`]); a record whose
-//! retention has passed counts as absent, a job lock whose time has passed as free, and a
-//! job's wait list is its records in state `waiting` that still hold their message, by
+//! retention has passed counts as absent, a slot whose time has passed as free, and a
+//! gate's wait list is its records in state `waiting` that still hold their message, by
 //! scheduled instant then key.
+//!
+//! One mechanism limits concurrency: a *gate* has a number of *slots*. An exclusive job
+//! (overlap other than `allow`) has its gate, named after the job, with `max_concurrent`
+//! slots (1 unless set: the job lock); a pool has its gate, [`pool_gate`], with `size`
+//! slots. A claim takes a slot of each gate it goes through, or waits in the wait list of
+//! the first that is full. A freed slot gives the waiter whose turn it is a wake-up
+//! ([`Republish::Turn`]); with `k` slots free the first `k` waiters have their turn, so a
+//! newcomer never overtakes an earlier waiter.
 
 use std::time::Duration;
 
 use chrono::Utc;
 
 use super::{
-    CANCELLED_BY, Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, Heartbeat, Lease, Orphan,
-    Record, Republish, Settle, State, WAKE_RECHECK, cancelled_by,
+    CANCELLED_BY, Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, GATE_SHOWN, GateUse,
+    Heartbeat, Lease, Orphan, Record, Republish, Settle, State, WAKE_RECHECK, cancelled_by,
 };
 use crate::config::Overlap;
 use crate::key::OccurrenceKey;
@@ -42,8 +50,16 @@ pub struct Rec {
     pub lease_until: i64,
     /// The key of the occurrence that asked this one to stop (overlap `replace`).
     pub cancel: Option<String>,
-    /// It holds (or waits for) its job's lock.
+    /// It holds (or waits for) a slot of its job's gate.
     pub exclusive: bool,
+    /// How many slots its job's gate has (when exclusive).
+    pub cap: u32,
+    /// The pool whose slot it holds or waits for, if any.
+    pub pool: Option<String>,
+    /// How many slots the pool has.
+    pub pool_cap: u32,
+    /// The gate whose wait list it is on while `waiting`: its job's, or its pool's.
+    pub gate: String,
     /// Its scheduled instant, ms since the Unix epoch.
     pub sched: i64,
     /// The last error.
@@ -56,10 +72,10 @@ pub struct Rec {
     pub fence: u64,
 }
 
-/// A job lock as stored.
+/// One slot of a gate, as stored (for a job of one slot: its job lock).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobLock {
-    /// The holding occurrence's key.
+    /// The holding occurrence's key: a gate holds at most one slot per key.
     pub holder: String,
     /// Its claim's token.
     pub token: String,
@@ -80,15 +96,26 @@ pub trait Records {
     fn put(&mut self, key: &str, rec: &Rec) -> Result<(), Self::Error>;
     /// Forgets the record of `key`.
     fn remove(&mut self, key: &str) -> Result<(), Self::Error>;
-    /// The stored lock of `job`, expired or not.
-    fn lock(&mut self, job: &str) -> Result<Option<JobLock>, Self::Error>;
-    /// Stores the lock of `job` (`None` frees it).
-    fn set_lock(&mut self, job: &str, lock: Option<&JobLock>) -> Result<(), Self::Error>;
-    /// The earliest (`last = false`) or latest member of `job`'s wait list, as (scheduled
-    /// ms, key): a live record in state `waiting` that holds its message.
-    fn wait_end(&mut self, job: &str, last: bool) -> Result<Option<(i64, String)>, Self::Error>;
-    /// Every record of `job` in state `waiting`, earliest first.
-    fn waiting(&mut self, job: &str) -> Result<Vec<String>, Self::Error>;
+    /// The stored slots of `gate`, expired or not.
+    fn slots(&mut self, gate: &str) -> Result<Vec<JobLock>, Self::Error>;
+    /// Stores the slot `holder` holds in `gate` (`None` frees it).
+    fn set_slot(
+        &mut self,
+        gate: &str,
+        holder: &str,
+        slot: Option<&JobLock>,
+    ) -> Result<(), Self::Error>;
+    /// The first `n` (`last = false`), or the last `n`, latest first, members of `gate`'s
+    /// wait list, as (scheduled ms, key): live records in state `waiting` that hold their
+    /// message.
+    fn wait_ends(
+        &mut self,
+        gate: &str,
+        n: usize,
+        last: bool,
+    ) -> Result<Vec<(i64, String)>, Self::Error>;
+    /// Every record on `gate`'s wait list in state `waiting`, earliest first.
+    fn waiting(&mut self, gate: &str) -> Result<Vec<String>, Self::Error>;
     /// Up to `limit` keys whose reaper time has come, earliest first.
     fn due(&mut self, limit: usize) -> Result<Vec<String>, Self::Error>;
     /// Appends `run` to the history, in the same step.
@@ -121,12 +148,42 @@ fn live<S: Records>(s: &mut S, key: &str) -> Result<Option<Rec>, S::Error> {
     }
 }
 
-/// The holder and token of `job`'s lock, if it is held.
-fn live_lock<S: Records>(s: &mut S, job: &str) -> Result<Option<(String, String)>, S::Error> {
+/// What a pool's gate is called: [`POOL_GATE`] then the pool's name (a job name holds no
+/// `:`, so it never names a job's gate).
+pub fn pool_gate(pool: &str) -> String {
+    format!("{POOL_GATE}{pool}")
+}
+
+/// What [`pool_gate`] begins with.
+pub const POOL_GATE: &str = "pool:";
+
+/// The live slots of `gate` held by others than `key`, by holder.
+fn others<S: Records>(s: &mut S, gate: &str, key: &str) -> Result<Vec<JobLock>, S::Error> {
     let now = s.now();
-    Ok(s.lock(job)?
-        .filter(|l| l.until > now)
-        .map(|l| (l.holder, l.token)))
+    let mut slots: Vec<JobLock> = s
+        .slots(gate)?
+        .into_iter()
+        .filter(|l| l.until > now && l.holder != key)
+        .collect();
+    slots.sort_by(|a, b| a.holder.cmp(&b.holder));
+    Ok(slots)
+}
+
+/// The gates `rec` holds (or waits for) a slot of, each with its number of slots.
+fn gates_of(rec: &Rec) -> Vec<(String, usize)> {
+    let mut gates = Vec::new();
+    if rec.exclusive {
+        gates.push((rec.job.clone(), slots(rec.cap)));
+    }
+    if let Some(pool) = &rec.pool {
+        gates.push((pool_gate(pool), slots(rec.pool_cap)));
+    }
+    gates
+}
+
+/// A number of slots as stored (0 from a record written before gates had more than one).
+fn slots(cap: u32) -> usize {
+    usize::try_from(cap.max(1)).unwrap_or(usize::MAX)
 }
 
 /// `None` when a message of `attempt` may act on `rec` at `now`; else the duplicate reply.
@@ -141,9 +198,14 @@ fn is_mine(rec: &Rec, token: &str) -> bool {
     rec.state == State::Running && !token.is_empty() && rec.token == token
 }
 
-/// Gives the earliest waiter of `job` its turn (see `wait.lua`).
-fn wake<S: Records>(s: &mut S, job: &str) -> Result<Option<Orphan>, S::Error> {
-    let Some((_, key)) = s.wait_end(job, false)? else {
+/// Gives the waiter of `gate` whose turn it is a wake-up (see `wait.lua`), `free` slots
+/// being free: the `free`-th in scheduled order (those before it had theirs from the
+/// slots freed before), or the last when fewer wait.
+fn wake<S: Records>(s: &mut S, gate: &str, free: usize) -> Result<Option<Orphan>, S::Error> {
+    if free == 0 {
+        return Ok(None);
+    }
+    let Some((_, key)) = s.wait_ends(gate, free, false)?.pop() else {
         return Ok(None);
     };
     let Some(mut rec) = live(s, &key)? else {
@@ -162,6 +224,11 @@ fn wake<S: Records>(s: &mut S, job: &str) -> Result<Option<Orphan>, S::Error> {
     }))
 }
 
+/// How many of `gate`'s `cap` slots are free.
+fn free_of<S: Records>(s: &mut S, gate: &str, cap: usize) -> Result<usize, S::Error> {
+    Ok(cap.saturating_sub(others(s, gate, "")?.len()))
+}
+
 /// A fresh record of `claim` in `state`.
 fn fresh(claim: &Claim, state: State, now: i64) -> Rec {
     Rec {
@@ -174,7 +241,11 @@ fn fresh(claim: &Claim, state: State, now: i64) -> Rec {
         body: Some(claim.body.clone()),
         lease_until: now,
         cancel: None,
-        exclusive: true,
+        exclusive: claim.overlap != Overlap::Allow,
+        cap: claim.max_concurrent.max(1),
+        pool: claim.pool.as_ref().map(|p| p.name.clone()),
+        pool_cap: claim.pool.as_ref().map_or(0, |p| p.size.max(1)),
+        gate: claim.job.to_string(),
         sched: claim.scheduled_at.timestamp_millis(),
         error: None,
         expires: now + ms(claim.retention),
@@ -183,13 +254,17 @@ fn fresh(claim: &Claim, state: State, now: i64) -> Rec {
     }
 }
 
-/// Records `claim` as waiting for its turn.
-fn wait_here<S: Records>(s: &mut S, claim: &Claim, key: &str) -> Result<(), S::Error> {
+/// Records `claim` as waiting for a slot of `gate`: a waiter holds no slot anywhere.
+fn wait_here<S: Records>(s: &mut S, claim: &Claim, key: &str, gate: &str) -> Result<(), S::Error> {
     let now = s.now();
     let rec = Rec {
         due: Some(now + ms(claim.recheck)),
+        gate: gate.to_owned(),
         ..fresh(claim, State::Waiting, now)
     };
+    for (held, _) in gates_of(&rec) {
+        s.set_slot(&held, key, None)?;
+    }
     s.put(key, &rec)
 }
 
@@ -205,78 +280,173 @@ fn abandoned_cancel(rec: &Rec, token: &str) -> Option<String> {
     gone.then(|| by.clone())
 }
 
+/// Takes a slot of `gate` (of `cap`) for `claim` in scheduled order (`queue`, and every
+/// pool): `None` when it may take one now; else it waits on the gate's wait list. With
+/// `k` slots free, the first `k` waiters scheduled no later than it go first.
+fn queue_at<S: Records>(
+    s: &mut S,
+    claim: &Claim,
+    key: &str,
+    gate: &str,
+    cap: usize,
+) -> Result<Option<ClaimOutcome>, S::Error> {
+    let holders = others(s, gate, key)?;
+    let free = cap.saturating_sub(holders.len());
+    if free == 0 {
+        let holder = holders
+            .first()
+            .map(|h| h.holder.clone())
+            .unwrap_or_default();
+        wait_here(s, claim, key, gate)?;
+        return Ok(Some(ClaimOutcome::Waiting {
+            holder,
+            woken: None,
+        }));
+    }
+    let sched = claim.scheduled_at.timestamp_millis();
+    let ahead = s
+        .wait_ends(gate, free, false)?
+        .into_iter()
+        .take_while(|(at, k)| k != key && *at <= sched)
+        .count();
+    if ahead < free {
+        return Ok(None);
+    }
+    let Some(woken) = wake(s, gate, free)?.filter(|w| w.key != key) else {
+        return Ok(None);
+    };
+    wait_here(s, claim, key, gate)?;
+    Ok(Some(ClaimOutcome::Waiting {
+        holder: woken.key.clone(),
+        woken: Some(woken),
+    }))
+}
+
 /// Applies the overlap rules of an exclusive job to `claim` (see `claim.lua`): `None` when
-/// it may take the job lock now.
+/// it may take a slot of its job's gate now.
 fn overlap<S: Records>(
     s: &mut S,
     claim: &Claim,
     key: &str,
 ) -> Result<Option<ClaimOutcome>, S::Error> {
-    let job = claim.job.as_str();
+    let gate = claim.job.as_str();
+    let cap = slots(claim.max_concurrent);
     let sched = claim.scheduled_at.timestamp_millis();
-    let holder = live_lock(s, job)?.map(|h| h.0).filter(|h| h != key);
-    Ok(match claim.overlap {
-        Overlap::Allow => None,
-        // Skip: an earlier (or same-instant) holder makes this one `skipped`; behind a later
-        // one (a retry or a republished attempt of an occurrence the next one overtook) it
-        // waits for its turn as under `queue`, never skipped for an occurrence after it.
-        Overlap::Skip if holder_not_later(s, holder.as_deref(), sched)? => {
-            holder.map(|holder| ClaimOutcome::Busy { holder })
-        }
-        Overlap::Skip | Overlap::Queue => {
-            if let Some(holder) = holder {
-                wait_here(s, claim, key)?;
-                return Ok(Some(ClaimOutcome::Waiting {
-                    holder,
-                    woken: None,
-                }));
-            }
-            let Some((head_sched, head)) = s.wait_end(job, false)? else {
-                return Ok(None);
-            };
-            if head == key || head_sched > sched {
-                return Ok(None);
-            }
-            let Some(woken) = wake(s, job)?.filter(|w| w.key != key) else {
-                return Ok(None);
-            };
-            wait_here(s, claim, key)?;
-            Some(ClaimOutcome::Waiting {
-                holder: woken.key.clone(),
-                woken: Some(woken),
-            })
-        }
-        Overlap::Replace => {
-            if let Some(h) = &holder
-                && live(s, h)?.is_some_and(|r| r.sched > sched)
-            {
-                return Ok(Some(ClaimOutcome::Superseded { by: h.clone() }));
-            }
-            if let Some((newest_sched, newest)) = s.wait_end(job, true)?
-                && newest != key
-                && newest_sched > sched
-            {
-                return Ok(Some(ClaimOutcome::Superseded { by: newest }));
-            }
-            for other in s.waiting(job)? {
-                if other != key {
-                    supersede(s, claim, &other, key)?;
+    match claim.overlap {
+        Overlap::Allow => Ok(None),
+        Overlap::Skip => {
+            // All slots taken: an earlier (or same-instant) holder makes this one
+            // `skipped`; behind later ones only (retries or republished attempts of
+            // occurrences the next ones overtook) it waits for its turn as under `queue`,
+            // never skipped for occurrences after it.
+            let holders = others(s, gate, key)?;
+            if holders.len() >= cap {
+                for h in holders {
+                    if holder_not_later(s, Some(&h.holder), sched)? {
+                        return Ok(Some(ClaimOutcome::Busy { holder: h.holder }));
+                    }
                 }
             }
-            let Some(holder) = holder else {
-                return Ok(None);
-            };
+            queue_at(s, claim, key, gate, cap)
+        }
+        Overlap::Queue => queue_at(s, claim, key, gate, cap),
+        Overlap::Replace => replace(s, claim, key, gate, cap),
+    }
+}
+
+/// `replace`: the newest occurrences run. All slots taken, a newer one asks the running
+/// one to stop (with one slot the holder; with more the oldest not yet asked) and waits for
+/// its slot; an older one, or one with as many newer waiters as there are slots, is
+/// superseded. With one slot a newer one also supersedes every
+/// waiter; with more, once every holder is asked to stop, it takes the oldest waiter's place.
+fn replace<S: Records>(
+    s: &mut S,
+    claim: &Claim,
+    key: &str,
+    gate: &str,
+    cap: usize,
+) -> Result<Option<ClaimOutcome>, S::Error> {
+    let sched = claim.scheduled_at.timestamp_millis();
+    let holders = others(s, gate, key)?;
+    let full = holders.len() >= cap;
+    // (scheduled, key, asked to stop) of each holder, oldest first; a holder whose record is
+    // gone counts as the oldest.
+    let mut running = Vec::new();
+    for h in holders {
+        let (at, asked) = live(s, &h.holder)?.map_or((i64::MIN, false), |r| {
+            (r.sched, r.cancel.as_ref().is_some_and(|c| !c.is_empty()))
+        });
+        running.push((at, h.holder, asked));
+    }
+    running.sort();
+    let target = if !full {
+        None
+    } else if cap == 1 {
+        running.first()
+    } else {
+        running.iter().find(|r| !r.2)
+    }
+    .map(|(at, k, _)| (*at, k.clone()));
+    if let Some((at, holder)) = &target
+        && *at > sched
+    {
+        return Ok(Some(ClaimOutcome::Superseded { by: holder.clone() }));
+    }
+    // As many waiters newer than it as there are slots: they run, not it.
+    let newer: Vec<String> = s
+        .wait_ends(gate, cap, true)?
+        .into_iter()
+        .filter(|(at, k)| k != key && *at > sched)
+        .map(|(_, k)| k)
+        .collect();
+    if newer.len() >= cap
+        && let Some(newest) = newer.into_iter().next()
+    {
+        return Ok(Some(ClaimOutcome::Superseded { by: newest }));
+    }
+    if cap == 1 {
+        for other in s.waiting(gate)? {
+            if other != key {
+                supersede(s, claim, &other, key)?;
+            }
+        }
+    } else if full
+        && target.is_none()
+        && let Some((_, first)) = s.wait_ends(gate, 1, false)?.pop()
+        && first != key
+    {
+        supersede(s, claim, &first, key)?;
+    }
+    if !full {
+        return Ok(None);
+    }
+    let holder = match target {
+        Some((_, holder)) => {
             if let Some(mut rec) = live(s, &holder)? {
                 rec.cancel = Some(key.to_owned());
                 s.put(&holder, &rec)?;
             }
-            wait_here(s, claim, key)?;
-            Some(ClaimOutcome::Waiting {
-                holder,
-                woken: None,
-            })
+            holder
         }
-    })
+        None => running.first().map(|r| r.1.clone()).unwrap_or_default(),
+    };
+    wait_here(s, claim, key, gate)?;
+    Ok(Some(ClaimOutcome::Waiting {
+        holder,
+        woken: None,
+    }))
+}
+
+/// A pooled claim's turn in its pool: `None` when it may take a slot now.
+fn pooled<S: Records>(
+    s: &mut S,
+    claim: &Claim,
+    key: &str,
+) -> Result<Option<ClaimOutcome>, S::Error> {
+    match &claim.pool {
+        Some(pool) => queue_at(s, claim, key, &pool_gate(&pool.name), slots(pool.size)),
+        None => Ok(None),
+    }
 }
 
 /// `holder` holds the job lock and was scheduled no later than `sched` (a holder whose
@@ -345,17 +515,11 @@ pub fn claim<S: Records>(s: &mut S, claim: &Claim) -> Result<ClaimOutcome, S::Er
     if let Some(outcome) = overlap(s, claim, &key)? {
         return Ok(outcome);
     }
-    let now = s.now();
-    let exclusive = claim.overlap != Overlap::Allow;
-    let until = now + ms(claim.lease);
-    if exclusive {
-        let lock = JobLock {
-            holder: key.clone(),
-            token: token.clone(),
-            until,
-        };
-        s.set_lock(claim.job.as_str(), Some(&lock))?;
+    if let Some(outcome) = pooled(s, claim, &key)? {
+        return Ok(outcome);
     }
+    let now = s.now();
+    let until = now + ms(claim.lease);
     let (fence, mark) = match mine {
         Some(kept) => kept,
         None => (s.next_fence(claim.job.as_str())?, None),
@@ -363,12 +527,19 @@ pub fn claim<S: Records>(s: &mut S, claim: &Claim) -> Result<ClaimOutcome, S::Er
     let rec = Rec {
         token: token.clone(),
         lease_until: until,
-        exclusive,
         due: Some(until),
         fence,
         cancel: mark,
         ..fresh(claim, State::Running, now)
     };
+    for (gate, _) in gates_of(&rec) {
+        let slot = JobLock {
+            holder: key.clone(),
+            token: token.clone(),
+            until,
+        };
+        s.set_slot(&gate, &key, Some(&slot))?;
+    }
     s.put(&key, &rec)?;
     Ok(ClaimOutcome::Claimed {
         lease: Lease {
@@ -397,23 +568,31 @@ pub fn heartbeat<S: Records>(
     if rec.state != State::Running || rec.token != lease.token {
         return Ok(Heartbeat::Lost);
     }
-    let until = s.now() + ms(duration);
+    let now = s.now();
+    let until = now + ms(duration);
     rec.lease_until = until;
     rec.due = Some(until);
     s.put(&key, &rec)?;
-    if rec.exclusive {
-        let job = lease.job.as_str();
-        let mine = live_lock(s, job)?.is_none_or(|(k, t)| k == key && t == lease.token);
-        if !mine {
-            // Another occurrence took the lapsed job lock: stop (see heartbeat.lua).
+    for (gate, cap) in gates_of(&rec) {
+        let mine = s
+            .slots(&gate)?
+            .into_iter()
+            .find(|l| l.holder == key && l.until > now);
+        let held = match mine {
+            Some(slot) => slot.token == lease.token,
+            // Lapsed: taken again while a slot is free; if others took every slot, stop
+            // (see heartbeat.lua).
+            None => others(s, &gate, &key)?.len() < cap,
+        };
+        if !held {
             return Ok(Heartbeat::Lost);
         }
-        let lock = JobLock {
-            holder: key,
+        let slot = JobLock {
+            holder: key.clone(),
             token: lease.token.clone(),
             until,
         };
-        s.set_lock(job, Some(&lock))?;
+        s.set_slot(&gate, &key, Some(&slot))?;
     }
     Ok(match rec.cancel {
         Some(by) => Heartbeat::CancelRequested { by },
@@ -446,20 +625,22 @@ pub fn complete<S: Records>(s: &mut S, lease: &Lease, end: &End) -> Result<Ended
         }
         return Ok(NOT_RECORDED);
     };
-    let job = lease.job.as_str();
-    // Only an exclusive claim takes its job's lock.
-    let woken = if rec.exclusive {
-        match live_lock(s, job)? {
-            Some((k, t)) if k == key && t == lease.token => {
-                s.set_lock(job, None)?;
-                wake(s, job)?
-            }
-            Some(_) => None, // another occurrence took the lapsed lock: its end wakes
-            None => wake(s, job)?,
+    // Its slots are freed; the first gate with a free slot gives a waiter its turn (a
+    // second one's waiter gets it from its own claim, or from the reaper).
+    let mut woken = None;
+    for (gate, cap) in gates_of(&rec) {
+        let ours = s
+            .slots(&gate)?
+            .iter()
+            .any(|l| l.holder == key && l.token == lease.token);
+        if ours {
+            s.set_slot(&gate, &key, None)?;
         }
-    } else {
-        None
-    };
+        if woken.is_none() {
+            let free = free_of(s, &gate, cap)?;
+            woken = wake(s, &gate, free)?;
+        }
+    }
     let now = s.now();
     rec.state = state;
     // The token stays: it tells an end tried again by this claim from a fenced one.
@@ -496,8 +677,17 @@ pub fn settle<S: Records>(s: &mut S, settle: &Settle) -> Result<Ended, S::Error>
     if blocked(current.as_ref(), settle.attempt, "", s.now()).is_some() {
         return Ok(NOT_RECORDED);
     }
-    let queue = current.map(|r| r.queue).unwrap_or_default();
     let job = settle.job.as_str();
+    // The gate whose turn may pass on: a waiter's own, else its job's.
+    let (gate, cap) = match &current {
+        Some(r) if r.state == State::Waiting => {
+            let cap = if r.gate == r.job { r.cap } else { r.pool_cap };
+            (r.gate.clone(), slots(cap))
+        }
+        Some(r) if r.exclusive => (job.to_owned(), slots(r.cap)),
+        _ => (job.to_owned(), 1),
+    };
+    let queue = current.map(|r| r.queue).unwrap_or_default();
     let now = s.now();
     let rec = Rec {
         job: job.to_owned(),
@@ -510,6 +700,10 @@ pub fn settle<S: Records>(s: &mut S, settle: &Settle) -> Result<Ended, S::Error>
         lease_until: now,
         cancel: None,
         exclusive: false,
+        cap: 0,
+        pool: None,
+        pool_cap: 0,
+        gate: job.to_owned(),
         sched: 0,
         error: settle.error.clone(),
         expires: now + ms(settle.retention),
@@ -520,11 +714,8 @@ pub fn settle<S: Records>(s: &mut S, settle: &Settle) -> Result<Ended, S::Error>
     if let Some(run) = &settle.run {
         s.append(run)?;
     }
-    let woken = if live_lock(s, job)?.is_none() {
-        wake(s, job)?
-    } else {
-        None
-    };
+    let free = free_of(s, &gate, cap)?;
+    let woken = wake(s, &gate, free)?;
     Ok(Ended {
         recorded: true,
         woken,
@@ -638,12 +829,42 @@ pub fn cancel<S: Records>(s: &mut S, cancel: &Cancel) -> Result<Cancelled, S::Er
         error: Some(why),
         published_at: None,
     })?;
-    if rec.exclusive && live_lock(s, &rec.job)?.is_none() {
-        // The next waiter's turn: no one here publishes it, the reaper does once its due
-        // time (WAKE_RECHECK from now) passes.
-        wake(s, &rec.job)?;
+    // Its slots go (a lapsed claim's), and the next waiter has its turn: no one here
+    // publishes it, the reaper does once its due time (WAKE_RECHECK from now) passes.
+    let gates = match was {
+        State::Waiting => gates_of(&rec)
+            .into_iter()
+            .filter(|(g, _)| *g == rec.gate)
+            .collect(),
+        _ => gates_of(&rec),
+    };
+    for (gate, cap) in gates {
+        s.set_slot(&gate, &key, None)?;
+        let free = free_of(s, &gate, cap)?;
+        if wake(s, &gate, free)?.is_some() {
+            break;
+        }
     }
     Ok(Cancelled::Ended(was))
+}
+
+/// [`super::Ledger::gates`], for one gate.
+///
+/// # Errors
+/// The storage's.
+pub fn gate_use<S: Records>(s: &mut S, gate: &str) -> Result<GateUse, S::Error> {
+    let running = others(s, gate, "")?
+        .into_iter()
+        .filter(|l| !l.token.is_empty())
+        .map(|l| l.holder)
+        .collect();
+    let waiting = s.waiting(gate)?;
+    Ok(GateUse {
+        gate: gate.to_owned(),
+        running,
+        waiting: waiting.len(),
+        next: waiting.into_iter().take(GATE_SHOWN).collect(),
+    })
 }
 
 /// A key's record as it is now, for inspection.

@@ -1,6 +1,7 @@
 //! The digest of the config a process runs: one per job, a SHA-256 of the job's effective
 //! definition (its name, schedule (with its `schedules`, `exclude` and calendars' dates),
-//! zone, resolved settings, payload and handler), and one
+//! zone, resolved settings (with its limits: `max_concurrent`, its pool and the pool's
+//! size), payload and handler), and one
 //! overall, over every job's name and digest in name order. Two processes whose overall
 //! digests are equal run the same jobs the same way; where they differ, the per-job
 //! digests say in which jobs.
@@ -195,6 +196,13 @@ pub fn job_digest(job: &Job) -> JobDigest {
     if s.sla.is_set() {
         let _ = writeln!(text, "sla={:?}", s.sla);
     }
+    // Only when set, so that the digests of jobs without limits stay what they were.
+    if let Some(n) = s.max_concurrent {
+        let _ = writeln!(text, "max_concurrent={n}");
+    }
+    if let Some(pool) = &s.pool {
+        let _ = writeln!(text, "pool={:?}:{}", pool.name, pool.size);
+    }
     // `schedule` above shows a union and its exclusions as written; a calendar is named
     // there, and its dates (which its file may change) count here.
     if let Some(dates) = job.schedule.excluded_dates() {
@@ -310,6 +318,33 @@ mod tests {
             job("", "exclude = [\"0 0 * * SUN\"]\n"),
             plain,
             "an exclusion counts"
+        );
+    }
+
+    #[test]
+    fn a_job_s_limits_and_its_pool_s_size_are_part_of_the_digest() {
+        let job = |head: &str, extra: &str| {
+            job_digest(
+                &config(&format!(
+                    "{head}[[job]]\nname = \"a\"\nschedule = \"@daily\"\n{extra}command = [\"true\"]\n"
+                ))
+                .jobs[0],
+            )
+        };
+        let plain = job("", "");
+        let limited = job("", "max_concurrent = 2\n");
+        let pooled = |size: u32| job(&format!("[pools.p]\nsize = {size}\n"), "pool = \"p\"\n");
+        assert_ne!(plain, limited);
+        assert_ne!(plain, pooled(2));
+        assert_ne!(
+            pooled(2),
+            pooled(3),
+            "the pool's size counts, not only its name"
+        );
+        assert_eq!(
+            plain,
+            job("[pools.p]\nsize = 2\n", ""),
+            "a pool no job names"
         );
     }
 

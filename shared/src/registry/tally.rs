@@ -21,8 +21,8 @@ use super::Counter;
 use crate::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing, Pick, Ready};
 use crate::key::OccurrenceKey;
 use crate::ledger::{
-    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, Heartbeat, Lease, Ledger, Orphan, Settle,
-    State,
+    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, GateUse, Heartbeat, Lease, Ledger, Orphan,
+    Settle, State,
 };
 use crate::names::QueueName;
 use crate::store::StoreError;
@@ -176,5 +176,9 @@ impl Ledger for CountingLedger {
 
     async fn cancels(&self) -> Result<u64, StoreError> {
         self.inner.cancels().await
+    }
+
+    async fn gates(&self, gates: &[String]) -> Result<Vec<GateUse>, StoreError> {
+        self.inner.gates(gates).await
     }
 }

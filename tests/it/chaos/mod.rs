@@ -279,7 +279,7 @@ async fn diagnose(env: &TestEnv, ha: Option<&Ha>, report: &check::Report) {
         let job = key.split('@').next().unwrap_or(key);
         for redis_key in [
             names.redis_key(&["occ", key]),
-            names.redis_key(&["joblock", job]),
+            names.redis_key(&["slots", job]),
         ] {
             let kind: String = redis::cmd("TYPE")
                 .arg(&redis_key)

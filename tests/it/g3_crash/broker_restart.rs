@@ -1,9 +1,10 @@
-//! A broker restart loses no occurrence, neither one held back by overlap `queue` nor a
-//! retry waiting for its backoff.
+//! A broker restart loses no occurrence, neither one held back by overlap `queue`, nor one
+//! waiting for a slot of its pool, nor a retry waiting for its backoff.
 //!
 //! A broker restart under load, on a RabbitMQ node of its own (`scripts/test-nodes`; the
 //! shared broker on 5672 is never touched): 2 producers and 3 consumers, occurrences held
-//! back by overlap `queue` and retries waiting for their backoff while the broker is down
+//! back by overlap `queue` or by a full pool, and retries waiting for their backoff while
+//! the broker is down
 //! (`rabbitmqctl stop_app`, 4 s, `start_app`). None may be lost.
 //!
 //! This is the only test that restarts the node: tests run in parallel, so another one
@@ -26,13 +27,19 @@ const PHASE: Duration = Duration::from_secs(15);
 /// How long the backlog may take to settle once publishing stopped.
 const DRAIN: Duration = Duration::from_secs(35);
 
-/// The jobs, both `@every 2s`.
-const JOBS: [&str; 2] = ["queued", "flaky"];
+/// The jobs, all `@every 2s`.
+const JOBS: [&str; 3] = ["queued", "flaky", "pooled"];
 
 /// `queued` (overlap `queue`) runs 3 s every 2 s, so an occurrence is always held back
 /// behind a running one. `flaky` fails the first attempt of each key (a marker file per
-/// key) and succeeds on its retry 2 s later, so retries are always pending.
-fn config(trace: &std::path::Path, markers: &std::path::Path) -> String {
+/// key) and succeeds on its retry 2 s later, so retries are always pending. `pooled`
+/// (overlap `allow`, in a pool of 1) runs 3 s every 2 s, so a run always waits for the
+/// pool's slot; it traces to `pool_trace`.
+fn config(
+    trace: &std::path::Path,
+    markers: &std::path::Path,
+    pool_trace: &std::path::Path,
+) -> String {
     let flaky = format!(
         "m='{}'/\"$CRONQ_KEY\"; [ -e \"$m\" ] && exit 0; touch \"$m\"; echo first try fails >&2; exit 1",
         markers.display()
@@ -55,9 +62,22 @@ max_attempts = 3
 backoff = \"2s\"
 catchup = \"all\"
 command = {}
+
+[pools.one]
+size = 1
+
+[[job]]
+name = \"pooled\"
+schedule = \"@every 2s\"
+overlap = \"allow\"
+pool = \"one\"
+max_attempts = 1
+catchup = \"all\"
+command = {}
 ",
         argv(&["sh", "-c", &history::traced_script(trace, "3")]),
         argv(&["sh", "-c", &flaky]),
+        argv(&["sh", "-c", &history::traced_script(pool_trace, "3")]),
     )
 }
 
@@ -68,14 +88,20 @@ async fn held_back_and_retrying_occurrences_survive_a_broker_restart() {
         env.clean_broker_too(&node.amqp_url, Some(&node.name));
         let trace = env.dir.join("trace");
         let markers = env.dir.join("markers");
+        let pool_trace = env.dir.join("pool-trace");
         std::fs::create_dir_all(&markers).unwrap();
         let options = Options {
             amqp_url: Some(node.amqp_url.clone()),
             consumers: 3,
             ..Options::default()
         };
-        let running =
-            Running::start_with(Deployment::Fleet, &env, &config(&trace, &markers), options).await;
+        let running = Running::start_with(
+            Deployment::Fleet,
+            &env,
+            &config(&trace, &markers, &pool_trace),
+            options,
+        )
+        .await;
         until(
             PHASE,
             "an occurrence held back and a retry pending",
@@ -87,7 +113,9 @@ async fn held_back_and_retrying_occurrences_survive_a_broker_restart() {
                     .any(|e| e.outcome == Outcome::Retrying);
                 let held = running.published("queued").len() >= 2
                     && !Trace::read(&trace).open().is_empty();
-                if retrying && held {
+                let pooled = running.published("pooled").len() >= 2
+                    && !Trace::read(&pool_trace).open().is_empty();
+                if retrying && held && pooled {
                     Ok(())
                 } else {
                     Err(running.logs())
@@ -152,7 +180,7 @@ async fn held_back_and_retrying_occurrences_survive_a_broker_restart() {
             let settled = JOBS
                 .iter()
                 .all(|j| history::problems(&expected[j], &entries[j]).is_empty());
-            if settled && t.open().is_empty() {
+            if settled && t.open().is_empty() && Trace::read(&pool_trace).open().is_empty() {
                 Ok((entries, t))
             } else {
                 Err(format!("{}{}", describe(&entries, &t), running.logs()))
@@ -170,6 +198,18 @@ async fn held_back_and_retrying_occurrences_survive_a_broker_restart() {
             t.max_concurrency() <= 1,
             "two queued runs overlapped\n{}",
             t.render()
+        );
+
+        let pool_t = Trace::read(&pool_trace);
+        let pooled = history::terminal(&entries["pooled"]);
+        for key in &expected["pooled"] {
+            assert_eq!(pooled[key].outcome, Outcome::Succeeded, "{key}\n{context}");
+            assert_eq!(pool_t.count(Mark::Start, key), 1, "{key}\n{context}");
+        }
+        assert!(
+            pool_t.max_concurrency() <= 1,
+            "two runs of the pool of 1 overlapped\n{}",
+            pool_t.render()
         );
 
         let flaky = history::terminal(&entries["flaky"]);

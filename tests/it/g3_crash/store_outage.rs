@@ -104,6 +104,13 @@ impl Ledger for Flaky {
         self.check()?;
         self.inner.cancels().await
     }
+    async fn gates(
+        &self,
+        gates: &[String],
+    ) -> Result<Vec<cronq_shared::ledger::GateUse>, cronq_shared::store::StoreError> {
+        self.check()?;
+        self.inner.gates(gates).await
+    }
 }
 
 /// The store down at first: nothing runs and nothing is acked until it is back; then the

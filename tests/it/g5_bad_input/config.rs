@@ -31,8 +31,23 @@ fn unknown_field_gets_a_suggestion() {
 cronq.toml: [defaults]: timout: unknown field; did you mean \"timeout\"?
 cronq.toml: [leader]: leese: unknown field; did you mean \"lease\"?
 cronq.toml: job \"a\": schedual: unknown field; did you mean \"schedule\"?
-cronq.toml: job \"a\": zzz: unknown field; allowed: name, schedule, schedules, exclude, calendars, payload, handler, command, http, user, group, env, clear_env, cwd, start_at, end_at, at, timezone, timeout, overlap, catchup, catchup_window, deadline, max_attempts, backoff, backoff_max, jitter, queue, retention, sla
+cronq.toml: job \"a\": zzz: unknown field; allowed: name, schedule, schedules, exclude, calendars, payload, pool, handler, command, http, user, group, env, clear_env, cwd, start_at, end_at, at, timezone, timeout, overlap, catchup, catchup_window, deadline, max_attempts, backoff, backoff_max, jitter, queue, retention, max_concurrent, sla
 cronq.toml: job \"a\": schedule: is required: a cron expression such as \"30 3 * * *\", or \"@every 5m\"
+",
+    );
+}
+
+#[test]
+fn bad_limits_and_pools() {
+    assert_rejected(
+        "limits",
+        "[pools.reports]\nsize = 0\n[pools.batch]\nsize = 2\n\
+         [[job]]\nname = \"a\"\nschedule = \"@daily\"\nmax_concurrent = 0\ncommand = [\"true\"]\n\
+         [[job]]\nname = \"b\"\nschedule = \"@daily\"\npool = \"bacth\"\ncommand = [\"true\"]\n",
+        "cronq: invalid config (3 problems):
+cronq.toml: [pools.reports]: size: must be at least 1 (how many runs of the pool's jobs may run at once), got 0: give it 1 or more, or remove the pool and its jobs' pool = \"reports\"
+cronq.toml: job \"a\": max_concurrent: must be at least 1 (how many occurrences of the job may run at once, fleet-wide), got 0: give it 1 or more, or remove it (one at a time under overlap skip, queue or replace)
+cronq.toml: job \"b\": pool: \"bacth\" is not a [pools.NAME] of this file; did you mean \"batch\"?: define it with [pools.bacth] size = N, or remove pool from the job
 ",
     );
 }

@@ -62,6 +62,8 @@ fn claim_of(occ: &Occurrence, attempt: u32) -> Claim {
         queue: QueueName::new("work").unwrap(),
         attempt,
         overlap: Overlap::Allow,
+        max_concurrent: 1,
+        pool: None,
         lease: Duration::from_secs(60),
         retention: Duration::from_secs(600),
         body: occ.encode(),

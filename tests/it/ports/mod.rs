@@ -8,6 +8,7 @@ mod jobs;
 mod lease;
 mod ledger;
 mod ledger_cancel;
+mod ledger_limits;
 mod ledger_overlap;
 mod rabbitmq;
 mod redis;

@@ -59,6 +59,8 @@ pub fn claim(job: &str, i: u32, attempt: u32, overlap: Overlap, lease: Duration)
         queue: QueueName::new("default").unwrap(),
         attempt,
         overlap,
+        max_concurrent: 1,
+        pool: None,
         lease,
         retention: LONG,
         body: occ.encode(),

@@ -346,6 +346,10 @@ impl<T: Ledger + ?Sized> Ledger for Port<T> {
     async fn cancels(&self) -> Result<u64, StoreError> {
         self.0.cancels().await
     }
+
+    async fn gates(&self, gates: &[String]) -> Result<Vec<ledger::GateUse>, StoreError> {
+        self.0.gates(gates).await
+    }
 }
 
 #[async_trait]

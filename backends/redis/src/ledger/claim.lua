@@ -10,9 +10,6 @@
 --                        the rest of its retention, 3x the memory)
 -- KEYS[7] fence counter  (ns:fence:JOB) the job's last fencing token; no TTL, so that a
 --                        fence outgrows every earlier one of the job whatever expired since
--- Only for an exclusive job (overlap skip, queue or replace):
--- KEYS[4] job lock       (ns:joblock:JOB) value "KEY|TOKEN", PX lease
--- KEYS[5] wait list      (ns:jobwait:JOB) see wait.lua
 -- KEYS[6] run history stream, for the waiters this occurrence supersedes (replace)
 -- ARGV[1] key   ARGV[2] job   ARGV[3] queue   ARGV[4] attempt
 -- ARGV[5] token, the caller's for every try of this claim: a record running under it was
@@ -20,12 +17,15 @@
 --         again
 -- ARGV[6] lease ms   ARGV[7] retention ms   ARGV[8] overlap (allow|skip|queue|replace)
 -- ARGV[9] message body   ARGV[10] scheduled time ms
--- Only for an exclusive job:
+-- Only for a gated claim (overlap other than allow, or a pool):
 -- ARGV[11] ms until the reaper re-checks a waiting occurrence
--- ARGV[12] ms a woken waiter has to claim its turn
--- ARGV[13] consumer id   ARGV[14] now, RFC 3339 (history entries; replace only)
--- ARGV[15] history MAXLEN   ARGV[16] history MINID (replace only: it alone supersedes)
--- `shared` holds the batch's record and body key prefixes (ns:occ:, ns:occbody:).
+-- ARGV[12] consumer id   ARGV[13] now, RFC 3339 (history entries; replace only)
+-- ARGV[14] slots of the job's gate (max_concurrent)   ARGV[15] pool ('' none)
+-- ARGV[16] slots of the pool
+-- An exclusive job takes a slot of its gate (see wait.lua: ns:slots:JOB, ns:jobwait:JOB),
+-- a pooled one a slot of its pool's (ns:slots:pool:NAME, ns:jobwait:pool:NAME).
+-- `shared` holds what the batch shares: key prefixes (record, body, slots, wait), ms a
+-- woken waiter has to claim its turn, history MAXLEN and MINID.
 -- Numbers go to Redis as the strings they came in where they can: Lua turns a number back
 -- into text with sprintf, 2,000 to 3,000 instructions each (see docs/benchmarks-notebook.md,
 -- throughput step 2).
@@ -40,7 +40,7 @@ local function claim(KEYS, ARGV, shared)
   local attempt = ARGV[4]
   local lease = tonumber(ARGV[6])
   local lease_until = tostring(now + lease)
-  -- ns:occ: and ns:occbody:, as the batch sent them (the waiters of an exclusive job).
+  -- ns:occ: and ns:occbody:, as the batch sent them (the waiters of a gate).
   local prefix, body_prefix = shared.record, shared.body
   -- One read of everything the checks need (a new key reads five nils).
   local rec = redis.call('HMGET', KEYS[1], 'state', 'attempt', 'lease_until', 'next', 'token',
@@ -80,101 +80,207 @@ local function claim(KEYS, ARGV, shared)
     end
   end
 
-  -- Records this occurrence as waiting for its turn.
-  local function wait_here()
+  -- Records this occurrence as waiting for a slot of `gate`: a waiter holds no slot, and
+  -- is on one wait list only.
+  local function wait_here(gate)
+    local pool = ARGV[15] or ''
     redis.call('HSET', KEYS[1], 'state', 'waiting', 'attempt', attempt, 'next', attempt,
-      'token', '', 'job', ARGV[2], 'queue', ARGV[3], 'cancel', '', 'exclusive', '1',
+      'token', '', 'job', ARGV[2], 'queue', ARGV[3], 'cancel', '',
+      'exclusive', ARGV[8] ~= 'allow' and '1' or '0', 'cap', ARGV[14] or '1',
+      'pool', pool, 'pool_cap', ARGV[16] or '0', 'gate', gate,
       'sched', ARGV[10], 'updated', now_s)
     redis.call('HDEL', KEYS[1], 'error')
     redis.call('PEXPIRE', KEYS[1], ARGV[7])
     redis.call('SET', KEYS[3], ARGV[9], 'PX', ARGV[7])
     redis.call('ZADD', KEYS[2], now + tonumber(ARGV[11]), key)
-    redis.call('ZADD', KEYS[5], ARGV[10], key)
+    for _, g in ipairs({ARGV[2], 'pool:' .. pool}) do
+      redis.call('HDEL', shared.slots .. g, key)
+      if g ~= gate then
+        redis.call('ZREM', shared.wait .. g, key)
+      end
+    end
+    redis.call('ZADD', shared.wait .. gate, ARGV[10], key)
   end
 
   -- Records the waiter `other` as cancelled: this newer occurrence replaces it. Its entry has
   -- no published_at (read back as none), as the ledger's rules write it.
-  local function supersede(other)
+  local function supersede(other, wait)
     local other_rec = prefix .. other
     local why = 'replaced by ' .. key
     redis.call('HSET', other_rec, 'state', 'cancelled', 'token', '', 'updated', now_s,
       'error', why)
     redis.call('DEL', body_prefix .. other)
     redis.call('ZREM', KEYS[2], other)
-    redis.call('ZREM', KEYS[5], other)
-    append_fields(KEYS[6], ARGV[15], ARGV[16], {
+    redis.call('ZREM', wait, other)
+    append_fields(KEYS[6], shared.maxlen, shared.minid, {
       'key', other, 'job', ARGV[2], 'attempt', redis.call('HGET', other_rec, 'attempt') or '1',
-      'consumer', ARGV[13], 'started_at', ARGV[14], 'duration_ms', '0',
+      'consumer', ARGV[12], 'started_at', ARGV[13], 'duration_ms', '0',
       'outcome', 'cancelled', 'error', why})
   end
 
   local policy = ARGV[8]
   local exclusive = policy ~= 'allow'
+  local pool = ARGV[15] or ''
+  local gated = exclusive or pool ~= ''
+  local sched = tonumber(ARGV[10])
+
+  -- Takes a slot of `gate` (of `cap`) in scheduled order (queue, and every pool): nil when
+  -- it may take one now; else it waits on the gate's wait list. With k slots free, the
+  -- first k waiters scheduled no later than it go first.
+  local function queue_at(gate, cap)
+    local slots, wait = shared.slots .. gate, shared.wait .. gate
+    -- The common case first, without reading every slot: fewer slots stored (live or
+    -- lapsed, its own included) than the gate has, and no one waiting.
+    if redis.call('HLEN', slots) < cap and redis.call('ZCARD', wait) == 0 then
+      return nil
+    end
+    local holders = slot_holders(slots, now, key)
+    local free = cap - #holders
+    if free <= 0 then
+      wait_here(gate)
+      return {'waiting', holders[1]}
+    end
+    local ahead = 0
+    for _, w in ipairs(wait_ends(wait, gate, prefix, body_prefix, false, free)) do
+      if w[1] == key or w[2] > sched then
+        break
+      end
+      ahead = ahead + 1
+    end
+    if ahead < free then
+      return nil
+    end
+    local woken = wake(wait, gate, KEYS[2], prefix, body_prefix, now, shared.wake, free)
+    if woken and woken[1] ~= key then
+      wait_here(gate)
+      return {'waiting', woken[1], woken[1], woken[2], woken[3]}
+    end
+    return nil
+  end
+
+  local cap = math.max(tonumber(ARGV[14] or '1') or 1, 1)
   if exclusive then
-    local sched = tonumber(ARGV[10])
-    local holder = redis.call('GET', KEYS[4])
-    local holder_key = holder and (string.match(holder, '^(.*)|[^|]*$') or holder)
-    if holder_key == key then
-      -- This occurrence's own lock, left by an owner that stopped: take it over.
-      holder_key = nil
-    end
-    if policy == 'skip' and holder_key
-        and tonumber(redis.call('HGET', prefix .. holder_key, 'sched') or '0') <= sched then
-      -- skip: an earlier (or same-instant) holder makes this occurrence skipped.
-      return {'busy', holder_key}
-    end
-    if policy == 'skip' or policy == 'queue' then
-      -- queue, and skip behind a later holder (a retry, or a republished attempt, of an
-      -- occurrence the next one overtook): wait for the turn, never skipped for a later one.
-      if holder_key then
-        wait_here()
-        return {'waiting', holder_key}
-      end
-      -- Free, but earlier occurrences wait: they go first, in scheduled order.
-      local head, head_sched = wait_end(KEYS[5], prefix, false)
-      if head and head ~= key and head_sched <= sched then
-        local woken = wake(KEYS[5], KEYS[2], prefix, body_prefix, now, tonumber(ARGV[12]))
-        if woken and woken[1] ~= key then
-          wait_here()
-          return {'waiting', woken[1], woken[1], woken[2], woken[3]}
+    local gate = ARGV[2]
+    local slots, wait = shared.slots .. gate, shared.wait .. gate
+    local reply
+    if policy == 'skip' then
+      -- All slots taken: an earlier (or same-instant) holder makes this occurrence skipped;
+      -- behind later ones only (retries, or republished attempts, of occurrences the next
+      -- ones overtook) it waits for its turn as under queue, never skipped for later ones.
+      local holders = slot_holders(slots, now, key)
+      if #holders >= cap then
+        for _, h in ipairs(holders) do
+          local at = redis.call('HGET', prefix .. h, 'sched')
+          if not at or tonumber(at) <= sched then
+            return {'busy', h}
+          end
         end
       end
+      reply = queue_at(gate, cap)
+    elseif policy == 'queue' then
+      reply = queue_at(gate, cap)
     else
-      -- replace: the newest occurrence runs; every older one running or waiting is cancelled.
-      if holder_key and tonumber(redis.call('HGET', prefix .. holder_key, 'sched') or '0') > sched then
-        return {'superseded', holder_key}
+      -- replace: the newest occurrences run. All slots taken, a newer one asks the running
+      -- one to stop (one slot: the holder; more: the oldest not yet asked) and waits for its
+      -- slot; an older one is superseded.
+      local holders = slot_holders(slots, now, key)
+      local full = #holders >= cap
+      local running = {}
+      for _, h in ipairs(holders) do
+        local r = redis.call('HMGET', prefix .. h, 'sched', 'cancel')
+        local at = -1e300
+        if r[1] then at = tonumber(r[1]) end
+        running[#running + 1] = {at, h, r[2] and r[2] ~= '' and r[2] ~= '0'}
       end
-      local newest, newest_sched = wait_end(KEYS[5], prefix, true)
-      if newest and newest ~= key and newest_sched > sched then
-        return {'superseded', newest}
-      end
-      for _, other in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
-        if other ~= key and redis.call('HGET', prefix .. other, 'state') == 'waiting' then
-          supersede(other)
+      table.sort(running, function(x, y)
+        if x[1] ~= y[1] then return x[1] < y[1] end
+        return x[2] < y[2]
+      end)
+      local target
+      if full then
+        if cap == 1 then
+          target = running[1]
+        else
+          for _, r in ipairs(running) do
+            if not r[3] then
+              target = r
+              break
+            end
+          end
         end
       end
-      if holder_key then
-        if redis.call('EXISTS', prefix .. holder_key) == 1 then
-          redis.call('HSET', prefix .. holder_key, 'cancel', key)
+      if target and target[1] > sched then
+        return {'superseded', target[2]}
+      end
+      -- As many waiters newer than it as there are slots: they run, not it.
+      local newer = {}
+      for _, w in ipairs(wait_ends(wait, gate, prefix, body_prefix, true, cap)) do
+        if w[1] ~= key and w[2] > sched then
+          newer[#newer + 1] = w[1]
         end
-        wait_here()
-        return {'waiting', holder_key}
+      end
+      if #newer >= cap then
+        return {'superseded', newer[1]}
+      end
+      if cap == 1 then
+        for _, other in ipairs(redis.call('ZRANGE', wait, 0, -1)) do
+          if other ~= key and redis.call('HGET', prefix .. other, 'state') == 'waiting' then
+            supersede(other, wait)
+          end
+        end
+      elseif full and not target then
+        local first = wait_ends(wait, gate, prefix, body_prefix, false, 1)[1]
+        if first and first[1] ~= key then
+          supersede(first[1], wait)
+        end
+      end
+      if full then
+        local holder
+        if target then
+          holder = target[2]
+          if redis.call('EXISTS', prefix .. holder) == 1 then
+            redis.call('HSET', prefix .. holder, 'cancel', key)
+          end
+        else
+          holder = running[1][2]
+        end
+        wait_here(gate)
+        return {'waiting', holder}
       end
     end
-    redis.call('ZREM', KEYS[5], key)
-    redis.call('SET', KEYS[4], key .. '|' .. ARGV[5], 'PX', ARGV[6])
+    if reply then
+      return reply
+    end
+  end
+  if pool ~= '' then
+    local reply = queue_at('pool:' .. pool, math.max(tonumber(ARGV[16]) or 1, 1))
+    if reply then
+      return reply
+    end
+  end
+  if gated then
+    redis.call('ZREM', shared.wait .. ARGV[2], key)
+    if exclusive then
+      set_slot(shared.slots .. ARGV[2], key, ARGV[5], now + lease, now)
+    end
+    if pool ~= '' then
+      redis.call('ZREM', shared.wait .. 'pool:' .. pool, key)
+      set_slot(shared.slots .. 'pool:' .. pool, key, ARGV[5], now + lease, now)
+    end
   end
   if not fence then
     fence = tostring(redis.call('INCR', KEYS[7]))
   end
-  if st or exclusive then
+  if st or gated then
     redis.call('HSET', KEYS[1], 'fence', fence, 'state', 'running', 'attempt', attempt, 'next', attempt,
       'token', ARGV[5], 'job', ARGV[2], 'queue', ARGV[3],
       'lease_until', lease_until, 'cancel', mark, 'exclusive', exclusive and '1' or '0',
+      'cap', ARGV[14] or '1', 'pool', pool, 'pool_cap', ARGV[16] or '0', 'gate', ARGV[2],
       'sched', ARGV[10], 'updated', now_s)
   else
-    -- A new record of an `allow` job: no cancel request and not exclusive, which every
-    -- script reads off absent fields as well (two fields less to write and to keep).
+    -- A new record of an `allow` job outside any pool: no cancel request, not exclusive,
+    -- no pool, which every script reads off absent fields as well (fields less to write
+    -- and to keep).
     redis.call('HSET', KEYS[1], 'fence', fence, 'state', 'running', 'attempt', attempt,
       'next', attempt, 'token', ARGV[5], 'job', ARGV[2], 'queue', ARGV[3],
       'lease_until', lease_until, 'sched', ARGV[10], 'updated', now_s)
@@ -191,36 +297,29 @@ end
 
 -- The batch. KEYS[1] is the lease zset, KEYS[2] the run history stream. ARGV begins with
 -- what every claim of the batch shares: ARGV[1] the record key prefix (ns:occ:), ARGV[2]
--- the body key prefix (ns:occbody:), ARGV[3] the job lock key prefix (ns:joblock:),
--- ARGV[4] the wait list key prefix (ns:jobwait:), ARGV[5] ms a woken waiter has to claim
--- its turn, ARGV[6] history MAXLEN, ARGV[7] history MINID, ARGV[8] the fence counter key
--- prefix (ns:fence:). Then the claims one after the other, each as its ARGV[1..10] above, and for an exclusive job ARGV[11], ARGV[13] and
--- ARGV[14] after them (13 arguments); a claim's keys are made here from its key, its job
--- and the prefixes, and what the batch shares goes into its ARGV. A claim whose key holds
--- another type answers {"error", why} and leaves the others to run; any other error fails
--- the whole call. Returns one reply per claim, in order.
-local shared = {record = ARGV[1], body = ARGV[2]}
+-- the body key prefix (ns:occbody:), ARGV[3] the slots key prefix (ns:slots:), ARGV[4]
+-- the wait list key prefix (ns:jobwait:), ARGV[5] ms a woken waiter has to claim its turn,
+-- ARGV[6] history MAXLEN, ARGV[7] history MINID, ARGV[8] the fence counter key prefix
+-- (ns:fence:). Then the claims one after the other, each as the number of its arguments,
+-- then its ARGV above (10, or 16 for a gated one); a claim's keys are made here from its
+-- key, its job and the prefixes. A claim whose key holds another type answers
+-- {"error", why} and leaves the others to run; any other error fails the whole call.
+-- Returns one reply per claim, in order.
+local shared = {record = ARGV[1], body = ARGV[2], slots = ARGV[3], wait = ARGV[4],
+  wake = tonumber(ARGV[5]), maxlen = ARGV[6], minid = ARGV[7]}
 local replies = {}
 local at = 9
 while at <= #ARGV do
-  local key, job = ARGV[at], ARGV[at + 1]
+  local first = at + 1
+  local last = at + tonumber(ARGV[at])
+  local key, job = ARGV[first], ARGV[first + 1]
   local keys = {ARGV[1] .. key, KEYS[1], ARGV[2] .. key}
-  keys[7] = ARGV[8] .. job
-  local args
-  if ARGV[at + 7] ~= 'allow' then
-    keys[4], keys[5], keys[6] = ARGV[3] .. job, ARGV[4] .. job, KEYS[2]
-    args = {unpack(ARGV, at, at + 10)}
-    args[12], args[13], args[14], args[15], args[16] =
-      ARGV[5], ARGV[at + 11], ARGV[at + 12], ARGV[6], ARGV[7]
-    at = at + 13
-  else
-    args = {unpack(ARGV, at, at + 9)}
-    at = at + 10
-  end
-  local reply, err = run_one(claim, keys, args, shared)
+  keys[6], keys[7] = KEYS[2], ARGV[8] .. job
+  local reply, err = run_one(claim, keys, {unpack(ARGV, first, last)}, shared)
   if not reply then
     return redis.error_reply(err)
   end
   replies[#replies + 1] = reply
+  at = last + 1
 end
 return replies

@@ -6,8 +6,8 @@
 -- (its answer lost, or short of replicas) is answered recorded, changing and appending
 -- nothing. With run fields, the attempt's run is appended to the history in the same step:
 -- as given when the end is recorded, as lost (the same fields, outcome `lost` and ARGV[10]
--- as its error) when it is not. An exclusive job's lock is released and the earliest
--- waiting occurrence, if any, is given its turn. Prepended: clock.lua, history.lua, wait.lua, batch.lua.
+-- as its error) when it is not. The slots it holds are freed (wait.lua) and the waiter
+-- whose turn it is, if any, is given its turn. Prepended: clock.lua, history.lua, wait.lua, batch.lua.
 -- KEYS[1] record hash   KEYS[2] lease zset   KEYS[3] run history stream   KEYS[4] message body
 -- ARGV[1] key   ARGV[2] job   ARGV[3] token   ARGV[4] state ('' = give the claim up)
 -- ARGV[5] error ('' = none)   ARGV[6] retention ms
@@ -17,14 +17,15 @@
 -- ARGV[10] the error of the run as lost
 -- ARGV[11..] the run's field values after its key and job (none: no run), as recorded; see
 -- history.lua
--- `shared`: what the batch's ends share (see the batch at the end): the record, body, job
--- lock and wait list key prefixes, ms a woken waiter has to claim its turn, history MAXLEN
+-- `shared`: what the batch's ends share (see the batch at the end): the record, body,
+-- slots and wait list key prefixes, ms a woken waiter has to claim its turn, history MAXLEN
 -- and MINID.
 -- Returns {1 [, woken key, woken queue, woken body]}, or {0} when fenced or given up.
 local function complete(KEYS, ARGV, shared)
   local now_s = server_now()
   local has_run = #ARGV > 10
-  local rec = redis.call('HMGET', KEYS[1], 'state', 'token', 'exclusive')
+  local rec = redis.call('HMGET', KEYS[1], 'state', 'token', 'exclusive', 'job', 'cap', 'pool',
+    'pool_cap')
   if rec[1] == ARGV[4] and rec[2] == ARGV[3] then
     -- This very end, recorded by an earlier try of this claim (no end is 'running', and a
     -- give-up, '', is never a record's state).
@@ -36,16 +37,19 @@ local function complete(KEYS, ARGV, shared)
     end
     return {'0'}
   end
+  -- Its slots are freed; the first gate with a free slot gives a waiter its turn (a second
+  -- one's waiter gets it from its own claim, or from the reaper).
   local woken
-  if rec[3] == '1' then
-    local key = ARGV[1]
-    local lock = shared.lock .. ARGV[2]
-    if redis.call('GET', lock) == key .. '|' .. ARGV[3] then
-      redis.call('DEL', lock)
+  local now = tonumber(now_s)
+  for _, g in ipairs(gates_of(rec[3], rec[4], rec[5], rec[6], rec[7])) do
+    local slots = shared.slots .. g[1]
+    if redis.call('HGET', slots, ARGV[1]) and slot_token(slots, ARGV[1], 0) == ARGV[3] then
+      redis.call('HDEL', slots, ARGV[1])
     end
-    if redis.call('EXISTS', lock) == 0 then
-      woken = wake(shared.wait .. ARGV[2], KEYS[2], shared.record, shared.body,
-        tonumber(now_s), shared.wake)
+    if not woken and redis.call('ZCARD', shared.wait .. g[1]) > 0 then
+      local free = g[2] - #slot_holders(slots, now, '')
+      woken = wake(shared.wait .. g[1], g[1], KEYS[2], shared.record, shared.body, now,
+        shared.wake, free)
     end
   end
   -- The claim removed any earlier error, so a running record has none to delete.
@@ -74,14 +78,14 @@ end
 
 -- The batch. KEYS[1] is the lease zset, KEYS[2] the run history stream. ARGV begins with
 -- what every end of the batch shares, as claim.lua's batch does: ARGV[1] the record key
--- prefix, ARGV[2] the body key prefix, ARGV[3] the job lock key prefix, ARGV[4] the wait
+-- prefix, ARGV[2] the body key prefix, ARGV[3] the slots key prefix, ARGV[4] the wait
 -- list key prefix, ARGV[5] ms a woken waiter has to claim its turn, ARGV[6] history
 -- MAXLEN, ARGV[7] history MINID. Then the ends one after the other, each as the number of
 -- its arguments, then its arguments (its ARGV above); its keys are made here from its key
--- and the prefixes, an exclusive job's lock and wait list by the end itself. An end whose
+-- and the prefixes, the gates' slots and wait lists by the end itself. An end whose
 -- key holds another type answers {"error", why} and leaves the others to run; any other
 -- error fails the whole call. Returns one reply per end, in order.
-local shared = {record = ARGV[1], body = ARGV[2], lock = ARGV[3], wait = ARGV[4],
+local shared = {record = ARGV[1], body = ARGV[2], slots = ARGV[3], wait = ARGV[4],
   wake = tonumber(ARGV[5]), maxlen = ARGV[6],
   minid = ARGV[7]}
 local replies = {}

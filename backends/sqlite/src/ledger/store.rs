@@ -1,7 +1,7 @@
 //! The ledger's storage in the data file, for the rules of `cronq_shared::ledger::rules`:
-//! records, job locks and the history, read and written inside one transaction. A job's
-//! wait list is an index over its records in state `waiting`; the reaper's schedule an
-//! index over their `due` instants.
+//! records, the slots of gates and the history, read and written inside one transaction.
+//! A gate's wait list is an index over the records in state `waiting` on it; the reaper's
+//! schedule an index over their `due` instants.
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
@@ -23,7 +23,7 @@ pub(super) struct Store<'c> {
 macro_rules! columns {
     () => {
         "job, state, attempt, next, token, queue, body, lease_until, cancel, exclusive, sched, \
-         error, expires, due, fence"
+         error, expires, due, fence, cap, pool, pool_cap, gate"
     };
 }
 
@@ -31,14 +31,14 @@ const GET: &str = concat!("SELECT ", columns!(), " FROM records WHERE key = ?1")
 const PUT: &str = concat!(
     "INSERT OR REPLACE INTO records (key, ",
     columns!(),
-    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)"
 );
-const FIRST_WAITER: &str = "SELECT sched, key FROM records
-     WHERE job = ?1 AND state = 'waiting' AND body IS NOT NULL AND expires > ?2
-     ORDER BY sched ASC, key ASC LIMIT 1";
-const LAST_WAITER: &str = "SELECT sched, key FROM records
-     WHERE job = ?1 AND state = 'waiting' AND body IS NOT NULL AND expires > ?2
-     ORDER BY sched DESC, key DESC LIMIT 1";
+const FIRST_WAITERS: &str = "SELECT sched, key FROM records
+     WHERE gate = ?1 AND state = 'waiting' AND body IS NOT NULL AND expires > ?2
+     ORDER BY sched ASC, key ASC LIMIT ?3";
+const LAST_WAITERS: &str = "SELECT sched, key FROM records
+     WHERE gate = ?1 AND state = 'waiting' AND body IS NOT NULL AND expires > ?2
+     ORDER BY sched DESC, key DESC LIMIT ?3";
 
 fn from_row(key: &str, r: &Row<'_>) -> rusqlite::Result<Result<Rec, Failure>> {
     let state: String = r.get(1)?;
@@ -64,6 +64,10 @@ fn from_row(key: &str, r: &Row<'_>) -> rusqlite::Result<Result<Rec, Failure>> {
         expires: r.get(12)?,
         due: r.get(13)?,
         fence: u64::try_from(r.get::<_, i64>(14)?).unwrap_or(0),
+        cap: r.get(15)?,
+        pool: r.get(16)?,
+        pool_cap: r.get(17)?,
+        gate: r.get(18)?,
     }))
 }
 
@@ -81,7 +85,7 @@ impl Store<'_> {
             )?
             .execute(params![self.now, limit(batch)])?;
         self.conn
-            .prepare_cached("DELETE FROM job_locks WHERE until <= ?1")?
+            .prepare_cached("DELETE FROM slots WHERE until <= ?1")?
             .execute([self.now])?;
         Ok(())
     }
@@ -130,6 +134,10 @@ impl Records for Store<'_> {
             rec.expires,
             rec.due,
             i64::try_from(rec.fence).unwrap_or(i64::MAX),
+            rec.cap,
+            rec.pool,
+            rec.pool_cap,
+            rec.gate,
         ])?;
         Ok(())
     }
@@ -141,52 +149,64 @@ impl Records for Store<'_> {
         Ok(())
     }
 
-    fn lock(&mut self, job: &str) -> Result<Option<JobLock>, Failure> {
+    fn slots(&mut self, gate: &str) -> Result<Vec<JobLock>, Failure> {
         Ok(self
             .conn
-            .prepare_cached("SELECT holder, token, until FROM job_locks WHERE job = ?1")?
-            .query_row([job], |r| {
+            .prepare_cached("SELECT holder, token, until FROM slots WHERE gate = ?1")?
+            .query_map([gate], |r| {
                 Ok(JobLock {
                     holder: r.get(0)?,
                     token: r.get(1)?,
                     until: r.get(2)?,
                 })
-            })
-            .optional()?)
+            })?
+            .collect::<Result<_, _>>()?)
     }
 
-    fn set_lock(&mut self, job: &str, lock: Option<&JobLock>) -> Result<(), Failure> {
-        match lock {
+    fn set_slot(
+        &mut self,
+        gate: &str,
+        holder: &str,
+        slot: Option<&JobLock>,
+    ) -> Result<(), Failure> {
+        match slot {
             Some(l) => self
                 .conn
                 .prepare_cached(
-                    "INSERT OR REPLACE INTO job_locks (job, holder, token, until)
+                    "INSERT OR REPLACE INTO slots (gate, holder, token, until)
                      VALUES (?1, ?2, ?3, ?4)",
                 )?
-                .execute(params![job, l.holder, l.token, l.until])?,
+                .execute(params![gate, holder, l.token, l.until])?,
             None => self
                 .conn
-                .prepare_cached("DELETE FROM job_locks WHERE job = ?1")?
-                .execute([job])?,
+                .prepare_cached("DELETE FROM slots WHERE gate = ?1 AND holder = ?2")?
+                .execute([gate, holder])?,
         };
         Ok(())
     }
 
-    fn wait_end(&mut self, job: &str, last: bool) -> Result<Option<(i64, String)>, Failure> {
+    fn wait_ends(
+        &mut self,
+        gate: &str,
+        n: usize,
+        last: bool,
+    ) -> Result<Vec<(i64, String)>, Failure> {
         Ok(self
             .conn
-            .prepare_cached(if last { LAST_WAITER } else { FIRST_WAITER })?
-            .query_row(params![job, self.now], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?)
+            .prepare_cached(if last { LAST_WAITERS } else { FIRST_WAITERS })?
+            .query_map(params![gate, self.now, limit(n)], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?
+            .collect::<Result<_, _>>()?)
     }
 
-    fn waiting(&mut self, job: &str) -> Result<Vec<String>, Failure> {
+    fn waiting(&mut self, gate: &str) -> Result<Vec<String>, Failure> {
         Ok(self
             .conn
             .prepare_cached(
-                "SELECT key FROM records WHERE job = ?1 AND state = 'waiting' ORDER BY sched, key",
+                "SELECT key FROM records WHERE gate = ?1 AND state = 'waiting' ORDER BY sched, key",
             )?
-            .query_map([job], |r| r.get(0))?
+            .query_map([gate], |r| r.get(0))?
             .collect::<Result<_, _>>()?)
     }
 
