@@ -241,4 +241,8 @@ impl Ledger for MemoryLedger {
     async fn cancels(&self) -> Result<u64, StoreError> {
         self.step(|s| Ok(s.maps.cancels))
     }
+
+    async fn record(&self, key: &OccurrenceKey) -> Result<Option<Record>, StoreError> {
+        self.step(|s| rules::record(s, key))
+    }
 }

@@ -111,4 +111,8 @@ impl Ledger for SqliteLedger {
     async fn cancels(&self) -> Result<u64, StoreError> {
         self.with(|s| s.cancels()).await
     }
+
+    async fn record(&self, key: &OccurrenceKey) -> Result<Option<Record>, StoreError> {
+        SqliteLedger::record(self, key).await
+    }
 }

@@ -177,4 +177,11 @@ impl Ledger for CountingLedger {
     async fn cancels(&self) -> Result<u64, StoreError> {
         self.inner.cancels().await
     }
+
+    async fn record(
+        &self,
+        key: &OccurrenceKey,
+    ) -> Result<Option<crate::ledger::Record>, StoreError> {
+        self.inner.record(key).await
+    }
 }

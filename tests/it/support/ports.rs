@@ -346,6 +346,10 @@ impl<T: Ledger + ?Sized> Ledger for Port<T> {
     async fn cancels(&self) -> Result<u64, StoreError> {
         self.0.cancels().await
     }
+
+    async fn record(&self, key: &OccurrenceKey) -> Result<Option<ledger::Record>, StoreError> {
+        self.0.record(key).await
+    }
 }
 
 #[async_trait]
