@@ -105,8 +105,11 @@ pub(crate) fn resolve(
         }
     }
     herd.warn(now, &mut out);
-    out.problems
-        .extend(after::check_graph(&jobs, |_| true).into_iter().map(|b| b.problem));
+    out.problems.extend(
+        after::check_graph(&jobs, |_| true)
+            .into_iter()
+            .map(|b| b.problem),
+    );
     if out.problems.is_empty() && jobs.is_empty() {
         out.warn("", "", "no [[job]] is defined: nothing will be scheduled");
     }
