@@ -279,3 +279,114 @@ async fn a_chain_on_a_standalone_data_file_runs_in_order_and_after_a_replay() {
     })
     .await;
 }
+
+/// Asserts `cronq check --config cronq.toml` exits 2 with exactly `expected` on stderr.
+#[track_caller]
+fn assert_rejected(test: &str, config: &str, expected: &str) {
+    use crate::support::config_dir::{ConfigDir, stderr};
+    let dir = ConfigDir::with(test, config);
+    let out = dir.run(&["check", "--config", "cronq.toml"]);
+    assert_eq!(stderr(&out), expected, "config:\n{config}");
+    assert_eq!(out.status.code(), Some(2), "config:\n{config}");
+}
+
+const PARENT: &str =
+    "[[job]]\nname = \"extract\"\nschedule = \"@every 1m\"\ncommand = [\"true\"]\n";
+
+#[test]
+fn an_unknown_parent_is_named_with_the_closest_job() {
+    assert_rejected(
+        "after-unknown",
+        &format!("{PARENT}[[job]]\nname = \"load\"\nafter = [\"extrct\", \"nowhere\"]\ncommand = [\"true\"]\n"),
+        "cronq: invalid config (2 problems):
+cronq.toml: job \"load\": after: \"extrct\" is not a job (did you mean \"extract\"?): name a job of this config, or remove it from after
+cronq.toml: job \"load\": after: \"nowhere\" is not a job: name a job of this config, or remove it from after
+",
+    );
+}
+
+#[test]
+fn a_cycle_names_every_job_on_it() {
+    assert_rejected(
+        "after-cycle",
+        &format!(
+            "{PARENT}[[job]]\nname = \"a\"\nafter = [\"extract\", \"c\"]\ncommand = [\"true\"]\n\
+             [[job]]\nname = \"b\"\nafter = [\"a\"]\ncommand = [\"true\"]\n\
+             [[job]]\nname = \"c\"\nafter = [\"b\"]\ncommand = [\"true\"]\n"
+        ),
+        "cronq: invalid config (1 problem):
+cronq.toml: job \"a\": after: the jobs run after each other in a cycle (a after c after b after a), so none of them could ever start: remove one of these after entries
+",
+    );
+}
+
+#[test]
+fn after_naming_itself_or_beside_a_schedule_is_refused() {
+    assert_rejected(
+        "after-self",
+        &format!(
+            "{PARENT}[[job]]\nname = \"load\"\nafter = [\"load\", \"extract\", \"extract\"]\ncommand = [\"true\"]\n\
+             [[job]]\nname = \"report\"\nafter = [\"extract\"]\nschedule = \"@daily\"\ncommand = [\"true\"]\n\
+             [[job]]\nname = \"empty\"\nafter = []\ncommand = [\"true\"]\n"
+        ),
+        "cronq: invalid config (4 problems):
+cronq.toml: job \"load\": after: names the job itself (\"load\"): a job cannot run after itself; remove it from after
+cronq.toml: job \"load\": after: names \"extract\" twice: list each job once
+cronq.toml: job \"report\": after: is set together with schedule: a job that runs after other jobs has no times of its own, its occurrences are its parents' scheduled times; remove schedule, or remove after
+cronq.toml: job \"empty\": after: is empty: name the jobs it runs after, such as after = [\"extract\"], or give it a schedule instead
+",
+    );
+}
+
+/// A runtime job (`cronq job apply`) may run after a file job: it runs for the file job's
+/// slots once each, after them; an unknown parent or a cycle among runtime jobs is refused
+/// at apply, naming the file, the job and `after`, and nothing is applied.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_runtime_job_runs_after_a_file_job_and_a_bad_after_is_refused() {
+    use crate::support::deployment::{Data, appending_config};
+    scoped("chains_runtime", |env| async move {
+        let running = Running::start_ticking(
+            Deployment::Standalone(Data::File),
+            &env,
+            &appending_config(&env, LEADER, ""),
+        )
+        .await;
+        let bad = env.write_config(
+            "bad.toml",
+            "[[job]]\nname = \"x\"\nafter = [\"tik\"]\nhandler = \"append\"\n\
+             [[job]]\nname = \"y\"\nafter = [\"z\"]\nhandler = \"append\"\n\
+             [[job]]\nname = \"z\"\nafter = [\"y\"]\nhandler = \"append\"\n",
+        );
+        let bad = bad.to_string_lossy().into_owned();
+        let out = running.cli(&["job", "apply", "-f", &bad]);
+        assert_eq!(out.status.code(), Some(2));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            format!(
+                "cronq: invalid config (2 problems):
+{bad}: job \"x\": after: \"tik\" is not a job (did you mean \"tick\"?): name a job of this config, or remove it from after
+{bad}: job \"y\": after: the jobs run after each other in a cycle (y after z after y), so none of them could ever start: remove one of these after entries
+"
+            )
+        );
+        let good = env.write_config(
+            "good.toml",
+            "[[job]]\nname = \"follow\"\nafter = [\"tick\"]\nhandler = \"append\"\n",
+        );
+        let out = running.ok(&["job", "apply", "-f", &good.to_string_lossy()]);
+        assert_eq!(out, "created job \"follow\" (revision 1)\n");
+        running
+            .until_succeeded("follow", 3, Duration::from_secs(20), "follow to run thrice")
+            .await;
+        let ran = crate::support::cli::ran(&env, "follow");
+        let ticks = crate::support::cli::ran(&env, "tick");
+        let mut seen = BTreeSet::new();
+        for key in &ran {
+            let slot = key.strip_prefix("follow@").expect("a key of follow");
+            assert!(seen.insert(slot.to_owned()), "follow ran twice for {slot}: {ran:?}");
+            let parent = format!("tick@{slot}");
+            assert!(ticks.contains(&parent), "{key} ran without {parent}: ticks {ticks:?}");
+        }
+    })
+    .await;
+}
