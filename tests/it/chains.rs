@@ -241,6 +241,31 @@ async fn chain_runs_in_order_and_a_replay_runs_the_skipped_child(kind: Deploymen
         trace.render(),
         running.logs()
     );
+    // `cronq verify` expects c at a's times (its parents' common times): every slot
+    // checked, none a gap. (On the fleet, the slot a missed across the failover is a gap of
+    // a's and so of its children: a `catchup = "latest"` choice, not checked here.)
+    if kind.is_standalone() {
+        let fmt = |s: &String| s.clone();
+        let (first, last) = (
+            fmt(slots.first().expect("slots")),
+            fmt(slots.last().expect("slots")),
+        );
+        let out = running.cli(&[
+            "verify", "--from", &first, "--to", &last, "--job", "c", "--json",
+        ]);
+        let report: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+        assert_eq!(out.status.code(), Some(0), "{report}");
+        let c_account = report["jobs"]
+            .as_array()
+            .expect("jobs")
+            .iter()
+            .find(|j| j["job"] == "c")
+            .unwrap_or_else(|| panic!("no c in {report}"));
+        assert_eq!(c_account["expected"], slots.len(), "{report}");
+        assert_eq!(c_account["gaps"], serde_json::json!([]), "{report}");
+    }
+
     // Nothing ever ran twice: no key of b or c with two successes, none left unfinished
     // (of those old enough to have ended).
     for (job, entries) in [("b", &b), ("c", &c)] {
