@@ -1,7 +1,9 @@
 //! `cronq jobs`: each job of the config, then each runtime job of the job store, with its
 //! schedule, zone, next fire (in its zone and UTC), pause flag (from the control store),
 //! last outcome (from the run log) and whether a live consumer serves it (from the fleet
-//! registry, `cronq_shared::registry::serving`).
+//! registry, `cronq_shared::registry::serving`). A job that runs after others (`after`)
+//! shows its parents as its schedule and its parents' next common time; a parent lists
+//! the jobs that run after it.
 
 use std::collections::HashMap;
 
@@ -21,14 +23,15 @@ use crate::output::{self, Table};
 /// How many of the newest runs are read at once to find each job's last outcome.
 const RECENT_RUNS: usize = 2_000;
 
-/// One job's line: the job, its next fire, its pause flag, its last run and whether it is
-/// served (`None` when the fleet registry could not be read).
+/// One job's line: the job, its next fire, its pause flag, its last run, whether it is
+/// served (`None` when the fleet registry could not be read) and its children.
 type Row<'c> = (
     &'c Job,
     Option<DateTime<Utc>>,
     Option<&'c Pause>,
     Option<Run>,
     Option<Service>,
+    Vec<&'c str>,
 );
 
 /// Prints each job's status as a table or one JSON document.
@@ -67,6 +70,15 @@ pub async fn run(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
     {
         latest.entry(run.job.clone()).or_insert(run);
     }
+    let mut children: HashMap<&str, Vec<&str>> = HashMap::new();
+    for job in &config.jobs {
+        for parent in job.parents() {
+            children
+                .entry(parent.as_str())
+                .or_default()
+                .push(job.name.as_str());
+        }
+    }
     let mut rows = Vec::new();
     for job in &config.jobs {
         let last = match latest.remove(&job.name) {
@@ -78,9 +90,10 @@ pub async fn run(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
                 .into_iter()
                 .next(),
         };
-        let next = job.schedule.next_after(now);
+        let next = config.next_time(job, now);
         let served = fleet.as_ref().map(|f| f.assess(job));
-        rows.push((job, next, paused.get(&job.name), last, served));
+        let kids = children.remove(job.name.as_str()).unwrap_or_default();
+        rows.push((job, next, paused.get(&job.name), last, served, kids));
     }
     if args.json {
         print_json(&rows);
@@ -99,9 +112,10 @@ pub async fn run(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
 fn print_json(rows: &[Row<'_>]) {
     let jobs: Vec<_> = rows
         .iter()
-        .map(|(job, next, pause, last, served)| {
+        .map(|(job, next, pause, last, served, children)| {
             let mut row = ops::json::job(job, *next, *pause, last.as_ref());
             ops::json::served(&mut row, served.as_ref());
+            ops::json::chain(&mut row, job, children);
             row
         })
         .collect();
@@ -120,7 +134,7 @@ fn table(rows: &[Row<'_>]) -> Table {
         "LAST",
         "SERVED",
     ]);
-    for (job, next, pause, last, served) in rows {
+    for (job, next, pause, last, served, children) in rows {
         let paused = pause.map_or_else(
             || "no".to_owned(),
             |p| match &p.note {
@@ -134,7 +148,7 @@ fn table(rows: &[Row<'_>]) -> Table {
         );
         table.row(vec![
             job.name.to_string(),
-            job.schedule.as_str().to_owned(),
+            schedule_cell(job, children),
             job.timezone.name().to_owned(),
             next.map_or_else(
                 || "never".into(),
@@ -147,6 +161,16 @@ fn table(rows: &[Row<'_>]) -> Table {
         ]);
     }
     table
+}
+
+/// The SCHEDULE cell: the schedule (a job with parents: `after a, b`), then the jobs that
+/// run after it, if any: `@every 1m; then b, c`.
+fn schedule_cell(job: &Job, children: &[&str]) -> String {
+    if children.is_empty() {
+        job.schedule.as_str().to_owned()
+    } else {
+        format!("{}; then {}", job.schedule.as_str(), children.join(", "))
+    }
 }
 
 /// The SERVED cell: `yes`, `no consumer`, or `NO: why`.

@@ -266,6 +266,38 @@ async fn chain_runs_in_order_and_a_replay_runs_the_skipped_child(kind: Deploymen
         assert_eq!(c_account["gaps"], serde_json::json!([]), "{report}");
     }
 
+    // `cronq jobs` shows each job's parents and children, and a child's next time.
+    let jobs: serde_json::Value =
+        serde_json::from_str(&running.ok(&["jobs", "--json"])).expect("jobs JSON");
+    let row = |name: &str| {
+        jobs["jobs"]
+            .as_array()
+            .expect("jobs")
+            .iter()
+            .find(|j| j["job"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {jobs}"))
+            .clone()
+    };
+    let (ra, rb, rc) = (row("a"), row("b"), row("c"));
+    assert_eq!(ra["children"], serde_json::json!(["b"]), "{jobs}");
+    assert_eq!(ra.get("after"), None, "{jobs}");
+    assert_eq!(rb["after"], serde_json::json!(["a"]), "{jobs}");
+    assert_eq!(rb["children"], serde_json::json!(["c"]), "{jobs}");
+    assert_eq!(rc["after"], serde_json::json!(["b"]), "{jobs}");
+    assert_eq!(rc.get("children"), None, "{jobs}");
+    assert_eq!(rc["schedule"], "after b", "{jobs}");
+    assert!(
+        rc["next"]["utc"].is_string(),
+        "c's next time is a's: {jobs}"
+    );
+    let table = running.ok(&["jobs"]);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("a ") && l.contains("@every 1s; then b")),
+        "{table}"
+    );
+
     // Nothing ever ran twice: no key of b or c with two successes, none left unfinished
     // (of those old enough to have ended).
     for (job, entries) in [("b", &b), ("c", &c)] {
@@ -414,4 +446,42 @@ async fn a_runtime_job_runs_after_a_file_job_and_a_bad_after_is_refused() {
         }
     })
     .await;
+}
+
+/// `cronq next` lists a child's expected times: those all its parents share.
+#[test]
+fn next_lists_the_times_the_parents_share() {
+    use crate::support::config_dir::{ConfigDir, stdout};
+    let dir = ConfigDir::with(
+        "after-next",
+        "[[job]]\nname = \"two\"\nschedule = \"*/2 * * * * *\"\ncommand = [\"true\"]\n\
+         [[job]]\nname = \"three\"\nschedule = \"*/3 * * * * *\"\ncommand = [\"true\"]\n\
+         [[job]]\nname = \"both\"\nafter = [\"two\", \"three\"]\ncommand = [\"true\"]\n\
+         [[job]]\nname = \"then\"\nafter = [\"both\"]\ncommand = [\"true\"]\n",
+    );
+    for job in ["both", "then"] {
+        let out = dir.run(&[
+            "next",
+            "--config",
+            "cronq.toml",
+            "--job",
+            job,
+            "--from",
+            "2026-01-01T00:00:00Z",
+            "--count",
+            "3",
+        ]);
+        assert_eq!(
+            stdout(&out),
+            format!(
+                "{job} (\"after {}\" in UTC)
+  2026-01-01 00:00:06 +00:00 UTC  2026-01-01T00:00:06Z
+  2026-01-01 00:00:12 +00:00 UTC  2026-01-01T00:00:12Z
+  2026-01-01 00:00:18 +00:00 UTC  2026-01-01T00:00:18Z
+",
+                if job == "both" { "two, three" } else { "both" }
+            ),
+            "{out:?}"
+        );
+    }
 }
