@@ -541,7 +541,10 @@ pub async fn job(
     let job = &job;
     let runs = api::job_runs(&app, job).await;
     let zone = Some(job.timezone);
-    let next = actions::next_fires(job, Utc::now(), 10);
+    // The file's jobs with the runtime ones, as the refresher last merged them.
+    let config = snap.view.as_ref().map_or(&app.source.config, |v| &v.config);
+    let next = actions::next_fires_in(config, job, Utc::now(), 10);
+    let children = config.children(job.name.as_str());
     let action = |a: &str| format!("/ui/jobs/{}/{a}", job.name);
     let main = html! {
         (notices(&snap, &flash))
@@ -581,6 +584,30 @@ pub async fn job(
                     (viewer.csrf_field())
                     input #cancel-key type="text" name="key" placeholder=(format!("{}@2026-11-29T06:00:00Z (running or waiting)", job.name)) required;
                     button #cancel type="submit" { "Cancel occurrence" }
+                }
+            }
+        }
+        @if !job.parents().is_empty() || !children.is_empty() {
+            section #chain {
+                @if !job.parents().is_empty() {
+                    p #parents {
+                        "Runs after "
+                        @for (i, p) in job.parents().iter().enumerate() {
+                            @if i > 0 { ", " }
+                            a href=(format!("/jobs/{}", encode_path(p.as_str()))) { code { (p.as_str()) } }
+                        }
+                        " succeeded for the same scheduled time (skipped when one of them ends otherwise)."
+                    }
+                }
+                @if !children.is_empty() {
+                    p #children {
+                        "Then runs "
+                        @for (i, c) in children.iter().enumerate() {
+                            @if i > 0 { ", " }
+                            a href=(format!("/jobs/{}", encode_path(c.name.as_str()))) { code { (c.name.as_str()) } }
+                        }
+                        "."
+                    }
                 }
             }
         }

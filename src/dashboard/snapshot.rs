@@ -244,7 +244,7 @@ fn runtime_moved(
     next.extend(
         view.config.jobs[file_len..]
             .iter()
-            .map(|job| job.schedule.next_after(now)),
+            .map(|job| view.config.next_time(job, now)),
     );
     Arc::new(next)
 }
@@ -271,7 +271,8 @@ async fn next_fires(
             .map(|(i, job)| match known.get(i).copied().flatten() {
                 Some(t) if fresh && t > now => Some(t),
                 None if fresh => None,
-                _ => job.schedule.next_after(now),
+                // A job with parents: their next common time.
+                _ => config.next_time(job, now),
             })
             .collect::<Vec<_>>()
     })

@@ -298,6 +298,35 @@ async fn chain_runs_in_order_and_a_replay_runs_the_skipped_child(kind: Deploymen
         "{table}"
     );
 
+    // The dashboard's job page and API show them too (a `cronq dashboard` on the same
+    // stores).
+    let config_arg = running.config_path().to_string_lossy().into_owned();
+    let mut args = vec!["dashboard", "--config", config_arg.as_str()];
+    let data_arg = running
+        .data_file()
+        .map(|f| f.to_string_lossy().into_owned());
+    if let Some(data) = &data_arg {
+        args.extend(["--data", data.as_str()]);
+    }
+    let d = crate::support::dashboard::start(&env, "dashboard", &args, "--addr", false).await;
+    let v = d.json("/api/v1/jobs/b").await;
+    assert_eq!(v["after"], serde_json::json!(["a"]), "{v}");
+    assert_eq!(v["children"], serde_json::json!(["c"]), "{v}");
+    let v = d.json("/api/v1/jobs/c").await;
+    assert_eq!(v["after"], serde_json::json!(["b"]), "{v}");
+    assert_eq!(
+        v["next"].as_array().map(Vec::len),
+        Some(10),
+        "c's next times are a's: {v}"
+    );
+    let page = crate::support::dashboard::text(&d.url("/jobs/b")).await;
+    assert!(
+        page.contains("id=\"parents\"")
+            && page.contains("href=\"/jobs/a\"")
+            && page.contains("href=\"/jobs/c\""),
+        "{page}"
+    );
+
     // Nothing ever ran twice: no key of b or c with two successes, none left unfinished
     // (of those old enough to have ended).
     for (job, entries) in [("b", &b), ("c", &c)] {
