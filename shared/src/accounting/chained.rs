@@ -16,6 +16,9 @@ use chrono::{DateTime, Utc};
 use super::{Definition, Expectation, Expected, Stretch, delta, plus};
 use crate::config::Job;
 
+/// By scheduled time: the latest a parent may end, and whether any is optional.
+type Slots = BTreeMap<DateTime<Utc>, (DateTime<Utc>, bool)>;
+
 /// A parent as the child's expectation needs it: its own expectation and its job.
 pub(super) struct Parent<'a> {
     /// The occurrences it is expected to run.
@@ -35,8 +38,7 @@ pub(super) fn expected(
     let Some(child) = definitions.last().map(|d| &d.job) else {
         return out;
     };
-    // By time: the latest any parent may end, and whether any is optional.
-    let mut common: Option<BTreeMap<DateTime<Utc>, (DateTime<Utc>, bool)>> = None;
+    let mut common: Option<Slots> = None;
     for parent in parents {
         out.cut |= parent.expected.cut;
         let last_end = |e: &Expected| {
@@ -44,7 +46,7 @@ pub(super) fn expected(
             let retries = e.retry_within * attempts.saturating_sub(1);
             plus(e.judged_from, delta(retries))
         };
-        let mine: BTreeMap<DateTime<Utc>, (DateTime<Utc>, bool)> = parent
+        let mine: Slots = parent
             .expected
             .occurrences
             .iter()

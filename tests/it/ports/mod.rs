@@ -7,6 +7,7 @@ mod broker;
 mod jobs;
 mod lease;
 mod ledger;
+mod ledger_after;
 mod ledger_cancel;
 mod ledger_overlap;
 mod rabbitmq;
