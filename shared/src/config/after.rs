@@ -350,3 +350,62 @@ const COMMON_SEARCH: usize = 1000;
 
 /// How deep [`Config::next_time`] follows parents of parents.
 const MAX_DEPTH: usize = 64;
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use chrono::Utc;
+
+    use super::*;
+    use crate::jobs::Revision;
+
+    fn rev(name: &str, spec: &str) -> Revision {
+        Revision {
+            name: name.to_owned(),
+            revision: 1,
+            spec: Some(spec.to_owned()),
+            by: "test".to_owned(),
+            at: Utc::now(),
+        }
+    }
+
+    #[test]
+    fn a_runtime_job_whose_parent_is_gone_is_left_out_with_its_children() {
+        let file = Config::from_toml(
+            "[handlers.h]\ncommand = [\"true\"]\n[[job]]\nname = \"tick\"\nschedule = \"@every 1s\"\nhandler = \"h\"\n",
+            Path::new("cronq.toml"),
+        )
+        .expect("valid config");
+        let revisions = [
+            rev("ok", "name = \"ok\"\nafter = [\"tick\"]\nhandler = \"h\"\n"),
+            rev(
+                "orphan",
+                "name = \"orphan\"\nafter = [\"gone\"]\nhandler = \"h\"\n",
+            ),
+            rev(
+                "grandchild",
+                "name = \"grandchild\"\nafter = [\"orphan\"]\nhandler = \"h\"\n",
+            ),
+        ];
+        let (merged, report) = file.with_runtime(&revisions);
+        let names: Vec<&str> = merged.jobs.iter().map(|j| j.name.as_str()).collect();
+        assert_eq!(names, ["tick", "ok"]);
+        let mut left: Vec<&str> = report.invalid.iter().map(|(n, _)| n.as_str()).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["grandchild", "orphan"], "{report:?}");
+        assert!(
+            !merged
+                .runtime_since
+                .contains_key(&JobName::new("orphan").unwrap())
+        );
+        assert_eq!(
+            merged
+                .children("tick")
+                .iter()
+                .map(|j| j.name.as_str())
+                .collect::<Vec<_>>(),
+            ["ok"]
+        );
+    }
+}
