@@ -100,7 +100,7 @@ impl Graph {
         now: DateTime<Utc>,
     ) -> Self {
         let mut graph = Graph::default();
-        for job in config.jobs.iter().filter(|j| j.after.is_some()) {
+        for job in config.jobs.iter().filter(|j| j.is_after()) {
             let since = cursors
                 .get(&job.name)
                 .or_else(|| config.runtime_since.get(&job.name))
@@ -131,7 +131,7 @@ pub fn lookback(config: &Config) -> Duration {
     config
         .jobs
         .iter()
-        .filter(|j| j.after.is_some())
+        .filter(|j| j.is_after())
         .map(|j| j.catchup_window)
         .max()
         .map_or(lease, |w| w.max(lease))
@@ -191,7 +191,7 @@ impl Chains {
     /// A new term: the graph, and the history read from [`lookback`] ago.
     async fn begin(&self, epoch: u64, config: Arc<Config>) -> Option<Term> {
         let now = Utc::now();
-        let graph = if config.jobs.iter().any(|j| j.after.is_some()) {
+        let graph = if config.jobs.iter().any(|j| j.is_after()) {
             match self.sources.control.cursors().await {
                 Ok(cursors) => Graph::new(&config, &cursors, &Graph::default(), now),
                 Err(e) => {
@@ -220,7 +220,7 @@ impl Chains {
 
     /// A reloaded config: the graph again; a child new to it starts now.
     async fn reload(&self, term: &mut Term, config: Arc<Config>) {
-        let cursors = if config.jobs.iter().any(|j| j.after.is_some()) {
+        let cursors = if config.jobs.iter().any(|j| j.is_after()) {
             match self.sources.control.cursors().await {
                 Ok(c) => c,
                 Err(e) => {

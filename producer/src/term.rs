@@ -129,7 +129,7 @@ impl Leading {
         let mut batch = Vec::new();
         let mut moved = Vec::new();
         for (index, job) in config.jobs.iter().enumerate() {
-            if job.after.is_some() {
+            if job.is_after() {
                 // It never fires: its cursor marks when a leader first saw it, from which
                 // it follows its parents (`crate::chains`), and never moves.
                 if !cursors.contains_key(&job.name) {

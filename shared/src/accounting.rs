@@ -636,7 +636,7 @@ impl Expecting<'_> {
         );
         let current = defs.last().map(|d| &d.job);
         let expectation = match current {
-            Some(job) if job.after.is_some() && depth < chained::MAX_DEPTH => {
+            Some(job) if job.is_after() && depth < chained::MAX_DEPTH => {
                 let parents: Vec<(Expectation, Option<&Job>)> = job
                     .parents()
                     .iter()

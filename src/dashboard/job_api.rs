@@ -312,7 +312,7 @@ pub async fn write(
     }
     let store = &app.source.stores.jobs;
     if let Some(read) = &read
-        && read.job.after.is_some()
+        && read.job.is_after()
     {
         // `after` names jobs among the file's and the runtime ones it joins.
         let revisions = store

@@ -65,9 +65,7 @@ pub(super) fn expected(
     }
     for (at, (parents_end, optional)) in common.unwrap_or_default() {
         let defined = definitions.iter().any(|d| {
-            d.job.after.is_some()
-                && d.since.is_none_or(|s| s < at)
-                && d.until.is_none_or(|u| at <= u)
+            d.job.is_after() && d.since.is_none_or(|s| s < at) && d.until.is_none_or(|u| at <= u)
         });
         if !defined {
             continue;

@@ -11,7 +11,6 @@
 //! parent, so following parents always ends (at scheduled jobs).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use chrono_tz::Tz;
@@ -35,15 +34,15 @@ const OWN_TIMES: &[&str] = &[
     "end_at",
 ];
 
-/// The parents of a job with `after = […]` and its schedule ([`Schedule::after`]); `None`
-/// without the field, or after reporting why not.
+/// The schedule of a job with `after = […]` ([`Schedule::after`], which keeps its
+/// parents); `None` without the field, or after reporting why not.
 pub(super) fn resolve_after(
     raw: &RawJob,
     name: Option<&JobName>,
     tz: Tz,
     scope: &str,
     out: &mut Report,
-) -> Option<(Arc<[JobName]>, Schedule)> {
+) -> Option<Schedule> {
     let texts = raw.own.after.as_deref()?;
     let before = out.problems.len();
     let own = raw_fields_set(raw);
@@ -85,8 +84,7 @@ pub(super) fn resolve_after(
     if out.problems.len() > before {
         return None;
     }
-    let schedule = Schedule::after(&parents, tz);
-    Some((Arc::from(parents), schedule))
+    Some(Schedule::after(&parents, tz))
 }
 
 /// Which of [`OWN_TIMES`] the job sets.
@@ -153,7 +151,7 @@ pub(crate) fn check_graph(jobs: &[Job], blame: impl Fn(&JobName) -> bool) -> Vec
         .map(|(i, j)| (j.name.as_str(), i))
         .collect();
     let mut done: HashSet<&str> = HashSet::new();
-    for job in jobs.iter().filter(|j| j.after.is_some()) {
+    for job in jobs.iter().filter(|j| j.is_after()) {
         let mut path: Vec<&str> = Vec::new();
         let Some(cycle) = find_cycle(job.name.as_str(), &by_name, &mut path, &mut done) else {
             continue;
@@ -222,7 +220,12 @@ fn scope_str(name: &str) -> String {
 impl Job {
     /// The jobs it runs after (`after`); empty for a job with a schedule of its own.
     pub fn parents(&self) -> &[JobName] {
-        self.after.as_deref().unwrap_or(&[])
+        self.schedule.parents()
+    }
+
+    /// Whether it runs after other jobs (`after`) instead of on a schedule of its own.
+    pub fn is_after(&self) -> bool {
+        self.schedule.is_after()
     }
 }
 
@@ -316,7 +319,7 @@ impl Config {
     }
 
     fn next_time_at(&self, job: &Job, after: DateTime<Utc>, depth: usize) -> Option<DateTime<Utc>> {
-        if job.after.is_none() {
+        if !job.is_after() {
             return job.schedule.next_after(after);
         }
         // Acyclic once validated; the bound only guards a config built otherwise.

@@ -167,9 +167,6 @@ pub struct Job {
     pub handler: Option<Handler>,
     /// `handler = "NAME"`: the named handler it runs, resolved where it runs.
     pub handler_name: Option<Arc<str>>,
-    /// `after = [...]`: the jobs it runs after (its parents), when it has no schedule of its
-    /// own; `None` for a scheduled job (see [`Job::parents`]).
-    pub after: Option<Arc<[JobName]>>,
 }
 
 impl std::ops::Deref for Job {

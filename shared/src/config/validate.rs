@@ -498,7 +498,7 @@ pub(super) fn resolve_job(
     let schedule = if raw.rejected.contains(&"at") || raw.rejected.contains(&"after") {
         None
     } else if raw.own.after.is_some() {
-        after.as_ref().map(|(_, s)| s.clone())
+        after
     } else if raw.own.at.is_some() {
         once::resolve_once(raw, common.timezone, schedules.now(), scope, out)
     } else {
@@ -531,7 +531,6 @@ pub(super) fn resolve_job(
         payload,
         handler: handler.map(|h| sharing.handler(h)),
         handler_name,
-        after: after.map(|(parents, _)| parents),
     };
     Some(job)
 }

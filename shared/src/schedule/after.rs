@@ -28,6 +28,7 @@ impl Schedule {
     /// let s = Schedule::after(&parents, chrono_tz::UTC);
     /// assert_eq!(s.as_str(), "after a, b");
     /// assert!(s.is_after());
+    /// assert_eq!(s.parents(), parents);
     /// assert_eq!(s.next_after(chrono::Utc::now()), None);
     /// ```
     pub fn after(parents: &[JobName], tz: Tz) -> Self {
@@ -38,7 +39,7 @@ impl Schedule {
                 resolved: None,
                 bounds: Bounds::default(),
                 tz,
-                kind: Kind::After,
+                kind: Kind::After(parents.into()),
                 controls: None,
             }),
         }
@@ -46,6 +47,14 @@ impl Schedule {
 
     /// Whether this is the schedule of a job that runs after other jobs: it never fires.
     pub fn is_after(&self) -> bool {
-        matches!(self.inner.kind, Kind::After)
+        matches!(self.inner.kind, Kind::After(_))
+    }
+
+    /// The jobs a job with this schedule runs after; empty for every other schedule.
+    pub fn parents(&self) -> &[JobName] {
+        match &self.inner.kind {
+            Kind::After(parents) => parents,
+            _ => &[],
+        }
     }
 }

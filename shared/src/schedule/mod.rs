@@ -251,7 +251,7 @@ impl Schedule {
                 }
             }
             Kind::Once(at) => (after < *at).then_some(*at),
-            Kind::After => None,
+            Kind::After(_) => None,
         }
     }
 
@@ -294,7 +294,7 @@ impl Schedule {
         }
         match &self.inner.kind {
             Kind::Every { every, .. } => Some(*every),
-            Kind::Cron(_) | Kind::Once(_) | Kind::After => None,
+            Kind::Cron(_) | Kind::Once(_) | Kind::After(_) => None,
         }
     }
 
@@ -347,7 +347,7 @@ impl Schedule {
             }
             Kind::Cron(c) => c,
             // A past one-shot is the config's warning, not a parse error.
-            Kind::Once(_) | Kind::After => return Ok(()),
+            Kind::Once(_) | Kind::After(_) => return Ok(()),
         };
         let today = now.with_timezone(&self.inner.tz).date_naive();
         if let Some(year) = c.last_year.filter(|y| *y < today.year()) {
