@@ -88,6 +88,8 @@ struct Graph {
     children: HashMap<JobName, Vec<Job>>,
     /// By child: the first scheduled time it runs for (strictly after it).
     since: HashMap<JobName, DateTime<Utc>>,
+    /// By child: the job.
+    jobs: HashMap<JobName, Job>,
 }
 
 impl Graph {
@@ -108,6 +110,7 @@ impl Graph {
                 .copied()
                 .unwrap_or(now);
             graph.since.insert(job.name.clone(), since);
+            graph.jobs.insert(job.name.clone(), job.clone());
             for parent in job.parents() {
                 graph
                     .children
@@ -279,7 +282,7 @@ impl Chains {
         let mut batch = Vec::new();
         let now = Utc::now();
         for (at, child) in slots {
-            let Some(job) = term.config.job(child.as_str()) else {
+            let Some(job) = term.graph.jobs.get(child) else {
                 continue;
             };
             if term.graph.since.get(child).is_some_and(|since| at <= since) {

@@ -79,6 +79,7 @@ pub async fn run(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
                 .push(job.name.as_str());
         }
     }
+    let index = config.index();
     let mut rows = Vec::new();
     for job in &config.jobs {
         let last = match latest.remove(&job.name) {
@@ -90,7 +91,7 @@ pub async fn run(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
                 .into_iter()
                 .next(),
         };
-        let next = config.next_time(job, now);
+        let next = index.next_time(job, now);
         let served = fleet.as_ref().map(|f| f.assess(job));
         let kids = children.remove(job.name.as_str()).unwrap_or_default();
         rows.push((job, next, paused.get(&job.name), last, served, kids));

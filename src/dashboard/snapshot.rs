@@ -241,11 +241,12 @@ fn runtime_moved(
     }
     let now = Utc::now();
     let mut next = known[..file_len].to_vec();
-    next.extend(
-        view.config.jobs[file_len..]
-            .iter()
-            .map(|job| view.config.next_time(job, now)),
-    );
+    let chained = view.config.jobs.iter().any(|j| j.is_after());
+    let index = chained.then(|| view.config.index());
+    next.extend(view.config.jobs[file_len..].iter().map(|job| match &index {
+        Some(index) => index.next_time(job, now),
+        None => job.schedule.next_after(now),
+    }));
     Arc::new(next)
 }
 
@@ -264,6 +265,12 @@ async fn next_fires(
     let config = config.clone();
     let computed = tokio::task::spawn_blocking(move || {
         let fresh = known.len() == config.jobs.len();
+        // Jobs with parents follow them by name.
+        let index = config
+            .jobs
+            .iter()
+            .any(|j| j.is_after())
+            .then(|| config.index());
         config
             .jobs
             .iter()
@@ -272,7 +279,10 @@ async fn next_fires(
                 Some(t) if fresh && t > now => Some(t),
                 None if fresh => None,
                 // A job with parents: their next common time.
-                _ => config.next_time(job, now),
+                _ => match &index {
+                    Some(index) => index.next_time(job, now),
+                    None => job.schedule.next_after(now),
+                },
             })
             .collect::<Vec<_>>()
     })

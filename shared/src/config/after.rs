@@ -304,9 +304,13 @@ impl Config {
     /// The first occurrence time of `job` strictly after `after`: its schedule's, or for a
     /// job with parents, the first scheduled time all its parents share (followed up
     /// through parents that have parents). `None` when there is none, or none within
-    /// a thousand rounds of search (parents whose times never meet).
+    /// a thousand rounds of search (parents whose times never meet). For many jobs, ask a
+    /// [`Config::index`] instead: this looks the parents up one by one.
     pub fn next_time(&self, job: &Job, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        self.next_time_at(job, after, 0)
+        if !job.is_after() {
+            return job.schedule.next_after(after);
+        }
+        self.index().next_time(job, after)
     }
 
     /// The occurrence times of `job` strictly after `after`, in order ([`Config::next_time`]).
@@ -315,7 +319,32 @@ impl Config {
         job: &'a Job,
         after: DateTime<Utc>,
     ) -> impl Iterator<Item = DateTime<Utc>> + 'a {
-        std::iter::successors(self.next_time(job, after), move |t| self.next_time(job, *t))
+        let index = job.is_after().then(|| self.index());
+        let next = move |t: DateTime<Utc>| match &index {
+            Some(index) => index.next_time(job, t),
+            None => job.schedule.next_after(t),
+        };
+        let first = next(after);
+        std::iter::successors(first, move |t| next(*t))
+    }
+
+    /// The jobs by name, to follow parents quickly.
+    pub fn index(&self) -> JobIndex<'_> {
+        JobIndex {
+            by_name: self.jobs.iter().map(|j| (j.name.as_str(), j)).collect(),
+        }
+    }
+}
+
+/// A config's jobs by name ([`Config::index`]).
+pub struct JobIndex<'a> {
+    by_name: HashMap<&'a str, &'a Job>,
+}
+
+impl JobIndex<'_> {
+    /// [`Config::next_time`], the parents looked up by name.
+    pub fn next_time(&self, job: &Job, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.next_time_at(job, after, 0)
     }
 
     fn next_time_at(&self, job: &Job, after: DateTime<Utc>, depth: usize) -> Option<DateTime<Utc>> {
@@ -329,7 +358,7 @@ impl Config {
         let parents: Vec<&Job> = job
             .parents()
             .iter()
-            .map(|p| self.job(p.as_str()))
+            .map(|p| self.by_name.get(p.as_str()).copied())
             .collect::<Option<_>>()?;
         let mut cursor = after;
         for _ in 0..COMMON_SEARCH {
@@ -348,7 +377,7 @@ impl Config {
     }
 }
 
-/// How many rounds [`Config::next_time`] tries to bring the parents' times together.
+/// How many rounds [`JobIndex::next_time`] tries to bring the parents' times together.
 const COMMON_SEARCH: usize = 1000;
 
 /// How deep [`Config::next_time`] follows parents of parents.

@@ -48,6 +48,7 @@ use std::time::Duration;
 
 use chrono_tz::Tz;
 
+pub use after::JobIndex;
 pub use alert::{
     AlertKind, AlertSink, AlertTarget, DEFAULT_REPEAT, DEFAULT_SEND_TIMEOUT, EmailTarget, EmailTls,
     default_events,
