@@ -514,3 +514,82 @@ fn next_lists_the_times_the_parents_share() {
         );
     }
 }
+
+/// The same chain on a standalone in memory (no outside command reaches its stores, so no
+/// replay): every slot runs a, b and c once each, in order, and the slot b failed for
+/// skips c, naming b.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chain_on_a_standalone_in_memory_runs_in_order() {
+    use crate::support::deployment::Data;
+    scoped("chains_memory", |env| async move {
+        let running =
+            Running::start(Deployment::Standalone(Data::Memory), &env, &config(&env)).await;
+        let trace_path = env.dir.join("trace");
+        // Slots whose c ended, past the one b failed for.
+        let done = |trace: &Trace| -> BTreeSet<String> {
+            trace
+                .events
+                .iter()
+                .filter(|e| e.mark == Mark::End)
+                .filter_map(|e| e.key.strip_prefix("c@").map(str::to_owned))
+                .collect()
+        };
+        until(Duration::from_secs(30), "c to end for 6 slots", || async {
+            let trace = Trace::read(&trace_path);
+            if done(&trace).len() >= 6 {
+                Ok(())
+            } else {
+                Err(trace.render())
+            }
+        })
+        .await;
+        let failed = std::fs::read_to_string(env.dir.join("failed")).expect("b failed once");
+        let failed = failed.trim();
+        let slot = failed.strip_prefix("b@").expect("a key of b");
+        let log = env.log("standalone");
+        assert!(
+            log.lines()
+                .any(|l| l.contains("skipped: a parent did not succeed")
+                    && l.contains(&format!("c@{slot}"))
+                    && l.contains(failed)),
+            "c@{slot} skipped naming {failed}:\n{}",
+            running.logs()
+        );
+        let trace = Trace::read(&trace_path);
+        assert_eq!(
+            trace.count(Mark::Start, &format!("c@{slot}")),
+            0,
+            "c did not run for {slot}"
+        );
+        let mut problems = Vec::new();
+        for s in done(&trace) {
+            let (ak, bk, ck) = (format!("a@{s}"), format!("b@{s}"), format!("c@{s}"));
+            for key in [&ak, &bk, &ck] {
+                if trace.count(Mark::Start, key) != 1 {
+                    problems.push(format!(
+                        "{key} started {} times",
+                        trace.count(Mark::Start, key)
+                    ));
+                }
+            }
+            for (parent, child) in [(&ak, &bk), (&bk, &ck)] {
+                let (ended, started) = (
+                    trace.first(Mark::End, parent),
+                    trace.first(Mark::Start, child),
+                );
+                if !matches!((ended, started), (Some(e), Some(s)) if s >= e) {
+                    problems.push(format!(
+                        "{child} started at {started:?}, {parent} ended at {ended:?}"
+                    ));
+                }
+            }
+        }
+        assert!(
+            problems.is_empty(),
+            "{}\n{}",
+            problems.join("\n"),
+            trace.render()
+        );
+    })
+    .await;
+}
