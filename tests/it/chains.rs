@@ -593,3 +593,106 @@ async fn a_chain_on_a_standalone_in_memory_runs_in_order() {
     })
     .await;
 }
+
+/// `kill -9` of a standalone on its data file right after an occurrence of a parent ended,
+/// before its child started, then a restart on the same file: the child runs for that slot
+/// (once successfully), and for every slot the parent succeeded for.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_standalone_killed_between_a_parent_and_its_child_loses_nothing() {
+    use crate::support::data_file::{DataFile, LEADER as FILE_LEADER};
+    scoped("chains_standalone_kill", |env| async move {
+        let trace = env.dir.join("trace");
+        let traced = crate::support::history::traced_script(&trace, "0.2");
+        let toml = format!(
+            "{FILE_LEADER}\n[[job]]\nname = \"a\"\nschedule = \"@every 1s\"\ncommand = {cmd}\n\
+             [[job]]\nname = \"b\"\nafter = [\"a\"]\noverlap = \"allow\"\ncommand = {cmd}\n",
+            cmd = argv(&["/bin/sh", "-c", &traced]),
+        );
+        let file = DataFile::new(&env, &toml);
+        let first = file.start("standalone-1", &["--lease", "2s"]);
+        file.leading(&first).await;
+        // Two slots through, then the next end of a whose b has not started: kill.
+        let cut = until(
+            Duration::from_secs(30),
+            "a to end with b not started",
+            || async {
+                let t = Trace::read(&trace);
+                let b_ended = t
+                    .events
+                    .iter()
+                    .filter(|e| e.mark == Mark::End && e.key.starts_with("b@"))
+                    .count();
+                let pending = t.events.iter().rev().find(|e| {
+                    e.mark == Mark::End
+                        && e.key.starts_with("a@")
+                        && t.count(Mark::Start, &e.key.replacen("a@", "b@", 1)) == 0
+                });
+                match pending {
+                    Some(e) if b_ended >= 2 => {
+                        Ok(e.key.strip_prefix("a@").expect("a key").to_owned())
+                    }
+                    _ => Err(t.render()),
+                }
+            },
+        )
+        .await;
+        file.kill(&first);
+        eprintln!("killed the standalone after a@{cut} ended");
+        let second = file.start("standalone-2", &["--lease", "2s"]);
+        file.leading(&second).await;
+        let b_key = format!("b@{cut}");
+        until(
+            Duration::from_secs(30),
+            "b to succeed for the slot cut",
+            || async {
+                let runs = file.runs(Some("b")).await;
+                let ok = runs.iter().any(|r| {
+                    r.key.to_string() == b_key
+                        && r.outcome == cronq_shared::runlog::Outcome::Succeeded
+                });
+                if ok {
+                    Ok(())
+                } else {
+                    Err(format!("{runs:?}\n{}", file.logs()))
+                }
+            },
+        )
+        .await;
+        // A few more slots, then: every slot a succeeded for (but the last seconds) has b
+        // succeeded once.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let horizon = chrono::Utc::now() - chrono::Duration::seconds(2);
+        let a = file.runs(Some("a")).await;
+        let b = file.runs(Some("b")).await;
+        let mut problems = Vec::new();
+        for run in a
+            .iter()
+            .filter(|r| r.outcome == cronq_shared::runlog::Outcome::Succeeded)
+        {
+            let at = run.key.scheduled_at().expect("a scheduled key");
+            if at > horizon {
+                continue;
+            }
+            let bk = format!(
+                "b@{}",
+                run.key.to_string().strip_prefix("a@").expect("a key")
+            );
+            let wins = b
+                .iter()
+                .filter(|r| {
+                    r.key.to_string() == bk && r.outcome == cronq_shared::runlog::Outcome::Succeeded
+                })
+                .count();
+            if wins != 1 {
+                problems.push(format!("{bk} succeeded {wins} times"));
+            }
+        }
+        assert!(
+            problems.is_empty(),
+            "{}\n{}",
+            problems.join("\n"),
+            file.logs()
+        );
+    })
+    .await;
+}
