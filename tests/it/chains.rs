@@ -455,6 +455,40 @@ async fn a_runtime_job_runs_after_a_file_job_and_a_bad_after_is_refused() {
 "
             )
         );
+        // The same through the dashboard's API: 400, the problem named, nothing written.
+        let config_arg = running.config_path().to_string_lossy().into_owned();
+        let data_arg = running
+            .data_file()
+            .expect("a data file")
+            .to_string_lossy()
+            .into_owned();
+        let d = crate::support::dashboard::start(
+            &env,
+            "dashboard",
+            &["dashboard", "--config", &config_arg, "--data", &data_arg],
+            "--addr",
+            true,
+        )
+        .await;
+        let resp = reqwest::Client::new()
+            .put(d.url("/api/v1/jobs/x"))
+            .bearer_auth(crate::support::dashboard::TOKEN)
+            .header("content-type", "application/toml")
+            .body("after = [\"tik\"]\nhandler = \"append\"\n")
+            .send()
+            .await
+            .expect("PUT");
+        assert_eq!(resp.status(), reqwest::StatusCode::BAD_REQUEST);
+        let body = resp.text().await.expect("body");
+        assert!(
+            body.contains("job \\\"x\\\": after: \\\"tik\\\" is not a job (did you mean \\\"tick\\\"?)"),
+            "{body}"
+        );
+        let get = running.cli(&["job", "get", "x"]);
+        assert!(
+            String::from_utf8_lossy(&get.stderr).contains("no runtime job \"x\""),
+            "nothing written: {get:?}"
+        );
         let good = env.write_config(
             "good.toml",
             "[[job]]\nname = \"follow\"\nafter = [\"tick\"]\nhandler = \"append\"\n",
