@@ -41,7 +41,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::leader::Leadership;
+use crate::leader::{self, Leadership};
 use crate::planner;
 use crate::publisher;
 
@@ -282,6 +282,11 @@ impl Chains {
         let mut batch = Vec::new();
         let now = Utc::now();
         for (at, child) in slots {
+            // A deposed leader stops deciding at once (its successor reads the history
+            // again): no skip is recorded from a stale read beside its successor's run.
+            if !leader::holds(&self.leadership, term.epoch) {
+                return Err(Failure::Abandoned);
+            }
             let Some(job) = term.graph.jobs.get(child) else {
                 continue;
             };
@@ -460,6 +465,55 @@ mod tests {
 
     fn config(text: &str) -> Config {
         Config::from_toml(text, std::path::Path::new("t.toml")).unwrap()
+    }
+
+    fn run(key: &str, outcome: Outcome) -> Run {
+        let key: OccurrenceKey = key.parse().unwrap();
+        Run {
+            job: key.job().clone(),
+            key,
+            attempt: 1,
+            consumer: "c".into(),
+            started_at: Utc::now(),
+            duration: Duration::ZERO,
+            outcome,
+            error: None,
+            published_at: None,
+        }
+    }
+
+    #[test]
+    fn only_the_terminal_ends_of_scheduled_parents_wake_their_children_once() {
+        let c = config(
+            r#"
+[[job]]
+name = "a"
+schedule = "@every 1s"
+command = ["true"]
+[[job]]
+name = "b"
+after = ["a"]
+command = ["true"]
+[[job]]
+name = "c"
+after = ["a", "b"]
+command = ["true"]
+"#,
+        );
+        let graph = Graph::new(&c, &HashMap::new(), &Graph::default(), Utc::now());
+        let runs = [
+            run("a@2026-01-01T00:00:01Z", Outcome::Retrying),
+            run("a@2026-01-01T00:00:02Z", Outcome::Failed),
+            run("a@2026-01-01T00:00:02Z", Outcome::Succeeded),
+            run("b@2026-01-01T00:00:03Z", Outcome::Skipped),
+            run("c@2026-01-01T00:00:04Z", Outcome::Succeeded),
+            run("a@2026-01-01T00:00:05Z", Outcome::Lost),
+        ];
+        let woken: Vec<String> = slots(&graph, &runs)
+            .into_iter()
+            .map(|(at, job)| format!("{job}@{}", at.format("%S")))
+            .collect();
+        assert_eq!(woken, ["b@02", "c@02", "c@03"]);
     }
 
     #[test]
