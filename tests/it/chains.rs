@@ -195,8 +195,12 @@ async fn chain_runs_in_order_and_a_replay_runs_the_skipped_child(kind: Deploymen
         );
     }
     let mut problems = Vec::new();
+    let mut gaps_ms = Vec::new();
     for s in &slots {
         let (ak, bk, ck) = (format!("a@{s}"), format!("b@{s}"), format!("c@{s}"));
+        if let (Some(e), Some(st)) = (trace.first(Mark::End, &ak), trace.first(Mark::Start, &bk)) {
+            gaps_ms.push(st - e);
+        }
         let want_b: &[&str] = if bk == failed {
             &["failed", "succeeded"]
         } else {
@@ -232,6 +236,14 @@ async fn chain_runs_in_order_and_a_replay_runs_the_skipped_child(kind: Deploymen
             }
         }
     }
+    gaps_ms.sort_unstable();
+    eprintln!(
+        "{}: from a's end to b's start over {} slots: median {} ms, max {} ms",
+        kind.label(),
+        gaps_ms.len(),
+        gaps_ms.get(gaps_ms.len() / 2).copied().unwrap_or_default(),
+        gaps_ms.last().copied().unwrap_or_default()
+    );
     assert!(
         problems.is_empty(),
         "{} of {} slots wrong:\n{}\ntrace:\n{}\n{}",
