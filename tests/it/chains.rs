@@ -742,3 +742,21 @@ async fn a_standalone_killed_between_a_parent_and_its_child_loses_nothing() {
     })
     .await;
 }
+
+/// Parents whose times never meet: a warning, the config still valid.
+#[test]
+fn parents_that_never_share_a_time_are_a_warning() {
+    use crate::support::config_dir::{ConfigDir, stderr};
+    let dir = ConfigDir::with(
+        "after-never",
+        "[[job]]\nname = \"top\"\nschedule = \"0 * * * *\"\ncommand = [\"true\"]\n\
+         [[job]]\nname = \"half\"\nschedule = \"30 * * * *\"\ncommand = [\"true\"]\n\
+         [[job]]\nname = \"both\"\nafter = [\"top\", \"half\"]\ncommand = [\"true\"]\n",
+    );
+    let out = dir.run(&["check", "--config", "cronq.toml"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(
+        stderr(&out),
+        "cronq.toml: warning: job \"both\": after: its parents (\"top\", \"half\") share no scheduled time from now on, so it would never run: give them a common time, or change after\n"
+    );
+}

@@ -187,6 +187,40 @@ pub(crate) fn check_graph(jobs: &[Job], blame: impl Fn(&JobName) -> bool) -> Vec
     found
 }
 
+/// Warns about each job with parents whose parents share no scheduled time from `now` on
+/// (`"0 * * * *"` and `"30 * * * *"`): it would never run. Only for jobs that passed
+/// [`check_graph`].
+pub(super) fn warn_never_met(jobs: &[Job], now: DateTime<Utc>, out: &mut Report) {
+    if !jobs.iter().any(Job::is_after) {
+        return;
+    }
+    let index = JobIndex {
+        by_name: jobs.iter().map(|j| (j.name.as_str(), j)).collect(),
+    };
+    for job in jobs.iter().filter(|j| j.is_after()) {
+        let parents_fire = job
+            .parents()
+            .iter()
+            .filter_map(|p| index.by_name.get(p.as_str()))
+            .all(|p| index.next_time(p, now).is_some());
+        if parents_fire && index.next_time(job, now).is_none() {
+            let names: Vec<String> = job
+                .parents()
+                .iter()
+                .map(|p| format!("{:?}", p.as_str()))
+                .collect();
+            out.warn(
+                &scope(&job.name),
+                "after",
+                format!(
+                    "its parents ({}) share no scheduled time from now on, so it would never run: give them a common time, or change after",
+                    names.join(", ")
+                ),
+            );
+        }
+    }
+}
+
 /// The cycle reached from `name` along parents, as the jobs on it (each runs after the
 /// next, the last after the first); `None` when none.
 fn find_cycle<'a>(

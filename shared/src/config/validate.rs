@@ -110,6 +110,9 @@ pub(crate) fn resolve(
             .into_iter()
             .map(|b| b.problem),
     );
+    if out.problems.is_empty() {
+        after::warn_never_met(&jobs, now, &mut out);
+    }
     if out.problems.is_empty() && jobs.is_empty() {
         out.warn("", "", "no [[job]] is defined: nothing will be scheduled");
     }
