@@ -760,3 +760,69 @@ fn parents_that_never_share_a_time_are_a_warning() {
         "cronq.toml: warning: job \"both\": after: its parents (\"top\", \"half\") share no scheduled time from now on, so it would never run: give them a common time, or change after\n"
     );
 }
+
+/// Two parents on different schedules (every 2 s and every 3 s): the child runs at the
+/// times they share (every 6 s) only, once each, after both ended.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_child_of_two_schedules_runs_at_their_common_times_after_both() {
+    use crate::support::deployment::Data;
+    scoped("chains_two_parents", |env| async move {
+        let trace = env.dir.join("trace");
+        let traced = crate::support::history::traced_script(&trace, "0.3");
+        let cmd = argv(&["/bin/sh", "-c", &traced]);
+        let toml = format!(
+            "{LEADER}\n[defaults]\noverlap = \"allow\"\n\
+             [[job]]\nname = \"two\"\nschedule = \"*/2 * * * * *\"\ncommand = {cmd}\n\
+             [[job]]\nname = \"three\"\nschedule = \"*/3 * * * * *\"\ncommand = {cmd}\n\
+             [[job]]\nname = \"both\"\nafter = [\"two\", \"three\"]\ncommand = {cmd}\n"
+        );
+        let _running = Running::start(Deployment::Standalone(Data::Memory), &env, &toml).await;
+        let ended = |t: &Trace| -> Vec<String> {
+            t.events
+                .iter()
+                .filter(|e| e.mark == Mark::End && e.key.starts_with("both@"))
+                .map(|e| e.key.clone())
+                .collect()
+        };
+        until(Duration::from_secs(40), "both to run thrice", || async {
+            let t = Trace::read(&trace);
+            if ended(&t).len() >= 3 {
+                Ok(())
+            } else {
+                Err(t.render())
+            }
+        })
+        .await;
+        let t = Trace::read(&trace);
+        for key in ended(&t) {
+            let at = scheduled_at(&key);
+            assert_eq!(
+                at.timestamp() % 6,
+                0,
+                "{key} is not a common time:\n{}",
+                t.render()
+            );
+            assert_eq!(t.count(Mark::Start, &key), 1, "{key}:\n{}", t.render());
+            let start = t.first(Mark::Start, &key).expect("started");
+            for parent in ["two", "three"] {
+                let pk = key.replacen("both@", &format!("{parent}@"), 1);
+                let end = t.first(Mark::End, &pk).expect("the parent ended");
+                assert!(
+                    start >= end,
+                    "{key} started before {pk} ended:\n{}",
+                    t.render()
+                );
+            }
+        }
+        // No other time ran it: every start of the child is at a common time.
+        assert!(
+            t.events
+                .iter()
+                .filter(|e| e.key.starts_with("both@"))
+                .all(|e| scheduled_at(&e.key).timestamp() % 6 == 0),
+            "{}",
+            t.render()
+        );
+    })
+    .await;
+}
