@@ -433,7 +433,7 @@ mod tests {
             report("2026-12-02T00:00:00Z", "bbbb", 200.0 * 1048576.0, 0.07),
         );
         let out = dir.join("charts");
-        let written = write_all(&[runs.clone()], &out).unwrap();
+        let written = write_all(std::slice::from_ref(&runs), &out).unwrap();
         let names: Vec<String> = written
             .iter()
             .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())

@@ -21,6 +21,8 @@
 //! - [`pool_check`]: while leading, how each pool is used (`/metrics`).
 //! - [`accounting_check`]: while leading, the occurrences of a trailing window not
 //!   accounted for (log, `/metrics`).
+//! - [`chains`]: while leading, jobs that run after other jobs (`after`): started or
+//!   skipped as their parents' occurrences end, followed from the run history.
 //! - [`alerts`]: the `[[alert]]` sinks told of failures, misses, SLA breaches, gaps, and a
 //!   fleet without a leader or a queue without a consumer.
 //! - [`Producer`]: all of it as one `run(self, shutdown)`.
@@ -31,6 +33,7 @@
 
 pub mod accounting_check;
 pub mod alerts;
+pub mod chains;
 pub mod config_check;
 mod error;
 #[doc(hidden)]
@@ -48,6 +51,7 @@ pub mod traces;
 
 pub use accounting_check::AccountingCheck;
 pub use alerts::Alerts;
+pub use chains::Chains;
 pub use config_check::ConfigCheck;
 pub use cronq_shared::reload::Reloader;
 pub use error::Error;

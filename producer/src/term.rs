@@ -129,6 +129,15 @@ impl Leading {
         let mut batch = Vec::new();
         let mut moved = Vec::new();
         for (index, job) in config.jobs.iter().enumerate() {
+            if job.is_after() {
+                // It never fires: its cursor marks when a leader first saw it, from which
+                // it follows its parents (`crate::chains`), and never moves.
+                if !cursors.contains_key(&job.name) {
+                    let since = config.runtime_since.get(&job.name).copied();
+                    moved.push((job.name.clone(), since.unwrap_or(now)));
+                }
+                continue;
+            }
             let plan = planner::take_over(
                 &job.schedule,
                 job.catchup,

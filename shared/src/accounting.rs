@@ -4,7 +4,8 @@
 //!
 //! Owns: the expected occurrences of a range for a job's definitions as they were then
 //! ([`expected`]: a file job as the config defines it now; a runtime job per revision of
-//! the job store, from its time), less the stretches it was paused ([`paused`]: from the
+//! the job store, from its time; a job with parents, `after`, at its parents' common
+//! expected times, judged after its slowest parent could have ended: `chained`), less the stretches it was paused ([`paused`]: from the
 //! audit log's `pause` and `resume` entries, and the control store's pause in force), and
 //! the classification of each from its runs and dead letters ([`account`]).
 //!
@@ -17,7 +18,9 @@
 //! entry (a `resume` without its `pause` counts as paused from the range's start); a file
 //! job's schedule before the last reload (the current one is used for the whole range);
 //! a catch-up policy that chose not to publish what a leader outage missed (reported as
-//! never published: it was not run).
+//! never published: it was not run; a job with parents then shows the same gap); with
+//! `--job`, the runtime parents of a runtime job with parents (not read: it expects
+//! nothing).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
@@ -575,17 +578,20 @@ pub async fn reconcile(
         }
     }
     let mut accounts = Vec::with_capacity(definitions.len());
-    for (name, defs) in &definitions {
+    // Before the oldest run read nothing can be judged.
+    let from = runs_from.map_or(window.from, |oldest| oldest.max(window.from));
+    let expect = Expecting {
+        definitions: &definitions,
+        by_job: &by_job,
+        paused_now,
+        range: (from, window.to),
+    };
+    let mut memo = HashMap::new();
+    for name in definitions.keys() {
         if window.job.as_ref().is_some_and(|j| j != name) {
             continue;
         }
-        let stretches = paused(
-            by_job.get(name.as_str()).map_or(&[][..], Vec::as_slice),
-            paused_now.get(name),
-        );
-        // Before the oldest run read nothing can be judged.
-        let from = runs_from.map_or(window.from, |oldest| oldest.max(window.from));
-        let expectation = expected(defs, &stretches, from, window.to);
+        let expectation = expect.of(name, &mut memo, 0);
         accounts.push(account(
             name,
             &expectation,
@@ -602,6 +608,63 @@ pub async fn reconcile(
     })
 }
 
+/// What [`reconcile`] expects of each job, jobs with parents from their parents'.
+struct Expecting<'a> {
+    definitions: &'a BTreeMap<JobName, Vec<Definition>>,
+    by_job: &'a HashMap<&'a str, Vec<audit::Entry>>,
+    paused_now: &'a BTreeMap<JobName, Pause>,
+    range: (DateTime<Utc>, DateTime<Utc>),
+}
+
+impl Expecting<'_> {
+    /// The expectation of `name`, kept in `memo` (a parent is asked for by each child).
+    fn of(
+        &self,
+        name: &JobName,
+        memo: &mut HashMap<JobName, Expectation>,
+        depth: usize,
+    ) -> Expectation {
+        if let Some(known) = memo.get(name) {
+            return known.clone();
+        }
+        let defs = self.definitions.get(name).map_or(&[][..], Vec::as_slice);
+        let stretches = paused(
+            self.by_job
+                .get(name.as_str())
+                .map_or(&[][..], Vec::as_slice),
+            self.paused_now.get(name),
+        );
+        let current = defs.last().map(|d| &d.job);
+        let expectation = match current {
+            Some(job) if job.is_after() && depth < chained::MAX_DEPTH => {
+                let parents: Vec<(Expectation, Option<&Job>)> = job
+                    .parents()
+                    .iter()
+                    .map(|p| {
+                        let job = self
+                            .definitions
+                            .get(p)
+                            .and_then(|d| d.last())
+                            .map(|d| &d.job);
+                        (self.of(p, memo, depth + 1), job)
+                    })
+                    .collect();
+                let parents: Vec<chained::Parent<'_>> = parents
+                    .iter()
+                    .map(|(expected, job)| chained::Parent {
+                        expected,
+                        job: *job,
+                    })
+                    .collect();
+                chained::expected(defs, &parents, &stretches)
+            }
+            _ => expected(defs, &stretches, self.range.0, self.range.1),
+        };
+        memo.insert(name.clone(), expectation.clone());
+        expectation
+    }
+}
+
 fn delta(d: Duration) -> TimeDelta {
     TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX)
 }
@@ -611,5 +674,6 @@ fn plus(at: DateTime<Utc>, d: TimeDelta) -> DateTime<Utc> {
     at.checked_add_signed(d).unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
+mod chained;
 #[cfg(test)]
 mod tests;

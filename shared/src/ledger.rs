@@ -423,6 +423,17 @@ pub fn cancelled_by(who: &str) -> String {
 /// What [`cancelled_by`] begins with.
 pub const CANCELLED_BY: &str = "cancelled by ";
 
+/// What the reason of an occurrence of a job with parents (`after`) begins with when it
+/// was recorded `skipped` because a parent's occurrence did not succeed: `parent KEY
+/// ended STATE`. Such a record, unlike any other `skipped` one, is admitted again by
+/// [`Ledger::admit_replay`] once a replay of that parent succeeds.
+pub const PARENT_ENDED: &str = "parent ";
+
+/// The reason [`PARENT_ENDED`] describes: the parent occurrence `parent` ended `state`.
+pub fn parent_ended(parent: &OccurrenceKey, state: State) -> String {
+    format!("{PARENT_ENDED}{parent} ended {state}")
+}
+
 /// An operator's request to cancel one occurrence (`cronq cancel KEY`).
 #[derive(Debug, Clone)]
 pub struct Cancel {
@@ -510,9 +521,11 @@ pub trait Ledger: Send + Sync + 'static {
 
     /// Admits a dead-letter replay of `key` (`cronq dlq replay`): a `failed` record becomes
     /// runnable again, `retrying` with attempt 1 allowed to claim, exactly as after a
-    /// failed attempt that is retried; the replay then publishes attempt 1. Every other
-    /// state, `succeeded` above all, is left alone (G1). Returns the state before (`None`:
-    /// no record).
+    /// failed attempt that is retried; the replay then publishes attempt 1. So does a
+    /// `skipped` record whose reason begins with [`PARENT_ENDED`] (a job with parents,
+    /// admitted again by the leader once its parents all succeeded). Every other state,
+    /// `succeeded` above all, is left alone (G1). Returns the state before (`None`: no
+    /// record).
     ///
     /// # Errors
     /// [`StoreError`] when the store cannot be reached or the record is unreadable.
@@ -541,4 +554,11 @@ pub trait Ledger: Send + Sync + 'static {
     /// # Errors
     /// [`StoreError`] when the store cannot be reached.
     async fn gates(&self, gates: &[String]) -> Result<Vec<GateUse>, StoreError>;
+
+    /// The record of `key` as it stands (`None`: never claimed or settled, or past its
+    /// retention): what the leader reads of a job's parents (`after`).
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store cannot be reached or the record is unreadable.
+    async fn record(&self, key: &OccurrenceKey) -> Result<Option<Record>, StoreError>;
 }

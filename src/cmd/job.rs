@@ -50,6 +50,13 @@ pub async fn apply(cli: &Cli, args: &JobApplyArgs) -> anyhow::Result<()> {
         .with_context(|| format!("while reading {}", args.file.display()))?;
     let jobs = config.runtime_jobs(&text, &args.file)?;
     let stores = stores(cli, &config).await?;
+    // `after` names jobs among the file's and the runtime ones these join.
+    let revisions = stores
+        .jobs
+        .list()
+        .await
+        .context("while listing the runtime jobs")?;
+    config.check_applied(&revisions, &jobs, &args.file)?;
     // Which handlers the live consumers offer; the config stands in when it is unknown.
     let beats = stores.registry.instances().await.ok();
     let mut refused = Vec::new();

@@ -3,6 +3,8 @@
 //! last outcome (from the run log), whether a live consumer serves it (from the fleet
 //! registry, `cronq_shared::registry::serving`) and its limits (`max_concurrent`, its pool
 //! and the pool's use, from the ledger); then each pool: its size, runs and waiting runs.
+//! A job that runs after others (`after`) shows its parents as its schedule and its
+//! parents' next common time; a parent lists the jobs that run after it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -23,14 +25,15 @@ use crate::output::{self, Table};
 /// How many of the newest runs are read at once to find each job's last outcome.
 const RECENT_RUNS: usize = 2_000;
 
-/// One job's line: the job, its next fire, its pause flag, its last run and whether it is
-/// served (`None` when the fleet registry could not be read).
+/// One job's line: the job, its next fire, its pause flag, its last run, whether it is
+/// served (`None` when the fleet registry could not be read) and its children.
 type Row<'c> = (
     &'c Job,
     Option<DateTime<Utc>>,
     Option<&'c Pause>,
     Option<Run>,
     Option<Service>,
+    Vec<&'c str>,
 );
 
 /// Prints each job's status as a table or one JSON document.
@@ -69,6 +72,16 @@ pub async fn run(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
     {
         latest.entry(run.job.clone()).or_insert(run);
     }
+    let mut children: HashMap<&str, Vec<&str>> = HashMap::new();
+    for job in &config.jobs {
+        for parent in job.parents() {
+            children
+                .entry(parent.as_str())
+                .or_default()
+                .push(job.name.as_str());
+        }
+    }
+    let index = config.index();
     let mut rows = Vec::new();
     for job in &config.jobs {
         let last = match latest.remove(&job.name) {
@@ -80,9 +93,10 @@ pub async fn run(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
                 .into_iter()
                 .next(),
         };
-        let next = job.schedule.next_after(now);
+        let next = index.next_time(job, now);
         let served = fleet.as_ref().map(|f| f.assess(job));
-        rows.push((job, next, paused.get(&job.name), last, served));
+        let kids = children.remove(job.name.as_str()).unwrap_or_default();
+        rows.push((job, next, paused.get(&job.name), last, served, kids));
     }
     let pools = match pools::usage(&config, &*stores.ledger).await {
         Ok(pools) => Some(pools),
@@ -126,10 +140,11 @@ pub async fn run(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
 fn print_json(rows: &[Row<'_>], pools: Option<&Pools>) {
     let jobs: Vec<_> = rows
         .iter()
-        .map(|(job, next, pause, last, served)| {
+        .map(|(job, next, pause, last, served, children)| {
             let mut row = ops::json::job(job, *next, *pause, last.as_ref());
             ops::json::served(&mut row, served.as_ref());
             pools::job_fields(&mut row, job);
+            ops::json::chain(&mut row, job, children);
             row
         })
         .collect();
@@ -157,7 +172,7 @@ fn table(rows: &[Row<'_>], pools: Option<&Pools>) -> Table {
         "SERVED",
         "LIMITS",
     ]);
-    for (job, next, pause, last, served) in rows {
+    for (job, next, pause, last, served, children) in rows {
         let paused = pause.map_or_else(
             || "no".to_owned(),
             |p| match &p.note {
@@ -171,7 +186,7 @@ fn table(rows: &[Row<'_>], pools: Option<&Pools>) -> Table {
         );
         table.row(vec![
             job.name.to_string(),
-            job.schedule.as_str().to_owned(),
+            schedule_cell(job, children),
             job.timezone.name().to_owned(),
             next.map_or_else(
                 || "never".into(),
@@ -185,6 +200,16 @@ fn table(rows: &[Row<'_>], pools: Option<&Pools>) -> Table {
         ]);
     }
     table
+}
+
+/// The SCHEDULE cell: the schedule (a job with parents: `after a, b`), then the jobs that
+/// run after it, if any: `@every 1m; then b, c`.
+fn schedule_cell(job: &Job, children: &[&str]) -> String {
+    if children.is_empty() {
+        job.schedule.as_str().to_owned()
+    } else {
+        format!("{}; then {}", job.schedule.as_str(), children.join(", "))
+    }
 }
 
 /// The SERVED cell: `yes`, `no consumer`, or `NO: why`.

@@ -1,6 +1,7 @@
 //! `cronq next`: preview the next fire times of each job, strictly after `--from`
 //! (default now), in the job's zone and in UTC; a schedule with `H` also shows what it
-//! resolved to for the job.
+//! resolved to for the job. A job that runs after other jobs (`after`) shows its expected
+//! times: those its parents share.
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use cronq_shared::config::{Config, Job};
@@ -55,7 +56,8 @@ pub async fn run(cli: &Cli, args: &NextArgs) -> anyhow::Result<()> {
         .map(|job| {
             (
                 job,
-                job.schedule.iter_after(from).take(args.count).collect(),
+                // A job with parents (`after`): their common scheduled times.
+                config.times_after(job, from).take(args.count).collect(),
             )
         })
         .collect();

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use cronq_producer::{
-    AccountingCheck, Alerts, ConfigCheck, Leadership, PoolCheck, Producer, Reloader, ServingCheck,
-    accounting_check, alerts, instance_id, leader,
+    AccountingCheck, Alerts, Chains, ConfigCheck, Leadership, PoolCheck, Producer, Reloader,
+    ServingCheck, accounting_check, alerts, chains, instance_id, leader,
 };
 use cronq_shared::config::Config;
 use cronq_shared::lease::Lease;
@@ -78,8 +78,21 @@ pub async fn run(cli: &Cli, args: &ProducerArgs, root: CancellationToken) -> any
     // What the leader publishes is counted for the Fleet page (docs/dashboard.md).
     let tally = Tally::default();
     let counted = Arc::new(CountingBroker::new(broker.clone(), tally.clone()));
+    // Jobs that run after others (`after`): the leader follows their parents' ends.
+    let chain_sources = chains::Sources {
+        runlog: stores.runlog.clone(),
+        ledger: stores.ledger.clone(),
+        broker: counted.clone(),
+        control: control.clone(),
+    };
     let producer = Producer::new(counted, lease, control, config_rx.clone(), instance.clone())
         .with_reloader(reloader);
+    let chains = Chains::new(
+        chain_sources,
+        config_rx.clone(),
+        producer.leadership(),
+        instance.clone(),
+    );
     let accounting = AccountingCheck::new(
         accounting_check::Stores {
             runlog: stores.runlog,
@@ -111,7 +124,7 @@ pub async fn run(cli: &Cli, args: &ProducerArgs, root: CancellationToken) -> any
     };
     // The fleet's part stops with the producer, so the record leaves last.
     let beside = root.child_token();
-    let (served, ran, (), (), (), ()) = tokio::join!(
+    let (served, ran, (), (), (), (), ()) = tokio::join!(
         admin::serve(args.serve.admin_addr, metrics, ready, root.clone()),
         async {
             let r = producer.run(root.child_token()).await;
@@ -122,6 +135,7 @@ pub async fn run(cli: &Cli, args: &ProducerArgs, root: CancellationToken) -> any
         accounting.run(beside.clone()),
         alerts.run(beside.clone()),
         pools.run(beside.clone()),
+        chains.run(beside.clone()),
     );
     signal_tasks.shutdown().await;
     broker.close().await;

@@ -15,8 +15,8 @@ use anyhow::Context as _;
 use cronq_backends::Stores;
 use cronq_consumer::{Consumer, Options};
 use cronq_producer::{
-    AccountingCheck, Alerts, ConfigCheck, PoolCheck, Producer, Reloader, ServingCheck,
-    accounting_check, alerts, instance_id, leader,
+    AccountingCheck, Alerts, Chains, ConfigCheck, PoolCheck, Producer, Reloader, ServingCheck,
+    accounting_check, alerts, chains, instance_id, leader,
 };
 use cronq_shared::broker::Broker;
 use cronq_shared::lease::Lease;
@@ -131,6 +131,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
     };
     // One instance on the Fleet page, counting what both halves do (docs/dashboard.md).
     let tally = Tally::default();
+    let chained_ledger = stores.ledger.clone();
     let ledger = Arc::new(CountingLedger::new(stores.ledger, tally.clone()));
     // The pools' use on /metrics reads the same ledger (reads are not counted).
     let pool_ledger: Arc<dyn cronq_shared::ledger::Ledger> = ledger.clone();
@@ -149,6 +150,12 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
     let (digester, digest_rx) = Digester::new(config_rx.clone()).await;
     let lease = stores.lease.clone();
     let counted = Arc::new(CountingBroker::new(broker, tally.clone()));
+    let chain_sources = chains::Sources {
+        runlog: Arc::clone(&stores.runlog),
+        ledger: chained_ledger,
+        broker: counted.clone(),
+        control: stores.control.clone(),
+    };
     let reporter = Reporter::new(
         stores.registry.clone(),
         &instance,
@@ -198,6 +205,12 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         instance.clone(),
     )
     .with_gaps(accounting.gaps());
+    let chains = Chains::new(
+        chain_sources,
+        config_rx.clone(),
+        producer.leadership(),
+        instance.clone(),
+    );
     let first_term = producer.first_term();
 
     let ready: ReadyProbe = Arc::new(|| Box::pin(async { Ok("standalone".to_owned()) }));
@@ -209,7 +222,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
             token.cancel();
         }
     };
-    let (served, shown, produced, consumed, (), (), (), (), (), (), ()) = tokio::join!(
+    let (served, shown, produced, consumed, (), (), (), (), (), (), (), ()) = tokio::join!(
         admin::serve(args.serve.admin_addr, metrics, ready, token.clone()),
         async {
             let Some((addr, source, admin)) = dashboard else {
@@ -242,6 +255,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         accounting.run(token.child_token()),
         alerts.run(token.child_token()),
         pools.run(token.child_token()),
+        chains.run(token.child_token()),
     );
     signal_tasks.shutdown().await;
     produced.context("while running the producer")?;

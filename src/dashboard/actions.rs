@@ -468,13 +468,31 @@ pub async fn replay(
 /// differs from that of the fire before it (or of `now`, for the first): a daylight-saving
 /// (or other) transition lies between.
 pub fn next_fires(job: &Job, now: DateTime<Utc>, n: usize) -> Vec<serde_json::Value> {
+    fires(job, now, job.schedule.iter_after(now).take(n))
+}
+
+/// [`next_fires`] of a job of `config`: for a job with parents (`after`), the times its
+/// parents share.
+pub fn next_fires_in(
+    config: &cronq_shared::config::Config,
+    job: &Job,
+    now: DateTime<Utc>,
+    n: usize,
+) -> Vec<serde_json::Value> {
+    fires(job, now, config.times_after(job, now).take(n))
+}
+
+/// `times` of `job` as [`next_fires`] shows them.
+fn fires(
+    job: &Job,
+    now: DateTime<Utc>,
+    times: impl Iterator<Item = DateTime<Utc>>,
+) -> Vec<serde_json::Value> {
     use chrono::Offset as _;
     let zone = job.timezone;
     let offset = |t: DateTime<Utc>| t.with_timezone(&zone).offset().fix();
     let mut before = offset(now);
-    job.schedule
-        .iter_after(now)
-        .take(n)
+    times
         .map(|t| {
             let here = offset(t);
             let transition = (here != before).then(|| format!("UTC offset {before} → {here}"));

@@ -274,10 +274,19 @@ pub async fn job(
         Ok(r) => (r, None),
         Err(e) => (Vec::new(), Some(e)),
     };
+    // The file's jobs with the runtime ones, as the refresher last merged them.
+    let config = snap.view.as_ref().map_or(&app.source.config, |v| &v.config);
+    let children: Vec<&str> = config
+        .children(job.name.as_str())
+        .iter()
+        .map(|j| j.name.as_str())
+        .collect();
     Ok(Json(json!({
         "job": job.name.as_str(),
         "config": job_config(job),
-        "next": actions::next_fires(job, Utc::now(), 10),
+        "after": job.parents().iter().map(|p| p.as_str()).collect::<Vec<_>>(),
+        "children": children,
+        "next": actions::next_fires_in(config, job, Utc::now(), 10),
         "paused": snap.paused.get(&job.name).map(|p| json!({ "since": output::utc(p.since), "note": p.note })),
         "runs": runs.iter().map(run_json).collect::<Vec<_>>(),
         "runs_error": error,

@@ -311,6 +311,25 @@ pub async fn write(
         }
     }
     let store = &app.source.stores.jobs;
+    if let Some(read) = &read
+        && read.job.is_after()
+    {
+        // `after` names jobs among the file's and the runtime ones it joins.
+        let revisions = store
+            .list()
+            .await
+            .map_err(|e| ApiError::unavailable(format!("the job store: {e}")))?;
+        let applied = std::slice::from_ref(read);
+        if let Err(e) = config.check_applied(&revisions, applied, std::path::Path::new("request")) {
+            return Err(Refused {
+                error: ApiError::bad_request(format!("{e:#}")),
+                problems: match e {
+                    ConfigError::Invalid { problems, .. } => problems,
+                    ConfigError::Read { .. } => Vec::new(),
+                },
+            });
+        }
+    }
     let before = current(&**store, &job)
         .await
         .map_err(|e| ApiError::unavailable(format!("the job store: {e}")))?;

@@ -541,7 +541,10 @@ pub async fn job(
     let job = &job;
     let runs = api::job_runs(&app, job).await;
     let zone = Some(job.timezone);
-    let next = actions::next_fires(job, Utc::now(), 10);
+    // The file's jobs with the runtime ones, as the refresher last merged them.
+    let config = snap.view.as_ref().map_or(&app.source.config, |v| &v.config);
+    let next = actions::next_fires_in(config, job, Utc::now(), 10);
+    let children = config.children(job.name.as_str());
     let action = |a: &str| format!("/ui/jobs/{}/{a}", job.name);
     let limits = super::pools::section(&app, job).await;
     let main = html! {
@@ -586,6 +589,30 @@ pub async fn job(
             }
         }
         (limits)
+        @if !job.parents().is_empty() || !children.is_empty() {
+            section #chain {
+                @if !job.parents().is_empty() {
+                    p #parents {
+                        "Runs after "
+                        @for (i, p) in job.parents().iter().enumerate() {
+                            @if i > 0 { ", " }
+                            a href=(format!("/jobs/{}", encode_path(p.as_str()))) { code { (p.as_str()) } }
+                        }
+                        " succeeded for the same scheduled time (skipped when one of them ends otherwise)."
+                    }
+                }
+                @if !children.is_empty() {
+                    p #children {
+                        "Then runs "
+                        @for (i, c) in children.iter().enumerate() {
+                            @if i > 0 { ", " }
+                            a href=(format!("/jobs/{}", encode_path(c.name.as_str()))) { code { (c.name.as_str()) } }
+                        }
+                        "."
+                    }
+                }
+            }
+        }
         section.cols {
             div {
                 h2 { "Next 10 fire times" }

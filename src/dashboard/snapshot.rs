@@ -241,11 +241,12 @@ fn runtime_moved(
     }
     let now = Utc::now();
     let mut next = known[..file_len].to_vec();
-    next.extend(
-        view.config.jobs[file_len..]
-            .iter()
-            .map(|job| job.schedule.next_after(now)),
-    );
+    let chained = view.config.jobs.iter().any(|j| j.is_after());
+    let index = chained.then(|| view.config.index());
+    next.extend(view.config.jobs[file_len..].iter().map(|job| match &index {
+        Some(index) => index.next_time(job, now),
+        None => job.schedule.next_after(now),
+    }));
     Arc::new(next)
 }
 
@@ -264,6 +265,12 @@ async fn next_fires(
     let config = config.clone();
     let computed = tokio::task::spawn_blocking(move || {
         let fresh = known.len() == config.jobs.len();
+        // Jobs with parents follow them by name.
+        let index = config
+            .jobs
+            .iter()
+            .any(|j| j.is_after())
+            .then(|| config.index());
         config
             .jobs
             .iter()
@@ -271,7 +278,11 @@ async fn next_fires(
             .map(|(i, job)| match known.get(i).copied().flatten() {
                 Some(t) if fresh && t > now => Some(t),
                 None if fresh => None,
-                _ => job.schedule.next_after(now),
+                // A job with parents: their next common time.
+                _ => match &index {
+                    Some(index) => index.next_time(job, now),
+                    None => job.schedule.next_after(now),
+                },
             })
             .collect::<Vec<_>>()
     })

@@ -38,6 +38,18 @@ pub fn job(
     })
 }
 
+/// Adds a job's parents (`after`) and children (the jobs that run after it) to its [`job`]
+/// object, each only when there are any.
+pub fn chain(row: &mut Value, job: &Job, children: &[&str]) {
+    if !job.parents().is_empty() {
+        let parents: Vec<&str> = job.parents().iter().map(|p| p.as_str()).collect();
+        row["after"] = json!(parents);
+    }
+    if !children.is_empty() {
+        row["children"] = json!(children);
+    }
+}
+
 /// Adds whether a live consumer serves the job to its [`job`] object: `served` is
 /// `"served"`, `"unserved"` or `"no consumer"` (null when not known), `unserved_reason`
 /// says why when it is not served.

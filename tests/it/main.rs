@@ -13,6 +13,8 @@
 //! - `ha`: a node of a RabbitMQ cluster or the Redis master lost under a running fleet, and
 //!   the Redis stores through Sentinel (following the master, the replication barrier of
 //!   `CRONQ_REDIS_MIN_REPLICAS`), on the harness of `scripts/ha`;
+//! - `chains`: jobs that run after other jobs (`after`), a chain through a replay and a
+//!   leader `kill -9`;
 //! - `handlers`, `queues`: how a consumer runs a job, and which queues it serves;
 //!   `fence_handlers`: the fencing token each kind of handler gets;
 //! - `dashboard`: the web dashboard's API through a real `cronq dashboard` (on the
@@ -49,6 +51,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod alerts;
+mod chains;
 mod chaos;
 mod command_identity;
 mod dashboard;

@@ -263,4 +263,8 @@ impl Ledger for MemoryLedger {
     async fn gates(&self, gates: &[String]) -> Result<Vec<GateUse>, StoreError> {
         self.step(|s| gates.iter().map(|g| rules::gate_use(s, g)).collect())
     }
+
+    async fn record(&self, key: &OccurrenceKey) -> Result<Option<Record>, StoreError> {
+        self.step(|s| rules::record(s, key))
+    }
 }

@@ -476,7 +476,8 @@ impl Ledger for RedisLedger {
             .key(self.record_key(&key))
             .key(&self.leases_key)
             .key(self.body_key(&key))
-            .arg(&key);
+            .arg(&key)
+            .arg(cronq_shared::ledger::PARENT_ENDED);
         // Guarded: were the reset lost, the replayed message would meet the `failed` record
         // and be acked as a duplicate without running.
         let before: String = self.conn.write_script(&invocation).await.map_err(written)?;
@@ -560,5 +561,9 @@ impl Ledger for RedisLedger {
             .await
             .map_err(command)?;
         Ok(n.unwrap_or(0))
+    }
+
+    async fn record(&self, key: &OccurrenceKey) -> Result<Option<Record>, StoreError> {
+        RedisLedger::record(self, key).await
     }
 }

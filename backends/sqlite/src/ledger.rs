@@ -117,4 +117,8 @@ impl Ledger for SqliteLedger {
         self.with(move |s| gates.iter().map(|g| rules::gate_use(s, g)).collect())
             .await
     }
+
+    async fn record(&self, key: &OccurrenceKey) -> Result<Option<Record>, StoreError> {
+        SqliteLedger::record(self, key).await
+    }
 }

@@ -11,6 +11,7 @@
 //! Invariant: a [`Config`] value is always valid; nothing downstream re-checks it. A
 //! [`ConfigError`] lists every problem, one line each: `FILE: SCOPE: FIELD: message`.
 
+mod after;
 mod alert;
 mod bounds;
 mod calendars;
@@ -50,6 +51,7 @@ use std::time::Duration;
 
 use chrono_tz::Tz;
 
+pub use after::JobIndex;
 pub use alert::{
     AlertKind, AlertSink, AlertTarget, DEFAULT_REPEAT, DEFAULT_SEND_TIMEOUT, EmailTarget, EmailTls,
     default_events,

@@ -49,6 +49,7 @@ struct QuickJob {
     cwd: Option<String>,
     start_at: Option<toml::Value>,
     end_at: Option<toml::Value>,
+    after: Option<Vec<String>>,
     http: Option<RawHttp>,
     timezone: Option<String>,
     timeout: Option<String>,
@@ -169,6 +170,7 @@ pub(super) fn read(piece: &str, ordinal: usize) -> Option<RawJob> {
                 as_string(&mut v);
                 v
             }),
+            after: job.after,
             http: None,
         },
         common: RawDefaults {
@@ -262,7 +264,8 @@ retention = "1d"
         let bad_name = "[[job]]\nname = \"no spaces\"\nschedule = \"@daily\"\n";
         let one_shot = "[[job]]\nname = \"o\"\nat = 2026-12-24T10:00:00+01:00\n";
         let union = "[[job]]\nname = \"u\"\nschedules = [\"0 9 * * MON-FRI\", \"0 11 * * SAT\"]\n";
-        for text in [every_field, http, bad_name, one_shot, union] {
+        let child = "[[job]]\nname = \"c\"\nafter = [\"a\", \"b\"]\n";
+        for text in [every_field, http, bad_name, one_shot, union, child] {
             assert_eq!(
                 quick(text).as_deref(),
                 careful(text).first().map(String::as_str)

@@ -115,6 +115,10 @@ pub(crate) const JOB_FIELDS: &[Field] = &[
         "at",
         "an RFC 3339 instant such as \"2026-12-24T10:00:00+01:00\", or a local date-time in the job's zone",
     ),
+    field(
+        "after",
+        "an array of job names such as [\"extract\", \"load\"]",
+    ),
 ];
 
 /// The fields of a `[handlers.NAME]` section: a job's inline handler fields.
@@ -343,6 +347,7 @@ pub(crate) struct RawJobOwn {
     pub(crate) cwd: Option<String>,
     pub(crate) start_at: Option<toml::Value>,
     pub(crate) end_at: Option<toml::Value>,
+    pub(crate) after: Option<Vec<String>>,
     #[expect(
         dead_code,
         reason = "only type-checked here; the table is read into RawHttp"

@@ -242,6 +242,9 @@ impl Config {
                 Err(problems) => merged.invalid.push((rev.name.clone(), problems)),
             }
         }
+        // A runtime job's parents are looked up among all the jobs now merged.
+        let (config, broken) = config.without_broken_chains();
+        merged.invalid.extend(broken);
         (config, merged)
     }
 

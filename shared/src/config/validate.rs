@@ -23,7 +23,7 @@ use super::warnings::{Memo, warn_risky};
 use super::{
     Catchup, Config, Handler, Job, LeaderConfig, MetricsConfig, Overlap, RuntimeConfig, Settings,
 };
-use super::{bounds, calendars, handler, once, payload, time_controls};
+use super::{after, bounds, calendars, handler, once, payload, time_controls};
 use crate::names::{JobName, QueueName};
 use crate::schedule::Interner;
 
@@ -108,6 +108,14 @@ pub(crate) fn resolve(
         }
     }
     herd.warn(now, &mut out);
+    out.problems.extend(
+        after::check_graph(&jobs, |_| true)
+            .into_iter()
+            .map(|b| b.problem),
+    );
+    if out.problems.is_empty() {
+        after::warn_never_met(&jobs, now, &mut out);
+    }
     if out.problems.is_empty() && jobs.is_empty() {
         out.warn("", "", "no [[job]] is defined: nothing will be scheduled");
     }
@@ -525,8 +533,12 @@ pub(super) fn resolve_job(
     }
     // `H` needs the job's name (a job whose name is refused gets the name's problem only,
     // unless the schedule is wrong on its own). A one-shot (`at`) has no schedule of its own.
-    let schedule = if raw.rejected.contains(&"at") {
+    // A job with `after` runs after other jobs: no schedule of its own.
+    let after = after::resolve_after(raw, name.as_ref(), common.timezone, scope, out);
+    let schedule = if raw.rejected.contains(&"at") || raw.rejected.contains(&"after") {
         None
+    } else if raw.own.after.is_some() {
+        after
     } else if raw.own.at.is_some() {
         once::resolve_once(raw, common.timezone, schedules.now(), scope, out)
     } else {

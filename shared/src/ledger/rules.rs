@@ -776,7 +776,12 @@ pub fn admit_replay<S: Records>(s: &mut S, key: &OccurrenceKey) -> Result<Option
         return Ok(None);
     };
     let before = rec.state;
-    if before == State::Failed {
+    let parent_skipped = before == State::Skipped
+        && rec
+            .error
+            .as_deref()
+            .is_some_and(|e| e.starts_with(super::PARENT_ENDED));
+    if before == State::Failed || parent_skipped {
         // As admit_replay.lua: runnable again, attempt 1 may claim it.
         rec.state = State::Retrying;
         rec.next = 1;

@@ -181,4 +181,11 @@ impl Ledger for CountingLedger {
     async fn gates(&self, gates: &[String]) -> Result<Vec<GateUse>, StoreError> {
         self.inner.gates(gates).await
     }
+
+    async fn record(
+        &self,
+        key: &OccurrenceKey,
+    ) -> Result<Option<crate::ledger::Record>, StoreError> {
+        self.inner.record(key).await
+    }
 }

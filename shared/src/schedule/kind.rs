@@ -28,6 +28,9 @@ pub(super) enum Kind {
     Cron(CronSchedule),
     /// A one-shot job's `at`: fires once, at this instant (see `super::once`).
     Once(DateTime<Utc>),
+    /// A job that runs after other jobs (`after`), these: it never fires on its own; its
+    /// occurrences follow its parents' (see `super::after`).
+    After(Box<[crate::names::JobName]>),
 }
 
 /// A cron expression compiled by croner, with what cronq's searches need besides it.

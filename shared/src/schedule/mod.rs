@@ -23,6 +23,7 @@
 //! value per distinct (text, zone), so a million jobs over a few thousand schedules hold a
 //! few thousand parsed expressions.
 
+mod after;
 mod controls;
 mod dst;
 mod error;
@@ -250,6 +251,7 @@ impl Schedule {
                 }
             }
             Kind::Once(at) => (after < *at).then_some(*at),
+            Kind::After(_) => None,
         }
     }
 
@@ -292,7 +294,7 @@ impl Schedule {
         }
         match &self.inner.kind {
             Kind::Every { every, .. } => Some(*every),
-            Kind::Cron(_) | Kind::Once(_) => None,
+            Kind::Cron(_) | Kind::Once(_) | Kind::After(_) => None,
         }
     }
 
@@ -345,7 +347,7 @@ impl Schedule {
             }
             Kind::Cron(c) => c,
             // A past one-shot is the config's warning, not a parse error.
-            Kind::Once(_) => return Ok(()),
+            Kind::Once(_) | Kind::After(_) => return Ok(()),
         };
         let today = now.with_timezone(&self.inner.tz).date_naive();
         if let Some(year) = c.last_year.filter(|y| *y < today.year()) {

@@ -111,6 +111,14 @@ impl Ledger for Flaky {
         self.check()?;
         self.inner.gates(gates).await
     }
+
+    async fn record(
+        &self,
+        key: &cronq_shared::key::OccurrenceKey,
+    ) -> Result<Option<cronq_shared::ledger::Record>, cronq_shared::store::StoreError> {
+        self.check()?;
+        self.inner.record(key).await
+    }
 }
 
 /// The store down at first: nothing runs and nothing is acked until it is back; then the

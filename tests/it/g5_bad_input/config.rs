@@ -31,7 +31,7 @@ fn unknown_field_gets_a_suggestion() {
 cronq.toml: [defaults]: timout: unknown field; did you mean \"timeout\"?
 cronq.toml: [leader]: leese: unknown field; did you mean \"lease\"?
 cronq.toml: job \"a\": schedual: unknown field; did you mean \"schedule\"?
-cronq.toml: job \"a\": zzz: unknown field; allowed: name, schedule, schedules, exclude, calendars, payload, pool, handler, command, http, user, group, env, clear_env, cwd, start_at, end_at, at, timezone, timeout, overlap, catchup, catchup_window, deadline, max_attempts, backoff, backoff_max, jitter, queue, retention, max_concurrent, sla
+cronq.toml: job \"a\": zzz: unknown field; allowed: name, schedule, schedules, exclude, calendars, payload, pool, handler, command, http, user, group, env, clear_env, cwd, start_at, end_at, at, after, timezone, timeout, overlap, catchup, catchup_window, deadline, max_attempts, backoff, backoff_max, jitter, queue, retention, max_concurrent, sla
 cronq.toml: job \"a\": schedule: is required: a cron expression such as \"30 3 * * *\", or \"@every 5m\"
 ",
     );

@@ -7,6 +7,7 @@ mod broker;
 mod jobs;
 mod lease;
 mod ledger;
+mod ledger_after;
 mod ledger_cancel;
 mod ledger_limits;
 mod ledger_overlap;

@@ -350,6 +350,10 @@ impl<T: Ledger + ?Sized> Ledger for Port<T> {
     async fn gates(&self, gates: &[String]) -> Result<Vec<ledger::GateUse>, StoreError> {
         self.0.gates(gates).await
     }
+
+    async fn record(&self, key: &OccurrenceKey) -> Result<Option<ledger::Record>, StoreError> {
+        self.0.record(key).await
+    }
 }
 
 #[async_trait]
