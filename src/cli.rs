@@ -269,6 +269,13 @@ pub enum Command {
         after_help = "Exit status: 0 every expected occurrence is accounted for, 1 a gap (or an error), 2 a usage error.\n\nExamples:\n  cronq verify --from 2026-11-29T00:00:00Z --to 2026-11-30T00:00:00Z --config cronq.toml\n  cronq verify --job nightly-report --from 2026-11-01T00:00:00Z --to 2026-11-30T00:00:00Z --json --config cronq.toml\n  cronq verify --from 2026-11-29T10:00:00Z --to 2026-11-29T11:00:00Z --data cronq.db --config cronq.toml"
     )]
     Verify(VerifyArgs),
+    /// What a new config changes in the next hours against what runs now: per job added,
+    /// removed or changed, the occurrences that appear, disappear or move; exit 0 when
+    /// nothing changes, 3 when something does.
+    #[command(
+        after_help = "Exit status: 0 no job changes, 3 some job changes, 1 an error, 2 a usage or config error.\n\nExamples:\n  cronq plan --config new.toml\n  cronq plan --config new.toml --data cronq.db --hours 48\n  cronq plan --config new.toml --against cronq.toml --json"
+    )]
+    Plan(PlanArgs),
     /// GET an admin URL and exit 0 when it answers 2xx (container health checks).
     #[command(after_help = "Examples:\n  cronq probe http://127.0.0.1:9090/readyz")]
     Probe(ProbeArgs),
@@ -521,6 +528,21 @@ pub struct VerifyArgs {
     /// retry's) it is judged; before that it is pending, not a gap.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     pub grace: Duration,
+    /// Print one JSON document on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `cronq plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Compare with this config file instead of what the target (the fleet's store, or
+    /// `--data`) runs.
+    #[arg(long, value_name = "OLD")]
+    pub against: Option<PathBuf>,
+    /// How many hours ahead to look.
+    #[arg(long, default_value_t = 24)]
+    pub hours: u32,
     /// Print one JSON document on stdout.
     #[arg(long)]
     pub json: bool,

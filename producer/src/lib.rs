@@ -16,6 +16,8 @@
 //! - `term`: one term's bookkeeping (job table, timer, pauses, uncommitted cursors).
 //! - [`Reloader`] (from `cronq_shared::reload`): SIGHUP or a runtime job change → the config
 //!   in force, on a `watch` channel of `Arc<Config>`.
+//! - [`config_record`]: while leading, records the config file's jobs for the operations
+//!   commands.
 //! - [`config_check`]: while leading, which instances run another config (log, `/metrics`).
 //! - [`serving_check`]: while leading, which jobs no live consumer runs (log, `/metrics`).
 //! - [`accounting_check`]: while leading, the occurrences of a trailing window not
@@ -31,6 +33,7 @@
 pub mod accounting_check;
 pub mod alerts;
 pub mod config_check;
+pub mod config_record;
 mod error;
 #[doc(hidden)]
 pub mod footprint;
@@ -47,6 +50,7 @@ pub mod traces;
 pub use accounting_check::AccountingCheck;
 pub use alerts::Alerts;
 pub use config_check::ConfigCheck;
+pub use config_record::ConfigRecorder;
 pub use cronq_shared::reload::Reloader;
 pub use error::Error;
 pub use leader::{Elector, Leadership};

@@ -8,4 +8,6 @@ pub mod cancel;
 pub mod handler_check;
 pub mod json;
 pub mod lookup;
+pub mod plan;
+pub mod running;
 pub mod trigger;
