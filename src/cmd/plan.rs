@@ -46,7 +46,7 @@ pub async fn run(cli: &Cli, args: &PlanArgs) -> anyhow::Result<()> {
             let stores = lookup::stores(&target, DEFAULT_RETENTION).await?;
             let Some(record) = running::newest(&stores).await? else {
                 return Err(UsageError(format!(
-                    "no config recorded {} yet to compare with: start {} once, or compare with a file: --against OLD.toml",
+                    "no config recorded {} yet to compare with: start {}, or compare with a file: --against OLD.toml",
                     running::place(&target),
                     running::runner(&target)
                 ))

@@ -144,14 +144,14 @@ pub fn place(target: &Target) -> String {
     }
 }
 
-/// What runs the config that `target` records.
+/// What to start so that `target` records its config.
 pub fn runner(target: &Target) -> String {
     match target {
         Target::Fleet(_) => {
-            "a producer (`cronq producer --config FILE`): its leader records its config".to_owned()
+            "`cronq producer --config FILE` once (its leader records its config)".to_owned()
         }
         Target::Data { path, .. } => format!(
-            "the standalone (`cronq standalone --config FILE --data {}`): it records its config",
+            "`cronq standalone --config FILE --data {}` once (it records its config)",
             path.display()
         ),
     }
@@ -160,7 +160,7 @@ pub fn runner(target: &Target) -> String {
 /// The error when nothing is recorded and no `--config` was given.
 pub fn nothing_recorded(target: &Target) -> String {
     format!(
-        "no config recorded {} yet, and no --config: pass --config FILE (or set CRONQ_CONFIG), or start {} once",
+        "no config recorded {} yet, and no --config: pass --config FILE (or set CRONQ_CONFIG), or start {}",
         place(target),
         runner(target)
     )

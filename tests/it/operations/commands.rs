@@ -324,7 +324,10 @@ async fn ops_usage_errors_exit_2_and_unreachable_services_exit_1() {
         let err = fails(&env, 2, &["runs", "--limit", "0"]);
         assert!(err.contains("--limit must be at least 1"), "{err}");
         let err = fails(&env, 2, &["jobs"]);
-        assert!(err.contains("no config file: pass --config FILE"), "{err}");
+        assert!(
+            err.contains("no config recorded in the store of namespace"),
+            "{err}"
+        );
 
         // With no producer running, a trigger is stored and waits; the command says so.
         let out = env.run(&["trigger", "tick", "--config", cfg]);

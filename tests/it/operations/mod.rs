@@ -9,6 +9,7 @@ mod dlq;
 mod dlq_copies;
 mod dlq_scale;
 mod producer_process;
+mod recorded;
 mod reload;
 mod runtime_failover;
 mod runtime_jobs;
