@@ -8,11 +8,12 @@
 //! file ([`Drift`]), and the rule for the list of records every backend keeps
 //! ([`next_records`]).
 //!
-//! Invariant: a record carries no handler and no alert sink, so no secret: each job's
-//! inline handler fields (`command`, `http`, `env`, `user`, `group`, `cwd`, `clear_env`),
-//! the `[handlers.NAME]` tables and the `[[alert]]` sinks are left out (a job keeps
-//! `handler = "NAME"`); a calendar's `.ics` file is replaced by the dates read from it, so
-//! the record reads the same on any machine.
+//! Invariant: a record carries no handler body and no alert sink, so no secret: each job's
+//! inline handler fields (`command`, `http`, `env`, `user`, `group`, `cwd`, `clear_env`)
+//! and the `[[alert]]` sinks are left out (a job keeps `handler = "NAME"`); each
+//! `[handlers.NAME]` keeps its name only, its body replaced by [`NOT_RECORDED`] (so that
+//! the dashboard and `cronq job apply` still know the names); a calendar's `.ics` file is
+//! replaced by the dates read from it, so the record reads the same on any machine.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -41,9 +42,13 @@ const HANDLER_FIELDS: &[&str] = &[
     "clear_env",
 ];
 
-/// The top-level sections a record leaves out: handlers and alert sinks carry secrets, and
-/// no operations command runs a handler or sends an alert.
-const LEFT_OUT: &[&str] = &["handlers", "alert"];
+/// The top-level sections a record leaves out: alert sinks carry secrets, and no operations
+/// command sends an alert.
+const LEFT_OUT: &[&str] = &["alert"];
+
+/// The command a recorded `[handlers.NAME]` has instead of its own: no operations command
+/// runs a handler, and the record is never a consumer's config.
+pub const NOT_RECORDED: &str = "(not recorded)";
 
 /// A config file as loaded by a process: the resolved config and the text it came from.
 #[derive(Debug, Clone)]
@@ -118,6 +123,16 @@ pub fn without_secrets(text: &str, config: &Config) -> String {
     };
     for key in LEFT_OUT {
         table.remove(*key);
+    }
+    if let Some(Value::Table(handlers)) = table.get_mut("handlers") {
+        for (_, value) in handlers.iter_mut() {
+            let mut body = Table::new();
+            body.insert(
+                "command".into(),
+                Value::Array(vec![Value::String(NOT_RECORDED.into())]),
+            );
+            *value = Value::Table(body);
+        }
     }
     if let Some(Value::Array(jobs)) = table.get_mut("job") {
         for job in jobs {
@@ -292,8 +307,13 @@ handler = "mail"
         let config = record.load().expect("the record reads back");
         let names: Vec<&str> = config.jobs.iter().map(|j| j.name.as_str()).collect();
         assert_eq!(names, ["report", "ping", "mailer"]);
-        assert!(config.jobs.iter().all(|j| j.handler.is_none()));
+        assert!(config.jobs[..2].iter().all(|j| j.handler.is_none()));
         assert_eq!(config.jobs[2].handler_name.as_deref(), Some("mail"));
+        assert_eq!(
+            config.handlers.keys().map(|k| &**k).collect::<Vec<_>>(),
+            ["mail"],
+            "the handlers' names are kept"
+        );
         assert_eq!(record.jobs, 3);
         assert!(Drift::between(&config, &load(FILE).config, FILE).is_empty());
     }

@@ -109,8 +109,9 @@ pub async fn job_filter(cli: &Cli, name: &str) -> anyhow::Result<JobName> {
     }
 }
 
-/// A `--job` filter checked against `config`: a job of it, or a runtime job, present or
-/// deleted (one the job store of `stores` has a history of).
+/// A `--job` filter checked against `config`: a job of it, a runtime job, present or
+/// deleted (one the job store of `stores` has a history of), or a job the run log has runs
+/// of (one a config had before).
 ///
 /// # Errors
 /// A usage error for an unknown job.
@@ -123,14 +124,19 @@ pub async fn job_in(
         Ok(job) => return Ok(job.name.clone()),
         Err(e) => e,
     };
-    if let (Ok(runtime), Some(stores)) = (JobName::new(name), stores)
-        && stores
+    if let (Ok(other), Some(stores)) = (JobName::new(name), stores)
+        && (stores
             .jobs
-            .history(&runtime)
+            .history(&other)
             .await
             .is_ok_and(|h| !h.is_empty())
+            || stores
+                .runlog
+                .list(Some(&other), 1)
+                .await
+                .is_ok_and(|r| !r.is_empty()))
     {
-        return Ok(runtime);
+        return Ok(other);
     }
     Err(no_job.into())
 }

@@ -341,42 +341,13 @@ pub fn text(plan: &Plan) -> String {
     }
     out.push_str(&table.render());
     for j in &plan.jobs {
-        let tz = j.timezone;
-        let at = |t: &DateTime<Utc>| {
-            format!(
-                "{} ({} {})",
-                output::utc(*t),
-                output::local(&t.with_timezone(&tz)),
-                tz.name()
-            )
-        };
-        let mut lines = Vec::new();
-        list(&mut lines, "appears", j.appear.iter().map(at));
-        list(&mut lines, "disappears", j.disappear.iter().map(at));
-        list(
-            &mut lines,
-            "moves",
-            j.moved
-                .iter()
-                .map(|m| format!("{} -> {}", at(&m.from), at(&m.to))),
-        );
-        if !j.moves_occurrences() {
-            lines.push("  its occurrences in the window stay as they are".to_owned());
-        }
-        for d in &j.dst {
-            lines.push(format!("  daylight saving: {d}"));
-        }
-        if j.truncated {
-            lines.push(format!(
-                "  only the first {MAX_OCCURRENCES} occurrences of a side were compared"
-            ));
-        }
+        let lines = job_lines(j);
         if !lines.is_empty() {
             out.push_str(&format!(
-                "{} ({}):\n{}\n",
+                "{} ({}):\n  {}\n",
                 j.job,
                 j.change.as_str(),
-                lines.join("\n")
+                lines.join("\n  ")
             ));
         }
     }
@@ -384,14 +355,51 @@ pub fn text(plan: &Plan) -> String {
     out
 }
 
+/// One job's occurrences that appear, disappear and move (at most [`LISTED`] of each, then
+/// "and N more"), its daylight-saving notes: a line each (the table of `cronq plan` and the
+/// dashboard's job editor show them).
+pub fn job_lines(j: &JobPlan) -> Vec<String> {
+    let tz = j.timezone;
+    let at = |t: &DateTime<Utc>| {
+        format!(
+            "{} ({} {})",
+            output::utc(*t),
+            output::local(&t.with_timezone(&tz)),
+            tz.name()
+        )
+    };
+    let mut lines = Vec::new();
+    list(&mut lines, "appears", j.appear.iter().map(at));
+    list(&mut lines, "disappears", j.disappear.iter().map(at));
+    list(
+        &mut lines,
+        "moves",
+        j.moved
+            .iter()
+            .map(|m| format!("{} -> {}", at(&m.from), at(&m.to))),
+    );
+    if !j.moves_occurrences() {
+        lines.push("its occurrences in the window stay as they are".to_owned());
+    }
+    for d in &j.dst {
+        lines.push(format!("daylight saving: {d}"));
+    }
+    if j.truncated {
+        lines.push(format!(
+            "only the first {MAX_OCCURRENCES} occurrences of a side were compared"
+        ));
+    }
+    lines
+}
+
 fn list(lines: &mut Vec<String>, what: &str, items: impl ExactSizeIterator<Item = String>) {
     let n = items.len();
     for (i, item) in items.enumerate() {
         if i == LISTED {
-            lines.push(format!("  {what}: and {} more", n - LISTED));
+            lines.push(format!("{what}: and {} more", n - LISTED));
             break;
         }
-        lines.push(format!("  {what}: {item}"));
+        lines.push(format!("{what}: {item}"));
     }
 }
 

@@ -8,6 +8,7 @@ mod control;
 mod dlq;
 mod dlq_copies;
 mod dlq_scale;
+mod plan;
 mod producer_process;
 mod recorded;
 mod reload;
