@@ -31,6 +31,13 @@ use crate::registry::digest::{JobDigest, job_digest};
 /// How many records of distinct configs a store keeps, newest first.
 pub const KEEP: usize = 20;
 
+/// A config's text past this size is kept in [`KEEP_LARGE`] records only: a config of a
+/// million jobs is about 100 MB.
+pub const LARGE: usize = 1 << 20;
+
+/// How many records a store keeps when the newest is [`LARGE`].
+pub const KEEP_LARGE: usize = 2;
+
 /// The fields of a job's inline handler, which a record leaves out.
 const HANDLER_FIELDS: &[&str] = &[
     "command",
@@ -102,6 +109,16 @@ impl ConfigRecord {
         Config::from_toml_at(&self.text, &self.label(), self.at)
     }
 
+    /// How many records a store keeps once this one is the newest: [`KEEP`], or
+    /// [`KEEP_LARGE`] for a large config.
+    pub fn keep(&self) -> usize {
+        if self.text.len() > LARGE {
+            KEEP_LARGE
+        } else {
+            KEEP
+        }
+    }
+
     /// How messages name the record: `FILE (recorded)`.
     pub fn label(&self) -> PathBuf {
         PathBuf::from(format!("{} (recorded)", self.path))
@@ -163,7 +180,7 @@ pub fn without_secrets(text: &str, config: &Config) -> String {
 
 /// The list a store keeps after recording `new` in `history` (newest first): a load of the
 /// text the newest record has replaces it (keeping its `since`), another is put first;
-/// at most [`KEEP`] records stay.
+/// at most `new.keep()` records stay ([`KEEP`], fewer for a large config).
 pub fn next_records(history: &[ConfigRecord], mut new: ConfigRecord) -> Vec<ConfigRecord> {
     let mut out = Vec::with_capacity(history.len() + 1);
     let rest = match history.first() {
@@ -173,8 +190,9 @@ pub fn next_records(history: &[ConfigRecord], mut new: ConfigRecord) -> Vec<Conf
         }
         _ => history,
     };
+    let keep = new.keep();
     out.push(new);
-    out.extend(rest.iter().take(KEEP - 1).cloned());
+    out.extend(rest.iter().take(keep - 1).cloned());
     out
 }
 
@@ -361,5 +379,9 @@ handler = "mail"
         }
         assert_eq!(list.len(), KEEP);
         assert_eq!(list[0].digest, "d29");
+        let mut large = rec("large", 100);
+        large.text = "#".repeat(LARGE + 1);
+        let list = next_records(&list, large);
+        assert_eq!(list.len(), KEEP_LARGE, "a large config keeps fewer");
     }
 }

@@ -10,7 +10,7 @@ use redis::{AsyncCommands, Script};
 
 use cronq_shared::jobs::{Expect, JobStore, Revision, Written};
 use cronq_shared::names::{JobName, Names};
-use cronq_shared::recorded::{ConfigRecord, KEEP};
+use cronq_shared::recorded::ConfigRecord;
 use cronq_shared::store::StoreError;
 
 use crate::conn::RedisConn;
@@ -26,6 +26,7 @@ pub struct RedisJobStore {
     version_key: String,
     write: Arc<Script>,
     configs_key: String,
+    newest_key: String,
     record_config: Arc<Script>,
 }
 
@@ -47,6 +48,7 @@ impl RedisJobStore {
             names: names.clone(),
             write: Arc::new(Script::new(include_str!("jobs/write.lua"))),
             configs_key: names.redis_key(&["config", "loads"]),
+            newest_key: names.redis_key(&["config", "newest"]),
             record_config: Arc::new(Script::new(include_str!("jobs/record_config.lua"))),
         }
     }
@@ -117,15 +119,33 @@ impl JobStore for RedisJobStore {
     }
 
     async fn record_config(&self, record: &ConfigRecord) -> Result<(), StoreError> {
-        let json = serde_json::to_string(record).map_err(|source| StoreError::Corrupt {
+        let mut record = record.clone();
+        let mut conn = self.conn.clone();
+        let (digest, since): (Option<String>, Option<String>) = conn
+            .hmget(&self.newest_key, &["digest", "since"])
+            .await
+            .map_err(command)?;
+        // The rule of `next_records`: a load of the newest's text keeps its since.
+        if digest.as_deref() == Some(record.digest.as_str())
+            && let Some(since) = since.and_then(|s| s.parse().ok())
+        {
+            record.since = since;
+        }
+        let json = serde_json::to_string(&record).map_err(|source| StoreError::Corrupt {
             key: self.configs_key.clone(),
             source,
         })?;
-        let mut call = Call::new(&self.record_config, 1);
+        let mut call = Call::new(&self.record_config, 2);
         call.key(&self.configs_key)
+            .key(&self.newest_key)
             .arg(&record.digest)
             .arg(json)
-            .arg(KEEP);
+            .arg(record.keep())
+            .arg(
+                record
+                    .since
+                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            );
         let _added: i64 = self.conn.write_script(&call).await.map_err(written)?;
         Ok(())
     }
