@@ -54,6 +54,14 @@ pub async fn run(cli: &Cli, args: &VerifyArgs) -> anyhow::Result<()> {
         },
         None => None,
     };
+    // Each file job as it was defined when its occurrences were due (the recorded loads).
+    let history = match running::file_history(&stores, from, to).await {
+        Ok(history) => history,
+        Err(e) => {
+            queue.close().await;
+            return Err(e);
+        }
+    };
     let letters = bounded("list dead letters", queue.port().dead_letters()).await;
     queue.close().await;
     let letters = letters
@@ -79,6 +87,7 @@ pub async fn run(cli: &Cli, args: &VerifyArgs) -> anyhow::Result<()> {
         runlog: &*stores.runlog,
         audit: &*stores.audit,
         jobs: &*stores.jobs,
+        file_history: &history,
     };
     let report = accounting::reconcile(sources, &config, &paused_now, &letters, &window)
         .await

@@ -9,9 +9,11 @@
 use std::path::Path;
 
 use anyhow::Context as _;
+use chrono::{DateTime, Utc};
 use cronq_backends::Stores;
+use cronq_shared::accounting::FileVersion;
 use cronq_shared::config::{Config, DEFAULT_RETENTION};
-use cronq_shared::recorded::{ConfigRecord, Drift};
+use cronq_shared::recorded::{ConfigRecord, Drift, KEEP};
 
 use crate::cli::Cli;
 use crate::cmd::settings::{Target, UsageError};
@@ -114,6 +116,42 @@ pub async fn config_of(cli: &Cli, target: &Target, stores: &Stores) -> anyhow::R
         (None, Some(given)) => Ok(unwrap(given.config)),
         (None, None) => Err(UsageError(nothing_recorded(target)).into()),
     }
+}
+
+/// The versions of the config file in force over `[from, to]`, oldest first, from the
+/// recorded loads (`cronq_shared::accounting::history`); empty when nothing is recorded.
+/// A record that does not read ends the history there (older ones are not used).
+///
+/// # Errors
+/// When the store cannot be read.
+pub async fn file_history(
+    stores: &Stores,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> anyhow::Result<Vec<FileVersion>> {
+    let records = stores
+        .jobs
+        .config_records(KEEP)
+        .await
+        .context("while reading the recorded config")?;
+    let mut versions = Vec::new();
+    for (i, record) in records.iter().enumerate() {
+        if record.since > to {
+            continue; // loaded after the range
+        }
+        if i > 0 && records[i - 1].since <= from {
+            break; // replaced before the range
+        }
+        match record.load() {
+            Ok(config) => versions.push(FileVersion {
+                since: record.since,
+                config,
+            }),
+            Err(_) => break,
+        }
+    }
+    versions.reverse();
+    Ok(versions)
 }
 
 /// The newest record of `stores`, if any.

@@ -282,3 +282,66 @@ async fn a_fleet_leader_records_its_config_for_every_operations_command() {
     })
     .await;
 }
+
+/// `cronq verify` expects each file job's occurrences of the schedule that ran when they
+/// were due: `tick` every 2 s, then every second after a reload, accounts with no gap (the
+/// schedule of now alone would expect the odd seconds before the reload, never published).
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_models_a_file_job_before_its_last_reload() {
+    scoped("recorded-verify", |env: TestEnv| async move {
+        let tick = |every: &str| job(&env, "tick", every, "timeout = \"2s\"");
+        let file = DataFile::new(&env, &format!("{LEADER}\n{}", tick("@every 2s")));
+        let s = file.start("standalone", &[]);
+        file.leading(&s).await;
+        eventually(WAIT, "three runs every 2 s", || async {
+            (ran(&env, "tick").len() >= 3).then_some(())
+        })
+        .await;
+        file.rewrite_config(&format!("{LEADER}\n{}", tick("@every 1s")));
+        env.signal(s.pid, Signal::SIGHUP);
+        let data = file.arg();
+        let run = |args: &[&str]| -> Output {
+            env.cronq()
+                .env_remove("CRONQ_DATA")
+                .args(args)
+                .args(["--data", &data])
+                .output()
+                .expect("run cronq")
+        };
+        eventually(WAIT, "the reload to be recorded", || async {
+            let jobs: Value = serde_json::from_slice(&run(&["jobs", "--json"]).stdout).ok()?;
+            (jobs["jobs"][0]["schedule"] == "@every 1s").then_some(())
+        })
+        .await;
+        let before = ran(&env, "tick").len();
+        eventually(WAIT, "six runs every second", || async {
+            (ran(&env, "tick").len() >= before + 6).then_some(())
+        })
+        .await;
+        let keys = ran(&env, "tick");
+        let first = &keys[0]["tick@".len()..];
+        let last = &keys[keys.len() - 1]["tick@".len()..];
+        let out = run(&[
+            "verify", "--job", "tick", "--from", first, "--to", last, "--grace", "1s", "--json",
+        ]);
+        assert_eq!(out.status.code(), Some(0), "no gap: {}", text(&out));
+        let report = parse(&out);
+        let tick = &report["jobs"][0];
+        assert_eq!(tick["job"], "tick", "{report}");
+        assert_eq!(tick["gaps"], Value::Array(vec![]), "{report}");
+        // The runs before the reload were 2 s apart: the seconds between them, which the
+        // schedule of now would expect, were never due.
+        let at = |k: &String| {
+            k["tick@".len()..]
+                .parse::<chrono::DateTime<chrono::Utc>>()
+                .unwrap()
+        };
+        assert_eq!((at(&keys[1]) - at(&keys[0])).num_seconds(), 2, "{keys:?}");
+        assert!(
+            tick["expected"].as_u64().unwrap() < keys.len() as u64 + 3,
+            "only what each schedule expected: {report}"
+        );
+        file.stop(&s);
+    })
+    .await;
+}
