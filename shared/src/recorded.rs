@@ -38,6 +38,12 @@ pub const LARGE: usize = 1 << 20;
 /// How many records a store keeps when the newest is [`LARGE`].
 pub const KEEP_LARGE: usize = 2;
 
+/// A config file larger than this is recorded without its text (its path, digest and job
+/// count only): rewriting it without its secrets would cost the leader about as much
+/// memory and time as loading it (a config of 100,000 jobs is about 10 MB). The operations
+/// commands then need `--config`.
+pub const MAX_TEXT: usize = 8 << 20;
+
 /// The fields of a job's inline handler, which a record leaves out.
 const HANDLER_FIELDS: &[&str] = &[
     "command",
@@ -95,7 +101,11 @@ impl ConfigRecord {
             at,
             by: by.to_owned(),
             jobs: load.config.jobs.len(),
-            text: without_secrets(&load.text, &load.config),
+            text: if load.text.len() > MAX_TEXT {
+                String::new()
+            } else {
+                without_secrets(&load.text, &load.config)
+            },
         }
     }
 
@@ -106,6 +116,20 @@ impl ConfigRecord {
     /// [`ConfigError`] when the record does not read as a config (written by another
     /// version, or damaged).
     pub fn load(&self) -> Result<Config, ConfigError> {
+        if self.text.is_empty() && self.jobs > 0 {
+            return Err(ConfigError::Invalid {
+                path: self.label(),
+                problems: vec![crate::config::Problem::new(
+                    "",
+                    "",
+                    format!(
+                        "its {} jobs were not recorded: the file is larger than {} MiB; pass --config FILE",
+                        self.jobs,
+                        MAX_TEXT >> 20
+                    ),
+                )],
+            });
+        }
         Config::from_toml_at(&self.text, &self.label(), self.at)
     }
 
@@ -334,6 +358,20 @@ handler = "mail"
         );
         assert_eq!(record.jobs, 3);
         assert!(Drift::between(&config, &load(FILE).config, FILE).is_empty());
+    }
+
+    #[test]
+    fn a_config_over_the_limit_is_recorded_without_its_text() {
+        let text = format!("# {}\n{FILE}", "x".repeat(MAX_TEXT));
+        let record = ConfigRecord::new(&load(&text), "me", Utc::now());
+        assert!(record.text.is_empty());
+        assert_eq!(record.jobs, 3);
+        let err = record.load().expect_err("nothing to read");
+        assert!(
+            err.to_string().contains("c.toml (recorded)")
+                && format!("{err:?}").contains("its 3 jobs were not recorded"),
+            "{err:?}"
+        );
     }
 
     #[test]
