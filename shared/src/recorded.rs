@@ -8,12 +8,13 @@
 //! file ([`Drift`]), and the rule for the list of records every backend keeps
 //! ([`next_records`]).
 //!
-//! Invariant: a record carries no handler body and no alert sink, so no secret: each job's
-//! inline handler fields (`command`, `http`, `env`, `user`, `group`, `cwd`, `clear_env`)
-//! and the `[[alert]]` sinks are left out (a job keeps `handler = "NAME"`); each
-//! `[handlers.NAME]` keeps its name only, its body replaced by [`NOT_RECORDED`] (so that
-//! the dashboard and `cronq job apply` still know the names); a calendar's `.ics` file is
-//! replaced by the dates read from it, so the record reads the same on any machine.
+//! Invariant: a record carries no handler body and no alert sink, so no secret: the
+//! `[[alert]]` sinks are left out; a job's inline handler (`command` or `http`, with `env`,
+//! `user`, `group`, `cwd`, `clear_env`) and each `[handlers.NAME]` become
+//! `command = [NOT_RECORDED]` ([`NOT_RECORDED`]), so that a job still has a handler and a
+//! handler still has its name (the dashboard, `cronq jobs` and `cronq job apply` use
+//! them); a calendar's `.ics` file is replaced by the dates read from it, so the record
+//! reads the same on any machine.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -44,7 +45,7 @@ pub const KEEP_LARGE: usize = 2;
 /// commands then need `--config`.
 pub const MAX_TEXT: usize = 8 << 20;
 
-/// The fields of a job's inline handler, which a record leaves out.
+/// The fields of a job's inline handler, which a record replaces.
 const HANDLER_FIELDS: &[&str] = &[
     "command",
     "http",
@@ -168,18 +169,19 @@ pub fn without_secrets(text: &str, config: &Config) -> String {
     if let Some(Value::Table(handlers)) = table.get_mut("handlers") {
         for (_, value) in handlers.iter_mut() {
             let mut body = Table::new();
-            body.insert(
-                "command".into(),
-                Value::Array(vec![Value::String(NOT_RECORDED.into())]),
-            );
+            body.insert("command".into(), not_recorded());
             *value = Value::Table(body);
         }
     }
     if let Some(Value::Array(jobs)) = table.get_mut("job") {
         for job in jobs {
             if let Value::Table(job) = job {
+                let inline = job.contains_key("command") || job.contains_key("http");
                 for field in HANDLER_FIELDS {
                     job.remove(*field);
+                }
+                if inline {
+                    job.insert("command".into(), not_recorded());
                 }
             }
         }
@@ -200,6 +202,11 @@ pub fn without_secrets(text: &str, config: &Config) -> String {
         }
     }
     toml::to_string(&table).unwrap_or_default()
+}
+
+/// `command = ["(not recorded)"]`'s value.
+fn not_recorded() -> Value {
+    Value::Array(vec![Value::String(NOT_RECORDED.into())])
 }
 
 /// The list a store keeps after recording `new` in `history` (newest first): a load of the
@@ -349,7 +356,14 @@ handler = "mail"
         let config = record.load().expect("the record reads back");
         let names: Vec<&str> = config.jobs.iter().map(|j| j.name.as_str()).collect();
         assert_eq!(names, ["report", "ping", "mailer"]);
-        assert!(config.jobs[..2].iter().all(|j| j.handler.is_none()));
+        assert!(
+            config.jobs.iter().all(|j| matches!(
+                &j.handler,
+                Some(crate::config::Handler::Command(c)) if c.argv == [NOT_RECORDED]
+            )),
+            "every job keeps a handler, not recorded: {:?}",
+            config.jobs
+        );
         assert_eq!(config.jobs[2].handler_name.as_deref(), Some("mail"));
         assert_eq!(
             config.handlers.keys().map(|k| &**k).collect::<Vec<_>>(),

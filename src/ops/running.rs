@@ -2,7 +2,8 @@
 //! records the config file it loads in its data file, a fleet's leading producer in the
 //! store (`cronq_shared::recorded`); the command reads that record, so it needs no
 //! `--config`. A `--config` given that differs from the record gets a warning naming the
-//! jobs that differ, and the record is used (it is what runs). Where nothing is recorded
+//! jobs that differ, and the record is used (it is what runs); one that does not differ is
+//! used, for its handlers (the record has none). Where nothing is recorded
 //! (a data file of an older version, a fleet not led since), `--config` is used, else the
 //! command fails saying what to do (`docs/operations.md`).
 
@@ -107,9 +108,11 @@ pub async fn config_of(cli: &Cli, target: &Target, stores: &Stores) -> anyhow::R
             };
             if let Some(given) = given {
                 let drift = Drift::between(&recorded, &given.config, &given.text);
-                if !drift.is_empty() {
-                    eprintln!("{}", drift_warning(&given.config, &record, target, &drift));
+                if drift.is_empty() {
+                    // The same jobs, with their handlers (which the record has not).
+                    return Ok(unwrap(given.config));
                 }
+                eprintln!("{}", drift_warning(&given.config, &record, target, &drift));
             }
             Ok(recorded)
         }

@@ -173,6 +173,14 @@ fn differing_config_warns(env: &TestEnv, run: &dyn Fn(&[&str]) -> Output, place:
     assert_eq!(names(&parse(&out)), ["tick", "flaky"]);
 }
 
+/// `--config` the file that runs: no warning, the same jobs.
+fn same_config_is_quiet(run: &dyn Fn(&[&str]) -> Output, config: &str) {
+    let out = run(&["jobs", "--json", "--config", config]);
+    assert_eq!(code(&out), Some(0), "{}", text(&out));
+    assert!(stderr(&out).is_empty(), "{}", text(&out));
+    assert_eq!(names(&parse(&out)), ["tick", "flaky"]);
+}
+
 fn jobs_toml(env: &TestEnv) -> String {
     format!(
         "{}{}",
@@ -201,6 +209,7 @@ async fn a_standalone_records_its_config_for_every_operations_command() {
         };
         every_command_without_config(&run).await;
         differing_config_warns(&env, &run, &format!("in data file {data}"));
+        same_config_is_quiet(&run, &file.config.to_string_lossy());
 
         // A reload records the new config: its new job is listed without --config.
         file.rewrite_config(&format!(
@@ -260,6 +269,7 @@ async fn a_fleet_leader_records_its_config_for_every_operations_command() {
         let run = |args: &[&str]| env.run(args);
         every_command_without_config(&run).await;
         differing_config_warns(&env, &run, &place);
+        same_config_is_quiet(&run, &cfg);
 
         // A reload while leading records the new config.
         std::fs::write(
