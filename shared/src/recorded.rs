@@ -69,8 +69,34 @@ pub const NOT_RECORDED: &str = "(not recorded)";
 pub struct Load {
     /// The config, without runtime jobs.
     pub config: Arc<Config>,
-    /// The file's text when it was read.
+    /// The file's text when it was read; empty once [`Load::lean`] dropped a large one.
     pub text: Arc<str>,
+    /// [`text_digest`] of the text.
+    pub digest: String,
+}
+
+impl Load {
+    /// `config`, loaded from `text`.
+    pub fn new(config: Arc<Config>, text: Arc<str>) -> Self {
+        Self {
+            digest: text_digest(&text),
+            config,
+            text,
+        }
+    }
+
+    /// This load without its text when it is larger than [`MAX_TEXT`] (it is not
+    /// recorded then): a process that keeps its loads does not keep a copy of a large file.
+    pub fn lean(self) -> Self {
+        if self.text.len() > MAX_TEXT {
+            Self {
+                text: Arc::from(""),
+                ..self
+            }
+        } else {
+            self
+        }
+    }
 }
 
 /// One recorded load of a config file.
@@ -97,12 +123,12 @@ impl ConfigRecord {
     pub fn new(load: &Load, by: &str, at: DateTime<Utc>) -> Self {
         Self {
             path: load.config.path.display().to_string(),
-            digest: text_digest(&load.text),
+            digest: load.digest.clone(),
             since: at,
             at,
             by: by.to_owned(),
             jobs: load.config.jobs.len(),
-            text: if load.text.len() > MAX_TEXT {
+            text: if load.text.is_empty() || load.text.len() > MAX_TEXT {
                 String::new()
             } else {
                 without_secrets(&load.text, &load.config)
@@ -301,10 +327,7 @@ pub fn load_file(path: &Path) -> Result<Load, ConfigError> {
         source,
     })?;
     let config = Config::from_toml(&text, path)?;
-    Ok(Load {
-        config: Arc::new(config),
-        text: text.into(),
-    })
+    Ok(Load::new(Arc::new(config), text.into()))
 }
 
 #[cfg(test)]
@@ -341,10 +364,10 @@ handler = "mail"
 "#;
 
     fn load(text: &str) -> Load {
-        Load {
-            config: Arc::new(Config::from_toml(text, Path::new("c.toml")).expect("valid config")),
-            text: text.into(),
-        }
+        Load::new(
+            Arc::new(Config::from_toml(text, Path::new("c.toml")).expect("valid config")),
+            text.into(),
+        )
     }
 
     #[test]
@@ -377,8 +400,13 @@ handler = "mail"
     #[test]
     fn a_config_over_the_limit_is_recorded_without_its_text() {
         let text = format!("# {}\n{FILE}", "x".repeat(MAX_TEXT));
-        let record = ConfigRecord::new(&load(&text), "me", Utc::now());
+        let large = load(&text);
+        let lean = large.clone().lean();
+        assert!(lean.text.is_empty() && lean.digest == large.digest);
+        let record = ConfigRecord::new(&lean, "me", Utc::now());
+        assert_eq!(record.digest, text_digest(&text));
         assert!(record.text.is_empty());
+        assert!(ConfigRecord::new(&large, "me", Utc::now()).text.is_empty());
         assert_eq!(record.jobs, 3);
         let err = record.load().expect_err("nothing to read");
         assert!(

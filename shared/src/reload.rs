@@ -79,10 +79,8 @@ impl Reloader {
     /// Gives the text the first config was loaded from, so that [`Reloader::loads`]
     /// sends each load of the file with its text, this one first.
     pub fn with_text(self, text: Arc<str>) -> Self {
-        self.loads.send_replace(Some(Arc::new(Load {
-            config: self.file.clone(),
-            text,
-        })));
+        let load = Load::new(self.file.clone(), text).lean();
+        self.loads.send_replace(Some(Arc::new(load)));
         self
     }
 
@@ -122,7 +120,7 @@ impl Reloader {
                 }
                 info!(path = %self.path.display(), jobs = config.jobs.len(), "config reloaded");
                 self.file = config;
-                self.loads.send_replace(Some(Arc::new(load)));
+                self.loads.send_replace(Some(Arc::new(load.lean())));
                 // The runtime jobs resolve anew against the new file's defaults and handlers.
                 self.cache = RuntimeCache::default();
                 self.publish();
