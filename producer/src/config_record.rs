@@ -66,8 +66,13 @@ impl ConfigRecorder {
             // One term: record the current load, then each next one, until the lead ends.
             loop {
                 let load = loads.borrow_and_update().clone();
+                // A store that does not answer must not hold up a shutdown.
                 let done = match load {
-                    Some(load) => record(&*jobs, load, &instance).await,
+                    Some(load) => tokio::select! {
+                        biased;
+                        () = token.cancelled() => return,
+                        done = record(&*jobs, load, &instance) => done,
+                    },
                     None => true,
                 };
                 tokio::select! {
