@@ -165,12 +165,22 @@ pub fn job_plan(
     let (appear, disappear, moved) = diff(&old_times, &new_times);
     let shown = new.or(old).expect("one side exists");
     let horizon = (to - from).to_std().unwrap_or_default();
-    let dst = shown
-        .schedule
-        .dst_warnings(from, horizon)
-        .iter()
-        .map(ToString::to_string)
-        .collect();
+    // A union (`schedules`): each of its schedules, named as written (as `cronq check`).
+    let dst = match shown.schedule.members() {
+        Some(members) => members
+            .flat_map(|m| {
+                m.dst_warnings(from, horizon)
+                    .into_iter()
+                    .map(move |w| format!("{:?} {w}", m.as_str()))
+            })
+            .collect(),
+        None => shown
+            .schedule
+            .dst_warnings(from, horizon)
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
+    };
     Some(JobPlan {
         job: shown.name.as_str().to_owned(),
         change,
@@ -540,6 +550,35 @@ mod tests {
         );
         assert!(!same.changes());
         assert!(text(&same).starts_with("no job changes"));
+    }
+
+    #[test]
+    fn each_schedule_of_a_union_gets_its_daylight_saving_notes() {
+        let old = config(
+            "[[job]]\nname = \"a\"\nschedule = \"0 12 * * *\"\ntimezone = \"America/New_York\"\n",
+        );
+        let new = config(
+            "[[job]]\nname = \"a\"\nschedules = [\"0 12 * * *\", \"30 2 * * *\"]\ntimezone = \"America/New_York\"\n",
+        );
+        let p = plan(
+            &old,
+            &new,
+            "old",
+            t("2027-03-13T12:00:00Z"),
+            Duration::from_secs(2 * 24 * 3600),
+        );
+        let a = &p.jobs[0];
+        assert_eq!(a.dst.len(), 1, "{:?}", a.dst);
+        assert!(
+            a.dst[0].starts_with("\"30 2 * * *\" fires at 02:30"),
+            "{}",
+            a.dst[0]
+        );
+        assert_eq!(
+            a.appear,
+            [t("2027-03-14T07:00:00Z"), t("2027-03-15T06:30:00Z")],
+            "02:30 on 2027-03-14 runs at 03:00 EDT, the next day at 02:30 EDT: {a:?}"
+        );
     }
 
     #[test]
