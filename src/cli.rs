@@ -19,7 +19,8 @@ const DATA_FILE: &str = "Standalone data file";
 #[derive(Debug, Parser)]
 #[command(name = "cronq", version, propagate_version = true)]
 pub struct Cli {
-    /// The config file (TOML).
+    /// The config file (TOML). The operations commands read the config the standalone or
+    /// the fleet's leader recorded instead, and warn when this one differs.
     #[arg(long, global = true, env = "CRONQ_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
 
@@ -218,9 +219,7 @@ pub enum Command {
     Dashboard(DashboardArgs),
     /// Each job (the file's, then the runtime jobs): schedule, zone, next fire, paused, last
     /// outcome, whether a live consumer serves it.
-    #[command(
-        after_help = "Examples:\n  cronq jobs --config cronq.toml\n  cronq jobs --config cronq.toml --data cronq.db --json"
-    )]
+    #[command(after_help = "Examples:\n  cronq jobs\n  cronq jobs --data cronq.db --json")]
     Jobs(JsonArg),
     /// Run history, newest first.
     #[command(
@@ -229,20 +228,20 @@ pub enum Command {
     Runs(RunsArgs),
     /// Stop publishing a job, fleet-wide.
     #[command(
-        after_help = "Examples:\n  cronq pause nightly-report --note \"orders API down, INC-1234\" --config cronq.toml"
+        after_help = "Examples:\n  cronq pause nightly-report --note \"orders API down, INC-1234\""
     )]
     Pause(PauseArgs),
     /// Restart publishing a paused job (no catch-up: use backfill).
-    #[command(after_help = "Examples:\n  cronq resume nightly-report --config cronq.toml")]
+    #[command(after_help = "Examples:\n  cronq resume nightly-report")]
     Resume(JobArg),
     /// Run one occurrence now (or once at --at), under its own key JOB@manual-ID.
     #[command(
-        after_help = "Examples:\n  cronq trigger nightly-report --config cronq.toml\n  cronq trigger nightly-report --payload '{\"region\": \"eu\"}' --config cronq.toml\n  cronq trigger nightly-report --at 2026-12-24T10:00:00+01:00 --config cronq.toml"
+        after_help = "Examples:\n  cronq trigger nightly-report\n  cronq trigger nightly-report --payload '{\"region\": \"eu\"}'\n  cronq trigger nightly-report --at 2026-12-24T10:00:00+01:00 --data cronq.db"
     )]
     Trigger(TriggerArgs),
     /// Publish every occurrence with from <= t <= to under its normal key.
     #[command(
-        after_help = "Examples:\n  cronq backfill nightly-report --from 2026-11-28T00:00:00Z --to 2026-11-29T23:59:59Z --config cronq.toml"
+        after_help = "Examples:\n  cronq backfill nightly-report --from 2026-11-28T00:00:00Z --to 2026-11-29T23:59:59Z"
     )]
     Backfill(BackfillArgs),
     /// Stop a running occurrence within about a second, or a waiting one before it starts;
@@ -259,16 +258,23 @@ pub enum Command {
     Dlq(DlqCommand),
     /// The operators' actions (job changes, pause, trigger, replay, log-ins), newest first.
     #[command(
-        after_help = "Examples:\n  cronq audit --config cronq.toml\n  cronq audit --job nightly-report --since 24h --json --config cronq.toml"
+        after_help = "Examples:\n  cronq audit\n  cronq audit --job nightly-report --since 24h --json"
     )]
     Audit(AuditArgs),
     /// Account for every occurrence the schedules expected in a range: its terminal state,
     /// and every gap (never published, no terminal state, succeeded twice, a dead letter
     /// without a failed record); exit 1 when there is any.
     #[command(
-        after_help = "Exit status: 0 every expected occurrence is accounted for, 1 a gap (or an error), 2 a usage error.\n\nExamples:\n  cronq verify --from 2026-11-29T00:00:00Z --to 2026-11-30T00:00:00Z --config cronq.toml\n  cronq verify --job nightly-report --from 2026-11-01T00:00:00Z --to 2026-11-30T00:00:00Z --json --config cronq.toml\n  cronq verify --from 2026-11-29T10:00:00Z --to 2026-11-29T11:00:00Z --data cronq.db --config cronq.toml"
+        after_help = "Exit status: 0 every expected occurrence is accounted for, 1 a gap (or an error), 2 a usage error.\n\nExamples:\n  cronq verify --from 2026-11-29T00:00:00Z --to 2026-11-30T00:00:00Z\n  cronq verify --job nightly-report --from 2026-11-01T00:00:00Z --to 2026-11-30T00:00:00Z --json\n  cronq verify --from 2026-11-29T10:00:00Z --to 2026-11-29T11:00:00Z --data cronq.db"
     )]
     Verify(VerifyArgs),
+    /// What a new config changes in the next hours against what runs now: per job added,
+    /// removed or changed, the occurrences that appear, disappear or move; exit 0 when
+    /// nothing changes, 3 when something does.
+    #[command(
+        after_help = "Exit status: 0 no job changes, 3 some job changes, 1 an error, 2 a usage or config error.\n\nExamples:\n  cronq plan --config new.toml\n  cronq plan --config new.toml --data cronq.db --hours 48\n  cronq plan --config new.toml --against cronq.toml --json"
+    )]
+    Plan(PlanArgs),
     /// GET an admin URL and exit 0 when it answers 2xx (container health checks).
     #[command(after_help = "Examples:\n  cronq probe http://127.0.0.1:9090/readyz")]
     Probe(ProbeArgs),
@@ -521,6 +527,21 @@ pub struct VerifyArgs {
     /// retry's) it is judged; before that it is pending, not a gap.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     pub grace: Duration,
+    /// Print one JSON document on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `cronq plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Compare with this config file instead of what the target (the fleet's store, or
+    /// `--data`) runs.
+    #[arg(long, value_name = "OLD")]
+    pub against: Option<PathBuf>,
+    /// How many hours ahead to look.
+    #[arg(long, default_value_t = 24)]
+    pub hours: u32,
     /// Print one JSON document on stdout.
     #[arg(long)]
     pub json: bool,

@@ -42,10 +42,14 @@ fn main() -> ExitCode {
     let root = CancellationToken::new();
     let code = match runtime.block_on(cmd::dispatch(cli, root)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("cronq: {}", output::chain(&err));
-            ExitCode::from(cmd::exit_code(&err))
-        }
+        Err(err) => match err.downcast_ref::<cmd::Status>() {
+            // A command that said all it had to say and exits with a status of its own.
+            Some(cmd::Status(code)) => ExitCode::from(*code),
+            None => {
+                eprintln!("cronq: {}", output::chain(&err));
+                ExitCode::from(cmd::exit_code(&err))
+            }
+        },
     };
     // After the drain (SIGTERM included): the spans of the last attempts are sent.
     traces.shutdown();

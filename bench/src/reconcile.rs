@@ -146,6 +146,7 @@ async fn measure(
         runlog: &*stores.runlog,
         audit: &*stores.audit,
         jobs: &*stores.jobs,
+        file_history: &[],
     };
     let redis = crate::procfs::find("redis-server");
     let redis_before = redis.and_then(|p| crate::procfs::cpu_time(Some(p)).ok());

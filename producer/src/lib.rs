@@ -16,6 +16,8 @@
 //! - `term`: one term's bookkeeping (job table, timer, pauses, uncommitted cursors).
 //! - [`Reloader`] (from `cronq_shared::reload`): SIGHUP or a runtime job change → the config
 //!   in force, on a `watch` channel of `Arc<Config>`.
+//! - [`config_record`]: while leading, records the config file's jobs for the operations
+//!   commands.
 //! - [`config_check`]: while leading, which instances run another config (log, `/metrics`).
 //! - [`serving_check`]: while leading, which jobs no live consumer runs (log, `/metrics`).
 //! - [`pool_check`]: while leading, how each pool is used (`/metrics`).
@@ -35,6 +37,7 @@ pub mod accounting_check;
 pub mod alerts;
 pub mod chains;
 pub mod config_check;
+pub mod config_record;
 mod error;
 #[doc(hidden)]
 pub mod footprint;
@@ -53,6 +56,7 @@ pub use accounting_check::AccountingCheck;
 pub use alerts::Alerts;
 pub use chains::Chains;
 pub use config_check::ConfigCheck;
+pub use config_record::ConfigRecorder;
 pub use cronq_shared::reload::Reloader;
 pub use error::Error;
 pub use leader::{Elector, Leadership};

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use cronq_shared::broker::Broker;
 use cronq_shared::config::Config;
 use cronq_shared::control::Control;
+use cronq_shared::jobs::JobStore;
 use cronq_shared::lease::Lease;
 use std::future::Future;
 use tokio::sync::watch;
@@ -13,6 +14,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+use crate::config_record::ConfigRecorder;
 use crate::error::Error;
 use crate::leader::{Elector, Leadership};
 use crate::scheduler::Scheduler;
@@ -26,6 +28,8 @@ pub struct Producer {
     control: Control,
     config: watch::Receiver<Arc<Config>>,
     reloader: Option<Reloader>,
+    /// Where the leader records the config file it loaded (`crate::config_record`).
+    record_in: Option<Arc<dyn JobStore>>,
     instance: String,
 }
 
@@ -47,6 +51,7 @@ impl Producer {
             control,
             config,
             reloader: None,
+            record_in: None,
             instance,
         }
     }
@@ -69,6 +74,13 @@ impl Producer {
     /// Also runs `reloader` (SIGHUP handling) for the producer's lifetime.
     pub fn with_reloader(mut self, reloader: Reloader) -> Self {
         self.reloader = Some(reloader);
+        self
+    }
+
+    /// Also records, while leading, each load of the config file the reloader reports
+    /// (`Reloader::with_text`) in `jobs` (see [`crate::config_record`]).
+    pub fn with_recorder(mut self, jobs: Arc<dyn JobStore>) -> Self {
+        self.record_in = Some(jobs);
         self
     }
 
@@ -101,6 +113,17 @@ impl Producer {
                 scheduler.run(t).await;
             });
             names.push((task.id(), "scheduler"));
+        }
+        if let (Some(jobs), Some(reloader)) = (self.record_in, &self.reloader) {
+            let recorder = ConfigRecorder::new(
+                jobs,
+                reloader.loads(),
+                leadership.clone(),
+                self.instance.clone(),
+            );
+            let t = token.clone();
+            let task = tasks.spawn(async move { recorder.run(t).await });
+            names.push((task.id(), "config recorder"));
         }
         if let Some(reloader) = self.reloader {
             let t = token.clone();

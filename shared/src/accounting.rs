@@ -14,13 +14,16 @@
 //! without a `failed` record. An occurrence still within its time to end
 //! ([`Expected::judged_from`] plus the grace) is *pending*, not a gap.
 //!
+//! A file job's definitions over time come from the recorded loads of the config file
+//! ([`Sources::file_history`], [`history`]): each version from when it was first loaded.
+//!
 //! What cannot be known, and is not modelled: a pause older than the audit log's oldest
 //! entry (a `resume` without its `pause` counts as paused from the range's start); a file
-//! job's schedule before the last reload (the current one is used for the whole range);
-//! a catch-up policy that chose not to publish what a leader outage missed (reported as
-//! never published: it was not run; a job with parents then shows the same gap); with
-//! `--job`, the runtime parents of a runtime job with parents (not read: it expects
-//! nothing).
+//! job's schedule before the oldest recorded load (or before the last reload, where no
+//! history is given: the current one is used for the whole range); a catch-up policy that
+//! chose not to publish what a leader outage missed (reported as never published: it was
+//! not run; a job with parents then shows the same gap); with `--job`, the runtime parents
+//! of a runtime job with parents (not read: it expects nothing).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
@@ -36,6 +39,9 @@ use crate::key::OccurrenceKey;
 use crate::names::JobName;
 use crate::runlog::{Outcome, Run, RunLog};
 use crate::store::StoreError;
+
+pub mod history;
+pub use history::{FileVersion, file_definitions};
 
 /// How long a pause, a resume, or a runtime job's change takes to reach the leader (its
 /// poll and its `[leader] retry`): an occurrence within this of one is *optional*, counted
@@ -446,6 +452,9 @@ pub struct Sources<'a> {
     pub audit: &'a dyn AuditLog,
     /// Runtime jobs with their revisions.
     pub jobs: &'a dyn JobStore,
+    /// The versions of the config file, oldest first (`crate::recorded`); empty: the file
+    /// jobs of the config given are in force over the whole range.
+    pub file_history: &'a [FileVersion],
 }
 
 /// What [`reconcile`] answers.
@@ -506,18 +515,32 @@ pub async fn reconcile(
     let runs = by_key(runs);
     let file: HashSet<&str> = config.jobs.iter().map(|j| j.name.as_str()).collect();
     let mut definitions: BTreeMap<JobName, Vec<Definition>> = BTreeMap::new();
-    for job in &config.jobs {
-        if config.runtime_since.contains_key(&job.name) {
-            continue; // merged in from the store: its history says more
+    if sources.file_history.is_empty() {
+        for job in &config.jobs {
+            if config.runtime_since.contains_key(&job.name) {
+                continue; // merged in from the store: its history says more
+            }
+            definitions.insert(
+                job.name.clone(),
+                vec![Definition {
+                    since: None,
+                    until: None,
+                    job: job.clone(),
+                }],
+            );
         }
-        definitions.insert(
-            job.name.clone(),
-            vec![Definition {
-                since: None,
-                until: None,
-                job: job.clone(),
-            }],
-        );
+    } else {
+        for (name, defs) in file_definitions(sources.file_history) {
+            if config.runtime_since.contains_key(&name) {
+                continue; // a runtime job now: its history says more
+            }
+            if defs
+                .iter()
+                .any(|d| d.until.is_none_or(|u| u >= window.from))
+            {
+                definitions.insert(name, defs);
+            }
+        }
     }
     // The audit log from the range's start: pauses, and the runtime jobs deleted since. A
     // pause made before and still in force is the control store's; one made before and

@@ -14,12 +14,16 @@
 //!   it does not exist or was deleted), atomically; otherwise nothing changes and
 //!   [`Written::Stale`] says what the current revision is.
 //! - Every write, a delete included, moves [`JobStore::version`] forward.
+//! - The config file's jobs are recorded beside the runtime ones
+//!   ([`JobStore::record_config`], `crate::recorded`): the list of records follows
+//!   [`crate::recorded::next_records`], newest first.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::names::JobName;
+use crate::recorded::ConfigRecord;
 use crate::store::StoreError;
 
 /// One revision of a runtime job: what it was set to, by whom, when.
@@ -102,6 +106,20 @@ pub trait JobStore: Send + Sync {
         by: &str,
         expect: Expect,
     ) -> Result<Written, StoreError>;
+
+    /// Records a load of the config file (the leader's, or a standalone's), by the rule of
+    /// [`crate::recorded::next_records`].
+    ///
+    /// # Errors
+    /// When the store cannot be written.
+    async fn record_config(&self, record: &ConfigRecord) -> Result<(), StoreError>;
+
+    /// The recorded loads of the config file, newest first, at most `limit`; empty when
+    /// none was recorded.
+    ///
+    /// # Errors
+    /// When the store cannot be read.
+    async fn config_records(&self, limit: usize) -> Result<Vec<ConfigRecord>, StoreError>;
 }
 
 /// The current revision of `job`, if it exists.

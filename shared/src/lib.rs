@@ -36,6 +36,7 @@ pub mod lease;
 pub mod ledger;
 pub mod message;
 pub mod names;
+pub mod recorded;
 pub mod redacted;
 pub mod registry;
 pub mod reload;

@@ -21,6 +21,7 @@ use tracing::{error, info, warn};
 use crate::config::{Config, RuntimeCache};
 use crate::jobs::{JobStore, Revision};
 use crate::names::JobName;
+use crate::recorded::Load;
 
 /// How often the job store is polled for changes: a runtime job change reaches every
 /// process within this plus a publish (the contract says 2 s).
@@ -40,6 +41,9 @@ pub struct Reloader {
     deleted: BTreeSet<JobName>,
     /// The runtime jobs as resolved against `file`, by revision.
     cache: RuntimeCache,
+    /// Each load of the file with its text, for a process that records it
+    /// (`crate::recorded`); `None` until [`Reloader::with_text`] gives the first one's.
+    loads: watch::Sender<Option<Arc<Load>>>,
 }
 
 impl Reloader {
@@ -60,6 +64,7 @@ impl Reloader {
             seen: None,
             deleted: BTreeSet::new(),
             cache: RuntimeCache::default(),
+            loads: watch::channel(None).0,
         };
         (reloader, rx)
     }
@@ -69,6 +74,20 @@ impl Reloader {
     pub fn with_store(mut self, store: Arc<dyn JobStore>) -> Self {
         self.store = Some(store);
         self
+    }
+
+    /// Gives the text the first config was loaded from, so that [`Reloader::loads`]
+    /// sends each load of the file with its text, this one first.
+    pub fn with_text(self, text: Arc<str>) -> Self {
+        let load = Load::new(self.file.clone(), text).lean();
+        self.loads.send_replace(Some(Arc::new(load)));
+        self
+    }
+
+    /// Each load of the config file with its text (the runtime jobs aside), from the first
+    /// given to [`Reloader::with_text`]; `None` before that.
+    pub fn loads(&self) -> watch::Receiver<Option<Arc<Load>>> {
+        self.loads.subscribe()
     }
 
     /// Another receiver of the config this reloader publishes.
@@ -81,24 +100,27 @@ impl Reloader {
     /// million jobs takes a while and must not stall the leader's timers.
     pub async fn reload(&mut self) -> bool {
         let path = self.path.clone();
-        let loaded = match tokio::task::spawn_blocking(move || Config::load(&path)).await {
-            Ok(loaded) => loaded,
-            Err(err) => {
-                error!(
-                    path = %self.path.display(),
-                    error = %err,
-                    "config reload failed, keeping the previous config",
-                );
-                return false;
-            }
-        };
+        let loaded =
+            match tokio::task::spawn_blocking(move || crate::recorded::load_file(&path)).await {
+                Ok(loaded) => loaded,
+                Err(err) => {
+                    error!(
+                        path = %self.path.display(),
+                        error = %err,
+                        "config reload failed, keeping the previous config",
+                    );
+                    return false;
+                }
+            };
         match loaded {
-            Ok(config) => {
+            Ok(load) => {
+                let config = load.config.clone();
                 for warning in &config.warnings {
                     warn!(warning = %warning, "config warning");
                 }
                 info!(path = %self.path.display(), jobs = config.jobs.len(), "config reloaded");
-                self.file = Arc::new(config);
+                self.file = config;
+                self.loads.send_replace(Some(Arc::new(load.lean())));
                 // The runtime jobs resolve anew against the new file's defaults and handlers.
                 self.cache = RuntimeCache::default();
                 self.publish();

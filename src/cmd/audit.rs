@@ -5,14 +5,13 @@ use anyhow::Context as _;
 use cronq_shared::audit::Filter;
 
 use crate::cli::{AuditArgs, Cli};
-use crate::ops::{self, lookup};
+use crate::ops;
 
 /// Prints the audit log's entries that `args` selects.
 ///
 /// # Errors
 /// A config or usage error (a bad `--since`); the store unreachable.
 pub async fn run(cli: &Cli, args: &AuditArgs) -> anyhow::Result<()> {
-    let config = super::settings::load_config(cli)?;
     let filter = Filter {
         job: args.job.clone(),
         since: args
@@ -23,7 +22,7 @@ pub async fn run(cli: &Cli, args: &AuditArgs) -> anyhow::Result<()> {
         limit: args.limit,
     };
     let target = super::settings::target(cli)?;
-    let stores = lookup::stores(&target, config.longest_retention()).await?;
+    let stores = ops::running::stores(cli, &target).await?;
     let entries = stores
         .audit
         .list(&filter)

@@ -16,7 +16,6 @@ use crate::output;
 /// A usage error for an unknown job, a bad or reversed range, or a large range without
 /// `--yes`; Redis unreachable, or the data file unusable.
 pub async fn run(cli: &Cli, args: &BackfillArgs) -> anyhow::Result<()> {
-    let config = super::settings::load_config(cli)?;
     let from = lookup::instant("--from", &args.from)?;
     let to = lookup::instant("--to", &args.to)?;
     if from > to {
@@ -27,7 +26,7 @@ pub async fn run(cli: &Cli, args: &BackfillArgs) -> anyhow::Result<()> {
         .into());
     }
     let target = super::settings::target(cli)?;
-    let (config, stores) = lookup::job_with_stores(config, &target, &args.job).await?;
+    let (config, stores) = lookup::job_with_stores(cli, &target, &args.job).await?;
     let job = lookup::job(&config, &args.job)?;
     let Preview { count, shown } = Preview::of(&job.schedule, from, to);
     if count > CONFIRM_ABOVE && !args.yes {

@@ -3,12 +3,11 @@
 //! an occurrence that already ended.
 
 use anyhow::Context as _;
-use cronq_shared::config::DEFAULT_RETENTION;
 use cronq_shared::ledger::Cancelled;
 
 use super::settings::UsageError;
 use crate::cli::{CancelArgs, Cli};
-use crate::ops::{self, lookup};
+use crate::ops;
 use crate::output;
 
 /// Cancels one occurrence and says what became of it.
@@ -19,12 +18,7 @@ use crate::output;
 pub async fn run(cli: &Cli, args: &CancelArgs) -> anyhow::Result<()> {
     let key = ops::cancel::key(&args.key).map_err(UsageError)?;
     let target = super::settings::target(cli)?;
-    // The history entry a cancel appends is trimmed to the config's longest retention.
-    let retention = match &cli.config {
-        Some(_) => super::settings::load_config(cli)?.longest_retention(),
-        None => DEFAULT_RETENTION,
-    };
-    let stores = lookup::stores(&target, retention).await?;
+    let stores = ops::running::stores(cli, &target).await?;
     let entry = ops::audit::cli(ops::cancel::ACTION, None);
     let cancelled = ops::cancel::cancel(&*stores.ledger, &key, &entry.who)
         .await

@@ -10,7 +10,8 @@ use tokio_util::sync::CancellationToken;
 use super::settings::Target;
 use crate::cli::{Cli, DashboardArgs};
 use crate::dashboard::{self, Access, Queues, Source};
-use crate::ops::lookup;
+use crate::ops::{lookup, running};
+use cronq_shared::config::DEFAULT_RETENTION;
 
 /// Serves the dashboard until SIGTERM or SIGINT.
 ///
@@ -18,16 +19,16 @@ use crate::ops::lookup;
 /// A config or usage error (token, target); Redis or RabbitMQ unreachable at start, or the
 /// data file unusable; the address taken.
 pub async fn run(cli: &Cli, args: &DashboardArgs, root: CancellationToken) -> anyhow::Result<()> {
-    let config = Arc::new(super::settings::load_config(cli)?);
     let access = Access::load(
         args.token.tokens_file.as_deref(),
         args.token.dashboard_token_file.as_deref(),
     )?;
     let target = super::settings::target(cli)?;
-    let retention = config.longest_retention();
+    // The config the target runs (`crate::ops::running`), as at the start.
     let source = match &target {
         Target::Fleet(endpoints) => {
-            let stores = lookup::stores(&target, retention).await?;
+            let (config, stores) = running::config_and_stores(cli, &target).await?;
+            let config = Arc::new(config);
             let amqp = cronq_backends::broker(endpoints)
                 .await
                 .context("while connecting to RabbitMQ")?;
@@ -62,7 +63,12 @@ pub async fn run(cli: &Cli, args: &DashboardArgs, root: CancellationToken) -> an
             sync,
             keyring,
         } => {
-            let (broker, stores) = lookup::open_data(path, *sync, retention, keyring).await?;
+            let (_, stores) = lookup::open_data(path, *sync, DEFAULT_RETENTION, keyring).await?;
+            let config = running::config_of(cli, &target, &stores).await?;
+            drop(stores);
+            let (broker, stores) =
+                lookup::open_data(path, *sync, config.longest_retention(), keyring).await?;
+            let config = Arc::new(config);
             data_source(
                 config,
                 stores,

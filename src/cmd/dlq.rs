@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::settings::UsageError;
 use crate::cli::{Cli, JsonArg, ReplayArgs};
-use crate::ops::{self, lookup};
+use crate::ops::{self, lookup, running};
 use crate::output::{self, Table};
 
 /// Lists every dead run, oldest first, without consuming or reordering the queue; copies
@@ -84,11 +84,6 @@ pub async fn replay(cli: &Cli, args: &ReplayArgs) -> anyhow::Result<()> {
         )
         .into());
     }
-    let config = super::settings::load_config(cli)?;
-    let job = match &args.job {
-        Some(name) => Some(lookup::job_filter(cli, name).await?),
-        None => None,
-    };
     let key = match &args.key {
         Some(text) => Some(
             text.parse::<OccurrenceKey>()
@@ -96,15 +91,25 @@ pub async fn replay(cli: &Cli, args: &ReplayArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    let target = super::settings::target(cli)?;
+    let (config, stores, queue) = running::config_stores_and_queue(cli, &target).await?;
+    // A runtime job's letters replay as a file job's do.
+    let config = lookup::with_runtime(config, &stores).await?;
+    let job = match &args.job {
+        Some(name) => match lookup::job_in(&config, Some(&stores), name).await {
+            Ok(job) => Some(job),
+            Err(e) => {
+                queue.close().await;
+                return Err(e);
+            }
+        },
+        None => None,
+    };
     let selector = Selector {
         job,
         key,
         all: args.all,
     };
-    let target = super::settings::target(cli)?;
-    let (stores, queue) = lookup::stores_and_queue(&target, config.longest_retention()).await?;
-    // A runtime job's letters replay as a file job's do.
-    let config = lookup::with_runtime(config, &stores).await?;
     let report = replay::replay(
         queue.port(),
         &*stores.ledger,

@@ -5,22 +5,20 @@
 use anyhow::Context as _;
 use cronq_shared::audit::{Entry, diff};
 use cronq_shared::config::Config;
-use cronq_shared::jobs::{Expect, JobStore, Written, current};
+use cronq_shared::jobs::{Expect, Written, current};
 use cronq_shared::names::JobName;
 
 use super::settings::UsageError;
 use crate::cli::{Cli, JobApplyArgs, JobArg, JobGetArgs};
 use crate::ops::audit::{self, operator};
-use crate::ops::{handler_check, lookup};
+use crate::ops::handler_check;
 use crate::output;
 
-async fn stores(cli: &Cli, config: &Config) -> anyhow::Result<cronq_backends::Stores> {
+/// The config the target runs (`crate::ops::running`: runtime jobs resolve against it) and
+/// the target's stores.
+async fn running(cli: &Cli) -> anyhow::Result<(Config, cronq_backends::Stores)> {
     let target = super::settings::target(cli)?;
-    lookup::stores(&target, config.longest_retention()).await
-}
-
-async fn store(cli: &Cli, config: &Config) -> anyhow::Result<std::sync::Arc<dyn JobStore>> {
-    Ok(stores(cli, config).await?.jobs)
+    crate::ops::running::config_and_stores(cli, &target).await
 }
 
 /// The audit entry of a runtime job's change by the command line.
@@ -38,7 +36,7 @@ fn entry(action: &str, job: &JobName, before: Option<&str>, after: Option<&str>)
 /// A config or usage error (an invalid job, a file job's name, an unknown handler, runtime
 /// jobs refused by the config) before anything is written; the store unreachable.
 pub async fn apply(cli: &Cli, args: &JobApplyArgs) -> anyhow::Result<()> {
-    let config = super::settings::load_config(cli)?;
+    let (config, stores) = running(cli).await?;
     if !config.runtime.jobs {
         return Err(UsageError(format!(
             "{} says [runtime] jobs = false: runtime jobs are refused; add the job to the config file instead",
@@ -49,7 +47,6 @@ pub async fn apply(cli: &Cli, args: &JobApplyArgs) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("while reading {}", args.file.display()))?;
     let jobs = config.runtime_jobs(&text, &args.file)?;
-    let stores = stores(cli, &config).await?;
     // `after` names jobs among the file's and the runtime ones these join.
     let revisions = stores
         .jobs
@@ -132,9 +129,9 @@ pub async fn apply(cli: &Cli, args: &JobApplyArgs) -> anyhow::Result<()> {
 /// # Errors
 /// A usage error when no such runtime job exists; the store unreachable.
 pub async fn get(cli: &Cli, args: &JobGetArgs) -> anyhow::Result<()> {
-    let config = super::settings::load_config(cli)?;
+    let (config, stores) = running(cli).await?;
     let name = JobName::new(&args.job)?;
-    let store = store(cli, &config).await?;
+    let store = stores.jobs;
     let Some(rev) = current(&*store, &name)
         .await
         .context("while reading the job")?
@@ -161,9 +158,8 @@ pub async fn get(cli: &Cli, args: &JobGetArgs) -> anyhow::Result<()> {
 /// # Errors
 /// A usage error when no such runtime job exists; the store unreachable.
 pub async fn delete(cli: &Cli, args: &JobArg) -> anyhow::Result<()> {
-    let config = super::settings::load_config(cli)?;
+    let (config, stores) = running(cli).await?;
     let name = JobName::new(&args.job)?;
-    let stores = stores(cli, &config).await?;
     let before = current(&*stores.jobs, &name)
         .await
         .context("while reading the job")?;
@@ -196,9 +192,9 @@ pub async fn delete(cli: &Cli, args: &JobArg) -> anyhow::Result<()> {
 /// # Errors
 /// A usage error when the job was never written; the store unreachable.
 pub async fn history(cli: &Cli, args: &JobArg) -> anyhow::Result<()> {
-    let config = super::settings::load_config(cli)?;
+    let (config, stores) = running(cli).await?;
     let name = JobName::new(&args.job)?;
-    let store = store(cli, &config).await?;
+    let store = stores.jobs;
     let revisions = store
         .history(&name)
         .await

@@ -41,9 +41,8 @@ type Row<'c> = (
 /// # Errors
 /// A config error; Redis unreachable, or the data file unusable.
 pub async fn run(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
-    let config = super::settings::load_config(cli)?;
     let target = super::settings::target(cli)?;
-    let stores = lookup::stores(&target, config.longest_retention()).await?;
+    let (config, stores) = ops::running::config_and_stores(cli, &target).await?;
     let config = lookup::with_runtime(config, &stores).await?;
     let beats = match stores.registry.instances().await {
         Ok(beats) => Some(beats),

@@ -12,6 +12,7 @@ mod job;
 mod jobs;
 mod next;
 mod pause;
+mod plan;
 mod producer;
 mod runs;
 pub(crate) mod settings;
@@ -39,6 +40,7 @@ pub async fn dispatch(cli: Cli, root: CancellationToken) -> anyhow::Result<()> {
         Command::Runs(args) => runs::run(&cli, args).await,
         Command::Audit(args) => audit::run(&cli, args).await,
         Command::Verify(args) => verify::run(&cli, args).await,
+        Command::Plan(args) => plan::run(&cli, args).await,
         Command::Pause(args) => pause::pause(&cli, args).await,
         Command::Resume(args) => pause::resume(&cli, args).await,
         Command::Trigger(args) => trigger::run(&cli, args).await,
@@ -62,6 +64,12 @@ pub async fn dispatch(cli: Cli, root: CancellationToken) -> anyhow::Result<()> {
         }
     }
 }
+
+/// A command's exit status other than 0, 1 or 2, after it printed everything (`cronq plan`
+/// exits 3 when the config changes something): `main` exits with it and prints nothing.
+#[derive(Debug, thiserror::Error)]
+#[error("exit status {0}")]
+pub struct Status(pub u8);
 
 /// 2 for config and usage errors, 1 for everything else.
 pub fn exit_code(err: &anyhow::Error) -> u8 {

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::settings::UsageError;
 use crate::cli::{Cli, NextArgs};
-use crate::ops::lookup;
+use crate::ops::{lookup, running};
 
 /// Prints the next `--count` fire times per job, as a table or one JSON document. The
 /// config's jobs; `--job` may also name a runtime job (then the job store is read).
@@ -17,7 +17,6 @@ use crate::ops::lookup;
 /// # Errors
 /// A config error, or a usage error for an unknown `--job`, a bad `--from` or `--count 0`.
 pub async fn run(cli: &Cli, args: &NextArgs) -> anyhow::Result<()> {
-    let config = super::settings::load_config(cli)?;
     let from = match args.from.as_deref() {
         None => Utc::now(),
         Some(text) => DateTime::parse_from_rfc3339(text)
@@ -31,11 +30,20 @@ pub async fn run(cli: &Cli, args: &NextArgs) -> anyhow::Result<()> {
     if args.count == 0 {
         return Err(UsageError("--count must be at least 1".into()).into());
     }
+    // With `--config`, the file is previewed (no service is needed); without, the config
+    // the target runs, its runtime jobs included (`crate::ops::running`).
+    let Some(_) = cli.config else {
+        let target = super::settings::target(cli)?;
+        let (config, stores) = running::config_and_stores(cli, &target).await?;
+        let config = lookup::with_runtime(config, &stores).await?;
+        return preview(&config, args, from);
+    };
+    let config = super::settings::load_config(cli)?;
     // A `--job` not in the file may be a runtime job of the target's job store.
     let config = match args.job.as_deref() {
         Some(name) if config.job(name).is_none() => match super::settings::target(cli) {
             Ok(target) => {
-                lookup::job_with_stores(config, &target, name)
+                lookup::job_with_stores(cli, &target, name)
                     .await
                     .map_err(|e| match e.downcast::<UsageError>() {
                         Ok(UsageError(m)) => UsageError(format!("--job: {m}")).into(),
@@ -47,8 +55,13 @@ pub async fn run(cli: &Cli, args: &NextArgs) -> anyhow::Result<()> {
         },
         _ => config,
     };
+    preview(&config, args, from)
+}
+
+/// Prints the preview of `config`'s jobs (or `--job`'s).
+fn preview(config: &Config, args: &NextArgs, from: DateTime<Utc>) -> anyhow::Result<()> {
     let jobs: Vec<&Job> = match args.job.as_deref() {
-        Some(name) => vec![find_job(&config, name)?],
+        Some(name) => vec![find_job(config, name)?],
         None => config.jobs.iter().collect(),
     };
     let previews: Vec<(&Job, Vec<DateTime<Utc>>)> = jobs

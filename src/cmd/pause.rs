@@ -13,9 +13,8 @@ use crate::output;
 /// # Errors
 /// A config or unknown-job usage error; Redis unreachable, or the data file unusable.
 pub async fn pause(cli: &Cli, args: &PauseArgs) -> anyhow::Result<()> {
-    let config = super::settings::load_config(cli)?;
     let target = super::settings::target(cli)?;
-    let (config, stores) = lookup::job_with_stores(config, &target, &args.job).await?;
+    let (config, stores) = lookup::job_with_stores(cli, &target, &args.job).await?;
     let job = lookup::job(&config, &args.job)?;
     let control = &stores.control;
     let done = control
@@ -58,9 +57,8 @@ fn note_of(note: Option<&str>) -> String {
 /// # Errors
 /// A config or unknown-job usage error; Redis unreachable, or the data file unusable.
 pub async fn resume(cli: &Cli, args: &JobArg) -> anyhow::Result<()> {
-    let config = super::settings::load_config(cli)?;
     let target = super::settings::target(cli)?;
-    let (config, stores) = lookup::job_with_stores(config, &target, &args.job).await?;
+    let (config, stores) = lookup::job_with_stores(cli, &target, &args.job).await?;
     let job = lookup::job(&config, &args.job)?;
     let control = &stores.control;
     let was = control

@@ -28,7 +28,7 @@ use crate::cli::{Cli, ProducerArgs};
 /// Runs until the root token is cancelled (SIGTERM/SIGINT), then releases leadership at
 /// once and returns.
 pub async fn run(cli: &Cli, args: &ProducerArgs, root: CancellationToken) -> anyhow::Result<()> {
-    let config = super::settings::load_config(cli)?;
+    let (config, text) = super::settings::load_config_and_text(cli)?;
     let endpoints = super::settings::endpoints(cli)?;
     for warning in &config.warnings {
         warn!(warning = %warning, "config warning");
@@ -71,7 +71,7 @@ pub async fn run(cli: &Cli, args: &ProducerArgs, root: CancellationToken) -> any
     };
     let ready = readiness(lease.clone(), instance.clone());
     let (reloader, config_rx) = Reloader::new(config, hangups);
-    let mut reloader = reloader.with_store(stores.jobs.clone());
+    let mut reloader = reloader.with_text(text).with_store(stores.jobs.clone());
     // The runtime jobs are in the config from the start: a first term takes them over
     // with their cursors, rather than as new jobs a poll later.
     reloader.poll().await;
@@ -86,7 +86,8 @@ pub async fn run(cli: &Cli, args: &ProducerArgs, root: CancellationToken) -> any
         control: control.clone(),
     };
     let producer = Producer::new(counted, lease, control, config_rx.clone(), instance.clone())
-        .with_reloader(reloader);
+        .with_reloader(reloader)
+        .with_recorder(stores.jobs.clone());
     let chains = Chains::new(
         chain_sources,
         config_rx.clone(),

@@ -51,6 +51,17 @@ pub fn load_config(cli: &Cli) -> anyhow::Result<Config> {
     Ok(Config::load(Path::new(path))?)
 }
 
+/// Loads the config named by `--config` or `CRONQ_CONFIG`, with the text it was read from
+/// (what a leader records for the operations commands, `cronq_shared::recorded`).
+pub fn load_config_and_text(cli: &Cli) -> anyhow::Result<(Config, Arc<str>)> {
+    let path = cli.config.as_deref().ok_or_else(|| {
+        UsageError("no config file: pass --config FILE or set CRONQ_CONFIG".into())
+    })?;
+    let load = cronq_shared::recorded::load_file(Path::new(path))?;
+    let config = Arc::try_unwrap(load.config).unwrap_or_else(|shared| (*shared).clone());
+    Ok((config, load.text))
+}
+
 /// The service endpoints, their TLS files and the namespace from flags and environment.
 ///
 /// # Errors

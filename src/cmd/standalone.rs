@@ -51,7 +51,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
             "standalone: in memory (--data :memory:): nothing survives this process"
         ),
     }
-    let config = super::settings::load_config(cli)?;
+    let (config, text) = super::settings::load_config_and_text(cli)?;
     super::settings::check_commands(cli, &config)?;
     for warning in &config.warnings {
         tracing::warn!(warning = %warning, "config");
@@ -138,7 +138,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
     // Both halves follow one config: a SIGHUP reload reaches the consumer half too, so a
     // job added to the file runs instead of being dead-lettered as unknown.
     let (reloader, config_rx) = Reloader::new(config.clone(), hangups);
-    let mut reloader = reloader.with_store(stores.jobs.clone());
+    let mut reloader = reloader.with_text(text).with_store(stores.jobs.clone());
     // The runtime jobs are in the config from the start: a first term takes them over
     // with their cursors, rather than as new jobs a poll later.
     reloader.poll().await;
@@ -183,7 +183,8 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         config_rx.clone(),
         &instance,
     )
-    .with_reloader(reloader);
+    .with_reloader(reloader)
+    .with_recorder(stores.jobs.clone());
     // It serves what its consumer half serves, in the same process.
     let reporter = reporter
         .with_leading(leader::leading_since(producer.leadership()))

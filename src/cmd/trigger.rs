@@ -13,7 +13,6 @@ use crate::ops::lookup;
 /// # Errors
 /// A config, unknown-job, bad `--payload` or past `--at` usage error; Redis unreachable, or the data file unusable.
 pub async fn run(cli: &Cli, args: &TriggerArgs) -> anyhow::Result<()> {
-    let config = super::settings::load_config(cli)?;
     let payload = crate::ops::trigger::payload(args.payload.as_deref())
         .map_err(|e| UsageError(format!("--payload {e}")))?;
     let at = match args.at.as_deref() {
@@ -24,7 +23,7 @@ pub async fn run(cli: &Cli, args: &TriggerArgs) -> anyhow::Result<()> {
         None => None,
     };
     let target = super::settings::target(cli)?;
-    let (config, stores) = lookup::job_with_stores(config, &target, &args.job).await?;
+    let (config, stores) = lookup::job_with_stores(cli, &target, &args.job).await?;
     let job = lookup::job(&config, &args.job)?;
     let control = &stores.control;
     let key = control

@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::settings::UsageError;
 use crate::cli::{Cli, VerifyArgs};
-use crate::ops::lookup;
+use crate::ops::{lookup, running};
 use crate::output::{self, Table};
 
 /// The outcomes a table shows, in its column order.
@@ -42,13 +42,26 @@ pub async fn run(cli: &Cli, args: &VerifyArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
-    let config = super::settings::load_config(cli)?;
+    let target = super::settings::target(cli)?;
+    let (config, stores, queue) = running::config_stores_and_queue(cli, &target).await?;
     let job = match &args.job {
-        Some(name) => Some(lookup::job_filter(cli, name).await?),
+        Some(name) => match lookup::job_in(&config, Some(&stores), name).await {
+            Ok(job) => Some(job),
+            Err(e) => {
+                queue.close().await;
+                return Err(e);
+            }
+        },
         None => None,
     };
-    let target = super::settings::target(cli)?;
-    let (stores, queue) = lookup::stores_and_queue(&target, config.longest_retention()).await?;
+    // Each file job as it was defined when its occurrences were due (the recorded loads).
+    let history = match running::file_history(&stores, from, to).await {
+        Ok(history) => history,
+        Err(e) => {
+            queue.close().await;
+            return Err(e);
+        }
+    };
     let letters = bounded("list dead letters", queue.port().dead_letters()).await;
     queue.close().await;
     let letters = letters
@@ -74,6 +87,7 @@ pub async fn run(cli: &Cli, args: &VerifyArgs) -> anyhow::Result<()> {
         runlog: &*stores.runlog,
         audit: &*stores.audit,
         jobs: &*stores.jobs,
+        file_history: &history,
     };
     let report = accounting::reconcile(sources, &config, &paused_now, &letters, &window)
         .await

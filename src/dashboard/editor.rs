@@ -222,6 +222,37 @@ struct Outcome {
     fires: Option<(chrono_tz::Tz, Vec<serde_json::Value>)>,
     /// Said on top when nothing is wrong (a preview's result).
     note: Option<String>,
+    /// The edited job, resolved, when the form is valid.
+    job: Option<cronq_shared::config::Job>,
+    /// What saving changes in the next [`PLAN_HOURS`] (`crate::ops::plan`, as `cronq
+    /// plan`): `Some(None)` when the job's definition does not change.
+    plan: Option<Option<crate::ops::plan::JobPlan>>,
+}
+
+/// How many hours ahead the editor's plan looks.
+const PLAN_HOURS: i64 = 24;
+
+/// Fills `outcome.plan`: the edited job against its current revision (none for a new job).
+async fn with_plan(app: &App, fields: &Fields, outcome: &mut Outcome) {
+    let Some(new) = &outcome.job else {
+        return;
+    };
+    let old = match (fields.new, JobName::new(&fields.name)) {
+        (false, Ok(name)) => within(current(&*app.source.stores.jobs, &name))
+            .await
+            .ok()
+            .flatten()
+            .and_then(|rev| rev.spec)
+            .and_then(|spec| app.source.config.runtime_job(&spec).ok()),
+        _ => None,
+    };
+    let now = Utc::now();
+    outcome.plan = Some(crate::ops::plan::job_plan(
+        old.as_ref(),
+        Some(new),
+        now,
+        now + chrono::TimeDelta::hours(PLAN_HOURS),
+    ));
 }
 
 /// The refusal of a page of the editor to a session without the role admin, if so.
@@ -316,7 +347,8 @@ pub async fn edit(
         }
     };
     let fields = Fields::of_spec(&name, rev.revision, rev.spec.as_deref().unwrap_or_default());
-    let outcome = preview(&app, &fields);
+    let mut outcome = preview(&app, &fields);
+    with_plan(&app, &fields, &mut outcome).await;
     form_page(&app, &headers, &viewer, &fields, &outcome, StatusCode::OK)
 }
 
@@ -355,6 +387,7 @@ fn preview(app: &App, fields: &Fields) -> Outcome {
                 read.job.timezone,
                 actions::next_fires(&read.job, Utc::now(), 10),
             ));
+            outcome.job = Some(read.job);
         }
         Err(refused) => {
             let p = Problems::of_refusal(refused, fields);
@@ -423,6 +456,9 @@ pub async fn submit(
         }
     };
     let mut outcome = preview(&app, &fields);
+    if !saving {
+        with_plan(&app, &fields, &mut outcome).await;
+    }
     if !saving || !outcome.problems.is_empty() {
         if outcome.problems.is_empty() {
             outcome.note = Some("Valid: nothing was saved yet.".into());
@@ -655,6 +691,20 @@ fn form_page(
                 button #preview type="submit" name="action" value="preview" { "Preview" }
                 button #save type="submit" name="action" value="save" { "Save" }
                 @if !fields.new { " " a href=(format!("/jobs/{}", encode_path(&fields.name))) { "Cancel" } }
+            }
+        }
+        @if let Some(plan) = &outcome.plan {
+            section #preview-plan {
+                h2 { "What saving changes in the next " (PLAN_HOURS) " hours" }
+                @match plan {
+                    None => p { "Nothing: the job's definition is unchanged." },
+                    Some(j) => {
+                        p { "Job " code { (j.job) } " is " strong.plan-change { (j.change.as_str()) } "; a reload publishes no catch-up: the change starts when it is saved." }
+                        ul {
+                            @for line in crate::ops::plan::job_lines(j) { li { (line) } }
+                        }
+                    }
+                }
             }
         }
         @if let Some((zone, next)) = &outcome.fires {

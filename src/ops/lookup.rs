@@ -11,13 +11,14 @@ use chrono::{DateTime, Utc};
 use cronq_backends::Stores;
 use cronq_rabbitmq::AmqpBroker;
 use cronq_shared::broker::Broker;
-use cronq_shared::config::{Config, Job, did_you_mean};
+use cronq_shared::config::{Config, DEFAULT_RETENTION, Job, did_you_mean};
 use cronq_shared::names::JobName;
 use cronq_shared::runlog::DEFAULT_MAX_RUNS;
 use cronq_shared::signing::Keyring;
 
 use crate::cli::Cli;
 use crate::cmd::settings::{DEFAULT_DATA, Target, UsageError};
+use crate::ops::running;
 
 /// The job called `name` in `config`, or a usage error naming the file and suggesting a
 /// likely match.
@@ -61,31 +62,20 @@ pub async fn with_runtime(config: Config, stores: &Stores) -> anyhow::Result<Con
     Ok(config.with_runtime(&revisions).0)
 }
 
-/// The stores of `target`, and `config` with their runtime jobs merged in, for a command
-/// that acts on the job `name`: a job of the file, or a runtime job. When `name` is not a
-/// job of the file and the stores cannot be read, the answer is the file's "no job" usage
-/// error, saying why the runtime jobs were not looked at.
+/// The config `target` runs (`crate::ops::running`) with its runtime jobs merged in, and
+/// its stores, for a command that acts on the job `name`: a job of the file, or a runtime
+/// job.
 ///
 /// # Errors
-/// As [`stores`]; a usage error when `name` is neither a file job nor a runtime job.
+/// As [`crate::ops::running::config_and_stores`]; a usage error when `name` is neither a
+/// file job nor a runtime job.
 pub async fn job_with_stores(
-    config: Config,
+    cli: &Cli,
     target: &Target,
     name: &str,
 ) -> anyhow::Result<(Config, Stores)> {
-    let in_file = config.job(name).is_some();
-    let stores = match stores(target, config.longest_retention()).await {
-        Ok(stores) => stores,
-        Err(e) if !in_file => {
-            let UsageError(no_job) = job(&config, name).expect_err("not a job of the file");
-            return Err(UsageError(format!(
-                "{no_job} (its runtime jobs were not looked at: {e:#})"
-            ))
-            .into());
-        }
-        Err(e) => return Err(e),
-    };
-    if in_file {
+    let (config, stores) = running::config_and_stores(cli, target).await?;
+    if config.job(name).is_some() {
         return Ok((config, stores));
     }
     let config = with_runtime(config, &stores).await?;
@@ -93,38 +83,62 @@ pub async fn job_with_stores(
     Ok((config, stores))
 }
 
-/// A `--job` filter: checked against the config when one is given (a job of the file, or
-/// a runtime job, present or deleted: one the job store has a history of), else only its
-/// form.
+/// A `--job` filter for a command that needs no config otherwise (`runs`, `audit`):
+/// checked against the config the target runs (`crate::ops::running`) when there is one,
+/// else only its form.
 ///
 /// # Errors
 /// A usage error for an unknown job or an invalid name; a config error.
 pub async fn job_filter(cli: &Cli, name: &str) -> anyhow::Result<JobName> {
-    if cli.config.is_some() {
-        let config = crate::cmd::settings::load_config(cli)?;
-        let no_job = match job(&config, name) {
-            Ok(job) => return Ok(job.name.clone()),
-            Err(e) => e,
-        };
-        if let Ok(runtime) = JobName::new(name)
-            && was_runtime(cli, &runtime).await
-        {
-            return Ok(runtime);
-        }
-        return Err(no_job.into());
+    let found = match crate::cmd::settings::target(cli) {
+        Ok(target) => match stores(&target, DEFAULT_RETENTION).await {
+            Ok(stores) => match running::config_of(cli, &target, &stores).await {
+                Ok(config) => Some((config, Some(stores))),
+                Err(e) if e.is::<UsageError>() => None,
+                Err(e) => return Err(e),
+            },
+            Err(_) if cli.config.is_some() => Some((crate::cmd::settings::load_config(cli)?, None)),
+            Err(_) => None,
+        },
+        Err(_) if cli.config.is_some() => Some((crate::cmd::settings::load_config(cli)?, None)),
+        Err(_) => None,
+    };
+    match found {
+        Some((config, stores)) => job_in(&config, stores.as_ref(), name).await,
+        None => JobName::new(name).context("--job"),
     }
-    JobName::new(name).context("--job")
 }
 
-/// Whether the job store of the command's target has a history of `name`.
-async fn was_runtime(cli: &Cli, name: &JobName) -> bool {
-    let Ok(target) = crate::cmd::settings::target(cli) else {
-        return false;
+/// A `--job` filter checked against `config`: a job of it, a runtime job, present or
+/// deleted (one the job store of `stores` has a history of), or a job the run log has runs
+/// of (one a config had before).
+///
+/// # Errors
+/// A usage error for an unknown job.
+pub async fn job_in(
+    config: &Config,
+    stores: Option<&Stores>,
+    name: &str,
+) -> anyhow::Result<JobName> {
+    let no_job = match job(config, name) {
+        Ok(job) => return Ok(job.name.clone()),
+        Err(e) => e,
     };
-    let Ok(stores) = stores(&target, cronq_shared::config::DEFAULT_RETENTION).await else {
-        return false;
-    };
-    stores.jobs.history(name).await.is_ok_and(|h| !h.is_empty())
+    if let (Ok(other), Some(stores)) = (JobName::new(name), stores)
+        && (stores
+            .jobs
+            .history(&other)
+            .await
+            .is_ok_and(|h| !h.is_empty())
+            || stores
+                .runlog
+                .list(Some(&other), 1)
+                .await
+                .is_ok_and(|r| !r.is_empty()))
+    {
+        return Ok(other);
+    }
+    Err(no_job.into())
 }
 
 /// An RFC 3339 instant given to `flag`.

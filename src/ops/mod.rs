@@ -8,5 +8,7 @@ pub mod cancel;
 pub mod handler_check;
 pub mod json;
 pub mod lookup;
+pub mod plan;
 pub mod pools;
+pub mod running;
 pub mod trigger;

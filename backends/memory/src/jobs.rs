@@ -9,12 +9,15 @@ use chrono::Utc;
 
 use cronq_shared::jobs::{Expect, JobStore, Revision, Written, next_revision};
 use cronq_shared::names::JobName;
+use cronq_shared::recorded::{ConfigRecord, next_records};
 use cronq_shared::store::StoreError;
 
 #[derive(Debug, Default)]
 struct State {
     version: u64,
     jobs: BTreeMap<String, Vec<Revision>>,
+    /// The recorded config loads, newest first.
+    configs: Vec<ConfigRecord>,
 }
 
 /// Runtime jobs in this process's memory, shared by its clones.
@@ -78,5 +81,15 @@ impl JobStore for MemoryJobStore {
             }
             Err(stale) => Ok(stale),
         }
+    }
+
+    async fn record_config(&self, record: &ConfigRecord) -> Result<(), StoreError> {
+        let mut state = self.state();
+        state.configs = next_records(&state.configs, record.clone());
+        Ok(())
+    }
+
+    async fn config_records(&self, limit: usize) -> Result<Vec<ConfigRecord>, StoreError> {
+        Ok(self.state().configs.iter().take(limit).cloned().collect())
     }
 }

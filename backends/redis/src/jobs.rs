@@ -10,6 +10,7 @@ use redis::{AsyncCommands, Script};
 
 use cronq_shared::jobs::{Expect, JobStore, Revision, Written};
 use cronq_shared::names::{JobName, Names};
+use cronq_shared::recorded::ConfigRecord;
 use cronq_shared::store::StoreError;
 
 use crate::conn::RedisConn;
@@ -24,6 +25,9 @@ pub struct RedisJobStore {
     current_key: String,
     version_key: String,
     write: Arc<Script>,
+    configs_key: String,
+    newest_key: String,
+    record_config: Arc<Script>,
 }
 
 impl std::fmt::Debug for RedisJobStore {
@@ -43,6 +47,9 @@ impl RedisJobStore {
             version_key: names.redis_key(&["jobs", "version"]),
             names: names.clone(),
             write: Arc::new(Script::new(include_str!("jobs/write.lua"))),
+            configs_key: names.redis_key(&["config", "loads"]),
+            newest_key: names.redis_key(&["config", "newest"]),
+            record_config: Arc::new(Script::new(include_str!("jobs/record_config.lua"))),
         }
     }
 
@@ -51,7 +58,7 @@ impl RedisJobStore {
     }
 }
 
-fn parse(key: &str, json: &str) -> Result<Revision, StoreError> {
+fn parse<T: serde::de::DeserializeOwned>(key: &str, json: &str) -> Result<T, StoreError> {
     serde_json::from_str(json).map_err(|source| StoreError::Corrupt {
         key: key.to_owned(),
         source,
@@ -109,5 +116,52 @@ impl JobStore for RedisJobStore {
         } else {
             Written::Stale { current: n }
         })
+    }
+
+    async fn record_config(&self, record: &ConfigRecord) -> Result<(), StoreError> {
+        let mut record = record.clone();
+        let mut conn = self.conn.clone();
+        let (digest, since): (Option<String>, Option<String>) = conn
+            .hmget(&self.newest_key, &["digest", "since"])
+            .await
+            .map_err(command)?;
+        // The rule of `next_records`: a load of the newest's text keeps its since.
+        if digest.as_deref() == Some(record.digest.as_str())
+            && let Some(since) = since.and_then(|s| s.parse().ok())
+        {
+            record.since = since;
+        }
+        let json = serde_json::to_string(&record).map_err(|source| StoreError::Corrupt {
+            key: self.configs_key.clone(),
+            source,
+        })?;
+        let mut call = Call::new(&self.record_config, 2);
+        call.key(&self.configs_key)
+            .key(&self.newest_key)
+            .arg(&record.digest)
+            .arg(json)
+            .arg(record.keep())
+            .arg(
+                record
+                    .since
+                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            );
+        let _added: i64 = self.conn.write_script(&call).await.map_err(written)?;
+        Ok(())
+    }
+
+    async fn config_records(&self, limit: usize) -> Result<Vec<ConfigRecord>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.conn.clone();
+        let last = isize::try_from(limit).unwrap_or(isize::MAX) - 1;
+        let raw: Vec<String> = conn
+            .lrange(&self.configs_key, 0, last)
+            .await
+            .map_err(command)?;
+        raw.iter()
+            .map(|json| parse(&self.configs_key, json))
+            .collect()
     }
 }

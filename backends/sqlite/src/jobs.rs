@@ -8,6 +8,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use cronq_shared::jobs::{Expect, JobStore, Revision, Written, next_revision};
 use cronq_shared::names::JobName;
+use cronq_shared::recorded::ConfigRecord;
 use cronq_shared::store::StoreError;
 
 use crate::db::{Db, Failure};
@@ -124,4 +125,69 @@ impl JobStore for SqliteJobStore {
             .await
             .map_err(Failure::into_store)
     }
+
+    async fn record_config(&self, record: &ConfigRecord) -> Result<(), StoreError> {
+        let mut record = record.clone();
+        let keep = record.keep();
+        self.db
+            .run(move |conn| {
+                let newest: Option<(i64, String, String)> = conn
+                    .prepare_cached(
+                        "SELECT seq, digest, since FROM config_loads ORDER BY seq DESC LIMIT 1",
+                    )?
+                    .query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .optional()?;
+                // The rule of `next_records`: a load of the newest's text keeps its since.
+                let replace = match newest {
+                    Some((seq, digest, since)) if digest == record.digest => {
+                        if let Ok(since) = since.parse() {
+                            record.since = since;
+                        }
+                        Some(seq)
+                    }
+                    _ => None,
+                };
+                let json =
+                    serde_json::to_string(&record).map_err(Failure::corrupt(CONFIG_LOADS))?;
+                let since = record
+                    .since
+                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+                if let Some(seq) = replace {
+                    conn.prepare_cached(
+                        "UPDATE config_loads SET record = ?1, since = ?2 WHERE seq = ?3",
+                    )?
+                    .execute(params![json, since, seq])?;
+                    return Ok(());
+                }
+                conn.prepare_cached(
+                    "INSERT INTO config_loads (digest, since, record) VALUES (?1, ?2, ?3)",
+                )?
+                .execute(params![record.digest, since, json])?;
+                conn.prepare_cached(
+                    "DELETE FROM config_loads WHERE seq <= (SELECT max(seq) FROM config_loads) - ?1",
+                )?
+                .execute([i64::try_from(keep).unwrap_or(i64::MAX)])?;
+                Ok(())
+            })
+            .await
+            .map_err(Failure::into_store)
+    }
+
+    async fn config_records(&self, limit: usize) -> Result<Vec<ConfigRecord>, StoreError> {
+        self.db
+            .run(move |conn| {
+                let rows: Vec<String> = conn
+                    .prepare_cached("SELECT record FROM config_loads ORDER BY seq DESC LIMIT ?1")?
+                    .query_map([i64::try_from(limit).unwrap_or(i64::MAX)], |r| r.get(0))?
+                    .collect::<Result<_, _>>()?;
+                rows.iter()
+                    .map(|json| serde_json::from_str(json).map_err(Failure::corrupt(CONFIG_LOADS)))
+                    .collect()
+            })
+            .await
+            .map_err(Failure::into_store)
+    }
 }
+
+/// The table of recorded config loads, as errors name it.
+const CONFIG_LOADS: &str = "config_loads";

@@ -17,6 +17,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("schema/5.sql"),
     include_str!("schema/6.sql"),
     include_str!("schema/7.sql"),
+    include_str!("schema/8.sql"),
 ];
 
 /// The schema version this build writes.

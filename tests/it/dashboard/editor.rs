@@ -301,6 +301,12 @@ async fn editor(env: &TestEnv, d: &Dashboard, target: &[String]) {
             && html.contains("catchup_window = &quot;2h&quot;"),
         "{html}"
     );
+    // Its plan (as `cronq plan`'s): unchanged.
+    assert!(
+        html.contains("id=\"preview-plan\"")
+            && html.contains("Nothing: the job's definition is unchanged."),
+        "{html}"
+    );
 
     // Meanwhile alice changes the job with the CLI: a save at revision 1 is refused, naming
     // her, and overwrites nothing.
@@ -323,6 +329,27 @@ async fn editor(env: &TestEnv, d: &Dashboard, target: &[String]) {
         ("handler", "ok"),
         ("action", "save"),
     ];
+    // A preview against revision 2 (`@daily`): the one occurrence of the next 24 hours moves
+    // from 00:00 to 05:00 UTC.
+    let mut preview = edit.to_vec();
+    preview[1] = ("revision", "2");
+    preview[5] = ("action", "preview");
+    let (s, _, html) = post_form(d, "/ui/editor", &admin, &preview).await;
+    assert_eq!(s, StatusCode::OK, "{html}");
+    let plan = html
+        .split("id=\"preview-plan\"")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no plan: {html}"));
+    let plan = plan.split("</section>").next().unwrap();
+    assert!(
+        plan.contains("class=\"plan-change\">changed<")
+            && plan.matches("moves: ").count() == 1
+            && plan.contains("T00:00:00Z")
+            && plan.contains("T05:00:00Z")
+            && !plan.contains("appears")
+            && !plan.contains("disappears"),
+        "{plan}"
+    );
     let (s, _, html) = post_form(d, "/ui/editor", &admin, &edit).await;
     assert_eq!(s, StatusCode::PRECONDITION_FAILED, "{html}");
     assert!(

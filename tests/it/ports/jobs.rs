@@ -154,3 +154,53 @@ async fn job_store(backend: Backend, env: TestEnv) {
     let (x, y) = ports::job_stores(backend, &env).await;
     job_store_suite(x, y).await;
 }
+
+/// The recorded config loads: none at first; a load of the newest text replaces it and
+/// keeps its first load's time; another text goes first; at most `KEEP` stay; what one
+/// handle records the other reads, text and all.
+async fn config_records_suite(x: Arc<dyn JobStore>, y: Arc<dyn JobStore>) {
+    use chrono::{DateTime, Utc};
+    use cronq_shared::recorded::{ConfigRecord, KEEP};
+    let at = |s: i64| DateTime::<Utc>::from_timestamp(1_800_000_000 + s, 0).unwrap();
+    let record = |digest: &str, s: i64, by: &str| ConfigRecord {
+        path: "/etc/cronq/cronq.toml".into(),
+        digest: digest.into(),
+        since: at(s),
+        at: at(s),
+        by: by.into(),
+        jobs: 2,
+        text: format!(
+            "[[job]]\nname = \"{digest}\"\nschedule = \"@every 1s\"\n# \"quoted\" / slash\n"
+        ),
+    };
+    assert!(x.config_records(10).await.unwrap().is_empty());
+    x.record_config(&record("one", 1, "p1")).await.unwrap();
+    y.record_config(&record("one", 5, "p2")).await.unwrap();
+    let list = x.config_records(10).await.unwrap();
+    assert_eq!(list.len(), 1, "{list:?}");
+    assert_eq!(
+        (list[0].since, list[0].at, list[0].by.as_str()),
+        (at(1), at(5), "p2"),
+        "a load of the same text keeps its first load's time"
+    );
+    assert_eq!(list[0].text, record("one", 1, "p1").text);
+    y.record_config(&record("two", 9, "p2")).await.unwrap();
+    let digests = |l: Vec<ConfigRecord>| l.into_iter().map(|r| r.digest).collect::<Vec<_>>();
+    assert_eq!(digests(x.config_records(10).await.unwrap()), ["two", "one"]);
+    assert_eq!(digests(x.config_records(1).await.unwrap()), ["two"]);
+    for i in 0..KEEP + 3 {
+        x.record_config(&record(&format!("d{i}"), 10 + i as i64, "p1"))
+            .await
+            .unwrap();
+    }
+    let list = y.config_records(100).await.unwrap();
+    assert_eq!(list.len(), KEEP);
+    assert_eq!(list[0].digest, format!("d{}", KEEP + 2));
+}
+
+on_every_backend!(config_records, "config_records");
+
+async fn config_records(backend: Backend, env: TestEnv) {
+    let (x, y) = ports::job_stores(backend, &env).await;
+    config_records_suite(x, y).await;
+}

@@ -390,6 +390,11 @@ pub mod raw {
             .unwrap()
     }
 
+    /// Runs `sql` on the file, as another program could.
+    pub fn execute(path: &Path, sql: &str) {
+        connect(path).execute_batch(sql).unwrap();
+    }
+
     /// Sets `PRAGMA user_version`, as a newer cronq would have.
     pub fn set_user_version(path: &Path, version: i64) {
         connect(path)
