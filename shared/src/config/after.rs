@@ -310,7 +310,7 @@ impl Config {
     /// `current` merged in, the applied ones replacing their namesakes.
     ///
     /// # Errors
-    /// [`ConfigError::Invalid`] naming `path`, the job and `after`: an unknown parent, or
+    /// [`ConfigError::Invalid`](super::ConfigError::Invalid) naming `path`, the job and `after`: an unknown parent, or
     /// a cycle through an applied job.
     pub fn check_applied(
         &self,
