@@ -20,7 +20,7 @@ use chrono::NaiveDate;
 use icalendar::{Component as _, DatePerhapsTime};
 use toml::{Table, Value};
 
-use super::raw::{describe, key_text, unknown_field};
+use super::raw::{describe, unknown_field};
 use super::report::Report;
 
 /// One `[calendars.NAME]`, read.
@@ -43,49 +43,9 @@ pub(super) fn resolve(
     config: &Path,
     out: &mut Report,
 ) -> BTreeMap<Arc<str>, Calendar> {
-    let mut calendars = BTreeMap::new();
-    let Some(value) = table else {
-        return calendars;
-    };
-    let Value::Table(table) = value else {
-        out.problem(
-            "",
-            "calendars",
-            format!(
-                "expected a table, written [calendars.NAME], got {}",
-                describe(&value)
-            ),
-        );
-        return calendars;
-    };
-    for (name, value) in table {
-        let scope = format!("[calendars.{}]", key_text(&name));
-        let before = out.problems.len();
-        if let Err(message) = super::validate::check_handler_name(&name) {
-            out.problem(
-                &scope,
-                "",
-                message.replace("is not a handler name", "is not a calendar name"),
-            );
-        }
-        let Value::Table(fields) = value else {
-            out.problem(
-                &scope,
-                "",
-                format!(
-                    "expected a table, written {scope}, got {}",
-                    describe(&value)
-                ),
-            );
-            continue;
-        };
-        if let Some(calendar) = read(&fields, &scope, config, out)
-            && out.problems.len() == before
-        {
-            calendars.insert(Arc::from(name.as_str()), calendar);
-        }
-    }
-    calendars
+    super::sections::read("calendars", table, out, |_, scope, fields, out| {
+        read(fields, scope, config, out)
+    })
 }
 
 /// One calendar's fields.

@@ -27,6 +27,7 @@ mod quick;
 mod raw;
 mod report;
 mod runtime;
+mod sections;
 mod secret;
 mod share;
 mod sla;

@@ -11,56 +11,21 @@ use std::sync::Arc;
 use toml::Value;
 
 use super::Pool;
-use super::raw::{describe, key_text, unknown_field};
+use super::raw::{describe, unknown_field};
 use super::report::Report;
 use super::suggest::did_you_mean;
 
 /// Reads every `[pools.NAME]` of `table` (the value of the top-level `pools` key): each
 /// pool's size, by name.
 pub(super) fn resolve(table: Option<Value>, out: &mut Report) -> BTreeMap<Arc<str>, u32> {
-    let mut pools = BTreeMap::new();
-    let Some(value) = table else {
-        return pools;
-    };
-    let Value::Table(table) = value else {
-        out.problem(
-            "",
-            "pools",
-            format!(
-                "expected a table, written [pools.NAME], got {}",
-                describe(&value)
-            ),
-        );
-        return pools;
-    };
-    for (name, value) in table {
-        let scope = format!("[pools.{}]", key_text(&name));
-        let before = out.problems.len();
-        if let Err(message) = super::validate::check_handler_name(&name) {
-            out.problem(
-                &scope,
-                "",
-                message.replace("is not a handler name", "is not a pool name"),
-            );
-        }
-        let Value::Table(fields) = value else {
-            out.problem(
-                &scope,
-                "",
-                format!(
-                    "expected a table, written {scope}, got {}",
-                    describe(&value)
-                ),
-            );
-            continue;
-        };
+    super::sections::read("pools", table, out, |name, scope, fields, out| {
         let mut size = None;
-        for (key, value) in &fields {
+        for (key, value) in fields {
             match (key.as_str(), value) {
                 ("size", Value::Integer(n)) => match u32::try_from(*n) {
                     Ok(n) if n >= 1 => size = Some(n),
                     _ => out.problem(
-                        &scope,
+                        scope,
                         "size",
                         format!(
                             "must be at least 1 (how many runs of the pool's jobs may run at once), got {n}: give it 1 or more, or remove the pool and its jobs' pool = {name:?}"
@@ -68,29 +33,24 @@ pub(super) fn resolve(table: Option<Value>, out: &mut Report) -> BTreeMap<Arc<st
                     ),
                 },
                 ("size", other) => out.problem(
-                    &scope,
+                    scope,
                     "size",
                     format!("expected an integer such as 2, got {}", describe(other)),
                 ),
                 (other, _) => out
                     .problems
-                    .push(unknown_field(&scope, "", other, ["size"].into_iter())),
+                    .push(unknown_field(scope, "", other, ["size"].into_iter())),
             }
         }
         if !fields.contains_key("size") {
             out.problem(
-                &scope,
+                scope,
                 "size",
                 "is required: how many runs of the pool's jobs may run at once, such as size = 2",
             );
         }
-        if let Some(size) = size
-            && out.problems.len() == before
-        {
-            pools.insert(Arc::from(name.as_str()), size);
-        }
-    }
-    pools
+        size
+    })
 }
 
 /// A job's `pool = "NAME"`: the pool when `pools` has it; else a problem naming the
