@@ -106,13 +106,7 @@ impl Default for Options {
 
 /// `HOST-PID`, the default consumer id.
 pub fn default_consumer_id() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "consumer".to_owned());
-    format!("{host}-{}", std::process::id())
+    format!("{}-{}", cronq_shared::host::name(), std::process::id())
 }
 
 /// A consumer: a config, the ports it runs on, and its Rust handlers.

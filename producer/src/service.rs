@@ -149,13 +149,9 @@ impl Producer {
 
 /// A fresh instance id: host name, process id and a random suffix (no spaces).
 pub fn instance_id() -> String {
-    let host = std::fs::read_to_string("/etc/hostname")
-        .ok()
-        .map(|h| h.trim().replace(char::is_whitespace, "-"))
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "host".to_owned());
     format!(
-        "{host}-{}-{:04x}",
+        "{}-{}-{:04x}",
+        cronq_shared::host::name(),
         std::process::id(),
         rand::random::<u16>()
     )

@@ -29,6 +29,7 @@ pub mod causes;
 pub mod config;
 pub mod control;
 pub mod endpoints;
+pub mod host;
 pub mod job_labels;
 pub mod jobs;
 pub mod key;

@@ -20,10 +20,7 @@ pub fn operator() -> String {
         .ok()
         .filter(|u| !u.is_empty())
         .unwrap_or_else(process_user);
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "localhost".to_owned());
-    format!("{user}@{host}")
+    format!("{user}@{}", cronq_shared::host::name())
 }
 
 /// The name of this process's user in `/etc/passwd`, or `uid-N`.

@@ -57,7 +57,7 @@ impl Reporter {
         let beat = Beat {
             instance: instance.into(),
             role,
-            host: host_name(),
+            host: crate::host::name(),
             pid: std::process::id(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             started_at: now,
@@ -188,15 +188,4 @@ impl Reporter {
         }
         Ok(())
     }
-}
-
-/// This machine's host name.
-pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "unknown".to_owned())
 }

@@ -95,7 +95,10 @@ async fn unserved_until_a_consumer_offers_it(backend: Backend, test: &str) {
         assert!(why.contains("offers handler \"ghost\""), "{state}: {why}");
         assert_eq!(served(&running, "tick").0, "served");
         let table = running.ok(&["jobs"]);
-        assert!(table.lines().next().unwrap().contains(" SERVED "), "{table}");
+        assert!(
+            table.lines().next().unwrap().contains(" SERVED "),
+            "{table}"
+        );
         let ghost = table.lines().find(|l| l.starts_with("ghost")).unwrap();
         assert!(ghost.contains("NO: no consumer of queue"), "{table}");
 
