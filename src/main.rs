@@ -8,6 +8,7 @@ mod cmd;
 mod dashboard;
 mod ops;
 mod output;
+mod secret_file;
 mod telemetry;
 
 use std::process::ExitCode;

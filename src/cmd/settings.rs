@@ -111,13 +111,11 @@ pub fn keyring(cli: &Cli) -> anyhow::Result<Option<Arc<Keyring>>> {
         }
         (Some(ring), None) => Ok(ring),
         (None, Some(file)) => {
-            let text = std::fs::read_to_string(file).map_err(|e| {
-                UsageError(format!(
-                    "--signing-key-file ({KEY_FILE_VARIABLE}) {}: cannot read it: {e}",
-                    file.display()
-                ))
-            })?;
-            warn_if_readable_by_others(file);
+            let text = crate::secret_file::read(
+                file,
+                &format!("--signing-key-file ({KEY_FILE_VARIABLE})"),
+                "the signing key file",
+            )?;
             Keyring::parse(&text, KeySource::File(&file.display().to_string()))
         }
         (None, None) => return Ok(None),
@@ -125,21 +123,6 @@ pub fn keyring(cli: &Cli) -> anyhow::Result<Option<Arc<Keyring>>> {
     let ring = ring.map_err(|e| UsageError(e.to_string()))?;
     tracing::debug!(signs_with = ring.signing_id(), accepts = ?ring.ids().collect::<Vec<_>>(), "message signing on");
     Ok(Some(Arc::new(ring)))
-}
-
-/// A key file others may read gives its keys away: say so (not an error, the operator may
-/// have reasons, such as a group of service accounts).
-fn warn_if_readable_by_others(file: &Path) {
-    use std::os::unix::fs::PermissionsExt as _;
-    if let Ok(meta) = std::fs::metadata(file)
-        && meta.permissions().mode() & 0o077 != 0
-    {
-        tracing::warn!(
-            file = %file.display(),
-            mode = format!("{:o}", meta.permissions().mode() & 0o777),
-            "the signing key file is readable by its group or others: `chmod 600` it"
-        );
-    }
 }
 
 /// What `--data` says for `:memory:`: the state lives in the standalone's process.

@@ -243,25 +243,6 @@ pub fn parse_tokens(text: &str, file: &Path) -> Result<Vec<Token>, UsageError> {
     Ok(tokens)
 }
 
-/// Warns when `file` may be read by its group or others.
-fn warn_if_shared(file: &Path) {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt as _;
-        if let Ok(meta) = std::fs::metadata(file)
-            && meta.permissions().mode() & 0o077 != 0
-        {
-            tracing::warn!(
-                file = %file.display(),
-                mode = format!("{:o}", meta.permissions().mode() & 0o777),
-                "the tokens file {} can be read by other users: restrict it with `chmod 600 {}`",
-                file.display(),
-                file.display()
-            );
-        }
-    }
-}
-
 impl Access {
     /// The tokens of the tokens file `tokens_file`, or the one admin token of
     /// `CRONQ_DASHBOARD_TOKEN` or the file `token_file`; read-only without any.
@@ -285,13 +266,7 @@ impl Access {
                 ))
                 .into());
             }
-            let text = std::fs::read_to_string(tokens_file).map_err(|e| {
-                UsageError(format!(
-                    "tokens file {}: cannot read it: {e}",
-                    tokens_file.display()
-                ))
-            })?;
-            warn_if_shared(tokens_file);
+            let text = crate::secret_file::read(tokens_file, "--tokens-file", "the tokens file")?;
             return Ok(Self::new(parse_tokens(&text, tokens_file)?));
         }
         let token = match (from_env, token_file) {
@@ -304,12 +279,11 @@ impl Access {
             }
             (Some(token), None) => Some((token, TOKEN_VARIABLE.to_owned())),
             (None, Some(file)) => {
-                let text = std::fs::read_to_string(file).map_err(|e| {
-                    UsageError(format!(
-                        "--dashboard-token-file {}: cannot read it: {e}",
-                        file.display()
-                    ))
-                })?;
+                let text = crate::secret_file::read(
+                    file,
+                    "--dashboard-token-file",
+                    "the dashboard token file",
+                )?;
                 Some((
                     text.trim_end_matches(['\n', '\r']).to_owned(),
                     format!("--dashboard-token-file {}", file.display()),

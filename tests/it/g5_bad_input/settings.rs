@@ -123,7 +123,7 @@ fn unusable_signing_keys_are_usage_errors_that_never_show_a_secret() {
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
     let err = stderr(&key_file());
     assert!(
-        err.contains("the signing key file is readable by its group or others: `chmod 600` it"),
+        err.contains("the signing key file is readable by its group or others: `chmod 600"),
         "{err}"
     );
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
