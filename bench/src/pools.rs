@@ -140,20 +140,15 @@ async fn drain(env: &BenchEnv, args: &PoolsArgs, pool: Option<u32>) -> anyhow::R
 
     let executed = Arc::new(AtomicUsize::new(0));
     let token = CancellationToken::new();
-    let mut consumers = Vec::new();
-    for i in 0..CONSUMERS {
-        let (mut consumer, _) =
-            throughput::consumer(env, &config, &format!("bench-pools-{i}"), args.concurrency)
-                .await?;
-        for job in &config.jobs {
-            let executed = Arc::clone(&executed);
-            consumer.register(job.name.clone(), move |_occ, _token| {
-                executed.fetch_add(1, Ordering::Relaxed);
-                async { Ok::<(), String>(()) }
-            });
-        }
-        consumers.push(consumer);
-    }
+    let consumers = throughput::counting(
+        env,
+        &config,
+        "bench-pools",
+        CONSUMERS,
+        args.concurrency,
+        &executed,
+    )
+    .await?;
     let mut tasks = JoinSet::new();
     let started = Instant::now();
     for consumer in consumers {

@@ -261,6 +261,32 @@ pub(crate) fn backlog(
         .collect()
 }
 
+/// `count` consumers of `config` (named `PREFIX-N`), each running `concurrency` attempts
+/// at once with a Rust handler per job that only counts into `executed`.
+pub(crate) async fn counting(
+    env: &BenchEnv,
+    config: &Config,
+    prefix: &str,
+    count: usize,
+    concurrency: u16,
+    executed: &Arc<AtomicUsize>,
+) -> anyhow::Result<Vec<Consumer>> {
+    let mut consumers = Vec::new();
+    for i in 0..count {
+        let (mut consumer, _) =
+            consumer(env, config, &format!("{prefix}-{i}"), concurrency).await?;
+        for job in &config.jobs {
+            let executed = Arc::clone(executed);
+            consumer.register(job.name.clone(), move |_occ, _token| {
+                executed.fetch_add(1, Ordering::Relaxed);
+                async { Ok::<(), String>(()) }
+            });
+        }
+        consumers.push(consumer);
+    }
+    Ok(consumers)
+}
+
 /// A consumer of `config` named `id` running `concurrency` attempts at once, on stores
 /// and a broker of its own, as `cronq consumer` starts one; with its stores.
 pub(crate) async fn consumer(
@@ -332,24 +358,15 @@ async fn measure(env: &BenchEnv, args: &ThroughputArgs) -> anyhow::Result<Measur
 
     let executed = Arc::new(AtomicUsize::new(0));
     let token = CancellationToken::new();
-    let mut consumers = Vec::new();
-    for i in 0..args.consumers.max(1) {
-        let (mut consumer, _) = consumer(
-            env,
-            &config,
-            &format!("bench-consumer-{i}"),
-            args.concurrency,
-        )
-        .await?;
-        for job in &config.jobs {
-            let executed = Arc::clone(&executed);
-            consumer.register(job.name.clone(), move |_occ, _token| {
-                executed.fetch_add(1, Ordering::Relaxed);
-                async { Ok::<(), String>(()) }
-            });
-        }
-        consumers.push(consumer);
-    }
+    let consumers = counting(
+        env,
+        &config,
+        "bench-consumer",
+        args.consumers.max(1),
+        args.concurrency,
+        &executed,
+    )
+    .await?;
     let mut tasks = JoinSet::new();
     let started = Instant::now();
     let cpu_before = CpuUse::now(services);
