@@ -85,7 +85,10 @@ pub async fn publish_confirmed(
 }
 
 /// Consumes `queue` with manual acks and prefetch `prefetch` until `count` reaches
-/// `target` (counting across every consumer sharing it) or `token` is cancelled.
+/// `target` (counting across every consumer sharing it) or `token` is cancelled. With
+/// `ack_every` 1 each delivery is acked alone; with more, one ack with `multiple` covers
+/// every `ack_every` deliveries (and what is left when it stops), as a consumer that
+/// coalesces its acks does.
 ///
 /// # Errors
 /// When the subscription fails.
@@ -93,6 +96,7 @@ pub async fn consume_acking(
     ch: Channel,
     queue: &str,
     prefetch: u16,
+    ack_every: usize,
     count: Arc<AtomicUsize>,
     target: usize,
     token: CancellationToken,
@@ -106,6 +110,8 @@ pub async fn consume_acking(
             FieldTable::default(),
         )
         .await?;
+    let (coalesce, mut pending) = (ack_every > 1, None);
+    let mut unacked = 0;
     loop {
         let next = tokio::select! {
             biased;
@@ -114,10 +120,22 @@ pub async fn consume_acking(
         };
         let Some(delivery) = next else { break };
         let delivery = delivery?;
-        delivery.acker.ack(BasicAckOptions::default()).await?;
-        if count.fetch_add(1, Ordering::AcqRel) + 1 >= target {
+        unacked += 1;
+        let done = count.fetch_add(1, Ordering::AcqRel) + 1 >= target;
+        if unacked >= ack_every.max(1) || done {
+            let multiple = BasicAckOptions { multiple: coalesce };
+            delivery.acker.ack(multiple).await?;
+            unacked = 0;
+            pending = None;
+        } else {
+            pending = Some(delivery.acker);
+        }
+        if done {
             token.cancel();
         }
+    }
+    if let Some(acker) = pending {
+        acker.ack(BasicAckOptions { multiple: true }).await?;
     }
     let _ = ch.close(200, "baseline done".into()).await;
     Ok(())

@@ -50,6 +50,10 @@ pub struct ThroughputArgs {
     pub jobs: usize,
 }
 
+/// Deliveries one ack covers in the coalescing raw loop (`multiple`), as a consumer that
+/// coalesces its acks does.
+const COALESCED_ACKS: usize = 32;
+
 /// Occurrences per confirmed publish batch (the producer's own batch size).
 const BATCH: usize = 1_000;
 
@@ -73,6 +77,23 @@ pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figur
     )
     .baseline(format!("{raw}: consumed+acked/s"));
     let mut share = Figure::new("throughput", "cronq / raw drain rate", Unit::Ratio).goal(">= 70%");
+    let mut coalesced = Figure::new(
+        "throughput",
+        format!(
+            "executed/s, {k} occurrences, {} consumers x {} (vs acks coalesced)",
+            args.consumers, args.concurrency
+        ),
+        Unit::PerSecond,
+    )
+    .baseline(format!(
+        "{raw}, one ack with multiple per {COALESCED_ACKS} deliveries: consumed+acked/s"
+    ));
+    let mut coalesced_share = Figure::new(
+        "throughput",
+        "cronq / coalescing raw drain rate",
+        Unit::Ratio,
+    )
+    .goal(">= 50%");
     let mut cpu = Figure::new(
         "throughput",
         "CPU per occurrence drained: consumers + RabbitMQ + Redis",
@@ -117,12 +138,17 @@ pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figur
         env.cleanup().await;
         let m = measured?;
         eprintln!(
-            "  cronq: publish {:.0}/s, drain {:.0}/s; raw: publish {:.0}/s, drain {:.0}/s",
-            m.cronq_publish, m.cronq_drain, m.raw_publish, m.raw_drain
+            "  cronq: publish {:.0}/s, drain {:.0}/s; raw: publish {:.0}/s, drain {:.0}/s, acks coalesced {:.0}/s",
+            m.cronq_publish, m.cronq_drain, m.raw_publish, m.raw_drain, m.raw_coalesced_drain
         );
         drain.runs.push(m.cronq_drain);
         drain.push_baseline(m.raw_drain);
         share.runs.push(ratio(m.cronq_drain, m.raw_drain));
+        coalesced.runs.push(m.cronq_drain);
+        coalesced.push_baseline(m.raw_coalesced_drain);
+        coalesced_share
+            .runs
+            .push(ratio(m.cronq_drain, m.raw_coalesced_drain));
         if let (Some(c), Some(r)) = (&m.cronq_cpu, &m.raw_cpu) {
             let per = |cpu: &CpuUse, part| cpu.part(part).as_secs_f64() / args.occurrences as f64;
             cpu.runs
@@ -140,7 +166,7 @@ pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figur
         publish.runs.push(m.cronq_publish);
         publish.push_baseline(m.raw_publish);
     }
-    let mut figures = vec![drain, share];
+    let mut figures = vec![drain, share, coalesced, coalesced_share];
     if !cpu.runs.is_empty() {
         figures.extend([cpu, cpu_share, apart]);
         figures.extend(parts);
@@ -154,6 +180,8 @@ struct Measured {
     cronq_drain: f64,
     raw_publish: f64,
     raw_drain: f64,
+    /// The raw loop's drain rate with its acks coalesced.
+    raw_coalesced_drain: f64,
     /// CPU spent during each drain; `None` when RabbitMQ or Redis does not run here.
     cronq_cpu: Option<CpuUse>,
     raw_cpu: Option<CpuUse>,
@@ -340,7 +368,9 @@ async fn measure(env: &BenchEnv, args: &ThroughputArgs) -> anyhow::Result<Measur
 
     // Baseline first, so cronq's Redis records do not exist yet while it runs.
     let services = local_services();
-    let (raw_publish, raw_drain, raw_cpu) = raw_loop(env, &bodies, args, services).await?;
+    let (raw_publish, raw_drain, raw_cpu) = raw_loop(env, &bodies, args, services, 1).await?;
+    let (_, raw_coalesced_drain, _) =
+        raw_loop(env, &bodies, args, services, COALESCED_ACKS).await?;
 
     let broker = AmqpBroker::connect(&env.endpoints.amqp_url, env.names())
         .await?
@@ -392,6 +422,7 @@ async fn measure(env: &BenchEnv, args: &ThroughputArgs) -> anyhow::Result<Measur
         cronq_drain: per_second(args.occurrences, took),
         raw_publish,
         raw_drain,
+        raw_coalesced_drain,
         cronq_cpu,
         raw_cpu,
     })
@@ -415,15 +446,17 @@ async fn wait_for(count: &AtomicUsize, target: usize, who: &str) -> anyhow::Resu
 }
 
 /// The raw broker loop: publish every body with pipelined confirms (batches of
-/// [`BATCH`]), then drain with as many manual-ack consumers as cronq has. Returns the
-/// publish rate, the drain rate and the CPU used while draining.
+/// [`BATCH`]), then drain with as many manual-ack consumers as cronq has, each ack
+/// covering `ack_every` deliveries. Returns the publish rate, the drain rate and the CPU
+/// used while draining.
 async fn raw_loop(
     env: &BenchEnv,
     bodies: &[Vec<u8>],
     args: &ThroughputArgs,
     services: Option<(u32, u32)>,
+    ack_every: usize,
 ) -> anyhow::Result<(f64, f64, Option<CpuUse>)> {
-    let queue = env.raw_queue("throughput");
+    let queue = env.raw_queue(&format!("throughput-acks-{ack_every}"));
     let conn = env.amqp().await?;
     let ch = crate::raw::confirm_channel(&conn).await?;
     crate::raw::declare_quorum(&ch, &queue).await?;
@@ -449,8 +482,9 @@ async fn raw_loop(
             token.clone(),
         );
         let (prefetch, target) = (args.concurrency, bodies.len());
-        tasks
-            .spawn(async move { crate::raw::consume_acking(ch, &q, prefetch, n, target, t).await });
+        tasks.spawn(async move {
+            crate::raw::consume_acking(ch, &q, prefetch, ack_every, n, target, t).await
+        });
     }
     let waited = wait_for(&count, bodies.len(), "raw consumers").await;
     let took = started.elapsed();
