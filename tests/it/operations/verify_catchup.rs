@@ -1,5 +1,6 @@
 //! `cronq verify` and the catch-up policies through real processes, on a fleet (RabbitMQ
-//! and Redis) and on a standalone's data file: every producer stops for about 5 s and one
+//! and Redis) and on a standalone's data file: every producer stops (SIGTERM, or killed
+//! with SIGKILL) for about 5 s and one
 //! starts again; the occurrences due while no producer led that `catchup = "none"` (all)
 //! and `catchup = "latest"` (all but the latest) left unpublished are counted as such, to
 //! the number the recorded terms and the run history give, and are no gap; a run removed behind cronq's back
@@ -61,8 +62,8 @@ fn verify(running: &Running, code: i32, args: &[&str]) -> String {
     stdout
 }
 
-/// Stops every producer with SIGTERM (a fleet's two, or the standalone), waiting for each.
-fn stop_all(backend: Backend, running: &Running, env: &TestEnv) {
+/// Stops every producer with `signal` (a fleet's two, or the standalone), waiting for each.
+fn stop_all(backend: Backend, running: &Running, env: &TestEnv, signal: Signal) {
     let pids = match backend {
         // The consumers keep running.
         Backend::Real => {
@@ -76,11 +77,14 @@ fn stop_all(backend: Backend, running: &Running, env: &TestEnv) {
         _ => running.pids(),
     };
     for pid in &pids {
-        env.signal(*pid, Signal::SIGTERM);
+        env.signal(*pid, signal);
     }
     for pid in pids {
+        let started = std::time::Instant::now();
+        let code = env.wait(pid, Duration::from_secs(20));
+        // Killed by a signal, a process has no exit code: it ended if the wait did not last.
         assert!(
-            env.wait(pid, Duration::from_secs(20)).is_some(),
+            code.is_some() || started.elapsed() < Duration::from_secs(19),
             "{pid} did not stop:\n{}",
             running.logs()
         );
@@ -116,7 +120,7 @@ fn seconds_in(after: DateTime<Utc>, upto: DateTime<Utc>) -> Vec<DateTime<Utc>> {
     out
 }
 
-async fn suite(backend: Backend, env: TestEnv) {
+async fn suite(backend: Backend, signal: Signal, env: TestEnv) {
     let running = Running::start(Deployment::on(backend), &env, &config()).await;
     running
         .until_succeeded("none", 2, Duration::from_secs(30), "none to run")
@@ -126,7 +130,7 @@ async fn suite(backend: Backend, env: TestEnv) {
         .await;
     let from = Utc::now().trunc_subsecs(0) + TimeDelta::seconds(1);
     tokio::time::sleep(Duration::from_secs(3)).await;
-    stop_all(backend, &running, &env);
+    stop_all(backend, &running, &env, signal);
     tokio::time::sleep(Duration::from_secs(5)).await;
     start_again(&running, &env);
     let (lease, _) = ports::leases(backend, &env).await;
@@ -245,10 +249,32 @@ async fn suite(backend: Backend, env: TestEnv) {
 
 #[tokio::test]
 async fn verify_counts_what_catchup_left_on_a_fleet() {
-    scoped("verify-catchup-real", |env| suite(Backend::Real, env)).await;
+    scoped("verify-catchup-real", |env| {
+        suite(Backend::Real, Signal::SIGTERM, env)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn verify_counts_what_catchup_left_on_a_fleet_killed() {
+    scoped("verify-catchup-real-kill", |env| {
+        suite(Backend::Real, Signal::SIGKILL, env)
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn verify_counts_what_catchup_left_on_a_data_file() {
-    scoped("verify-catchup-sqlite", |env| suite(Backend::Sqlite, env)).await;
+    scoped("verify-catchup-sqlite", |env| {
+        suite(Backend::Sqlite, Signal::SIGTERM, env)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn verify_counts_what_catchup_left_on_a_data_file_killed() {
+    scoped("verify-catchup-sqlite-kill", |env| {
+        suite(Backend::Sqlite, Signal::SIGKILL, env)
+    })
+    .await;
 }
