@@ -4,14 +4,15 @@
 //! starts again; the occurrences due while no producer led that `catchup = "none"` (all)
 //! and `catchup = "latest"` (all but the latest) left unpublished are counted as such, to
 //! the number the recorded terms and the run history give, and are no gap; a run removed behind cronq's back
-//! inside a term still is.
+//! inside a term still is; and without the terms (deleted, as in an older store) they are
+//! gaps again, with a note saying why.
 
 use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound as _, TimeDelta, Utc};
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::lease::{Lease, TermRecord};
-use cronq_shared::names::JobName;
+use cronq_shared::names::{JobName, Names, Namespace};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
@@ -245,6 +246,40 @@ async fn suite(backend: Backend, signal: Signal, env: TestEnv) {
         1,
         "{text}"
     );
+
+    // Without the terms (a store older than them), everything is expected as before, and
+    // the report says so.
+    forget_terms(backend, &env).await;
+    let report: Value = serde_json::from_str(&verify(&running, 1, &args)).unwrap();
+    assert_eq!(report["terms"], 0, "{report}");
+    assert_eq!(report["gaps"], left[0] + left[1] + 1, "{report}");
+    assert_eq!(job(&report, "none")["no_leader"], 0, "{report}");
+    assert!(
+        report["notes"].as_array().unwrap().iter().any(|n| n
+            .as_str()
+            .unwrap()
+            .contains("no leadership term is recorded")),
+        "{report}"
+    );
+}
+
+/// Deletes the recorded terms behind cronq's back.
+async fn forget_terms(backend: Backend, env: &TestEnv) {
+    match backend {
+        Backend::Real => {
+            let mut conn = env.redis().await;
+            let names = Names::new(&Namespace::new(&env.namespace).unwrap());
+            let _: i64 = redis::cmd("DEL")
+                .arg(names.redis_key(&["leader", "terms"]))
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+        _ => crate::support::data_file::raw::execute(
+            &ports::data_file(env),
+            "DELETE FROM leader_terms",
+        ),
+    }
 }
 
 #[tokio::test]
