@@ -11,7 +11,9 @@
 //! [`Expected::no_leader`](super::Expected::no_leader): counted as such when it has no run, judged as usual when it
 //! has one (a leader that died after its last renewal may still have published it).
 //! An occurrence after the last term's last renewal (no term began since) is expected as
-//! usual: the next leader may still catch it up.
+//! usual: the next leader may still catch it up. One before the first term the store ever
+//! had (epoch 1) was due before any leader saw the job: a file job has no cursor then, and
+//! the producer catches nothing up of it.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -67,13 +69,17 @@ pub fn apply(expectation: &mut Expectation, definitions: &[Definition], terms: &
             .map(|i| expectation.occurrences[*i].at)
             .min()
             .unwrap_or(start);
-        // The cursor: before the first occurrence of the outage not published.
+        // The cursor: before the first occurrence of the outage not published; none for a
+        // file job at the first term ever (no leader had seen it).
+        let first_ever = terms.iter().any(|t| t.epoch == 1 && t.start == start);
+        let cursor =
+            (!(first_ever && def.since.is_none())).then(|| first - TimeDelta::nanoseconds(1));
         let plan = take_over(
             &job.schedule,
             job.catchup,
             job.catchup_window,
             job.jitter,
-            Some(first - TimeDelta::nanoseconds(1)),
+            cursor,
             start,
         );
         let published: HashSet<DateTime<Utc>> = plan.catchup.into_iter().collect();

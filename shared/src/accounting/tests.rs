@@ -361,6 +361,15 @@ fn what_no_leader_published_is_judged_by_the_next_terms_catchup() {
         leaderless::next_start(&terms, t("2026-03-01T10:00:13Z")),
         Some(t("2026-03-01T10:00:45.500Z"))
     );
+    // Before the first term ever (epoch 1) no leader had seen the job: nothing caught up.
+    let first = [term(1, "10:00:45.500", "10:01:30")];
+    let defs = [file("schedule = \"@every 10s\"\ncatchup = \"all\"")];
+    let mut e = expected(&defs, &[], from, to);
+    leaderless::apply(&mut e, &defs, &first);
+    assert_eq!(
+        no_leader(&e),
+        ["10:00:00", "10:00:10", "10:00:20", "10:00:30", "10:00:40"]
+    );
 }
 
 #[test]

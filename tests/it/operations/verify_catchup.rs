@@ -92,19 +92,24 @@ fn stop_all(backend: Backend, running: &Running, env: &TestEnv, signal: Signal) 
     }
 }
 
-/// Starts one producer again: a fleet producer, or a standalone on the same data file.
-fn start_again(running: &Running, env: &TestEnv) {
+/// Starts one producer again: a fleet producer, or a standalone on the same data file,
+/// serving `/metrics` at `admin`, its continuous check every second over the last 30 s.
+fn start_again(running: &Running, env: &TestEnv, admin: &str) {
     let mut cmd = env.cronq();
     cmd.env("RUST_LOG", "info")
+        .env("CRONQ_RECONCILE_EVERY", "1s")
+        .env("CRONQ_RECONCILE_WINDOW", "30s")
+        .env("CRONQ_RECONCILE_LAG", "1s")
         .args(["--log-format", "json", "--config"])
         .arg(running.config_path());
     match running.data_file() {
         None => {
-            cmd.arg("producer");
+            cmd.args(["producer", "--admin-addr", admin]);
             env.spawn_command("producer-3", cmd);
         }
         Some(file) => {
-            cmd.args(["standalone", "--data"]).arg(file);
+            cmd.args(["standalone", "--admin-addr", admin, "--data"])
+                .arg(file);
             env.spawn_command("standalone-2", cmd);
         }
     }
@@ -133,7 +138,8 @@ async fn suite(backend: Backend, signal: Signal, env: TestEnv) {
     tokio::time::sleep(Duration::from_secs(3)).await;
     stop_all(backend, &running, &env, signal);
     tokio::time::sleep(Duration::from_secs(5)).await;
-    start_again(&running, &env);
+    let admin = crate::support::free_addr();
+    start_again(&running, &env, &admin);
     let (lease, _) = ports::leases(backend, &env).await;
     // The new term has begun.
     let terms: Vec<TermRecord> = crate::support::eventually(
@@ -230,6 +236,38 @@ async fn suite(backend: Backend, signal: Signal, env: TestEnv) {
         "{text}"
     );
     assert!(text.contains("NO LEADER"), "{text}");
+
+    // The new leader's continuous check (the same rule) counts no gap either, though its
+    // trailing window has covered the outage for a while.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let page = reqwest::get(format!("http://{admin}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("cronq_occurrences_unaccounted{job=\"other\"} 0"),
+        "{page}"
+    );
+    for name in ["none", "latest"] {
+        let series = format!("cronq_occurrences_unaccounted{{job=\"{name}\"}}");
+        assert!(
+            page.lines()
+                .filter(|l| l.starts_with(&series))
+                .all(|l| l.ends_with(" 0")),
+            "{page}"
+        );
+    }
+    let log = env.log(if backend == Backend::Real {
+        "producer-3"
+    } else {
+        "standalone-2"
+    });
+    assert!(
+        !log.contains("not accounted for in the trailing window"),
+        "{log}"
+    );
 
     // A run removed behind cronq's back inside a term is still a gap.
     let removed =
