@@ -147,6 +147,7 @@ async fn measure(
         audit: &*stores.audit,
         jobs: &*stores.jobs,
         file_history: &[],
+        terms: &[],
     };
     let redis = crate::procfs::find("redis-server");
     let redis_before = redis.and_then(|p| crate::procfs::cpu_time(Some(p)).ok());

@@ -22,6 +22,7 @@ use cronq_shared::audit::AuditLog;
 use cronq_shared::config::Config;
 use cronq_shared::control::Control;
 use cronq_shared::jobs::JobStore;
+use cronq_shared::lease::Lease;
 use cronq_shared::runlog::{DEFAULT_MAX_RUNS, RunLog};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -65,6 +66,8 @@ pub struct Stores {
     pub jobs: Arc<dyn JobStore>,
     /// The pauses in force.
     pub control: Control,
+    /// The leadership terms recorded (what no leader published, by the catch-up policy).
+    pub lease: Arc<dyn Lease>,
 }
 
 /// Reconciles a trailing window while leading.
@@ -142,6 +145,13 @@ impl AccountingCheck {
                 return None;
             }
         };
+        let terms = match self.stores.lease.terms().await {
+            Ok(t) => t,
+            Err(e) => {
+                debug!(error = %e, "cannot read the leadership terms to account for the occurrences");
+                return None;
+            }
+        };
         let sources = Sources {
             runlog: &*self.stores.runlog,
             audit: &*self.stores.audit,
@@ -150,6 +160,7 @@ impl AccountingCheck {
             // parsing the recorded versions at every check would cost a large config's
             // load each time.
             file_history: &[],
+            terms: &terms,
         };
         let report = match accounting::reconcile(
             sources,

@@ -20,7 +20,7 @@ use chrono::{DateTime, Utc};
 use cronq_shared::broker::{Broker, Outgoing};
 use cronq_shared::config::Config;
 use cronq_shared::control::{Commit, Control, ControlError, Request};
-use cronq_shared::lease::Term;
+use cronq_shared::lease::{Lease, Term};
 use cronq_shared::names::JobName;
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep, sleep_until};
@@ -48,21 +48,25 @@ pub const PUBLISH_BATCH: usize = 1_000;
 /// The leader's loop; idle (waiting for leadership) on a standby.
 pub struct Scheduler {
     broker: Arc<dyn Broker>,
+    lease: Arc<dyn Lease>,
     control: Control,
     config: watch::Receiver<Arc<Config>>,
     leadership: watch::Receiver<Option<Leadership>>,
 }
 
 impl Scheduler {
-    /// A scheduler publishing through `broker`, led by `leadership`.
+    /// A scheduler publishing through `broker`, led by `leadership`, recording each term
+    /// it takes over in `lease`.
     pub fn new(
         broker: Arc<dyn Broker>,
+        lease: Arc<dyn Lease>,
         control: Control,
         config: watch::Receiver<Arc<Config>>,
         leadership: watch::Receiver<Option<Leadership>>,
     ) -> Self {
         Self {
             broker,
+            lease,
             control,
             config,
             leadership,
@@ -121,8 +125,21 @@ impl Scheduler {
         let paused =
             while_leading("read pauses", leadership, epoch, token, || control.paused()).await?;
         let now = Utc::now();
-        let (mut lead, catchup, moved) =
-            Leading::take_over(term, config, &cursors, paused.into_keys().collect(), now);
+        let keep = config.longest_retention();
+        let lease = Arc::clone(&self.lease);
+        let (mut lead, catchup, moved) = Leading::take_over(
+            term.clone(),
+            config,
+            &cursors,
+            paused.into_keys().collect(),
+            now,
+        );
+        // The term, from the instant its catch-up was planned at: the accounting judges
+        // what no leader published by the same rule from the same instant.
+        while_leading("record the term", leadership, epoch, token, || {
+            lease.begin(&term, now, keep)
+        })
+        .await?;
         // A million cursors are ≈ 100 MB: not kept for the whole term.
         drop(cursors);
         info!(

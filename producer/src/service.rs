@@ -24,6 +24,8 @@ use cronq_shared::reload::Reloader;
 pub struct Producer {
     broker: Arc<dyn Broker>,
     elector: Elector,
+    /// Where the scheduler records each term it takes over (`Lease::begin`).
+    lease: Arc<dyn Lease>,
     leadership: watch::Receiver<Option<Leadership>>,
     control: Control,
     config: watch::Receiver<Arc<Config>>,
@@ -43,10 +45,12 @@ impl Producer {
         instance: impl Into<String>,
     ) -> Self {
         let instance = instance.into();
-        let (elector, leadership) = Elector::new(lease, instance.clone(), config.clone());
+        let (elector, leadership) =
+            Elector::new(Arc::clone(&lease), instance.clone(), config.clone());
         Self {
             broker,
             elector,
+            lease,
             leadership,
             control,
             config,
@@ -91,7 +95,13 @@ impl Producer {
     /// [`Error::Task`] when a task panicked.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
         let (elector, leadership) = (self.elector, self.leadership);
-        let scheduler = Scheduler::new(self.broker, self.control, self.config, leadership.clone());
+        let scheduler = Scheduler::new(
+            self.broker,
+            self.lease,
+            self.control,
+            self.config,
+            leadership.clone(),
+        );
         info!(instance_id = %self.instance, "producer started: joining leader election");
         let mut tasks = JoinSet::new();
         // Each task's name by its id, so a failure names the task that failed.

@@ -17,13 +17,19 @@
 //! A file job's definitions over time come from the recorded loads of the config file
 //! ([`Sources::file_history`], [`history`]): each version from when it was first loaded.
 //!
+//! An occurrence due while no producer led (outside every recorded term of the lease
+//! store, [`Sources::terms`]) is judged by the job's catch-up policy as the next term
+//! applied it ([`leaderless`]): what that policy did not publish is not expected
+//! ([`Account::no_leader`]); a job with parents follows its parents'.
+//!
 //! What cannot be known, and is not modelled: a pause older than the audit log's oldest
 //! entry (a `resume` without its `pause` counts as paused from the range's start); a file
 //! job's schedule before the oldest recorded load (or before the last reload, where no
-//! history is given: the current one is used for the whole range); a catch-up policy that
-//! chose not to publish what a leader outage missed (reported as never published: it was
-//! not run; a job with parents then shows the same gap); with `--job`, the runtime parents
-//! of a runtime job with parents (not read: it expects nothing).
+//! history is given: the current one is used for the whole range); where no term is
+//! recorded (a store older than the terms, or kept past their retention), what a catch-up
+//! policy chose not to publish (reported as never published; [`Report::terms`] is 0); with
+//! `--job`, the runtime parents of a runtime job with parents (not read: it expects
+//! nothing).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
@@ -32,16 +38,18 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde::Serialize;
 
 use crate::audit::{self, AuditLog};
-use crate::config::{Config, Job};
+use crate::config::{Catchup, Config, Job};
 use crate::control::Pause;
 use crate::jobs::{JobStore, Revision};
 use crate::key::OccurrenceKey;
+use crate::lease::TermRecord;
 use crate::names::JobName;
 use crate::runlog::{Outcome, Run, RunLog};
 use crate::store::StoreError;
 
 pub mod history;
 pub use history::{FileVersion, file_definitions};
+pub mod leaderless;
 
 /// How long a pause, a resume, or a runtime job's change takes to reach the leader (its
 /// poll and its `[leader] retry`): an occurrence within this of one is *optional*, counted
@@ -171,6 +179,9 @@ pub struct Expected {
     /// How long a retry may take to start after an attempt's end, and run: the job's
     /// `backoff_max` plus its timeout.
     pub retry_within: Duration,
+    /// Due while no producer led, and left unpublished by this catch-up policy of the
+    /// term that took over next ([`leaderless`]); then also optional.
+    pub no_leader: Option<Catchup>,
 }
 
 /// What [`expected`] found of one job over a range.
@@ -226,6 +237,7 @@ pub fn expected(
                     optional,
                     judged_from: plus(at, judged),
                     retry_within: job.backoff_max + job.timeout,
+                    no_leader: None,
                 },
             );
         }
@@ -299,6 +311,11 @@ pub struct Account {
     pub pending: usize,
     /// Not expected: the job was paused.
     pub paused: usize,
+    /// Not expected: due while no producer led, and not published by the catch-up policy
+    /// of the term that took over next (without a run).
+    pub no_leader: usize,
+    /// That policy (the newest, when several outages saw several).
+    pub catchup: Option<Catchup>,
     /// Whether the range was cut at [`MAX_PER_JOB`].
     pub cut: bool,
     /// The gaps, by key.
@@ -358,6 +375,10 @@ pub fn account(
         let of = runs.get(key.as_str()).map_or(&[][..], Vec::as_slice);
         let letter = letters.get(key.as_str());
         if of.is_empty() && letter.is_none() {
+            if let Some(policy) = e.no_leader {
+                out.no_leader += 1;
+                out.catchup = Some(policy);
+            }
             if e.optional {
                 continue;
             }
@@ -455,6 +476,9 @@ pub struct Sources<'a> {
     /// The versions of the config file, oldest first (`crate::recorded`); empty: the file
     /// jobs of the config given are in force over the whole range.
     pub file_history: &'a [FileVersion],
+    /// The leadership terms recorded (`crate::lease::Lease::terms`); empty: not known,
+    /// what no leader published is expected as any occurrence.
+    pub terms: &'a [TermRecord],
 }
 
 /// What [`reconcile`] answers.
@@ -465,6 +489,9 @@ pub struct Report {
     /// The oldest run read, when the listing reached its cap: the occurrences before it
     /// were not accounted for (their runs were not read).
     pub runs_from: Option<DateTime<Utc>>,
+    /// How many leadership terms were recorded; 0: what a catch-up policy left unpublished
+    /// while no producer led could not be told from a gap.
+    pub terms: usize,
 }
 
 impl Report {
@@ -608,6 +635,7 @@ pub async fn reconcile(
         by_job: &by_job,
         paused_now,
         range: (from, window.to),
+        terms: sources.terms,
     };
     let mut memo = HashMap::new();
     for name in definitions.keys() {
@@ -628,6 +656,7 @@ pub async fn reconcile(
     Ok(Report {
         accounts,
         runs_from,
+        terms: sources.terms.len(),
     })
 }
 
@@ -637,6 +666,7 @@ struct Expecting<'a> {
     by_job: &'a HashMap<&'a str, Vec<audit::Entry>>,
     paused_now: &'a BTreeMap<JobName, Pause>,
     range: (DateTime<Utc>, DateTime<Utc>),
+    terms: &'a [TermRecord],
 }
 
 impl Expecting<'_> {
@@ -681,7 +711,11 @@ impl Expecting<'_> {
                     .collect();
                 chained::expected(defs, &parents, &stretches)
             }
-            _ => expected(defs, &stretches, self.range.0, self.range.1),
+            _ => {
+                let mut own = expected(defs, &stretches, self.range.0, self.range.1);
+                leaderless::apply(&mut own, defs, self.terms);
+                own
+            }
         };
         memo.insert(name.clone(), expectation.clone());
         expectation

@@ -4,6 +4,14 @@
 //! token) each acquisition is stamped with. Leaves to the producer: when to renew and when
 //! to step down (`producer::leader`).
 //!
+//! Also the record of the terms ([`TermRecord`]): a leader records its term when it takes
+//! over ([`Lease::begin`], at the instant its catch-up was planned at), and each confirmed
+//! renewal moves the term's last-known-alive time to the renewal's (in the same write); a
+//! release leaves it (the leader stopped publishing before it released, at some instant
+//! after its last renewal that no store saw). The accounting (`crate::accounting`) reads them to
+//! tell when no producer led; terms last alive longer than the retention ago are dropped
+//! when a new one begins.
+//!
 //! Invariants: a lease is held by at most one [`Term`]; every successful acquisition gets an
 //! epoch strictly greater than every earlier one (even after the lease expired or was
 //! released), so a write fenced on the current term (see [`crate::control`]) can never be
@@ -13,6 +21,7 @@ use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 
 /// One holding of the lease: what a leader proves its leadership with.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -80,6 +89,26 @@ pub struct Holder {
     pub remaining: Duration,
 }
 
+/// One recorded term: who led, from when, until when it was last known alive.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TermRecord {
+    /// Its epoch.
+    pub epoch: u64,
+    /// Which producer led.
+    pub instance: String,
+    /// When it took over: the instant its catch-up was planned at.
+    pub start: DateTime<Utc>,
+    /// When it was last known to lead: its last confirmed renewal (its start before one).
+    pub alive: DateTime<Utc>,
+}
+
+impl TermRecord {
+    /// Whether the term led at `at` (`start <= at <= alive`).
+    pub fn contains(&self, at: DateTime<Utc>) -> bool {
+        self.start <= at && at <= self.alive
+    }
+}
+
 /// The lease store failed; the caller cannot tell whether the operation happened.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
@@ -88,7 +117,7 @@ pub enum LeaseError {
     Store {
         /// Which store (`Redis`).
         store: &'static str,
-        /// `acquire`, `renew`, `release` or `holder`.
+        /// `acquire`, `renew`, `release`, `holder`, `begin` or `terms`.
         op: &'static str,
         /// Why.
         #[source]
@@ -124,14 +153,16 @@ pub trait Lease: Send + Sync + 'static {
     /// been taken (if it was, it expires after `ttl`).
     async fn acquire(&self, instance: &str, ttl: Duration) -> Result<Option<Term>, LeaseError>;
 
-    /// Extends the lease to `ttl` from now if `term` still holds it. Returns `false` when
-    /// the lease is gone or another term holds it.
+    /// Extends the lease to `ttl` from now if `term` still holds it, and moves the term's
+    /// record (if begun) to alive now, in the same write. Returns `false` when the lease is
+    /// gone or another term holds it.
     ///
     /// # Errors
     /// [`LeaseError`] when the store cannot be reached.
     async fn renew(&self, term: &Term, ttl: Duration) -> Result<bool, LeaseError>;
 
-    /// Gives the lease up if `term` still holds it. Returns whether it did.
+    /// Gives the lease up if `term` still holds it. Returns whether it did. The term's
+    /// record keeps its last renewal as its last-known-alive time.
     ///
     /// # Errors
     /// [`LeaseError`] when the store cannot be reached (the lease then expires on its own).
@@ -142,6 +173,24 @@ pub trait Lease: Send + Sync + 'static {
     /// # Errors
     /// [`LeaseError`] when the store cannot be reached or holds garbage.
     async fn holder(&self) -> Result<Option<Holder>, LeaseError>;
+
+    /// Records that `term` took over at `start` (alive then too), and drops the records of
+    /// terms last alive before `start - keep`.
+    ///
+    /// # Errors
+    /// [`LeaseError`] when the store cannot be reached.
+    async fn begin(
+        &self,
+        term: &Term,
+        start: DateTime<Utc>,
+        keep: Duration,
+    ) -> Result<(), LeaseError>;
+
+    /// The recorded terms, oldest first.
+    ///
+    /// # Errors
+    /// [`LeaseError`] when the store cannot be reached or holds garbage.
+    async fn terms(&self) -> Result<Vec<TermRecord>, LeaseError>;
 }
 
 #[cfg(test)]

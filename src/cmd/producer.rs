@@ -85,6 +85,7 @@ pub async fn run(cli: &Cli, args: &ProducerArgs, root: CancellationToken) -> any
         broker: counted.clone(),
         control: control.clone(),
     };
+    let terms_lease = lease.clone();
     let producer = Producer::new(counted, lease, control, config_rx.clone(), instance.clone())
         .with_reloader(reloader)
         .with_recorder(stores.jobs.clone());
@@ -100,6 +101,7 @@ pub async fn run(cli: &Cli, args: &ProducerArgs, root: CancellationToken) -> any
             audit: stores.audit,
             jobs: stores.jobs,
             control: control_view,
+            lease: terms_lease,
         },
         config_rx.clone(),
         producer.leadership(),

@@ -175,6 +175,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         audit: Arc::clone(&stores.audit),
         jobs: stores.jobs.clone(),
         control: stores.control.clone(),
+        lease: stores.lease.clone(),
     };
     let producer = Producer::new(
         counted,

@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use chrono::Utc;
 use cronq_shared::accounting::{self, Account, Report, Sources, Window};
 use cronq_shared::broker::bounded;
+use cronq_shared::config::Catchup;
 use cronq_shared::runlog::{DEFAULT_MAX_RUNS, Outcome};
 use serde_json::json;
 
@@ -75,6 +76,11 @@ pub async fn run(cli: &Cli, args: &VerifyArgs) -> anyhow::Result<()> {
         .paused()
         .await
         .context("while reading the pauses")?;
+    let terms = stores
+        .lease
+        .terms()
+        .await
+        .context("while reading the leadership terms")?;
     let window = Window {
         from,
         to,
@@ -88,6 +94,7 @@ pub async fn run(cli: &Cli, args: &VerifyArgs) -> anyhow::Result<()> {
         audit: &*stores.audit,
         jobs: &*stores.jobs,
         file_history: &history,
+        terms: &terms,
     };
     let report = accounting::reconcile(sources, &config, &paused_now, &letters, &window)
         .await
@@ -124,6 +131,7 @@ fn print_text(report: &Report) {
         "MISSED",
         "PENDING",
         "PAUSED",
+        "NO LEADER",
         "GAPS",
     ]);
     for a in &report.accounts {
@@ -132,6 +140,7 @@ fn print_text(report: &Report) {
         row.extend([
             a.pending.to_string(),
             a.paused.to_string(),
+            a.no_leader.to_string(),
             a.gaps.len().to_string(),
         ]);
         table.row(row);
@@ -142,14 +151,38 @@ fn print_text(report: &Report) {
             println!("{key}: {gap}");
         }
     }
+    for a in report.accounts.iter().filter(|a| a.no_leader > 0) {
+        println!(
+            "{}: {} occurrence{} {}",
+            a.job,
+            a.no_leader,
+            if a.no_leader == 1 { "" } else { "s" },
+            not_published(a)
+        );
+    }
     for note in notes(report) {
         println!("note: {note}");
     }
 }
 
+/// Why the occurrences of `a` counted in `NO LEADER` were not published.
+fn not_published(a: &Account) -> String {
+    let policy = a.catchup.map_or("none", |c| match c {
+        Catchup::None => "none",
+        Catchup::Latest => "latest",
+        Catchup::All => "all",
+    });
+    format!("not published: no leader, catchup = {policy}")
+}
+
 /// What the reader must know of the report's limits.
 fn notes(report: &Report) -> Vec<String> {
     let mut out = Vec::new();
+    if report.terms == 0 {
+        out.push(
+            "no leadership term is recorded (a store older than the terms): what a catch-up policy left unpublished while no producer led is counted as never published".to_owned(),
+        );
+    }
     for a in report.accounts.iter().filter(|a| a.cut) {
         out.push(format!(
             "job {:?}: only its first {} occurrences were accounted for; verify a shorter range",
@@ -172,6 +205,7 @@ fn as_json(report: &Report, window: &Window) -> serde_json::Value {
         "from": window.from,
         "to": window.to,
         "grace_seconds": window.grace.as_secs(),
+        "terms": report.terms,
         "gaps": report.gaps(),
         "jobs": jobs,
         "notes": notes(report),
@@ -194,8 +228,12 @@ fn account_json(a: &Account) -> serde_json::Value {
         "expected": a.expected,
         "pending": a.pending,
         "paused": a.paused,
+        "no_leader": a.no_leader,
         "gaps": gaps,
     });
+    if a.no_leader > 0 {
+        v["not_published"] = json!(not_published(a));
+    }
     for o in SHOWN {
         v[o.as_str()] = json!(a.count(o));
     }

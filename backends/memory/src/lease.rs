@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 
-use cronq_shared::lease::{Holder, Lease, LeaseError, Term};
+use cronq_shared::lease::{Holder, Lease, LeaseError, Term, TermRecord};
 
 /// The lease in process memory.
 #[derive(Debug, Clone, Default)]
@@ -20,6 +21,8 @@ pub struct MemoryLease {
 struct State {
     epoch: u64,
     held: Option<(Term, Instant)>,
+    /// The recorded terms, oldest first.
+    terms: Vec<TermRecord>,
 }
 
 impl State {
@@ -32,6 +35,13 @@ impl State {
             self.held = None;
         }
         self.held.as_ref().map(|(term, _)| term)
+    }
+
+    /// Moves the record of `term`, if begun, to alive `at`.
+    fn alive(&mut self, term: &Term, at: DateTime<Utc>) {
+        if let Some(r) = self.terms.iter_mut().find(|r| r.epoch == term.epoch) {
+            r.alive = r.alive.max(at);
+        }
     }
 }
 
@@ -72,6 +82,7 @@ impl Lease for MemoryLease {
             return Ok(false);
         }
         state.held = Some((term.clone(), Instant::now() + ttl));
+        state.alive(term, Utc::now());
         Ok(true)
     }
 
@@ -92,5 +103,33 @@ impl Lease for MemoryLease {
             instance: term.instance.clone(),
             remaining: until.saturating_duration_since(Instant::now()),
         }))
+    }
+
+    async fn begin(
+        &self,
+        term: &Term,
+        start: DateTime<Utc>,
+        keep: Duration,
+    ) -> Result<(), LeaseError> {
+        let mut state = self.lock();
+        let cutoff = chrono::TimeDelta::from_std(keep)
+            .ok()
+            .and_then(|keep| start.checked_sub_signed(keep))
+            .unwrap_or(DateTime::<Utc>::MIN_UTC);
+        state
+            .terms
+            .retain(|r| r.alive >= cutoff && r.epoch != term.epoch);
+        state.terms.push(TermRecord {
+            epoch: term.epoch,
+            instance: term.instance.clone(),
+            start,
+            alive: start,
+        });
+        state.terms.sort_by_key(|r| r.epoch);
+        Ok(())
+    }
+
+    async fn terms(&self) -> Result<Vec<TermRecord>, LeaseError> {
+        Ok(self.lock().terms.clone())
     }
 }

@@ -1,5 +1,7 @@
 //! Redis implementation of the lease port: atomic Lua scripts over one key holding
-//! `EPOCH TOKEN INSTANCE` with a millisecond TTL, plus a never-expiring epoch counter.
+//! `EPOCH TOKEN INSTANCE` with a millisecond TTL, plus a never-expiring epoch counter, and
+//! the terms recorded (a hash, epoch -> `START_MS ALIVE_MS INSTANCE`, whose entry a renewal
+//! moves in its own script).
 //!
 //! Use it over [`crate::connect()`] (a [`RedisConn`]): it fails fast while Redis is down
 //! and never runs a command its caller gave up on after reconnecting (or after following
@@ -12,9 +14,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::Script;
+use chrono::{DateTime, Utc};
+use redis::{AsyncCommands as _, Script};
 
-use cronq_shared::lease::{Holder, Lease, LeaseError, Term};
+use cronq_shared::lease::{Holder, Lease, LeaseError, Term, TermRecord};
 
 use crate::args::millis;
 use crate::conn::{RedisConn, WriteError};
@@ -27,6 +30,8 @@ pub struct RedisLease {
     conn: RedisConn,
     key: String,
     epoch_key: String,
+    /// The terms hash: epoch -> `START_MS ALIVE_MS INSTANCE`.
+    terms_key: String,
     client_name: Option<String>,
     /// 1 + the connection's master changes when it was named; 0: not named (yet, or since
     /// an error that may have been a reconnect).
@@ -39,6 +44,7 @@ struct Scripts {
     renew: Script,
     release: Script,
     holder: Script,
+    begin: Script,
 }
 
 impl RedisLease {
@@ -48,6 +54,7 @@ impl RedisLease {
             conn,
             key: lease_key(names),
             epoch_key: names.redis_key(&["leader", "epoch"]),
+            terms_key: names.redis_key(&["leader", "terms"]),
             client_name: None,
             named: Arc::new(AtomicU64::new(0)),
             scripts: Arc::new(Scripts {
@@ -55,6 +62,7 @@ impl RedisLease {
                 renew: Script::new(include_str!("lease/renew.lua")),
                 release: Script::new(include_str!("lease/release.lua")),
                 holder: Script::new(include_str!("lease/holder.lua")),
+                begin: Script::new(include_str!("lease/begin.lua")),
             }),
         }
     }
@@ -139,8 +147,14 @@ impl Lease for RedisLease {
 
     async fn renew(&self, term: &Term, ttl: Duration) -> Result<bool, LeaseError> {
         self.name_connection().await;
-        let mut invocation = Call::new(&self.scripts.renew, 1);
-        invocation.key(&self.key).arg(term.value()).arg(millis(ttl));
+        let mut invocation = Call::new(&self.scripts.renew, 2);
+        invocation
+            .key(&self.key)
+            .key(&self.terms_key)
+            .arg(term.value())
+            .arg(millis(ttl))
+            .arg(term.epoch)
+            .arg(Utc::now().timestamp_millis());
         let renewed: i64 = self
             .conn
             .write_script(&invocation)
@@ -180,4 +194,58 @@ impl Lease for RedisLease {
             remaining: Duration::from_millis(u64::try_from(pttl).unwrap_or(0)),
         }))
     }
+
+    async fn begin(
+        &self,
+        term: &Term,
+        start: DateTime<Utc>,
+        keep: Duration,
+    ) -> Result<(), LeaseError> {
+        let start = start.timestamp_millis();
+        let keep = i64::try_from(keep.as_millis()).unwrap_or(i64::MAX);
+        let mut invocation = Call::new(&self.scripts.begin, 1);
+        invocation
+            .key(&self.terms_key)
+            .arg(term.epoch)
+            .arg(start)
+            .arg(&term.instance)
+            .arg(start.saturating_sub(keep));
+        let _: i64 = self
+            .conn
+            .write_script(&invocation)
+            .await
+            .map_err(self.unconfirmed("begin"))?;
+        Ok(())
+    }
+
+    async fn terms(&self) -> Result<Vec<TermRecord>, LeaseError> {
+        let mut conn = self.conn.clone();
+        let all: std::collections::HashMap<String, String> = conn
+            .hgetall(&self.terms_key)
+            .await
+            .map_err(self.failed("terms"))?;
+        let mut out = Vec::with_capacity(all.len());
+        for (epoch, value) in all {
+            let record = parse_term(&epoch, &value).ok_or_else(|| LeaseError::Corrupt {
+                key: self.terms_key.clone(),
+                value: format!("{epoch} => {value}"),
+            })?;
+            out.push(record);
+        }
+        out.sort_by_key(|r| r.epoch);
+        Ok(out)
+    }
+}
+
+/// A terms hash entry: `epoch` => `START_MS ALIVE_MS INSTANCE`.
+fn parse_term(epoch: &str, value: &str) -> Option<TermRecord> {
+    let mut parts = value.splitn(3, ' ');
+    let start = parts.next()?.parse().ok()?;
+    let alive = parts.next()?.parse().ok()?;
+    Some(TermRecord {
+        epoch: epoch.parse().ok()?,
+        instance: parts.next()?.to_owned(),
+        start: DateTime::<Utc>::from_timestamp_millis(start)?,
+        alive: DateTime::<Utc>::from_timestamp_millis(alive)?,
+    })
 }

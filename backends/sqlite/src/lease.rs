@@ -1,12 +1,14 @@
 //! The leader lease in the data file: one row, whose epoch only grows; a second standalone
-//! on the file waits for it as a standby.
+//! on the file waits for it as a standby. The terms recorded are rows of `leader_terms`,
+//! whose `alive` a renewal moves in its own transaction.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use cronq_shared::lease::{Holder, Lease, LeaseError, Term};
+use cronq_shared::lease::{Holder, Lease, LeaseError, Term, TermRecord};
 
 use crate::db::{Db, Failure, STORE, ms, now_ms};
 
@@ -68,6 +70,20 @@ fn set(conn: &Connection, term: Option<&Term>, until: i64) -> Result<(), Failure
     Ok(())
 }
 
+/// Moves the record of `term`, if begun, to alive now.
+fn alive(conn: &Connection, term: &Term) -> Result<(), Failure> {
+    conn.prepare_cached("UPDATE leader_terms SET alive = max(alive, ?1) WHERE epoch = ?2")?
+        .execute(params![
+            now_ms(),
+            i64::try_from(term.epoch).unwrap_or(i64::MAX)
+        ])?;
+    Ok(())
+}
+
+fn instant(ms: i64) -> DateTime<Utc> {
+    DateTime::<Utc>::from_timestamp_millis(ms).unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
 fn lease_error(op: &'static str) -> impl FnOnce(Failure) -> LeaseError {
     move |e| LeaseError::Store {
         store: STORE,
@@ -102,6 +118,7 @@ impl Lease for SqliteLease {
                     return Ok(false);
                 }
                 set(tx, Some(&term), now_ms() + ms(ttl))?;
+                alive(tx, &term)?;
                 Ok(true)
             })
             .await
@@ -135,5 +152,51 @@ impl Lease for SqliteLease {
             })
             .await
             .map_err(lease_error("holder"))
+    }
+
+    async fn begin(
+        &self,
+        term: &Term,
+        start: DateTime<Utc>,
+        keep: Duration,
+    ) -> Result<(), LeaseError> {
+        let (epoch, instance) = (
+            i64::try_from(term.epoch).unwrap_or(i64::MAX),
+            term.instance.clone(),
+        );
+        let start = start.timestamp_millis();
+        let cutoff = start.saturating_sub(ms(keep));
+        self.db
+            .run(move |tx| {
+                tx.prepare_cached("DELETE FROM leader_terms WHERE alive < ?1")?
+                    .execute(params![cutoff])?;
+                tx.prepare_cached(
+                    "INSERT OR REPLACE INTO leader_terms (epoch, instance, start, alive) VALUES (?1, ?2, ?3, ?3)",
+                )?
+                .execute(params![epoch, instance, start])?;
+                Ok(())
+            })
+            .await
+            .map_err(lease_error("begin"))
+    }
+
+    async fn terms(&self) -> Result<Vec<TermRecord>, LeaseError> {
+        self.db
+            .run(|conn| {
+                let mut stmt = conn.prepare_cached(
+                    "SELECT epoch, instance, start, alive FROM leader_terms ORDER BY epoch",
+                )?;
+                let rows = stmt.query_map([], |r| {
+                    Ok(TermRecord {
+                        epoch: u64::try_from(r.get::<_, i64>(0)?).unwrap_or(0),
+                        instance: r.get(1)?,
+                        start: instant(r.get(2)?),
+                        alive: instant(r.get(3)?),
+                    })
+                })?;
+                Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            })
+            .await
+            .map_err(lease_error("terms"))
     }
 }

@@ -18,6 +18,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("schema/6.sql"),
     include_str!("schema/7.sql"),
     include_str!("schema/8.sql"),
+    include_str!("schema/9.sql"),
 ];
 
 /// The schema version this build writes.

@@ -6,18 +6,19 @@
 //!
 //! A parent's occurrence that did not succeed makes the child's end `skipped`, so a child
 //! is judged as every job is: a terminal outcome accounts for it. A parent's occurrence
-//! that was never published (a catch-up policy, an outage) shows twice: the parent's gap
-//! and the child's.
+//! that was never published (an outage) shows twice: the parent's gap and the child's; one
+//! a catch-up policy left unpublished while no producer led is the child's too.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
 use super::{Definition, Expectation, Expected, Stretch, delta, plus};
-use crate::config::Job;
+use crate::config::{Catchup, Job};
 
-/// By scheduled time: the latest a parent may end, and whether any is optional.
-type Slots = BTreeMap<DateTime<Utc>, (DateTime<Utc>, bool)>;
+/// By scheduled time: the latest a parent may end, whether any is optional, and the
+/// catch-up policy that left any unpublished.
+type Slots = BTreeMap<DateTime<Utc>, (DateTime<Utc>, bool, Option<Catchup>)>;
 
 /// A parent as the child's expectation needs it: its own expectation and its job.
 pub(super) struct Parent<'a> {
@@ -50,20 +51,27 @@ pub(super) fn expected(
             .expected
             .occurrences
             .iter()
-            .map(|e| (e.at, (last_end(e), e.optional)))
+            .map(|e| (e.at, (last_end(e), e.optional, e.no_leader)))
             .collect();
         common = Some(match common {
             None => mine,
             Some(before) => before
                 .into_iter()
-                .filter_map(|(at, (end, optional))| {
-                    let (other_end, other_optional) = mine.get(&at)?;
-                    Some((at, (end.max(*other_end), optional || *other_optional)))
+                .filter_map(|(at, (end, optional, no_leader))| {
+                    let (other_end, other_optional, other_no_leader) = mine.get(&at)?;
+                    Some((
+                        at,
+                        (
+                            end.max(*other_end),
+                            optional || *other_optional,
+                            no_leader.or(*other_no_leader),
+                        ),
+                    ))
                 })
                 .collect(),
         });
     }
-    for (at, (parents_end, optional)) in common.unwrap_or_default() {
+    for (at, (parents_end, optional, no_leader)) in common.unwrap_or_default() {
         let defined = definitions.iter().any(|d| {
             d.job.is_after() && d.since.is_none_or(|s| s < at) && d.until.is_none_or(|u| at <= u)
         });
@@ -79,6 +87,7 @@ pub(super) fn expected(
             optional,
             judged_from: plus(parents_end, delta(child.timeout)),
             retry_within: child.backoff_max + child.timeout,
+            no_leader,
         });
     }
     out

@@ -288,3 +288,145 @@ fn runs_classify_each_occurrence_and_name_every_gap() {
         "10:00:40 and 10:01:00 never published: {a:?}"
     );
 }
+
+/// A term from `start` to `alive` (`HH:MM:SS` on 2026-03-01).
+fn term(epoch: u64, start: &str, alive: &str) -> TermRecord {
+    let at = |hms: &str| t(&format!("2026-03-01T{hms}Z"));
+    TermRecord {
+        epoch,
+        instance: "p".into(),
+        start: at(start),
+        alive: at(alive),
+    }
+}
+
+fn no_leader(e: &Expectation) -> Vec<String> {
+    e.occurrences
+        .iter()
+        .filter(|o| o.no_leader.is_some())
+        .map(|o| o.at.format("%H:%M:%S").to_string())
+        .collect()
+}
+
+#[test]
+fn what_no_leader_published_is_judged_by_the_next_terms_catchup() {
+    let (from, to) = (t("2026-03-01T10:00:00Z"), t("2026-03-01T10:01:00Z"));
+    // Led until 10:00:12, nobody until 10:00:45.5, led since.
+    let terms = [
+        term(1, "09:00:00", "10:00:12"),
+        term(2, "10:00:45.500", "10:01:30"),
+    ];
+    let of = |policy: &str, window: &str| {
+        let defs = [file(&format!(
+            "schedule = \"@every 10s\"\ncatchup = \"{policy}\"\ncatchup_window = \"{window}\""
+        ))];
+        let mut e = expected(&defs, &[], from, to);
+        leaderless::apply(&mut e, &defs, &terms);
+        e
+    };
+    // 10:00:20, :30 and :40 were due with no leader.
+    assert_eq!(
+        no_leader(&of("none", "1h")),
+        ["10:00:20", "10:00:30", "10:00:40"]
+    );
+    assert_eq!(no_leader(&of("latest", "1h")), ["10:00:20", "10:00:30"]);
+    assert_eq!(no_leader(&of("all", "1h")), Vec::<String>::new());
+    // The window counts back from the next term's start: 10:00:25.5.
+    assert_eq!(no_leader(&of("all", "20s")), ["10:00:20"]);
+    // latest, with a window too short to reach back to 10:00:40: nothing caught up.
+    assert_eq!(
+        no_leader(&of("latest", "5s")),
+        ["10:00:20", "10:00:30", "10:00:40"]
+    );
+    let none = of("none", "1h");
+    assert!(
+        none.occurrences
+            .iter()
+            .filter(|o| o.no_leader.is_some())
+            .all(|o| o.optional && o.no_leader == Some(Catchup::None))
+    );
+    // Without terms, or with no term after the outage, everything is expected as before.
+    let defs = [file("schedule = \"@every 10s\"\ncatchup = \"none\"")];
+    let mut e = expected(&defs, &[], from, to);
+    leaderless::apply(&mut e, &defs, &[]);
+    assert!(no_leader(&e).is_empty());
+    leaderless::apply(&mut e, &defs, &terms[..1]);
+    assert!(no_leader(&e).is_empty(), "no term began after the outage");
+    assert_eq!(
+        leaderless::next_start(&terms, t("2026-03-01T10:00:12Z")),
+        None,
+        "the last renewal is inside the term"
+    );
+    assert_eq!(
+        leaderless::next_start(&terms, t("2026-03-01T10:00:13Z")),
+        Some(t("2026-03-01T10:00:45.500Z"))
+    );
+    // Before the first term ever (epoch 1) no leader had seen the job: nothing caught up.
+    let first = [term(1, "10:00:45.500", "10:01:30")];
+    let defs = [file("schedule = \"@every 10s\"\ncatchup = \"all\"")];
+    let mut e = expected(&defs, &[], from, to);
+    leaderless::apply(&mut e, &defs, &first);
+    assert_eq!(
+        no_leader(&e),
+        ["10:00:00", "10:00:10", "10:00:20", "10:00:30", "10:00:40"]
+    );
+}
+
+#[test]
+fn an_occurrence_left_by_catchup_counts_as_no_leader_unless_it_ran() {
+    let name = JobName::new("j").unwrap();
+    let (from, to) = (t("2026-03-01T10:00:00Z"), t("2026-03-01T10:01:00Z"));
+    let terms = [
+        term(1, "09:00:00", "10:00:12"),
+        term(2, "10:00:45.500", "10:01:30"),
+    ];
+    let defs = [file("schedule = \"@every 10s\"\ncatchup = \"latest\"")];
+    let mut e = expected(&defs, &[], from, to);
+    leaderless::apply(&mut e, &defs, &terms);
+    let key = |at: &str| OccurrenceKey::scheduled(name.clone(), t(at));
+    let mut runs = Vec::new();
+    for at in [
+        "2026-03-01T10:00:00Z",
+        "2026-03-01T10:00:10Z",
+        // The dying leader published 10:00:20 after its last renewal.
+        "2026-03-01T10:00:20Z",
+        // The catch-up of the next term.
+        "2026-03-01T10:00:40Z",
+        "2026-03-01T10:00:50Z",
+        "2026-03-01T10:01:00Z",
+    ] {
+        runs.push(run(&key(at), 1, Outcome::Succeeded));
+    }
+    let a = account(
+        &name,
+        &e,
+        &by_key(runs),
+        &HashMap::new(),
+        (from, to),
+        DEFAULT_GRACE,
+        t("2026-03-01T11:00:00Z"),
+    );
+    assert!(a.gaps.is_empty(), "{:?}", a.gaps);
+    assert_eq!((a.expected, a.no_leader), (6, 1), "10:00:30 left by latest");
+    assert_eq!(a.catchup, Some(Catchup::Latest));
+    assert_eq!(a.count(Outcome::Succeeded), 6);
+    // Without the terms 10:00:30 is a gap.
+    let plain = expected(&defs, &[], from, to);
+    let runs = by_key(
+        [
+            "10:00:00", "10:00:10", "10:00:20", "10:00:40", "10:00:50", "10:01:00",
+        ]
+        .map(|hms| run(&key(&format!("2026-03-01T{hms}Z")), 1, Outcome::Succeeded)),
+    );
+    let a = account(
+        &name,
+        &plain,
+        &runs,
+        &HashMap::new(),
+        (from, to),
+        DEFAULT_GRACE,
+        t("2026-03-01T11:00:00Z"),
+    );
+    assert_eq!(a.gaps, [(key("2026-03-01T10:00:30Z"), Gap::NeverPublished)]);
+    assert_eq!(a.no_leader, 0);
+}

@@ -24,6 +24,7 @@
 //! few thousand parsed expressions.
 
 mod after;
+pub mod catchup;
 mod controls;
 mod dst;
 mod error;

@@ -17,3 +17,4 @@ mod runtime_jobs;
 mod runtime_ops;
 mod runtime_served;
 mod verify;
+mod verify_catchup;

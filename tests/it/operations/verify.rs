@@ -77,7 +77,7 @@ fn job<'a>(report: &'a Value, name: &str) -> &'a Value {
 }
 
 /// Removes the run entries of `key` from the history, behind cronq's back.
-async fn remove_runs(backend: Backend, env: &TestEnv, key: &str) {
+pub(super) async fn remove_runs(backend: Backend, env: &TestEnv, key: &str) {
     match backend {
         Backend::Real => {
             let mut conn = env.redis().await;

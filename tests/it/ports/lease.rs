@@ -92,6 +92,82 @@ async fn lease_suite<L: Lease>(a: L, b: L) {
 
 on_every_backend!(lease, "lease");
 
+/// The terms record: begun at take-over, alive at each renewal (in the renewal's own
+/// write), not at the release; read by two handles alike, kept per retention.
+async fn terms_suite<L: Lease>(a: L, b: L) {
+    assert!(b.terms().await.unwrap().is_empty(), "nothing recorded yet");
+    let first = a.acquire("a", TTL).await.unwrap().unwrap();
+    assert!(a.renew(&first, TTL).await.unwrap());
+    assert!(
+        b.terms().await.unwrap().is_empty(),
+        "a renewal records nothing before the term begins"
+    );
+    let start = Utc::now() - TimeDelta::milliseconds(5);
+    let start = DateTime::<Utc>::from_timestamp_millis(start.timestamp_millis()).unwrap();
+    let keep = Duration::from_secs(3600);
+    a.begin(&first, start, keep).await.unwrap();
+    let terms = b.terms().await.unwrap();
+    assert_eq!(terms.len(), 1);
+    let t = &terms[0];
+    assert_eq!((t.epoch, t.instance.as_str()), (first.epoch, "a"));
+    assert_eq!((t.start, t.alive), (start, start));
+
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(a.renew(&first, TTL).await.unwrap());
+    let renewed = b.terms().await.unwrap()[0].alive;
+    assert!(
+        renewed > start,
+        "a renewal moves alive: {renewed} after {start}"
+    );
+    assert!(renewed <= Utc::now());
+    let forged = Term::new(first.epoch, "a");
+    assert!(!b.renew(&forged, TTL).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(!b.renew(&forged, TTL).await.unwrap());
+    assert_eq!(
+        b.terms().await.unwrap()[0].alive,
+        renewed,
+        "a failed renewal does not"
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(a.release(&first).await.unwrap());
+    assert_eq!(
+        b.terms().await.unwrap()[0].alive,
+        renewed,
+        "a release keeps the last renewal"
+    );
+    assert!(!a.renew(&first, TTL).await.unwrap());
+    assert_eq!(b.terms().await.unwrap()[0].alive, renewed);
+
+    // The next term, much later: the first, last alive more than `keep` before its start,
+    // is dropped.
+    let second = b.acquire("b", TTL).await.unwrap().unwrap();
+    let later = start + TimeDelta::hours(2);
+    b.begin(&second, later, keep).await.unwrap();
+    let terms = a.terms().await.unwrap();
+    assert_eq!(terms.len(), 1, "{terms:?}");
+    assert_eq!(
+        (terms[0].epoch, terms[0].instance.as_str(), terms[0].start),
+        (second.epoch, "b", later)
+    );
+    // Within `keep`, both are kept, oldest first.
+    b.release(&second).await.unwrap();
+    let third = a.acquire("a", TTL).await.unwrap().unwrap();
+    a.begin(&third, later + TimeDelta::minutes(1), keep)
+        .await
+        .unwrap();
+    let epochs: Vec<u64> = b.terms().await.unwrap().iter().map(|t| t.epoch).collect();
+    assert_eq!(epochs, [second.epoch, third.epoch]);
+    assert!(a.release(&third).await.unwrap());
+}
+
+on_every_backend!(terms, "lease");
+
+async fn terms(backend: Backend, env: TestEnv) {
+    let (a, b) = ports::leases(backend, &env).await;
+    terms_suite(a, b).await;
+}
+
 async fn lease(backend: Backend, env: TestEnv) {
     let (a, b) = ports::leases(backend, &env).await;
     lease_suite(a, b).await;

@@ -20,7 +20,7 @@ use cronq_redis::{RedisLease, RedisLedger, RedisRunLog};
 use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing, Pick};
 use cronq_shared::control::Control;
 use cronq_shared::key::OccurrenceKey;
-use cronq_shared::lease::{Holder, Lease, LeaseError, Term};
+use cronq_shared::lease::{Holder, Lease, LeaseError, Term, TermRecord};
 use cronq_shared::ledger::{
     self, Claim, ClaimOutcome, End, Ended, Heartbeat, Ledger, Orphan, Record, Settle, State,
 };
@@ -414,6 +414,19 @@ impl<T: Lease + ?Sized> Lease for Port<T> {
 
     async fn holder(&self) -> Result<Option<Holder>, LeaseError> {
         self.0.holder().await
+    }
+
+    async fn begin(
+        &self,
+        term: &Term,
+        start: chrono::DateTime<chrono::Utc>,
+        keep: Duration,
+    ) -> Result<(), LeaseError> {
+        self.0.begin(term, start, keep).await
+    }
+
+    async fn terms(&self) -> Result<Vec<TermRecord>, LeaseError> {
+        self.0.terms().await
     }
 }
 
