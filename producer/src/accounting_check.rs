@@ -105,15 +105,34 @@ impl AccountingCheck {
     pub async fn run(self, token: CancellationToken) {
         announce();
         let mut shown: HashMap<String, f64> = HashMap::new();
+        let mut waited = Duration::ZERO;
         loop {
-            if self.leadership.borrow().is_some() {
-                if let Some(now) = self.check(&shown).await {
-                    publish(&mut shown, now);
+            let epoch = self.leadership.borrow().as_ref().map(|l| l.term.epoch);
+            if let Some(epoch) = epoch {
+                // This leader's own term is recorded as its scheduler takes over; until
+                // then what no leader published before it cannot be judged: wait for it
+                // (a while: a term that cannot be recorded does not stop the checks).
+                let wait_for_term = waited < TERM_WAIT;
+                match self.check(&shown, epoch, wait_for_term).await {
+                    Checked::Gaps(now) => publish(&mut shown, now),
+                    Checked::Unreadable => {}
+                    Checked::TermNotRecorded => {
+                        waited += TERM_POLL;
+                        if token
+                            .run_until_cancelled(tokio::time::sleep(TERM_POLL))
+                            .await
+                            .is_none()
+                        {
+                            return;
+                        }
+                        continue;
+                    }
                 }
             } else {
                 // A standby exports nothing unaccounted: the leader does.
                 publish(&mut shown, HashMap::new());
             }
+            waited = Duration::ZERO;
             if token
                 .run_until_cancelled(tokio::time::sleep(self.trailing.every))
                 .await
@@ -124,9 +143,15 @@ impl AccountingCheck {
         }
     }
 
-    /// The gaps per job of the window ending now, or `None` when a store cannot be read;
-    /// warns of each job whose gaps grew since `shown`.
-    async fn check(&self, shown: &HashMap<String, f64>) -> Option<HashMap<String, f64>> {
+    /// The gaps per job of the window ending now, or why not; warns of each job whose gaps
+    /// grew since `shown`. With `wait_for_term`, nothing is judged before the term `epoch`
+    /// (this leader's) is recorded.
+    async fn check(
+        &self,
+        shown: &HashMap<String, f64>,
+        epoch: u64,
+        wait_for_term: bool,
+    ) -> Checked {
         let config = self.config.borrow().clone();
         let now = Utc::now();
         let back = |d: Duration| now - TimeDelta::from_std(d).unwrap_or(TimeDelta::zero());
@@ -142,16 +167,19 @@ impl AccountingCheck {
             Ok(p) => p,
             Err(e) => {
                 debug!(error = %e, "cannot read the pauses to account for the occurrences");
-                return None;
+                return Checked::Unreadable;
             }
         };
         let terms = match self.stores.lease.terms().await {
             Ok(t) => t,
             Err(e) => {
                 debug!(error = %e, "cannot read the leadership terms to account for the occurrences");
-                return None;
+                return Checked::Unreadable;
             }
         };
+        if wait_for_term && !terms.iter().any(|t| t.epoch == epoch) {
+            return Checked::TermNotRecorded;
+        }
         let sources = Sources {
             runlog: &*self.stores.runlog,
             audit: &*self.stores.audit,
@@ -174,7 +202,7 @@ impl AccountingCheck {
             Ok(r) => r,
             Err(e) => {
                 debug!(error = %e, "cannot read the run history to account for the occurrences");
-                return None;
+                return Checked::Unreadable;
             }
         };
         let mut gaps = HashMap::new();
@@ -205,9 +233,24 @@ impl AccountingCheck {
         for (job, example) in first.iter().take(crate::serving_check::NAMED) {
             warn!(job = %job, gap = %example, "occurrences not accounted for in the trailing window (`cronq verify` lists them)");
         }
-        Some(gaps)
+        Checked::Gaps(gaps)
     }
 }
+
+/// What one check came to.
+enum Checked {
+    /// The gaps per job.
+    Gaps(HashMap<String, f64>),
+    /// A store could not be read: nothing is published this time.
+    Unreadable,
+    /// This leader's term is not recorded yet.
+    TermNotRecorded,
+}
+
+/// How long a new leader's first check waits for its term to be recorded, and how often it
+/// looks.
+const TERM_WAIT: Duration = Duration::from_secs(10);
+const TERM_POLL: Duration = Duration::from_millis(250);
 
 /// Exported at 0 from the start, so an alert can tell "all accounted for" from "not
 /// known".
