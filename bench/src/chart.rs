@@ -280,8 +280,8 @@ type MemoryPoints = BTreeMap<&'static str, BTreeMap<u64, (Spread, String)>>;
 /// Idle and peak RSS of `cronq producer` by job count, from the scale figures.
 fn memory_points(reports: &[Saved]) -> MemoryPoints {
     const KINDS: [(&str, &str); 2] = [
-        ("idle RSS", "`cronq producer` RSS while idle, "),
-        ("peak RSS", "`cronq producer` peak RSS (VmHWM), "),
+        ("idle RSS", crate::scale::RSS_IDLE),
+        ("peak RSS", crate::scale::RSS_PEAK),
     ];
     let mut points: MemoryPoints = BTreeMap::new();
     for r in reports {

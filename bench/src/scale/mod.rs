@@ -33,6 +33,11 @@ use crate::procfs;
 use crate::report::Figure;
 use crate::stats::{Unit, ratio};
 
+/// The idle RSS figure's name before its job count (`crate::chart` reads it back).
+pub const RSS_IDLE: &str = "`cronq producer` RSS while idle, ";
+/// The peak RSS figure's name before its job count (`crate::chart` reads it back).
+pub const RSS_PEAK: &str = "`cronq producer` peak RSS (VmHWM), ";
+
 /// Sizes of the scale bench.
 #[derive(Debug, Clone, clap::Args, serde::Serialize)]
 pub struct ScaleArgs {
@@ -84,19 +89,11 @@ pub async fn run(args: &ScaleArgs, runs: usize, cronq: &Path) -> anyhow::Result<
         Unit::Seconds,
     )
     .baseline("same, 1 job");
-    let mut rss = Figure::new(
-        "scale",
-        format!("`cronq producer` RSS while idle, {n} jobs"),
-        Unit::Bytes,
-    )
-    .baseline("same, 1 job")
-    .goal("< 1 GB");
-    let mut peak = Figure::new(
-        "scale",
-        format!("`cronq producer` peak RSS (VmHWM), {n} jobs"),
-        Unit::Bytes,
-    )
-    .baseline("same, 1 job");
+    let mut rss = Figure::new("scale", format!("{RSS_IDLE}{n} jobs"), Unit::Bytes)
+        .baseline("same, 1 job")
+        .goal("< 1 GB");
+    let mut peak =
+        Figure::new("scale", format!("{RSS_PEAK}{n} jobs"), Unit::Bytes).baseline("same, 1 job");
     let mut per_job = Figure::new(
         "scale",
         format!("`cronq producer` RSS per job (above the 1-job process), {n} jobs"),
