@@ -13,10 +13,10 @@ use cronq_shared::jobs::{Revision, current};
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::names::JobName;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::auth::Refusal;
-use super::snapshot::within;
+use super::read::within;
 use super::source::Source;
 use crate::ops::backfill::{CONFIRM_ABOVE, Preview};
 use crate::ops::lookup;
@@ -118,15 +118,158 @@ pub async fn job(source: &Source, name: &str) -> Result<Job, ApiError> {
     find(source, name).await.map(|(job, _)| job)
 }
 
+/// What a done operation answers: the API serializes it, a page shows its message, the
+/// audit log keeps its detail.
+pub trait Done: Serialize {
+    /// What happened, in a sentence.
+    fn message(&self) -> &str;
+
+    /// What the audit log keeps of it beyond the action and the job, if anything.
+    fn detail(&self) -> Option<String> {
+        None
+    }
+}
+
+/// A pause as an answer shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PauseShown {
+    /// When the job was paused.
+    pub since: String,
+    /// Why.
+    pub note: Option<String>,
+}
+
+/// What [`pause`] did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Paused {
+    /// The job.
+    pub job: String,
+    /// The pause in force.
+    pub paused: PauseShown,
+    /// What happened.
+    pub message: String,
+}
+
+impl Done for Paused {
+    fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+/// What [`resume`] did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Resumed {
+    /// The job.
+    pub job: String,
+    /// Whether it was paused.
+    pub was_paused: bool,
+    /// What happened.
+    pub message: String,
+}
+
+impl Done for Resumed {
+    fn message(&self) -> &str {
+        &self.message
+    }
+
+    fn detail(&self) -> Option<String> {
+        (!self.was_paused).then(|| "was not paused".to_owned())
+    }
+}
+
+/// What [`trigger`] requested.
+#[derive(Debug, Clone, Serialize)]
+pub struct Triggered {
+    /// The job.
+    pub job: String,
+    /// The occurrence key requested.
+    pub key: String,
+    /// When it runs, if not now.
+    pub at: Option<DateTime<Utc>>,
+    /// What happened.
+    pub message: String,
+}
+
+impl Done for Triggered {
+    fn message(&self) -> &str {
+        &self.message
+    }
+
+    fn detail(&self) -> Option<String> {
+        Some(self.key.clone())
+    }
+}
+
+/// What [`backfill`] counted, and requested unless dry.
+#[derive(Debug, Clone, Serialize)]
+pub struct Backfilled {
+    /// The job.
+    pub job: String,
+    /// The first instant.
+    pub from: String,
+    /// The last instant.
+    pub to: String,
+    /// The occurrences in the range.
+    pub count: usize,
+    /// `count` as shown (`more than …` when counting stopped).
+    pub shown: String,
+    /// Whether it only counted.
+    pub dry_run: bool,
+    /// The request's id, when one was made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
+    /// What happened.
+    pub message: String,
+}
+
+impl Done for Backfilled {
+    fn message(&self) -> &str {
+        &self.message
+    }
+
+    fn detail(&self) -> Option<String> {
+        let dry = if self.dry_run { "dry run: " } else { "" };
+        Some(format!(
+            "{dry}{} to {} ({} occurrences)",
+            self.from, self.to, self.shown
+        ))
+    }
+}
+
+impl Done for ReplayReport {
+    fn message(&self) -> &str {
+        &self.message
+    }
+
+    fn detail(&self) -> Option<String> {
+        let dry = if self.dry_run { "dry run: " } else { "" };
+        let keys: Vec<&str> = self
+            .entries
+            .iter()
+            .filter(|e| matches!(e.result.as_str(), "replayed" | "would replay"))
+            .filter_map(|e| e.key.as_deref())
+            .collect();
+        Some(format!(
+            "{dry}{} replayed: {}",
+            self.replayed,
+            keys.join(" ")
+        ))
+    }
+}
+
+/// A cancel's answer, whose shape `crate::ops::cancel::json` owns (the command line's
+/// `--json` writes the same).
+impl Done for Value {
+    fn message(&self) -> &str {
+        self["message"].as_str().unwrap_or("done")
+    }
+}
+
 /// Pauses `job` fleet-wide with `note`.
 ///
 /// # Errors
 /// 404 for an unknown job; 503 when the control store cannot be written.
-pub async fn pause(
-    source: &Source,
-    name: &str,
-    note: Option<String>,
-) -> Result<serde_json::Value, ApiError> {
+pub async fn pause(source: &Source, name: &str, note: Option<String>) -> Result<Paused, ApiError> {
     let job = job(source, name).await?;
     let note = note.map(|n| n.trim().to_owned()).filter(|n| !n.is_empty());
     let pause = within(source.stores.control.pause(&job.name, note))
@@ -136,18 +279,24 @@ pub async fn pause(
         })?
         .pause;
     tracing::info!(job = %job.name, "dashboard: paused");
-    Ok(json!({
-        "job": job.name.as_str(),
-        "paused": { "since": output::utc(pause.since), "note": pause.note },
-        "message": format!("paused job {:?}; its occurrences are not published until it is resumed", job.name.as_str()),
-    }))
+    Ok(Paused {
+        job: job.name.to_string(),
+        paused: PauseShown {
+            since: output::utc(pause.since),
+            note: pause.note,
+        },
+        message: format!(
+            "paused job {:?}; its occurrences are not published until it is resumed",
+            job.name.as_str()
+        ),
+    })
 }
 
 /// Resumes `job`.
 ///
 /// # Errors
 /// 404 for an unknown job; 503 when the control store cannot be written.
-pub async fn resume(source: &Source, name: &str) -> Result<serde_json::Value, ApiError> {
+pub async fn resume(source: &Source, name: &str) -> Result<Resumed, ApiError> {
     let job = job(source, name).await?;
     let was = within(source.stores.control.resume(&job.name))
         .await
@@ -163,7 +312,11 @@ pub async fn resume(source: &Source, name: &str) -> Result<serde_json::Value, Ap
     } else {
         format!("job {:?} was not paused", job.name.as_str())
     };
-    Ok(json!({ "job": job.name.as_str(), "was_paused": was, "message": message }))
+    Ok(Resumed {
+        job: job.name.to_string(),
+        was_paused: was,
+        message,
+    })
 }
 
 /// Asks the leader to run `job` once now (or at `at`, a future RFC 3339 instant), with
@@ -177,7 +330,7 @@ pub async fn trigger(
     name: &str,
     payload: Option<&str>,
     at: Option<&str>,
-) -> Result<serde_json::Value, ApiError> {
+) -> Result<Triggered, ApiError> {
     let job = job(source, name).await?;
     let payload = crate::ops::trigger::payload(payload)
         .map_err(|e| ApiError::bad_request(format!("payload {e}")))?;
@@ -206,12 +359,12 @@ pub async fn trigger(
         ),
         None => String::new(),
     };
-    Ok(json!({
-        "job": job.name.as_str(),
-        "key": key.to_string(),
-        "at": at,
-        "message": format!("requested occurrence {key}; the leading producer publishes it{when}"),
-    }))
+    Ok(Triggered {
+        job: job.name.to_string(),
+        key: key.to_string(),
+        at,
+        message: format!("requested occurrence {key}; the leading producer publishes it{when}"),
+    })
 }
 
 /// Cancels the occurrence `key` for `who` (`crate::ops::cancel`).
@@ -219,7 +372,7 @@ pub async fn trigger(
 /// # Errors
 /// 400 for a text that is not an occurrence key; 404 when no occurrence `key` is known;
 /// 409 when it ended already; 503 when the ledger cannot be written.
-pub async fn cancel(source: &Source, key: &str, who: &str) -> Result<serde_json::Value, ApiError> {
+pub async fn cancel(source: &Source, key: &str, who: &str) -> Result<Value, ApiError> {
     let key = crate::ops::cancel::key(key).map_err(ApiError::bad_request)?;
     let cancelled = within(crate::ops::cancel::cancel(
         &*source.stores.ledger,
@@ -259,11 +412,7 @@ pub struct Backfill {
 /// # Errors
 /// 404 for an unknown job; 400 for a bad or reversed range, or a large one unconfirmed;
 /// 503 when the control store cannot be written.
-pub async fn backfill(
-    source: &Source,
-    name: &str,
-    req: &Backfill,
-) -> Result<serde_json::Value, ApiError> {
+pub async fn backfill(source: &Source, name: &str, req: &Backfill) -> Result<Backfilled, ApiError> {
     let job = job(source, name).await?;
     let from = lookup::instant("from", req.from.trim()).map_err(|e| ApiError::bad_request(e.0))?;
     let to = lookup::instant("to", req.to.trim()).map_err(|e| ApiError::bad_request(e.0))?;
@@ -278,13 +427,16 @@ pub async fn backfill(
     let preview = tokio::task::spawn_blocking(move || Preview::of(&schedule, from, to))
         .await
         .map_err(|e| ApiError::unavailable(format!("counting the occurrences failed: {e}")))?;
-    let base = json!({
-        "job": job.name.as_str(),
-        "from": output::utc(from),
-        "to": output::utc(to),
-        "count": preview.count,
-        "shown": preview.shown,
-    });
+    let mut done = Backfilled {
+        job: job.name.to_string(),
+        from: output::utc(from),
+        to: output::utc(to),
+        count: preview.count,
+        shown: preview.shown.clone(),
+        dry_run: true,
+        request: None,
+        message: String::new(),
+    };
     if req.dry_run || preview.count == 0 {
         let message = if preview.count == 0 {
             format!(
@@ -298,7 +450,8 @@ pub async fn backfill(
                 job.name.as_str()
             )
         };
-        return Ok(merge(base, json!({ "dry_run": true, "message": message })));
+        done.message = message;
+        return Ok(done);
     }
     if preview.count > CONFIRM_ABOVE && !req.confirm {
         return Err(ApiError::bad_request(format!(
@@ -315,21 +468,14 @@ pub async fn backfill(
             ))
         })?;
     tracing::info!(job = %job.name, count = preview.count, "dashboard: backfill requested");
-    Ok(merge(
-        base,
-        json!({
-            "dry_run": false,
-            "request": id,
-            "message": format!("requested backfill of {} occurrences of job {:?}; already-succeeded ones do not run again", preview.shown, job.name.as_str()),
-        }),
-    ))
-}
-
-fn merge(mut a: serde_json::Value, b: serde_json::Value) -> serde_json::Value {
-    if let (Some(a), serde_json::Value::Object(b)) = (a.as_object_mut(), b) {
-        a.extend(b);
-    }
-    a
+    done.dry_run = false;
+    done.request = Some(id);
+    done.message = format!(
+        "requested backfill of {} occurrences of job {:?}; already-succeeded ones do not run again",
+        preview.shown,
+        job.name.as_str()
+    );
+    Ok(done)
 }
 
 /// Which dead letters to replay: some keys, or all (of one job, when given).
@@ -362,6 +508,19 @@ pub struct Replayed {
     pub result: String,
 }
 
+/// What a replay did (or, dry, would do): the API's answer and the page's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplayReport {
+    /// Whether it only listed.
+    pub dry_run: bool,
+    /// How many letters it republished.
+    pub replayed: usize,
+    /// Each selected letter's result.
+    pub entries: Vec<Replayed>,
+    /// What happened, in a sentence.
+    pub message: String,
+}
+
 /// Replays (or, dry, lists) the selected dead letters, with the rules of `cronq dlq
 /// replay`. `config` is the file's with the runtime jobs merged in (`super::view`): a
 /// letter of a runtime job is replayed as one of a file job.
@@ -373,7 +532,7 @@ pub async fn replay(
     source: &Source,
     config: &cronq_shared::config::Config,
     req: &Replay,
-) -> Result<serde_json::Value, ApiError> {
+) -> Result<ReplayReport, ApiError> {
     let job = match req.job.as_deref().map(str::trim).filter(|j| !j.is_empty()) {
         Some(name) => Some(job(source, name).await?.name.clone()),
         None => None,
@@ -456,18 +615,30 @@ pub async fn replay(
     } else {
         format!("replayed {replayed} of {} selected letters", entries.len())
     };
-    Ok(json!({
-        "dry_run": req.dry_run,
-        "replayed": replayed,
-        "entries": entries,
-        "message": message,
-    }))
+    Ok(ReplayReport {
+        dry_run: req.dry_run,
+        replayed,
+        entries,
+        message,
+    })
+}
+
+/// One next fire time of a job, as the API answers it and the job's page and the editor
+/// show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NextFire {
+    /// The instant in UTC.
+    pub utc: String,
+    /// The same instant in the job's zone, with its offset.
+    pub local: String,
+    /// The change of the zone's UTC offset since the fire before, if any.
+    pub transition: Option<String>,
 }
 
 /// The next `n` fire times of `job` after `now`, each marked when the zone's UTC offset
 /// differs from that of the fire before it (or of `now`, for the first): a daylight-saving
 /// (or other) transition lies between.
-pub fn next_fires(job: &Job, now: DateTime<Utc>, n: usize) -> Vec<serde_json::Value> {
+pub fn next_fires(job: &Job, now: DateTime<Utc>, n: usize) -> Vec<NextFire> {
     fires(job, now, job.schedule.iter_after(now).take(n))
 }
 
@@ -478,7 +649,7 @@ pub fn next_fires_in(
     job: &Job,
     now: DateTime<Utc>,
     n: usize,
-) -> Vec<serde_json::Value> {
+) -> Vec<NextFire> {
     fires(job, now, config.times_after(job, now).take(n))
 }
 
@@ -487,7 +658,7 @@ fn fires(
     job: &Job,
     now: DateTime<Utc>,
     times: impl Iterator<Item = DateTime<Utc>>,
-) -> Vec<serde_json::Value> {
+) -> Vec<NextFire> {
     use chrono::Offset as _;
     let zone = job.timezone;
     let offset = |t: DateTime<Utc>| t.with_timezone(&zone).offset().fix();
@@ -497,11 +668,11 @@ fn fires(
             let here = offset(t);
             let transition = (here != before).then(|| format!("UTC offset {before} → {here}"));
             before = here;
-            json!({
-                "utc": output::utc(t),
-                "local": output::local(&t.with_timezone(&zone)),
-                "transition": transition,
-            })
+            NextFire {
+                utc: output::utc(t),
+                local: output::local(&t.with_timezone(&zone)),
+                transition,
+            }
         })
         .collect()
 }
@@ -520,14 +691,14 @@ mod tests {
         let job = &config.jobs[0];
         let now: DateTime<Utc> = "2026-10-23T12:00:00Z".parse().unwrap();
         let fires = next_fires(job, now, 4);
-        let marks: Vec<_> = fires.iter().map(|f| f["transition"].as_str()).collect();
+        let marks: Vec<_> = fires.iter().map(|f| f.transition.as_deref()).collect();
         assert_eq!(
             marks,
             [None, None, Some("UTC offset +02:00 → +01:00"), None],
             "{fires:?}"
         );
         // 02:30 of the 25th happens twice: it runs at the first, still +02:00.
-        assert_eq!(fires[1]["local"], "2026-10-25T02:30:00+02:00");
-        assert_eq!(fires[2]["local"], "2026-10-26T02:30:00+01:00");
+        assert_eq!(fires[1].local, "2026-10-25T02:30:00+02:00");
+        assert_eq!(fires[2].local, "2026-10-26T02:30:00+01:00");
     }
 }

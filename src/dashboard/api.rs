@@ -14,18 +14,19 @@ use axum::response::{IntoResponse, Response};
 use chrono::Utc;
 use cronq_shared::config::{Handler, Job};
 use cronq_shared::registry::serving::Fleet;
-use cronq_shared::registry::{Beat, EXPIRY, Role};
 use cronq_shared::runlog::Run;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::App;
-use super::actions::{self, ApiError};
+use super::actions::{self, ApiError, Done};
 use super::audit::{self, Act};
 use super::auth::{Caller, Role as Access};
+use super::fleet::Fleet as FleetView;
 use super::query::{JobsQuery, MAX_PER_PAGE, RunsQuery, paginate};
-use super::snapshot::{RECENT_RUNS, Snapshot, within};
+use super::read::within;
+use super::snapshot::{RECENT_RUNS, Snapshot};
 use crate::{ops, output};
 
 /// The OpenAPI document of this API.
@@ -75,81 +76,21 @@ pub async fn openapi() -> Response {
 
 /// `GET /api/v1/fleet`.
 pub async fn fleet(State(app): State<Arc<App>>) -> Json<Value> {
-    Json(fleet_json(&app, &app.snapshot()))
+    let snap = app.snapshot();
+    let fleet = FleetView::of(
+        &snap,
+        &app.source.place,
+        app.access.is_read_only(),
+        app.source.config.jobs.len(),
+        Utc::now(),
+    );
+    Json(sorted(&fleet))
 }
 
-/// The fleet's state as JSON.
-pub fn fleet_json(app: &App, snap: &Snapshot) -> Value {
-    let now = Utc::now();
-    let hour_ago = now - chrono::TimeDelta::hours(1);
-    json!({
-        "place": app.source.place,
-        "read_only": app.access.is_read_only(),
-        "taken_at": snap.taken_at.map(output::utc),
-        "leader": snap.leader.as_ref().map(|h| json!({
-            "instance": h.instance,
-            "epoch": h.epoch,
-            "since": snap.leading_since().map(output::utc),
-            "lease_left_ms": u64::try_from(h.remaining.as_millis()).unwrap_or(u64::MAX),
-        })),
-        "standbys": instances(snap, |b| {
-            b.role == Role::Producer && snap.leader.as_ref().is_none_or(|h| h.instance != b.instance)
-        }),
-        "consumers": instances(snap, |b| b.role == Role::Consumer),
-        "standalones": instances(snap, |b| b.role == Role::Standalone),
-        "instances_expire_after_ms": EXPIRY.as_millis() as u64,
-        "config": {
-            "reference": snap.reference,
-            "differ": snap.differences,
-        },
-        "queues": snap.queues,
-        "dead_letters": snap.dead_letters,
-        "jobs": app.source.config.jobs.len(),
-        "paused": snap.paused.len(),
-        "last_hour": {
-            "expected": snap.expected_last_hour,
-            "expected_from": snap.expected_from.map(precise),
-            "expected_at": snap.expected_at.map(precise),
-            "published": snap.published_last_hour,
-            "executed": snap.executed_last_hour,
-            "outcomes": snap.outcomes_since(hour_ago),
-            "outcomes_lower_bound": snap.recent.len() >= RECENT_RUNS,
-            "window": RECENT_RUNS,
-        },
-        "outages": outages(snap),
-    })
-}
-
-/// An instant to the millisecond, for windows a client recounts.
-fn precise(t: chrono::DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
-
-/// The instances alive that `keep` selects, as JSON rows.
-fn instances(snap: &Snapshot, keep: impl Fn(&Beat) -> bool) -> Vec<Value> {
-    snap.instances
-        .iter()
-        .filter(|b| keep(b))
-        .map(|b| {
-            json!({
-                "instance": b.instance,
-                "role": b.role,
-                "host": b.host,
-                "pid": b.pid,
-                "version": b.version,
-                "started_at": output::utc(b.started_at),
-                "last_seen": output::utc(b.last_seen),
-                "digest": b.digest,
-                "jobs": b.jobs,
-                "config_differs": snap.differences.iter().any(|d| d.instance == b.instance),
-            })
-        })
-        .collect()
-}
-
-/// The outages of a snapshot, as JSON.
-pub fn outages(snap: &Snapshot) -> Vec<&super::snapshot::Outage> {
-    snap.store_outage.iter().chain(&snap.queue_outage).collect()
+/// A typed view as the API answers it: through [`Value`], whose objects list their keys in
+/// name order, as every answer of the API does.
+pub fn sorted(view: &impl serde::Serialize) -> Value {
+    serde_json::to_value(view).expect("a view serializes: its maps are keyed by text")
 }
 
 /// `GET /api/v1/jobs`.
@@ -191,7 +132,7 @@ pub async fn jobs(
         "per_page": page.per_page,
         "window": RECENT_RUNS,
         "jobs": rows,
-        "outages": outages(&snap),
+        "outages": snap.outages(),
     })))
 }
 
@@ -290,7 +231,7 @@ pub async fn job(
         "paused": snap.paused.get(&job.name).map(|p| json!({ "since": output::utc(p.since), "note": p.note })),
         "runs": runs.iter().map(run_json).collect::<Vec<_>>(),
         "runs_error": error,
-        "outages": outages(&snap),
+        "outages": snap.outages(),
     })))
 }
 
@@ -495,53 +436,17 @@ async fn operate(
     headers: &HeaderMap,
     peer: SocketAddr,
     mut act: Act,
-    action: impl Future<Output = Result<Value, ApiError>>,
+    action: impl Future<Output = Result<impl Done, ApiError>>,
 ) -> Result<Json<Value>, ApiError> {
     let result = match allowed(app, headers, Access::Operator) {
         Ok(_) => action.await,
         Err(e) => Err(e),
     };
-    if let Ok(v) = &result {
-        act.detail = act.detail.or_else(|| detail_of(act.action, v));
+    if let Ok(done) = &result {
+        act.detail = act.detail.or_else(|| done.detail());
     }
     audit::note(app, headers, peer, act, result.as_ref().err()).await;
-    result.map(Json)
-}
-
-/// What a done action's answer says worth keeping in the audit log.
-pub fn detail_of(action: &str, v: &Value) -> Option<String> {
-    let dry = if v["dry_run"] == true {
-        "dry run: "
-    } else {
-        ""
-    };
-    match action {
-        "trigger" => v["key"].as_str().map(str::to_owned),
-        "backfill" => Some(format!(
-            "{dry}{} to {} ({} occurrences)",
-            v["from"].as_str().unwrap_or("?"),
-            v["to"].as_str().unwrap_or("?"),
-            v["shown"]
-                .as_str()
-                .map_or_else(|| v["count"].to_string(), str::to_owned)
-        )),
-        "dlq.replay" => {
-            let keys: Vec<&str> = v["entries"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|e| matches!(e["result"].as_str(), Some("replayed" | "would replay")))
-                .filter_map(|e| e["key"].as_str())
-                .collect();
-            Some(format!(
-                "{dry}{} replayed: {}",
-                v["replayed"],
-                keys.join(" ")
-            ))
-        }
-        "resume" if v["was_paused"] == false => Some("was not paused".to_owned()),
-        _ => None,
-    }
+    result.map(|done| Json(sorted(&done)))
 }
 
 /// `POST /api/v1/jobs/{job}/pause`.

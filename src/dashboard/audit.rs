@@ -17,7 +17,7 @@ use super::App;
 use super::actions::ApiError;
 use super::api::ApiQuery;
 use super::auth::Role;
-use super::snapshot::within;
+use super::read::within;
 use crate::ops;
 
 /// What a request asked for, as its entry records it.

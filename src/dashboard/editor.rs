@@ -29,7 +29,7 @@ use super::pages::{
     Flash, Viewer, authorize, authorize_act, encode, encode_path, error_page, field, form,
     next_table, render,
 };
-use super::snapshot::within;
+use super::read::within;
 
 /// The form's fields that are a key of the job's table, in the form's order.
 const KEYS: [&str; 9] = [
@@ -219,7 +219,7 @@ impl Problems {
 struct Outcome {
     problems: Problems,
     /// The next fire times of the edited schedule, in its zone.
-    fires: Option<(chrono_tz::Tz, Vec<serde_json::Value>)>,
+    fires: Option<(chrono_tz::Tz, Vec<actions::NextFire>)>,
     /// Said on top when nothing is wrong (a preview's result).
     note: Option<String>,
     /// The edited job, resolved, when the form is valid.
@@ -403,7 +403,7 @@ fn preview(app: &App, fields: &Fields) -> Outcome {
 
 /// The next fire times of the schedule and zone of `fields` alone, when they are valid:
 /// shown while other fields have problems.
-fn schedule_only(app: &App, fields: &Fields) -> Option<(chrono_tz::Tz, Vec<serde_json::Value>)> {
+fn schedule_only(app: &App, fields: &Fields) -> Option<(chrono_tz::Tz, Vec<actions::NextFire>)> {
     let mut table = Table::new();
     table.insert(
         "schedule".into(),

@@ -8,7 +8,6 @@
 //! outage; the next successful read clears it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,14 +23,12 @@ use cronq_shared::runlog::Run;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::read::within;
 use super::source::{QueueDepth, Source};
 use super::view::{View, Views};
 
 /// How often the snapshot is refreshed (pages poll about as often).
 pub const REFRESH: Duration = Duration::from_secs(2);
-
-/// The longest one read of a store may take before it counts as an outage.
-pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How many of the newest runs the snapshot holds: the jobs page's last outcomes and
 /// outcome strips come from them, and on Redis the runs listings too (docs/dashboard.md, "What the pages read").
@@ -132,6 +129,11 @@ impl Snapshot {
     /// The last outcome of `job` in the window.
     pub fn last(&self, job: &JobName) -> Option<&Run> {
         self.runs_of(job).next()
+    }
+
+    /// The services that do not answer now: the stores, then the queue.
+    pub fn outages(&self) -> Vec<&Outage> {
+        self.store_outage.iter().chain(&self.queue_outage).collect()
     }
 
     /// Outcomes of the window's runs that started after `since`, by outcome.
@@ -289,17 +291,6 @@ async fn next_fires(
     .await
     .unwrap_or_default();
     Arc::new(computed)
-}
-
-/// `call` within [`READ_TIMEOUT`], its error as text.
-pub async fn within<T, E: Into<anyhow::Error>>(
-    call: impl Future<Output = Result<T, E>>,
-) -> Result<T, String> {
-    match tokio::time::timeout(READ_TIMEOUT, call).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(format!("{:#}", e.into())),
-        Err(_) => Err(format!("no answer within {}s", READ_TIMEOUT.as_secs())),
-    }
 }
 
 async fn refresh(

@@ -78,7 +78,7 @@ impl Source {
                 // Bounded like every other read: a RabbitMQ that hangs would otherwise hold
                 // the whole refresh (the Redis reads too) until the connection's heartbeat
                 // gives up.
-                let depths = super::snapshot::within(amqp.depths(&names)).await?;
+                let depths = super::read::within(amqp.depths(&names)).await?;
                 let mut rows: Vec<QueueDepth> = logical
                     .iter()
                     .zip(&depths)

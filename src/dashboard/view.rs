@@ -15,7 +15,7 @@ use cronq_shared::jobs::JobStore;
 use cronq_shared::names::JobName;
 
 use super::query;
-use super::snapshot::within;
+use super::read::within;
 
 /// What a runtime job's row shows of its current revision.
 #[derive(Debug, Clone, PartialEq, Eq)]
