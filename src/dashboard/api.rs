@@ -7,8 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, State};
-use axum::http::request::Parts;
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use chrono::Utc;
@@ -16,7 +15,6 @@ use cronq_shared::config::{Handler, Job};
 use cronq_shared::registry::serving::Fleet;
 use cronq_shared::runlog::Run;
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::App;
@@ -24,7 +22,7 @@ use super::actions::{self, ApiError, Done};
 use super::audit::{self, Act};
 use super::auth::{Caller, Role as Access};
 use super::fleet::Fleet as FleetView;
-use super::query::{JobsQuery, MAX_PER_PAGE, RunsQuery, paginate};
+use super::query::{ApiQuery, JobsQuery, RunsQuery, paginate};
 use super::read::within;
 use super::snapshot::{RECENT_RUNS, Snapshot};
 use crate::{ops, output};
@@ -34,40 +32,6 @@ pub const OPENAPI: &str = include_str!("openapi.json");
 
 /// How many of the newest runs (of one job, with `job`) the runs listing filters.
 pub const RUNS_SCANNED: usize = RECENT_RUNS;
-
-/// A query string, as axum's `Query`, whose refusal is the API's JSON error (400) naming
-/// the parameter and the form it takes, instead of axum's plain-text one.
-pub struct ApiQuery<T>(pub T);
-
-impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        match Query::<T>::from_request_parts(parts, state).await {
-            Ok(Query(q)) => Ok(Self(q)),
-            Err(rejection) => Err(ApiError::bad_request(query_problem(&rejection.body_text()))),
-        }
-    }
-}
-
-/// What is wrong with a query string, from axum's refusal text
-/// (`Failed to deserialize query string: PARAM: WHY`): the parameter and the form it takes.
-fn query_problem(refusal: &str) -> String {
-    let detail = refusal
-        .split_once(": ")
-        .map_or(refusal, |(_, detail)| detail);
-    match detail.split_once(": ") {
-        Some((param, why)) => {
-            let form = match param {
-                "page" => "a whole number from 1".to_owned(),
-                "per_page" => format!("a whole number from 1 to {MAX_PER_PAGE}"),
-                _ => "the form the API document gives (/api/v1/openapi.json)".to_owned(),
-            };
-            format!("query parameter {param}: {why}: give {form}")
-        }
-        None => format!("bad query string: {detail}"),
-    }
-}
 
 /// `GET /api/v1/openapi.json`.
 pub async fn openapi() -> Response {
@@ -570,30 +534,5 @@ pub async fn not_found() -> ApiError {
     ApiError {
         status: StatusCode::NOT_FOUND,
         message: "no such API path: GET /api/v1/openapi.json lists them".into(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::query_problem;
-
-    #[test]
-    fn a_bad_query_names_its_parameter_and_form() {
-        assert_eq!(
-            query_problem(
-                "Failed to deserialize query string: per_page: invalid digit found in string"
-            ),
-            "query parameter per_page: invalid digit found in string: give a whole number from 1 to 500"
-        );
-        assert_eq!(
-            query_problem(
-                "Failed to deserialize query string: page: invalid digit found in string"
-            ),
-            "query parameter page: invalid digit found in string: give a whole number from 1"
-        );
-        assert_eq!(
-            query_problem("Failed to deserialize query string: odd"),
-            "bad query string: odd"
-        );
     }
 }

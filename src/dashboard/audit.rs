@@ -15,8 +15,8 @@ use serde_json::{Value, json};
 
 use super::App;
 use super::actions::ApiError;
-use super::api::ApiQuery;
 use super::auth::Role;
+use super::query::ApiQuery;
 use super::read::within;
 use crate::ops;
 

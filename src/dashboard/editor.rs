@@ -543,6 +543,16 @@ pub async fn submit(
 /// `POST /ui/jobs/{job}/delete` (from the job's page): deletes a runtime job at the
 /// revision the page showed, once confirmed.
 pub async fn delete(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
+    delete_job(&app, peer, &headers, &name, &body).await
+}
+
+async fn delete_job(
     app: &App,
     peer: SocketAddr,
     headers: &HeaderMap,

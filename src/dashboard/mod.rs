@@ -98,6 +98,7 @@ fn router(app: Arc<App>) -> Router {
         .route("/audit", get(pages::audit))
         .route("/login", get(pages::login_form).post(pages::login))
         .route("/logout", post(pages::logout))
+        .route("/ui/jobs/{job}/delete", post(editor::delete))
         .route("/ui/jobs/{job}/{action}", post(pages::job_action))
         .route("/ui/dead-letters/replay", post(pages::replay))
         .route("/metrics", get(metrics))

@@ -1,16 +1,55 @@
-//! The jobs and runs listings: search, filters, sort and pages, over the config and a
-//! [`Snapshot`] held in memory (pure: no store is read here), so a page of 100,000 jobs is
-//! one pass over the config.
+//! The query strings of the listings and how they are read: search, filters, sort and
+//! pages of the jobs and runs, over the config and a [`Snapshot`] held in memory (pure: no
+//! store is read here), so a page of 100,000 jobs is one pass over the config; and
+//! [`ApiQuery`], which refuses a bad query string with the API's JSON error.
 
+use axum::extract::{FromRequestParts, Query};
+use axum::http::request::Parts;
 use chrono::{DateTime, Utc};
 use cronq_shared::config::{Config, Job};
 use cronq_shared::runlog::{Outcome, Run};
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 
+use super::actions::ApiError;
 use super::snapshot::Snapshot;
 
 /// The most rows a page shows.
 pub const MAX_PER_PAGE: usize = 500;
+
+/// A query string, as axum's `Query`, whose refusal is the API's JSON error (400) naming
+/// the parameter and the form it takes, instead of axum's plain-text one.
+pub struct ApiQuery<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(q)) => Ok(Self(q)),
+            Err(rejection) => Err(ApiError::bad_request(query_problem(&rejection.body_text()))),
+        }
+    }
+}
+
+/// What is wrong with a query string, from axum's refusal text
+/// (`Failed to deserialize query string: PARAM: WHY`): the parameter and the form it takes.
+fn query_problem(refusal: &str) -> String {
+    let detail = refusal
+        .split_once(": ")
+        .map_or(refusal, |(_, detail)| detail);
+    match detail.split_once(": ") {
+        Some((param, why)) => {
+            let form = match param {
+                "page" => "a whole number from 1".to_owned(),
+                "per_page" => format!("a whole number from 1 to {MAX_PER_PAGE}"),
+                _ => "the form the API document gives (/api/v1/openapi.json)".to_owned(),
+            };
+            format!("query parameter {param}: {why}: give {form}")
+        }
+        None => format!("bad query string: {detail}"),
+    }
+}
 
 /// The rows a page shows when not told.
 pub const PER_PAGE: usize = 50;
@@ -99,7 +138,7 @@ impl JobsQuery {
     }
 
     /// The page of jobs (their indices in the config) this query selects; `by_name` is every
-    /// index of the config sorted by job name ([`by_name`]), so that the default order costs
+    /// index of the config sorted by job name (`super::view::View::by_name`), so that the default order costs
     /// no sort.
     /// `next` is each job's next fire time by index, as far as known.
     pub fn select(
@@ -148,18 +187,6 @@ impl JobsQuery {
         }
         paginate(hits, self.page, self.per_page)
     }
-}
-
-/// Every index of `config.jobs`, in the order of the job names.
-pub fn by_name(config: &Config) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..config.jobs.len()).collect();
-    order.sort_by(|a, b| {
-        config.jobs[*a]
-            .name
-            .as_str()
-            .cmp(config.jobs[*b].name.as_str())
-    });
-    order
 }
 
 /// Whether `hay` contains the lowercase `needle`, ignoring ASCII case (job names are
@@ -312,6 +339,26 @@ mod tests {
             r.filter()
                 .unwrap_err()
                 .starts_with("from \"yesterday\" is not an RFC 3339 instant")
+        );
+    }
+
+    #[test]
+    fn a_bad_query_names_its_parameter_and_form() {
+        assert_eq!(
+            query_problem(
+                "Failed to deserialize query string: per_page: invalid digit found in string"
+            ),
+            "query parameter per_page: invalid digit found in string: give a whole number from 1 to 500"
+        );
+        assert_eq!(
+            query_problem(
+                "Failed to deserialize query string: page: invalid digit found in string"
+            ),
+            "query parameter page: invalid digit found in string: give a whole number from 1"
+        );
+        assert_eq!(
+            query_problem("Failed to deserialize query string: odd"),
+            "bad query string: odd"
         );
     }
 }

@@ -14,7 +14,6 @@ use cronq_shared::config::{Config, RuntimeCache};
 use cronq_shared::jobs::JobStore;
 use cronq_shared::names::JobName;
 
-use super::query;
 use super::read::within;
 
 /// What a runtime job's row shows of its current revision.
@@ -31,7 +30,7 @@ pub struct Stamp {
 pub struct View {
     /// The file's config with the runtime jobs added after its own.
     pub config: Arc<Config>,
-    /// Every index of `config.jobs`, in job name order (`query::by_name`).
+    /// Every index of `config.jobs`, in job name order ([`by_name`]).
     pub by_name: Vec<usize>,
     /// The runtime jobs of `config`, with their revision.
     pub runtime: HashMap<JobName, Stamp>,
@@ -42,7 +41,7 @@ pub struct View {
 impl View {
     fn of_file(file: Arc<Config>) -> Self {
         Self {
-            by_name: query::by_name(&file),
+            by_name: by_name(&file),
             config: file,
             runtime: HashMap::new(),
             version: None,
@@ -53,6 +52,18 @@ impl View {
     pub fn stamp(&self, job: &JobName) -> Option<&Stamp> {
         self.runtime.get(job)
     }
+}
+
+/// Every index of `config.jobs`, in the order of the job names.
+pub fn by_name(config: &Config) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..config.jobs.len()).collect();
+    order.sort_by(|a, b| {
+        config.jobs[*a]
+            .name
+            .as_str()
+            .cmp(config.jobs[*b].name.as_str())
+    });
+    order
 }
 
 /// Every index of `config.jobs` in job name order, from `file_by_name` (the order of its
@@ -199,13 +210,13 @@ mod tests {
             })
             .collect();
         let (config, _) = file.with_runtime(&revisions);
-        let order = merged_by_name(&config, &query::by_name(&file), file.jobs.len());
+        let order = merged_by_name(&config, &by_name(&file), file.jobs.len());
         let names: Vec<&str> = order
             .iter()
             .map(|i| config.jobs[*i].name.as_str())
             .collect();
         assert_eq!(names, ["a", "c", "m", "n", "z"]);
-        assert_eq!(order, query::by_name(&config));
+        assert_eq!(order, by_name(&config));
 
         // A rebuild reuses the jobs at the same revision and reads the changed one.
         let mut cache = RuntimeCache::default();

@@ -1,5 +1,5 @@
 //! A job's page (`GET /jobs/{job}`) and its forms (`POST /ui/jobs/{job}/{action}`: pause,
-//! resume, trigger, backfill, cancel; delete goes to the editor): where the job is defined,
+//! resume, trigger, backfill, cancel; delete is the editor's): where the job is defined,
 //! its chain, its next fire times, its config and its runs.
 
 use std::net::SocketAddr;
@@ -238,7 +238,8 @@ fn chart(runs: &[cronq_shared::runlog::Run]) -> Markup {
 }
 
 /// `POST /ui/jobs/{job}/{action}`: pause, resume, trigger, backfill, cancel (an occurrence
-/// of the job, by key) from the job's page.
+/// of the job, by key) from the job's page (`delete` is the editor's,
+/// `crate::dashboard::editor::delete`).
 pub async fn job_action(
     State(app): State<Arc<App>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -246,9 +247,6 @@ pub async fn job_action(
     Path((name, action)): Path<(String, String)>,
     body: axum::body::Bytes,
 ) -> Response {
-    if action == "delete" {
-        return crate::dashboard::editor::delete(&app, peer, &headers, &name, &body).await;
-    }
     let viewer = Viewer::of(&app, &headers);
     let form = form(&body);
     let mut act = Act::new(
