@@ -18,7 +18,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::App;
-use super::actions::{self, ApiError, Done};
+use super::actions::{self, ApiError};
+use super::answer::Done;
 use super::audit::{self, Act};
 use super::auth::{Caller, Role as Access};
 use super::fleet::Fleet as FleetView;

@@ -219,7 +219,7 @@ impl Problems {
 struct Outcome {
     problems: Problems,
     /// The next fire times of the edited schedule, in its zone.
-    fires: Option<(chrono_tz::Tz, Vec<actions::NextFire>)>,
+    fires: Option<(chrono_tz::Tz, Vec<super::answer::NextFire>)>,
     /// Said on top when nothing is wrong (a preview's result).
     note: Option<String>,
     /// The edited job, resolved, when the form is valid.
@@ -403,7 +403,10 @@ fn preview(app: &App, fields: &Fields) -> Outcome {
 
 /// The next fire times of the schedule and zone of `fields` alone, when they are valid:
 /// shown while other fields have problems.
-fn schedule_only(app: &App, fields: &Fields) -> Option<(chrono_tz::Tz, Vec<actions::NextFire>)> {
+fn schedule_only(
+    app: &App,
+    fields: &Fields,
+) -> Option<(chrono_tz::Tz, Vec<super::answer::NextFire>)> {
     let mut table = Table::new();
     table.insert(
         "schedule".into(),

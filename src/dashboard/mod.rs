@@ -1,7 +1,8 @@
 //! The web dashboard and its JSON API (docs/dashboard.md): `cronq dashboard`, and
 //! `cronq standalone --dashboard-addr`. Server-rendered pages (`pages`) with a little
 //! JavaScript (`assets/`, compiled in), the API under `/api/v1` (`api`, `openapi.json`),
-//! the operations both share (`actions`), who may change things (`auth`), the job editor
+//! the operations both share (`actions`) and their typed answers (`answer`, and `fleet` for
+//! the fleet's state), who may change things (`auth`), the job editor
 //! (`editor`, writing through `job_api`), the jobs listed (`view`: the file's and the
 //! runtime ones), and the state they show (`snapshot`, read from `source`).
 //!
@@ -10,6 +11,7 @@
 //! supplied is escaped by the templates; no GET changes anything.
 
 mod actions;
+mod answer;
 mod api;
 mod audit;
 mod auth;
