@@ -1,5 +1,7 @@
 //! The Audit page (`GET /audit`): the operators' actions, newest first, for an operator
 //! or an admin.
+//!
+//! Invariant: it is shown only to a session whose role is operator or admin.
 
 use std::sync::Arc;
 

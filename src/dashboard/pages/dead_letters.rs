@@ -1,5 +1,8 @@
 //! The Dead letters page (`GET /dead-letters`) and its replay form
 //! (`POST /ui/dead-letters/replay`), which answers with the page and the replay's result.
+//!
+//! Invariant: a replay posted here runs `crate::dashboard::actions::replay`, as the API's
+//! does, and is noted in the audit log, done or refused.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -1,6 +1,9 @@
 //! The Fleet page (`GET /`): the leader, the instances alive, the config they run, the
 //! queues and the last hour, rendered from the same typed view the API serves
 //! (`crate::dashboard::fleet`).
+//!
+//! Invariant: what it shows comes from one snapshot and the current view of the jobs
+//! (`crate::dashboard::view`), never from a store read of its own.
 
 use std::sync::Arc;
 

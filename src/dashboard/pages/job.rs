@@ -1,6 +1,10 @@
 //! A job's page (`GET /jobs/{job}`) and its forms (`POST /ui/jobs/{job}/{action}`: pause,
 //! resume, trigger, backfill, cancel; delete is the editor's): where the job is defined,
 //! its chain, its next fire times, its config and its runs.
+//!
+//! Invariant: a form acts only once `super::form::authorize_act` accepted it, through
+//! `crate::dashboard::actions` as the API does, and each action is noted in the audit log,
+//! done or refused.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -1,6 +1,9 @@
 //! The Jobs page (`GET /jobs`): the jobs filtered, sorted and paged as the API's
 //! `GET /api/v1/jobs` selects them (`crate::dashboard::query`), with their next fire, pause,
 //! last outcomes and whether a consumer serves them.
+//!
+//! Invariant: its rows are those the API answers for the same query
+//! (`JobsQuery::select`).
 
 use std::sync::Arc;
 

@@ -1,6 +1,9 @@
 //! The Runs page (`GET /runs`): the run history filtered as the API's `GET /api/v1/runs`
 //! selects it, one occurrence's attempts with their output; and the runs table a job's
 //! page shows too.
+//!
+//! Invariant: its rows are those the API answers for the same query
+//! (`crate::dashboard::api::select_runs`).
 
 use std::sync::Arc;
 
