@@ -106,6 +106,7 @@ async fn measure(
         now,
         job: None,
         max_runs: DEFAULT_MAX_RUNS,
+        only_gaps: true,
     };
     // One succeeded run of each occurrence the window expects, as the consumers wrote them.
     let expected: Vec<Run> = config

@@ -162,6 +162,7 @@ impl AccountingCheck {
             now,
             job: None,
             max_runs: DEFAULT_MAX_RUNS,
+            only_gaps: true,
         };
         let paused = match self.stores.control.paused().await {
             Ok(p) => p,

@@ -104,3 +104,94 @@ fn a_leading_producer_holds_at_most_its_budget_per_job() {
          find what grew with a heap profile (docs/benchmarks-notebook.md, memory per job)"
     );
 }
+
+/// Bytes a leader's continuous check (`cronq_producer::accounting_check`, one a minute)
+/// may allocate per job with nothing due in its window: the jobs of a large config are
+/// borrowed, the schedules they share worked out once, and no account is made for a job
+/// without a gap. Copying each job and making an account of each cost several hundred
+/// bytes per job and per check, which the allocator kept.
+const CHECK_BUDGET: isize = 8;
+
+/// The check of the window `[00:01, 00:59]` of Saturday 2026-01-03 UTC (none of
+/// [`SCHEDULES`] fires in it) over `jobs` jobs of the mix and `due` jobs that share an
+/// `@every 10m` schedule (five occurrences each in the window, none ever run): the bytes
+/// allocated, and the report.
+fn check(jobs: usize, due: usize) -> (isize, cronq_shared::accounting::Report) {
+    use cronq_memory::{MemoryAudit, MemoryJobStore, MemoryRunLog};
+    use cronq_shared::accounting::{self, Sources, Window};
+    use std::collections::{BTreeMap, HashMap};
+    use std::time::Duration;
+
+    let mut text = config_text(jobs);
+    for i in 0..due {
+        let _ = write!(
+            text,
+            "[[job]]\nname = \"due{i}\"\nschedule = \"@every 10m\"\ncommand = [\"true\"]\n"
+        );
+    }
+    let config = Config::from_toml(&text, Path::new("memory.toml")).expect("the config loads");
+    let runlog = MemoryRunLog::new(1000);
+    let audit = MemoryAudit::new(Duration::from_secs(3600));
+    let store = MemoryJobStore::new();
+    let at = |s: &str| s.parse::<DateTime<Utc>>().expect("a time");
+    let window = Window {
+        from: at("2026-01-03T00:01:00Z"),
+        to: at("2026-01-03T00:59:00Z"),
+        grace: Duration::from_secs(60),
+        now: at("2026-01-03T02:00:00Z"),
+        job: None,
+        max_runs: 1000,
+        only_gaps: true,
+    };
+    let sources = Sources {
+        runlog: &runlog,
+        audit: &audit,
+        jobs: &store,
+        file_history: &[],
+        terms: &[],
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    let region = Region::new(GLOBAL);
+    let report = runtime
+        .block_on(accounting::reconcile(
+            sources,
+            &config,
+            &BTreeMap::new(),
+            &HashMap::new(),
+            &window,
+        ))
+        .expect("the check reads the stores");
+    let change = region.change();
+    let allocated = isize::try_from(change.bytes_allocated).expect("fits");
+    (allocated, report)
+}
+
+#[test]
+fn the_leaders_check_allocates_nothing_per_job_with_nothing_due() {
+    let (small, large) = (10_000, 100_000);
+    let (at_small, report_small) = check(small, 2);
+    let (at_large, report_large) = check(large, 2);
+    // Only the jobs with gaps are reported: the two due ones, five gaps each.
+    for report in [&report_small, &report_large] {
+        let gaps: Vec<(&str, usize)> = report
+            .accounts
+            .iter()
+            .map(|a| (a.job.as_str(), a.gaps.len()))
+            .collect();
+        assert_eq!(gaps, [("due0", 5), ("due1", 5)]);
+    }
+    let more = isize::try_from(large - small).expect("fits");
+    let per_job = (at_large - at_small) / more;
+    eprintln!(
+        "the check allocated {at_small} B at {small} jobs, {at_large} B at {large} jobs: \
+         {per_job} B per job (budget {CHECK_BUDGET} B)"
+    );
+    assert!(
+        per_job <= CHECK_BUDGET,
+        "the leader's check allocates {per_job} B per job with nothing due, over its budget \
+         of {CHECK_BUDGET} B: a job is copied or an account made for it at every check \
+         (cronq_shared::accounting::reconcile)"
+    );
+}

@@ -31,6 +31,7 @@
 //! `--job`, the runtime parents of a runtime job with parents (not read: it expects
 //! nothing).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
@@ -45,6 +46,7 @@ use crate::key::OccurrenceKey;
 use crate::lease::TermRecord;
 use crate::names::JobName;
 use crate::runlog::{Outcome, Run, RunLog};
+use crate::schedule::Schedule;
 use crate::store::StoreError;
 
 pub mod history;
@@ -65,20 +67,34 @@ pub const MAX_PER_JOB: usize = 100_000;
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(60);
 
 /// One definition of a job, in force over `(since, until]` (unbounded where `None`).
+///
+/// A file job as the config defines it now is borrowed from the config, not copied: the
+/// leader's check reads every job of a config of a million jobs each minute.
 #[derive(Debug, Clone)]
-pub struct Definition {
+pub struct Definition<'a> {
     /// When it took effect: a runtime revision's time; `None` for a file job.
     pub since: Option<DateTime<Utc>>,
     /// When the next revision (or the delete) replaced it.
     pub until: Option<DateTime<Utc>>,
     /// The job as it was defined.
-    pub job: Job,
+    pub job: Cow<'a, Job>,
+}
+
+impl<'a> Definition<'a> {
+    /// `job` as the config defines it now, in force over the whole range.
+    pub fn now(job: &'a Job) -> Self {
+        Self {
+            since: None,
+            until: None,
+            job: Cow::Borrowed(job),
+        }
+    }
 }
 
 /// The definitions of a runtime job from its revisions (oldest first), resolved against
 /// `config`. A revision that does not resolve (its handler's defaults changed since) is
 /// left out: nothing was expected of it.
-pub fn runtime_definitions(config: &Config, history: &[Revision]) -> Vec<Definition> {
+pub fn runtime_definitions(config: &Config, history: &[Revision]) -> Vec<Definition<'static>> {
     history
         .iter()
         .enumerate()
@@ -87,7 +103,7 @@ pub fn runtime_definitions(config: &Config, history: &[Revision]) -> Vec<Definit
             Some(Definition {
                 since: Some(rev.at),
                 until: history.get(i + 1).map(|next| next.at),
-                job,
+                job: Cow::Owned(job),
             })
         })
         .collect()
@@ -199,7 +215,7 @@ pub struct Expectation {
 /// stretch. Each definition expects the instants of its schedule (bounded by its
 /// `start_at`/`end_at`) strictly after its `since` and up to its `until`.
 pub fn expected(
-    definitions: &[Definition],
+    definitions: &[Definition<'_>],
     paused: &[Stretch],
     from: DateTime<Utc>,
     to: DateTime<Utc>,
@@ -516,6 +532,10 @@ pub struct Window {
     pub job: Option<JobName>,
     /// At most this many runs read (newest first).
     pub max_runs: usize,
+    /// Only the accounts with a gap are reported (the leader's check, which needs nothing
+    /// else: an account for each of a million jobs every minute would be a million
+    /// allocations for nothing); otherwise one per job.
+    pub only_gaps: bool,
 }
 
 /// Accounts for every job of `config` (its file jobs, as the file defines them now) and
@@ -540,23 +560,13 @@ pub async fn reconcile(
         .then(|| runs.iter().map(|r| r.started_at).min())
         .flatten();
     let runs = by_key(runs);
-    let file: HashSet<&str> = config.jobs.iter().map(|j| j.name.as_str()).collect();
-    let mut definitions: BTreeMap<JobName, Vec<Definition>> = BTreeMap::new();
-    if sources.file_history.is_empty() {
-        for job in &config.jobs {
-            if config.runtime_since.contains_key(&job.name) {
-                continue; // merged in from the store: its history says more
-            }
-            definitions.insert(
-                job.name.clone(),
-                vec![Definition {
-                    since: None,
-                    until: None,
-                    job: job.clone(),
-                }],
-            );
-        }
-    } else {
+    let wanted = |name: &JobName| window.job.as_ref().is_none_or(|j| j == name);
+    // The jobs with versions: runtime jobs, and file jobs when the file's history is given.
+    // The file jobs as the config defines them now (no history given) are not listed here
+    // but borrowed from the config as they are accounted for.
+    let mut versioned: BTreeMap<JobName, Vec<Definition<'_>>> = BTreeMap::new();
+    let current = sources.file_history.is_empty();
+    if !current {
         for (name, defs) in file_definitions(sources.file_history) {
             if config.runtime_since.contains_key(&name) {
                 continue; // a runtime job now: its history says more
@@ -565,7 +575,7 @@ pub async fn reconcile(
                 .iter()
                 .any(|d| d.until.is_none_or(|u| u >= window.from))
             {
-                definitions.insert(name, defs);
+                versioned.insert(name, defs);
             }
         }
     }
@@ -595,6 +605,13 @@ pub async fn reconcile(
                 .filter(|e| e.action.starts_with("job."))
                 .filter_map(|e| e.job.clone()),
         );
+        // Made only when there is a runtime job: a set of a million file jobs' names would
+        // be the largest thing the leader's check makes.
+        let file: HashSet<&str> = if names.is_empty() {
+            HashSet::new()
+        } else {
+            config.jobs.iter().map(|j| j.name.as_str()).collect()
+        };
         for name in names {
             if file.contains(name.as_str()) {
                 continue;
@@ -602,7 +619,7 @@ pub async fn reconcile(
             let Ok(name) = JobName::new(&name) else {
                 continue;
             };
-            if window.job.as_ref().is_some_and(|j| *j != name) {
+            if !wanted(&name) {
                 continue;
             }
             // A job unchanged since before the range is its current revision throughout:
@@ -617,33 +634,69 @@ pub async fn reconcile(
                 .iter()
                 .any(|d| d.until.is_none_or(|u| u >= window.from))
             {
-                definitions.insert(name, defs);
+                versioned.insert(name, defs);
             }
         }
     }
+    // The file jobs in force now, each its own definition over the whole range.
+    let now_jobs = || {
+        config
+            .jobs
+            .iter()
+            .filter(move |_| current)
+            .filter(|j| !config.runtime_since.contains_key(&j.name))
+    };
     let mut by_job: HashMap<&str, Vec<audit::Entry>> = HashMap::new();
     for e in &entries {
         if let Some(job) = &e.job {
             by_job.entry(job.as_str()).or_default().push(e.clone());
         }
     }
-    let mut accounts = Vec::with_capacity(definitions.len());
+    // Each job is judged by the dead letters of its own keys only.
+    let mut letters_of: HashMap<String, HashMap<String, String>> = HashMap::new();
+    for (key, reason) in letters {
+        if let Ok(parsed) = key.parse::<OccurrenceKey>() {
+            letters_of
+                .entry(parsed.job().as_str().to_owned())
+                .or_default()
+                .insert(key.clone(), reason.clone());
+        }
+    }
+    // The jobs some job runs after: only their expectations are kept for their children.
+    let parents: HashSet<&JobName> = now_jobs()
+        .chain(versioned.values().filter_map(|d| d.last().map(|d| &*d.job)))
+        .flat_map(Job::parents)
+        .collect();
+    let parent_jobs: HashMap<&JobName, &Job> = if parents.is_empty() {
+        HashMap::new()
+    } else {
+        now_jobs()
+            .filter(|j| parents.contains(&j.name))
+            .map(|j| (&j.name, j))
+            .collect()
+    };
     // Before the oldest run read nothing can be judged.
     let from = runs_from.map_or(window.from, |oldest| oldest.max(window.from));
     let expect = Expecting {
-        definitions: &definitions,
+        versioned: &versioned,
+        now: &parent_jobs,
+        parents: &parents,
         by_job: &by_job,
         paused_now,
         range: (from, window.to),
         terms: sources.terms,
+        quiet: std::cell::RefCell::new(HashMap::new()),
     };
+    let no_letters = HashMap::new();
     let mut memo = HashMap::new();
-    for name in definitions.keys() {
-        if window.job.as_ref().is_some_and(|j| j != name) {
-            continue;
+    let mut accounts = Vec::new();
+    let mut account_of = |name: &JobName, defs: &[Definition<'_>]| {
+        let expectation = expect.of_defs(name, defs, &mut memo, 0);
+        let letters = letters_of.get(name.as_str()).unwrap_or(&no_letters);
+        if window.only_gaps && expectation.occurrences.is_empty() && letters.is_empty() {
+            return;
         }
-        let expectation = expect.of(name, &mut memo, 0);
-        accounts.push(account(
+        let a = account(
             name,
             &expectation,
             &runs,
@@ -651,8 +704,22 @@ pub async fn reconcile(
             (window.from, window.to),
             window.grace,
             window.now,
-        ));
+        );
+        if !window.only_gaps || !a.gaps.is_empty() {
+            accounts.push(a);
+        }
+    };
+    for (name, defs) in &versioned {
+        if wanted(name) {
+            account_of(name, defs);
+        }
     }
+    for job in now_jobs() {
+        if wanted(&job.name) {
+            account_of(&job.name, std::slice::from_ref(&Definition::now(job)));
+        }
+    }
+    accounts.sort_by(|a, b| a.job.cmp(&b.job));
     Ok(Report {
         accounts,
         runs_from,
@@ -662,32 +729,70 @@ pub async fn reconcile(
 
 /// What [`reconcile`] expects of each job, jobs with parents from their parents'.
 struct Expecting<'a> {
-    definitions: &'a BTreeMap<JobName, Vec<Definition>>,
+    /// The definitions of the jobs with versions, by name.
+    versioned: &'a BTreeMap<JobName, Vec<Definition<'a>>>,
+    /// The file jobs in force now that some job runs after, by name.
+    now: &'a HashMap<&'a JobName, &'a Job>,
+    /// The names of the jobs some job runs after.
+    parents: &'a HashSet<&'a JobName>,
     by_job: &'a HashMap<&'a str, Vec<audit::Entry>>,
     paused_now: &'a BTreeMap<JobName, Pause>,
     range: (DateTime<Utc>, DateTime<Utc>),
     terms: &'a [TermRecord],
+    /// Whether a schedule shared by several jobs fires in the range, worked out once.
+    quiet: std::cell::RefCell<HashMap<Schedule, bool>>,
 }
 
 impl Expecting<'_> {
-    /// The expectation of `name`, kept in `memo` (a parent is asked for by each child).
+    /// The expectation of `name`, by its definitions wherever they are.
     fn of(
         &self,
         name: &JobName,
         memo: &mut HashMap<JobName, Expectation>,
         depth: usize,
     ) -> Expectation {
+        if let Some(defs) = self.versioned.get(name) {
+            return self.of_defs(name, defs, memo, depth);
+        }
+        match self.now.get(name) {
+            Some(job) => self.of_defs(
+                name,
+                std::slice::from_ref(&Definition::now(job)),
+                memo,
+                depth,
+            ),
+            None => self.of_defs(name, &[], memo, depth),
+        }
+    }
+
+    /// The expectation of `name`, defined by `defs`; a parent's is kept in `memo` (it is
+    /// asked for by each child).
+    fn of_defs(
+        &self,
+        name: &JobName,
+        defs: &[Definition<'_>],
+        memo: &mut HashMap<JobName, Expectation>,
+        depth: usize,
+    ) -> Expectation {
         if let Some(known) = memo.get(name) {
             return known.clone();
         }
-        let defs = self.definitions.get(name).map_or(&[][..], Vec::as_slice);
+        let current = defs.last().map(|d| &*d.job);
+        if let ([only], Some(job)) = (defs, current)
+            && only.since.is_none()
+            && only.until.is_none()
+            && !job.is_after()
+            && self.is_quiet(&job.schedule)
+        {
+            // Nothing in the range: most jobs of a large config, most checks.
+            return Expectation::default();
+        }
         let stretches = paused(
             self.by_job
                 .get(name.as_str())
                 .map_or(&[][..], Vec::as_slice),
             self.paused_now.get(name),
         );
-        let current = defs.last().map(|d| &d.job);
         let expectation = match current {
             Some(job) if job.is_after() && depth < chained::MAX_DEPTH => {
                 let parents: Vec<(Expectation, Option<&Job>)> = job
@@ -695,10 +800,11 @@ impl Expecting<'_> {
                     .iter()
                     .map(|p| {
                         let job = self
-                            .definitions
+                            .versioned
                             .get(p)
                             .and_then(|d| d.last())
-                            .map(|d| &d.job);
+                            .map(|d| &*d.job)
+                            .or_else(|| self.now.get(p).copied());
                         (self.of(p, memo, depth + 1), job)
                     })
                     .collect();
@@ -717,8 +823,30 @@ impl Expecting<'_> {
                 own
             }
         };
-        memo.insert(name.clone(), expectation.clone());
+        if self.parents.contains(name) {
+            memo.insert(name.clone(), expectation.clone());
+        }
         expectation
+    }
+
+    /// Whether `schedule` has no instant in the range; worked out once for a schedule
+    /// several jobs share (a config's schedules are shared by the jobs that write them
+    /// alike).
+    fn is_quiet(&self, schedule: &Schedule) -> bool {
+        let (from, to) = self.range;
+        let quiet = || {
+            schedule
+                .next_after(from - TimeDelta::nanoseconds(1))
+                .is_none_or(|at| at > to)
+        };
+        if !schedule.is_shared() {
+            return quiet();
+        }
+        *self
+            .quiet
+            .borrow_mut()
+            .entry(schedule.clone())
+            .or_insert_with(quiet)
     }
 }
 

@@ -88,6 +88,7 @@ pub async fn run(cli: &Cli, args: &VerifyArgs) -> anyhow::Result<()> {
         now: Utc::now(),
         job,
         max_runs: DEFAULT_MAX_RUNS,
+        only_gaps: false,
     };
     let sources = Sources {
         runlog: &*stores.runlog,

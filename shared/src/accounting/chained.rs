@@ -31,12 +31,12 @@ pub(super) struct Parent<'a> {
 /// The expectation of the child defined by `definitions` from its `parents`', less the
 /// occurrences in a `paused` stretch of its own.
 pub(super) fn expected(
-    definitions: &[Definition],
+    definitions: &[Definition<'_>],
     parents: &[Parent<'_>],
     paused: &[Stretch],
 ) -> Expectation {
     let mut out = Expectation::default();
-    let Some(child) = definitions.last().map(|d| &d.job) else {
+    let Some(child) = definitions.last().map(|d| &*d.job) else {
         return out;
     };
     let mut common: Option<Slots> = None;
@@ -137,7 +137,7 @@ command = ["true"]
         let def = |name: &str| Definition {
             since: None,
             until: None,
-            job: config.job(name).expect("job").clone(),
+            job: std::borrow::Cow::Borrowed(config.job(name).expect("job")),
         };
         let (from, to) = (t("2026-01-01T00:00:00Z"), t("2026-01-01T00:00:13Z"));
         let two = super::super::expected(&[def("two")], &[], from, to);

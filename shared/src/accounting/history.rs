@@ -8,6 +8,7 @@
 //! occurrences, see `super::SETTLE`) to it; a job absent from a version expects nothing
 //! while that version was in force; before the oldest version known, its definition holds.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
@@ -28,8 +29,8 @@ pub struct FileVersion {
 
 /// The definitions of every file job of `versions` (oldest first): per job, one per
 /// stretch of versions that define it alike.
-pub fn file_definitions(versions: &[FileVersion]) -> BTreeMap<JobName, Vec<Definition>> {
-    let mut out: BTreeMap<JobName, Vec<(Option<JobDigest>, Definition)>> = BTreeMap::new();
+pub fn file_definitions(versions: &[FileVersion]) -> BTreeMap<JobName, Vec<Definition<'static>>> {
+    let mut out: BTreeMap<JobName, Vec<(Option<JobDigest>, Definition<'static>)>> = BTreeMap::new();
     for (i, version) in versions.iter().enumerate() {
         // The oldest version holds from before anything is known.
         let since = (i > 0).then_some(version.since);
@@ -47,7 +48,7 @@ pub fn file_definitions(versions: &[FileVersion]) -> BTreeMap<JobName, Vec<Defin
                     Definition {
                         since,
                         until,
-                        job: job.clone(),
+                        job: Cow::Owned(job.clone()),
                     },
                 )),
             }

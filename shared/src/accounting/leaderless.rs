@@ -36,7 +36,7 @@ pub fn next_start(terms: &[TermRecord], at: DateTime<Utc>) -> Option<DateTime<Ut
 /// catch-up policy of the next term left unpublished as
 /// [`Expected::no_leader`](super::Expected::no_leader), by
 /// `terms`. Optional occurrences are left as they are.
-pub fn apply(expectation: &mut Expectation, definitions: &[Definition], terms: &[TermRecord]) {
+pub fn apply(expectation: &mut Expectation, definitions: &[Definition<'_>], terms: &[TermRecord]) {
     if terms.is_empty() {
         return;
     }

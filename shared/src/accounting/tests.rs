@@ -17,11 +17,11 @@ fn job(table: &str) -> Job {
     config.jobs[0].clone()
 }
 
-fn file(table: &str) -> Definition {
+fn file(table: &str) -> Definition<'static> {
     Definition {
         since: None,
         until: None,
-        job: job(table),
+        job: Cow::Owned(job(table)),
     }
 }
 
@@ -71,12 +71,12 @@ fn each_revision_expects_its_own_schedule_from_its_time() {
         Definition {
             since: Some(created),
             until: Some(changed),
-            job: job("schedule = \"@every 10s\""),
+            job: Cow::Owned(job("schedule = \"@every 10s\"")),
         },
         Definition {
             since: Some(changed),
             until: Some(deleted),
-            job: job("schedule = \"@every 20s\""),
+            job: Cow::Owned(job("schedule = \"@every 20s\"")),
         },
     ];
     let e = expected(

@@ -261,6 +261,12 @@ impl Schedule {
         std::iter::successors(self.next_after(after), move |t| self.next_after(*t))
     }
 
+    /// Whether another job (or copy) holds this parsed schedule too: the jobs of a config
+    /// that write a schedule alike share one (`intern`).
+    pub fn is_shared(&self) -> bool {
+        Arc::strong_count(&self.inner) > 1
+    }
+
     /// The schedule as written in the config.
     pub fn as_str(&self) -> &str {
         &self.inner.text
