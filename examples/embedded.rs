@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use cronq_consumer::{Consumer, Options};
+use cronq_consumer::{Consumer, HandlerError, Options};
 use cronq_shared::config::Config;
 use cronq_shared::endpoints::{
     DEFAULT_AMQP_URL, DEFAULT_QUORUM_SIZE, DEFAULT_REDIS_URL, Endpoints, Tls,
@@ -35,7 +35,7 @@ payload = { who = "world" }
 
 /// The Rust handler: stops early when the attempt is cancelled (timeout, replaced,
 /// shutdown); an `Err` is a failed attempt, retried per the job's backoff.
-async fn greet(occ: Occurrence, token: CancellationToken) -> Result<(), String> {
+async fn greet(occ: Occurrence, token: CancellationToken) -> Result<(), HandlerError> {
     let who = occ.payload["who"].as_str().unwrap_or("nobody").to_owned();
     tokio::select! {
         () = tokio::time::sleep(Duration::from_millis(100)) => {}

@@ -13,8 +13,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::executor::{Ending, Stop};
 use crate::handler::{Capture, KILL_GRACE, Runner};
+use crate::outcome::{Exit, Stop};
 
 /// How long after asking a handler to stop it is aborted: the command handler's own
 /// SIGTERM → SIGKILL grace, plus slack.
@@ -64,7 +64,7 @@ pub(crate) async fn supervise(
     occ: Occurrence,
     sup: Supervision<'_>,
     capture: Arc<Capture>,
-) -> Ending {
+) -> Exit {
     let (job, key) = (occ.job.clone(), occ.key.clone());
     let token = CancellationToken::new();
     let mut task = AbortOnDrop(tokio::spawn(runner.run(
@@ -137,13 +137,13 @@ pub(crate) async fn supervise(
         }
     };
     match (joined, stop) {
-        (Ok(Ok(())), None | Some(Stop::Shutdown)) => Ending::Returned(Ok(())),
-        (Ok(res), None) => Ending::Returned(res),
-        (Ok(res), Some(why)) => Ending::Stopped(why, res.err()),
-        (Err(err), Some(why)) if !err.is_panic() => Ending::Stopped(why, None),
+        (Ok(Ok(())), None | Some(Stop::Shutdown)) => Exit::Returned(Ok(())),
+        (Ok(res), None) => Exit::Returned(res),
+        (Ok(res), Some(why)) => Exit::Stopped(why, res.err()),
+        (Err(err), Some(why)) if !err.is_panic() => Exit::Stopped(why, None),
         (Err(err), Some(why @ (Stop::Lost | Stop::Replaced { .. } | Stop::Shutdown))) => {
-            Ending::Stopped(why, Some(panic_message(err)))
+            Exit::Stopped(why, Some(panic_message(err)))
         }
-        (Err(err), _) => Ending::Panicked(panic_message(err)),
+        (Err(err), _) => Exit::Panicked(panic_message(err)),
     }
 }

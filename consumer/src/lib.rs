@@ -3,15 +3,21 @@
 //!
 //! - [`Consumer`] ([`service`]): subscribe with prefetch = concurrency, bound concurrency
 //!   with a semaphore, reap orphaned claims, drain on shutdown.
-//! - `worker`: one delivery's life: admit, deadline, claim (idempotency + overlap), ack
-//!   early, run, record the outcome, then retry or dead-letter.
-//! - [`executor`]: the one place outcomes are classified (`Retry { after }`, `Fail`,
-//!   `Reject(reason)`), pure and unit-tested.
+//! - `worker`: one delivery's life, in order: admit, deadline, claim (idempotency +
+//!   overlap), ack early, run, record the outcome, then retry or dead-letter; the I/O only.
+//! - [`admission`]: a body opened and decoded once, into an admitted occurrence of a job
+//!   that runs here, or a [`admission::Rejected`] (its reason and what did decode),
+//!   dead-lettered at once; `claim`: what the claim asks of the ledger, the start deadline.
+//! - [`outcome`]: the one mapping from how an attempt ended ([`outcome::Exit`], judged
+//!   into an [`outcome::Verdict`]: `Retry { after }`, `Failed`, …) to the ledger's record
+//!   state, the run history's outcome and error, and the message that follows; pure and
+//!   unit-tested.
 //! - `attempt`: supervising a running handler: heartbeats, timeout, panic catching;
 //!   `cancels`: the poll that makes an operator's cancel take effect within a second.
-//! - `handler`: `command` (own process group, killed as a whole) and `http`; [`registry`]:
-//!   Rust handlers registered by job name by an embedding program; [`context`]: what a
-//!   Rust handler learns of its attempt (the fencing token).
+//! - `handler`: `command` (own process group, killed as a whole), `http`, and `rust`: the
+//!   [`Handlers`] an embedding program registers by job name or handler name, failing
+//!   with a [`HandlerError`]; [`context`]: what a Rust handler learns of its attempt (the
+//!   fencing token).
 //! - `traces`: the attempt's spans (`cronq.claim`, `cronq.execute`, `cronq.end`) in the
 //!   trace the message's `traceparent` names, and the `traceparent` a handler gets.
 //! - `reaper`: republishes the stored message of a claim whose owner died.
@@ -31,15 +37,16 @@
 //! # Ok(()) }
 //! ```
 
+pub mod admission;
 mod attempt;
 mod cancels;
+mod claim;
 pub mod context;
 mod dead_letter;
 mod error;
-pub mod executor;
 mod handler;
+pub mod outcome;
 mod reaper;
-pub mod registry;
 pub mod replay;
 mod running;
 pub mod service;
@@ -51,5 +58,5 @@ mod worker;
 pub use context::Context;
 pub use error::Error;
 pub use handler::identity::{CommandProblem, check_commands};
-pub use registry::{HandlerFuture, Handlers, JobHandler};
+pub use handler::rust::{HandlerError, HandlerFuture, Handlers, JobHandler};
 pub use service::{Consumer, DEFAULT_LEASE, Options, default_consumer_id};

@@ -19,7 +19,7 @@ use std::time::Duration;
 use cronq_shared::runlog::Outcome;
 use metrics::{Counter, Histogram};
 
-use crate::executor::Reject;
+use crate::admission::Reject;
 
 /// Label for messages whose job is not in the config (or unreadable).
 pub(crate) const UNKNOWN_JOB: &str = cronq_shared::job_labels::UNKNOWN;

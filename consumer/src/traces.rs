@@ -16,7 +16,7 @@ use opentelemetry::KeyValue;
 use opentelemetry::global::BoxedSpan;
 use opentelemetry::trace::{Span, SpanKind, Status, Tracer};
 
-use crate::executor::Ending;
+use crate::outcome::Exit;
 
 /// One span of an attempt, in flight; empty when traces are off. Dropped without its
 /// ending call (the task was cancelled), it ends with no status.
@@ -95,13 +95,13 @@ impl Step {
 
     /// Ends an execute span: an error status when the handler failed, panicked or was
     /// stopped.
-    pub(crate) fn executed(self, ending: &Ending) {
+    pub(crate) fn executed(self, exit: &Exit) {
         let Some(mut span) = self.0 else { return };
-        let error = match ending {
-            Ending::Returned(Ok(())) => None,
-            Ending::Returned(Err(error)) => Some(error.clone()),
-            Ending::Panicked(message) => Some(format!("panicked: {message}")),
-            Ending::Stopped(why, _) => Some(format!("stopped: {why:?}")),
+        let error = match exit {
+            Exit::Returned(Ok(())) => None,
+            Exit::Returned(Err(error)) => Some(error.clone()),
+            Exit::Panicked(message) => Some(format!("panicked: {message}")),
+            Exit::Stopped(why, _) => Some(format!("stopped: {why:?}")),
         };
         span.set_status(error.map_or(Status::Ok, Status::error));
         span.end();

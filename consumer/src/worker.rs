@@ -1,7 +1,8 @@
 //! Processing one delivery, from decode to the recorded outcome.
 //!
 //! Order of a delivery's life (ack-early, see `docs/consumer.md`):
-//! 1. [`executor::admit`]: malformed, unknown job, no handler → dead-letter, then ack.
+//! 1. [`admission::admit`]: unauthenticated, malformed, unknown job, no handler →
+//!    dead-letter, then ack (an occurrence of a deleted runtime job ends `cancelled`).
 //! 2. Past its start deadline → `missed`, then ack.
 //! 3. [`Ledger::claim`] (idempotency + overlap, one atomic step): duplicate → ack without
 //!    running; busy → `skipped` (skip, an earlier occurrence runs); waiting (queue,
@@ -17,9 +18,15 @@
 //! 5. The outcome is recorded (fenced by the claim) before anything that follows it: the
 //!    retry message, the dead letter's ledger record, the release at shutdown. A follow-up
 //!    message is stored in the record, so the reaper republishes it if this consumer dies.
-//!    One [`AttemptEnd`] carries the end throughout: its state, outcome, error and
-//!    follow-up are read off it; the ledger appends the run history entry (as `lost` when
-//!    the claim was fenced or given up), the consumer never writes the history itself.
+//!    One [`Verdict`] carries the end throughout: the records that carry its state,
+//!    outcome, error and follow-up are built from it ([`crate::outcome`]); the ledger
+//!    appends the run history entry (as `lost` when the claim was fenced or given up), the
+//!    consumer never writes the history itself.
+//!
+//! Owns: the order of one delivery's I/O (ack, claim, run, record, follow-up, dead letter)
+//! and what it logs and counts. What a body is, is admission's; what a claim asks,
+//! `crate::claim`'s; what an end is recorded as, `crate::outcome`'s. The ledger's own
+//! record types are named by path here (`ledger::End`, `ledger::Ended`, `ledger::Settle`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,23 +35,20 @@ use chrono::{DateTime, Utc};
 use cronq_shared::broker::{Broker, Delivery};
 use cronq_shared::config::{Config, Job, Overlap};
 use cronq_shared::jobs::JobStore;
-use cronq_shared::ledger::{
-    Claim, ClaimOutcome, End, Ended, FollowUp, Lease, Ledger, PoolSlot, Settle,
-};
+use cronq_shared::ledger::{self, Claim, ClaimOutcome, Lease, Ledger};
 use cronq_shared::message::Occurrence;
-use cronq_shared::names::JobName;
 use cronq_shared::retry::{Backoff, retry};
-use cronq_shared::runlog::Run;
 use cronq_shared::signing::{self, Keyring};
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::admission::{self, Admitted, Reject, Rejected};
 use crate::attempt::{Supervision, supervise};
+use crate::claim;
 use crate::dead_letter::{self, publish};
-use crate::executor::{self, AttemptEnd, Reject};
-use crate::handler::{Capture, Runner};
+use crate::handler::{Capture, Handlers, Runner};
+use crate::outcome::{self, Verdict};
 use crate::reaper::republish;
-use crate::registry::Handlers;
 use crate::telemetry;
 use crate::traces::Step;
 
@@ -116,11 +120,6 @@ async fn requeue(d: &Delivery) {
 }
 
 impl Worker {
-    /// Whether `job` can run here.
-    pub(crate) fn has_handler(&self, job: &Job) -> bool {
-        self.handlers.serves(job) || job.handler.is_some()
-    }
-
     /// The config in force now.
     pub(crate) fn config(&self) -> Arc<Config> {
         self.config.borrow().clone()
@@ -139,24 +138,26 @@ impl Worker {
             telemetry::redelivery();
         }
         let config = self.config();
-        let mut admitted = match self.admit(&d, &config) {
-            Ok(admitted) => admitted,
-            Err(Reject::UnknownJob(name)) => {
-                return self.unknown(&d, name, &config, &shutdown).await;
-            }
-            Err(reject) => return self.reject(&d, &reject).await,
-        };
+        let resolve = |job: &Job| Runner::resolve(job, &self.handlers, &self.http);
+        let mut admitted =
+            match admission::admit(&d.body, self.keyring.as_deref(), &config, resolve) {
+                Ok(admitted) => admitted,
+                Err(rejected) if matches!(rejected.reject, Reject::UnknownJob(_)) => {
+                    return self.unknown(&d, rejected, &config, &shutdown).await;
+                }
+                Err(rejected) => return self.reject(&d, &rejected).await,
+            };
         let (occ, job) = (&admitted.occ, admitted.job);
-        if let Some(missed) = missed(occ, job) {
+        if let Some(missed) = claim::missed(occ, job) {
             return self.settle(&d, occ, job, missed, &shutdown).await;
         }
         if config.deleted.contains(&job.name) {
-            let end = AttemptEnd::Cancelled {
+            let verdict = Verdict::Cancelled {
                 why: JOB_DELETED.to_owned(),
             };
-            return self.settle(&d, occ, job, end, &shutdown).await;
+            return self.settle(&d, occ, job, verdict, &shutdown).await;
         }
-        let claim = self.claim_of(occ, job, &d);
+        let claim = claim::of(occ, job, &d.body, self.lease, self.hold, &self.consumer_id);
         let span = Step::claim(occ, &job.queue, &self.consumer_id);
         let Some(claimed) = self.claim(&claim, &d, &shutdown).await else {
             return;
@@ -173,14 +174,15 @@ impl Worker {
     async fn unknown(
         &self,
         d: &Delivery,
-        name: JobName,
+        rejected: Box<Rejected>,
         config: &Config,
         shutdown: &CancellationToken,
     ) {
-        let Some(store) = &self.jobs else {
-            return self.reject(d, &Reject::UnknownJob(name)).await;
+        let (Some(store), Some(occ)) = (&self.jobs, &rejected.occ) else {
+            return self.reject(d, &rejected).await;
         };
-        let history = match store.history(&name).await {
+        let name = &occ.job;
+        let history = match store.history(name).await {
             Ok(history) => history,
             Err(err) => {
                 tracing::warn!(job = %name, queue = %d.queue, error = %err, "cannot read the job store to tell whether an unknown job was deleted: requeueing");
@@ -198,60 +200,15 @@ impl Worker {
             .rev()
             .find_map(|r| r.spec.as_deref())
             .and_then(|spec| config.runtime_job(spec).ok());
-        let opened = match self.keyring.as_deref() {
-            Some(keyring) => keyring.open(&d.body).ok(),
-            None => Some(&d.body[..]),
-        };
-        let occ = opened.and_then(|body| Occurrence::decode(body).ok());
-        match (deleted, job, occ) {
-            (true, Some(job), Some(occ)) => {
-                let end = AttemptEnd::Cancelled {
+        match (deleted, job) {
+            (true, Some(job)) => {
+                let verdict = Verdict::Cancelled {
                     why: JOB_DELETED.to_owned(),
                 };
-                self.settle(d, &occ, &job, end, shutdown).await;
+                self.settle(d, occ, &job, verdict, shutdown).await;
             }
-            _ => self.reject(d, &Reject::UnknownJob(name)).await,
+            _ => self.reject(d, &rejected).await,
         }
-    }
-
-    /// Decodes a delivery into a runnable occurrence of a configured job.
-    fn admit<'c>(&self, d: &Delivery, config: &'c Config) -> Result<Admitted<'c>, Reject> {
-        let (occ, job) = executor::admit(&d.body, self.keyring.as_deref(), config, |job| {
-            self.has_handler(job)
-        })?;
-        let runner = Runner::resolve(job, &self.handlers, &self.http)
-            .ok_or_else(|| Reject::NoHandler(job.name.clone()))?;
-        Ok(Admitted { occ, job, runner })
-    }
-
-    /// The claim of one attempt of `occ`, carrying the delivery's body for the reaper, under a
-    /// token of its own that every try of this claim reuses.
-    fn claim_of(&self, occ: &Occurrence, job: &Job, d: &Delivery) -> Claim {
-        Claim {
-            key: occ.key.clone(),
-            job: occ.job.clone(),
-            queue: job.queue.clone(),
-            attempt: occ.attempt,
-            overlap: executor::effective_overlap(job.overlap, occ.trigger),
-            max_concurrent: job.max_concurrent.unwrap_or(1),
-            pool: Self::pool_of(job),
-            lease: self.lease,
-            retention: job.retention,
-            body: d.body.clone(),
-            scheduled_at: occ.scheduled_at,
-            recheck: self.recheck(occ, job),
-            consumer: self.consumer_id.clone(),
-            token: cronq_shared::ledger::claim_token(),
-        }
-    }
-
-    /// The pool `job` runs in, with its size as the job was resolved with.
-    fn pool_of(job: &Job) -> Option<PoolSlot> {
-        let pool = job.pool.as_ref()?;
-        Some(PoolSlot {
-            name: pool.name.to_string(),
-            size: pool.size,
-        })
     }
 
     /// Acts on what the claim decided: run it, or settle, or leave it waiting.
@@ -259,7 +216,7 @@ impl Worker {
         &self,
         claimed: ClaimOutcome,
         d: Delivery,
-        admitted: Admitted<'_>,
+        admitted: Admitted<'_, Runner>,
         abort: &CancellationToken,
         shutdown: &CancellationToken,
     ) {
@@ -271,7 +228,7 @@ impl Worker {
                 ack(&d, occ.job.as_str()).await;
             }
             ClaimOutcome::Busy { holder } => {
-                let skipped = AttemptEnd::Skipped {
+                let skipped = Verdict::Skipped {
                     why: format!("{holder} was still running"),
                 };
                 self.settle(&d, &occ, job, skipped, shutdown).await;
@@ -284,8 +241,8 @@ impl Worker {
                 }
             }
             ClaimOutcome::Superseded { by } => {
-                let cancelled = AttemptEnd::Cancelled {
-                    why: executor::replaced_by(&by),
+                let cancelled = Verdict::Cancelled {
+                    why: outcome::replaced_by(&by),
                 };
                 self.settle(&d, &occ, job, cancelled, shutdown).await;
             }
@@ -325,14 +282,15 @@ impl Worker {
         }
     }
 
-    async fn reject(&self, d: &Delivery, reject: &Reject) {
-        let occ = Occurrence::decode(&d.body).ok();
+    /// Dead-letters a delivery that cannot run (named by what of it decoded), then acks it;
+    /// requeues it when the dead letter does not get through.
+    async fn reject(&self, d: &Delivery, rejected: &Rejected) {
+        let (occ, reject) = (rejected.occ.as_ref(), &rejected.reject);
         let config = self.config();
         let label = occ
-            .as_ref()
             .filter(|o| config.job(o.job.as_str()).is_some())
             .map_or(telemetry::UNKNOWN_JOB.to_owned(), |o| o.job.to_string());
-        let letter = dead_letter::letter(&d.body, occ.as_ref(), &d.queue, 0, reject.reason(), None);
+        let letter = dead_letter::letter(&d.body, occ, &d.queue, 0, reject.reason(), None);
         match dead_letter::send(&*self.broker, &letter).await {
             Ok(()) => {
                 tracing::warn!(job = %label, key = letter.key.as_deref().unwrap_or(""), queue = %d.queue, reason = %letter.reason, "dead-lettered a message that cannot run");
@@ -347,42 +305,23 @@ impl Worker {
         }
     }
 
-    /// How long a waiting occurrence is left alone before the reaper republishes it to look
-    /// again: the hold period, or less so that it is found `missed` soon after its deadline.
-    fn recheck(&self, occ: &Occurrence, job: &Job) -> Duration {
-        let until_deadline = start_deadline(occ, job)
-            .filter(|_| occ.attempt <= 1)
-            .and_then(|d| (d - Utc::now()).to_std().ok());
-        until_deadline.map_or(self.hold, |d| d.min(self.hold))
-    }
-
-    /// Records `end` (missed, skipped, cancelled) without running, then acks.
+    /// Records `verdict` (missed, skipped, cancelled) without running, then acks.
     async fn settle(
         &self,
         d: &Delivery,
         occ: &Occurrence,
         job: &Job,
-        end: AttemptEnd,
+        verdict: Verdict,
         shutdown: &CancellationToken,
     ) {
         let span = Step::end(occ, &job.queue, &self.consumer_id);
-        let settle = Settle {
-            key: occ.key.clone(),
-            job: occ.job.clone(),
-            attempt: occ.attempt,
-            state: end
-                .state()
-                .expect("an occurrence settled without running ends in a recorded state"),
-            error: end.error(),
-            retention: job.retention,
-            run: Some(self.run(occ, Utc::now(), Duration::ZERO, &end)),
-        };
+        let settle = verdict.settlement(occ, job, &self.consumer_id, Utc::now());
         match self.ledger.settle(&settle).await {
-            Ok(Ended {
+            Ok(ledger::Ended {
                 recorded: true,
                 woken,
             }) => {
-                let outcome = end.outcome();
+                let outcome = verdict.outcome();
                 span.ended(outcome);
                 tracing::info!(job = %occ.job, key = %occ.key, outcome = %outcome, reason = settle.error.as_deref().unwrap_or(""), "occurrence not run");
                 self.metrics.attempt(occ.job.as_str(), outcome);
@@ -391,7 +330,7 @@ impl Worker {
                     republish(&*self.broker, &self.config(), woken).await;
                 }
             }
-            Ok(Ended {
+            Ok(ledger::Ended {
                 recorded: false, ..
             }) => {
                 self.metrics.duplicate(occ.job.as_str());
@@ -438,12 +377,12 @@ impl Worker {
         };
         let capture = Arc::new(Capture::new(self.outputs.as_ref().map_or(0, |o| o.limit)));
         let span = Step::execute(&occ, &job.queue, &self.consumer_id);
-        let ending = supervise(runner, span.for_handler(&occ), sup, Arc::clone(&capture)).await;
-        span.executed(&ending);
+        let exit = supervise(runner, span.for_handler(&occ), sup, Arc::clone(&capture)).await;
+        span.executed(&exit);
         let took = t0.elapsed();
         self.keep_output(&occ, &capture).await;
         self.metrics.duration(occ.job.as_str(), took);
-        let end = executor::classify(job, occ.attempt, ending);
+        let verdict = outcome::classify(job, occ.attempt, exit);
         // Keep the claim alive while the end is recorded and followed up (a dead letter may
         // wait for a broker reconnect), so the reaper does not hand it out meanwhile.
         let keepalive = async {
@@ -455,16 +394,16 @@ impl Worker {
         };
         let attempt = Attempted { started_at, took };
         let span = Step::end(&occ, &job.queue, &self.consumer_id);
-        let end = tokio::select! {
-            end = self.conclude(&occ, job, &lease, end, &attempt) => end,
+        let verdict = tokio::select! {
+            verdict = self.conclude(&occ, job, &lease, verdict, &attempt) => verdict,
             _ = keepalive => unreachable!("the keepalive loop never ends"),
         };
-        let outcome = end.outcome();
+        let outcome = verdict.outcome();
         span.ended(outcome);
-        if end == AttemptEnd::Succeeded {
+        if verdict == Verdict::Succeeded {
             tracing::info!(job = %occ.job, key = %occ.key, attempt = occ.attempt, elapsed_ms = took.as_millis() as u64, "attempt succeeded");
         } else {
-            tracing::warn!(job = %occ.job, key = %occ.key, attempt = occ.attempt, elapsed_ms = took.as_millis() as u64, outcome = %outcome, error = end.error().as_deref().unwrap_or(""), "attempt did not succeed");
+            tracing::warn!(job = %occ.job, key = %occ.key, attempt = occ.attempt, elapsed_ms = took.as_millis() as u64, outcome = %outcome, error = verdict.error().as_deref().unwrap_or(""), "attempt did not succeed");
         }
         self.metrics.attempt(occ.job.as_str(), outcome);
     }
@@ -484,55 +423,46 @@ impl Worker {
         }
     }
 
-    /// Records `end` (a failure once its dead letter is confirmed) with its run, then sends
-    /// the message that follows it. Returns the end as it stands: lost when it was not
-    /// recorded (fenced, given up, or the store stayed unreachable).
+    /// Records `verdict` (a failure once its dead letter is confirmed) with its run, then
+    /// sends the message that follows it. Returns the verdict as it stands: lost when it was
+    /// not recorded (fenced, given up, or the store stayed unreachable).
     async fn conclude(
         &self,
         occ: &Occurrence,
         job: &Job,
         lease: &Lease,
-        end: AttemptEnd,
+        verdict: Verdict,
         attempt: &Attempted,
-    ) -> AttemptEnd {
-        let end = match end {
-            AttemptEnd::Failed { error } => self.dead_letter(occ, job, error).await,
-            end => end,
+    ) -> Verdict {
+        let verdict = match verdict {
+            Verdict::Failed { error } => self.dead_letter(occ, job, error).await,
+            verdict => verdict,
         };
-        let follow = end.follow_up(occ, job, Utc::now());
-        let record = End {
-            state: end.state(),
-            error: end.error(),
-            retention: job.retention,
-            next: follow.as_ref().map(|out| FollowUp {
-                attempt: out.occurrence.attempt,
-                body: out.occurrence.encode(),
-                within: out.delay + self.hold,
-            }),
-            run: Some(self.run(occ, attempt.started_at, attempt.took, &end)),
-        };
+        let follow = verdict.follow_up(occ, job, Utc::now());
+        let run = verdict.run(occ, &self.consumer_id, attempt.started_at, attempt.took);
+        let record = verdict.record(job, follow.as_ref(), self.hold, run);
         if !self.complete(lease, &record).await {
             if record.state.is_some() {
                 tracing::warn!(job = %occ.job, key = %occ.key, attempt = occ.attempt, "this consumer lost its claim: another consumer runs the occurrence again; outcome not recorded");
             }
-            return end.lost();
+            return verdict.lost();
         }
         if let Some(out) = follow
             && let Err(err) = publish(&*self.broker, out).await
         {
-            if matches!(end, AttemptEnd::Retry { .. }) {
+            if matches!(verdict, Verdict::Retry { .. }) {
                 tracing::warn!(job = %occ.job, key = %occ.key, error = %err, "cannot publish the retry; the reaper republishes it later");
             } else {
                 tracing::warn!(job = %occ.job, key = %occ.key, error = %err, "cannot republish an interrupted occurrence; the reaper does it later");
             }
         }
-        end
+        verdict
     }
 
     /// Dead-letters a failed occurrence before its end is recorded: a crash in between
     /// reruns the attempt (at-least-once) instead of losing the letter. When the letter does
     /// not get through, the claim is given up (lost) so that the occurrence runs again.
-    async fn dead_letter(&self, occ: &Occurrence, job: &Job, error: String) -> AttemptEnd {
+    async fn dead_letter(&self, occ: &Occurrence, job: &Job, error: String) -> Verdict {
         let body = signing::seal_with(self.keyring.as_deref(), occ.encode());
         let letter = dead_letter::letter(
             &body,
@@ -542,7 +472,7 @@ impl Worker {
             "failed".to_owned(),
             Some(error.clone()),
         );
-        let failed = AttemptEnd::Failed { error };
+        let failed = Verdict::Failed { error };
         match dead_letter::send(&*self.broker, &letter).await {
             Ok(()) => {
                 self.metrics.dead_lettered(occ.job.as_str());
@@ -559,7 +489,7 @@ impl Worker {
     /// waiter whose turn it is now. Whether the end was recorded: not when fenced or given
     /// up, nor when the store stayed unreachable (logged; the lease then lapses and the
     /// reaper hands the occurrence to another consumer).
-    async fn complete(&self, lease: &Lease, end: &End) -> bool {
+    async fn complete(&self, lease: &Lease, end: &ledger::End) -> bool {
         let ended = retry(
             COMPLETE_RETRY,
             &CancellationToken::new(),
@@ -568,7 +498,7 @@ impl Worker {
         )
         .await;
         match ended {
-            Ok(Ended { recorded, woken }) => {
+            Ok(ledger::Ended { recorded, woken }) => {
                 if let Some(woken) = woken {
                     republish(&*self.broker, &self.config(), woken).await;
                 }
@@ -580,59 +510,10 @@ impl Worker {
             }
         }
     }
-
-    /// The run history entry of an attempt of `occ` run (or settled) by this consumer.
-    fn run(
-        &self,
-        occ: &Occurrence,
-        started_at: DateTime<Utc>,
-        took: Duration,
-        end: &AttemptEnd,
-    ) -> Run {
-        Run {
-            key: occ.key.clone(),
-            job: occ.job.clone(),
-            attempt: occ.attempt,
-            consumer: self.consumer_id.clone(),
-            started_at,
-            duration: took,
-            outcome: end.outcome(),
-            error: end.error(),
-            published_at: Some(occ.published_at),
-        }
-    }
-}
-
-/// A delivery that decoded into an occurrence of a configured job that can run here.
-struct Admitted<'c> {
-    occ: Occurrence,
-    job: &'c Job,
-    runner: Runner,
 }
 
 /// When an attempt started and how long it ran, for its run history entry.
 struct Attempted {
     started_at: DateTime<Utc>,
     took: Duration,
-}
-
-/// `Missed` when `occ` is a first attempt that is past its start deadline.
-fn missed(occ: &Occurrence, job: &Job) -> Option<AttemptEnd> {
-    let deadline = start_deadline(occ, job).filter(|_| occ.attempt <= 1)?;
-    (Utc::now() > deadline).then(|| AttemptEnd::Missed {
-        why: format!(
-            "could not start before its deadline {}",
-            deadline.to_rfc3339()
-        ),
-    })
-}
-
-/// The instant after which `occ` must not start: the message's, else the job's `deadline`
-/// after the scheduled time.
-fn start_deadline(occ: &Occurrence, job: &Job) -> Option<DateTime<Utc>> {
-    occ.deadline.or_else(|| {
-        job.deadline
-            .and_then(|d| chrono::Duration::from_std(d).ok())
-            .map(|d| occ.scheduled_at + d)
-    })
 }

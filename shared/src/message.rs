@@ -303,6 +303,17 @@ impl Stamp {
     }
 }
 
+/// [`DecodeError::TooLarge`] for a body over [`MAX_MESSAGE_BYTES`].
+fn check_size(body: &[u8]) -> Result<(), DecodeError> {
+    if body.len() > MAX_MESSAGE_BYTES {
+        return Err(DecodeError::TooLarge {
+            size: body.len(),
+            max: MAX_MESSAGE_BYTES,
+        });
+    }
+    Ok(())
+}
+
 /// Why a body was refused; the text goes into the dead-letter record.
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
@@ -342,14 +353,24 @@ impl Occurrence {
     /// # Errors
     /// [`DecodeError`] names why the body is not a usable occurrence.
     pub fn decode(body: &[u8]) -> Result<Self, DecodeError> {
-        if body.len() > MAX_MESSAGE_BYTES {
-            return Err(DecodeError::TooLarge {
-                size: body.len(),
-                max: MAX_MESSAGE_BYTES,
-            });
-        }
+        check_size(body)?;
+        Self::parse(crate::signing::unwrap(body))
+    }
+
+    /// Decodes and checks a plain wire body: one whose seal was opened already
+    /// ([`crate::signing::Keyring::open`]), so that the envelope is parsed once. A body
+    /// sealed again inside its seal is not an occurrence.
+    ///
+    /// # Errors
+    /// As [`Occurrence::decode`].
+    pub fn decode_opened(plain: &[u8]) -> Result<Self, DecodeError> {
+        check_size(plain)?;
+        Self::parse(plain)
+    }
+
+    fn parse(plain: &[u8]) -> Result<Self, DecodeError> {
         let Message::OccurrenceV1(occ) =
-            serde_json::from_slice(crate::signing::unwrap(body)).map_err(DecodeError::Malformed)?;
+            serde_json::from_slice(plain).map_err(DecodeError::Malformed)?;
         let slot_ok = match occ.key.slot() {
             Slot::Scheduled(at) => *at == occ.scheduled_at,
             Slot::Manual(_) => true,
@@ -534,6 +555,16 @@ mod tests {
             Occurrence::decode(ring.open(&sealed).unwrap()).unwrap(),
             occ
         );
+        // Opened once, the inner body decodes without another look for a seal; a body
+        // sealed inside its seal is not an occurrence.
+        assert_eq!(
+            Occurrence::decode_opened(ring.open(&sealed).unwrap()).unwrap(),
+            occ
+        );
+        assert!(matches!(
+            Occurrence::decode_opened(&sealed),
+            Err(DecodeError::Malformed(_))
+        ));
     }
 
     #[test]

@@ -1,13 +1,15 @@
-//! The three ways a job runs: a command, an HTTP request, or a registered Rust handler.
+//! The three ways a job runs: a command, an HTTP request, or a registered Rust handler
+//! (`rust`: the [`Handlers`] an embedding program registers).
 //!
 //! Every handler gets the occurrence and a cancellation token, and returns `Err(text)` for a
 //! failed attempt; a command or http handler also leaves what it printed or was answered
-//! in the attempt's [`Capture`]. Time limits, panics and classification belong to
-//! [`crate::executor`].
+//! in the attempt's [`Capture`]. Time limits and panics belong to `crate::attempt`, what
+//! an attempt's end is recorded as to [`crate::outcome`].
 
 pub(crate) mod command;
 pub(crate) mod http;
 pub(crate) mod identity;
+pub(crate) mod rust;
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -16,8 +18,8 @@ use cronq_shared::message::Occurrence;
 use cronq_shared::runlog::RunOutput;
 use tokio_util::sync::CancellationToken;
 
+pub(crate) use self::rust::{HandlerError, Handlers, JobHandler};
 use crate::context::Context;
-use crate::registry::{Handlers, JobHandler};
 
 /// How long a handler may take to stop after its token is cancelled before it is killed
 /// (SIGKILL for a command's process group, task abort for Rust).
@@ -108,7 +110,10 @@ impl Runner {
                 ))
                 .await
             }
-            Self::Rust(h) => Context { fence }.scope(h.call(occ, token)).await,
+            Self::Rust(h) => Context { fence }
+                .scope(h.call(occ, token))
+                .await
+                .map_err(HandlerError::into_message),
         }
     }
 }

@@ -1,97 +1,27 @@
-//! The one place where outcomes are classified.
+//! How an attempt ends, and what that end is recorded as.
 //!
-//! - Before running: [`admit`] turns a delivery into a runnable occurrence, or a
-//!   [`Reject`] (unauthenticated, malformed, unknown job, no handler): dead-lettered at
-//!   once, never requeued.
-//! - After running: [`classify`] turns how the handler ended ([`Ending`]) into an
-//!   [`AttemptEnd`]: success, `Retry { after }` with exponential capped backoff, `Failed`
-//!   (dead-letter) once `max_attempts` is reached, or a stop (cancelled, interrupted,
-//!   lost). That one type then carries the attempt's end to the ledger's record state, the
-//!   run history's outcome and error, and the message that follows ([`AttemptEnd::state`],
-//!   [`AttemptEnd::outcome`], [`AttemptEnd::error`], [`AttemptEnd::follow_up`]); the
-//!   occurrences settled without running (`Skipped`, `Missed`, a superseded `Cancelled`)
-//!   are ends of the same type.
+//! The supervisor (`crate::attempt`) reports how the handler's run exited ([`Exit`]: it
+//! returned, panicked, or was stopped for a [`Stop`]); [`classify`] judges that into a
+//! [`Verdict`]: success, `Retry { after }` with exponential capped backoff, `Failed`
+//! (dead-letter) once `max_attempts` is reached, or a stop (cancelled, interrupted, lost).
+//! The occurrences settled without running (`Skipped`, `Missed`, a superseded `Cancelled`)
+//! get a verdict of the same type.
 //!
-//! Everything here is pure, so it is unit-tested without I/O.
+//! Owns: the one mapping from a verdict to what the ports are told: the ledger's record
+//! state ([`Verdict::state`]), the run history's outcome and error ([`Verdict::outcome`],
+//! [`Verdict::error`], [`Verdict::run`]), the message that follows it
+//! ([`Verdict::follow_up`]), and the records that carry them ([`Verdict::record`],
+//! [`Verdict::settlement`]). Invariant: everything here is pure (no I/O, no clock but the
+//! instants passed in), so it is unit-tested as it is.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use cronq_shared::broker::Outgoing;
-use cronq_shared::config::{Config, Job, Overlap};
-use cronq_shared::ledger::State;
-use cronq_shared::message::{DecodeError, Occurrence, Trigger};
-use cronq_shared::names::JobName;
-use cronq_shared::runlog::{Outcome, lost_error};
-use cronq_shared::signing::{Keyring, Unauthenticated};
-
-/// Why a message is dead-lettered without running.
-#[derive(Debug, thiserror::Error)]
-pub enum Reject {
-    /// This consumer has a keyring and the message does not open with it: never run, so
-    /// that a publisher without the key cannot make the fleet run anything.
-    #[error("unauthenticated: {0}")]
-    Unauthenticated(#[source] Unauthenticated),
-    /// Not a cronq occurrence, too large, or inconsistent.
-    #[error("malformed: {0}")]
-    Malformed(#[source] DecodeError),
-    /// The job is not in this consumer's config.
-    #[error("unknown job {0}: it is not in this consumer's config")]
-    UnknownJob(JobName),
-    /// The job has no handler in the config and none was registered.
-    #[error("no handler registered for job {0}")]
-    NoHandler(JobName),
-}
-
-impl Reject {
-    /// Every [`Reject::label`], in the order of the variants.
-    pub const LABELS: [&'static str; 4] =
-        ["unauthenticated", "malformed", "unknown_job", "no_handler"];
-
-    /// The `reason` label of `cronq_messages_refused_total`.
-    pub fn label(&self) -> &'static str {
-        match self {
-            Self::Unauthenticated(_) => Self::LABELS[0],
-            Self::Malformed(_) => Self::LABELS[1],
-            Self::UnknownJob(_) => Self::LABELS[2],
-            Self::NoHandler(_) => Self::LABELS[3],
-        }
-    }
-
-    /// The full reason for the dead-letter record (with the decode error's cause).
-    pub fn reason(&self) -> String {
-        match self {
-            Self::Malformed(DecodeError::Malformed(e)) => format!("{self}: {e}"),
-            Self::Unauthenticated(e) => format!("unauthenticated: {e}"),
-            _ => self.to_string(),
-        }
-    }
-}
-
-/// Checks a body's signature (with a keyring), decodes it and finds its job; `has_handler`
-/// says whether the job can run here.
-///
-/// # Errors
-/// [`Reject`] with the reason the message cannot run.
-pub fn admit<'c>(
-    body: &[u8],
-    keyring: Option<&Keyring>,
-    config: &'c Config,
-    has_handler: impl Fn(&Job) -> bool,
-) -> Result<(Occurrence, &'c Job), Reject> {
-    let body = match keyring {
-        Some(keyring) => keyring.open(body).map_err(Reject::Unauthenticated)?,
-        None => body,
-    };
-    let occ = Occurrence::decode(body).map_err(Reject::Malformed)?;
-    let job = config
-        .job(occ.job.as_str())
-        .ok_or_else(|| Reject::UnknownJob(occ.job.clone()))?;
-    if !has_handler(job) {
-        return Err(Reject::NoHandler(occ.job.clone()));
-    }
-    Ok((occ, job))
-}
+use cronq_shared::config::Job;
+use cronq_shared::ledger::{self, State};
+use cronq_shared::message::Occurrence;
+use cronq_shared::runlog::{Outcome, Run, lost_error};
 
 /// Why an attempt was stopped before its handler returned.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,9 +40,10 @@ pub enum Stop {
     Shutdown,
 }
 
-/// How an attempt ended.
+/// How the handler's run ended: what the supervisor saw (`crate::attempt`), before it
+/// is judged ([`classify`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ending {
+pub enum Exit {
     /// The handler returned.
     Returned(Result<(), String>),
     /// The handler panicked (message).
@@ -121,10 +52,11 @@ pub enum Ending {
     Stopped(Stop, Option<String>),
 }
 
-/// How an attempt ended, or why an occurrence was not run: what is recorded and what
-/// follows.
+/// What an attempt comes to, or why an occurrence was not run: the one value from which
+/// the ledger's record state, the run history's outcome and error, and the message that
+/// follows are read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AttemptEnd {
+pub enum Verdict {
     /// The handler succeeded.
     Succeeded,
     /// The attempt failed with attempts left: the next one follows after `after`.
@@ -167,7 +99,7 @@ pub enum AttemptEnd {
 /// The error recorded for an attempt stopped by a consumer shutdown.
 const INTERRUPTED: &str = "consumer shut down";
 
-impl AttemptEnd {
+impl Verdict {
     /// The state the ledger records; `None` for a lost claim, which records nothing.
     pub fn state(&self) -> Option<State> {
         Some(match self {
@@ -209,7 +141,7 @@ impl AttemptEnd {
         }
     }
 
-    /// The same attempt once its claim is lost (fenced, or given up): as the ledger
+    /// The same verdict once the attempt's claim is lost (fenced, or given up): as the ledger
     /// appends it to the history then (`Run::lost`).
     #[must_use]
     pub fn lost(self) -> Self {
@@ -221,7 +153,7 @@ impl AttemptEnd {
         }
     }
 
-    /// The message that must follow this end of attempt `occ` of `job`, published `now`:
+    /// The message that must follow this verdict on attempt `occ` of `job`, published `now`:
     /// the next attempt after its delay (retry), or at shutdown the same one at once.
     pub fn follow_up(&self, occ: &Occurrence, job: &Job, now: DateTime<Utc>) -> Option<Outgoing> {
         let (occurrence, delay) = match self {
@@ -243,6 +175,76 @@ impl AttemptEnd {
             delay,
         })
     }
+
+    /// The run history entry of attempt `occ`, run (or settled) by `consumer`: started at
+    /// `started_at`, ended `took` later.
+    pub fn run(
+        &self,
+        occ: &Occurrence,
+        consumer: &str,
+        started_at: DateTime<Utc>,
+        took: Duration,
+    ) -> Run {
+        Run {
+            key: occ.key.clone(),
+            job: occ.job.clone(),
+            attempt: occ.attempt,
+            consumer: consumer.to_owned(),
+            started_at,
+            duration: took,
+            outcome: self.outcome(),
+            error: self.error(),
+            published_at: Some(occ.published_at),
+        }
+    }
+
+    /// The ledger's record of `occ`, an occurrence of `job` settled `now` by `consumer`
+    /// without running (missed, skipped, cancelled), with its run history entry.
+    ///
+    /// # Panics
+    /// On a verdict that records no state (`Lost`): only a claim can be lost.
+    pub fn settlement(
+        &self,
+        occ: &Occurrence,
+        job: &Job,
+        consumer: &str,
+        now: DateTime<Utc>,
+    ) -> ledger::Settle {
+        ledger::Settle {
+            key: occ.key.clone(),
+            job: occ.job.clone(),
+            attempt: occ.attempt,
+            state: self
+                .state()
+                .expect("an occurrence settled without running ends in a recorded state"),
+            error: self.error(),
+            retention: job.retention,
+            run: Some(self.run(occ, consumer, now, Duration::ZERO)),
+        }
+    }
+
+    /// The ledger's end record of an attempt of `job` that ran, with its history entry
+    /// `run` and the message that follows it, `follow_up`: stored, so that the reaper
+    /// publishes it when it is still unclaimed `hold` after its delay.
+    pub fn record(
+        &self,
+        job: &Job,
+        follow_up: Option<&Outgoing>,
+        hold: Duration,
+        run: Run,
+    ) -> ledger::End {
+        ledger::End {
+            state: self.state(),
+            error: self.error(),
+            retention: job.retention,
+            next: follow_up.map(|out| ledger::FollowUp {
+                attempt: out.occurrence.attempt,
+                body: out.occurrence.encode(),
+                within: out.delay + hold,
+            }),
+            run: Some(run),
+        }
+    }
 }
 
 /// The retry delay after failed attempt `attempt` (1-based): `backoff * 2^(attempt-1)`,
@@ -254,31 +256,31 @@ pub fn backoff(backoff: Duration, backoff_max: Duration, attempt: u32) -> Durati
     backoff.saturating_mul(factor).min(backoff_max)
 }
 
-/// Classifies how attempt `attempt` of a `job` occurrence ended.
-pub fn classify(job: &Job, attempt: u32, ending: Ending) -> AttemptEnd {
-    let error = match ending {
-        Ending::Returned(Ok(())) => return AttemptEnd::Succeeded,
-        Ending::Returned(Err(e)) => e,
-        Ending::Panicked(msg) => format!("handler panicked: {msg}"),
-        Ending::Stopped(Stop::Timeout(limit), own) => {
+/// Judges how attempt `attempt` of a `job` occurrence exited.
+pub fn classify(job: &Job, attempt: u32, exit: Exit) -> Verdict {
+    let error = match exit {
+        Exit::Returned(Ok(())) => return Verdict::Succeeded,
+        Exit::Returned(Err(e)) => e,
+        Exit::Panicked(msg) => format!("handler panicked: {msg}"),
+        Exit::Stopped(Stop::Timeout(limit), own) => {
             let base = format!("timed out after {}", humantime::format_duration(limit));
             match own {
                 Some(e) if !e.is_empty() => format!("{base}: {e}"),
                 _ => base,
             }
         }
-        Ending::Stopped(Stop::Replaced { by }, _) => {
-            return AttemptEnd::Cancelled {
+        Exit::Stopped(Stop::Replaced { by }, _) => {
+            return Verdict::Cancelled {
                 why: replaced_by(&by),
             };
         }
-        Ending::Stopped(Stop::Lost, _) => return AttemptEnd::Lost { after: None },
-        Ending::Stopped(Stop::Shutdown, _) => return AttemptEnd::Interrupted,
+        Exit::Stopped(Stop::Lost, _) => return Verdict::Lost { after: None },
+        Exit::Stopped(Stop::Shutdown, _) => return Verdict::Interrupted,
     };
     if attempt >= job.max_attempts {
-        AttemptEnd::Failed { error }
+        Verdict::Failed { error }
     } else {
-        AttemptEnd::Retry {
+        Verdict::Retry {
             after: backoff(job.backoff, job.backoff_max, attempt),
             error,
         }
@@ -297,24 +299,11 @@ pub fn replaced_by(by: &str) -> String {
     }
 }
 
-/// The overlap policy that applies to one occurrence.
-///
-/// The configured policy governs scheduled ticks. Occurrences an operator asked for
-/// explicitly (`cronq trigger`, `backfill`, `dlq replay`) are never dropped by `skip`:
-/// they wait their turn (`queue`); and backfilled or replayed ones, which are for past
-/// times, never cancel a running occurrence (`replace` also becomes `queue`). Otherwise a
-/// backfill of a `skip` job would record all but one of its occurrences as skipped.
-pub fn effective_overlap(configured: Overlap, trigger: Trigger) -> Overlap {
-    match (configured, trigger) {
-        (Overlap::Skip, Trigger::Manual | Trigger::Backfill | Trigger::Replay) => Overlap::Queue,
-        (Overlap::Replace, Trigger::Backfill | Trigger::Replay) => Overlap::Queue,
-        (policy, _) => policy,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cronq_shared::config::Config;
+    use cronq_shared::names::JobName;
     use std::path::Path;
 
     fn config() -> Config {
@@ -351,24 +340,24 @@ schedule = "@every 1s"
     fn failures_retry_then_fail() {
         let cfg = config();
         let job = cfg.job("a").unwrap();
-        let err = || Ending::Returned(Err("boom".into()));
+        let err = || Exit::Returned(Err("boom".into()));
         assert_eq!(
             classify(job, 1, err()),
-            AttemptEnd::Retry {
+            Verdict::Retry {
                 after: Duration::from_millis(200),
                 error: "boom".into()
             }
         );
         assert_eq!(
-            classify(job, 2, Ending::Panicked("oops".into())),
-            AttemptEnd::Retry {
+            classify(job, 2, Exit::Panicked("oops".into())),
+            Verdict::Retry {
                 after: Duration::from_millis(400),
                 error: "handler panicked: oops".into()
             }
         );
         assert_eq!(
             classify(job, 3, err()),
-            AttemptEnd::Failed {
+            Verdict::Failed {
                 error: "boom".into()
             }
         );
@@ -376,38 +365,35 @@ schedule = "@every 1s"
             classify(
                 job,
                 3,
-                Ending::Stopped(Stop::Timeout(Duration::from_secs(1)), None)
+                Exit::Stopped(Stop::Timeout(Duration::from_secs(1)), None)
             ),
-            AttemptEnd::Failed {
+            Verdict::Failed {
                 error: "timed out after 1s".into()
             }
         );
-        assert_eq!(
-            classify(job, 1, Ending::Returned(Ok(()))),
-            AttemptEnd::Succeeded
-        );
+        assert_eq!(classify(job, 1, Exit::Returned(Ok(()))), Verdict::Succeeded);
         assert_eq!(
             classify(
                 job,
                 1,
-                Ending::Stopped(
+                Exit::Stopped(
                     Stop::Replaced {
                         by: "a@2026-11-29T19:30:01Z".into()
                     },
                     None
                 )
             ),
-            AttemptEnd::Cancelled {
+            Verdict::Cancelled {
                 why: "replaced by a@2026-11-29T19:30:01Z".into()
             }
         );
         assert_eq!(
-            classify(job, 1, Ending::Stopped(Stop::Shutdown, None)),
-            AttemptEnd::Interrupted
+            classify(job, 1, Exit::Stopped(Stop::Shutdown, None)),
+            Verdict::Interrupted
         );
         assert_eq!(
-            classify(job, 1, Ending::Stopped(Stop::Lost, None)),
-            AttemptEnd::Lost { after: None }
+            classify(job, 1, Exit::Stopped(Stop::Lost, None)),
+            Verdict::Lost { after: None }
         );
     }
 
@@ -432,7 +418,7 @@ schedule = "@every 1s"
     }
 
     #[test]
-    fn an_end_maps_to_its_state_outcome_error_and_follow_up() {
+    fn a_verdict_maps_to_its_state_outcome_error_and_follow_up() {
         let cfg = config();
         let job = cfg.job("a").unwrap();
         let occ = sample("a");
@@ -440,13 +426,13 @@ schedule = "@every 1s"
         let boom = || "boom".to_owned();
         let ends = [
             (
-                AttemptEnd::Succeeded,
+                Verdict::Succeeded,
                 Some(State::Succeeded),
                 Outcome::Succeeded,
                 None,
             ),
             (
-                AttemptEnd::Retry {
+                Verdict::Retry {
                     after: Duration::from_secs(1),
                     error: boom(),
                 },
@@ -455,13 +441,13 @@ schedule = "@every 1s"
                 Some("boom"),
             ),
             (
-                AttemptEnd::Failed { error: boom() },
+                Verdict::Failed { error: boom() },
                 Some(State::Failed),
                 Outcome::Failed,
                 Some("boom"),
             ),
             (
-                AttemptEnd::Cancelled {
+                Verdict::Cancelled {
                     why: "replaced by k".into(),
                 },
                 Some(State::Cancelled),
@@ -469,19 +455,19 @@ schedule = "@every 1s"
                 Some("replaced by k"),
             ),
             (
-                AttemptEnd::Interrupted,
+                Verdict::Interrupted,
                 Some(State::Pending),
                 Outcome::Interrupted,
                 Some("consumer shut down"),
             ),
             (
-                AttemptEnd::Lost { after: None },
+                Verdict::Lost { after: None },
                 None,
                 Outcome::Lost,
                 Some("lost the claim: the lease lapsed and another consumer took over"),
             ),
             (
-                AttemptEnd::Skipped {
+                Verdict::Skipped {
                     why: "k was still running".into(),
                 },
                 Some(State::Skipped),
@@ -489,7 +475,7 @@ schedule = "@every 1s"
                 Some("k was still running"),
             ),
             (
-                AttemptEnd::Missed { why: "late".into() },
+                Verdict::Missed { why: "late".into() },
                 Some(State::Missed),
                 Outcome::Missed,
                 Some("late"),
@@ -512,7 +498,7 @@ schedule = "@every 1s"
             );
         }
 
-        let retry = AttemptEnd::Retry {
+        let retry = Verdict::Retry {
             after: Duration::from_secs(1),
             error: boom(),
         };
@@ -523,83 +509,60 @@ schedule = "@every 1s"
         assert_eq!(next.occurrence.key, occ.key);
         assert_eq!(next.occurrence.last_error.as_deref(), Some("boom"));
         assert_eq!(next.occurrence.published_at, now);
-        let again = AttemptEnd::Interrupted.follow_up(&occ, job, now).unwrap();
+        let again = Verdict::Interrupted.follow_up(&occ, job, now).unwrap();
         assert_eq!(
             (again.delay, again.occurrence),
             (Duration::ZERO, occ.clone())
         );
-        assert!(AttemptEnd::Succeeded.follow_up(&occ, job, now).is_none());
+        assert!(Verdict::Succeeded.follow_up(&occ, job, now).is_none());
         assert!(
-            AttemptEnd::Failed { error: boom() }
+            Verdict::Failed { error: boom() }
                 .follow_up(&occ, job, now)
                 .is_none()
         );
     }
 
     #[test]
-    fn admit_rejects_with_reasons() {
+    fn the_records_carry_what_the_verdict_maps_to() {
         let cfg = config();
-        let reason = admit(b"{", None, &cfg, |_| true).unwrap_err().reason();
-        assert!(
-            reason.starts_with("malformed: message is not a cronq occurrence: "),
-            "{reason}"
-        );
-        let occ = |job: &str| sample(job).encode();
+        let job = cfg.job("a").unwrap();
+        let occ = sample("a");
+        let now = "2026-11-29T19:31:00Z".parse().unwrap();
+        let skipped = Verdict::Skipped {
+            why: "k was still running".into(),
+        };
+        let settle = skipped.settlement(&occ, job, "c1", now);
         assert_eq!(
-            admit(&occ("zzz"), None, &cfg, |_| true)
-                .unwrap_err()
-                .reason(),
-            "unknown job zzz: it is not in this consumer's config"
+            (settle.state, settle.error.as_deref(), settle.attempt),
+            (State::Skipped, Some("k was still running"), 1)
         );
+        let run = settle.run.unwrap();
         assert_eq!(
-            admit(&occ("b"), None, &cfg, |j| j.handler.is_some())
-                .unwrap_err()
-                .reason(),
-            "no handler registered for job b"
+            (
+                run.outcome,
+                run.consumer.as_str(),
+                run.started_at,
+                run.duration
+            ),
+            (Outcome::Skipped, "c1", now, Duration::ZERO)
         );
-        assert!(admit(&occ("a"), None, &cfg, |j| j.handler.is_some()).is_ok());
-    }
-
-    #[test]
-    fn with_a_keyring_only_what_opens_with_it_is_admitted() {
-        use cronq_shared::signing::KeySource;
-        let cfg = config();
-        let ring = |t: &str| Keyring::parse(t, KeySource::Variable).unwrap();
-        let ours = ring("k1:0123456789abcdef0123");
-        let body = sample("a").encode();
-        let any = |_: &Job| true;
-        assert!(admit(&ours.seal(&body), Some(&ours), &cfg, any).is_ok());
-        // Without a keyring, a sealed message runs too (signing turned on producers first).
-        assert!(admit(&ours.seal(&body), None, &cfg, any).is_ok());
-        let reason = |b: &[u8]| admit(b, Some(&ours), &cfg, any).unwrap_err().reason();
-        assert_eq!(reason(&body), "unauthenticated: the message is not signed");
-        let theirs = ring("k1:not-our-secret-at-all");
-        assert!(
-            reason(&theirs.seal(&body))
-                .starts_with("unauthenticated: the signature of key \"k1\" does not match")
+        let retry = Verdict::Retry {
+            after: Duration::from_secs(1),
+            error: "boom".into(),
+        };
+        let next = retry.follow_up(&occ, job, now);
+        let run = retry.run(&occ, "c1", now, Duration::from_secs(3));
+        let end = retry.record(job, next.as_ref(), Duration::from_secs(60), run);
+        assert_eq!(end.state, Some(State::Retrying));
+        assert_eq!(end.error.as_deref(), Some("boom"));
+        let follow = end.next.unwrap();
+        assert_eq!(follow.attempt, 2);
+        assert_eq!(follow.within, Duration::from_secs(61));
+        assert_eq!(follow.body, next.unwrap().occurrence.encode());
+        let run = end.run.unwrap();
+        assert_eq!(
+            (run.outcome, run.duration),
+            (Outcome::Retrying, Duration::from_secs(3))
         );
-        let other = ring("k7:0123456789abcdef0123");
-        assert!(reason(&other.seal(&body)).starts_with("unauthenticated: signed with key \"k7\""));
-        // Unauthenticated before anything else: a forged body is not even parsed.
-        assert!(reason(b"{").starts_with("unauthenticated: "));
-    }
-
-    #[test]
-    fn operator_requested_occurrences_wait_instead_of_being_skipped() {
-        use cronq_shared::config::Overlap::{Allow, Queue, Replace, Skip};
-        use cronq_shared::message::Trigger::{Backfill, Catchup, Manual, Replay, Schedule};
-        for trigger in [Schedule, Catchup] {
-            for policy in [Allow, Skip, Queue, Replace] {
-                assert_eq!(super::effective_overlap(policy, trigger), policy);
-            }
-        }
-        for trigger in [Manual, Backfill, Replay] {
-            assert_eq!(super::effective_overlap(Skip, trigger), Queue);
-            assert_eq!(super::effective_overlap(Allow, trigger), Allow);
-            assert_eq!(super::effective_overlap(Queue, trigger), Queue);
-        }
-        assert_eq!(super::effective_overlap(Replace, Manual), Replace);
-        assert_eq!(super::effective_overlap(Replace, Backfill), Queue);
-        assert_eq!(super::effective_overlap(Replace, Replay), Queue);
     }
 }
