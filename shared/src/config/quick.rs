@@ -21,7 +21,8 @@ use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use serde::Deserialize;
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
 use toml::Table;
 
 use super::raw::{self, RawConfig, RawDefaults, RawHttp, RawJob, RawJobOwn, RawJobs, Section};
@@ -109,17 +110,20 @@ struct QuickJob {
     exclude: Option<Vec<toml::Value>>,
     calendars: Option<Vec<String>>,
     pool: Option<String>,
+    #[serde(default, deserialize_with = "table")]
     payload: Option<Table>,
     handler: Option<String>,
     command: Option<Vec<String>>,
     user: Option<String>,
     group: Option<String>,
+    #[serde(default, deserialize_with = "strings")]
     env: Option<BTreeMap<String, String>>,
     clear_env: Option<bool>,
     cwd: Option<String>,
     start_at: Option<toml::Value>,
     end_at: Option<toml::Value>,
     after: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "http")]
     http: Option<RawHttp>,
     timezone: Option<String>,
     timeout: Option<String>,
@@ -133,8 +137,46 @@ struct QuickJob {
     jitter: Option<String>,
     queue: Option<String>,
     retention: Option<String>,
+    #[serde(default, deserialize_with = "table")]
     sla: Option<Table>,
     max_concurrent: Option<i64>,
+}
+
+// A field the careful way reads as a table is read here as a `toml::Value` first: `toml`
+// hands a TOML date-time to a map as a one-key map of its own, which the careful way
+// refuses ("got the date-time …"), so this must too.
+
+/// A table as written, its date-times still to be read as their text ([`as_string`]).
+fn table<'de, D: Deserializer<'de>>(value: D) -> Result<Option<Table>, D::Error> {
+    match toml::Value::deserialize(value)? {
+        toml::Value::Table(table) => Ok(Some(table)),
+        _ => Err(D::Error::custom("not a table")),
+    }
+}
+
+/// A table of strings as written.
+fn strings<'de, D: Deserializer<'de>>(
+    value: D,
+) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+    table(value)?
+        .into_iter()
+        .flatten()
+        .map(|(key, value)| match value {
+            toml::Value::String(s) => Ok((key, s)),
+            _ => Err(D::Error::custom("not a string")),
+        })
+        .collect::<Result<_, _>>()
+        .map(Some)
+}
+
+/// `http = { … }`, as the careful way reads the table when its every field is known and
+/// of its type (date-times as their text).
+fn http<'de, D: Deserializer<'de>>(value: D) -> Result<Option<RawHttp>, D::Error> {
+    let table = table(value)?.unwrap_or_default();
+    toml::Value::Table(table)
+        .try_into()
+        .map(Some)
+        .map_err(D::Error::custom)
 }
 
 /// How many pieces [`read_ahead`] takes at a time: enough that starting its threads costs
@@ -198,8 +240,10 @@ pub(super) fn read(piece: &str, ordinal: usize) -> Option<RawJob> {
     let (Some(mut job), true) = (jobs.pop(), jobs.is_empty()) else {
         return None;
     };
-    if let Some(payload) = &mut job.payload {
-        datetimes_as_strings(payload);
+    // The careful way reads every TOML date-time in a table as its text: so does this, in
+    // every table a job holds as written.
+    for table in [&mut job.payload, &mut job.sla].into_iter().flatten() {
+        datetimes_as_strings(table);
     }
     let scope = match job.name.as_deref() {
         Some(name) if JobName::new(name).is_ok() => format!("job {name:?}"),
@@ -264,7 +308,7 @@ pub(super) fn read(piece: &str, ordinal: usize) -> Option<RawJob> {
     })
 }
 
-/// Date-times in a payload as the strings the careful way reads them as (reading a
+/// Date-times in a table as the strings the careful way reads them as (reading a
 /// [`toml::Value`] back gives its date-times as strings).
 fn datetimes_as_strings(table: &mut Table) {
     for (_, value) in table.iter_mut() {
@@ -355,6 +399,19 @@ retention = "1d"
                 assert_eq!(Some(read), careful(text).first().cloned(), "{text}");
             }
         }
+        // Date-times in the tables a job holds as written: read as their text, as the
+        // careful way reads them.
+        for text in [
+            "[[job]]\nname = \"a\"\nsla = { start_within = 1979-05-27T07:32:00Z }\n",
+            "[[job]]\nname = \"a\"\nhttp = { url = 1979-05-27T07:32:00Z, headers = { X = 1979-05-27 } }\n",
+            "[[job]]\nname = \"a\"\n[job.http]\nurl = [07:32:00]\n[job.http.headers]\nX = { env = 1979-05-27 }\n",
+        ] {
+            assert_eq!(
+                quick(text).as_deref(),
+                careful(text).first().map(String::as_str),
+                "{text}"
+            );
+        }
     }
 
     #[test]
@@ -366,6 +423,12 @@ retention = "1d"
             "[[job]]\nname = \"a\"\n[[job]]\nname = \"b\"\n",
             "[[job]]\nname = \"a\"\n[defaults]\ntimeout = \"1m\"\n",
             "[[job]]\nname = \"a\"\nname = \"b\"\n",
+            // A date-time where a table must be, which `toml` would hand to a map as one.
+            "[[job]]\nname = \"a\"\npayload = 1979-05-27T07:32:00Z\n",
+            "[[job]]\nname = \"a\"\nsla = 1979-05-27T07:32:00Z\n",
+            "[[job]]\nname = \"a\"\nenv = 1979-05-27T07:32:00Z\n",
+            "[[job]]\nname = \"a\"\nhttp = 1979-05-27T07:32:00Z\n",
+            "[[job]]\nname = \"a\"\nhttp = { url = \"http://h/\", headers = 1979-05-27 }\n",
         ] {
             assert!(quick(text).is_none(), "{text}");
         }
