@@ -1,12 +1,17 @@
 //! Configuration: the TOML file described in `docs/config.md`, resolved into one validated
 //! job table.
 //!
-//! Loading has two stages. `raw` parses the text into a TOML table and deserializes each
-//! section and each job on its own, field by field, so one wrong type or unknown field
-//! never hides the others; a large file is read one `[[job]]` at a time (`pieces`), so a
-//! million jobs never sit in memory as one TOML tree. `validate` applies the built-in defaults, then `[defaults]`,
-//! then each job's overrides, checks every rule, and collects every problem (and every
-//! warning) before it returns. Loading never reads or changes the process environment.
+//! Loading has one entry (`load`: [`Config::load`], [`Config::from_toml`],
+//! [`Config::from_toml_at`]) and two stages. Stage one reads what the file says into raw
+//! sections, by one of two paths that read the same: the fast path (`quick`) reads a file
+//! laid out the usual way a `[[job]]` piece at a time (`pieces` cuts it), on every core,
+//! so a million jobs never sit in memory as one TOML tree; the careful path (`raw`) parses
+//! the whole text into a TOML table and deserializes each section and each job on its own,
+//! field by field, so one wrong type or unknown field never hides the others. `load`'s
+//! module doc says which is taken when, and why. Stage two (`validate`) applies the
+//! built-in defaults, then `[defaults]`, then each job's overrides, checks every rule, and
+//! collects every problem (and every warning) before it returns. Loading never reads or
+//! changes the process environment.
 //!
 //! Invariant: a [`Config`] value is always valid; nothing downstream re-checks it. A
 //! [`ConfigError`] lists every problem, one line each: `FILE: SCOPE: FIELD: message`.

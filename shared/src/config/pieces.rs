@@ -11,6 +11,9 @@
 //! `[[job.…]]` follows the first job. A piece that does not parse alone (checked as it is
 //! read, so each is parsed once) sends the caller back to the whole-text parse, with its
 //! exact error messages.
+//!
+//! This module only cuts, and reads nothing but a piece's own table: reading the pieces is
+//! the fast path's (`super::quick`), choosing a path the loader's (`super::load`).
 
 use toml::{Table, Value};
 use toml_parser::Source;
@@ -137,8 +140,8 @@ mod tests {
 
     use chrono::{DateTime, Utc};
 
+    use super::super::load::{careful, fast};
     use super::*;
-    use crate::config::raw::RawConfig;
 
     fn cut_at(text: &str) -> Option<Vec<&str>> {
         cut(text).map(|p| p.jobs)
@@ -196,9 +199,8 @@ schedule = "0 0 1 1 *"
         assert_eq!(pieces.head.keys().collect::<Vec<_>>(), ["calendars"]);
         assert_eq!(pieces.jobs.len(), 2);
         let path = Path::new("c.toml");
-        let cut_read = super::super::validate::resolve(RawConfig::parse(text), path, now).unwrap();
-        let whole =
-            super::super::validate::resolve(RawConfig::parse_whole(text), path, now).unwrap();
+        let cut_read = fast(text, path, now).unwrap().unwrap();
+        let whole = careful(text, path, now).unwrap();
         assert_eq!(format!("{cut_read:?}"), format!("{whole:?}"));
         assert_eq!(
             cut_read.jobs[1].schedule.as_str(),
@@ -232,11 +234,8 @@ schedule = "0 0 1 1 *"
         let path = Path::new("c.toml");
         for text in [USUAL, bad] {
             assert!(cut(text).is_some());
-            let raw = RawConfig::parse(text);
-            let broken = raw.broken();
-            let pieces = super::super::validate::resolve(raw, path, now);
-            assert!(!broken.get());
-            let whole = super::super::validate::resolve(RawConfig::parse_whole(text), path, now);
+            let pieces = fast(text, path, now).expect("read in pieces");
+            let whole = careful(text, path, now);
             assert_eq!(format!("{pieces:?}"), format!("{whole:?}"));
         }
         for text in [
@@ -245,12 +244,9 @@ schedule = "0 0 1 1 *"
             "[[job]]\nname = \"a\"\nmax_attempts = 99999999999999999999\n",
         ] {
             assert!(cut(text).is_some(), "{text:?}");
-            let raw = RawConfig::parse(text);
-            let broken = raw.broken();
-            let _ = super::super::validate::resolve(raw, path, now);
-            assert!(broken.get(), "{text:?}");
+            assert!(fast(text, path, now).is_none(), "{text:?}");
             let loaded = crate::config::Config::from_toml_at(text, path, now);
-            let whole = super::super::validate::resolve(RawConfig::parse_whole(text), path, now);
+            let whole = careful(text, path, now);
             assert_eq!(format!("{loaded:?}"), format!("{whole:?}"));
             assert!(
                 format!("{loaded:?}").contains("not valid TOML"),
@@ -260,7 +256,7 @@ schedule = "0 0 1 1 *"
     }
 
     /// A file large enough to be read ahead in several batches, each over several threads
-    /// (`quick::read_ahead`): the same config as parsed whole, every job at its ordinal,
+    /// (`super::quick`): the same config as parsed whole, every job at its ordinal,
     /// problems of jobs deep in it (a batch's first and last job, one a thread's share
     /// starts with) named at their own position, and a piece that does not parse alone in
     /// a later batch still caught.
@@ -286,11 +282,8 @@ schedule = "0 0 1 1 *"
         };
         let text: String = (1..=10_000).map(job).collect();
         assert!(cut(&text).is_some());
-        let raw = RawConfig::parse(&text);
-        let broken = raw.broken();
-        let pieces = super::super::validate::resolve(raw, path, now);
-        assert!(!broken.get());
-        let whole = super::super::validate::resolve(RawConfig::parse_whole(&text), path, now);
+        let pieces = fast(&text, path, now).expect("read in pieces");
+        let whole = careful(&text, path, now);
         let shown = format!("{pieces:?}");
         assert_eq!(shown, format!("{whole:?}"));
         for (i, field) in [
@@ -330,10 +323,7 @@ schedule = "0 0 1 1 *"
             "name = \"j9500\"\nname = \"again\"\n",
             1,
         );
-        let raw = RawConfig::parse(&late);
-        let broken = raw.broken();
-        let _ = super::super::validate::resolve(raw, path, now);
-        assert!(broken.get());
+        assert!(fast(&late, path, now).is_none());
         let loaded = crate::config::Config::from_toml_at(&late, path, now);
         assert!(
             format!("{loaded:?}").contains("not valid TOML"),

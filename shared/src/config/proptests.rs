@@ -1,10 +1,15 @@
-//! Property tests: no input makes the loader panic, whatever the text or the field values.
+//! Property tests: no input makes the loader panic, whatever the text or the field values;
+//! and the loader's fast path reads every file it takes as the careful path does.
 
 use std::path::Path;
 
+use chrono::{DateTime, Utc};
 use proptest::prelude::*;
 
 use super::Config;
+use super::load::{careful, fast};
+use super::quick;
+use super::raw::RawConfig;
 
 const FIELDS: &[&str] = &[
     "name",
@@ -104,8 +109,242 @@ fn section() -> impl Strategy<Value = String> {
     })
 }
 
+/// The fields a `[[job]]` may have (a job's own and those of `[defaults]`), and one it may
+/// not.
+const JOB_KEYS: &[&str] = &[
+    "name",
+    "schedule",
+    "schedules",
+    "at",
+    "exclude",
+    "calendars",
+    "pool",
+    "payload",
+    "handler",
+    "command",
+    "http",
+    "user",
+    "group",
+    "env",
+    "clear_env",
+    "cwd",
+    "start_at",
+    "end_at",
+    "after",
+    "timezone",
+    "timeout",
+    "overlap",
+    "catchup",
+    "catchup_window",
+    "deadline",
+    "max_attempts",
+    "backoff",
+    "backoff_max",
+    "jitter",
+    "queue",
+    "retention",
+    "max_concurrent",
+    "sla",
+    "colour",
+];
+
+/// Values as TOML text that `field` accepts or nearly does: its type, its usual mistakes,
+/// and the date-times the two paths must read alike.
+fn usual(field: &str) -> &'static [&'static str] {
+    match field {
+        "name" => &["\"a\"", "\"b\"", "\"c\"", "\"x y\"", "'d'"],
+        "schedule" => &[
+            "\"@every 1m\"",
+            "\"30 2 * * *\"",
+            "\"0 61 * * *\"",
+            "\"@daily\"",
+            "\"0 0 30 2 *\"",
+        ],
+        "schedules" => &["[\"@daily\", \"0 12 * * *\"]", "[]", "[\"@hourly\", 1]"],
+        "at" | "start_at" | "end_at" => &[
+            "2026-12-24T10:00:00+01:00",
+            "2026-12-24T10:00:00",
+            "2026-12-24",
+            "\"2026-12-31T18:00:00\"",
+            "2025-01-01T00:00:00Z",
+        ],
+        "exclude" => &[
+            "[2026-12-25, \"0 12 * * *\"]",
+            "[\"2026-12-26\"]",
+            "[2026-12-24T10:00:00]",
+        ],
+        "calendars" => &["[\"h\"]", "[\"nope\"]"],
+        "pool" => &["\"p\"", "\"nope\""],
+        "payload" => &[
+            "{ region = \"cn\", n = [1, 2] }",
+            "{ at = 1979-05-27T07:32:00Z, deep = [{ d = 1979-05-27 }] }",
+            "{}",
+        ],
+        "handler" => &["\"h\"", "\"registered\""],
+        "command" => &["[\"true\"]", "[\"/bin/report\", \"--daily\"]", "[]"],
+        "http" => &[
+            "{ url = \"http://127.0.0.1:8080/\" }",
+            "{ url = 1979-05-27T07:32:00Z, headers = { X = 07:32:00 } }",
+            "{ url = { env = \"URL\" }, method = \"GET\", headers = { X-Token = \"t\" } }",
+            "{ url = \"http://h/\", methd = \"GET\" }",
+        ],
+        "user" | "group" => &["\"report\"", "\"1001\""],
+        "env" => &["{ LANG = \"C.UTF-8\" }", "{ A = 1 }"],
+        "clear_env" => &["true", "false"],
+        "cwd" => &["\"/srv\"", "\"relative\""],
+        "after" => &["[\"a\"]", "[\"b\", \"c\"]", "[\"nope\"]"],
+        "timezone" => &["\"Europe/Berlin\"", "\"America/New_York\"", "\"Mars/Base\""],
+        "overlap" => &["\"allow\"", "\"queue\"", "\"sometimes\""],
+        "catchup" => &["\"none\"", "\"all\"", "\"some\""],
+        "deadline" => &["\"none\"", "\"5m\""],
+        "max_attempts" | "max_concurrent" => &["3", "0", "1.5", "\"3\""],
+        "queue" => &["\"default\"", "\"reports\"", "\"no spaces\""],
+        "sla" => &[
+            "{ start_within = \"30s\" }",
+            "{ max_duration = \"10m\", success_within = \"25h\" }",
+            "{ start_within = 1979-05-27T07:32:00Z }",
+        ],
+        "timeout" | "catchup_window" | "backoff" | "backoff_max" | "jitter" | "retention" => {
+            &["\"5m\"", "\"0s\"", "\"1d\"", "\"forever\""]
+        }
+        _ => &["1"],
+    }
+}
+
+/// A `key = value` line of a job: mostly a usual value of its field, sometimes any value.
+fn job_line() -> impl Strategy<Value = (&'static str, String)> {
+    (
+        prop::sample::select(JOB_KEYS.to_vec()),
+        any::<prop::sample::Index>(),
+        prop::option::weighted(0.15, value()),
+    )
+        .prop_map(|(key, pick, any)| {
+            let value = any.unwrap_or_else(|| {
+                let usual = usual(key);
+                usual[pick.index(usual.len())].to_owned()
+            });
+            (key, value)
+        })
+}
+
+/// One `[[job]]` piece: its lines (a key twice now and then, which no piece parses alone),
+/// and sometimes a `[job.http]` or `[job.payload]` sub-table.
+fn job_piece() -> impl Strategy<Value = String> {
+    let sub = prop::sample::select(vec![
+        "",
+        "",
+        "[job.http]\nurl = \"http://127.0.0.1:8080/\"\nmethod = \"POST\"\n",
+        "[job.http]\nurl = 3\n",
+        "[job.payload]\nat = 2026-01-01T00:00:00Z\nlist = [\n  1,\n]\n",
+    ]);
+    (
+        prop::collection::vec(job_line(), 0..8),
+        prop::bool::weighted(0.05),
+        sub,
+    )
+        .prop_map(|(lines, twice, sub)| {
+            let mut out = "[[job]]\n".to_owned();
+            let mut seen = std::collections::HashSet::new();
+            for (key, value) in lines {
+                if seen.insert(key) || twice {
+                    out.push_str(&format!("{key} = {value}\n"));
+                }
+            }
+            out.push_str(sub);
+            out
+        })
+}
+
+/// The fields a valid job may set to the first of their [`usual`] values, in any
+/// combination.
+const TIDY_KEYS: &[&str] = &[
+    "payload",
+    "command",
+    "env",
+    "clear_env",
+    "cwd",
+    "timezone",
+    "timeout",
+    "overlap",
+    "catchup",
+    "deadline",
+    "max_attempts",
+    "queue",
+    "sla",
+];
+
+/// A valid `[[job]]` piece, named `{NAME}` (each is given its own name in the file).
+fn tidy_job() -> impl Strategy<Value = String> {
+    (
+        prop::sample::select(vec!["@every 1m", "30 2 * * *", "@daily", "0 9 * * MON"]),
+        prop::sample::subsequence(TIDY_KEYS.to_vec(), 0..=TIDY_KEYS.len()),
+    )
+        .prop_map(|(schedule, keys)| {
+            let mut out = format!("[[job]]\nname = \"{{NAME}}\"\nschedule = \"{schedule}\"\n");
+            for key in keys {
+                out.push_str(&format!("{key} = {}\n", usual(key)[0]));
+            }
+            out
+        })
+}
+
+/// A file laid out the usual way, which the fast path takes: head sections, then jobs,
+/// valid ones among them.
+fn usual_file() -> impl Strategy<Value = String> {
+    let head = prop::sample::subsequence(
+        vec![
+            "[defaults]\ntimezone = \"Europe/Berlin\"\ntimeout = \"10m\"\n",
+            "[defaults]\nmax_attempts = \"3\"\ncolour = 1\n",
+            "[leader]\nlease = \"20s\"\n",
+            "[handlers.h]\ncommand = [\"true\"]\n",
+            "[calendars.h]\ndates = [\"2026-12-25\"]\n",
+            "[pools.p]\nsize = 2\n",
+        ],
+        0..=4,
+    );
+    let job = prop_oneof![job_piece(), tidy_job(), tidy_job()];
+    (head, prop::collection::vec(job, 1..6)).prop_map(|(head, jobs)| {
+        let jobs: String = (0..)
+            .zip(jobs)
+            .map(|(i, job)| job.replace("{NAME}", &format!("j{i}")))
+            .collect();
+        format!("{}\n{jobs}", head.concat())
+    })
+}
+
+fn now() -> DateTime<Utc> {
+    "2026-01-15T00:00:00Z".parse().expect("an instant")
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Whatever a file laid out the usual way holds, the fast path (when a piece does not
+    /// send it back to the whole text) gives the careful path's config, or its problems
+    /// and warnings, in the same order; and so the loader does.
+    #[test]
+    fn the_fast_path_reads_as_the_careful_path(text in usual_file()) {
+        let path = Path::new("f.toml");
+        let whole = format!("{:?}", careful(&text, path, now()));
+        if let Some(pieces) = fast(&text, path, now()) {
+            prop_assert_eq!(&format!("{pieces:?}"), &whole, "{}", text);
+        }
+        let loaded = Config::from_toml_at(&text, path, now());
+        prop_assert_eq!(&format!("{loaded:?}"), &whole, "{}", text);
+    }
+
+    /// A piece the fast read takes is read as the careful path reads the same text: the
+    /// same raw job, and no problem.
+    #[test]
+    fn a_quick_read_is_the_careful_read(piece in job_piece()) {
+        if let Some(read) = quick::read(&piece, 1) {
+            let mut careful = RawConfig::parse_whole(&piece).jobs.into_sections();
+            let first = careful.next().expect("one job");
+            prop_assert!(careful.next().is_none());
+            prop_assert!(first.problems.is_empty(), "{:?}", first.problems);
+            prop_assert_eq!(format!("{read:?}"), format!("{:?}", first.value), "{}", piece);
+        }
+    }
 
     #[test]
     fn arbitrary_text_never_panics(text in "\\PC{0,200}") {

@@ -1,24 +1,95 @@
-//! Reading a job's piece of text straight into its raw sections, for the common case.
+//! The fast path of stage one: a file laid out the usual way, read a piece at a time,
+//! each well-formed piece straight from its text, on every core.
 //!
-//! Most jobs of a large file are well formed: every field known, each of its type. Such a
-//! piece deserializes from the text in one pass into [`QuickJob`], without building a TOML
-//! table tree first and reading it again field by field (`raw`). Anything else (an unknown
-//! field, a wrong type, a piece holding more than its one job) is `None`, and the caller
-//! reads the piece the careful way, which finds and words every problem.
-//!
-//! The pieces of a large file are read this way on every core ([`read_ahead`]): each
-//! piece is independent of the others, and this read is most of a load's time.
+//! [`parse`] cuts the text into its head and one piece per `[[job]]` (`super::pieces`),
+//! reads the head the careful way (`super::raw`), and hands out the jobs as the caller
+//! reaches them. Most jobs of a large file are well formed: every field known, each of its
+//! type. Such a piece deserializes from the text in one pass into [`QuickJob`], without
+//! building a TOML table tree first and reading it again field by field. The pieces are
+//! read this way in batches spread over the machine's cores ([`read_ahead`]): each piece
+//! is independent of the others, and this read is most of a load's time. A piece that is
+//! not well formed (an unknown field, a wrong type) is read by the careful path's reader
+//! of one job table (`raw::job`), which finds and words every problem; a piece that does
+//! not parse alone to exactly one job stops the jobs and raises the flag [`parse`]
+//! returns: then the caller reads the whole text the careful way.
 //!
 //! Invariant: whatever [`read`] returns is exactly what the careful way would have read
-//! from the same piece (a test compares both on a job that sets every field).
+//! from the same piece, so the fast path gives what the careful path gives (tests here
+//! compare both on a job that sets every field; `super::proptests` on generated files).
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
-use serde::Deserialize;
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
 use toml::Table;
 
-use super::raw::{RawDefaults, RawHttp, RawJob, RawJobOwn};
+use super::raw::{self, RawConfig, RawDefaults, RawHttp, RawJob, RawJobOwn, RawJobs, Section};
 use crate::names::JobName;
+
+/// Set once a piece did not parse alone to exactly one job: the jobs handed out stop
+/// there, and the text must be read the careful way.
+pub(super) type Broken = Rc<Cell<bool>>;
+
+/// The fast path's reading of `text`, jobs read as the caller iterates them, and the flag
+/// raised when a piece sent it back to the whole text (read it after the jobs); `None`
+/// when the file has no job, is laid out otherwise, or its head does not parse.
+pub(super) fn parse(text: &str) -> Option<(RawConfig<'_>, Broken)> {
+    let pieces = super::pieces::cut(text)?;
+    let broken = Broken::default();
+    let jobs = Jobs {
+        pieces: pieces.jobs.into_iter(),
+        ahead: Vec::new().into_iter(),
+        ordinal: 0,
+        broken: broken.clone(),
+    };
+    Some((
+        RawConfig::with_jobs(pieces.head, RawJobs::new(jobs)),
+        broken,
+    ))
+}
+
+/// The `[[job]]` pieces of a cut file, each read when the caller gets to it (a batch at a
+/// time), so a large file never holds every job in two forms at once.
+struct Jobs<'t> {
+    /// The pieces not read yet, in file order.
+    pieces: std::vec::IntoIter<&'t str>,
+    /// The next pieces, each with its quick read when it was well formed.
+    ahead: std::vec::IntoIter<(&'t str, Option<RawJob>)>,
+    /// How many jobs were handed out.
+    ordinal: usize,
+    /// Raised when a piece did not parse to one job: the iteration stops there.
+    broken: Broken,
+}
+
+impl Iterator for Jobs<'_> {
+    type Item = Section<RawJob>;
+
+    fn next(&mut self) -> Option<Section<RawJob>> {
+        if self.ahead.as_slice().is_empty() {
+            // The pieces handed out so far were one job each: the next one is job
+            // #ordinal + 1.
+            self.ahead = read_ahead(&mut self.pieces, self.ordinal + 1);
+        }
+        let (piece, quick) = self.ahead.next()?;
+        if let Some(job) = quick {
+            self.ordinal += 1;
+            return Some(Section {
+                value: job,
+                problems: Vec::new(),
+            });
+        }
+        let Some(item) = super::pieces::job_of(piece) else {
+            self.broken.set(true);
+            self.pieces = Vec::new().into_iter();
+            self.ahead = Vec::new().into_iter();
+            return None;
+        };
+        self.ordinal += 1;
+        Some(raw::job(self.ordinal, item))
+    }
+}
 
 /// A piece as written: one `[[job]]` and nothing else.
 #[derive(Deserialize)]
@@ -39,17 +110,20 @@ struct QuickJob {
     exclude: Option<Vec<toml::Value>>,
     calendars: Option<Vec<String>>,
     pool: Option<String>,
+    #[serde(default, deserialize_with = "table")]
     payload: Option<Table>,
     handler: Option<String>,
     command: Option<Vec<String>>,
     user: Option<String>,
     group: Option<String>,
+    #[serde(default, deserialize_with = "strings")]
     env: Option<BTreeMap<String, String>>,
     clear_env: Option<bool>,
     cwd: Option<String>,
     start_at: Option<toml::Value>,
     end_at: Option<toml::Value>,
     after: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "http")]
     http: Option<RawHttp>,
     timezone: Option<String>,
     timeout: Option<String>,
@@ -63,8 +137,46 @@ struct QuickJob {
     jitter: Option<String>,
     queue: Option<String>,
     retention: Option<String>,
+    #[serde(default, deserialize_with = "table")]
     sla: Option<Table>,
     max_concurrent: Option<i64>,
+}
+
+// A field the careful way reads as a table is read here as a `toml::Value` first: `toml`
+// hands a TOML date-time to a map as a one-key map of its own, which the careful way
+// refuses ("got the date-time …"), so this must too.
+
+/// A table as written, its date-times still to be read as their text ([`as_string`]).
+fn table<'de, D: Deserializer<'de>>(value: D) -> Result<Option<Table>, D::Error> {
+    match toml::Value::deserialize(value)? {
+        toml::Value::Table(table) => Ok(Some(table)),
+        _ => Err(D::Error::custom("not a table")),
+    }
+}
+
+/// A table of strings as written.
+fn strings<'de, D: Deserializer<'de>>(
+    value: D,
+) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+    table(value)?
+        .into_iter()
+        .flatten()
+        .map(|(key, value)| match value {
+            toml::Value::String(s) => Ok((key, s)),
+            _ => Err(D::Error::custom("not a string")),
+        })
+        .collect::<Result<_, _>>()
+        .map(Some)
+}
+
+/// `http = { … }`, as the careful way reads the table when its every field is known and
+/// of its type (date-times as their text).
+fn http<'de, D: Deserializer<'de>>(value: D) -> Result<Option<RawHttp>, D::Error> {
+    let table = table(value)?.unwrap_or_default();
+    toml::Value::Table(table)
+        .try_into()
+        .map(Some)
+        .map_err(D::Error::custom)
 }
 
 /// How many pieces [`read_ahead`] takes at a time: enough that starting its threads costs
@@ -83,7 +195,7 @@ static CORES: std::sync::LazyLock<usize> =
 /// Takes the next batch of `pieces`, the first of which is job #`first`, and reads each
 /// quickly, spread over the machine's cores; every piece comes back in order, with its
 /// job when it was well formed.
-pub(super) fn read_ahead<'t>(
+fn read_ahead<'t>(
     pieces: &mut std::vec::IntoIter<&'t str>,
     first: usize,
 ) -> std::vec::IntoIter<(&'t str, Option<RawJob>)> {
@@ -128,8 +240,10 @@ pub(super) fn read(piece: &str, ordinal: usize) -> Option<RawJob> {
     let (Some(mut job), true) = (jobs.pop(), jobs.is_empty()) else {
         return None;
     };
-    if let Some(payload) = &mut job.payload {
-        datetimes_as_strings(payload);
+    // The careful way reads every TOML date-time in a table as its text: so does this, in
+    // every table a job holds as written.
+    for table in [&mut job.payload, &mut job.sla].into_iter().flatten() {
+        datetimes_as_strings(table);
     }
     let scope = match job.name.as_deref() {
         Some(name) if JobName::new(name).is_ok() => format!("job {name:?}"),
@@ -194,7 +308,7 @@ pub(super) fn read(piece: &str, ordinal: usize) -> Option<RawJob> {
     })
 }
 
-/// Date-times in a payload as the strings the careful way reads them as (reading a
+/// Date-times in a table as the strings the careful way reads them as (reading a
 /// [`toml::Value`] back gives its date-times as strings).
 fn datetimes_as_strings(table: &mut Table) {
     for (_, value) in table.iter_mut() {
@@ -213,7 +327,6 @@ fn as_string(value: &mut toml::Value) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::raw::RawConfig;
     use super::*;
 
     /// The careful reading of a one-job text, as `raw` does it.
@@ -286,6 +399,19 @@ retention = "1d"
                 assert_eq!(Some(read), careful(text).first().cloned(), "{text}");
             }
         }
+        // Date-times in the tables a job holds as written: read as their text, as the
+        // careful way reads them.
+        for text in [
+            "[[job]]\nname = \"a\"\nsla = { start_within = 1979-05-27T07:32:00Z }\n",
+            "[[job]]\nname = \"a\"\nhttp = { url = 1979-05-27T07:32:00Z, headers = { X = 1979-05-27 } }\n",
+            "[[job]]\nname = \"a\"\n[job.http]\nurl = [07:32:00]\n[job.http.headers]\nX = { env = 1979-05-27 }\n",
+        ] {
+            assert_eq!(
+                quick(text).as_deref(),
+                careful(text).first().map(String::as_str),
+                "{text}"
+            );
+        }
     }
 
     #[test]
@@ -297,6 +423,12 @@ retention = "1d"
             "[[job]]\nname = \"a\"\n[[job]]\nname = \"b\"\n",
             "[[job]]\nname = \"a\"\n[defaults]\ntimeout = \"1m\"\n",
             "[[job]]\nname = \"a\"\nname = \"b\"\n",
+            // A date-time where a table must be, which `toml` would hand to a map as one.
+            "[[job]]\nname = \"a\"\npayload = 1979-05-27T07:32:00Z\n",
+            "[[job]]\nname = \"a\"\nsla = 1979-05-27T07:32:00Z\n",
+            "[[job]]\nname = \"a\"\nenv = 1979-05-27T07:32:00Z\n",
+            "[[job]]\nname = \"a\"\nhttp = 1979-05-27T07:32:00Z\n",
+            "[[job]]\nname = \"a\"\nhttp = { url = \"http://h/\", headers = 1979-05-27 }\n",
         ] {
             assert!(quick(text).is_none(), "{text}");
         }

@@ -1,14 +1,17 @@
-//! Stage one of loading: what the file says, as plain serde structs, section by section.
+//! The careful path of stage one: what the file says, as plain serde structs, section by
+//! section.
 //!
-//! The text is parsed into a [`toml::Table`] first (a file laid out the usual way: its
-//! head, then each job's piece as the caller reaches it), then every section and every
-//! job is deserialized on its own, field by field, so one bad value never hides the others: each
+//! The text is parsed into a [`toml::Table`], then every section and every job is
+//! deserialized on its own, field by field, so one bad value never hides the others: each
 //! unknown field (with a "did you mean") and each wrong type is recorded as a [`Problem`]
 //! against its section, the bad field is dropped, and the rest still goes to stage two.
-//! No rule beyond TOML syntax and types is checked here.
-
-use std::cell::Cell;
-use std::rc::Rc;
+//! No rule beyond TOML syntax and types is checked here. (A section or job whose fields
+//! are all known and of their type is deserialized at once instead, which reads the same.)
+//!
+//! This module also owns the raw forms (`RawConfig`, `RawJob`, …) that the fast path
+//! (`super::quick`) reads into and stage two (`super::validate`) resolves; [`job`] reads
+//! one job's table, for the whole text, for a piece the fast path cannot read, and for a
+//! runtime job. It reads no text but what it is given and knows nothing of the fast path.
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -187,64 +190,32 @@ pub(crate) struct RawConfig<'t> {
 }
 
 /// The `[[job]]` tables, each read into a [`RawJob`] only when the caller gets to it, so
-/// a large file never holds every job in two forms at once. When the file was cut into
-/// pieces ([`super::pieces`]), a job is not even parsed before then.
-#[derive(Debug, Default)]
-pub(crate) struct RawJobs<'t> {
-    /// From a file parsed whole: the job tables.
-    items: std::vec::IntoIter<Value>,
-    /// From a file cut into pieces: each job's text.
-    pieces: std::vec::IntoIter<&'t str>,
-    /// The next pieces, each with its quick read ([`super::quick::read_ahead`]) when it
-    /// was well formed.
-    ahead: std::vec::IntoIter<(&'t str, Option<RawJob>)>,
-    /// How many jobs were handed out.
-    ordinal: usize,
-    /// Set when a piece did not parse to one job: the iteration stops there, and the
-    /// whole file must be read again with [`RawConfig::parse_whole`].
-    broken: Rc<Cell<bool>>,
-}
+/// a large file never holds every job in two forms at once. Whoever reads the text says
+/// how each job is read: here ([`RawConfig::parse_whole`]) each table of the whole text
+/// through [`job`]; on the fast path (`super::quick`) each piece of text as it is reached.
+pub(crate) struct RawJobs<'t>(Box<dyn Iterator<Item = Section<RawJob>> + 't>);
 
-impl RawJobs<'_> {
+impl<'t> RawJobs<'t> {
+    /// The jobs `jobs` yields, in file order, each with its problems.
+    pub(crate) fn new(jobs: impl Iterator<Item = Section<RawJob>> + 't) -> Self {
+        Self(Box::new(jobs))
+    }
+
     /// Reads each job in file order; problems are recorded in its section.
-    pub(crate) fn into_sections(self) -> impl Iterator<Item = Section<RawJob>> {
-        self
+    pub(crate) fn into_sections(self) -> impl Iterator<Item = Section<RawJob>> + 't {
+        self.0
     }
 }
 
-impl Iterator for RawJobs<'_> {
-    type Item = Section<RawJob>;
+impl Default for RawJobs<'_> {
+    fn default() -> Self {
+        Self::new(std::iter::empty())
+    }
+}
 
-    fn next(&mut self) -> Option<Section<RawJob>> {
-        let item = match self.items.next() {
-            Some(item) => item,
-            None => {
-                if self.ahead.as_slice().is_empty() {
-                    // The pieces handed out so far were one job each: the next one is
-                    // job #ordinal + 1.
-                    self.ahead = super::quick::read_ahead(&mut self.pieces, self.ordinal + 1);
-                }
-                let (piece, quick) = self.ahead.next()?;
-                if let Some(job) = quick {
-                    self.ordinal += 1;
-                    return Some(Section {
-                        value: job,
-                        problems: Vec::new(),
-                    });
-                }
-                match super::pieces::job_of(piece) {
-                    Some(item) => item,
-                    None => {
-                        self.broken.set(true);
-                        self.pieces = Vec::new().into_iter();
-                        self.ahead = Vec::new().into_iter();
-                        return None;
-                    }
-                }
-            }
-        };
-        self.ordinal += 1;
-        Some(job(self.ordinal, item))
+impl std::fmt::Debug for RawJobs<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawJobs").finish_non_exhaustive()
     }
 }
 
@@ -365,35 +336,24 @@ pub(crate) struct RawHttp {
 }
 
 impl<'t> RawConfig<'t> {
-    /// Reads TOML text section by section; never fails, problems are recorded inside.
-    ///
-    /// A file laid out the usual way (sections, then `[[job]]` tables) is parsed one job at
-    /// a time as the caller reads the jobs; any other is parsed whole. Both give the same
-    /// result, except that a piece that does not parse alone ends the jobs early and sets
-    /// the flag [`RawConfig::broken`] returns: then read the text with
-    /// [`RawConfig::parse_whole`] instead, for its exact messages.
-    pub(crate) fn parse(text: &'t str) -> Self {
-        let Some(pieces) = super::pieces::cut(text) else {
-            return Self::parse_whole(text);
-        };
-        let mut raw = RawConfig::default();
-        raw.read(pieces.head);
-        raw.jobs.pieces = pieces.jobs.into_iter();
-        raw
-    }
-
-    /// Set once the jobs of a file read in pieces met a piece that does not parse alone.
-    pub(crate) fn broken(&self) -> Rc<Cell<bool>> {
-        self.jobs.broken.clone()
-    }
-
-    /// [`RawConfig::parse`] of the text as one document.
+    /// The careful path: reads TOML text as one document, section by section and each
+    /// `[[job]]` through [`job`]; never fails, problems (a syntax error with its line and
+    /// column in the text) are recorded inside.
     pub(crate) fn parse_whole(text: &str) -> Self {
         let mut raw = RawConfig::default();
         match text.parse::<Table>() {
             Ok(table) => raw.read(table),
             Err(err) => raw.problems.push(syntax_problem(text, &err)),
         }
+        raw
+    }
+
+    /// The sections of `head` (a document with no `job` key), read as
+    /// [`RawConfig::parse_whole`] reads them, and `jobs` as its jobs.
+    pub(crate) fn with_jobs(head: Table, jobs: RawJobs<'t>) -> Self {
+        let mut raw = RawConfig::default();
+        raw.read(head);
+        raw.jobs = jobs;
         raw
     }
 
@@ -458,7 +418,11 @@ impl<'t> RawConfig<'t> {
                 "calendars" => raw.calendars = Some(value),
                 "pools" => raw.pools = Some(value),
                 "job" => match value {
-                    Value::Array(items) => raw.jobs.items = items.into_iter(),
+                    Value::Array(items) => {
+                        raw.jobs = RawJobs::new(
+                            (1..).zip(items).map(|(ordinal, item)| job(ordinal, item)),
+                        );
+                    }
                     other => raw.problems.push(Problem::new(
                         "",
                         "job",
@@ -851,7 +815,7 @@ mod tests {
 
     #[test]
     fn every_bad_field_is_reported_and_good_ones_kept() {
-        let raw = RawConfig::parse(
+        let raw = RawConfig::parse_whole(
             r#"
             [[job]]
             name = "a"
@@ -880,7 +844,7 @@ mod tests {
 
     #[test]
     fn syntax_errors_have_line_and_column() {
-        let raw = RawConfig::parse("[defaults]\ntimeout = \n");
+        let raw = RawConfig::parse_whole("[defaults]\ntimeout = \n");
         assert_eq!(raw.problems.len(), 1);
         let line = raw.problems[0].to_string();
         assert!(
