@@ -29,7 +29,7 @@ use cronq_shared::broker::{Broker, Delivery};
 use cronq_shared::config::{Config, Job, Overlap};
 use cronq_shared::jobs::JobStore;
 use cronq_shared::ledger::{
-    Claim, ClaimOutcome, End, Ended, FollowUp, Lease, Ledger, PoolSlot, Settle,
+    Claim, ClaimOutcome, End, Ended, ExecutionLease, FollowUp, Ledger, PoolSlot, Settle,
 };
 use cronq_shared::message::Occurrence;
 use cronq_shared::names::JobName;
@@ -412,7 +412,7 @@ impl Worker {
         runner: Runner,
         occ: Occurrence,
         job: &Job,
-        lease: Lease,
+        lease: ExecutionLease,
         abort: &CancellationToken,
     ) {
         let started_at = Utc::now();
@@ -491,7 +491,7 @@ impl Worker {
         &self,
         occ: &Occurrence,
         job: &Job,
-        lease: &Lease,
+        lease: &ExecutionLease,
         end: AttemptEnd,
         attempt: &Attempted,
     ) -> AttemptEnd {
@@ -559,7 +559,7 @@ impl Worker {
     /// waiter whose turn it is now. Whether the end was recorded: not when fenced or given
     /// up, nor when the store stayed unreachable (logged; the lease then lapses and the
     /// reaper hands the occurrence to another consumer).
-    async fn complete(&self, lease: &Lease, end: &End) -> bool {
+    async fn complete(&self, lease: &ExecutionLease, end: &End) -> bool {
         let ended = retry(
             COMPLETE_RETRY,
             &CancellationToken::new(),

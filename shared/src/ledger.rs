@@ -64,7 +64,7 @@
 //!   broker timer. Ending the running occurrence (or settling one) gives the earliest waiter
 //!   its turn ([`Ended::woken`]). Under `replace` the newest occurrence runs: an older one,
 //!   running or waiting, is cancelled (`replaced by KEY`).
-//! - Every claim granted carries a fencing token ([`Lease::fence`]) issued in the same
+//! - Every claim granted carries a fencing token ([`ExecutionLease::fence`]) issued in the same
 //!   atomic step from a counter of the job's that only grows and outlives every record of
 //!   the job: an attempt's fence is greater than that of every earlier attempt of the same
 //!   job, fleet-wide. A claim granted again under its own token keeps its fence.
@@ -215,9 +215,10 @@ pub fn claim_token() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 
-/// A held claim: what fences every later change.
+/// A held claim, the execution lease of one attempt (not the producer's leader lease,
+/// [`crate::lease::Lease`]): what fences every later change.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lease {
+pub struct ExecutionLease {
     /// The occurrence.
     pub key: OccurrenceKey,
     /// Its job.
@@ -235,7 +236,7 @@ pub enum ClaimOutcome {
     /// Run it. `takeover` when the key had been claimed before by an owner that is gone.
     Claimed {
         /// The claim.
-        lease: Lease,
+        lease: ExecutionLease,
         /// The key was running under a lapsed lease, or was released or reaped.
         takeover: bool,
     },
@@ -489,7 +490,11 @@ pub trait Ledger: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`StoreError`] when the store cannot be reached; the lease keeps running down.
-    async fn heartbeat(&self, lease: &Lease, duration: Duration) -> Result<Heartbeat, StoreError>;
+    async fn heartbeat(
+        &self,
+        lease: &ExecutionLease,
+        duration: Duration,
+    ) -> Result<Heartbeat, StoreError>;
 
     /// Ends the claim: records `end` (and appends `end.run` to the history), releases the
     /// job lock and gives the earliest waiter its turn. Not recorded when the claim was
@@ -500,7 +505,7 @@ pub trait Ledger: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`StoreError`] when the store cannot be reached; the claim is unchanged.
-    async fn complete(&self, lease: &Lease, end: &End) -> Result<Ended, StoreError>;
+    async fn complete(&self, lease: &ExecutionLease, end: &End) -> Result<Ended, StoreError>;
 
     /// Records a terminal state for an occurrence that is not run (and appends `settle.run`
     /// to the history); a waiting one leaves its job's wait list, and when the job lock is

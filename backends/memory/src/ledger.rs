@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::rules::{self, JobLock, Rec, Records};
 use cronq_shared::ledger::{
-    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, GateUse, Heartbeat, Lease, Ledger, Orphan,
-    Record, Settle, State,
+    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, ExecutionLease, GateUse, Heartbeat, Ledger,
+    Orphan, Record, Settle, State,
 };
 use cronq_shared::runlog::Run;
 use cronq_shared::store::StoreError;
@@ -232,11 +232,15 @@ impl Ledger for MemoryLedger {
         self.step(|s| rules::claim(s, claim))
     }
 
-    async fn heartbeat(&self, lease: &Lease, duration: Duration) -> Result<Heartbeat, StoreError> {
+    async fn heartbeat(
+        &self,
+        lease: &ExecutionLease,
+        duration: Duration,
+    ) -> Result<Heartbeat, StoreError> {
         self.step(|s| rules::heartbeat(s, lease, duration))
     }
 
-    async fn complete(&self, lease: &Lease, end: &End) -> Result<Ended, StoreError> {
+    async fn complete(&self, lease: &ExecutionLease, end: &End) -> Result<Ended, StoreError> {
         self.step(|s| rules::complete(s, lease, end))
     }
 

@@ -21,8 +21,8 @@ use std::time::Duration;
 use chrono::Utc;
 
 use super::{
-    CANCELLED_BY, Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, GATE_SHOWN, GateUse,
-    Heartbeat, Lease, Orphan, Record, Republish, Settle, State, WAKE_RECHECK, cancelled_by,
+    CANCELLED_BY, Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, ExecutionLease, GATE_SHOWN,
+    GateUse, Heartbeat, Orphan, Record, Republish, Settle, State, WAKE_RECHECK, cancelled_by,
 };
 use crate::config::Overlap;
 use crate::key::OccurrenceKey;
@@ -542,7 +542,7 @@ pub fn claim<S: Records>(s: &mut S, claim: &Claim) -> Result<ClaimOutcome, S::Er
     }
     s.put(&key, &rec)?;
     Ok(ClaimOutcome::Claimed {
-        lease: Lease {
+        lease: ExecutionLease {
             key: claim.key.clone(),
             job: claim.job.clone(),
             token,
@@ -558,7 +558,7 @@ pub fn claim<S: Records>(s: &mut S, claim: &Claim) -> Result<ClaimOutcome, S::Er
 /// The storage's.
 pub fn heartbeat<S: Records>(
     s: &mut S,
-    lease: &Lease,
+    lease: &ExecutionLease,
     duration: Duration,
 ) -> Result<Heartbeat, S::Error> {
     let key = lease.key.to_string();
@@ -604,7 +604,11 @@ pub fn heartbeat<S: Records>(
 ///
 /// # Errors
 /// The storage's.
-pub fn complete<S: Records>(s: &mut S, lease: &Lease, end: &End) -> Result<Ended, S::Error> {
+pub fn complete<S: Records>(
+    s: &mut S,
+    lease: &ExecutionLease,
+    end: &End,
+) -> Result<Ended, S::Error> {
     let key = lease.key.to_string();
     let current = live(s, &key)?;
     if current

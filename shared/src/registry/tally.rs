@@ -21,8 +21,8 @@ use super::Counter;
 use crate::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing, Pick, Ready};
 use crate::key::OccurrenceKey;
 use crate::ledger::{
-    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, GateUse, Heartbeat, Lease, Ledger, Orphan,
-    Settle, State,
+    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, ExecutionLease, GateUse, Heartbeat, Ledger,
+    Orphan, Settle, State,
 };
 use crate::names::QueueName;
 use crate::store::StoreError;
@@ -146,11 +146,15 @@ impl Ledger for CountingLedger {
         self.inner.claim(claim).await
     }
 
-    async fn heartbeat(&self, lease: &Lease, duration: Duration) -> Result<Heartbeat, StoreError> {
+    async fn heartbeat(
+        &self,
+        lease: &ExecutionLease,
+        duration: Duration,
+    ) -> Result<Heartbeat, StoreError> {
         self.inner.heartbeat(lease, duration).await
     }
 
-    async fn complete(&self, lease: &Lease, end: &End) -> Result<Ended, StoreError> {
+    async fn complete(&self, lease: &ExecutionLease, end: &End) -> Result<Ended, StoreError> {
         let ended = self.inner.complete(lease, end).await?;
         if ended.recorded && matches!(end.state, Some(State::Succeeded | State::Failed)) {
             self.tally.add(Counter::Executed, 1);

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use cronq_shared::config::Overlap;
 use cronq_shared::ledger::{
-    Cancel, Claim, ClaimOutcome, Ended, GateUse, Heartbeat, Lease, Ledger, PoolSlot, Republish,
-    Settle, State, rules,
+    Cancel, Claim, ClaimOutcome, Ended, ExecutionLease, GateUse, Heartbeat, Ledger, PoolSlot,
+    Republish, Settle, State, rules,
 };
 use cronq_shared::names::JobName;
 
@@ -64,7 +64,7 @@ async fn state(ledger: &impl Inspect, job: &str, i: u32) -> State {
     ledger.inspect(&occurrence(job, i).key).await.unwrap().state
 }
 
-async fn succeed(ledger: &impl Ledger, lease: &Lease) -> Option<String> {
+async fn succeed(ledger: &impl Ledger, lease: &ExecutionLease) -> Option<String> {
     woken(
         ledger
             .complete(lease, &end(State::Succeeded))
