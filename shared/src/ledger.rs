@@ -77,8 +77,6 @@
 //!   occurrence ends cancelled, not run again. Every cancel request moves [`Ledger::cancels`] on, so that consumers renew their
 //!   claims at once and stop within about a second, whatever their heartbeat period.
 
-pub mod rules;
-
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -214,6 +212,15 @@ pub struct PoolSlot {
 pub fn claim_token() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
+
+/// What a pool's gate is called: [`POOL_GATE`] then the pool's name (a job name holds no
+/// `:`, so it never names a job's gate).
+pub fn pool_gate(pool: &str) -> String {
+    format!("{POOL_GATE}{pool}")
+}
+
+/// What [`pool_gate`] begins with.
+pub const POOL_GATE: &str = "pool:";
 
 /// A held claim, the execution lease of one attempt (not the producer's leader lease,
 /// [`crate::lease::Lease`]): what fences every later change.
@@ -462,7 +469,7 @@ pub enum Cancelled {
 /// `/metrics`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct GateUse {
-    /// The gate: a job's name, or [`rules::pool_gate`] of a pool.
+    /// The gate: a job's name, or [`pool_gate`] of a pool.
     pub gate: String,
     /// The keys of the occurrences running in its slots, by key.
     pub running: Vec<String>,

@@ -1,5 +1,5 @@
 //! The ledger in process memory, for fast tests and `cronq standalone --data :memory:`:
-//! the shared rules (`cronq_shared::ledger::rules`) on maps behind one mutex (never held
+//! the shared rules (`cronq_ledger_rules`) on maps behind one mutex (never held
 //! across an await), times from a monotonic clock. Runs of ended records go to a
 //! [`MemoryRunLog`], under the same lock.
 
@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
+use cronq_ledger_rules::{self as rules, JobLock, Rec, Records};
 use cronq_shared::key::OccurrenceKey;
-use cronq_shared::ledger::rules::{self, JobLock, Rec, Records};
 use cronq_shared::ledger::{
     Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, ExecutionLease, GateUse, Heartbeat, Ledger,
     Orphan, Record, Settle, State,
@@ -38,7 +38,7 @@ impl Default for MemoryLedger {
 #[derive(Debug, Default)]
 struct Maps {
     records: HashMap<String, Rec>,
-    /// Gate → its slots (see `cronq_shared::ledger::rules`).
+    /// Gate → its slots (see `cronq_ledger_rules`).
     slots: HashMap<String, Vec<JobLock>>,
     /// (due, key) of every record with a reaper time.
     due: BTreeSet<(i64, String)>,

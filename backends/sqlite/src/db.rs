@@ -243,7 +243,7 @@ pub(crate) fn now_ms() -> i64 {
 }
 
 /// A duration in whole milliseconds, as stored (the ledger rules' conversion).
-pub(crate) use cronq_shared::ledger::rules::ms;
+pub(crate) use cronq_ledger_rules::ms;
 
 /// Why a data file could not be opened.
 #[derive(Debug, thiserror::Error)]

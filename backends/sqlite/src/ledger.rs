@@ -1,5 +1,5 @@
 //! The ledger in the data file: each port operation one transaction running the shared
-//! rules (`cronq_shared::ledger::rules`) on `store::Store`, so a record, its job lock, its
+//! rules (`cronq_ledger_rules`) on `store::Store`, so a record, its job lock, its
 //! wait list and its run in the history change together or not at all, whichever process on
 //! the file runs it. Times are the wall clock (see `crate::db::now_ms`).
 
@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use cronq_ledger_rules as rules;
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::{
     Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, ExecutionLease, GateUse, Heartbeat, Ledger,
-    Orphan, Record, Settle, State, rules,
+    Orphan, Record, Settle, State,
 };
 use cronq_shared::store::StoreError;
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use cronq_shared::config::Overlap;
 use cronq_shared::ledger::{
     Cancel, Claim, ClaimOutcome, Ended, ExecutionLease, GateUse, Heartbeat, Ledger, PoolSlot,
-    Republish, Settle, State, rules,
+    Republish, Settle, State, pool_gate,
 };
 use cronq_shared::names::JobName;
 
@@ -186,7 +186,7 @@ async fn pool_suite(ledger: impl Ledger + Inspect) {
     assert_eq!(waiting(ledger.claim(&p("pc", 3)).await.unwrap()).1, None);
     assert_eq!(waiting(ledger.claim(&p("pc", 5)).await.unwrap()).1, None);
     // What `cronq jobs`, the dashboard and /metrics show of it.
-    let used = ledger.gates(&[rules::pool_gate("two")]).await.unwrap();
+    let used = ledger.gates(&[pool_gate("two")]).await.unwrap();
     assert_eq!(
         used,
         [GateUse {
