@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use cronq_shared::endpoints::{CONNECT_TIMEOUT, RedisUrl, Tls, TlsRefusal};
+use cronq_shared::endpoints::{CONNECT_TIMEOUT, Tls};
 use cronq_shared::redacted::Redacted;
 use cronq_shared::store::StoreError;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -13,6 +13,7 @@ use redis::{ClientTlsConfig, ConnectionAddr, IntoConnectionInfo as _, TlsCertifi
 
 use crate::conn::RedisConn;
 use crate::sentinel::{Follower, WATCH_EVERY};
+use crate::url::RedisUrl;
 
 /// Opens a Redis connection that fails fast while Redis is down and reconnects by itself,
 /// without replaying commands its caller gave up on: unlike a client that queues commands
@@ -91,7 +92,7 @@ async fn open(
         .set_max_delay(Duration::from_secs(2));
     let redacted = Redacted(url).to_string();
     let unreachable = |hint, source: Option<redis::RedisError>| {
-        let refusal = source.as_ref().and_then(|e| TlsRefusal::diagnose(e));
+        let refusal = source.as_ref().and_then(|e| cronq_tls::diagnose(e));
         match (refusal, source) {
             (Some(refusal), Some(source)) => StoreError::Tls {
                 store: crate::error::STORE,

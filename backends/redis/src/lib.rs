@@ -27,6 +27,7 @@ mod replicas;
 pub mod runlog;
 mod script;
 pub mod sentinel;
+pub mod url;
 
 pub use audit::RedisAudit;
 pub use conn::{REPLICA_WAIT, RedisConn};
@@ -37,3 +38,4 @@ pub use lease::RedisLease;
 pub use ledger::RedisLedger;
 pub use registry::RedisRegistry;
 pub use runlog::RedisRunLog;
+pub use url::{RedisUrl, SentinelUrl};

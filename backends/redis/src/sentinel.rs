@@ -30,9 +30,10 @@ use redis::{
 };
 use tokio::sync::Notify;
 
-use cronq_shared::endpoints::{SentinelUrl, Tls};
+use cronq_shared::endpoints::Tls;
 
 use crate::replicas::Awaited;
+use crate::url::SentinelUrl;
 
 /// How often the watch asks a sentinel where the master is, so a planned switch is followed
 /// within about this long (plus the sentinels' own agreement, about a second). One small
