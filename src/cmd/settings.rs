@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use cronq_shared::config::Config;
 use cronq_backends::RedisUrl;
+use cronq_shared::config::Config;
 use cronq_shared::endpoints::Endpoints;
 use cronq_shared::names::Namespace;
 use cronq_shared::signing::{KEY_FILE_VARIABLE, KEY_VARIABLE, KeySource, Keyring};

@@ -106,11 +106,13 @@ pub fn load(
                 unset: CERT_FILE_VARIABLE,
             });
         }
-        (Some(cert), Some(key)) => Some((certificates(CERT_FILE_VARIABLE, cert, CERT_FIX)?, private_key(key)?)),
+        (Some(cert), Some(key)) => Some((
+            certificates(CERT_FILE_VARIABLE, cert, CERT_FIX)?,
+            private_key(key)?,
+        )),
     };
     Ok(Tls::new(ca, client))
 }
-
 
 fn read(variable: &'static str, path: &Path, fix: &'static str) -> Result<Vec<u8>, TlsFileError> {
     std::fs::read(path).map_err(|source| TlsFileError::Read {
@@ -206,9 +208,7 @@ fn refusal_of(err: &rustls::Error) -> Option<TlsRefusal> {
     match err {
         E::InvalidCertificate(cert) => match cert {
             Cert::UnknownIssuer | Cert::BadSignature => Some(R::UnknownAuthority),
-            Cert::NotValidForName | Cert::NotValidForNameContext { .. } => {
-                Some(R::OtherHostName)
-            }
+            Cert::NotValidForName | Cert::NotValidForNameContext { .. } => Some(R::OtherHostName),
             Cert::Expired
             | Cert::ExpiredContext { .. }
             | Cert::NotValidYet
@@ -317,22 +317,13 @@ mod tests {
             std::io::ErrorKind::InvalidData,
             rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
         );
-        assert_eq!(
-            diagnose(&io),
-            Some(TlsRefusal::UnknownAuthority)
-        );
+        assert_eq!(diagnose(&io), Some(TlsRefusal::UnknownAuthority));
         let alert = rustls::Error::AlertReceived(rustls::AlertDescription::CertificateRequired);
-        assert_eq!(
-            diagnose(&alert),
-            Some(TlsRefusal::ClientCertRequired)
-        );
+        assert_eq!(diagnose(&alert), Some(TlsRefusal::ClientCertRequired));
         let shared: Arc<dyn Error + Send + Sync> = Arc::new(std::io::Error::other(
             rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForName),
         ));
-        assert_eq!(
-            diagnose(&shared),
-            Some(TlsRefusal::OtherHostName)
-        );
+        assert_eq!(diagnose(&shared), Some(TlsRefusal::OtherHostName));
         let plain = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
         assert_eq!(diagnose(&plain), None);
     }
