@@ -9,10 +9,11 @@ use cronq_shared::endpoints::{CONNECT_TIMEOUT, Tls};
 use cronq_shared::redacted::Redacted;
 use cronq_shared::store::StoreError;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ClientTlsConfig, ConnectionAddr, IntoConnectionInfo as _, TlsCertificates};
+use redis::{ConnectionAddr, IntoConnectionInfo as _};
 
 use crate::conn::RedisConn;
 use crate::sentinel::{Follower, WATCH_EVERY};
+use crate::tls::certificates;
 use crate::url::RedisUrl;
 
 /// Opens a Redis connection that fails fast while Redis is down and reconnects by itself,
@@ -53,20 +54,6 @@ pub async fn connect_with(
     watch_every: Option<Duration>,
 ) -> Result<RedisConn, StoreError> {
     open(url, watch_every, &Tls::default()).await
-}
-
-/// redis-rs's TLS settings from the TLS files; `None` when no file is set (the system's
-/// roots, no client certificate).
-pub(crate) fn certificates(tls: &Tls) -> Option<TlsCertificates> {
-    let root_cert = tls.ca_pem().map(<[u8]>::to_vec);
-    let client_tls = tls.client_pem().map(|(cert, key)| ClientTlsConfig {
-        client_cert: cert.to_vec(),
-        client_key: key.to_vec(),
-    });
-    (root_cert.is_some() || client_tls.is_some()).then_some(TlsCertificates {
-        client_tls,
-        root_cert,
-    })
 }
 
 /// The client of one server's URL: with the TLS files when the URL is `rediss://`.
