@@ -3,7 +3,7 @@
 //! `skip`, `queue`, `replace`; `max_concurrent` slots, one unless set) and one per pool
 //! (`[pools.NAME]`, its size). Three implementations: `cronq-redis` (`RedisLedger`, atomic Lua scripts),
 //! `cronq-sqlite` (`SqliteLedger`, `cronq standalone`) and `cronq-memory` (`MemoryLedger`,
-//! fast tests); the last two run the rules of [`rules`] on their own storage. All pass the
+//! fast tests); the last two run the rules of `cronq-ledger-rules` (`backends/rules`) on their own storage. All pass the
 //! same suite (`tests/it/ports/ledger.rs`).
 //!
 //! Owns: who may run an occurrence now, and what became of it: the record and, in the same
@@ -43,7 +43,7 @@
 //!   taken for a duplicate that nobody runs until its lease lapses), and an ended record
 //!   keeps the token that ended it, so the same end tried again is reported recorded,
 //!   changing and appending nothing more.
-//! - Slots ([`rules`] calls each set a gate): a job whose overlap is not `allow` has
+//! - Slots (`cronq-ledger-rules` calls each set a gate): a job whose overlap is not `allow` has
 //!   `max_concurrent` slots (1 unless set), a pool `size` slots; a claim runs only holding
 //!   one slot of its job's gate (if exclusive) and one of its pool's (if pooled), taken in
 //!   the same atomic step, renewed with its lease and freed by its end, or by its lease
