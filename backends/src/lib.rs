@@ -31,6 +31,9 @@ use cronq_sqlite::{
 
 pub use cronq_sqlite::{SqliteBroker, Sync};
 
+/// The forms `CRONQ_REDIS_URL` takes, for the binary to check the URL before it connects.
+pub use cronq_redis::RedisUrl;
+
 /// The stores of one deployment. The ledger appends the runs it ends to `runlog`.
 #[derive(Clone)]
 pub struct Stores {

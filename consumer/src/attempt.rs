@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cronq_shared::ledger::{Heartbeat, Lease, Ledger};
+use cronq_shared::ledger::{ExecutionLease, Heartbeat, Ledger};
 use cronq_shared::message::Occurrence;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -43,7 +43,7 @@ fn panic_message(err: tokio::task::JoinError) -> String {
 /// What the supervisor needs besides the handler.
 pub(crate) struct Supervision<'a> {
     pub(crate) ledger: &'a dyn Ledger,
-    pub(crate) lease: &'a Lease,
+    pub(crate) lease: &'a ExecutionLease,
     /// Execution lease length.
     pub(crate) lease_for: Duration,
     /// Heartbeat period: a third of the lease, shorter for a job that a newer occurrence

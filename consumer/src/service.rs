@@ -225,7 +225,7 @@ impl Consumer {
     }
 
     /// What this consumer serves, as a function the fleet registry's reporter calls at each
-    /// beat (`cronq_shared::registry::reporter::Reporter::with_serves`): the queues of
+    /// beat (`cronq_fleet::reporter::Reporter::with_serves`): the queues of
     /// `--queues` (or every queue), the handler names of the config in force and those
     /// registered in Rust, and the jobs registered in Rust. Take it once every handler is
     /// registered.
@@ -261,7 +261,7 @@ impl Consumer {
 
     /// The attempts this consumer runs now of jobs with an `sla` on their start or
     /// duration, as a function the fleet registry's reporter calls at each beat
-    /// (`cronq_shared::registry::reporter::Reporter::with_running`): the leader's alerts
+    /// (`cronq_fleet::reporter::Reporter::with_running`): the leader's alerts
     /// check them while they run.
     pub fn running(
         &self,

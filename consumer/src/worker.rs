@@ -35,7 +35,7 @@ use chrono::{DateTime, Utc};
 use cronq_shared::broker::{Broker, Delivery};
 use cronq_shared::config::{Config, Job, Overlap};
 use cronq_shared::jobs::JobStore;
-use cronq_shared::ledger::{self, Claim, ClaimOutcome, Lease, Ledger};
+use cronq_shared::ledger::{self, Claim, ClaimOutcome, ExecutionLease, Ledger};
 use cronq_shared::message::Occurrence;
 use cronq_shared::retry::{Backoff, retry};
 use cronq_shared::signing::{self, Keyring};
@@ -351,7 +351,7 @@ impl Worker {
         runner: Runner,
         occ: Occurrence,
         job: &Job,
-        lease: Lease,
+        lease: ExecutionLease,
         abort: &CancellationToken,
     ) {
         let started_at = Utc::now();
@@ -430,7 +430,7 @@ impl Worker {
         &self,
         occ: &Occurrence,
         job: &Job,
-        lease: &Lease,
+        lease: &ExecutionLease,
         verdict: Verdict,
         attempt: &Attempted,
     ) -> Verdict {
@@ -489,7 +489,7 @@ impl Worker {
     /// waiter whose turn it is now. Whether the end was recorded: not when fenced or given
     /// up, nor when the store stayed unreachable (logged; the lease then lapses and the
     /// reaper hands the occurrence to another consumer).
-    async fn complete(&self, lease: &Lease, end: &ledger::End) -> bool {
+    async fn complete(&self, lease: &ExecutionLease, end: &ledger::End) -> bool {
         let ended = retry(
             COMPLETE_RETRY,
             &CancellationToken::new(),

@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use cronq_shared::registry::compare::{Comparer, Difference, NAMED, Reference};
+use cronq_fleet::compare::{Comparer, Difference, NAMED, Reference};
 use cronq_shared::registry::digest::ConfigDigest;
 use cronq_shared::registry::{REPORT_EVERY, Registry};
 use tokio::sync::watch;

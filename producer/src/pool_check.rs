@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use cronq_shared::config::Config;
 use cronq_shared::ledger::Ledger;
-use cronq_shared::ledger::rules::pool_gate;
+use cronq_shared::ledger::pool_gate;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;

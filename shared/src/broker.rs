@@ -291,19 +291,23 @@ pub enum Pick {
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
     /// Could not connect, or the connection broke.
-    #[error(
-        "cannot reach the message broker at {url}: is RabbitMQ running? (start it with `rabbitmq-server -detached`, or set CRONQ_AMQP_URL)"
-    )]
+    #[error("cannot reach the message broker at {url}: is {broker} running? ({hint})")]
     Connect {
+        /// Which broker (`RabbitMQ`).
+        broker: &'static str,
         /// The redacted URL.
         url: String,
+        /// What to do, from the backend (how to start its broker, or the variable to set).
+        hint: &'static str,
         /// Why.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The TLS handshake with the broker failed for a reason the operator must fix.
-    #[error("TLS with RabbitMQ at {url} failed: {refusal}")]
+    #[error("TLS with {broker} at {url} failed: {refusal}")]
     Tls {
+        /// Which broker (`RabbitMQ`).
+        broker: &'static str,
         /// The redacted URL.
         url: String,
         /// Why, and what to do.

@@ -1,11 +1,10 @@
 //! Connection settings shared by every command: service URLs, the namespace, the queues'
 //! replication and the Redis replication barrier, from `CRONQ_AMQP_URL`,
 //! `CRONQ_AMQP_QUORUM_SIZE`, `CRONQ_REDIS_URL`, `CRONQ_NAMESPACE` and
-//! `CRONQ_REDIS_MIN_REPLICAS`; the forms `CRONQ_REDIS_URL` takes ([`redis_url`]); and the
-//! TLS files of both services, `CRONQ_TLS_CA_FILE`, `CRONQ_TLS_CERT_FILE` and
+//! `CRONQ_REDIS_MIN_REPLICAS` (the forms `CRONQ_REDIS_URL` takes are the Redis backend's,
+//! `cronq_redis::url`); and the TLS files of both services, `CRONQ_TLS_CA_FILE`, `CRONQ_TLS_CERT_FILE` and
 //! `CRONQ_TLS_KEY_FILE` ([`tls`]).
 
-pub mod redis_url;
 pub mod tls;
 
 use std::sync::Arc;
@@ -14,8 +13,7 @@ use std::time::Duration;
 use crate::names::{Names, Namespace};
 use crate::signing::Keyring;
 
-pub use redis_url::{RedisUrl, SentinelUrl, UrlError};
-pub use tls::{Tls, TlsFileError, TlsRefusal};
+pub use tls::{PemFile, Tls, TlsRefusal};
 
 /// How long a command waits for a service before it gives up (exit 1, see `docs/operations.md`).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -41,7 +39,7 @@ pub struct Endpoints {
     pub amqp_url: String,
     /// Members of each quorum queue declared.
     pub amqp_quorum_size: u16,
-    /// `redis://`, `rediss://` or Sentinel URL ([`RedisUrl`]; same).
+    /// `redis://`, `rediss://` or Sentinel URL (`cronq_redis::url::RedisUrl`; same).
     pub redis_url: String,
     /// How many replicas must acknowledge each Redis write the guarantees rest on before it
     /// counts as done (`CRONQ_REDIS_MIN_REPLICAS`; 0: none, no wait).

@@ -3,7 +3,7 @@
 //! `skip`, `queue`, `replace`; `max_concurrent` slots, one unless set) and one per pool
 //! (`[pools.NAME]`, its size). Three implementations: `cronq-redis` (`RedisLedger`, atomic Lua scripts),
 //! `cronq-sqlite` (`SqliteLedger`, `cronq standalone`) and `cronq-memory` (`MemoryLedger`,
-//! fast tests); the last two run the rules of [`rules`] on their own storage. All pass the
+//! fast tests); the last two run the rules of `cronq-ledger-rules` (`backends/rules`) on their own storage. All pass the
 //! same suite (`tests/it/ports/ledger.rs`).
 //!
 //! Owns: who may run an occurrence now, and what became of it: the record and, in the same
@@ -43,7 +43,7 @@
 //!   taken for a duplicate that nobody runs until its lease lapses), and an ended record
 //!   keeps the token that ended it, so the same end tried again is reported recorded,
 //!   changing and appending nothing more.
-//! - Slots ([`rules`] calls each set a gate): a job whose overlap is not `allow` has
+//! - Slots (`cronq-ledger-rules` calls each set a gate): a job whose overlap is not `allow` has
 //!   `max_concurrent` slots (1 unless set), a pool `size` slots; a claim runs only holding
 //!   one slot of its job's gate (if exclusive) and one of its pool's (if pooled), taken in
 //!   the same atomic step, renewed with its lease and freed by its end, or by its lease
@@ -64,7 +64,7 @@
 //!   broker timer. Ending the running occurrence (or settling one) gives the earliest waiter
 //!   its turn ([`Ended::woken`]). Under `replace` the newest occurrence runs: an older one,
 //!   running or waiting, is cancelled (`replaced by KEY`).
-//! - Every claim granted carries a fencing token ([`Lease::fence`]) issued in the same
+//! - Every claim granted carries a fencing token ([`ExecutionLease::fence`]) issued in the same
 //!   atomic step from a counter of the job's that only grows and outlives every record of
 //!   the job: an attempt's fence is greater than that of every earlier attempt of the same
 //!   job, fleet-wide. A claim granted again under its own token keeps its fence.
@@ -76,8 +76,6 @@
 //!   record keeps the mark and the next claim is [`ClaimOutcome::Superseded`] by it: the
 //!   occurrence ends cancelled, not run again. Every cancel request moves [`Ledger::cancels`] on, so that consumers renew their
 //!   claims at once and stop within about a second, whatever their heartbeat period.
-
-pub mod rules;
 
 use std::time::Duration;
 
@@ -215,9 +213,19 @@ pub fn claim_token() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 
-/// A held claim: what fences every later change.
+/// What a pool's gate is called: [`POOL_GATE`] then the pool's name (a job name holds no
+/// `:`, so it never names a job's gate).
+pub fn pool_gate(pool: &str) -> String {
+    format!("{POOL_GATE}{pool}")
+}
+
+/// What [`pool_gate`] begins with.
+pub const POOL_GATE: &str = "pool:";
+
+/// A held claim, the execution lease of one attempt (not the producer's leader lease,
+/// [`crate::lease::Lease`]): what fences every later change.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lease {
+pub struct ExecutionLease {
     /// The occurrence.
     pub key: OccurrenceKey,
     /// Its job.
@@ -235,7 +243,7 @@ pub enum ClaimOutcome {
     /// Run it. `takeover` when the key had been claimed before by an owner that is gone.
     Claimed {
         /// The claim.
-        lease: Lease,
+        lease: ExecutionLease,
         /// The key was running under a lapsed lease, or was released or reaped.
         takeover: bool,
     },
@@ -461,7 +469,7 @@ pub enum Cancelled {
 /// `/metrics`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct GateUse {
-    /// The gate: a job's name, or [`rules::pool_gate`] of a pool.
+    /// The gate: a job's name, or [`pool_gate`] of a pool.
     pub gate: String,
     /// The keys of the occurrences running in its slots, by key.
     pub running: Vec<String>,
@@ -489,7 +497,11 @@ pub trait Ledger: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`StoreError`] when the store cannot be reached; the lease keeps running down.
-    async fn heartbeat(&self, lease: &Lease, duration: Duration) -> Result<Heartbeat, StoreError>;
+    async fn heartbeat(
+        &self,
+        lease: &ExecutionLease,
+        duration: Duration,
+    ) -> Result<Heartbeat, StoreError>;
 
     /// Ends the claim: records `end` (and appends `end.run` to the history), releases the
     /// job lock and gives the earliest waiter its turn. Not recorded when the claim was
@@ -500,7 +512,7 @@ pub trait Ledger: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`StoreError`] when the store cannot be reached; the claim is unchanged.
-    async fn complete(&self, lease: &Lease, end: &End) -> Result<Ended, StoreError>;
+    async fn complete(&self, lease: &ExecutionLease, end: &End) -> Result<Ended, StoreError>;
 
     /// Records a terminal state for an occurrence that is not run (and appends `settle.run`
     /// to the history); a waiting one leaves its job's wait list, and when the job lock is

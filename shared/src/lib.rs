@@ -2,6 +2,12 @@
 //! backend agree on. No I/O client lives here (no lapin, no redis); each backend technology
 //! implements the port traits in a crate of its own under `backends/`.
 //!
+//! The rule this crate keeps: it holds types, ports and the rules a backend must keep, and
+//! nothing that only runs them: connection plumbing (TLS files, the Redis URL grammar) lives
+//! with the backends (`backends/tls`, `backends/redis`), the in-process ledger rules in
+//! `backends/rules`, the fleet-reporting runtime in `fleet/`; a vendor's hint (how to start
+//! its server) comes from its backend.
+//!
 //! - [`config`]: the TOML config, loaded and validated into one job table.
 //! - [`schedule`]: cron expressions and `@every`, DST-correct, in a job's zone.
 //! - [`key`] and [`message`]: the occurrence key `JOB@SCHEDULED_UTC` and the wire message.

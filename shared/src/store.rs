@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::endpoints::{CONNECT_TIMEOUT, UrlError};
+use crate::endpoints::CONNECT_TIMEOUT;
 
 /// ` (no answer within 10s)` when a connection timed out; nothing when it failed sooner
 /// (refused, reset), as its source then says.
@@ -14,6 +14,19 @@ fn unanswered(timed_out: bool) -> String {
     } else {
         String::new()
     }
+}
+
+/// A store's URL that is not one of the forms its backend takes (Redis's forms:
+/// `cronq_redis::url`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{variable}: {problem}; expected {expected}")]
+pub struct UrlError {
+    /// The variable the URL comes from (`CRONQ_REDIS_URL`).
+    pub variable: &'static str,
+    /// What is wrong, without the credentials.
+    pub problem: String,
+    /// The form expected.
+    pub expected: &'static str,
 }
 
 /// A backend's error, kept as the source.

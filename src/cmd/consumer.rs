@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use cronq_consumer::{Consumer, Options, default_consumer_id};
+use cronq_fleet::digester::Digester;
+use cronq_fleet::reporter::Reporter;
+use cronq_fleet::tally::{CountingLedger, Tally};
 use cronq_shared::registry::Role;
-use cronq_shared::registry::digest::Digester;
-use cronq_shared::registry::reporter::Reporter;
-use cronq_shared::registry::tally::{CountingLedger, Tally};
 use cronq_shared::reload::Reloader;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;

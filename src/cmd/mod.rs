@@ -77,7 +77,7 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
         e.is::<ConfigError>()
             || e.is::<UsageError>()
             || e.is::<cronq_shared::names::NameError>()
-            || e.is::<cronq_shared::endpoints::TlsFileError>()
+            || e.is::<cronq_tls::TlsFileError>()
             || matches!(
                 e.downcast_ref::<cronq_shared::store::StoreError>(),
                 Some(cronq_shared::store::StoreError::Unsupported { .. })

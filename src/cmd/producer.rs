@@ -6,15 +6,15 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use cronq_fleet::digester::Digester;
+use cronq_fleet::reporter::Reporter;
+use cronq_fleet::tally::{CountingBroker, Tally};
 use cronq_producer::{
     AccountingCheck, Alerts, Chains, ConfigCheck, Leadership, PoolCheck, Producer, Reloader,
     ServingCheck, accounting_check, alerts, chains, instance_id, leader,
 };
 use cronq_shared::config::Config;
 use cronq_shared::lease::Lease;
-use cronq_shared::registry::digest::Digester;
-use cronq_shared::registry::reporter::Reporter;
-use cronq_shared::registry::tally::{CountingBroker, Tally};
 use cronq_shared::registry::{Registry, Role};
 use tokio::sync::watch;
 use tokio::task::JoinSet;

@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use cronq_backends::RedisUrl;
 use cronq_shared::config::Config;
-use cronq_shared::endpoints::{Endpoints, RedisUrl, Tls};
+use cronq_shared::endpoints::Endpoints;
 use cronq_shared::names::Namespace;
 use cronq_shared::signing::{KEY_FILE_VARIABLE, KEY_VARIABLE, KeySource, Keyring};
 
@@ -66,7 +67,7 @@ pub fn load_config_and_text(cli: &Cli) -> anyhow::Result<(Config, Arc<str>)> {
 ///
 /// # Errors
 /// A usage error for a Redis URL in none of the forms taken, a TLS file that cannot be used
-/// (a [`cronq_shared::endpoints::TlsFileError`]), a bad namespace.
+/// (a [`cronq_tls::TlsFileError`]), a bad namespace.
 pub fn endpoints(cli: &Cli) -> anyhow::Result<Endpoints> {
     if let Some(data) = &cli.data {
         // Only `producer` and `consumer` get here with a data file: say it is not used.
@@ -77,7 +78,7 @@ pub fn endpoints(cli: &Cli) -> anyhow::Result<Endpoints> {
     }
     let namespace = Namespace::new(&cli.namespace).context("CRONQ_NAMESPACE")?;
     RedisUrl::parse(&cli.redis_url).map_err(|e| UsageError(e.to_string()))?;
-    let tls = Tls::load(
+    let tls = cronq_tls::load(
         cli.tls_ca_file.as_deref(),
         cli.tls_cert_file.as_deref(),
         cli.tls_key_file.as_deref(),

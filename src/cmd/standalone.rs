@@ -14,6 +14,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use cronq_backends::Stores;
 use cronq_consumer::{Consumer, Options};
+use cronq_fleet::digester::Digester;
+use cronq_fleet::reporter::Reporter;
+use cronq_fleet::tally::{CountingBroker, CountingLedger, Tally};
 use cronq_producer::{
     AccountingCheck, Alerts, Chains, ConfigCheck, PoolCheck, Producer, Reloader, ServingCheck,
     accounting_check, alerts, chains, instance_id, leader,
@@ -21,9 +24,6 @@ use cronq_producer::{
 use cronq_shared::broker::Broker;
 use cronq_shared::lease::Lease;
 use cronq_shared::registry::Role;
-use cronq_shared::registry::digest::Digester;
-use cronq_shared::registry::reporter::Reporter;
-use cronq_shared::registry::tally::{CountingBroker, CountingLedger, Tally};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use cronq_shared::registry::compare::Difference;
+use cronq_fleet::compare::Difference;
 use cronq_shared::registry::{Beat, EXPIRY, Role};
 use serde::{Serialize, Serializer};
 

@@ -12,11 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use cronq_fleet::compare::{Comparer, Difference, Reference};
 use cronq_shared::config::Config;
 use cronq_shared::control::Pause;
 use cronq_shared::lease::Holder;
 use cronq_shared::names::JobName;
-use cronq_shared::registry::compare::{Comparer, Difference, Reference};
 use cronq_shared::registry::digest::ConfigDigest;
 use cronq_shared::registry::{Beat, Counter, Role, minute_of};
 use cronq_shared::runlog::Run;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use cronq_shared::config::{Config, Job, Overlap};
-use cronq_shared::ledger::rules::pool_gate;
+use cronq_shared::ledger::pool_gate;
 use cronq_shared::ledger::{GateUse, Ledger};
 use serde_json::{Value, json};
 

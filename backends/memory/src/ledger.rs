@@ -1,5 +1,5 @@
 //! The ledger in process memory, for fast tests and `cronq standalone --data :memory:`:
-//! the shared rules (`cronq_shared::ledger::rules`) on maps behind one mutex (never held
+//! the shared rules (`cronq_ledger_rules`) on maps behind one mutex (never held
 //! across an await), times from a monotonic clock. Runs of ended records go to a
 //! [`MemoryRunLog`], under the same lock.
 
@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
+use cronq_ledger_rules::{self as rules, JobLock, Rec, Records};
 use cronq_shared::key::OccurrenceKey;
-use cronq_shared::ledger::rules::{self, JobLock, Rec, Records};
 use cronq_shared::ledger::{
-    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, GateUse, Heartbeat, Lease, Ledger, Orphan,
-    Record, Settle, State,
+    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, ExecutionLease, GateUse, Heartbeat, Ledger,
+    Orphan, Record, Settle, State,
 };
 use cronq_shared::runlog::Run;
 use cronq_shared::store::StoreError;
@@ -38,7 +38,7 @@ impl Default for MemoryLedger {
 #[derive(Debug, Default)]
 struct Maps {
     records: HashMap<String, Rec>,
-    /// Gate → its slots (see `cronq_shared::ledger::rules`).
+    /// Gate → its slots (see `cronq_ledger_rules`).
     slots: HashMap<String, Vec<JobLock>>,
     /// (due, key) of every record with a reaper time.
     due: BTreeSet<(i64, String)>,
@@ -232,11 +232,15 @@ impl Ledger for MemoryLedger {
         self.step(|s| rules::claim(s, claim))
     }
 
-    async fn heartbeat(&self, lease: &Lease, duration: Duration) -> Result<Heartbeat, StoreError> {
+    async fn heartbeat(
+        &self,
+        lease: &ExecutionLease,
+        duration: Duration,
+    ) -> Result<Heartbeat, StoreError> {
         self.step(|s| rules::heartbeat(s, lease, duration))
     }
 
-    async fn complete(&self, lease: &Lease, end: &End) -> Result<Ended, StoreError> {
+    async fn complete(&self, lease: &ExecutionLease, end: &End) -> Result<Ended, StoreError> {
         self.step(|s| rules::complete(s, lease, end))
     }
 

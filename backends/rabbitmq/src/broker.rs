@@ -57,6 +57,24 @@ use cronq_shared::signing::{Keyring, seal_with};
 pub use self::depths::Depth;
 pub use self::link::RECONNECT;
 
+/// The broker as its errors name it.
+const RABBITMQ: &str = "RabbitMQ";
+
+/// What to do when RabbitMQ cannot be reached: this backend's hint in
+/// [`BrokerError::Connect`].
+const START_HINT: &str = "start it with `rabbitmq-server -detached`, or set CRONQ_AMQP_URL";
+
+/// [`BrokerError::Connect`]: RabbitMQ at `url` (redacted) cannot be reached, or the
+/// connection broke, because of `source`.
+fn unreachable(url: String, source: Box<dyn std::error::Error + Send + Sync>) -> BrokerError {
+    BrokerError::Connect {
+        broker: RABBITMQ,
+        url,
+        hint: START_HINT,
+        source,
+    }
+}
+
 /// With several nodes, how long a publish waits for its next confirm before it gives its
 /// node up and goes to another (with one there is nowhere to go). A node in a minority
 /// partition or in maintenance can keep a connection open and take messages without ever

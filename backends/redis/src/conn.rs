@@ -14,13 +14,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
-use redis::{
-    Cmd, ErrorKind, FromRedisValue, ParsingError, Pipeline, RedisError, RedisFuture, Value,
-};
+use redis::{Cmd, ErrorKind, FromRedisValue, Pipeline, RedisError, RedisFuture, Value};
 
 use cronq_shared::endpoints::MIN_REPLICAS_VARIABLE;
 use cronq_shared::store::Unreplicated;
 
+use crate::error::{STORE, WriteError};
 use crate::script::{Call, is_noscript};
 use crate::sentinel::{Follower, is_failover_sign};
 
@@ -61,27 +60,6 @@ impl std::fmt::Debug for RedisConn {
             s.field("master", &follower.addr());
         }
         s.field("min_replicas", &self.min_replicas).finish()
-    }
-}
-
-/// A guarded write that failed: the command, or the replication barrier.
-#[derive(Debug, Clone)]
-pub(crate) enum WriteError {
-    /// The command failed or the connection did (the write may or may not have run).
-    Redis(RedisError),
-    /// The write ran on the master, but too few replicas acknowledged it in time.
-    Unreplicated(Unreplicated),
-}
-
-impl From<RedisError> for WriteError {
-    fn from(err: RedisError) -> Self {
-        Self::Redis(err)
-    }
-}
-
-impl From<ParsingError> for WriteError {
-    fn from(err: ParsingError) -> Self {
-        Self::Redis(err.into())
     }
 }
 
@@ -240,7 +218,7 @@ impl Barrier {
             return Ok(());
         }
         Err(WriteError::Unreplicated(Unreplicated {
-            store: crate::error::STORE,
+            store: STORE,
             acknowledged,
             required,
             setting: if self.min >= self.awaited {

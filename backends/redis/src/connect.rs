@@ -5,14 +5,16 @@
 
 use std::time::Duration;
 
-use cronq_shared::endpoints::{CONNECT_TIMEOUT, RedisUrl, Tls, TlsRefusal};
+use cronq_shared::endpoints::{CONNECT_TIMEOUT, Tls};
 use cronq_shared::redacted::Redacted;
 use cronq_shared::store::StoreError;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ClientTlsConfig, ConnectionAddr, IntoConnectionInfo as _, TlsCertificates};
+use redis::{ConnectionAddr, IntoConnectionInfo as _};
 
 use crate::conn::RedisConn;
 use crate::sentinel::{Follower, WATCH_EVERY};
+use crate::tls::certificates;
+use crate::url::RedisUrl;
 
 /// Opens a Redis connection that fails fast while Redis is down and reconnects by itself,
 /// without replaying commands its caller gave up on: unlike a client that queues commands
@@ -54,20 +56,6 @@ pub async fn connect_with(
     open(url, watch_every, &Tls::default()).await
 }
 
-/// redis-rs's TLS settings from the TLS files; `None` when no file is set (the system's
-/// roots, no client certificate).
-pub(crate) fn certificates(tls: &Tls) -> Option<TlsCertificates> {
-    let root_cert = tls.ca_pem().map(<[u8]>::to_vec);
-    let client_tls = tls.client_pem().map(|(cert, key)| ClientTlsConfig {
-        client_cert: cert.to_vec(),
-        client_key: key.to_vec(),
-    });
-    (root_cert.is_some() || client_tls.is_some()).then_some(TlsCertificates {
-        client_tls,
-        root_cert,
-    })
-}
-
 /// The client of one server's URL: with the TLS files when the URL is `rediss://`.
 fn server_client(url: String, tls: &Tls) -> redis::RedisResult<redis::Client> {
     let info = url.into_connection_info()?;
@@ -91,7 +79,7 @@ async fn open(
         .set_max_delay(Duration::from_secs(2));
     let redacted = Redacted(url).to_string();
     let unreachable = |hint, source: Option<redis::RedisError>| {
-        let refusal = source.as_ref().and_then(|e| TlsRefusal::diagnose(e));
+        let refusal = source.as_ref().and_then(|e| cronq_tls::diagnose(e));
         match (refusal, source) {
             (Some(refusal), Some(source)) => StoreError::Tls {
                 store: crate::error::STORE,

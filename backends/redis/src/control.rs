@@ -10,7 +10,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use redis::{AsyncCommands, Script};
 
-use crate::conn::{RedisConn, WriteError};
+use crate::conn::RedisConn;
+use crate::error::WriteError;
 use crate::script::Call;
 
 use cronq_shared::control::{Commit, ControlError, ControlStore, Pause, Request};

@@ -1,6 +1,9 @@
-//! Redis failures as the ports' [`StoreError`], named after this store.
+//! Redis failures: a guarded write's ([`WriteError`]), and as the ports' [`StoreError`],
+//! named after this store.
 
-use cronq_shared::store::StoreError;
+use redis::{ParsingError, RedisError};
+
+use cronq_shared::store::{StoreError, Unreplicated};
 
 /// The name errors give this store.
 pub(crate) const STORE: &str = "Redis";
@@ -14,9 +17,30 @@ pub(crate) fn command(source: redis::RedisError) -> StoreError {
 }
 
 /// A guarded write's failure as a [`StoreError`]: the command's, or the barrier's.
-pub(crate) fn written(err: crate::conn::WriteError) -> StoreError {
+pub(crate) fn written(err: WriteError) -> StoreError {
     match err {
-        crate::conn::WriteError::Redis(source) => command(source),
-        crate::conn::WriteError::Unreplicated(barrier) => StoreError::Unreplicated(barrier),
+        WriteError::Redis(source) => command(source),
+        WriteError::Unreplicated(barrier) => StoreError::Unreplicated(barrier),
+    }
+}
+
+/// A guarded write that failed: the command, or the replication barrier.
+#[derive(Debug, Clone)]
+pub(crate) enum WriteError {
+    /// The command failed or the connection did (the write may or may not have run).
+    Redis(RedisError),
+    /// The write ran on the master, but too few replicas acknowledged it in time.
+    Unreplicated(Unreplicated),
+}
+
+impl From<RedisError> for WriteError {
+    fn from(err: RedisError) -> Self {
+        Self::Redis(err)
+    }
+}
+
+impl From<ParsingError> for WriteError {
+    fn from(err: ParsingError) -> Self {
+        Self::Redis(err.into())
     }
 }

@@ -20,7 +20,8 @@ use redis::{AsyncCommands as _, Script};
 use cronq_shared::lease::{Holder, Lease, LeaseError, Term, TermRecord};
 
 use crate::args::millis;
-use crate::conn::{RedisConn, WriteError};
+use crate::conn::RedisConn;
+use crate::error::WriteError;
 use crate::script::Call;
 use cronq_shared::names::Names;
 

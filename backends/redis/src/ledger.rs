@@ -27,8 +27,8 @@ use redis::Script;
 
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::{
-    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, GATE_SHOWN, GateUse, Heartbeat, Lease,
-    Ledger, Orphan, Record, Republish, Settle, State, WAKE_RECHECK, cancelled_by,
+    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, ExecutionLease, GATE_SHOWN, GateUse,
+    Heartbeat, Ledger, Orphan, Record, Republish, Settle, State, WAKE_RECHECK, cancelled_by,
 };
 use cronq_shared::names::Names;
 use cronq_shared::runlog::Run;
@@ -320,7 +320,7 @@ impl Ledger for RedisLedger {
         };
         match (tag.as_slice(), rest) {
             (b"claimed", [takeover, fence]) => Ok(ClaimOutcome::Claimed {
-                lease: Lease {
+                lease: ExecutionLease {
                     key: claim.key.clone(),
                     job: claim.job.clone(),
                     token: token.clone(),
@@ -347,7 +347,11 @@ impl Ledger for RedisLedger {
         }
     }
 
-    async fn heartbeat(&self, lease: &Lease, duration: Duration) -> Result<Heartbeat, StoreError> {
+    async fn heartbeat(
+        &self,
+        lease: &ExecutionLease,
+        duration: Duration,
+    ) -> Result<Heartbeat, StoreError> {
         let key = lease.key.as_str();
         let mut invocation = Call::new(&self.scripts.heartbeat, 2);
         invocation
@@ -368,7 +372,7 @@ impl Ledger for RedisLedger {
         }
     }
 
-    async fn complete(&self, lease: &Lease, end: &End) -> Result<Ended, StoreError> {
+    async fn complete(&self, lease: &ExecutionLease, end: &End) -> Result<Ended, StoreError> {
         let key = lease.key.as_str();
         let (next, body, within) = match &end.next {
             Some(f) => (f.attempt.to_string(), f.body.clone(), millis(f.within)),

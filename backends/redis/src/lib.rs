@@ -12,6 +12,11 @@
 //! - [`control`]: [`RedisControl`], cursors, pauses and requests, written fenced.
 //!
 //! The Redis key layout is in `docs/consumer.md` and in each module's docs.
+//!
+//! The connection's modules import one way: `url`, `tls`, `error`, `script` and `replicas`
+//! import none of this crate's modules; `sentinel` builds on those, [`conn`] on `sentinel`,
+//! [`connect`](mod@connect) on `conn`; the stores build on `conn` and `connect`, and nothing
+//! below imports them back.
 
 mod args;
 pub mod audit;
@@ -27,6 +32,8 @@ mod replicas;
 pub mod runlog;
 mod script;
 pub mod sentinel;
+mod tls;
+pub mod url;
 
 pub use audit::RedisAudit;
 pub use conn::{REPLICA_WAIT, RedisConn};
@@ -37,3 +44,4 @@ pub use lease::RedisLease;
 pub use ledger::RedisLedger;
 pub use registry::RedisRegistry;
 pub use runlog::RedisRunLog;
+pub use url::{RedisUrl, SentinelUrl};

@@ -6,12 +6,11 @@
 //! them, once per delivery. A [`Call`] writes them into the command's one buffer as they
 //! come. As `ScriptInvocation` does, a server that does not know the script yet (a new
 //! master, a restart, `SCRIPT FLUSH`) answers `NOSCRIPT`, nothing ran, and the script is
-//! loaded and the call sent again ([`RedisConn::write_script`] does the same for a guarded
-//! write).
+//! loaded and the call sent again (`RedisConn::write_script` does the same for a guarded
+//! write). It runs on any connection: it knows none of this crate's.
 
+use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind, ToRedisArgs};
-
-use crate::conn::RedisConn;
 
 /// One call of `script`: keys first, then arguments, in the order the script reads them.
 pub(crate) struct Call<'s> {
@@ -70,12 +69,15 @@ impl<'s> Call<'s> {
     }
 
     /// Loads the script into the server `conn` talks to.
-    pub(crate) async fn load(&self, conn: &mut RedisConn) -> RedisResult<()> {
+    pub(crate) async fn load<C: ConnectionLike>(&self, conn: &mut C) -> RedisResult<()> {
         self.script.load_async(conn).await.map(drop)
     }
 
     /// Runs the call, loading the script first when the server does not know it.
-    pub(crate) async fn query<T: FromRedisValue>(&self, conn: &mut RedisConn) -> RedisResult<T> {
+    pub(crate) async fn query<T: FromRedisValue, C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+    ) -> RedisResult<T> {
         match self.cmd.query_async(conn).await {
             Err(err) if is_noscript(&err) => {
                 self.load(conn).await?;

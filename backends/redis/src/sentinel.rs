@@ -30,9 +30,11 @@ use redis::{
 };
 use tokio::sync::Notify;
 
-use cronq_shared::endpoints::{SentinelUrl, Tls};
+use cronq_shared::endpoints::Tls;
 
 use crate::replicas::Awaited;
+use crate::tls::certificates;
+use crate::url::SentinelUrl;
 
 /// How often the watch asks a sentinel where the master is, so a planned switch is followed
 /// within about this long (plus the sentinels' own agreement, about a second). One small
@@ -218,7 +220,7 @@ fn client(url: &SentinelUrl, tls: &Tls) -> RedisResult<SentinelClient> {
         .set_client_to_redis_db(url.db);
     if url.tls {
         builder = builder.set_client_to_redis_tls_mode(TlsMode::Secure);
-        if let Some(certs) = crate::connect::certificates(tls) {
+        if let Some(certs) = certificates(tls) {
             builder = builder
                 .set_client_to_sentinel_certificates(certs.clone())
                 .set_client_to_redis_certificates(certs);

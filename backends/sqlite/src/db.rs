@@ -5,7 +5,7 @@
 //! `BEGIN IMMEDIATE` transaction.
 //!
 //! Owns: opening, the pragmas, the schema version, mapping SQLite failures to what a
-//! caller can do about them (`Failure`). Leaves retrying to the callers (the table in
+//! caller can do about them (`Failure`, in `failure.rs`). Leaves retrying to the callers (the table in
 //! `cronq_shared::retry`): the queue retries its own calls, the stores' callers retry theirs.
 
 use std::path::{Path, PathBuf};
@@ -17,11 +17,9 @@ use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use cronq_shared::store::StoreError;
 
+pub(crate) use crate::failure::{Failure, STORE};
 use crate::schema;
 use crate::writer::Writer;
-
-/// The name errors give this store.
-pub(crate) const STORE: &str = "SQLite";
 
 /// How long a statement waits for another process's write to finish before it fails with
 /// "database is locked": writes are short, so this only runs out when a process hangs
@@ -69,63 +67,6 @@ impl std::fmt::Debug for Db {
         f.debug_struct("Db")
             .field("path", &self.inner.path)
             .finish_non_exhaustive()
-    }
-}
-
-/// Why a port operation on the file failed.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum Failure {
-    /// SQLite refused or failed (I/O, disk full, locked past the busy timeout, …).
-    #[error(transparent)]
-    Sqlite(#[from] rusqlite::Error),
-    /// A stored value did not parse.
-    #[error("stored value under {key} is unreadable")]
-    Corrupt {
-        /// Which row.
-        key: String,
-        /// Why.
-        #[source]
-        source: serde_json::Error,
-    },
-    /// The blocking task running the statement panicked or was cancelled.
-    #[error("the SQLite task stopped: {0}")]
-    Task(String),
-}
-
-impl Failure {
-    /// Whether trying again may succeed: the file was locked, an I/O error, a full disk.
-    pub(crate) fn is_transient(&self) -> bool {
-        match self {
-            Self::Sqlite(e) => matches!(
-                e.sqlite_error_code(),
-                Some(
-                    ErrorCode::DatabaseBusy
-                        | ErrorCode::DatabaseLocked
-                        | ErrorCode::SystemIoFailure
-                        | ErrorCode::DiskFull
-                        | ErrorCode::CannotOpen
-                        | ErrorCode::FileLockingProtocolFailed
-                        | ErrorCode::ReadOnly
-                )
-            ),
-            Self::Corrupt { .. } | Self::Task(_) => false,
-        }
-    }
-
-    /// As the stores' error.
-    pub(crate) fn into_store(self) -> StoreError {
-        match self {
-            Self::Corrupt { key, source } => StoreError::Corrupt { key, source },
-            other => StoreError::Command {
-                store: STORE,
-                source: Box::new(other),
-            },
-        }
-    }
-
-    pub(crate) fn corrupt(key: impl Into<String>) -> impl FnOnce(serde_json::Error) -> Self {
-        let key = key.into();
-        move |source| Self::Corrupt { key, source }
     }
 }
 
@@ -243,7 +184,7 @@ pub(crate) fn now_ms() -> i64 {
 }
 
 /// A duration in whole milliseconds, as stored (the ledger rules' conversion).
-pub(crate) use cronq_shared::ledger::rules::ms;
+pub(crate) use cronq_ledger_rules::ms;
 
 /// Why a data file could not be opened.
 #[derive(Debug, thiserror::Error)]

@@ -1,5 +1,5 @@
 //! The ledger in the data file: each port operation one transaction running the shared
-//! rules (`cronq_shared::ledger::rules`) on `store::Store`, so a record, its job lock, its
+//! rules (`cronq_ledger_rules`) on `store::Store`, so a record, its job lock, its
 //! wait list and its run in the history change together or not at all, whichever process on
 //! the file runs it. Times are the wall clock (see `crate::db::now_ms`).
 
@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use cronq_ledger_rules as rules;
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::{
-    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, GateUse, Heartbeat, Lease, Ledger, Orphan,
-    Record, Settle, State, rules,
+    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, ExecutionLease, GateUse, Heartbeat, Ledger,
+    Orphan, Record, Settle, State,
 };
 use cronq_shared::store::StoreError;
 
@@ -70,13 +71,17 @@ impl Ledger for SqliteLedger {
         self.with(move |s| rules::claim(s, &claim)).await
     }
 
-    async fn heartbeat(&self, lease: &Lease, duration: Duration) -> Result<Heartbeat, StoreError> {
+    async fn heartbeat(
+        &self,
+        lease: &ExecutionLease,
+        duration: Duration,
+    ) -> Result<Heartbeat, StoreError> {
         let lease = lease.clone();
         self.with(move |s| rules::heartbeat(s, &lease, duration))
             .await
     }
 
-    async fn complete(&self, lease: &Lease, end: &End) -> Result<Ended, StoreError> {
+    async fn complete(&self, lease: &ExecutionLease, end: &End) -> Result<Ended, StoreError> {
         let (lease, end) = (lease.clone(), end.clone());
         self.with(move |s| rules::complete(s, &lease, &end)).await
     }

@@ -14,11 +14,16 @@
 //! - [`control`]: [`SqliteControl`], cursors, pauses and requests, fenced by the lease.
 //!
 //! Durability is SQLite's under the chosen [`Sync`] (`docs/standalone.md`).
+//!
+//! The file's modules import one way: `failure` and [`schema`] import none of this crate's
+//! modules, `writer` builds on `failure`, [`db`] on those three, and the ports on `db`;
+//! nothing below imports them back.
 
 pub mod audit;
 pub mod broker;
 pub mod control;
 pub mod db;
+mod failure;
 pub mod jobs;
 pub mod lease;
 pub mod ledger;

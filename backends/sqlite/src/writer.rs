@@ -15,7 +15,7 @@ use std::sync::mpsc;
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
-use crate::db::Failure;
+use crate::failure::Failure;
 
 /// The most operations one transaction holds: enough to amortize a commit over a burst,
 /// few enough that one batch stays short for the processes waiting on the file's lock.

@@ -1,6 +1,6 @@
 //! `[pools.NAME] size = N`: shared concurrency limits. Jobs name one with `pool = "NAME"`;
 //! at most `size` runs of a pool's jobs run at once across the fleet, the others wait in
-//! the ledger in scheduled order (`cronq_shared::ledger::rules`, `docs/config.md`).
+//! the ledger in scheduled order (`backends/rules`, `docs/config.md`).
 //!
 //! Owns: reading the sections, and every problem of one; a job's `pool` is checked against
 //! them where the job is resolved (`validate`).

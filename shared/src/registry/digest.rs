@@ -12,8 +12,8 @@
 //! its value; one read from the environment or a file counts by where it is read from, as
 //! that value is each host's own.
 //!
-//! A process computes each config's digest once ([`Digester`]), and every reader (the
-//! reporter, the leader's config check) shares it: one sorted list of 32 bytes per job
+//! A process computes each config's digest once (`cronq_fleet::digester`), and every reader
+//! (the reporter, the leader's config check) shares it: one sorted list of 32 bytes per job
 //! ([`JobDigests`]; the name is the config's own `Arc`), not a map per reader, since a
 //! million jobs' digests are part of the producer's memory per job (docs/benchmarks-notebook.md).
 
@@ -21,8 +21,6 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use sha2::{Digest as _, Sha256};
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, Handler, Job};
 use crate::config::{Origin, Secret};
@@ -116,50 +114,6 @@ impl ConfigDigest {
         Self {
             overall: hex(&all.finalize()),
             jobs: jobs.into(),
-        }
-    }
-}
-
-/// Computes the digest of each config a `watch` channel sends, once, and sends it on to
-/// every reader: a config with 100,000 jobs takes a while to digest (docs/benchmarks-notebook.md),
-/// so the reporter and the leader's config check must not each compute it.
-pub struct Digester {
-    config: watch::Receiver<Arc<Config>>,
-    tx: watch::Sender<Arc<ConfigDigest>>,
-}
-
-impl Digester {
-    /// The digest of the config `config` holds now (computed on a blocking thread), and a
-    /// digester that follows the configs it sends next ([`Digester::run`]).
-    pub async fn new(
-        mut config: watch::Receiver<Arc<Config>>,
-    ) -> (Self, watch::Receiver<Arc<ConfigDigest>>) {
-        let first = ConfigDigest::of_shared(config.borrow_and_update().clone()).await;
-        let (tx, rx) = watch::channel(Arc::new(first));
-        (Self { config, tx }, rx)
-    }
-
-    /// Sends the digest of each new config until `token` is cancelled or the configs end
-    /// (then the receivers keep the last digest). Configs sent while one is digested are
-    /// coalesced: only the newest of them is digested next.
-    pub async fn run(mut self, token: CancellationToken) {
-        loop {
-            tokio::select! {
-                biased;
-                () = token.cancelled() => return,
-                changed = self.config.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                }
-            }
-            let config = self.config.borrow_and_update().clone();
-            let digest = tokio::select! {
-                biased;
-                () = token.cancelled() => return,
-                d = ConfigDigest::of_shared(config) => d,
-            };
-            self.tx.send_replace(Arc::new(digest));
         }
     }
 }

@@ -5,8 +5,9 @@
 //! occurrences published and executed. The dashboard's Fleet page and the leader's config
 //! check read it (docs/dashboard.md, "Fleet").
 //!
-//! Owns: storing and expiring these. Leaves to [`reporter`]: when to report and what to
-//! count; to [`digest`]: what a config's digest is; to [`compare`]: which instances differ.
+//! Owns: storing and expiring these; what a config's digest is ([`digest`]); who serves what
+//! ([`serving`]). Leaves to the fleet runtime (`cronq-fleet`, `fleet/`): when to report and
+//! what to count, and which instances differ.
 //!
 //! Invariants: [`Registry::instances`] lists only records renewed within their TTL; a
 //! per-job digest map is stored under its overall digest, so it never changes once
@@ -15,11 +16,8 @@
 //! Implementations: `cronq-redis` (`RedisRegistry`), `cronq-memory` (`MemoryRegistry`),
 //! `cronq-sqlite` (`SqliteRegistry`).
 
-pub mod compare;
 pub mod digest;
-pub mod reporter;
 pub mod serving;
-pub mod tally;
 
 use std::ops::RangeInclusive;
 use std::time::Duration;
@@ -124,7 +122,7 @@ pub struct InFlight {
 ///
 /// A job with an inline `command` or `http` in the config file is not listed: every
 /// consumer serving its queue runs it (the fleet shares one config file; a consumer whose
-/// file differs is the config check's finding, see [`compare`]).
+/// file differs is the config check's finding, see `cronq_fleet::compare`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Serves {
     /// The logical queues it consumes; `None`: every queue of its config's jobs, those a

@@ -57,7 +57,7 @@ impl Ledger for Flaky {
     }
     async fn heartbeat(
         &self,
-        l: &cronq_shared::ledger::Lease,
+        l: &cronq_shared::ledger::ExecutionLease,
         d: Duration,
     ) -> Result<cronq_shared::ledger::Heartbeat, cronq_shared::store::StoreError> {
         self.check()?;
@@ -65,7 +65,7 @@ impl Ledger for Flaky {
     }
     async fn complete(
         &self,
-        l: &cronq_shared::ledger::Lease,
+        l: &cronq_shared::ledger::ExecutionLease,
         e: &cronq_shared::ledger::End,
     ) -> Result<cronq_shared::ledger::Ended, cronq_shared::store::StoreError> {
         self.check()?;

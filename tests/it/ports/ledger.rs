@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use cronq_shared::config::Overlap;
 use cronq_shared::ledger::{
-    Claim, ClaimOutcome, End, FollowUp, Heartbeat, Lease, Ledger, Settle, State, claim_token,
+    Claim, ClaimOutcome, End, ExecutionLease, FollowUp, Heartbeat, Ledger, Settle, State,
+    claim_token,
 };
 use cronq_shared::runlog::{Outcome, Run, RunLog};
 
@@ -38,7 +39,7 @@ async fn idempotency_suite(ledger: impl Ledger + Inspect) {
         ledger.heartbeat(&lease, LONG).await.unwrap(),
         Heartbeat::Held
     );
-    let stranger = Lease {
+    let stranger = ExecutionLease {
         token: "not-mine".into(),
         ..lease.clone()
     };

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use cronq_shared::config::Overlap;
 use cronq_shared::ledger::{
-    Cancel, Claim, ClaimOutcome, Ended, GateUse, Heartbeat, Lease, Ledger, PoolSlot, Republish,
-    Settle, State, rules,
+    Cancel, Claim, ClaimOutcome, Ended, ExecutionLease, GateUse, Heartbeat, Ledger, PoolSlot,
+    Republish, Settle, State, pool_gate,
 };
 use cronq_shared::names::JobName;
 
@@ -64,7 +64,7 @@ async fn state(ledger: &impl Inspect, job: &str, i: u32) -> State {
     ledger.inspect(&occurrence(job, i).key).await.unwrap().state
 }
 
-async fn succeed(ledger: &impl Ledger, lease: &Lease) -> Option<String> {
+async fn succeed(ledger: &impl Ledger, lease: &ExecutionLease) -> Option<String> {
     woken(
         ledger
             .complete(lease, &end(State::Succeeded))
@@ -186,7 +186,7 @@ async fn pool_suite(ledger: impl Ledger + Inspect) {
     assert_eq!(waiting(ledger.claim(&p("pc", 3)).await.unwrap()).1, None);
     assert_eq!(waiting(ledger.claim(&p("pc", 5)).await.unwrap()).1, None);
     // What `cronq jobs`, the dashboard and /metrics show of it.
-    let used = ledger.gates(&[rules::pool_gate("two")]).await.unwrap();
+    let used = ledger.gates(&[pool_gate("two")]).await.unwrap();
     assert_eq!(
         used,
         [GateUse {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use cronq_shared::config::Overlap;
-use cronq_shared::ledger::{End, Heartbeat, Lease, Ledger, Settle, State};
+use cronq_shared::ledger::{End, ExecutionLease, Heartbeat, Ledger, Settle, State};
 use cronq_shared::names::JobName;
 use cronq_shared::runlog::{Outcome, Run, RunLog, RunOutput, TailFrom};
 
@@ -178,7 +178,7 @@ async fn list(backend: Backend, env: TestEnv) {
 async fn history_suite(ledger: impl Ledger + Inspect, log: &dyn RunLog) {
     let c = claim("hist", 1, 1, Overlap::Allow, LONG);
     let lease = claimed(&ledger, &c).await;
-    let stranger = Lease {
+    let stranger = ExecutionLease {
         token: "not-the-owner".into(),
         ..lease.clone()
     };

@@ -16,7 +16,7 @@ use std::future::Future;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use cronq_shared::endpoints::RedisUrl;
+use cronq_redis::RedisUrl;
 use cronq_shared::names::{Names, Namespace};
 
 /// The harness, from the environment `scripts/ha` prints.

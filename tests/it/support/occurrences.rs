@@ -7,7 +7,7 @@ use chrono::{TimeZone, Utc};
 use cronq_shared::broker::Outgoing;
 use cronq_shared::config::Overlap;
 use cronq_shared::key::OccurrenceKey;
-use cronq_shared::ledger::{Claim, ClaimOutcome, End, Lease, Ledger, State};
+use cronq_shared::ledger::{Claim, ClaimOutcome, End, ExecutionLease, Ledger, State};
 use cronq_shared::message::{Occurrence, Trigger};
 use cronq_shared::names::{JobName, QueueName};
 
@@ -83,7 +83,7 @@ pub fn end(state: State) -> End {
 }
 
 /// Claims `c`, which must be granted, and returns its lease.
-pub async fn claimed(ledger: &impl Ledger, c: &Claim) -> Lease {
+pub async fn claimed(ledger: &impl Ledger, c: &Claim) -> ExecutionLease {
     match ledger.claim(c).await.unwrap() {
         ClaimOutcome::Claimed { lease, .. } => lease,
         other => panic!("expected a claim of {}, got {other:?}", c.key),

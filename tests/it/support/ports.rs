@@ -317,13 +317,17 @@ impl<T: Ledger + ?Sized> Ledger for Port<T> {
 
     async fn heartbeat(
         &self,
-        lease: &ledger::Lease,
+        lease: &ledger::ExecutionLease,
         duration: Duration,
     ) -> Result<Heartbeat, StoreError> {
         self.0.heartbeat(lease, duration).await
     }
 
-    async fn complete(&self, lease: &ledger::Lease, end: &End) -> Result<Ended, StoreError> {
+    async fn complete(
+        &self,
+        lease: &ledger::ExecutionLease,
+        end: &End,
+    ) -> Result<Ended, StoreError> {
         self.0.complete(lease, end).await
     }
 

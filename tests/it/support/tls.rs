@@ -77,7 +77,7 @@ impl Harness {
     /// certificate.
     pub fn trusting(&self) -> Tls {
         let ca = self.file("ca.pem");
-        Tls::load(Some(ca.as_ref()), None, None).expect("the harness's CA file")
+        cronq_tls::load(Some(ca.as_ref()), None, None).expect("the harness's CA file")
     }
 
     /// Deletes the keys of `namespace` on the TLS Redis (best effort: reported, not a

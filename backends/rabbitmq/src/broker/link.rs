@@ -14,7 +14,6 @@ use std::time::Duration;
 use super::failure::{Failure, broker_failure, lapin_failure};
 use crate::topology::{Declare, Replication};
 use cronq_shared::broker::BrokerError;
-use cronq_shared::endpoints::TlsRefusal;
 use cronq_shared::retry::Backoff;
 
 /// Reconnecting and redoing an operation: a broker restart or a cluster node failing over
@@ -46,23 +45,19 @@ impl Link {
     ) -> Result<Self, BrokerError> {
         let properties =
             ConnectionProperties::default().with_connection_name(LongString::from("cronq"));
-        let runtime = lapin::runtime::default_runtime().map_err(|e| BrokerError::Connect {
-            url: redacted.to_owned(),
-            source: Box::new(e),
-        })?;
+        let runtime = lapin::runtime::default_runtime()
+            .map_err(|e| super::unreachable(redacted.to_owned(), Box::new(e)))?;
         let connection =
             Connection::connect_uri_with_config(uri.clone(), properties, tls.clone(), runtime)
                 .await
-                .map_err(|e| match TlsRefusal::diagnose(&e) {
+                .map_err(|e| match cronq_tls::diagnose(&e) {
                     Some(refusal) => BrokerError::Tls {
+                        broker: super::RABBITMQ,
                         url: redacted.to_owned(),
                         refusal,
                         source: Box::new(e),
                     },
-                    None => BrokerError::Connect {
-                        url: redacted.to_owned(),
-                        source: Box::new(e),
-                    },
+                    None => super::unreachable(redacted.to_owned(), Box::new(e)),
                 })?;
         Ok(Self {
             connection,

@@ -68,10 +68,10 @@ struct BadUrl {
 
 /// The error of a connection attempt that got no answer within `within`.
 pub(super) fn no_answer(redacted: &str, within: Duration) -> BrokerError {
-    BrokerError::Connect {
-        url: redacted.to_owned(),
-        source: format!("no answer within {}s", within.as_secs()).into(),
-    }
+    super::unreachable(
+        redacted.to_owned(),
+        format!("no answer within {}s", within.as_secs()).into(),
+    )
 }
 
 /// The nodes of `urls` (one URL, or several separated by commas), in a random order, each
@@ -83,15 +83,17 @@ pub(super) fn no_answer(redacted: &str, within: Duration) -> BrokerError {
 pub(super) fn parse(urls: &str, tls: &Tls) -> Result<Vec<Node>, BrokerError> {
     let config = tls_config(tls);
     let parts: Vec<&str> = urls.split(',').map(str::trim).collect();
-    let bad = |i: usize| BrokerError::Connect {
-        url: Redacted(urls).to_string(),
-        source: Box::new(BadUrl {
-            position: if parts.len() == 1 {
-                String::new()
-            } else {
-                format!(" (URL {} of the {} in the list)", i + 1, parts.len())
-            },
-        }),
+    let bad = |i: usize| {
+        super::unreachable(
+            Redacted(urls).to_string(),
+            Box::new(BadUrl {
+                position: if parts.len() == 1 {
+                    String::new()
+                } else {
+                    format!(" (URL {} of the {} in the list)", i + 1, parts.len())
+                },
+            }),
+        )
     };
     let mut nodes = Vec::with_capacity(parts.len());
     for (i, part) in parts.iter().enumerate() {
@@ -143,18 +145,13 @@ pub(super) async fn open_first(nodes: &[Node], start: usize) -> Result<(usize, L
             }
         }
     }
-    let last = last.unwrap_or(BrokerError::Connect {
-        url: String::new(),
-        source: "no node to connect to".into(),
-    });
+    let last =
+        last.unwrap_or_else(|| super::unreachable(String::new(), "no node to connect to".into()));
     if nodes.len() == 1 {
         return Err(last);
     }
     // Name every node; the last one's error says why (the others' are in the debug log).
-    Err(BrokerError::Connect {
-        url: display(nodes),
-        source: Box::new(last),
-    })
+    Err(super::unreachable(display(nodes), Box::new(last)))
 }
 
 /// The nodes as logs show them: their redacted URLs, separated by commas.

@@ -1,12 +1,12 @@
-//! The ledger's storage in the data file, for the rules of `cronq_shared::ledger::rules`:
+//! The ledger's storage in the data file, for the rules of `cronq_ledger_rules`:
 //! records, the slots of gates and the history, read and written inside one transaction.
 //! A gate's wait list is an index over the records in state `waiting` on it; the reaper's
 //! schedule an index over their `due` instants.
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
+use cronq_ledger_rules::{JobLock, Rec, Records};
 use cronq_shared::ledger::State;
-use cronq_shared::ledger::rules::{JobLock, Rec, Records};
 use cronq_shared::runlog::Run;
 
 use crate::db::Failure;

@@ -9,10 +9,10 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeSet, HashMap};
 
-use super::digest::{ConfigDigest, JobDigests};
-use super::{Beat, Registry, Role};
-use crate::names::JobName;
-use crate::store::StoreError;
+use cronq_shared::names::JobName;
+use cronq_shared::registry::digest::{ConfigDigest, JobDigest, JobDigests};
+use cronq_shared::registry::{Beat, Registry, Role};
+use cronq_shared::store::StoreError;
 
 /// How many differing jobs a difference names (the rest are counted).
 pub const NAMED: usize = 10;
@@ -134,10 +134,7 @@ impl Comparer {
 
 /// The jobs that differ between two per-job lists sorted by name ([`JobDigests`]): the
 /// first [`NAMED`] by name, and how many in all.
-pub fn differing(
-    a: &[(JobName, super::digest::JobDigest)],
-    b: &[(JobName, super::digest::JobDigest)],
-) -> (Vec<JobName>, usize) {
+pub fn differing(a: &[(JobName, JobDigest)], b: &[(JobName, JobDigest)]) -> (Vec<JobName>, usize) {
     let (mut i, mut j) = (0, 0);
     let mut names = Vec::new();
     let mut count = 0;
@@ -177,8 +174,6 @@ pub fn differing(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    use crate::registry::digest::JobDigest;
 
     fn digest(d: u8) -> JobDigest {
         JobDigest::parse(&format!("{d:032x}")).unwrap()

@@ -3,6 +3,11 @@
 //! [`Records`] over their storage and call these functions inside their atomic step; the
 //! Redis ledger runs the same rules as Lua scripts (`backends/redis/src/ledger/*.lua`).
 //!
+//! The rule this crate keeps: it is the in-process implementation of the ledger port
+//! (`cronq_shared::ledger`), shared by the backends that run it in process; it depends on
+//! the contract only, never on a backend, and what the contract states (states, gates,
+//! [`pool_gate`], fencing) stays in the contract.
+//!
 //! Pure: no I/O, no clock (the step's instant is [`Records::now`]); a record whose
 //! retention has passed counts as absent, a slot whose time has passed as free, and a
 //! gate's wait list is its records in state `waiting` that still hold their message, by
@@ -20,13 +25,14 @@ use std::time::Duration;
 
 use chrono::Utc;
 
-use super::{
-    CANCELLED_BY, Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, GATE_SHOWN, GateUse,
-    Heartbeat, Lease, Orphan, Record, Republish, Settle, State, WAKE_RECHECK, cancelled_by,
+use cronq_shared::config::Overlap;
+use cronq_shared::key::OccurrenceKey;
+use cronq_shared::ledger::pool_gate;
+use cronq_shared::ledger::{
+    CANCELLED_BY, Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, ExecutionLease, GATE_SHOWN,
+    GateUse, Heartbeat, Orphan, Record, Republish, Settle, State, WAKE_RECHECK, cancelled_by,
 };
-use crate::config::Overlap;
-use crate::key::OccurrenceKey;
-use crate::runlog::{Outcome, Run};
+use cronq_shared::runlog::{Outcome, Run};
 
 /// One record as stored. Instants are milliseconds on the backend's clock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,15 +153,6 @@ fn live<S: Records>(s: &mut S, key: &str) -> Result<Option<Rec>, S::Error> {
         other => Ok(other),
     }
 }
-
-/// What a pool's gate is called: [`POOL_GATE`] then the pool's name (a job name holds no
-/// `:`, so it never names a job's gate).
-pub fn pool_gate(pool: &str) -> String {
-    format!("{POOL_GATE}{pool}")
-}
-
-/// What [`pool_gate`] begins with.
-pub const POOL_GATE: &str = "pool:";
 
 /// The live slots of `gate` held by others than `key`, by holder.
 fn others<S: Records>(s: &mut S, gate: &str, key: &str) -> Result<Vec<JobLock>, S::Error> {
@@ -489,7 +486,7 @@ fn supersede<S: Records>(s: &mut S, claim: &Claim, other: &str, key: &str) -> Re
     Ok(())
 }
 
-/// [`super::Ledger::claim`], under `claim.token`.
+/// [`cronq_shared::ledger::Ledger::claim`], under `claim.token`.
 ///
 /// # Errors
 /// The storage's.
@@ -542,7 +539,7 @@ pub fn claim<S: Records>(s: &mut S, claim: &Claim) -> Result<ClaimOutcome, S::Er
     }
     s.put(&key, &rec)?;
     Ok(ClaimOutcome::Claimed {
-        lease: Lease {
+        lease: ExecutionLease {
             key: claim.key.clone(),
             job: claim.job.clone(),
             token,
@@ -552,13 +549,13 @@ pub fn claim<S: Records>(s: &mut S, claim: &Claim) -> Result<ClaimOutcome, S::Er
     })
 }
 
-/// [`super::Ledger::heartbeat`].
+/// [`cronq_shared::ledger::Ledger::heartbeat`].
 ///
 /// # Errors
 /// The storage's.
 pub fn heartbeat<S: Records>(
     s: &mut S,
-    lease: &Lease,
+    lease: &ExecutionLease,
     duration: Duration,
 ) -> Result<Heartbeat, S::Error> {
     let key = lease.key.to_string();
@@ -600,11 +597,15 @@ pub fn heartbeat<S: Records>(
     })
 }
 
-/// [`super::Ledger::complete`].
+/// [`cronq_shared::ledger::Ledger::complete`].
 ///
 /// # Errors
 /// The storage's.
-pub fn complete<S: Records>(s: &mut S, lease: &Lease, end: &End) -> Result<Ended, S::Error> {
+pub fn complete<S: Records>(
+    s: &mut S,
+    lease: &ExecutionLease,
+    end: &End,
+) -> Result<Ended, S::Error> {
     let key = lease.key.to_string();
     let current = live(s, &key)?;
     if current
@@ -667,7 +668,7 @@ pub fn complete<S: Records>(s: &mut S, lease: &Lease, end: &End) -> Result<Ended
     })
 }
 
-/// [`super::Ledger::settle`].
+/// [`cronq_shared::ledger::Ledger::settle`].
 ///
 /// # Errors
 /// The storage's.
@@ -722,7 +723,7 @@ pub fn settle<S: Records>(s: &mut S, settle: &Settle) -> Result<Ended, S::Error>
     })
 }
 
-/// [`super::Ledger::reap`].
+/// [`cronq_shared::ledger::Ledger::reap`].
 ///
 /// # Errors
 /// The storage's.
@@ -766,7 +767,7 @@ pub fn reap<S: Records>(s: &mut S, limit: usize, hold: Duration) -> Result<Vec<O
     Ok(out)
 }
 
-/// [`super::Ledger::admit_replay`].
+/// [`cronq_shared::ledger::Ledger::admit_replay`].
 ///
 /// # Errors
 /// The storage's.
@@ -780,7 +781,7 @@ pub fn admit_replay<S: Records>(s: &mut S, key: &OccurrenceKey) -> Result<Option
         && rec
             .error
             .as_deref()
-            .is_some_and(|e| e.starts_with(super::PARENT_ENDED));
+            .is_some_and(|e| e.starts_with(cronq_shared::ledger::PARENT_ENDED));
     if before == State::Failed || parent_skipped {
         // As admit_replay.lua: runnable again, attempt 1 may claim it.
         rec.state = State::Retrying;
@@ -793,7 +794,7 @@ pub fn admit_replay<S: Records>(s: &mut S, key: &OccurrenceKey) -> Result<Option
     Ok(Some(before))
 }
 
-/// [`super::Ledger::cancel`].
+/// [`cronq_shared::ledger::Ledger::cancel`].
 ///
 /// # Errors
 /// The storage's.
@@ -853,7 +854,7 @@ pub fn cancel<S: Records>(s: &mut S, cancel: &Cancel) -> Result<Cancelled, S::Er
     Ok(Cancelled::Ended(was))
 }
 
-/// [`super::Ledger::gates`], for one gate.
+/// [`cronq_shared::ledger::Ledger::gates`], for one gate.
 ///
 /// # Errors
 /// The storage's.

@@ -1,7 +1,7 @@
 //! The loop every producer, consumer and standalone runs beside its work: report itself
 //! to the registry every [`REPORT_EVERY`] (its record lapses [`EXPIRY`] after the last
 //! report), write the per-job digests of its config once per config (the digests come from
-//! the process's [`Digester`](super::digest::Digester)), and add what its [`Tally`] counted
+//! the process's [`Digester`](crate::digester::Digester)), and add what its [`Tally`] counted
 //! to the per-minute counters.
 //!
 //! Invariant: a failing registry never stops the process's work: a failed report is logged
@@ -14,11 +14,13 @@ use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::digest::ConfigDigest;
-use super::tally::Tally;
-use super::{
+use cronq_shared::registry::digest::ConfigDigest;
+use cronq_shared::registry::{
     Beat, Counter, DIGESTS_TTL, EXPIRY, InFlight, REPORT_EVERY, Registry, Role, Serves, minute_of,
 };
+use cronq_shared::store::StoreError;
+
+use crate::tally::Tally;
 
 /// How often the per-job digests are written again, keeping them [`DIGESTS_TTL`].
 const DIGESTS_REFRESH: Duration = Duration::from_secs(600);
@@ -57,7 +59,7 @@ impl Reporter {
         let beat = Beat {
             instance: instance.into(),
             role,
-            host: crate::host::name(),
+            host: cronq_shared::host::name(),
             pid: std::process::id(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             started_at: now,
@@ -168,13 +170,13 @@ impl Reporter {
         }
     }
 
-    async fn report(&self) -> Result<(), crate::store::StoreError> {
+    async fn report(&self) -> Result<(), StoreError> {
         self.registry.report(&self.beat, EXPIRY).await?;
         self.flush().await
     }
 
     /// Adds what was counted to this minute's counters; what cannot be written is kept.
-    async fn flush(&self) -> Result<(), crate::store::StoreError> {
+    async fn flush(&self) -> Result<(), StoreError> {
         let minute = minute_of(Utc::now());
         for counter in [Counter::Published, Counter::Executed] {
             let n = self.tally.take(counter);

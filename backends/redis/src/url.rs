@@ -2,10 +2,16 @@
 //! socket), handed to the Redis client as given, or a master found through Redis Sentinel
 //! (`redis+sentinel://`, `rediss+sentinel://`), parsed here.
 //!
+//! The grammar is this backend's: the contract only knows the error a store URL can be
+//! ([`UrlError`]). The binary checks `CRONQ_REDIS_URL` with it before it connects
+//! (`cronq_backends::RedisUrl`).
+//!
 //! Invariant: no error of this module echoes the URL's credentials; a problem names the
 //! variable, the part that is wrong and the form expected.
 
 use std::fmt;
+
+pub use cronq_shared::store::UrlError;
 
 /// The variable the URL comes from, named by every error.
 pub const VARIABLE: &str = "CRONQ_REDIS_URL";
@@ -58,7 +64,7 @@ impl fmt::Debug for RedisUrl {
         match self {
             Self::Server(url) => f
                 .debug_tuple("Server")
-                .field(&crate::redacted::Redacted(url))
+                .field(&cronq_shared::redacted::Redacted(url))
                 .finish(),
             Self::Sentinel(s) => f.debug_tuple("Sentinel").field(s).finish(),
         }
@@ -78,22 +84,12 @@ impl fmt::Debug for SentinelUrl {
     }
 }
 
-/// A `CRONQ_REDIS_URL` that is not one of the forms cronq takes.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{VARIABLE}: {problem}; expected {expected}")]
-pub struct UrlError {
-    /// What is wrong, without the credentials.
-    pub problem: String,
-    /// The form expected.
-    pub expected: &'static str,
-}
-
-impl UrlError {
-    fn sentinel(problem: impl Into<String>) -> Self {
-        Self {
-            problem: problem.into(),
-            expected: SENTINEL_FORM,
-        }
+/// A malformed Sentinel URL: `problem`, and the form expected.
+fn sentinel_error(problem: impl Into<String>) -> UrlError {
+    UrlError {
+        variable: VARIABLE,
+        problem: problem.into(),
+        expected: SENTINEL_FORM,
     }
 }
 
@@ -114,6 +110,7 @@ impl RedisUrl {
             s if SERVER_SCHEMES.contains(&s) => return Ok(Self::Server(url.to_owned())),
             _ => {
                 return Err(UrlError {
+                    variable: VARIABLE,
                     problem: format!("unknown scheme {scheme:?}"),
                     expected: "redis://, rediss://, or the Sentinel form redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB]",
                 });
@@ -125,7 +122,7 @@ impl RedisUrl {
 
 fn parse_sentinel(rest: &str, tls: bool) -> Result<SentinelUrl, UrlError> {
     if rest.contains(['?', '#']) {
-        return Err(UrlError::sentinel(
+        return Err(sentinel_error(
             "query parameters and fragments are not supported",
         ));
     }
@@ -156,10 +153,10 @@ fn parse_sentinel(rest: &str, tls: bool) -> Result<SentinelUrl, UrlError> {
     let mut segments = path.split('/');
     let master = segments.next().unwrap_or_default();
     if master.is_empty() {
-        return Err(UrlError::sentinel("no master name after the sentinels"));
+        return Err(sentinel_error("no master name after the sentinels"));
     }
     if master.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(UrlError::sentinel(format!(
+        return Err(sentinel_error(format!(
             "master name {master:?} holds a space or a control character"
         )));
     }
@@ -169,10 +166,10 @@ fn parse_sentinel(rest: &str, tls: bool) -> Result<SentinelUrl, UrlError> {
             .parse::<i64>()
             .ok()
             .filter(|db| *db >= 0)
-            .ok_or_else(|| UrlError::sentinel(format!("database {db:?} is not a number from 0")))?,
+            .ok_or_else(|| sentinel_error(format!("database {db:?} is not a number from 0")))?,
     };
     if let Some(extra) = segments.find(|s| !s.is_empty()) {
-        return Err(UrlError::sentinel(format!(
+        return Err(sentinel_error(format!(
             "unexpected {extra:?} after the database"
         )));
     }
@@ -188,7 +185,7 @@ fn parse_sentinel(rest: &str, tls: bool) -> Result<SentinelUrl, UrlError> {
 
 /// `HOST[:PORT]` or `[IPV6][:PORT]`, the `n`th of the list.
 fn sentinel_addr(n: usize, addr: &str) -> Result<(String, u16), UrlError> {
-    let bad = |why: &str| UrlError::sentinel(format!("sentinel {n} ({addr:?}): {why}"));
+    let bad = |why: &str| sentinel_error(format!("sentinel {n} ({addr:?}): {why}"));
     let (host, port) = if let Some(bracketed) = addr.strip_prefix('[') {
         let (host, after) = bracketed
             .split_once(']')
@@ -229,7 +226,7 @@ fn sentinel_addr(n: usize, addr: &str) -> Result<(String, u16), UrlError> {
 
 /// Percent-decodes a part of the credentials; a bad escape is named, the text is not.
 fn decode(part: &str, what: &str) -> Result<String, UrlError> {
-    let bad = || UrlError::sentinel(format!("the {what} has an invalid percent-escape"));
+    let bad = || sentinel_error(format!("the {what} has an invalid percent-escape"));
     let bytes = part.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -1,7 +1,7 @@
 //! Counting in process what the registry's per-minute counters add up: the occurrences a
 //! producer published ([`CountingBroker`], around the broker its scheduler publishes
 //! with) and those a consumer ran to a terminal outcome ([`CountingLedger`], around its
-//! ledger). The reporter (`super::reporter`) adds the counts to the store with each beat,
+//! ledger). The reporter ([`crate::reporter`]) adds the counts to the store with each beat,
 //! so counting costs no store round trip per occurrence.
 //!
 //! Invariant: a count is taken only after the broker confirmed the publish, or the ledger
@@ -17,15 +17,15 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::Counter;
-use crate::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing, Pick, Ready};
-use crate::key::OccurrenceKey;
-use crate::ledger::{
-    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, GateUse, Heartbeat, Lease, Ledger, Orphan,
-    Settle, State,
+use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing, Pick, Ready};
+use cronq_shared::key::OccurrenceKey;
+use cronq_shared::ledger::{
+    Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, ExecutionLease, GateUse, Heartbeat, Ledger,
+    Orphan, Settle, State,
 };
-use crate::names::QueueName;
-use crate::store::StoreError;
+use cronq_shared::names::QueueName;
+use cronq_shared::registry::Counter;
+use cronq_shared::store::StoreError;
 
 /// Counts not yet added to the store, shared by the counting wrappers and the reporter.
 #[derive(Debug, Clone, Default)]
@@ -146,11 +146,15 @@ impl Ledger for CountingLedger {
         self.inner.claim(claim).await
     }
 
-    async fn heartbeat(&self, lease: &Lease, duration: Duration) -> Result<Heartbeat, StoreError> {
+    async fn heartbeat(
+        &self,
+        lease: &ExecutionLease,
+        duration: Duration,
+    ) -> Result<Heartbeat, StoreError> {
         self.inner.heartbeat(lease, duration).await
     }
 
-    async fn complete(&self, lease: &Lease, end: &End) -> Result<Ended, StoreError> {
+    async fn complete(&self, lease: &ExecutionLease, end: &End) -> Result<Ended, StoreError> {
         let ended = self.inner.complete(lease, end).await?;
         if ended.recorded && matches!(end.state, Some(State::Succeeded | State::Failed)) {
             self.tally.add(Counter::Executed, 1);
@@ -185,7 +189,7 @@ impl Ledger for CountingLedger {
     async fn record(
         &self,
         key: &OccurrenceKey,
-    ) -> Result<Option<crate::ledger::Record>, StoreError> {
+    ) -> Result<Option<cronq_shared::ledger::Record>, StoreError> {
         self.inner.record(key).await
     }
 }
