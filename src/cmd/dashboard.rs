@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use cronq_shared::names::{Names, Namespace};
 use tokio_util::sync::CancellationToken;
 
-use super::settings::Target;
+use crate::settings::Target;
 use crate::cli::{Cli, DashboardArgs};
 use crate::dashboard::{self, Access, Queues, Source};
 use crate::ops::{lookup, running};
@@ -23,7 +23,7 @@ pub async fn run(cli: &Cli, args: &DashboardArgs, root: CancellationToken) -> an
         args.token.tokens_file.as_deref(),
         args.token.dashboard_token_file.as_deref(),
     )?;
-    let target = super::settings::target(cli)?;
+    let target = crate::settings::target(cli)?;
     // The config the target runs (`crate::ops::running`), as at the start.
     let source = match &target {
         Target::Fleet(endpoints) => {

@@ -7,7 +7,7 @@ use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::State;
 use serde_json::json;
 
-use super::settings::UsageError;
+use crate::settings::UsageError;
 use crate::cli::{Cli, JsonArg, ReplayArgs};
 use crate::ops::{self, lookup, running};
 use crate::output::{self, Table};
@@ -18,7 +18,7 @@ use crate::output::{self, Table};
 /// # Errors
 /// RabbitMQ unreachable, or the data file unusable.
 pub async fn list(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
-    let target = super::settings::target(cli)?;
+    let target = crate::settings::target(cli)?;
     let queue = lookup::queue(&target).await?;
     let letters = bounded("list dead letters", queue.port().dead_letters()).await;
     queue.close().await;
@@ -91,7 +91,7 @@ pub async fn replay(cli: &Cli, args: &ReplayArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let target = super::settings::target(cli)?;
+    let target = crate::settings::target(cli)?;
     let (config, stores, queue) = running::config_stores_and_queue(cli, &target).await?;
     // A runtime job's letters replay as a file job's do.
     let config = lookup::with_runtime(config, &stores).await?;

@@ -15,7 +15,6 @@ mod pause;
 mod plan;
 mod producer;
 mod runs;
-pub(crate) mod settings;
 mod signals;
 mod standalone;
 mod trigger;
@@ -24,7 +23,7 @@ mod verify;
 use cronq_shared::config::ConfigError;
 use tokio_util::sync::CancellationToken;
 
-use self::settings::UsageError;
+use crate::settings::UsageError;
 use crate::cli::{Cli, Command, DlqCommand, JobCommand};
 
 /// Runs the chosen subcommand.

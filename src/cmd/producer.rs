@@ -28,8 +28,8 @@ use crate::cli::{Cli, ProducerArgs};
 /// Runs until the root token is cancelled (SIGTERM/SIGINT), then releases leadership at
 /// once and returns.
 pub async fn run(cli: &Cli, args: &ProducerArgs, root: CancellationToken) -> anyhow::Result<()> {
-    let (config, text) = super::settings::load_config_and_text(cli)?;
-    let endpoints = super::settings::endpoints(cli)?;
+    let (config, text) = crate::settings::load_config_and_text(cli)?;
+    let endpoints = crate::settings::endpoints(cli)?;
     for warning in &config.warnings {
         warn!(warning = %warning, "config warning");
     }

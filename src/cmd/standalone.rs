@@ -39,7 +39,7 @@ const STANDBY_NOTE_AFTER: Duration = Duration::from_secs(1);
 /// Runs until the root token is cancelled, then stops publishing and drains within
 /// `--grace`.
 pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> anyhow::Result<()> {
-    let data = super::settings::standalone_data(cli)?;
+    let data = crate::settings::standalone_data(cli)?;
     match &data {
         Some(path) => tracing::info!(
             data = %path.display(),
@@ -47,16 +47,16 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
             path.display()
         ),
         None => tracing::info!(
-            data = super::settings::IN_MEMORY,
+            data = crate::settings::IN_MEMORY,
             "standalone: in memory (--data :memory:): nothing survives this process"
         ),
     }
-    let (config, text) = super::settings::load_config_and_text(cli)?;
-    super::settings::check_commands(cli, &config)?;
+    let (config, text) = crate::settings::load_config_and_text(cli)?;
+    crate::settings::check_commands(cli, &config)?;
     for warning in &config.warnings {
         tracing::warn!(warning = %warning, "config");
     }
-    let keyring = super::settings::keyring(cli)?;
+    let keyring = crate::settings::keyring(cli)?;
     let admin = match args.dashboard_addr {
         Some(_) => Some(crate::dashboard::Access::load(
             args.token.tokens_file.as_deref(),

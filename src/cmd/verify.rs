@@ -12,7 +12,7 @@ use cronq_shared::config::Catchup;
 use cronq_shared::runlog::{DEFAULT_MAX_RUNS, Outcome};
 use serde_json::json;
 
-use super::settings::UsageError;
+use crate::settings::UsageError;
 use crate::cli::{Cli, VerifyArgs};
 use crate::ops::{lookup, running};
 use crate::output::{self, Table};
@@ -43,7 +43,7 @@ pub async fn run(cli: &Cli, args: &VerifyArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
-    let target = super::settings::target(cli)?;
+    let target = crate::settings::target(cli)?;
     let (config, stores, queue) = running::config_stores_and_queue(cli, &target).await?;
     let job = match &args.job {
         Some(name) => match lookup::job_in(&config, Some(&stores), name).await {

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use cronq_shared::audit::{AuditLog, Entry};
 use serde_json::{Value, json};
 
-use crate::cmd::settings::UsageError;
+use crate::settings::UsageError;
 use crate::output;
 
 /// Where the command line's entries come from.

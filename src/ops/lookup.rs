@@ -17,7 +17,7 @@ use cronq_shared::runlog::DEFAULT_MAX_RUNS;
 use cronq_shared::signing::Keyring;
 
 use crate::cli::Cli;
-use crate::cmd::settings::{DEFAULT_DATA, Target, UsageError};
+use crate::settings::{DEFAULT_DATA, Target, UsageError};
 use crate::ops::running;
 
 /// The job called `name` in `config`, or a usage error naming the file and suggesting a
@@ -90,17 +90,17 @@ pub async fn job_with_stores(
 /// # Errors
 /// A usage error for an unknown job or an invalid name; a config error.
 pub async fn job_filter(cli: &Cli, name: &str) -> anyhow::Result<JobName> {
-    let found = match crate::cmd::settings::target(cli) {
+    let found = match crate::settings::target(cli) {
         Ok(target) => match stores(&target, DEFAULT_RETENTION).await {
             Ok(stores) => match running::config_of(cli, &target, &stores).await {
                 Ok(config) => Some((config, Some(stores))),
                 Err(e) if e.is::<UsageError>() => None,
                 Err(e) => return Err(e),
             },
-            Err(_) if cli.config.is_some() => Some((crate::cmd::settings::load_config(cli)?, None)),
+            Err(_) if cli.config.is_some() => Some((crate::settings::load_config(cli)?, None)),
             Err(_) => None,
         },
-        Err(_) if cli.config.is_some() => Some((crate::cmd::settings::load_config(cli)?, None)),
+        Err(_) if cli.config.is_some() => Some((crate::settings::load_config(cli)?, None)),
         Err(_) => None,
     };
     match found {

@@ -17,7 +17,7 @@ use cronq_shared::config::{Config, DEFAULT_RETENTION};
 use cronq_shared::recorded::{ConfigRecord, Drift, KEEP};
 
 use crate::cli::Cli;
-use crate::cmd::settings::{Target, UsageError};
+use crate::settings::{Target, UsageError};
 use crate::ops::lookup::{self, Queue};
 use crate::output;
 
