@@ -4,11 +4,11 @@
 
 use anyhow::Context as _;
 
-use crate::settings::UsageError;
 use crate::cli::{BackfillArgs, Cli};
 use crate::ops::backfill::{CONFIRM_ABOVE, Preview};
 use crate::ops::lookup;
 use crate::output;
+use crate::settings::UsageError;
 
 /// Requests the backfill and prints how many occurrences it covers.
 ///

@@ -5,10 +5,10 @@
 use anyhow::Context as _;
 use cronq_shared::ledger::Cancelled;
 
-use crate::settings::UsageError;
 use crate::cli::{CancelArgs, Cli};
 use crate::ops;
 use crate::output;
+use crate::settings::UsageError;
 
 /// Cancels one occurrence and says what became of it.
 ///

@@ -13,7 +13,6 @@ use cronq_shared::reload::Reloader;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::settings::UsageError;
 use crate::admin::{self, ReadyProbe};
 use crate::cli::{Cli, ConsumerArgs};
 
@@ -31,9 +30,7 @@ pub async fn run(cli: &Cli, args: &ConsumerArgs, root: CancellationToken) -> any
         keyring: endpoints.keyring.clone(),
     };
     // An unknown --queues name is a usage error (exit 2), found before connecting.
-    options
-        .select_queues(&config)
-        .map_err(|e| UsageError(e.to_string()))?;
+    options.select_queues(&config)?;
     for warning in &config.warnings {
         tracing::warn!(warning = %warning, "config");
     }

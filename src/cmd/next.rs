@@ -7,9 +7,9 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use cronq_shared::config::{Config, Job};
 use serde_json::json;
 
-use crate::settings::UsageError;
 use crate::cli::{Cli, NextArgs};
 use crate::ops::{lookup, running};
+use crate::settings::UsageError;
 
 /// Prints the next `--count` fire times per job, as a table or one JSON document. The
 /// config's jobs; `--job` may also name a runtime job (then the job store is read).

@@ -11,10 +11,10 @@ use cronq_shared::config::{Config, DEFAULT_RETENTION};
 use cronq_shared::recorded::{self, without_secrets};
 
 use super::Status;
-use crate::settings::UsageError;
 use crate::cli::{Cli, PlanArgs};
 use crate::ops::{self, lookup, running};
 use crate::output;
+use crate::settings::UsageError;
 
 /// The status `cronq plan` exits with when some job changes.
 pub const CHANGED: u8 = 3;

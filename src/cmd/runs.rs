@@ -9,10 +9,10 @@ use cronq_shared::key::OccurrenceKey;
 use cronq_shared::runlog::{Run, RunLog, RunOutput};
 use serde_json::json;
 
-use crate::settings::UsageError;
 use crate::cli::{Cli, RunsArgs};
 use crate::ops::{self, lookup};
 use crate::output::{self, Table};
+use crate::settings::UsageError;
 
 /// How many of the newest runs name the jobs a misspelt `--job` is compared with.
 const RECENT_FOR_NAMES: usize = 1000;

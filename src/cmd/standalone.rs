@@ -12,13 +12,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use cronq_backends::Stores;
+use cronq_backends::{Connect, Deployment};
 use cronq_consumer::{Consumer, Options};
 use cronq_producer::{
     AccountingCheck, Alerts, Chains, ConfigCheck, PoolCheck, Producer, Reloader, ServingCheck,
     accounting_check, alerts, chains, instance_id, leader,
 };
-use cronq_shared::broker::Broker;
 use cronq_shared::lease::Lease;
 use cronq_shared::registry::Role;
 use cronq_shared::registry::digest::Digester;
@@ -29,9 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, ReadyProbe};
 use crate::cli::{Cli, StandaloneArgs};
-
-/// Run records kept in memory; the oldest are dropped first.
-const MAX_RUNS_IN_MEMORY: usize = 10_000;
+use crate::settings::Target;
 
 /// How long a standalone waits to lead before it looks whether another one holds the file.
 const STANDBY_NOTE_AFTER: Duration = Duration::from_secs(1);
@@ -64,30 +61,18 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         )?),
         None => None,
     };
-    let mut file_broker = None;
-    let (broker, stores): (Arc<dyn Broker>, Stores) = match &data {
-        Some(path) => {
-            let (broker, stores) = cronq_backends::sqlite(
-                path,
-                cli.data_sync.into(),
-                config.longest_retention(),
-                cronq_shared::runlog::DEFAULT_MAX_RUNS,
-                keyring.clone(),
-            )
-            .await
-            .context("while opening the data file")?;
-            file_broker = Some(broker.clone());
-            (Arc::new(broker), stores)
-        }
-        None => {
-            let (broker, stores) = cronq_backends::memory(
-                MAX_RUNS_IN_MEMORY,
-                config.longest_retention(),
-                keyring.clone(),
-            );
-            (Arc::new(broker), stores)
-        }
+    let target = match data {
+        Some(path) => Target::Data {
+            path,
+            sync: cli.data_sync.into(),
+            keyring: keyring.clone(),
+        },
+        None => Target::Memory {
+            keyring: keyring.clone(),
+        },
     };
+    let Deployment { broker, stores } =
+        cronq_backends::open(&target, config.longest_retention(), Connect::Patient).await?;
     super::signals::cancel_on_signal(root.clone()).context("while installing signal handlers")?;
     // Owns the SIGHUP forwarder; dropping it (on any return) aborts it.
     let mut signal_tasks = JoinSet::new();
@@ -100,21 +85,11 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
     let dashboard = match (args.dashboard_addr, admin) {
         (Some(addr), Some(admin)) => {
             let config = Arc::new(config.clone());
-            let source = match (file_broker, &data) {
-                (Some(file), Some(path)) => super::dashboard::data_source(
-                    config,
-                    stores.clone(),
-                    file,
-                    keyring.clone(),
-                    &path.display().to_string(),
-                ),
-                _ => super::dashboard::memory_source(
-                    config,
-                    stores.clone(),
-                    broker.clone(),
-                    keyring.clone(),
-                ),
+            let deployment = Deployment {
+                broker: broker.clone(),
+                stores: stores.clone(),
             };
+            let source = super::dashboard::source(config, deployment, &target);
             Some((addr, source, admin))
         }
         _ => None,

@@ -4,9 +4,9 @@
 
 use anyhow::Context as _;
 
-use crate::settings::UsageError;
 use crate::cli::{Cli, TriggerArgs};
 use crate::ops::lookup;
+use crate::settings::UsageError;
 
 /// Requests one manual occurrence and prints its key on stdout.
 ///

@@ -12,10 +12,10 @@ use cronq_shared::config::Catchup;
 use cronq_shared::runlog::{DEFAULT_MAX_RUNS, Outcome};
 use serde_json::json;
 
-use crate::settings::UsageError;
 use crate::cli::{Cli, VerifyArgs};
 use crate::ops::{lookup, running};
 use crate::output::{self, Table};
+use crate::settings::UsageError;
 
 /// The outcomes a table shows, in its column order.
 const SHOWN: [Outcome; 5] = [
@@ -63,7 +63,7 @@ pub async fn run(cli: &Cli, args: &VerifyArgs) -> anyhow::Result<()> {
             return Err(e);
         }
     };
-    let letters = bounded("list dead letters", queue.port().dead_letters()).await;
+    let letters = bounded("list dead letters", queue.dead_letters()).await;
     queue.close().await;
     let letters = letters
         .map_err(|e| anyhow::Error::new(e).context("while listing the dead-letter queue"))?;

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::Counter;
-use crate::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing, Pick, Ready};
+use crate::broker::{Broker, BrokerError, DeadLetter, Delivery, Depths, Outgoing, Pick, Ready};
 use crate::key::OccurrenceKey;
 use crate::ledger::{
     Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, GateUse, Heartbeat, Lease, Ledger, Orphan,
@@ -123,6 +123,14 @@ impl Broker for CountingBroker {
         select: &(dyn for<'l> Fn(&'l DeadLetter) -> Pick + Send + Sync),
     ) -> Result<usize, BrokerError> {
         self.inner.replay(select).await
+    }
+
+    async fn depths(&self, queues: &[QueueName]) -> Result<Depths, BrokerError> {
+        self.inner.depths(queues).await
+    }
+
+    async fn close(&self) {
+        self.inner.close().await;
     }
 }
 
