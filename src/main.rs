@@ -9,6 +9,7 @@ mod dashboard;
 mod ops;
 mod output;
 mod secret_file;
+mod settings;
 mod telemetry;
 
 use std::process::ExitCode;

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::cmd::settings::UsageError;
+use crate::settings::UsageError;
 
 /// The text of `file`, given as `flag` (such as `--signing-key-file
 /// (CRONQ_SIGNING_KEY_FILE)`); `what` names it in the warning (such as `the signing key

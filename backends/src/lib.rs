@@ -3,7 +3,11 @@
 //! tests and demos). The producer, the consumer and the operations commands only see the
 //! port traits of `cronq-shared`; a new backend is a crate under `backends/` and a
 //! constructor here.
+//!
+//! Invariant: which backend serves a [`Target`] is decided here only ([`open`],
+//! [`open_stores`], [`open_broker`]); a caller gets the ports, never a backend's type.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,14 +19,15 @@ use cronq_rabbitmq::AmqpBroker;
 use cronq_rabbitmq::topology::Replication;
 use cronq_redis::{RedisAudit, RedisControl, RedisLease, RedisLedger, RedisRegistry, RedisRunLog};
 use cronq_shared::audit::AuditLog;
-use cronq_shared::broker::BrokerError;
+use cronq_shared::broker::{Broker, BrokerError};
+use cronq_shared::config::DEFAULT_RETENTION;
 use cronq_shared::control::Control;
 use cronq_shared::endpoints::Endpoints;
 use cronq_shared::jobs::JobStore;
 use cronq_shared::lease::Lease;
 use cronq_shared::ledger::Ledger;
 use cronq_shared::registry::Registry;
-use cronq_shared::runlog::RunLog;
+use cronq_shared::runlog::{DEFAULT_MAX_RUNS, RunLog};
 use cronq_shared::signing::Keyring;
 use cronq_shared::store::StoreError;
 use cronq_sqlite::{
@@ -33,6 +38,155 @@ pub use cronq_sqlite::{SqliteBroker, Sync};
 
 /// The forms `CRONQ_REDIS_URL` takes, for the binary to check the URL before it connects.
 pub use cronq_redis::RedisUrl;
+
+/// Run records a standalone in memory keeps; the oldest are dropped first.
+const MAX_RUNS_IN_MEMORY: usize = 10_000;
+
+/// Where a deployment's state is.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// The fleet's services: RabbitMQ and Redis.
+    Fleet(Endpoints),
+    /// A standalone's data file.
+    Data {
+        /// The file, as given.
+        path: PathBuf,
+        /// `--data-sync`.
+        sync: Sync,
+        /// The signing keys, as for a fleet.
+        keyring: Option<Arc<Keyring>>,
+    },
+    /// A standalone's process memory: only that process reaches it.
+    Memory {
+        /// The signing keys, as for a fleet.
+        keyring: Option<Arc<Keyring>>,
+    },
+}
+
+impl Target {
+    /// The signing keys the target's broker seals with.
+    pub fn keyring(&self) -> Option<&Keyring> {
+        match self {
+            Self::Fleet(endpoints) => endpoints.keyring.as_deref(),
+            Self::Data { keyring, .. } | Self::Memory { keyring } => keyring.as_deref(),
+        }
+    }
+}
+
+/// The ports of one deployment: its queue and its stores.
+#[derive(Clone)]
+pub struct Deployment {
+    /// The queue port; it also tells the queues' depths, and closes its connection.
+    pub broker: Arc<dyn Broker>,
+    /// The stores.
+    pub stores: Stores,
+}
+
+impl std::fmt::Debug for Deployment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deployment").finish_non_exhaustive()
+    }
+}
+
+/// How a fleet's broker is connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Connect {
+    /// As a service does: each node is tried until the connect timeout ([`broker`]).
+    Patient,
+    /// As a one-shot command does: a refused connection fails at once ([`broker_now`]).
+    Now,
+}
+
+/// Why a target could not be opened, naming the part that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// Redis could not be reached.
+    #[error("while connecting to Redis")]
+    Stores(#[source] StoreError),
+    /// RabbitMQ could not be reached.
+    #[error("while connecting to RabbitMQ")]
+    Broker(#[source] BrokerError),
+    /// The data file cannot be used.
+    #[error("while opening the data file")]
+    File(#[source] StoreError),
+}
+
+/// The queue and the stores of `target`; the run history and the audit log are kept for
+/// `retention` (a data file's history holds at most `DEFAULT_MAX_RUNS` runs). A data file is
+/// created when missing; one process that opens it twice gets two connections to it.
+///
+/// # Errors
+/// [`OpenError`] naming what failed: Redis first, then RabbitMQ; or the data file.
+pub async fn open(
+    target: &Target,
+    retention: Duration,
+    connect: Connect,
+) -> Result<Deployment, OpenError> {
+    match target {
+        Target::Fleet(endpoints) => {
+            let stores = stores(endpoints, retention, None)
+                .await
+                .map_err(OpenError::Stores)?;
+            let broker = fleet_broker(endpoints, connect).await?;
+            Ok(Deployment { broker, stores })
+        }
+        Target::Data {
+            path,
+            sync,
+            keyring,
+        } => {
+            let (broker, stores) =
+                sqlite(path, *sync, retention, DEFAULT_MAX_RUNS, keyring.clone())
+                    .await
+                    .map_err(OpenError::File)?;
+            Ok(Deployment {
+                broker: Arc::new(broker),
+                stores,
+            })
+        }
+        Target::Memory { keyring } => {
+            let (broker, stores) = memory(MAX_RUNS_IN_MEMORY, retention, keyring.clone());
+            Ok(Deployment {
+                broker: Arc::new(broker),
+                stores,
+            })
+        }
+    }
+}
+
+/// The stores of `target`, as [`open`] opens them; a fleet's broker is not connected.
+///
+/// # Errors
+/// As [`open`].
+pub async fn open_stores(target: &Target, retention: Duration) -> Result<Stores, OpenError> {
+    match target {
+        Target::Fleet(endpoints) => stores(endpoints, retention, None)
+            .await
+            .map_err(OpenError::Stores),
+        _ => Ok(open(target, retention, Connect::Now).await?.stores),
+    }
+}
+
+/// The queue of `target`, as [`open`] opens it; a fleet's stores are not connected.
+///
+/// # Errors
+/// As [`open`].
+pub async fn open_broker(target: &Target, connect: Connect) -> Result<Arc<dyn Broker>, OpenError> {
+    match target {
+        Target::Fleet(endpoints) => fleet_broker(endpoints, connect).await,
+        _ => Ok(open(target, DEFAULT_RETENTION, connect).await?.broker),
+    }
+}
+
+/// RabbitMQ at `endpoints`, connected as `connect` says.
+async fn fleet_broker(
+    endpoints: &Endpoints,
+    connect: Connect,
+) -> Result<Arc<dyn Broker>, OpenError> {
+    let once = connect == Connect::Now;
+    let broker = amqp(endpoints, once).await.map_err(OpenError::Broker)?;
+    Ok(Arc::new(broker))
+}
 
 /// The stores of one deployment. The ledger appends the runs it ends to `runlog`.
 #[derive(Clone)]

@@ -17,7 +17,9 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing, Pick, Ready};
+use cronq_shared::broker::{
+    Broker, BrokerError, DeadLetter, Delivery, Depths, Outgoing, Pick, Ready,
+};
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::{
     Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, ExecutionLease, GateUse, Heartbeat, Ledger,
@@ -123,6 +125,14 @@ impl Broker for CountingBroker {
         select: &(dyn for<'l> Fn(&'l DeadLetter) -> Pick + Send + Sync),
     ) -> Result<usize, BrokerError> {
         self.inner.replay(select).await
+    }
+
+    async fn depths(&self, queues: &[QueueName]) -> Result<Depths, BrokerError> {
+        self.inner.depths(queues).await
+    }
+
+    async fn close(&self) {
+        self.inner.close().await;
     }
 }
 

@@ -28,6 +28,8 @@
 //! - [`alerts`]: the `[[alert]]` sinks told of failures, misses, SLA breaches, gaps, and a
 //!   fleet without a leader or a queue without a consumer.
 //! - [`Producer`]: all of it as one `run(self, shutdown)`.
+//! - [`assembly`]: the producer and its checks assembled once, for `cronq producer` and
+//!   `cronq standalone` alike.
 //!
 //! Guarantees: a cursor moves only after the occurrences before it were confirmed
 //! published, and only by the current leader (G2, G3); keys and jitter come from scheduled
@@ -35,6 +37,7 @@
 
 pub mod accounting_check;
 pub mod alerts;
+pub mod assembly;
 pub mod chains;
 pub mod config_check;
 pub mod config_record;

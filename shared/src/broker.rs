@@ -287,6 +287,27 @@ pub enum Pick {
     Remove,
 }
 
+/// How full one queue is, as far as its broker can tell ([`Broker::depths`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Depth {
+    /// Messages ready for delivery (not those delivered and unsettled); `None` when the
+    /// queue was never declared.
+    pub messages: Option<u64>,
+    /// Consumers subscribed to it; `None` where the broker does not count them.
+    pub consumers: Option<u64>,
+}
+
+/// The depths of the queues asked for ([`Broker::depths`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Depths {
+    /// One per queue asked for, in order; empty when the broker cannot tell a queue's
+    /// depth.
+    pub queues: Vec<Depth>,
+    /// The dead-letter queue's depth in letters, copies included, when the broker counts
+    /// it without listing it; `None` when only [`Broker::dead_letters`] tells.
+    pub dead_letters: Option<Depth>,
+}
+
 /// What went wrong talking to the broker.
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
@@ -442,6 +463,22 @@ pub trait Broker: Send + Sync + 'static {
         &self,
         select: &(dyn for<'l> Fn(&'l DeadLetter) -> Pick + Send + Sync),
     ) -> Result<usize, BrokerError>;
+
+    /// How full each of `queues` is, and the dead-letter queue, read once (no retry: a
+    /// caller that polls asks again). By default the broker tells nothing
+    /// ([`Depths::default`]).
+    ///
+    /// # Errors
+    /// [`BrokerError`] when the broker cannot be read.
+    async fn depths(&self, queues: &[QueueName]) -> Result<Depths, BrokerError> {
+        let _ = queues;
+        Ok(Depths::default())
+    }
+
+    /// Closes the broker's connection, if it has one: unsettled deliveries return to their
+    /// queues, subscriptions end, and later calls fail with [`BrokerError::Closed`]. Waits a
+    /// bounded time for the broker's answer. By default there is nothing to close.
+    async fn close(&self) {}
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ pub async fn run(cli: &Cli, args: &AuditArgs) -> anyhow::Result<()> {
             .transpose()?,
         limit: args.limit,
     };
-    let target = super::settings::target(cli)?;
+    let target = crate::settings::target(cli)?;
     let stores = ops::running::stores(cli, &target).await?;
     let entries = stores
         .audit

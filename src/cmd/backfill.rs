@@ -4,11 +4,11 @@
 
 use anyhow::Context as _;
 
-use super::settings::UsageError;
 use crate::cli::{BackfillArgs, Cli};
 use crate::ops::backfill::{CONFIRM_ABOVE, Preview};
 use crate::ops::lookup;
 use crate::output;
+use crate::settings::UsageError;
 
 /// Requests the backfill and prints how many occurrences it covers.
 ///
@@ -25,7 +25,7 @@ pub async fn run(cli: &Cli, args: &BackfillArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
-    let target = super::settings::target(cli)?;
+    let target = crate::settings::target(cli)?;
     let (config, stores) = lookup::job_with_stores(cli, &target, &args.job).await?;
     let job = lookup::job(&config, &args.job)?;
     let Preview { count, shown } = Preview::of(&job.schedule, from, to);

@@ -5,10 +5,10 @@
 use anyhow::Context as _;
 use cronq_shared::ledger::Cancelled;
 
-use super::settings::UsageError;
 use crate::cli::{CancelArgs, Cli};
 use crate::ops;
 use crate::output;
+use crate::settings::UsageError;
 
 /// Cancels one occurrence and says what became of it.
 ///
@@ -17,7 +17,7 @@ use crate::output;
 /// already ended; Redis unreachable, or the data file unusable.
 pub async fn run(cli: &Cli, args: &CancelArgs) -> anyhow::Result<()> {
     let key = ops::cancel::key(&args.key).map_err(UsageError)?;
-    let target = super::settings::target(cli)?;
+    let target = crate::settings::target(cli)?;
     let stores = ops::running::stores(cli, &target).await?;
     let entry = ops::audit::cli(ops::cancel::ACTION, None);
     let cancelled = ops::cancel::cancel(&*stores.ledger, &key, &entry.who)

@@ -11,7 +11,7 @@ use crate::cli::Cli;
 /// # Errors
 /// The config error listing every problem, or a usage error when no file is given.
 pub fn run(cli: &Cli) -> anyhow::Result<()> {
-    let config = super::settings::load_config(cli)?;
+    let config = crate::settings::load_config(cli)?;
     let path = config.path.display();
     let queues: Vec<String> = config.queues().iter().map(ToString::to_string).collect();
     println!(

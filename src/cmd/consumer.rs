@@ -13,15 +13,14 @@ use cronq_shared::reload::Reloader;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::settings::UsageError;
 use crate::admin::{self, ReadyProbe};
 use crate::cli::{Cli, ConsumerArgs};
 
 /// Runs until the root token is cancelled (SIGTERM/SIGINT), then drains within `--grace`.
 pub async fn run(cli: &Cli, args: &ConsumerArgs, root: CancellationToken) -> anyhow::Result<()> {
-    let config = super::settings::load_config(cli)?;
-    super::settings::check_commands(cli, &config)?;
-    let endpoints = super::settings::endpoints(cli)?;
+    let config = crate::settings::load_config(cli)?;
+    crate::settings::check_commands(cli, &config)?;
+    let endpoints = crate::settings::endpoints(cli)?;
     let options = Options {
         queues: args.queues.clone(),
         concurrency: args.concurrency.max(1),
@@ -31,9 +30,7 @@ pub async fn run(cli: &Cli, args: &ConsumerArgs, root: CancellationToken) -> any
         keyring: endpoints.keyring.clone(),
     };
     // An unknown --queues name is a usage error (exit 2), found before connecting.
-    options
-        .select_queues(&config)
-        .map_err(|e| UsageError(e.to_string()))?;
+    options.select_queues(&config)?;
     for warning in &config.warnings {
         tracing::warn!(warning = %warning, "config");
     }

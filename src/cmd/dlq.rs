@@ -7,10 +7,10 @@ use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::State;
 use serde_json::json;
 
-use super::settings::UsageError;
 use crate::cli::{Cli, JsonArg, ReplayArgs};
 use crate::ops::{self, lookup, running};
 use crate::output::{self, Table};
+use crate::settings::UsageError;
 
 /// Lists every dead run, oldest first, without consuming or reordering the queue; copies
 /// of one run are listed once, with their count.
@@ -18,9 +18,9 @@ use crate::output::{self, Table};
 /// # Errors
 /// RabbitMQ unreachable, or the data file unusable.
 pub async fn list(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
-    let target = super::settings::target(cli)?;
+    let target = crate::settings::target(cli)?;
     let queue = lookup::queue(&target).await?;
-    let letters = bounded("list dead letters", queue.port().dead_letters()).await;
+    let letters = bounded("list dead letters", queue.dead_letters()).await;
     queue.close().await;
     let letters = letters
         .map_err(|e| anyhow::Error::new(e).context("while listing the dead-letter queue"))?;
@@ -91,7 +91,7 @@ pub async fn replay(cli: &Cli, args: &ReplayArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let target = super::settings::target(cli)?;
+    let target = crate::settings::target(cli)?;
     let (config, stores, queue) = running::config_stores_and_queue(cli, &target).await?;
     // A runtime job's letters replay as a file job's do.
     let config = lookup::with_runtime(config, &stores).await?;
@@ -111,7 +111,7 @@ pub async fn replay(cli: &Cli, args: &ReplayArgs) -> anyhow::Result<()> {
         all: args.all,
     };
     let report = replay::replay(
-        queue.port(),
+        &*queue,
         &*stores.ledger,
         &config,
         &selector,

@@ -8,16 +8,16 @@ use cronq_shared::config::Config;
 use cronq_shared::jobs::{Expect, Written, current};
 use cronq_shared::names::JobName;
 
-use super::settings::UsageError;
 use crate::cli::{Cli, JobApplyArgs, JobArg, JobGetArgs};
 use crate::ops::audit::{self, operator};
 use crate::ops::handler_check;
 use crate::output;
+use crate::settings::UsageError;
 
 /// The config the target runs (`crate::ops::running`: runtime jobs resolve against it) and
 /// the target's stores.
 async fn running(cli: &Cli) -> anyhow::Result<(Config, cronq_backends::Stores)> {
-    let target = super::settings::target(cli)?;
+    let target = crate::settings::target(cli)?;
     crate::ops::running::config_and_stores(cli, &target).await
 }
 

@@ -41,7 +41,7 @@ type Row<'c> = (
 /// # Errors
 /// A config error; Redis unreachable, or the data file unusable.
 pub async fn run(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
-    let target = super::settings::target(cli)?;
+    let target = crate::settings::target(cli)?;
     let (config, stores) = ops::running::config_and_stores(cli, &target).await?;
     let config = lookup::with_runtime(config, &stores).await?;
     let beats = match stores.registry.instances().await {

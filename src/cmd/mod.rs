@@ -15,7 +15,6 @@ mod pause;
 mod plan;
 mod producer;
 mod runs;
-pub(crate) mod settings;
 mod signals;
 mod standalone;
 mod trigger;
@@ -24,8 +23,8 @@ mod verify;
 use cronq_shared::config::ConfigError;
 use tokio_util::sync::CancellationToken;
 
-use self::settings::UsageError;
 use crate::cli::{Cli, Command, DlqCommand, JobCommand};
+use crate::settings::UsageError;
 
 /// Runs the chosen subcommand.
 pub async fn dispatch(cli: Cli, root: CancellationToken) -> anyhow::Result<()> {
@@ -71,13 +70,20 @@ pub async fn dispatch(cli: Cli, root: CancellationToken) -> anyhow::Result<()> {
 #[error("exit status {0}")]
 pub struct Status(pub u8);
 
-/// 2 for config and usage errors, 1 for everything else.
+/// 2 for config and usage errors (a setting a library refused, by its error's type), 1 for
+/// everything else.
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     let usage = err.chain().any(|e| {
         e.is::<ConfigError>()
             || e.is::<UsageError>()
             || e.is::<cronq_shared::names::NameError>()
             || e.is::<cronq_tls::TlsFileError>()
+            || e.is::<cronq_shared::store::UrlError>()
+            || e.is::<cronq_shared::signing::KeyError>()
+            || matches!(
+                e.downcast_ref::<cronq_consumer::Error>(),
+                Some(cronq_consumer::Error::UnknownQueue { .. })
+            )
             || matches!(
                 e.downcast_ref::<cronq_shared::store::StoreError>(),
                 Some(cronq_shared::store::StoreError::Unsupported { .. })

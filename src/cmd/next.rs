@@ -7,9 +7,9 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use cronq_shared::config::{Config, Job};
 use serde_json::json;
 
-use super::settings::UsageError;
 use crate::cli::{Cli, NextArgs};
 use crate::ops::{lookup, running};
+use crate::settings::UsageError;
 
 /// Prints the next `--count` fire times per job, as a table or one JSON document. The
 /// config's jobs; `--job` may also name a runtime job (then the job store is read).
@@ -33,15 +33,15 @@ pub async fn run(cli: &Cli, args: &NextArgs) -> anyhow::Result<()> {
     // With `--config`, the file is previewed (no service is needed); without, the config
     // the target runs, its runtime jobs included (`crate::ops::running`).
     let Some(_) = cli.config else {
-        let target = super::settings::target(cli)?;
+        let target = crate::settings::target(cli)?;
         let (config, stores) = running::config_and_stores(cli, &target).await?;
         let config = lookup::with_runtime(config, &stores).await?;
         return preview(&config, args, from);
     };
-    let config = super::settings::load_config(cli)?;
+    let config = crate::settings::load_config(cli)?;
     // A `--job` not in the file may be a runtime job of the target's job store.
     let config = match args.job.as_deref() {
-        Some(name) if config.job(name).is_none() => match super::settings::target(cli) {
+        Some(name) if config.job(name).is_none() => match crate::settings::target(cli) {
             Ok(target) => {
                 lookup::job_with_stores(cli, &target, name)
                     .await

@@ -13,7 +13,7 @@ use crate::output;
 /// # Errors
 /// A config or unknown-job usage error; Redis unreachable, or the data file unusable.
 pub async fn pause(cli: &Cli, args: &PauseArgs) -> anyhow::Result<()> {
-    let target = super::settings::target(cli)?;
+    let target = crate::settings::target(cli)?;
     let (config, stores) = lookup::job_with_stores(cli, &target, &args.job).await?;
     let job = lookup::job(&config, &args.job)?;
     let control = &stores.control;
@@ -57,7 +57,7 @@ fn note_of(note: Option<&str>) -> String {
 /// # Errors
 /// A config or unknown-job usage error; Redis unreachable, or the data file unusable.
 pub async fn resume(cli: &Cli, args: &JobArg) -> anyhow::Result<()> {
-    let target = super::settings::target(cli)?;
+    let target = crate::settings::target(cli)?;
     let (config, stores) = lookup::job_with_stores(cli, &target, &args.job).await?;
     let job = lookup::job(&config, &args.job)?;
     let control = &stores.control;

@@ -11,10 +11,10 @@ use cronq_shared::config::{Config, DEFAULT_RETENTION};
 use cronq_shared::recorded::{self, without_secrets};
 
 use super::Status;
-use super::settings::UsageError;
 use crate::cli::{Cli, PlanArgs};
 use crate::ops::{self, lookup, running};
 use crate::output;
+use crate::settings::UsageError;
 
 /// The status `cronq plan` exits with when some job changes.
 pub const CHANGED: u8 = 3;
@@ -42,7 +42,7 @@ pub async fn run(cli: &Cli, args: &PlanArgs) -> anyhow::Result<()> {
             old.display().to_string(),
         ),
         None => {
-            let target = super::settings::target(cli)?;
+            let target = crate::settings::target(cli)?;
             let stores = lookup::stores(&target, DEFAULT_RETENTION).await?;
             let Some(record) = running::newest(&stores).await? else {
                 return Err(UsageError(format!(

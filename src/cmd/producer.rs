@@ -6,15 +6,16 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use cronq_backends::Stores;
 use cronq_fleet::digester::Digester;
 use cronq_fleet::reporter::Reporter;
-use cronq_fleet::tally::{CountingBroker, Tally};
-use cronq_producer::{
-    AccountingCheck, Alerts, Chains, ConfigCheck, Leadership, PoolCheck, Producer, Reloader,
-    ServingCheck, accounting_check, alerts, chains, instance_id, leader,
-};
+use cronq_fleet::tally::Tally;
+use cronq_producer::assembly::{self, Assembly, Ports};
+use cronq_producer::{ConfigCheck, Leadership, ServingCheck, instance_id, leader};
+use cronq_shared::broker::Broker;
 use cronq_shared::config::Config;
 use cronq_shared::lease::Lease;
+use cronq_shared::ledger::Ledger;
 use cronq_shared::registry::{Registry, Role};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -28,8 +29,8 @@ use crate::cli::{Cli, ProducerArgs};
 /// Runs until the root token is cancelled (SIGTERM/SIGINT), then releases leadership at
 /// once and returns.
 pub async fn run(cli: &Cli, args: &ProducerArgs, root: CancellationToken) -> anyhow::Result<()> {
-    let (config, text) = super::settings::load_config_and_text(cli)?;
-    let endpoints = super::settings::endpoints(cli)?;
+    let (config, text) = crate::settings::load_config_and_text(cli)?;
+    let endpoints = crate::settings::endpoints(cli)?;
     for warning in &config.warnings {
         warn!(warning = %warning, "config warning");
     }
@@ -59,75 +60,27 @@ pub async fn run(cli: &Cli, args: &ProducerArgs, root: CancellationToken) -> any
         "producer configured"
     );
 
-    let lease = stores.lease;
-    let control = stores.control;
-    let control_view = control.clone();
-    let alert_sources = alerts::Sources {
-        runlog: stores.runlog.clone(),
-        registry: stores.registry.clone(),
-        lease: lease.clone(),
-        control: control.clone(),
-        audit: stores.audit.clone(),
-    };
-    let ready = readiness(lease.clone(), instance.clone());
-    let (reloader, config_rx) = Reloader::new(config, hangups);
-    let mut reloader = reloader.with_text(text).with_store(stores.jobs.clone());
-    // The runtime jobs are in the config from the start: a first term takes them over
-    // with their cursors, rather than as new jobs a poll later.
-    reloader.poll().await;
+    let ready = readiness(stores.lease.clone(), instance.clone());
     // What the leader publishes is counted for the Fleet page (docs/dashboard.md).
     let tally = Tally::default();
-    let counted = Arc::new(CountingBroker::new(broker.clone(), tally.clone()));
-    // Jobs that run after others (`after`): the leader follows their parents' ends.
-    let chain_sources = chains::Sources {
-        runlog: stores.runlog.clone(),
-        ledger: stores.ledger.clone(),
-        broker: counted.clone(),
-        control: control.clone(),
-    };
-    let terms_lease = lease.clone();
-    let producer = Producer::new(counted, lease, control, config_rx.clone(), instance.clone())
-        .with_reloader(reloader)
-        .with_recorder(stores.jobs.clone());
-    let chains = Chains::new(
-        chain_sources,
-        config_rx.clone(),
-        producer.leadership(),
-        instance.clone(),
-    );
-    let accounting = AccountingCheck::new(
-        accounting_check::Stores {
-            runlog: stores.runlog,
-            audit: stores.audit,
-            jobs: stores.jobs,
-            control: control_view,
-            lease: terms_lease,
-        },
-        config_rx.clone(),
-        producer.leadership(),
-        args.reconcile.trailing(),
-    );
-    // The `[[alert]]` sinks (docs/alerts.md): the leader tells what happens, a standby
-    // that the fleet has no leader.
-    let alerts = Alerts::new(
-        alert_sources,
-        config_rx.clone(),
-        producer.leadership(),
-        instance.clone(),
-    )
-    .with_gaps(accounting.gaps());
-    let pools = PoolCheck::new(stores.ledger, config_rx.clone(), producer.leadership());
+    let ports = leader_ports(&stores, broker.clone(), stores.ledger.clone());
+    let trailing = args.reconcile.trailing();
+    let Assembly {
+        producer,
+        config,
+        checks,
+    } = assembly::assemble(config, text, hangups, ports, &instance, &tally, trailing).await;
     let fleet = Fleet {
         registry: stores.registry,
         instance,
-        config: config_rx,
+        config,
         tally,
         leadership: producer.leadership(),
         first_term: Box::pin(producer.first_term()),
     };
     // The fleet's part stops with the producer, so the record leaves last.
     let beside = root.child_token();
-    let (served, ran, (), (), (), (), ()) = tokio::join!(
+    let (served, ran, (), ()) = tokio::join!(
         admin::serve(args.serve.admin_addr, metrics, ready, root.clone()),
         async {
             let r = producer.run(root.child_token()).await;
@@ -135,15 +88,32 @@ pub async fn run(cli: &Cli, args: &ProducerArgs, root: CancellationToken) -> any
             r
         },
         fleet.run(beside.clone()),
-        accounting.run(beside.clone()),
-        alerts.run(beside.clone()),
-        pools.run(beside.clone()),
-        chains.run(beside.clone()),
+        checks.run(beside.clone()),
     );
     signal_tasks.shutdown().await;
     broker.close().await;
     ran.context("while running the producer")?;
     served
+}
+
+/// The ports of `stores` and `broker` the leader's side works on; the pools' use is read
+/// from `pool_ledger`.
+pub(super) fn leader_ports(
+    stores: &Stores,
+    broker: Arc<dyn Broker>,
+    pool_ledger: Arc<dyn Ledger>,
+) -> Ports {
+    Ports {
+        broker,
+        ledger: stores.ledger.clone(),
+        pool_ledger,
+        runlog: stores.runlog.clone(),
+        lease: stores.lease.clone(),
+        control: stores.control.clone(),
+        registry: stores.registry.clone(),
+        jobs: stores.jobs.clone(),
+        audit: stores.audit.clone(),
+    }
 }
 
 /// The producer's part in the fleet registry: its reports, and while it leads, the checks

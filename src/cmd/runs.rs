@@ -9,10 +9,10 @@ use cronq_shared::key::OccurrenceKey;
 use cronq_shared::runlog::{Run, RunLog, RunOutput};
 use serde_json::json;
 
-use super::settings::UsageError;
 use crate::cli::{Cli, RunsArgs};
 use crate::ops::{self, lookup};
 use crate::output::{self, Table};
+use crate::settings::UsageError;
 
 /// How many of the newest runs name the jobs a misspelt `--job` is compared with.
 const RECENT_FOR_NAMES: usize = 1000;
@@ -29,7 +29,7 @@ pub async fn run(cli: &Cli, args: &RunsArgs) -> anyhow::Result<()> {
     if args.limit == 0 {
         return Err(UsageError("--limit must be at least 1".into()).into());
     }
-    let target = super::settings::target(cli)?;
+    let target = crate::settings::target(cli)?;
     let key: Option<OccurrenceKey> = match &args.key {
         Some(text) => Some(text.parse().map_err(|_| {
             UsageError(format!(

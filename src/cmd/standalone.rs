@@ -12,16 +12,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use cronq_backends::Stores;
+use cronq_backends::{Connect, Deployment};
 use cronq_consumer::{Consumer, Options};
 use cronq_fleet::digester::Digester;
 use cronq_fleet::reporter::Reporter;
-use cronq_fleet::tally::{CountingBroker, CountingLedger, Tally};
-use cronq_producer::{
-    AccountingCheck, Alerts, Chains, ConfigCheck, PoolCheck, Producer, Reloader, ServingCheck,
-    accounting_check, alerts, chains, instance_id, leader,
-};
-use cronq_shared::broker::Broker;
+use cronq_fleet::tally::{CountingLedger, Tally};
+use cronq_producer::assembly::{self, Assembly};
+use cronq_producer::{ConfigCheck, ServingCheck, instance_id, leader};
 use cronq_shared::lease::Lease;
 use cronq_shared::registry::Role;
 use tokio::task::JoinSet;
@@ -29,9 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, ReadyProbe};
 use crate::cli::{Cli, StandaloneArgs};
-
-/// Run records kept in memory; the oldest are dropped first.
-const MAX_RUNS_IN_MEMORY: usize = 10_000;
+use crate::settings::Target;
 
 /// How long a standalone waits to lead before it looks whether another one holds the file.
 const STANDBY_NOTE_AFTER: Duration = Duration::from_secs(1);
@@ -39,7 +34,7 @@ const STANDBY_NOTE_AFTER: Duration = Duration::from_secs(1);
 /// Runs until the root token is cancelled, then stops publishing and drains within
 /// `--grace`.
 pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> anyhow::Result<()> {
-    let data = super::settings::standalone_data(cli)?;
+    let data = crate::settings::standalone_data(cli)?;
     match &data {
         Some(path) => tracing::info!(
             data = %path.display(),
@@ -47,16 +42,16 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
             path.display()
         ),
         None => tracing::info!(
-            data = super::settings::IN_MEMORY,
+            data = crate::settings::IN_MEMORY,
             "standalone: in memory (--data :memory:): nothing survives this process"
         ),
     }
-    let (config, text) = super::settings::load_config_and_text(cli)?;
-    super::settings::check_commands(cli, &config)?;
+    let (config, text) = crate::settings::load_config_and_text(cli)?;
+    crate::settings::check_commands(cli, &config)?;
     for warning in &config.warnings {
         tracing::warn!(warning = %warning, "config");
     }
-    let keyring = super::settings::keyring(cli)?;
+    let keyring = crate::settings::keyring(cli)?;
     let admin = match args.dashboard_addr {
         Some(_) => Some(crate::dashboard::Access::load(
             args.token.tokens_file.as_deref(),
@@ -64,30 +59,18 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         )?),
         None => None,
     };
-    let mut file_broker = None;
-    let (broker, stores): (Arc<dyn Broker>, Stores) = match &data {
-        Some(path) => {
-            let (broker, stores) = cronq_backends::sqlite(
-                path,
-                cli.data_sync.into(),
-                config.longest_retention(),
-                cronq_shared::runlog::DEFAULT_MAX_RUNS,
-                keyring.clone(),
-            )
-            .await
-            .context("while opening the data file")?;
-            file_broker = Some(broker.clone());
-            (Arc::new(broker), stores)
-        }
-        None => {
-            let (broker, stores) = cronq_backends::memory(
-                MAX_RUNS_IN_MEMORY,
-                config.longest_retention(),
-                keyring.clone(),
-            );
-            (Arc::new(broker), stores)
-        }
+    let target = match data {
+        Some(path) => Target::Data {
+            path,
+            sync: cli.data_sync.into(),
+            keyring: keyring.clone(),
+        },
+        None => Target::Memory {
+            keyring: keyring.clone(),
+        },
     };
+    let Deployment { broker, stores } =
+        cronq_backends::open(&target, config.longest_retention(), Connect::Patient).await?;
     super::signals::cancel_on_signal(root.clone()).context("while installing signal handlers")?;
     // Owns the SIGHUP forwarder; dropping it (on any return) aborts it.
     let mut signal_tasks = JoinSet::new();
@@ -100,21 +83,11 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
     let dashboard = match (args.dashboard_addr, admin) {
         (Some(addr), Some(admin)) => {
             let config = Arc::new(config.clone());
-            let source = match (file_broker, &data) {
-                (Some(file), Some(path)) => super::dashboard::data_source(
-                    config,
-                    stores.clone(),
-                    file,
-                    keyring.clone(),
-                    &path.display().to_string(),
-                ),
-                _ => super::dashboard::memory_source(
-                    config,
-                    stores.clone(),
-                    broker.clone(),
-                    keyring.clone(),
-                ),
+            let deployment = Deployment {
+                broker: broker.clone(),
+                stores: stores.clone(),
             };
+            let source = super::dashboard::source(config, deployment, &target);
             Some((addr, source, admin))
         }
         _ => None,
@@ -131,88 +104,46 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
     };
     // One instance on the Fleet page, counting what both halves do (docs/dashboard.md).
     let tally = Tally::default();
-    let chained_ledger = stores.ledger.clone();
-    let ledger = Arc::new(CountingLedger::new(stores.ledger, tally.clone()));
-    // The pools' use on /metrics reads the same ledger (reads are not counted).
-    let pool_ledger: Arc<dyn cronq_shared::ledger::Ledger> = ledger.clone();
-    // Both halves follow one config: a SIGHUP reload reaches the consumer half too, so a
-    // job added to the file runs instead of being dead-lettered as unknown.
-    let (reloader, config_rx) = Reloader::new(config.clone(), hangups);
-    let mut reloader = reloader.with_text(text).with_store(stores.jobs.clone());
-    // The runtime jobs are in the config from the start: a first term takes them over
-    // with their cursors, rather than as new jobs a poll later.
-    reloader.poll().await;
-    let consumer = Consumer::new(config, broker.clone(), ledger, options)
+    let ledger = Arc::new(CountingLedger::new(stores.ledger.clone(), tally.clone()));
+    // The pools' use on /metrics reads the same ledger (reads are not counted). Both
+    // halves follow one config: a SIGHUP reload reaches the consumer half too, so a job
+    // added to the file runs instead of being dead-lettered as unknown.
+    let ports = super::producer::leader_ports(&stores, broker.clone(), ledger.clone());
+    let trailing = args.reconcile.trailing();
+    let Assembly {
+        producer,
+        config: config_rx,
+        checks,
+    } = assembly::assemble(
+        config.clone(),
+        text,
+        hangups,
+        ports,
+        &instance,
+        &tally,
+        trailing,
+    )
+    .await;
+    let consumer = Consumer::new(config, broker, ledger, options)
         .following(config_rx.clone())
         .keep_outputs(Arc::clone(&stores.runlog), args.output.output_limit)
         .with_job_store(stores.jobs.clone());
     // One digest per config, for the reporter and the config check alike.
     let (digester, digest_rx) = Digester::new(config_rx.clone()).await;
     let lease = stores.lease.clone();
-    let counted = Arc::new(CountingBroker::new(broker, tally.clone()));
-    let chain_sources = chains::Sources {
-        runlog: Arc::clone(&stores.runlog),
-        ledger: chained_ledger,
-        broker: counted.clone(),
-        control: stores.control.clone(),
-    };
+    // It serves what its consumer half serves, in the same process.
     let reporter = Reporter::new(
         stores.registry.clone(),
         &instance,
         Role::Standalone,
         digest_rx.clone(),
         tally,
-    );
-    let alert_sources = alerts::Sources {
-        runlog: Arc::clone(&stores.runlog),
-        registry: stores.registry.clone(),
-        lease: stores.lease.clone(),
-        control: stores.control.clone(),
-        audit: stores.audit.clone(),
-    };
-    let accounting_stores = accounting_check::Stores {
-        runlog: Arc::clone(&stores.runlog),
-        audit: Arc::clone(&stores.audit),
-        jobs: stores.jobs.clone(),
-        control: stores.control.clone(),
-        lease: stores.lease.clone(),
-    };
-    let producer = Producer::new(
-        counted,
-        stores.lease,
-        stores.control,
-        config_rx.clone(),
-        &instance,
     )
-    .with_reloader(reloader)
-    .with_recorder(stores.jobs.clone());
-    // It serves what its consumer half serves, in the same process.
-    let reporter = reporter
-        .with_leading(leader::leading_since(producer.leadership()))
-        .with_serves(consumer.serves())
-        .with_running(consumer.running());
+    .with_leading(leader::leading_since(producer.leadership()))
+    .with_serves(consumer.serves())
+    .with_running(consumer.running());
     let check = ConfigCheck::new(stores.registry.clone(), digest_rx, producer.leadership());
-    let serving = ServingCheck::new(stores.registry, config_rx.clone(), producer.leadership());
-    let pools = PoolCheck::new(pool_ledger, config_rx.clone(), producer.leadership());
-    let accounting = AccountingCheck::new(
-        accounting_stores,
-        config_rx.clone(),
-        producer.leadership(),
-        args.reconcile.trailing(),
-    );
-    let alerts = Alerts::new(
-        alert_sources,
-        config_rx.clone(),
-        producer.leadership(),
-        instance.clone(),
-    )
-    .with_gaps(accounting.gaps());
-    let chains = Chains::new(
-        chain_sources,
-        config_rx.clone(),
-        producer.leadership(),
-        instance.clone(),
-    );
+    let serving = ServingCheck::new(stores.registry, config_rx, producer.leadership());
     let first_term = producer.first_term();
 
     let ready: ReadyProbe = Arc::new(|| Box::pin(async { Ok("standalone".to_owned()) }));
@@ -224,7 +155,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
             token.cancel();
         }
     };
-    let (served, shown, produced, consumed, (), (), (), (), (), (), (), ()) = tokio::join!(
+    let (served, shown, produced, consumed, (), (), (), (), ()) = tokio::join!(
         admin::serve(args.serve.admin_addr, metrics, ready, token.clone()),
         async {
             let Some((addr, source, admin)) = dashboard else {
@@ -254,10 +185,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
         reporter.run(token.child_token()),
         check.run(token.child_token()),
         serving.run(token.child_token()),
-        accounting.run(token.child_token()),
-        alerts.run(token.child_token()),
-        pools.run(token.child_token()),
-        chains.run(token.child_token()),
+        checks.run(token.child_token()),
     );
     signal_tasks.shutdown().await;
     produced.context("while running the producer")?;

@@ -4,9 +4,9 @@
 
 use anyhow::Context as _;
 
-use super::settings::UsageError;
 use crate::cli::{Cli, TriggerArgs};
 use crate::ops::lookup;
+use crate::settings::UsageError;
 
 /// Requests one manual occurrence and prints its key on stdout.
 ///
@@ -22,7 +22,7 @@ pub async fn run(cli: &Cli, args: &TriggerArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let target = super::settings::target(cli)?;
+    let target = crate::settings::target(cli)?;
     let (config, stores) = lookup::job_with_stores(cli, &target, &args.job).await?;
     let job = lookup::job(&config, &args.job)?;
     let control = &stores.control;

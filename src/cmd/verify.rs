@@ -12,10 +12,10 @@ use cronq_shared::config::Catchup;
 use cronq_shared::runlog::{DEFAULT_MAX_RUNS, Outcome};
 use serde_json::json;
 
-use super::settings::UsageError;
 use crate::cli::{Cli, VerifyArgs};
 use crate::ops::{lookup, running};
 use crate::output::{self, Table};
+use crate::settings::UsageError;
 
 /// The outcomes a table shows, in its column order.
 const SHOWN: [Outcome; 5] = [
@@ -43,7 +43,7 @@ pub async fn run(cli: &Cli, args: &VerifyArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
-    let target = super::settings::target(cli)?;
+    let target = crate::settings::target(cli)?;
     let (config, stores, queue) = running::config_stores_and_queue(cli, &target).await?;
     let job = match &args.job {
         Some(name) => match lookup::job_in(&config, Some(&stores), name).await {
@@ -63,7 +63,7 @@ pub async fn run(cli: &Cli, args: &VerifyArgs) -> anyhow::Result<()> {
             return Err(e);
         }
     };
-    let letters = bounded("list dead letters", queue.port().dead_letters()).await;
+    let letters = bounded("list dead letters", queue.dead_letters()).await;
     queue.close().await;
     let letters = letters
         .map_err(|e| anyhow::Error::new(e).context("while listing the dead-letter queue"))?;

@@ -77,7 +77,7 @@ pub async fn find(source: &Source, name: &str) -> Result<(Job, Option<Revision>)
     if let Some(job) = source.config.job(name) {
         return Ok((job.clone(), None));
     }
-    let not_found = |e: crate::cmd::settings::UsageError| ApiError {
+    let not_found = |e: crate::settings::UsageError| ApiError {
         status: StatusCode::NOT_FOUND,
         message: e.0,
     };

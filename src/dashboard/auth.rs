@@ -29,7 +29,7 @@ use chrono::Utc;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::cmd::settings::UsageError;
+use crate::settings::UsageError;
 
 /// The variable holding the admin token.
 pub const TOKEN_VARIABLE: &str = "CRONQ_DASHBOARD_TOKEN";

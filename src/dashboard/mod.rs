@@ -38,7 +38,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub use self::auth::Access;
-pub use self::source::{Queues, Source};
+pub use self::source::Source;
 
 use self::snapshot::{Refresher, Snapshot};
 

@@ -8,24 +8,11 @@
 
 use std::sync::Arc;
 
-use cronq_backends::{SqliteBroker, Stores};
-use cronq_rabbitmq::AmqpBroker;
-use cronq_rabbitmq::broker::Depth;
-use cronq_shared::broker::Broker;
+use cronq_backends::Stores;
+use cronq_shared::broker::{Broker, Depth};
 use cronq_shared::config::Config;
-use cronq_shared::names::{Names, QueueName};
+use cronq_shared::names::QueueName;
 use cronq_shared::signing::Keyring;
-
-/// How the queue is reached, for what the port does not say (queue depths).
-#[derive(Clone)]
-pub enum Queues {
-    /// RabbitMQ.
-    Amqp(AmqpBroker),
-    /// A standalone's data file.
-    File(SqliteBroker),
-    /// A standalone in memory: depths are not known.
-    Memory,
-}
 
 /// Everything the dashboard works on.
 #[derive(Clone)]
@@ -34,14 +21,10 @@ pub struct Source {
     pub config: Arc<Config>,
     /// The stores: control (pauses, requests), run log, lease, ledger.
     pub stores: Stores,
-    /// The queue port, for the dead letters.
+    /// The queue port, for the dead letters and the queues' depths.
     pub broker: Arc<dyn Broker>,
-    /// The same queue, for its depths.
-    pub queues: Queues,
     /// The signing keys (a replay re-seals what it republishes).
     pub keyring: Option<Arc<Keyring>>,
-    /// The namespace's names (queue names for RabbitMQ).
-    pub names: Names,
     /// Whether the run log finds one job's runs by an index (a data file) rather than by
     /// reading the whole history (Redis).
     pub runs_indexed: bool,
@@ -71,48 +54,23 @@ impl Source {
     /// A message naming the queue's service when it cannot be read.
     pub async fn depths(&self) -> Result<(Vec<QueueDepth>, Option<u64>), String> {
         let logical: Vec<QueueName> = self.config.queues().into_iter().collect();
-        match &self.queues {
-            Queues::Amqp(amqp) => {
-                let mut names: Vec<String> = logical.iter().map(|q| self.names.queue(q)).collect();
-                names.push(self.names.dead_letter_queue());
-                // Bounded like every other read: a RabbitMQ that hangs would otherwise hold
-                // the whole refresh (the Redis reads too) until the connection's heartbeat
-                // gives up.
-                let depths = super::read::within(amqp.depths(&names)).await?;
-                let mut rows: Vec<QueueDepth> = logical
-                    .iter()
-                    .zip(&depths)
-                    .map(|(q, d)| row(q.as_str(), *d))
-                    .collect();
-                let dlq = depths
-                    .last()
-                    .copied()
-                    .flatten()
-                    .map(|d| u64::from(d.messages));
-                rows.push(row("dead letters", depths.last().copied().flatten()));
-                Ok((rows, dlq))
+        // Bounded like every other read: a broker that hangs would otherwise hold the whole
+        // refresh (the store's reads too) until its connection gives up.
+        let depths = super::read::within(self.broker.depths(&logical)).await?;
+        let mut rows: Vec<QueueDepth> = logical
+            .iter()
+            .zip(&depths.queues)
+            .map(|(q, d)| row(q.as_str(), *d))
+            .collect();
+        // A broker that does not count its dead letters apart: count them by listing them.
+        let dlq = match depths.dead_letters {
+            Some(d) => {
+                rows.push(row("dead letters", d));
+                d.messages
             }
-            Queues::File(file) => {
-                let mut rows = Vec::new();
-                for q in &logical {
-                    let ready = file
-                        .ready(q)
-                        .await
-                        .map_err(|e| format!("{:#}", anyhow::Error::new(e)))?;
-                    rows.push(QueueDepth {
-                        queue: q.to_string(),
-                        messages: ready.map(|n| n as u64),
-                        consumers: None,
-                    });
-                }
-                let dlq = self.dead_letter_count().await?;
-                Ok((rows, Some(dlq)))
-            }
-            Queues::Memory => {
-                let dlq = self.dead_letter_count().await?;
-                Ok((Vec::new(), Some(dlq)))
-            }
-        }
+            None => Some(self.dead_letter_count().await?),
+        };
+        Ok((rows, dlq))
     }
 
     async fn dead_letter_count(&self) -> Result<u64, String> {
@@ -123,10 +81,10 @@ impl Source {
     }
 }
 
-fn row(queue: &str, depth: Option<Depth>) -> QueueDepth {
+fn row(queue: &str, depth: Depth) -> QueueDepth {
     QueueDepth {
         queue: queue.to_owned(),
-        messages: depth.map(|d| u64::from(d.messages)),
-        consumers: depth.map(|d| u64::from(d.consumers)),
+        messages: depth.messages,
+        consumers: depth.consumers,
     }
 }

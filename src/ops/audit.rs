@@ -6,8 +6,8 @@ use chrono::{DateTime, Utc};
 use cronq_shared::audit::{AuditLog, Entry};
 use serde_json::{Value, json};
 
-use crate::cmd::settings::UsageError;
 use crate::output;
+use crate::settings::UsageError;
 
 /// Where the command line's entries come from.
 pub const CLI: &str = "cli";

@@ -8,17 +8,14 @@ use std::time::Duration;
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 
-use cronq_backends::Stores;
-use cronq_rabbitmq::AmqpBroker;
+use cronq_backends::{Connect, Deployment, OpenError, Stores};
 use cronq_shared::broker::Broker;
 use cronq_shared::config::{Config, DEFAULT_RETENTION, Job, did_you_mean};
 use cronq_shared::names::JobName;
-use cronq_shared::runlog::DEFAULT_MAX_RUNS;
-use cronq_shared::signing::Keyring;
 
 use crate::cli::Cli;
-use crate::cmd::settings::{DEFAULT_DATA, Target, UsageError};
 use crate::ops::running;
+use crate::settings::{DEFAULT_DATA, Target, UsageError};
 
 /// The job called `name` in `config`, or a usage error naming the file and suggesting a
 /// likely match.
@@ -90,17 +87,17 @@ pub async fn job_with_stores(
 /// # Errors
 /// A usage error for an unknown job or an invalid name; a config error.
 pub async fn job_filter(cli: &Cli, name: &str) -> anyhow::Result<JobName> {
-    let found = match crate::cmd::settings::target(cli) {
+    let found = match crate::settings::target(cli) {
         Ok(target) => match stores(&target, DEFAULT_RETENTION).await {
             Ok(stores) => match running::config_of(cli, &target, &stores).await {
                 Ok(config) => Some((config, Some(stores))),
                 Err(e) if e.is::<UsageError>() => None,
                 Err(e) => return Err(e),
             },
-            Err(_) if cli.config.is_some() => Some((crate::cmd::settings::load_config(cli)?, None)),
+            Err(_) if cli.config.is_some() => Some((crate::settings::load_config(cli)?, None)),
             Err(_) => None,
         },
-        Err(_) if cli.config.is_some() => Some((crate::cmd::settings::load_config(cli)?, None)),
+        Err(_) if cli.config.is_some() => Some((crate::settings::load_config(cli)?, None)),
         Err(_) => None,
     };
     match found {
@@ -166,22 +163,61 @@ pub fn rfc3339(text: &str) -> Result<DateTime<Utc>, String> {
 /// file at once, naming the file); `retention` bounds the run history's trimming on write.
 ///
 /// # Errors
-/// When Redis cannot be reached or the data file cannot be used.
+/// When Redis cannot be reached or the data file cannot be used; a usage error when the
+/// data file does not exist.
 pub async fn stores(target: &Target, retention: Duration) -> anyhow::Result<Stores> {
+    existing(target)?;
+    hinted(target, cronq_backends::open_stores(target, retention).await)
+}
+
+/// The queue of `target` (RabbitMQ is tried once per node: a refused connection fails at
+/// once, naming the redacted URL).
+///
+/// # Errors
+/// As [`stores`], for RabbitMQ.
+pub async fn queue(target: &Target) -> anyhow::Result<Arc<dyn Broker>> {
+    existing(target)?;
+    hinted(
+        target,
+        cronq_backends::open_broker(target, Connect::Now).await,
+    )
+}
+
+/// The stores and the queue of `target` (a data file opened once for both), its broker
+/// connected as `connect` says.
+///
+/// # Errors
+/// As [`stores`] and [`queue`].
+pub async fn open(
+    target: &Target,
+    retention: Duration,
+    connect: Connect,
+) -> anyhow::Result<Deployment> {
+    existing(target)?;
+    hinted(
+        target,
+        cronq_backends::open(target, retention, connect).await,
+    )
+}
+
+/// A usage error for a data file that does not exist: an operations command never creates
+/// one.
+fn existing(target: &Target) -> Result<(), UsageError> {
     match target {
-        Target::Fleet(endpoints) => data_file_hint(
-            cronq_backends::stores(endpoints, retention, None)
-                .await
-                .context("while connecting to Redis"),
-        ),
-        Target::Data {
-            path,
-            sync,
-            keyring,
-        } => {
-            let (_, stores) = open_data(path, *sync, retention, keyring).await?;
-            Ok(stores)
-        }
+        Target::Data { path, .. } if !path.exists() => Err(UsageError(format!(
+            "data file {} does not exist: give the file `cronq standalone --data PATH` runs on (it creates it on first start)",
+            path.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// `result`, with [`data_file_hint`] when `target` is the fleet.
+fn hinted<T>(target: &Target, result: Result<T, OpenError>) -> anyhow::Result<T> {
+    let result = result.map_err(anyhow::Error::new);
+    match target {
+        Target::Fleet(_) => data_file_hint(result),
+        Target::Data { .. } | Target::Memory { .. } => result,
     }
 }
 
@@ -199,113 +235,6 @@ fn data_file_hint<T>(result: anyhow::Result<T>) -> anyhow::Result<T> {
     })
 }
 
-/// The queue of `target`, to read and replay its dead letters.
-pub struct Queue {
-    port: Arc<dyn Broker>,
-    /// RabbitMQ's connection, to close.
-    amqp: Option<AmqpBroker>,
-}
-
-impl Queue {
-    /// A data file's queue.
-    fn file(broker: cronq_backends::SqliteBroker) -> Self {
-        Self {
-            port: Arc::new(broker),
-            amqp: None,
-        }
-    }
-
-    /// The queue port.
-    pub fn port(&self) -> &dyn Broker {
-        &*self.port
-    }
-
-    /// Closes RabbitMQ's connection, if any.
-    pub async fn close(self) {
-        if let Some(amqp) = self.amqp {
-            amqp.close().await;
-        }
-    }
-}
-
-/// The queue of `target` (RabbitMQ is tried once per node: a refused connection fails at
-/// once, naming the redacted URL).
-///
-/// # Errors
-/// When RabbitMQ cannot be reached or the data file cannot be used.
-pub async fn queue(target: &Target) -> anyhow::Result<Queue> {
-    match target {
-        Target::Fleet(endpoints) => {
-            let amqp = data_file_hint(
-                cronq_backends::broker_now(endpoints)
-                    .await
-                    .context("while connecting to RabbitMQ"),
-            )?;
-            Ok(Queue {
-                port: Arc::new(amqp.clone()),
-                amqp: Some(amqp),
-            })
-        }
-        Target::Data {
-            path,
-            sync,
-            keyring,
-        } => {
-            let (broker, _) = open_data(
-                path,
-                *sync,
-                cronq_shared::config::DEFAULT_RETENTION,
-                keyring,
-            )
-            .await?;
-            Ok(Queue::file(broker))
-        }
-    }
-}
-
-/// The stores and the queue of `target`: a data file opened once for both.
-///
-/// # Errors
-/// As [`stores`] and [`queue`].
-pub async fn stores_and_queue(
-    target: &Target,
-    retention: Duration,
-) -> anyhow::Result<(Stores, Queue)> {
-    match target {
-        Target::Fleet(_) => Ok((stores(target, retention).await?, queue(target).await?)),
-        Target::Data {
-            path,
-            sync,
-            keyring,
-        } => {
-            let (broker, stores) = open_data(path, *sync, retention, keyring).await?;
-            Ok((stores, Queue::file(broker)))
-        }
-    }
-}
-
-/// Opens a standalone's data file (which must exist) as its queue and its stores.
-///
-/// # Errors
-/// A usage error when the file does not exist; when it cannot be used.
-pub async fn open_data(
-    path: &std::path::Path,
-    sync: cronq_backends::Sync,
-    retention: Duration,
-    keyring: &Option<Arc<Keyring>>,
-) -> anyhow::Result<(cronq_backends::SqliteBroker, Stores)> {
-    if !path.exists() {
-        return Err(UsageError(format!(
-            "data file {} does not exist: give the file `cronq standalone --data PATH` runs on (it creates it on first start)",
-            path.display()
-        ))
-        .into());
-    }
-    cronq_backends::sqlite(path, sync, retention, DEFAULT_MAX_RUNS, keyring.clone())
-        .await
-        .context("while opening the data file")
-}
-
 /// A warning for stderr when nothing leads `target` now (requests then wait).
 pub async fn no_leader_note(stores: &Stores, target: &Target) -> Option<String> {
     match stores.lease.holder().await {
@@ -320,6 +249,9 @@ pub async fn no_leader_note(stores: &Stores, target: &Target) -> Option<String> 
                 path.display(),
                 path.display()
             ),
+            Target::Memory { .. } => {
+                "note: the standalone does not lead now; the request waits until it does".to_owned()
+            }
         }),
     }
 }

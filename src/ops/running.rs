@@ -8,18 +8,20 @@
 //! command fails saying what to do (`docs/operations.md`).
 
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
-use cronq_backends::Stores;
+use cronq_backends::{Connect, Stores};
 use cronq_shared::accounting::FileVersion;
+use cronq_shared::broker::Broker;
 use cronq_shared::config::{Config, DEFAULT_RETENTION};
 use cronq_shared::recorded::{ConfigRecord, Drift, KEEP};
 
 use crate::cli::Cli;
-use crate::cmd::settings::{Target, UsageError};
-use crate::ops::lookup::{self, Queue};
+use crate::ops::lookup;
 use crate::output;
+use crate::settings::{Target, UsageError};
 
 /// The config `target` runs (its file jobs, without the runtime ones) and its stores.
 ///
@@ -59,22 +61,21 @@ pub async fn stores(cli: &Cli, target: &Target) -> anyhow::Result<Stores> {
 pub async fn config_stores_and_queue(
     cli: &Cli,
     target: &Target,
-) -> anyhow::Result<(Config, Stores, Queue)> {
-    let (stores, queue) = lookup::stores_and_queue(target, DEFAULT_RETENTION).await?;
-    let config = match config_of(cli, target, &stores).await {
+) -> anyhow::Result<(Config, Stores, Arc<dyn Broker>)> {
+    let mut deployment = lookup::open(target, DEFAULT_RETENTION, Connect::Now).await?;
+    let config = match config_of(cli, target, &deployment.stores).await {
         Ok(config) => config,
         Err(e) => {
-            queue.close().await;
+            deployment.broker.close().await;
             return Err(e);
         }
     };
-    if config.longest_retention() == DEFAULT_RETENTION {
-        return Ok((config, stores, queue));
+    if config.longest_retention() != DEFAULT_RETENTION {
+        deployment.broker.close().await;
+        drop(deployment);
+        deployment = lookup::open(target, config.longest_retention(), Connect::Now).await?;
     }
-    queue.close().await;
-    drop(stores);
-    let (stores, queue) = lookup::stores_and_queue(target, config.longest_retention()).await?;
-    Ok((config, stores, queue))
+    Ok((config, deployment.stores, deployment.broker))
 }
 
 /// The config `target` runs, read from `stores` (see the module docs).
@@ -182,6 +183,7 @@ pub fn place(target: &Target) -> String {
             endpoints.namespace.as_str()
         ),
         Target::Data { path, .. } => format!("in data file {}", path.display()),
+        Target::Memory { .. } => "in the standalone's memory".to_owned(),
     }
 }
 
@@ -195,6 +197,9 @@ pub fn runner(target: &Target) -> String {
             "`cronq standalone --config FILE --data {}` once (it records its config)",
             path.display()
         ),
+        Target::Memory { .. } => {
+            "`cronq standalone --config FILE` (it records its config)".to_owned()
+        }
     }
 }
 

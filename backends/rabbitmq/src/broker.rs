@@ -47,14 +47,15 @@ use self::nodes::{Node, no_answer};
 use self::tasks::Tasks;
 use crate::headers::{dead_letter_properties, occurrence_properties};
 use crate::topology::{Replication, quantize_delay, short};
-use cronq_shared::broker::{Broker, BrokerError, DeadLetter, Delivery, Outgoing, Pick, Ready};
+use cronq_shared::broker::{
+    Broker, BrokerError, DeadLetter, Delivery, Depths, Outgoing, Pick, Ready,
+};
 use cronq_shared::endpoints::{CONNECT_TIMEOUT, Tls};
 use cronq_shared::message::{Encoded, Stamp};
 use cronq_shared::names::{Names, QueueName};
 use cronq_shared::retry::{GaveUp, retry};
 use cronq_shared::signing::{Keyring, seal_with};
 
-pub use self::depths::Depth;
 pub use self::link::RECONNECT;
 
 /// The broker as its errors name it.
@@ -832,6 +833,22 @@ impl Broker for AmqpBroker {
             .await
             .map_err(|f| f.error)?;
         Ok(replay.replayed)
+    }
+
+    async fn depths(&self, queues: &[QueueName]) -> Result<Depths, BrokerError> {
+        let names = self.names();
+        let mut full: Vec<String> = queues.iter().map(|q| names.queue(q)).collect();
+        full.push(names.dead_letter_queue());
+        let mut depths = self.depths_by_name(&full).await?;
+        let dead_letters = depths.pop();
+        Ok(Depths {
+            queues: depths,
+            dead_letters,
+        })
+    }
+
+    async fn close(&self) {
+        AmqpBroker::close(self).await;
     }
 }
 

@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use cronq_shared::broker::{
-    Broker, BrokerError, DeadLetter, Delivery, Outgoing, Pick, in_flight_limit,
+    Broker, BrokerError, DeadLetter, Delivery, Depth, Depths, Outgoing, Pick, in_flight_limit,
 };
 use cronq_shared::names::QueueName;
 use cronq_shared::retry::{Backoff, retry};
@@ -472,6 +472,23 @@ impl Broker for SqliteBroker {
             self.shared.wake();
         }
         Ok(replayed)
+    }
+
+    /// Each queue's waiting messages ([`SqliteBroker::ready`]); consumers are not counted,
+    /// and the dead letters are counted by listing them.
+    async fn depths(&self, queues: &[QueueName]) -> Result<Depths, BrokerError> {
+        let mut depths = Vec::with_capacity(queues.len());
+        for q in queues {
+            let ready = SqliteBroker::ready(self, q).await?;
+            depths.push(Depth {
+                messages: ready.map(|n| n as u64),
+                consumers: None,
+            });
+        }
+        Ok(Depths {
+            queues: depths,
+            dead_letters: None,
+        })
     }
 }
 

@@ -1,5 +1,6 @@
 //! What RabbitMQ says of a namespace's queues without touching their messages: how many
-//! are ready and how many consumers subscribe, for the dashboard's fleet page.
+//! are ready and how many consumers subscribe ([`Broker::depths`], for the dashboard's
+//! fleet page).
 //!
 //! Invariant: read-only: a passive declare never creates a queue; a missing queue (the
 //! broker's 404 closes the channel) is `None`, not an error.
@@ -10,25 +11,19 @@ use lapin::types::FieldTable;
 use super::AmqpBroker;
 use super::failure::lapin_failure;
 use crate::topology::short;
-use cronq_shared::broker::BrokerError;
-
-/// One queue as RabbitMQ reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Depth {
-    /// Messages ready for delivery (not those delivered and unacked).
-    pub messages: u32,
-    /// Consumers subscribed to it.
-    pub consumers: u32,
-}
+use cronq_shared::broker::{BrokerError, Depth};
 
 impl AmqpBroker {
     /// Each of `queues` (full broker names, such as `Names::queue`), in order: its depth,
-    /// or `None` when it was never declared. One attempt, no retry: a caller that polls
-    /// asks again.
+    /// with neither count known when it was never declared. One attempt, no retry: a
+    /// caller that polls asks again.
     ///
     /// # Errors
     /// [`BrokerError`] when the broker cannot be reached.
-    pub async fn depths(&self, queues: &[String]) -> Result<Vec<Option<Depth>>, BrokerError> {
+    pub(super) async fn depths_by_name(
+        &self,
+        queues: &[String],
+    ) -> Result<Vec<Depth>, BrokerError> {
         let link = self.link().await.map_err(|f| f.error)?;
         let mut ch = link.channel().await.map_err(|f| f.error)?;
         let mut out = Vec::with_capacity(queues.len());
@@ -39,13 +34,13 @@ impl AmqpBroker {
                 ..QueueDeclareOptions::default()
             };
             match ch.queue_declare(name, passive, FieldTable::default()).await {
-                Ok(q) => out.push(Some(Depth {
-                    messages: q.message_count(),
-                    consumers: q.consumer_count(),
-                })),
+                Ok(q) => out.push(Depth {
+                    messages: Some(u64::from(q.message_count())),
+                    consumers: Some(u64::from(q.consumer_count())),
+                }),
                 // A missing queue closes the channel with 404 while the connection stays.
                 Err(_) if link.is_open() => {
-                    out.push(None);
+                    out.push(Depth::default());
                     ch = link.channel().await.map_err(|f| f.error)?;
                 }
                 Err(e) => return Err(lapin_failure("inspect a queue")(e).error),

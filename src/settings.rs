@@ -17,7 +17,9 @@ use cronq_shared::signing::{KEY_FILE_VARIABLE, KEY_VARIABLE, KeySource, Keyring}
 
 use crate::cli::Cli;
 
-/// A usage error found after clap (exit code 2).
+/// A usage error found after clap (exit code 2). A library's own error for a setting it
+/// refuses (a Redis URL, a signing key, a `--queues` name) is passed on as it is, keeping
+/// its sources, and counted as a usage error by its type (`crate::cmd::exit_code`).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct UsageError(pub String);
@@ -77,7 +79,7 @@ pub fn endpoints(cli: &Cli) -> anyhow::Result<Endpoints> {
         );
     }
     let namespace = Namespace::new(&cli.namespace).context("CRONQ_NAMESPACE")?;
-    RedisUrl::parse(&cli.redis_url).map_err(|e| UsageError(e.to_string()))?;
+    RedisUrl::parse(&cli.redis_url)?;
     let tls = cronq_tls::load(
         cli.tls_ca_file.as_deref(),
         cli.tls_cert_file.as_deref(),
@@ -101,8 +103,7 @@ pub fn endpoints(cli: &Cli) -> anyhow::Result<Endpoints> {
 /// A usage error when both are set, the file cannot be read, or a key is not usable
 /// (each names the variable or file and the entry, never a secret).
 pub fn keyring(cli: &Cli) -> anyhow::Result<Option<Arc<Keyring>>> {
-    let from_variable = Keyring::from_variable().map_err(|e| UsageError(e.to_string()));
-    let ring = match (from_variable?, &cli.signing_key_file) {
+    let ring = match (Keyring::from_variable()?, &cli.signing_key_file) {
         (Some(_), Some(file)) => {
             return Err(UsageError(format!(
                 "{KEY_VARIABLE} and --signing-key-file ({KEY_FILE_VARIABLE}) {} are both set: keep one",
@@ -121,7 +122,7 @@ pub fn keyring(cli: &Cli) -> anyhow::Result<Option<Arc<Keyring>>> {
         }
         (None, None) => return Ok(None),
     };
-    let ring = ring.map_err(|e| UsageError(e.to_string()))?;
+    let ring = ring?;
     tracing::debug!(signs_with = ring.signing_id(), accepts = ?ring.ids().collect::<Vec<_>>(), "message signing on");
     Ok(Some(Arc::new(ring)))
 }
@@ -132,34 +133,12 @@ pub const IN_MEMORY: &str = ":memory:";
 /// The data file `cronq standalone` uses when `--data` and `CRONQ_DATA` are not given.
 pub const DEFAULT_DATA: &str = "cronq.db";
 
-/// Where an operations command finds the state: the fleet's services, or a standalone's
-/// data file.
-#[derive(Debug, Clone)]
-pub enum Target {
-    /// RabbitMQ and Redis.
-    Fleet(Endpoints),
-    /// The file of `--data`.
-    Data {
-        /// As given.
-        path: PathBuf,
-        /// `--data-sync`.
-        sync: cronq_backends::Sync,
-        /// The signing keys, as for a fleet.
-        keyring: Option<Arc<Keyring>>,
-    },
-}
+/// Where a command finds the state: the fleet's services, a standalone's data file, or (for
+/// `cronq standalone` only) its memory.
+pub use cronq_backends::Target;
 
-impl Target {
-    /// The signing keys this command was given.
-    pub fn keyring(&self) -> Option<&Keyring> {
-        match self {
-            Self::Fleet(endpoints) => endpoints.keyring.as_deref(),
-            Self::Data { keyring, .. } => keyring.as_deref(),
-        }
-    }
-}
-
-/// The target of an operations command: `--data` when given, else the fleet.
+/// The target of an operations command: `--data` when given, else the fleet (never
+/// [`Target::Memory`]).
 ///
 /// # Errors
 /// A usage error for `--data :memory:` (no other process can reach that), a bad namespace.
