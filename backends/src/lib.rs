@@ -7,6 +7,10 @@
 //! Invariant: which backend serves a [`Target`] is decided here only ([`open`],
 //! [`open_stores`], [`open_broker`]); a caller gets the ports, never a backend's type.
 
+// A library: every public item documented and reachable (the workspace lints, in the
+// root Cargo.toml, hold for the binary too).
+#![warn(missing_docs, unreachable_pub)]
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;

@@ -37,6 +37,10 @@
 //! # Ok(()) }
 //! ```
 
+// A library: every public item documented and reachable (the workspace lints, in the
+// root Cargo.toml, hold for the binary too).
+#![warn(missing_docs, unreachable_pub)]
+
 pub mod admission;
 mod attempt;
 mod cancels;

@@ -12,6 +12,10 @@
 //! The rule this crate keeps: it is runtime built on the contract's ports and types only
 //! (never a backend); what is stored, and what a digest is, stays in the contract.
 
+// A library: every public item documented and reachable (the workspace lints, in the
+// root Cargo.toml, hold for the binary too).
+#![warn(missing_docs, unreachable_pub)]
+
 pub mod compare;
 pub mod digester;
 pub mod reporter;

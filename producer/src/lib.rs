@@ -35,6 +35,10 @@
 //! published, and only by the current leader (G2, G3); keys and jitter come from scheduled
 //! instants only (G4).
 
+// A library: every public item documented and reachable (the workspace lints, in the
+// root Cargo.toml, hold for the binary too).
+#![warn(missing_docs, unreachable_pub)]
+
 pub mod accounting_check;
 pub mod alerts;
 pub mod assembly;

@@ -28,6 +28,10 @@
 //!   jobs) and [`audit`] (the operators' actions); [`store`]
 //!   is the error the stores share.
 
+// A library: every public item documented and reachable (the workspace lints, in the
+// root Cargo.toml, hold for the binary too).
+#![warn(missing_docs, unreachable_pub)]
+
 pub mod accounting;
 pub mod audit;
 pub mod broker;

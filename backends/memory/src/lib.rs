@@ -9,6 +9,10 @@
 //! - [`control`]: [`MemoryControl`], cursors, pauses and requests, fenced by a
 //!   [`MemoryLease`].
 
+// A library: every public item documented and reachable (the workspace lints, in the
+// root Cargo.toml, hold for the binary too).
+#![warn(missing_docs, unreachable_pub)]
+
 pub mod audit;
 pub mod broker;
 pub mod control;

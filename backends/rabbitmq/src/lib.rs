@@ -6,6 +6,10 @@
 //!   queues), with which arguments and why.
 //! - [`headers`]: the AMQP properties and headers of occurrences and dead letters.
 
+// A library: every public item documented and reachable (the workspace lints, in the
+// root Cargo.toml, hold for the binary too).
+#![warn(missing_docs, unreachable_pub)]
+
 pub mod broker;
 pub mod headers;
 pub mod topology;

@@ -18,6 +18,10 @@
 //! [`connect`](mod@connect) on `conn`; the stores build on `conn` and `connect`, and nothing
 //! below imports them back.
 
+// A library: every public item documented and reachable (the workspace lints, in the
+// root Cargo.toml, hold for the binary too).
+#![warn(missing_docs, unreachable_pub)]
+
 mod args;
 pub mod audit;
 pub mod conn;

@@ -21,6 +21,10 @@
 //! ([`Republish::Turn`]); with `k` slots free the first `k` waiters have their turn, so a
 //! newcomer never overtakes an earlier waiter.
 
+// A library: every public item documented and reachable (the workspace lints, in the
+// root Cargo.toml, hold for the binary too).
+#![warn(missing_docs, unreachable_pub)]
+
 use std::time::Duration;
 
 use chrono::Utc;

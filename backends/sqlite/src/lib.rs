@@ -19,6 +19,10 @@
 //! modules, `writer` builds on `failure`, [`db`] on those three, and the ports on `db`;
 //! nothing below imports them back.
 
+// A library: every public item documented and reachable (the workspace lints, in the
+// root Cargo.toml, hold for the binary too).
+#![warn(missing_docs, unreachable_pub)]
+
 pub mod audit;
 pub mod broker;
 pub mod control;

@@ -11,6 +11,10 @@
 //! [`TlsFileError`] naming the variable and the file (exit 2); the bytes of a key never
 //! reach a log line, an error or a `Debug` output.
 
+// A library: every public item documented and reachable (the workspace lints, in the
+// root Cargo.toml, hold for the binary too).
+#![warn(missing_docs, unreachable_pub)]
+
 use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
