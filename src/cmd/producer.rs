@@ -50,8 +50,8 @@ pub async fn run(cli: &Cli, args: &ProducerArgs, root: CancellationToken) -> any
     let tally = Tally::default();
     let ports = service::leader_ports(&stores, broker.clone(), stores.ledger.clone());
     let trailing = args.reconcile.trailing();
-    let leader = assembly::assemble(config, text, hangups, ports, &instance, &tally, trailing);
-    let leader = leader.await;
+    let leader =
+        assembly::assemble(config, text, hangups, ports, &instance, &tally, trailing).await;
     let fleet = ProducerFleet {
         registry: stores.registry,
         instance,

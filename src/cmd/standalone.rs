@@ -60,17 +60,8 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
     // halves follow one config: a SIGHUP reload reaches the consumer half too, so a job
     // added to the file runs instead of being dead-lettered as unknown.
     let ports = service::leader_ports(&stores, broker.clone(), ledger.clone());
-    let trailing = args.reconcile.trailing();
-    let leader = assemble(
-        config.clone(),
-        text,
-        hangups,
-        ports,
-        &instance,
-        &tally,
-        trailing,
-    );
-    let leader = leader.await;
+    let (copy, trailing) = (config.clone(), args.reconcile.trailing());
+    let leader = assemble(copy, text, hangups, ports, &instance, &tally, trailing).await;
     let consumer = Consumer::new(config, broker, ledger, options)
         .following(leader.config.clone())
         .keep_outputs(Arc::clone(&stores.runlog), args.output.output_limit)
@@ -86,23 +77,14 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
     // The producer stops at once on shutdown; the consumer drains within --grace. If one
     // half fails, the other is stopped too: half a standalone is no use.
     let token = root.child_token();
+    let shown = beside::serve(dashboard, shown_metrics, token.child_token());
+    let t = token.child_token();
+    let half = service::consume_once_leading(first_term, &*stores.lease, &instance, consumer, t);
     let (served, shown, produced, consumed, (), ()) = tokio::join!(
         admin::serve(args.serve.admin_addr, metrics, ready, token.clone()),
-        service::or_stop(
-            beside::serve(dashboard, shown_metrics, token.child_token()),
-            &token
-        ),
+        service::or_stop(shown, &token),
         service::or_stop(leader.producer.run(token.child_token()), &token),
-        service::or_stop(
-            service::consume_once_leading(
-                first_term,
-                &*stores.lease,
-                &instance,
-                consumer,
-                token.child_token()
-            ),
-            &token
-        ),
+        service::or_stop(half, &token),
         reports.run(token.child_token()),
         leader.checks.run(token.child_token()),
     );
