@@ -9,6 +9,7 @@ mod dashboard;
 mod ops;
 mod output;
 mod secret_file;
+mod service;
 mod settings;
 mod telemetry;
 

@@ -170,3 +170,20 @@ pub fn standalone_data(cli: &Cli) -> anyhow::Result<Option<PathBuf>> {
         std::path::absolute(&path).with_context(|| format!("--data {}", path.display()))?,
     ))
 }
+
+/// The target of `cronq standalone` on `data` (its data file, or memory for `None`), with
+/// `keyring`.
+pub fn standalone_target(
+    cli: &Cli,
+    data: Option<PathBuf>,
+    keyring: Option<Arc<Keyring>>,
+) -> Target {
+    match data {
+        Some(path) => Target::Data {
+            path,
+            sync: cli.data_sync.into(),
+            keyring,
+        },
+        None => Target::Memory { keyring },
+    }
+}

@@ -10,10 +10,9 @@ use cronq_fleet::reporter::Reporter;
 use cronq_fleet::tally::{CountingLedger, Tally};
 use cronq_shared::registry::Role;
 use cronq_shared::reload::Reloader;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::admin::{self, ReadyProbe};
+use crate::admin;
 use crate::cli::{Cli, ConsumerArgs};
 
 /// Runs until the root token is cancelled (SIGTERM/SIGINT), then drains within `--grace`.
@@ -34,11 +33,7 @@ pub async fn run(cli: &Cli, args: &ConsumerArgs, root: CancellationToken) -> any
     for warning in &config.warnings {
         tracing::warn!(warning = %warning, "config");
     }
-    super::signals::cancel_on_signal(root.clone()).context("while installing signal handlers")?;
-    // Owns the SIGHUP forwarder; dropping it (on any return) aborts it.
-    let mut signal_tasks = JoinSet::new();
-    let hangups = super::signals::hangups(&mut signal_tasks, root.child_token())
-        .context("while installing the SIGHUP handler")?;
+    let (forwarder, hangups) = super::signals::install(&root)?;
     let metrics = admin::install_metrics(&config.metrics)?;
     let stores = cronq_backends::stores(&endpoints, config.longest_retention(), None)
         .await
@@ -46,19 +41,7 @@ pub async fn run(cli: &Cli, args: &ConsumerArgs, root: CancellationToken) -> any
     let broker = cronq_backends::broker(&endpoints)
         .await
         .context("while starting the consumer: cannot connect to the message broker")?;
-    // Ready while the store answers (the broker reconnects by itself and holds no state
-    // here): one read of the lease stands for a ping.
-    let lease = Arc::clone(&stores.lease);
-    let ready: ReadyProbe = Arc::new(move || {
-        let lease = Arc::clone(&lease);
-        Box::pin(async move {
-            lease
-                .holder()
-                .await
-                .map(|_| "consuming".to_owned())
-                .map_err(|e| format!("redis: {e}"))
-        })
-    });
+    let ready = crate::service::consumer_ready(Arc::clone(&stores.lease));
     // What this consumer runs to an end is counted for the Fleet page (docs/dashboard.md).
     let tally = Tally::default();
     let ledger = Arc::new(CountingLedger::new(stores.ledger, tally.clone()));
@@ -97,7 +80,7 @@ pub async fn run(cli: &Cli, args: &ConsumerArgs, root: CancellationToken) -> any
         digester.run(beside.clone()),
         reloader.run(beside.clone()),
     );
-    signal_tasks.shutdown().await;
+    forwarder.stop().await;
     ran.context("while running the consumer")?;
     served
 }

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use cronq_backends::{Connect, Deployment};
+use cronq_backends::Connect;
 use cronq_shared::broker::bounded;
-use cronq_shared::config::{Config, DEFAULT_RETENTION};
+use cronq_shared::config::DEFAULT_RETENTION;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{Cli, DashboardArgs};
@@ -41,50 +41,8 @@ pub async fn run(cli: &Cli, args: &DashboardArgs, root: CancellationToken) -> an
             tracing::warn!(error = %anyhow::Error::new(err), "dashboard: cannot declare the queues; their depths show as unknown");
         }
     }
-    let source = source(config, deployment, &target);
+    let source = Source::of(config, deployment, &target);
     super::signals::cancel_on_signal(root.clone()).context("while installing signal handlers")?;
     let metrics = crate::admin::install_metrics(&source.config.metrics)?;
     dashboard::serve(args.addr, source, access, metrics, root.child_token()).await
-}
-
-/// The dashboard's source: `deployment`, the ports of `target`, showing `config` (also
-/// `cronq standalone --dashboard-addr`).
-pub fn source(config: Arc<Config>, deployment: Deployment, target: &Target) -> Source {
-    let Deployment { broker, stores } = deployment;
-    let (keyring, runs_indexed, store_name, place) = match target {
-        Target::Fleet(endpoints) => (
-            endpoints.keyring.clone(),
-            false,
-            "Redis",
-            format!(
-                "namespace {:?} on RabbitMQ and Redis",
-                endpoints.namespace.as_str()
-            ),
-        ),
-        Target::Data { path, keyring, .. } => (
-            keyring.clone(),
-            true,
-            "the data file",
-            format!("data file {}", path.display()),
-        ),
-        Target::Memory { keyring } => (
-            keyring.clone(),
-            false,
-            "the standalone's memory",
-            "a standalone in memory".to_owned(),
-        ),
-    };
-    Source {
-        config,
-        stores,
-        broker,
-        keyring,
-        runs_indexed,
-        store_name,
-        queue_name: match target {
-            Target::Fleet(_) => "RabbitMQ",
-            Target::Data { .. } | Target::Memory { .. } => store_name,
-        },
-        place,
-    }
 }

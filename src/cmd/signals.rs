@@ -1,6 +1,11 @@
 //! SIGINT/SIGTERM cancel the root token; a second signal exits at once. SIGHUP is
 //! forwarded to whoever reloads the config.
+//!
+//! Invariant: this is the one place a command installs its signal handlers; a
+//! long-running command ([`install`]) stops its SIGHUP forwarder ([`Forwarder::stop`])
+//! once its work has returned.
 
+use anyhow::Context as _;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -50,4 +55,27 @@ pub fn hangups(
         }
     });
     Ok(rx)
+}
+
+/// Owns the SIGHUP forwarder; dropping it (on any return) aborts it.
+pub struct Forwarder(JoinSet<()>);
+
+impl Forwarder {
+    /// Stops the forwarder and waits for it.
+    pub async fn stop(mut self) {
+        self.0.shutdown().await;
+    }
+}
+
+/// What a long-running command installs: SIGINT/SIGTERM cancel `root`
+/// ([`cancel_on_signal`]), and each SIGHUP comes out of the receiver ([`hangups`]).
+///
+/// # Errors
+/// A handler that cannot be installed.
+pub fn install(root: &CancellationToken) -> anyhow::Result<(Forwarder, mpsc::Receiver<()>)> {
+    cancel_on_signal(root.clone()).context("while installing signal handlers")?;
+    let mut tasks = JoinSet::new();
+    let hangups =
+        hangups(&mut tasks, root.child_token()).context("while installing the SIGHUP handler")?;
+    Ok((Forwarder(tasks), hangups))
 }

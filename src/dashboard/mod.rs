@@ -15,6 +15,7 @@ mod answer;
 mod api;
 mod audit;
 mod auth;
+pub mod beside;
 mod editor;
 mod fleet;
 mod job_api;
@@ -38,6 +39,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub use self::auth::Access;
+pub use self::beside::Beside;
 pub use self::source::Source;
 
 use self::snapshot::{Refresher, Snapshot};

@@ -8,11 +8,13 @@
 
 use std::sync::Arc;
 
-use cronq_backends::Stores;
+use cronq_backends::{Deployment, Stores};
 use cronq_shared::broker::{Broker, Depth};
 use cronq_shared::config::Config;
 use cronq_shared::names::QueueName;
 use cronq_shared::signing::Keyring;
+
+use crate::settings::Target;
 
 /// Everything the dashboard works on.
 #[derive(Clone)]
@@ -48,6 +50,48 @@ pub struct QueueDepth {
 }
 
 impl Source {
+    /// The dashboard's source: `deployment`, the ports of `target`, showing `config` (also
+    /// `cronq standalone --dashboard-addr`).
+    pub fn of(config: Arc<Config>, deployment: Deployment, target: &Target) -> Self {
+        let Deployment { broker, stores } = deployment;
+        let (keyring, runs_indexed, store_name, place) = match target {
+            Target::Fleet(endpoints) => (
+                endpoints.keyring.clone(),
+                false,
+                "Redis",
+                format!(
+                    "namespace {:?} on RabbitMQ and Redis",
+                    endpoints.namespace.as_str()
+                ),
+            ),
+            Target::Data { path, keyring, .. } => (
+                keyring.clone(),
+                true,
+                "the data file",
+                format!("data file {}", path.display()),
+            ),
+            Target::Memory { keyring } => (
+                keyring.clone(),
+                false,
+                "the standalone's memory",
+                "a standalone in memory".to_owned(),
+            ),
+        };
+        Self {
+            config,
+            stores,
+            broker,
+            keyring,
+            runs_indexed,
+            store_name,
+            queue_name: match target {
+                Target::Fleet(_) => "RabbitMQ",
+                Target::Data { .. } | Target::Memory { .. } => store_name,
+            },
+            place,
+        }
+    }
+
     /// The depth of each logical queue of the config, then of the dead-letter queue.
     ///
     /// # Errors
