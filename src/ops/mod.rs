@@ -12,3 +12,4 @@ pub mod plan;
 pub mod pools;
 pub mod running;
 pub mod trigger;
+pub mod verify;
