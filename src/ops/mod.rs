@@ -11,5 +11,6 @@ pub mod lookup;
 pub mod plan;
 pub mod pools;
 pub mod running;
+pub mod runs;
 pub mod trigger;
 pub mod verify;
