@@ -5,6 +5,7 @@
 pub mod audit;
 pub mod backfill;
 pub mod cancel;
+pub mod dlq;
 pub mod handler_check;
 pub mod json;
 pub mod lookup;
