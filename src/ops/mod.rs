@@ -9,6 +9,7 @@ pub mod dlq;
 pub mod handler_check;
 pub mod json;
 pub mod lookup;
+pub mod next;
 pub mod plan;
 pub mod pools;
 pub mod running;
