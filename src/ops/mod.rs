@@ -7,6 +7,7 @@ pub mod backfill;
 pub mod cancel;
 pub mod dlq;
 pub mod handler_check;
+pub mod jobs;
 pub mod json;
 pub mod lookup;
 pub mod next;
