@@ -15,5 +15,6 @@ pub mod plan;
 pub mod pools;
 pub mod running;
 pub mod runs;
+pub mod runtime_job;
 pub mod trigger;
 pub mod verify;
