@@ -1,9 +1,9 @@
 //! The operations behind `cronq jobs/runs/pause/resume/trigger/backfill/cancel/dlq` that the
 //! dashboard (`crate::dashboard`) performs too: written once here, called by both, so the
 //! command line and the browser cannot drift; and what the operations commands show
-//! (`jobs`, `runtime_job` for `cronq job`, `runs`, `next`, `dlq`, `verify`: one module each), so that a file of
-//! `crate::cmd` reads as its sequence: settings, open, ask the stores, print. Nothing here
-//! imports `crate::cmd`.
+//! (one module each: `jobs`, `runtime_job` for `cronq job`, `runs`, `next`, `dlq`,
+//! `verify`), so that a file of `crate::cmd` reads as its sequence: settings, open, ask
+//! the stores, print. Nothing here imports `crate::cmd`.
 
 pub mod audit;
 pub mod backfill;
