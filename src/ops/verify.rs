@@ -1,6 +1,7 @@
 //! How `cronq verify` shows an accounting report (`cronq_shared::accounting::Report`): the
 //! text table with a line per gap and the notes, or one JSON document, and the error
-//! that makes a report with gaps exit 1. Rendering only: it reads no store.
+//! that makes a report with gaps exit 1; and the dead letters' reasons the accounting
+//! takes. It accounts for nothing itself: that is `cronq_shared::accounting`.
 
 use std::collections::HashMap;
 
