@@ -6,35 +6,12 @@
 //! A job that runs after others (`after`) shows its parents as its schedule and its
 //! parents' next common time; a parent lists the jobs that run after it.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
-
 use anyhow::Context as _;
-use chrono::{DateTime, Utc};
-use cronq_shared::config::Job;
-use cronq_shared::control::Pause;
-use cronq_shared::names::JobName;
-use cronq_shared::registry::serving::{Fleet, Service};
-use cronq_shared::runlog::Run;
-use serde_json::json;
+use chrono::Utc;
+use cronq_shared::registry::serving::Fleet;
 
 use crate::cli::{Cli, JsonArg};
 use crate::ops::{self, lookup, pools};
-use crate::output::{self, Table};
-
-/// How many of the newest runs are read at once to find each job's last outcome.
-const RECENT_RUNS: usize = 2_000;
-
-/// One job's line: the job, its next fire, its pause flag, its last run, whether it is
-/// served (`None` when the fleet registry could not be read) and its children.
-type Row<'c> = (
-    &'c Job,
-    Option<DateTime<Utc>>,
-    Option<&'c Pause>,
-    Option<Run>,
-    Option<Service>,
-    Vec<&'c str>,
-);
 
 /// Prints each job's status as a table or one JSON document.
 ///
@@ -59,44 +36,14 @@ pub async fn run(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
         .paused()
         .await
         .context("while reading pause flags")?;
-    let log = &stores.runlog;
-    let now = Utc::now();
-    // One read of the recent history covers the jobs that ran lately; only the others
-    // need a search of their own.
-    let mut latest: HashMap<JobName, Run> = HashMap::new();
-    for run in log
-        .list(None, RECENT_RUNS)
-        .await
-        .context("while reading the run history")?
-    {
-        latest.entry(run.job.clone()).or_insert(run);
-    }
-    let mut children: HashMap<&str, Vec<&str>> = HashMap::new();
-    for job in &config.jobs {
-        for parent in job.parents() {
-            children
-                .entry(parent.as_str())
-                .or_default()
-                .push(job.name.as_str());
-        }
-    }
-    let index = config.index();
-    let mut rows = Vec::new();
-    for job in &config.jobs {
-        let last = match latest.remove(&job.name) {
-            Some(run) => Some(run),
-            None => log
-                .list(Some(&job.name), 1)
-                .await
-                .context("while reading the run history")?
-                .into_iter()
-                .next(),
-        };
-        let next = index.next_time(job, now);
-        let served = fleet.as_ref().map(|f| f.assess(job));
-        let kids = children.remove(job.name.as_str()).unwrap_or_default();
-        rows.push((job, next, paused.get(&job.name), last, served, kids));
-    }
+    let rows = ops::jobs::rows(
+        &config,
+        &*stores.runlog,
+        fleet.as_ref(),
+        &paused,
+        Utc::now(),
+    )
+    .await?;
     let pools = match pools::usage(&config, &*stores.ledger).await {
         Ok(pools) => Some(pools),
         Err(e) => {
@@ -105,117 +52,15 @@ pub async fn run(cli: &Cli, args: &JsonArg) -> anyhow::Result<()> {
         }
     };
     if args.json {
-        print_json(&rows, pools.as_ref());
+        ops::jobs::print_json(&rows, pools.as_ref());
         return Ok(());
     }
-    let table = table(&rows, pools.as_ref());
+    let table = ops::jobs::table(&rows, pools.as_ref());
     if table.is_empty() {
         println!("{} defines no job", config.path.display());
     } else {
         print!("{}", table.render());
     }
-    if let Some(pools) = pools.filter(|p| !p.is_empty()) {
-        let mut t = Table::new(&["POOL", "SIZE", "RUNNING", "WAITING", "NEXT"]);
-        for (name, pool) in &pools {
-            t.row(vec![
-                name.to_string(),
-                pool.size.to_string(),
-                pool.gate.running.len().to_string(),
-                pool.gate.waiting.to_string(),
-                if pool.gate.next.is_empty() {
-                    "-".to_owned()
-                } else {
-                    pool.gate.next.join(" ")
-                },
-            ]);
-        }
-        print!("\n{}", t.render());
-    }
+    ops::jobs::print_pools(pools);
     Ok(())
-}
-
-/// `{"jobs": [...], "pools": [...]}`, one object per row and per pool (`pools` null when
-/// the ledger could not be read).
-fn print_json(rows: &[Row<'_>], pools: Option<&Pools>) {
-    let jobs: Vec<_> = rows
-        .iter()
-        .map(|(job, next, pause, last, served, children)| {
-            let mut row = ops::json::job(job, *next, *pause, last.as_ref());
-            ops::json::served(&mut row, served.as_ref());
-            pools::job_fields(&mut row, job);
-            ops::json::chain(&mut row, job, children);
-            row
-        })
-        .collect();
-    let pools = pools.map(|p| {
-        p.iter()
-            .map(|(name, pool)| pools::pool_json(name, pool))
-            .collect::<Vec<_>>()
-    });
-    output::print_json(&json!({ "jobs": jobs, "pools": pools }));
-}
-
-/// Each pool's use, by name.
-type Pools = BTreeMap<Arc<str>, pools::PoolUse>;
-
-/// The human table, one line per row.
-fn table(rows: &[Row<'_>], pools: Option<&Pools>) -> Table {
-    let mut table = Table::new(&[
-        "JOB",
-        "SCHEDULE",
-        "ZONE",
-        "NEXT (ZONE)",
-        "NEXT (UTC)",
-        "PAUSED",
-        "LAST",
-        "SERVED",
-        "LIMITS",
-    ]);
-    for (job, next, pause, last, served, children) in rows {
-        let paused = pause.map_or_else(
-            || "no".to_owned(),
-            |p| match &p.note {
-                Some(n) => format!("since {} ({n})", output::utc(p.since)),
-                None => format!("since {}", output::utc(p.since)),
-            },
-        );
-        let last = last.as_ref().map_or_else(
-            || "-".to_owned(),
-            |r| format!("{} at {}", r.outcome, output::utc(r.started_at)),
-        );
-        table.row(vec![
-            job.name.to_string(),
-            schedule_cell(job, children),
-            job.timezone.name().to_owned(),
-            next.map_or_else(
-                || "never".into(),
-                |t| output::local(&t.with_timezone(&job.timezone)),
-            ),
-            next.map_or_else(|| "never".into(), output::utc),
-            paused,
-            last,
-            served.as_ref().map_or_else(|| "?".to_owned(), served_cell),
-            pools::cell(job, pools),
-        ]);
-    }
-    table
-}
-
-/// The SCHEDULE cell: the schedule (a job with parents: `after a, b`), then the jobs that
-/// run after it, if any: `@every 1m; then b, c`.
-fn schedule_cell(job: &Job, children: &[&str]) -> String {
-    if children.is_empty() {
-        job.schedule.as_str().to_owned()
-    } else {
-        format!("{}; then {}", job.schedule.as_str(), children.join(", "))
-    }
-}
-
-/// The SERVED cell: `yes`, `no consumer`, or `NO: why`.
-fn served_cell(served: &Service) -> String {
-    match served {
-        Service::Served => "yes".to_owned(),
-        Service::NoConsumer => "no consumer".to_owned(),
-        Service::Unserved(why) => format!("NO: {why}"),
-    }
 }

@@ -3,12 +3,11 @@
 //! resolved to for the job. A job that runs after other jobs (`after`) shows its expected
 //! times: those its parents share.
 
-use chrono::{DateTime, SecondsFormat, Utc};
-use cronq_shared::config::{Config, Job};
-use serde_json::json;
+use chrono::{DateTime, Utc};
+use cronq_shared::config::Config;
 
 use crate::cli::{Cli, NextArgs};
-use crate::ops::{lookup, running};
+use crate::ops::{lookup, next, running};
 use crate::settings::UsageError;
 
 /// Prints the next `--count` fire times per job, as a table or one JSON document. The
@@ -17,16 +16,7 @@ use crate::settings::UsageError;
 /// # Errors
 /// A config error, or a usage error for an unknown `--job`, a bad `--from` or `--count 0`.
 pub async fn run(cli: &Cli, args: &NextArgs) -> anyhow::Result<()> {
-    let from = match args.from.as_deref() {
-        None => Utc::now(),
-        Some(text) => DateTime::parse_from_rfc3339(text)
-            .map_err(|e| {
-                UsageError(format!(
-                    "--from {text:?} is not an RFC 3339 instant such as 2026-03-08T06:00:00Z: {e}"
-                ))
-            })?
-            .with_timezone(&Utc),
-    };
+    let from = next::from(args.from.as_deref())?;
     if args.count == 0 {
         return Err(UsageError("--count must be at least 1".into()).into());
     }
@@ -60,94 +50,11 @@ pub async fn run(cli: &Cli, args: &NextArgs) -> anyhow::Result<()> {
 
 /// Prints the preview of `config`'s jobs (or `--job`'s).
 fn preview(config: &Config, args: &NextArgs, from: DateTime<Utc>) -> anyhow::Result<()> {
-    let jobs: Vec<&Job> = match args.job.as_deref() {
-        Some(name) => vec![find_job(config, name)?],
-        None => config.jobs.iter().collect(),
-    };
-    let previews: Vec<(&Job, Vec<DateTime<Utc>>)> = jobs
-        .into_iter()
-        .map(|job| {
-            (
-                job,
-                // A job with parents (`after`): their common scheduled times.
-                config.times_after(job, from).take(args.count).collect(),
-            )
-        })
-        .collect();
+    let previews = next::previews(config, args.job.as_deref(), from, args.count)?;
     if args.json {
-        println!("{}", to_json(from, &previews));
+        println!("{}", next::to_json(from, &previews));
     } else {
-        print_table(&previews, args.count);
+        next::print_table(&previews, args.count);
     }
     Ok(())
-}
-
-/// `--job J`: the job, or the lookup's error under the flag's name.
-fn find_job<'a>(config: &'a Config, name: &str) -> Result<&'a Job, UsageError> {
-    lookup::job(config, name).map_err(|UsageError(e)| UsageError(format!("--job: {e}")))
-}
-
-fn utc(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Secs, true)
-}
-
-fn to_json(from: DateTime<Utc>, previews: &[(&Job, Vec<DateTime<Utc>>)]) -> serde_json::Value {
-    let jobs: Vec<_> = previews
-        .iter()
-        .map(|(job, times)| {
-            let next: Vec<_> = times
-                .iter()
-                .map(|t| {
-                    json!({
-                        "utc": utc(*t),
-                        "local": t.with_timezone(&job.timezone).to_rfc3339_opts(SecondsFormat::Secs, false),
-                    })
-                })
-                .collect();
-            let mut doc = json!({
-                "job": job.name.as_str(),
-                "schedule": job.schedule.as_str(),
-                "timezone": job.timezone.name(),
-                "next": next,
-            });
-            if let Some(resolved) = job.schedule.resolved() {
-                doc["resolved"] = json!(resolved);
-            }
-            doc
-        })
-        .collect();
-    json!({ "from": utc(from), "jobs": jobs })
-}
-
-fn print_table(previews: &[(&Job, Vec<DateTime<Utc>>)], count: usize) {
-    for (i, (job, times)) in previews.iter().enumerate() {
-        if i > 0 {
-            println!();
-        }
-        match job.schedule.resolved() {
-            None => println!(
-                "{} ({:?} in {})",
-                job.name,
-                job.schedule.as_str(),
-                job.timezone.name()
-            ),
-            Some(resolved) => println!(
-                "{} ({:?}, H resolved to {resolved:?}, in {})",
-                job.name,
-                job.schedule.as_str(),
-                job.timezone.name()
-            ),
-        }
-        for t in times {
-            let local = t.with_timezone(&job.timezone);
-            println!(
-                "  {}  {}",
-                local.format("%Y-%m-%d %H:%M:%S %:z %Z"),
-                utc(*t)
-            );
-        }
-        if times.len() < count {
-            println!("  (no further fire times)");
-        }
-    }
 }
