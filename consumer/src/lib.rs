@@ -53,6 +53,8 @@ pub mod outcome;
 mod reaper;
 pub mod replay;
 mod running;
+#[cfg(test)]
+mod sample;
 pub mod service;
 mod telemetry;
 mod traces;

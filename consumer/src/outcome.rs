@@ -303,7 +303,6 @@ pub fn replaced_by(by: &str) -> String {
 mod tests {
     use super::*;
     use cronq_shared::config::Config;
-    use cronq_shared::names::JobName;
     use std::path::Path;
 
     fn config() -> Config {
@@ -397,25 +396,7 @@ schedule = "@every 1s"
         );
     }
 
-    fn sample(job: &str) -> Occurrence {
-        let at = "2026-11-29T19:30:00Z".parse().unwrap();
-        let job = JobName::new(job).unwrap();
-        Occurrence {
-            key: cronq_shared::key::OccurrenceKey::scheduled(job.clone(), at),
-            job,
-            scheduled_at: at,
-            scheduled_local: "2026-11-29T19:30:00+00:00".parse().unwrap(),
-            timezone: "UTC".into(),
-            trigger: cronq_shared::message::Trigger::Schedule,
-            attempt: 1,
-            payload: serde_json::Value::Null,
-            epoch: 0,
-            published_at: at,
-            deadline: None,
-            last_error: None,
-            traceparent: None,
-        }
-    }
+    use crate::sample::occurrence as sample;
 
     #[test]
     fn a_verdict_maps_to_its_state_outcome_error_and_follow_up() {

@@ -269,23 +269,7 @@ mod tests {
         let handler = |_occ: Occurrence, _token: CancellationToken| async {
             Err::<(), _>(format!("exit {}", 3))
         };
-        let at = "2026-11-29T19:30:00Z".parse().unwrap();
-        let job = JobName::new("a").unwrap();
-        let occ = Occurrence {
-            key: cronq_shared::key::OccurrenceKey::scheduled(job.clone(), at),
-            job,
-            scheduled_at: at,
-            scheduled_local: at.fixed_offset(),
-            timezone: "UTC".into(),
-            trigger: cronq_shared::message::Trigger::Schedule,
-            attempt: 1,
-            payload: serde_json::Value::Null,
-            epoch: 0,
-            published_at: at,
-            deadline: None,
-            last_error: None,
-            traceparent: None,
-        };
+        let occ = crate::sample::occurrence("a");
         let failed = JobHandler::call(&handler, occ, CancellationToken::new()).await;
         assert_eq!(failed.unwrap_err().into_message(), "exit 3");
     }
