@@ -95,38 +95,33 @@ pub async fn login(
         && app
             .access
             .is_login_csrf(&nonce, field(&form, "csrf").unwrap_or_default());
-    if !csrf_ok {
+    let refuse = |status: StatusCode, audited: &str, shown: &'static str| {
         let e = ApiError {
-            status: StatusCode::FORBIDDEN,
-            message: "the login form's CSRF token is wrong or missing".into(),
+            status,
+            message: audited.into(),
         };
-        audit::note_as(&app, "-", peer, Act::new("login", None), Some(&e)).await;
-        return login_page(
-            &app,
-            &headers,
-            Some(&next),
-            Some((
-                StatusCode::FORBIDDEN,
-                "the login form expired or did not come from this dashboard: try again",
-            )),
-        );
+        let (app, headers, next) = (&app, &headers, &next);
+        async move {
+            audit::note_as(app, "-", peer, Act::new("login", None), Some(&e)).await;
+            login_page(app, headers, Some(next), Some((status, shown)))
+        }
+    };
+    if !csrf_ok {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "the login form's CSRF token is wrong or missing",
+            "the login form expired or did not come from this dashboard: try again",
+        )
+        .await;
     }
     let Some(caller) = app.access.token(field(&form, "token").unwrap_or_default()) else {
         tracing::warn!("dashboard: a login with a wrong token");
-        let e = ApiError {
-            status: StatusCode::UNAUTHORIZED,
-            message: "wrong token".into(),
-        };
-        audit::note_as(&app, "-", peer, Act::new("login", None), Some(&e)).await;
-        return login_page(
-            &app,
-            &headers,
-            Some(&next),
-            Some((
-                StatusCode::UNAUTHORIZED,
-                "wrong token: none of the dashboard's tokens",
-            )),
-        );
+        return refuse(
+            StatusCode::UNAUTHORIZED,
+            "wrong token",
+            "wrong token: none of the dashboard's tokens",
+        )
+        .await;
     };
     tracing::info!(token = %caller.name, role = %caller.role, "dashboard: logged in");
     let mut act = Act::new("login", None);
