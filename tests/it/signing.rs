@@ -294,6 +294,54 @@ async fn forged_messages_never_run(kind: Deployment, env: TestEnv) {
     assert_eq!(data_file::ran(&env, "forge"), [genuine.key.to_string()]);
 }
 
+/// A body sealed twice with the real key (no cronq process writes one): the outer seal
+/// opens, the inside is not a message, so it is dead-lettered `malformed` and never runs;
+/// a genuine message beside it runs.
+async fn a_body_sealed_twice_is_malformed(kind: Deployment, env: TestEnv) {
+    let options = Options {
+        env: vec![("CRONQ_SIGNING_KEY", KEY1.to_owned())],
+        ..Options::default()
+    };
+    let _running = Running::start_with(kind, &env, &config(&env), options).await;
+    let target = Target::of(kind, &env);
+    eventually(WAIT, "signed ticks to run", || async {
+        (data_file::ran(&env, "tick").len() >= 2).then_some(())
+    })
+    .await;
+    let twice = ring(KEY1).seal(&ring(KEY1).seal(&occurrence("forge", 1).encode()));
+    target.publish_raw(&twice).await;
+    let genuine = occurrence("forge", 2);
+    target
+        .publish_raw(&ring(KEY1).seal(&genuine.encode()))
+        .await;
+    let letters = eventually(WAIT, "one dead letter", || async {
+        Some(target.dead_letters(&env)).filter(|l| l.len() == 1)
+    })
+    .await;
+    let reason = letters[0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.starts_with("malformed"), "{letters:#?}");
+    eventually(WAIT, "the genuine message to run", || async {
+        (data_file::ran(&env, "forge") == [genuine.key.to_string()]).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_sealed_twice_is_malformed_on_a_fleet() {
+    scoped("sign-twice-fleet", |env| async move {
+        a_body_sealed_twice_is_malformed(Deployment::Fleet, env).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_sealed_twice_is_malformed_on_a_standalone() {
+    scoped("sign-twice-standalone", |env| async move {
+        a_body_sealed_twice_is_malformed(Deployment::Standalone(Data::File), env).await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn forged_messages_never_run_on_a_fleet() {
     scoped("sign-forged-fleet", |env| async move {
