@@ -85,15 +85,13 @@ pub fn write_all(from: &[PathBuf], out: &Path) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(out).with_context(|| format!("while creating {}", out.display()))?;
     let mut written = Vec::new();
     let mut curves: BTreeMap<String, (&Saved, &Curves)> = BTreeMap::new();
-    let mut rates: BTreeMap<String, (&Saved, &SavedFigure)> = BTreeMap::new();
+    let mut rates: BTreeMap<String, (&Saved, Vec<&SavedFigure>)> = BTreeMap::new();
     for r in &reports {
         for c in &r.curves {
             curves.insert(slug(&c.name), (r, c));
         }
-        for f in &r.figures {
-            if f.unit == Unit::PerSecond && f.baseline.is_some() {
-                rates.insert(slug(&format!("{} {}", f.bench, f.name)), (r, f));
-            }
+        for (first, group) in rate_groups(&r.figures) {
+            rates.insert(slug(&format!("{} {}", first.bench, first.name)), (r, group));
         }
     }
     for (name, (r, c)) in &curves {
@@ -101,9 +99,9 @@ pub fn write_all(from: &[PathBuf], out: &Path) -> anyhow::Result<Vec<PathBuf>> {
         cumulative(&path, c, &r.source())?;
         written.push(path);
     }
-    for (name, (r, f)) in &rates {
+    for (name, (r, group)) in &rates {
         let path = out.join(format!("{name}.svg"));
-        rate(&path, f, &r.source())?;
+        rate(&path, group, &r.source())?;
         written.push(path);
     }
     let memory = memory_points(&reports);
@@ -113,6 +111,26 @@ pub fn write_all(from: &[PathBuf], out: &Path) -> anyhow::Result<Vec<PathBuf>> {
         written.push(path);
     }
     Ok(written)
+}
+
+/// The rate figures with a baseline, grouped so that figures of one bench with the same
+/// cronq runs (one measurement against several baselines, as the throughput bench's raw
+/// loops) make one chart; each group keyed by its first figure.
+fn rate_groups(figures: &[SavedFigure]) -> Vec<(&SavedFigure, Vec<&SavedFigure>)> {
+    let mut groups: Vec<(&SavedFigure, Vec<&SavedFigure>)> = Vec::new();
+    for f in figures {
+        if f.unit != Unit::PerSecond || f.baseline.is_none() {
+            continue;
+        }
+        match groups
+            .iter_mut()
+            .find(|(first, _)| first.bench == f.bench && first.runs == f.runs)
+        {
+            Some((_, group)) => group.push(f),
+            None => groups.push((f, vec![f])),
+        }
+    }
+    groups
 }
 
 /// The report files: each path given, or the `*.json` directly in a directory given.
@@ -209,15 +227,20 @@ fn cumulative(path: &Path, c: &Curves, source: &str) -> anyhow::Result<()> {
     root.present().map_err(|e| draw_error(e, path))
 }
 
-/// Two bars, cronq's and its baseline's medians, each with a min–max whisker.
-fn rate(path: &Path, f: &SavedFigure, source: &str) -> anyhow::Result<()> {
-    let Some(b) = &f.baseline else {
+/// cronq's bar and each baseline's (medians, each with a min–max whisker).
+fn rate(path: &Path, group: &[&SavedFigure], source: &str) -> anyhow::Result<()> {
+    let Some(f) = group.first() else {
         return Ok(());
     };
-    let bars: Vec<(String, Spread)> = [("cronq".to_owned(), &f.runs), (b.name.clone(), &b.runs)]
-        .into_iter()
+    let baselines = group
+        .iter()
+        .filter_map(|g| g.baseline.as_ref())
+        .map(|b| (b.name.clone(), &b.runs));
+    let bars: Vec<(String, Spread)> = std::iter::once(("cronq".to_owned(), &f.runs))
+        .chain(baselines)
         .filter_map(|(name, runs)| Spread::of(runs).map(|s| (name, s)))
         .collect();
+    let names = bar_labels(bars.iter().map(|(n, _)| n.as_str()));
     let y_max = bars
         .iter()
         .map(|(_, s)| s.max)
@@ -226,7 +249,6 @@ fn rate(path: &Path, f: &SavedFigure, source: &str) -> anyhow::Result<()> {
         * 1.15;
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE).map_err(|e| draw_error(e, path))?;
-    let names: Vec<String> = bars.iter().map(|(n, _)| n.clone()).collect();
     let mut chart = ChartBuilder::on(&root)
         .caption(format!("{} ({source})", f.name), ("sans-serif", 15))
         .margin(12)
@@ -271,6 +293,21 @@ fn rate(path: &Path, f: &SavedFigure, source: &str) -> anyhow::Result<()> {
             .map_err(|e| draw_error(e, path))?;
     }
     root.present().map_err(|e| draw_error(e, path))
+}
+
+/// Short labels under the bars: a name up to its `:`, without the label of an earlier bar
+/// it only extends ("raw loop" then "raw loop, acks coalesced" read "raw loop" and "acks
+/// coalesced").
+fn bar_labels<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let mut labels: Vec<String> = Vec::new();
+    for name in names {
+        let short = name.split(':').next().unwrap_or(name).trim();
+        let extends = labels
+            .iter()
+            .find_map(|earlier| short.strip_prefix(earlier.as_str())?.strip_prefix(", "));
+        labels.push(extends.unwrap_or(short).to_owned());
+    }
+    labels
 }
 
 /// The producer's memory figures by job count: for each of idle and peak RSS, the
@@ -407,7 +444,10 @@ mod tests {
                  "unit": "bytes", "runs": [rss, rss * 1.1, rss * 0.9], "baseline": null, "goal": null},
                 {"bench": "throughput", "name": "executed/s, 20k occurrences, 2 consumers x 64",
                  "unit": "per_second", "runs": [100.0, 120.0],
-                 "baseline": {"name": "raw lapin", "runs": [150.0, 160.0]}, "goal": null}
+                 "baseline": {"name": "raw lapin", "runs": [150.0, 160.0]}, "goal": null},
+                {"bench": "throughput", "name": "executed/s, 20k occurrences, 2 consumers x 64 (vs acks coalesced)",
+                 "unit": "per_second", "runs": [100.0, 120.0],
+                 "baseline": {"name": "raw lapin, acks coalesced", "runs": [400.0, 420.0]}, "goal": null}
             ],
             "curves": [{"bench": "precision", "name": "publish lateness, 1,000 jobs", "unit": "seconds",
                         "series": [{"name": "cronq", "samples": 3,
@@ -453,6 +493,11 @@ mod tests {
             assert!(svg.contains("bbbb, 2026-12-02"), "{}: {svg}", p.display());
             assert!(!svg.contains("aaaa"), "{}", p.display());
         }
+        // One throughput chart: the same cronq runs against both raw loops.
+        let throughput = std::fs::read_to_string(&written[1]).unwrap();
+        let labels: Vec<&str> = throughput.lines().map(str::trim).collect();
+        assert!(labels.contains(&"raw lapin"), "{throughput}");
+        assert!(labels.contains(&"acks coalesced"), "{throughput}");
         let memory = std::fs::read_to_string(&written[2]).unwrap();
         assert!(memory.contains("idle RSS"), "{memory}");
         let bad = runs.join("c.json");
@@ -463,6 +508,19 @@ mod tests {
             "{err:#}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn bar_labels_drop_what_an_earlier_bar_says() {
+        let names = [
+            "cronq",
+            "raw lapin: consumed+acked/s",
+            "raw lapin, one ack per 32: consumed+acked/s",
+        ];
+        assert_eq!(
+            bar_labels(names.into_iter()),
+            ["cronq", "raw lapin", "one ack per 32"]
+        );
     }
 
     #[test]
