@@ -62,12 +62,15 @@ impl BenchEnv {
         self.endpoints.namespace.as_str()
     }
 
-    /// Remembers a logical queue to delete at the end.
+    /// Remembers a logical queue to delete at the end (once, however often it is named).
     pub fn track_queue(&self, queue: &QueueName) {
-        self.queues
+        let mut queues = self
+            .queues
             .lock()
-            .expect("bench queue list lock is never poisoned")
-            .push(queue.clone());
+            .expect("bench queue list lock is never poisoned");
+        if !queues.contains(queue) {
+            queues.push(queue.clone());
+        }
     }
 
     /// A raw (baseline) broker queue name in this namespace, deleted at the end.
