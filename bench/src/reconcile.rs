@@ -250,7 +250,7 @@ async fn measure(env: &BenchEnv, args: &ReconcileArgs) -> anyhow::Result<[Cost; 
     };
     let window = window_at(now);
     // One succeeded run of each occurrence the window expects, as the consumers wrote them.
-    let expected = runs_of(&config, window.from - TimeDelta::seconds(1), window.to);
+    let expected = runs_of(&config, window.from - TimeDelta::nanoseconds(1), window.to);
     write(&stores.runlog, &expected).await?;
     let sources = Sources {
         runlog: &*stores.runlog,
@@ -266,16 +266,7 @@ async fn measure(env: &BenchEnv, args: &ReconcileArgs) -> anyhow::Result<[Cost; 
             .await
             .context("while reconciling")?;
     meter.stop(&mut costs[0])?;
-    let accounted: usize = report.accounts.iter().map(|a| a.expected).sum();
-    // The check judges an occurrence once its time to end has passed: those of the last
-    // minute may still be pending, so it may expect up to a minute's worth fewer.
-    let minute = expected.len() / 50;
     no_gaps(&report, expected.len(), "full check")?;
-    anyhow::ensure!(
-        accounted <= expected.len() && accounted + minute >= expected.len(),
-        "the check expected {accounted} occurrences; {} runs were written",
-        expected.len()
-    );
     let mut incremental = Incremental::new();
     let meter = Meter::start()?;
     let first = incremental
@@ -287,7 +278,15 @@ async fn measure(env: &BenchEnv, args: &ReconcileArgs) -> anyhow::Result<[Cost; 
         first.accounts == report.accounts,
         "the first check's report differs from the full check's"
     );
+    // The check reports only gaps: that it read every run written shows in what it keeps.
+    anyhow::ensure!(
+        incremental.kept() == expected.len(),
+        "the first check kept {} runs; {} were written",
+        incremental.kept(),
+        expected.len()
+    );
     let mut to = window.to;
+    let mut written = expected.len();
     for minute in 1..=STEADY {
         let next = window_at(now + TimeDelta::minutes(minute.into()));
         let entering = runs_of(&config, to, next.to);
@@ -300,11 +299,17 @@ async fn measure(env: &BenchEnv, args: &ReconcileArgs) -> anyhow::Result<[Cost; 
             .context("while reconciling (a steady check)")?;
         meter.stop(&mut costs[2])?;
         no_gaps(&steady, entering.len(), "steady check")?;
+        written += entering.len();
         anyhow::ensure!(
             !incremental.last_full(),
             "a steady check accounted for every job"
         );
     }
+    // The window moved on: the runs of the occurrences that left it are dropped.
+    anyhow::ensure!(
+        incremental.kept() < written,
+        "the steady checks kept all {written} runs written"
+    );
     let steady = &mut costs[2];
     steady.wall /= STEADY;
     steady.leader /= STEADY;
