@@ -214,9 +214,15 @@ impl Meter {
 /// Checks that `report` found no gap and accounted for about `written` occurrences.
 fn no_gaps(report: &accounting::Report, written: usize, what: &str) -> anyhow::Result<()> {
     let gaps: usize = report.accounts.iter().map(|a| a.gaps.len()).sum();
+    let example = report
+        .accounts
+        .iter()
+        .find_map(|a| a.gaps.first())
+        .map(|(key, gap)| format!(" (as {key}: {gap})"))
+        .unwrap_or_default();
     anyhow::ensure!(
         gaps == 0,
-        "the {what} found {gaps} gaps; {written} runs were written"
+        "the {what} found {gaps} gaps{example}; {written} runs were written"
     );
     Ok(())
 }
