@@ -367,6 +367,10 @@ pub struct ReconcileArgs {
     /// How far back it ends (also each occurrence's grace).
     #[arg(long, env = "CRONQ_RECONCILE_LAG", default_value = "2m", value_parser = humantime::parse_duration, hide = true)]
     pub reconcile_lag: Duration,
+    /// How often the leader reads the whole run history again (between, it reads what was
+    /// appended).
+    #[arg(long, env = "CRONQ_RECONCILE_RESYNC", default_value = "1h", value_parser = humantime::parse_duration, hide = true)]
+    pub reconcile_resync: Duration,
 }
 
 impl ReconcileArgs {
@@ -376,6 +380,7 @@ impl ReconcileArgs {
             every: self.reconcile_every,
             window: self.reconcile_window,
             lag: self.reconcile_lag,
+            resync: self.reconcile_resync,
         }
     }
 }

@@ -5,17 +5,25 @@
 //! real Redis run history: the check's wall time, the CPU it takes in this process (the
 //! leader's share) and in Redis, and that CPU as a share of one core at the default
 //! cadence (one check a minute).
+//!
+//! Three checks of the same history: the full check (`cronq_shared::accounting::reconcile`,
+//! what every check cost before checks were incremental), the leader's first check
+//! (`cronq_shared::accounting::Incremental`: a full read of the history), and its steady
+//! state: [`STEADY`] checks of the window moved a minute at a time, each after the runs
+//! of the minute that entered the window were written (not measured), as a minute of the
+//! leader's life; the figure is the mean per check.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use chrono::{TimeDelta, Utc};
-use cronq_shared::accounting::{self, Sources, Window};
+use chrono::{DateTime, TimeDelta, Utc};
+use cronq_shared::accounting::{self, Incremental, Sources, Window};
 use cronq_shared::config::Config;
 use cronq_shared::key::OccurrenceKey;
-use cronq_shared::runlog::{DEFAULT_MAX_RUNS, Outcome, Run};
+use cronq_shared::runlog::{DEFAULT_MAX_RUNS, Outcome, Run, RunLog};
 use futures_util::StreamExt as _;
 
 use crate::env::BenchEnv;
@@ -39,83 +47,102 @@ const EVERY: Duration = Duration::from_secs(60);
 const WINDOW: Duration = Duration::from_secs(3600);
 const LAG: Duration = Duration::from_secs(120);
 
+/// How many steady checks each run measures.
+const STEADY: u32 = 10;
+
+/// What one run measured of one kind of check.
+#[derive(Default)]
+struct Cost {
+    wall: Duration,
+    leader: Duration,
+    redis: Option<Duration>,
+}
+
 /// Runs the bench `runs` times; returns its figures.
 ///
 /// # Errors
 /// When a service is unreachable or the check fails.
 pub async fn run(args: &ReconcileArgs, runs: usize) -> anyhow::Result<Vec<Figure>> {
-    let label = format!("one check over {} jobs, an hour's window", args.jobs);
-    let mut wall = Figure::new("reconcile", format!("wall time of {label}"), Unit::Seconds);
-    let mut cpu = Figure::new("reconcile", format!("leader CPU of {label}"), Unit::Seconds);
-    let mut store = Figure::new("reconcile", format!("Redis CPU of {label}"), Unit::Seconds);
-    let mut share = Figure::new(
-        "reconcile",
-        "leader CPU share of one core at one check a minute",
-        Unit::Ratio,
-    );
-    let redis = crate::procfs::find("redis-server");
+    let kinds = [
+        (
+            "full",
+            format!(
+                "one full check over {} jobs, an hour's window (every check before)",
+                args.jobs
+            ),
+        ),
+        (
+            "first",
+            format!(
+                "the leader's first check over {} jobs (a full read)",
+                args.jobs
+            ),
+        ),
+        (
+            "steady",
+            format!(
+                "a steady check over {} jobs, the window a minute on (mean of {STEADY})",
+                args.jobs
+            ),
+        ),
+    ];
+    let mut figures: Vec<[Figure; 4]> = kinds
+        .iter()
+        .map(|(_, label)| {
+            [
+                Figure::new("reconcile", format!("wall time of {label}"), Unit::Seconds),
+                Figure::new("reconcile", format!("leader CPU of {label}"), Unit::Seconds),
+                Figure::new(
+                    "reconcile",
+                    format!("leader CPU share of one core at one check a minute, {label}"),
+                    Unit::Ratio,
+                ),
+                Figure::new("reconcile", format!("Redis CPU of {label}"), Unit::Seconds),
+            ]
+        })
+        .collect();
     for run in 1..=runs {
         let env = BenchEnv::new()?;
         let measured = measure(&env, args).await;
         env.cleanup().await;
-        let (took, leader, in_redis) = measured?;
-        eprintln!(
-            "reconcile: run {run}/{runs}: {:.2} s wall, {:.2} s leader CPU{}",
-            took.as_secs_f64(),
-            leader.as_secs_f64(),
-            in_redis.map_or(String::new(), |r| format!(
-                ", {:.2} s Redis CPU",
-                r.as_secs_f64()
-            ))
-        );
-        wall.runs.push(took.as_secs_f64());
-        cpu.runs.push(leader.as_secs_f64());
-        share.runs.push(leader.as_secs_f64() / EVERY.as_secs_f64());
-        if let (Some(r), Some(_)) = (in_redis, redis) {
-            store.runs.push(r.as_secs_f64());
+        let costs = measured?;
+        for (((kind, _), cost), figures) in kinds.iter().zip(&costs).zip(&mut figures) {
+            eprintln!(
+                "reconcile: run {run}/{runs}, {kind}: {:.3} s wall, {:.3} s leader CPU{}",
+                cost.wall.as_secs_f64(),
+                cost.leader.as_secs_f64(),
+                cost.redis.map_or(String::new(), |r| format!(
+                    ", {:.3} s Redis CPU",
+                    r.as_secs_f64()
+                ))
+            );
+            figures[0].runs.push(cost.wall.as_secs_f64());
+            figures[1].runs.push(cost.leader.as_secs_f64());
+            figures[2]
+                .runs
+                .push(cost.leader.as_secs_f64() / EVERY.as_secs_f64());
+            if let Some(r) = cost.redis {
+                figures[3].runs.push(r.as_secs_f64());
+            }
         }
     }
-    let mut figures = vec![wall, cpu, share];
-    if !store.runs.is_empty() {
-        figures.push(store);
-    }
-    Ok(figures)
+    Ok(figures
+        .into_iter()
+        .flatten()
+        .filter(|f| !f.runs.is_empty())
+        .collect())
 }
 
-async fn measure(
-    env: &BenchEnv,
-    args: &ReconcileArgs,
-) -> anyhow::Result<(Duration, Duration, Option<Duration>)> {
-    let mut text = String::with_capacity(args.jobs * 48);
-    for i in 0..args.jobs {
-        text.push_str(&format!(
-            "[[job]]\nname = \"r{i}\"\nschedule = \"H * * * *\"\n"
-        ));
-    }
-    let config = Config::from_toml(&text, Path::new("bench-reconcile.toml"))
-        .context("while building the reconcile config")?;
-    let stores = cronq_backends::stores(&env.endpoints, Duration::from_secs(7200), None)
-        .await
-        .context("while connecting to Redis")?;
-    let now = Utc::now();
-    let back = |d: Duration| now - TimeDelta::from_std(d).unwrap_or_default();
-    let window = Window {
-        from: back(WINDOW),
-        to: back(LAG),
-        grace: LAG,
-        now,
-        job: None,
-        max_runs: DEFAULT_MAX_RUNS,
-        only_gaps: true,
-    };
-    // One succeeded run of each occurrence the window expects, as the consumers wrote them.
-    let expected: Vec<Run> = config
+/// The runs of `config`'s occurrences in `(after, to]`, one succeeded run of each as the
+/// consumers write them.
+fn runs_of(config: &Config, after: DateTime<Utc>, to: DateTime<Utc>) -> Vec<Run> {
+    config
         .jobs
         .iter()
         .flat_map(|job| {
             job.schedule
-                .iter_after(window.from - TimeDelta::seconds(1))
-                .take_while(|at| *at <= window.to)
+                .iter_after(after)
+                .take_while(|at| *at <= to)
                 .map(|at| Run {
                     key: OccurrenceKey::scheduled(job.name.clone(), at),
                     job: job.name.clone(),
@@ -129,9 +156,12 @@ async fn measure(
                 })
                 .collect::<Vec<_>>()
         })
-        .collect();
-    let runlog = stores.runlog.clone();
-    let recorded: Vec<Result<(), _>> = futures_util::stream::iter(expected.iter())
+        .collect()
+}
+
+/// Writes `runs` to `runlog`, 64 at a time.
+async fn write(runlog: &Arc<dyn RunLog>, runs: &[Run]) -> anyhow::Result<()> {
+    let recorded: Vec<Result<(), _>> = futures_util::stream::iter(runs.iter())
         .map(|run| {
             let runlog = runlog.clone();
             async move { runlog.record(run).await }
@@ -143,6 +173,91 @@ async fn measure(
         .into_iter()
         .collect::<Result<Vec<()>, _>>()
         .context("while writing the run history")?;
+    Ok(())
+}
+
+/// The CPU this process and Redis spent since [`Meter::start`], and the wall time.
+struct Meter {
+    redis: Option<u32>,
+    redis_before: Option<Duration>,
+    cpu_before: Duration,
+    started: Instant,
+}
+
+impl Meter {
+    fn start() -> anyhow::Result<Self> {
+        let redis = crate::procfs::find("redis-server");
+        Ok(Self {
+            redis,
+            redis_before: redis.and_then(|p| crate::procfs::cpu_time(Some(p)).ok()),
+            cpu_before: crate::procfs::cpu_time(None)?,
+            started: Instant::now(),
+        })
+    }
+
+    fn stop(self, into: &mut Cost) -> anyhow::Result<()> {
+        into.wall += self.started.elapsed();
+        into.leader += crate::procfs::cpu_time(None)?.saturating_sub(self.cpu_before);
+        if let Some(r) = self.redis.zip(self.redis_before).and_then(|(p, before)| {
+            Some(
+                crate::procfs::cpu_time(Some(p))
+                    .ok()?
+                    .saturating_sub(before),
+            )
+        }) {
+            into.redis = Some(into.redis.unwrap_or_default() + r);
+        }
+        Ok(())
+    }
+}
+
+/// Checks that `report` found no gap and accounted for about `written` occurrences.
+fn no_gaps(report: &accounting::Report, written: usize, what: &str) -> anyhow::Result<()> {
+    let gaps: usize = report.accounts.iter().map(|a| a.gaps.len()).sum();
+    let example = report
+        .accounts
+        .iter()
+        .find_map(|a| a.gaps.first())
+        .map(|(key, gap)| format!(" (as {key}: {gap})"))
+        .unwrap_or_default();
+    anyhow::ensure!(
+        gaps == 0,
+        "the {what} found {gaps} gaps{example}; {written} runs were written"
+    );
+    Ok(())
+}
+
+async fn measure(env: &BenchEnv, args: &ReconcileArgs) -> anyhow::Result<[Cost; 3]> {
+    let mut text = String::with_capacity(args.jobs * 48);
+    for i in 0..args.jobs {
+        text.push_str(&format!(
+            "[[job]]\nname = \"r{i}\"\nschedule = \"H * * * *\"\n"
+        ));
+    }
+    let config = Arc::new(
+        Config::from_toml(&text, Path::new("bench-reconcile.toml"))
+            .context("while building the reconcile config")?,
+    );
+    let stores = cronq_backends::stores(&env.endpoints, Duration::from_secs(7200), None)
+        .await
+        .context("while connecting to Redis")?;
+    let now = Utc::now();
+    let window_at = |now: DateTime<Utc>| {
+        let back = |d: Duration| now - TimeDelta::from_std(d).unwrap_or_default();
+        Window {
+            from: back(WINDOW),
+            to: back(LAG),
+            grace: LAG,
+            now,
+            job: None,
+            max_runs: DEFAULT_MAX_RUNS,
+            only_gaps: true,
+        }
+    };
+    let window = window_at(now);
+    // One succeeded run of each occurrence the window expects, as the consumers wrote them.
+    let expected = runs_of(&config, window.from - TimeDelta::nanoseconds(1), window.to);
+    write(&stores.runlog, &expected).await?;
     let sources = Sources {
         runlog: &*stores.runlog,
         audit: &*stores.audit,
@@ -150,32 +265,60 @@ async fn measure(
         file_history: &[],
         terms: &[],
     };
-    let redis = crate::procfs::find("redis-server");
-    let redis_before = redis.and_then(|p| crate::procfs::cpu_time(Some(p)).ok());
-    let cpu_before = crate::procfs::cpu_time(None)?;
-    let started = Instant::now();
+    let mut costs: [Cost; 3] = Default::default();
+    let meter = Meter::start()?;
     let report =
         accounting::reconcile(sources, &config, &BTreeMap::new(), &HashMap::new(), &window)
             .await
             .context("while reconciling")?;
-    let took = started.elapsed();
-    let leader = crate::procfs::cpu_time(None)?.saturating_sub(cpu_before);
-    let in_redis = redis.zip(redis_before).and_then(|(p, before)| {
-        Some(
-            crate::procfs::cpu_time(Some(p))
-                .ok()?
-                .saturating_sub(before),
-        )
-    });
-    let gaps: usize = report.accounts.iter().map(|a| a.gaps.len()).sum();
-    let accounted: usize = report.accounts.iter().map(|a| a.expected).sum();
-    // The check judges an occurrence once its time to end has passed: those of the last
-    // minute may still be pending, so it may expect up to a minute's worth fewer.
-    let minute = expected.len() / 50;
+    meter.stop(&mut costs[0])?;
+    no_gaps(&report, expected.len(), "full check")?;
+    let mut incremental = Incremental::new();
+    let meter = Meter::start()?;
+    let first = incremental
+        .check(sources, &config, &BTreeMap::new(), &window)
+        .await
+        .context("while reconciling (the first check)")?;
+    meter.stop(&mut costs[1])?;
     anyhow::ensure!(
-        gaps == 0 && accounted <= expected.len() && accounted + minute >= expected.len(),
-        "the check expected {accounted} occurrences with {gaps} gaps; {} runs were written",
+        first.accounts == report.accounts,
+        "the first check's report differs from the full check's"
+    );
+    // The check reports only gaps: that it read every run written shows in what it keeps.
+    anyhow::ensure!(
+        incremental.kept() == expected.len(),
+        "the first check kept {} runs; {} were written",
+        incremental.kept(),
         expected.len()
     );
-    Ok((took, leader, in_redis))
+    let mut to = window.to;
+    let mut written = expected.len();
+    for minute in 1..=STEADY {
+        let next = window_at(now + TimeDelta::minutes(minute.into()));
+        let entering = runs_of(&config, to, next.to);
+        write(&stores.runlog, &entering).await?;
+        to = next.to;
+        let meter = Meter::start()?;
+        let steady = incremental
+            .check(sources, &config, &BTreeMap::new(), &next)
+            .await
+            .context("while reconciling (a steady check)")?;
+        meter.stop(&mut costs[2])?;
+        no_gaps(&steady, entering.len(), "steady check")?;
+        written += entering.len();
+        anyhow::ensure!(
+            !incremental.last_full(),
+            "a steady check accounted for every job"
+        );
+    }
+    // The window moved on: the runs of the occurrences that left it are dropped.
+    anyhow::ensure!(
+        incremental.kept() < written,
+        "the steady checks kept all {written} runs written"
+    );
+    let steady = &mut costs[2];
+    steady.wall /= STEADY;
+    steady.leader /= STEADY;
+    steady.redis = steady.redis.map(|r| r / STEADY);
+    Ok(costs)
 }

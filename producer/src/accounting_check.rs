@@ -5,6 +5,12 @@
 //! `cronq_occurrences_unaccounted{job}`: the gaps each job has in the window. A standby
 //! exports 0.
 //!
+//! A check costs what changed since the last one (`cronq_shared::accounting::incremental`):
+//! the runs appended since, the jobs with an occurrence entering the window or a new run;
+//! its report is the full one's. A new term, a check after a store failed, and a check
+//! [`Trailing::resync`] after the last full read start over with a full read of the run
+//! history (what changed in it other than by appending shows then).
+//!
 //! Invariant: the per-job series are bounded as every per-job series is (`[metrics]
 //! job_label_limit`, `cronq_shared::job_labels`): the gauge moves by increments, so jobs
 //! past the limit add up under `job="other"` instead of overwriting each other.
@@ -17,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
-use cronq_shared::accounting::{self, Sources, Window};
+use cronq_shared::accounting::{Incremental, Sources, Window};
 use cronq_shared::audit::AuditLog;
 use cronq_shared::config::Config;
 use cronq_shared::control::Control;
@@ -43,15 +49,19 @@ pub struct Trailing {
     pub window: Duration,
     /// How far back it ends; also the grace each occurrence gets after it could have ended.
     pub lag: Duration,
+    /// How often the run history is read in full again: what changed in it other than by
+    /// appending (a run removed behind cronq's back) shows by then.
+    pub resync: Duration,
 }
 
 impl Default for Trailing {
-    /// Every minute, from an hour ago to two minutes ago.
+    /// Every minute, from an hour ago to two minutes ago; read in full every hour.
     fn default() -> Self {
         Self {
             every: Duration::from_secs(60),
             window: Duration::from_secs(3600),
             lag: Duration::from_secs(120),
+            resync: Duration::from_secs(3600),
         }
     }
 }
@@ -77,6 +87,10 @@ pub struct AccountingCheck {
     leadership: watch::Receiver<Option<Leadership>>,
     trailing: Trailing,
     gaps: watch::Sender<Arc<Gaps>>,
+    /// The runs read so far and what the last check found, for the next one (its term).
+    incremental: Incremental,
+    /// The term `incremental` belongs to, and when it last read the history in full.
+    term: Option<(u64, tokio::time::Instant)>,
 }
 
 impl AccountingCheck {
@@ -93,6 +107,8 @@ impl AccountingCheck {
             leadership,
             trailing,
             gaps: watch::Sender::new(Arc::default()),
+            incremental: Incremental::new(),
+            term: None,
         }
     }
 
@@ -102,7 +118,7 @@ impl AccountingCheck {
     }
 
     /// Checks until `token` is cancelled.
-    pub async fn run(self, token: CancellationToken) {
+    pub async fn run(mut self, token: CancellationToken) {
         announce();
         let mut shown: HashMap<String, f64> = HashMap::new();
         let mut waited = Duration::ZERO;
@@ -129,8 +145,11 @@ impl AccountingCheck {
                     }
                 }
             } else {
-                // A standby exports nothing unaccounted: the leader does.
+                // A standby exports nothing unaccounted: the leader does; and keeps nothing
+                // of a check (a next term starts with a full read).
                 publish(&mut shown, HashMap::new());
+                self.incremental.reset();
+                self.term = None;
             }
             waited = Duration::ZERO;
             if token
@@ -147,7 +166,7 @@ impl AccountingCheck {
     /// grew since `shown`. With `wait_for_term`, nothing is judged before the term `epoch`
     /// (this leader's) is recorded.
     async fn check(
-        &self,
+        &mut self,
         shown: &HashMap<String, f64>,
         epoch: u64,
         wait_for_term: bool,
@@ -191,14 +210,20 @@ impl AccountingCheck {
             file_history: &[],
             terms: &terms,
         };
-        let report = match accounting::reconcile(
-            sources,
-            &config,
-            &paused,
-            &HashMap::new(),
-            &window,
-        )
-        .await
+        // A new term starts from a full read of the history: what another leader read is
+        // not this one's to trust.
+        // And the history is read in full again every `resync`.
+        let started = tokio::time::Instant::now();
+        if self.term.is_none_or(|(e, read)| {
+            e != epoch || started.duration_since(read) >= self.trailing.resync
+        }) {
+            self.incremental.reset();
+            self.term = Some((epoch, started));
+        }
+        let report = match self
+            .incremental
+            .check(sources, &config, &paused, &window)
+            .await
         {
             Ok(r) => r,
             Err(e) => {

@@ -195,3 +195,97 @@ fn the_leaders_check_allocates_nothing_per_job_with_nothing_due() {
          (cronq_shared::accounting::reconcile)"
     );
 }
+
+/// The incremental check's (`cronq_shared::accounting::Incremental`, the leader's) second
+/// check over `jobs` jobs of the mix and `due` due ones, its window half a minute on, with
+/// nothing entering it: the bytes allocated, and the report.
+fn steady_check(jobs: usize, due: usize) -> (isize, cronq_shared::accounting::Report) {
+    use cronq_memory::{MemoryAudit, MemoryJobStore, MemoryRunLog};
+    use cronq_shared::accounting::{Incremental, Sources, Window};
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    let mut text = config_text(jobs);
+    for i in 0..due {
+        let _ = write!(
+            text,
+            "[[job]]\nname = \"due{i}\"\nschedule = \"@every 10m\"\ncommand = [\"true\"]\n"
+        );
+    }
+    let config =
+        Arc::new(Config::from_toml(&text, Path::new("memory.toml")).expect("the config loads"));
+    let runlog = MemoryRunLog::new(1000);
+    let audit = MemoryAudit::new(Duration::from_secs(3600));
+    let store = MemoryJobStore::new();
+    let at = |s: &str| s.parse::<DateTime<Utc>>().expect("a time");
+    let window = |from: &str, to: &str, now: &str| Window {
+        from: at(from),
+        to: at(to),
+        grace: Duration::from_secs(60),
+        now: at(now),
+        job: None,
+        max_runs: 1000,
+        only_gaps: true,
+    };
+    let sources = Sources {
+        runlog: &runlog,
+        audit: &audit,
+        jobs: &store,
+        file_history: &[],
+        terms: &[],
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    let mut incremental = Incremental::new();
+    let first = window(
+        "2026-01-03T00:01:00Z",
+        "2026-01-03T00:59:00Z",
+        "2026-01-03T02:00:00Z",
+    );
+    runtime
+        .block_on(incremental.check(sources, &config, &BTreeMap::new(), &first))
+        .expect("the check reads the stores");
+    let second = window(
+        "2026-01-03T00:01:30Z",
+        "2026-01-03T00:59:30Z",
+        "2026-01-03T02:00:30Z",
+    );
+    let region = Region::new(GLOBAL);
+    let report = runtime
+        .block_on(incremental.check(sources, &config, &BTreeMap::new(), &second))
+        .expect("the check reads the stores");
+    let change = region.change();
+    assert!(
+        !incremental.last_full(),
+        "the second check accounted for every job"
+    );
+    let allocated = isize::try_from(change.bytes_allocated).expect("fits");
+    (allocated, report)
+}
+
+#[test]
+fn the_leaders_steady_check_allocates_nothing_per_job_with_nothing_due() {
+    let (small, large) = (10_000, 100_000);
+    let (at_small, report_small) = steady_check(small, 2);
+    let (at_large, report_large) = steady_check(large, 2);
+    for report in [&report_small, &report_large] {
+        let gaps: Vec<(&str, usize)> = report
+            .accounts
+            .iter()
+            .map(|a| (a.job.as_str(), a.gaps.len()))
+            .collect();
+        assert_eq!(gaps, [("due0", 5), ("due1", 5)]);
+    }
+    let more = isize::try_from(large - small).expect("fits");
+    let per_job = (at_large - at_small) / more;
+    eprintln!(
+        "the steady check allocated {at_small} B at {small} jobs, {at_large} B at {large} \
+         jobs: {per_job} B per job (budget {CHECK_BUDGET} B)"
+    );
+    assert!(
+        per_job <= CHECK_BUDGET,
+        "the leader's steady check allocates {per_job} B per job with nothing due, over its \
+         budget of {CHECK_BUDGET} B (cronq_shared::accounting::incremental)"
+    );
+}

@@ -560,6 +560,51 @@ pub async fn reconcile(
         .then(|| runs.iter().map(|r| r.started_at).min())
         .flatten();
     let runs = by_key(runs);
+    let scope = Scope {
+        runs: &runs,
+        runs_from,
+        dirty: None,
+    };
+    Ok(
+        reconcile_in(sources, config, paused_now, letters, window, &scope)
+            .await?
+            .report,
+    )
+}
+
+/// What [`reconcile_in`] accounts for, from what.
+pub(crate) struct Scope<'r> {
+    /// The runs read, by key.
+    pub runs: &'r HashMap<String, Vec<Run>>,
+    /// The oldest run read, when the listing reached its cap.
+    pub runs_from: Option<DateTime<Utc>>,
+    /// The file jobs in force now to account for (positions in the config's jobs, sorted);
+    /// `None`: all. The jobs with versions, the jobs with parents, and the file jobs with
+    /// an audit entry in the range or a pause in force are accounted for in any case.
+    pub dirty: Option<&'r [usize]>,
+}
+
+/// What [`reconcile_in`] found beside its report.
+pub(crate) struct Found {
+    /// The report of the jobs accounted for.
+    pub report: Report,
+    /// The file jobs accounted for (positions) with a gap or a pending occurrence, or
+    /// accounted for in any case for an audit entry or a pause: their account may change
+    /// with no new run and no new occurrence (`incremental`).
+    pub unsettled: Vec<usize>,
+}
+
+/// [`reconcile`] of the jobs of `scope`, from its runs.
+pub(crate) async fn reconcile_in(
+    sources: Sources<'_>,
+    config: &Config,
+    paused_now: &BTreeMap<JobName, Pause>,
+    letters: &HashMap<String, String>,
+    window: &Window,
+    scope: &Scope<'_>,
+) -> Result<Found, StoreError> {
+    let runs = scope.runs;
+    let runs_from = scope.runs_from;
     let wanted = |name: &JobName| window.job.as_ref().is_none_or(|j| j == name);
     // The jobs with versions: runtime jobs, and file jobs when the file's history is given.
     // The file jobs as the config defines them now (no history given) are not listed here
@@ -690,40 +735,64 @@ pub async fn reconcile(
     let no_letters = HashMap::new();
     let mut memo = HashMap::new();
     let mut accounts = Vec::new();
-    let mut account_of = |name: &JobName, defs: &[Definition<'_>]| {
+    let mut account_of = |name: &JobName, defs: &[Definition<'_>]| -> bool {
         let expectation = expect.of_defs(name, defs, &mut memo, 0);
         let letters = letters_of.get(name.as_str()).unwrap_or(&no_letters);
         if window.only_gaps && expectation.occurrences.is_empty() && letters.is_empty() {
-            return;
+            return false;
         }
         let a = account(
             name,
             &expectation,
-            &runs,
+            runs,
             letters,
             (window.from, window.to),
             window.grace,
             window.now,
         );
+        let unsettled = a.pending > 0 || !a.gaps.is_empty();
         if !window.only_gaps || !a.gaps.is_empty() {
             accounts.push(a);
         }
+        unsettled
     };
     for (name, defs) in &versioned {
         if wanted(name) {
             account_of(name, defs);
         }
     }
-    for job in now_jobs() {
-        if wanted(&job.name) {
-            account_of(&job.name, std::slice::from_ref(&Definition::now(job)));
+    // The file jobs of the scope (all, or the sorted positions given), and those whose
+    // account may change with the time alone: with parents, an audit entry, a pause.
+    let mut dirty = scope.dirty.map(|d| d.iter().copied().peekable());
+    let mut unsettled = Vec::new();
+    for (i, job) in config.jobs.iter().enumerate() {
+        if !current || config.runtime_since.contains_key(&job.name) {
+            continue;
+        }
+        let listed = match &mut dirty {
+            None => true,
+            Some(d) => {
+                while d.next_if(|&at| at < i).is_some() {}
+                d.next_if_eq(&i).is_some()
+            }
+        };
+        let special = (!by_job.is_empty() && by_job.contains_key(job.name.as_str()))
+            || (!paused_now.is_empty() && paused_now.contains_key(&job.name));
+        if !(listed || special || job.is_after()) || !wanted(&job.name) {
+            continue;
+        }
+        if account_of(&job.name, std::slice::from_ref(&Definition::now(job))) || special {
+            unsettled.push(i);
         }
     }
     accounts.sort_by(|a, b| a.job.cmp(&b.job));
-    Ok(Report {
-        accounts,
-        runs_from,
-        terms: sources.terms.len(),
+    Ok(Found {
+        report: Report {
+            accounts,
+            runs_from,
+            terms: sources.terms.len(),
+        },
+        unsettled,
     })
 }
 
@@ -860,5 +929,7 @@ fn plus(at: DateTime<Utc>, d: TimeDelta) -> DateTime<Utc> {
 }
 
 mod chained;
+pub mod incremental;
+pub use incremental::Incremental;
 #[cfg(test)]
 mod tests;

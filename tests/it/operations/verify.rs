@@ -169,6 +169,8 @@ async fn suite(backend: Backend, env: TestEnv) {
             ("CRONQ_RECONCILE_EVERY", "1s".into()),
             ("CRONQ_RECONCILE_WINDOW", format!("{}s", WINDOW.as_secs())),
             ("CRONQ_RECONCILE_LAG", "1s".into()),
+            // A run removed behind cronq's back shows at the leader's next full read.
+            ("CRONQ_RECONCILE_RESYNC", "5s".into()),
         ],
         producer_admin: true,
         ..Options::default()
