@@ -217,18 +217,39 @@ impl Leading {
     /// Applies a reloaded config: unchanged jobs keep their timer entry; new jobs and jobs
     /// whose timing changed start from `now` (cursor written); removed jobs are dropped.
     pub(crate) fn reload(&mut self, config: Arc<Config>, now: DateTime<Utc>) {
-        let order = by_name(&config);
         let old = Arc::clone(&self.config);
+        // A change of runtime jobs that adds and removes none (a schedule changed) leaves
+        // every job at its index: then no name is looked up, nor any order sorted.
+        let aligned = old.jobs.len() == config.jobs.len()
+            && old
+                .jobs
+                .iter()
+                .zip(&config.jobs)
+                .all(|(a, b)| a.name == b.name);
+        let order = if aligned {
+            None
+        } else {
+            Some(by_name(&config))
+        };
         // Where each old job is in the new config, if it is there with the same timing.
-        let kept: Vec<Option<u32>> = old
-            .jobs
-            .iter()
-            .map(|job| {
-                find(&config, &order, job.name.as_str())
-                    .filter(|i| same_timing(job, &config.jobs[*i]))
-                    .map(slot)
-            })
-            .collect();
+        let kept: Vec<Option<u32>> = match &order {
+            None => old
+                .jobs
+                .iter()
+                .zip(&config.jobs)
+                .enumerate()
+                .map(|(i, (a, b))| same_timing(a, b).then(|| slot(i)))
+                .collect(),
+            Some(order) => old
+                .jobs
+                .iter()
+                .map(|job| {
+                    find(&config, order, job.name.as_str())
+                        .filter(|i| same_timing(job, &config.jobs[*i]))
+                        .map(slot)
+                })
+                .collect(),
+        };
         self.timer.retain_mut(|e| match kept[e.job as usize] {
             Some(i) => {
                 e.job = i;
@@ -240,13 +261,20 @@ impl Leading {
         for i in kept.iter().flatten() {
             scheduled[*i as usize] = true;
         }
-        let old_order = self.by_name.take().unwrap_or_else(|| by_name(&old));
+        let old_order = match &order {
+            None => None,
+            Some(_) => Some(self.by_name.take().unwrap_or_else(|| by_name(&old))),
+        };
         let (mut added, mut changed) = (0usize, 0usize);
         for (index, job) in config.jobs.iter().enumerate() {
             if scheduled[index] {
                 continue;
             }
-            if find(&old, &old_order, job.name.as_str()).is_some() {
+            let known = match &old_order {
+                None => true,
+                Some(old_order) => find(&old, old_order, job.name.as_str()).is_some(),
+            };
+            if known {
                 changed += 1;
             } else {
                 added += 1;
@@ -262,7 +290,10 @@ impl Leading {
             jobs = config.jobs.len(),
             added, changed, removed, "leader applied reloaded config"
         );
-        self.by_name = OnceLock::from(order);
+        // Aligned, the old order is the new one's (the same names at the same indices).
+        if let Some(order) = order {
+            self.by_name = OnceLock::from(order);
+        }
         self.config = config;
     }
 
@@ -454,6 +485,28 @@ mod tests {
             due.iter()
                 .any(|(_, (j, at))| j.as_str() == "change" && *at == t("2026-11-30T10:00:15Z"))
         );
+    }
+
+    #[test]
+    fn a_reload_that_keeps_every_name_in_place_moves_only_the_changed_job() {
+        let now = t("2026-11-30T10:00:00.5Z");
+        let jobs = [("a", "@every 1s"), ("b", "0 0 29 2 *"), ("c", "@every 1s")];
+        let mut lead = leading(config(&jobs), now);
+        let later = t("2026-11-30T10:00:10.5Z");
+        lead.reload(
+            config(&[("a", "@every 1s"), ("b", "@every 2s"), ("c", "@every 1s")]),
+            later,
+        );
+        let written: Vec<&str> = lead
+            .uncommitted
+            .cursors
+            .iter()
+            .map(|(j, _)| j.as_str())
+            .collect();
+        assert_eq!(written, ["b"], "only the changed job starts anew");
+        let due = lead.take_due(t("2026-11-30T10:00:12Z"));
+        let count = |name: &str| due.iter().filter(|(_, (j, _))| j.as_str() == name).count();
+        assert_eq!((count("a"), count("b"), count("c")), (12, 1, 12));
     }
 
     /// `config` with `name` as a runtime job written at `since`.

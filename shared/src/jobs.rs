@@ -4,8 +4,11 @@
 //! A runtime job is stored as its `[[job]]` table in TOML text, the config's schema; it
 //! names its handler (`handler = "NAME"`) and never carries a command line or a URL
 //! ([`crate::config::Config::runtime_job`] checks that). Producers and consumers poll
-//! [`JobStore::version`] and read [`JobStore::list`] when it moved
-//! (`crate::reload`), so a change reaches the fleet within a poll.
+//! [`JobStore::version`] (every [`crate::reload::FOLLOW`], a cheap read) and, when it
+//! moved, read only the jobs written since ([`JobStore::changes`], the store's change
+//! log), or all of them ([`JobStore::list`]) when the log does not reach back that far
+//! (`crate::reload`); a store that can say at once that it was written
+//! ([`JobStore::notices`]) wakes them without waiting for the poll.
 //!
 //! Rules every backend keeps (the port suite checks them on each):
 //! - A job's revisions are numbered 1, 2, 3, … in the order they were written, across
@@ -14,6 +17,9 @@
 //!   it does not exist or was deleted), atomically; otherwise nothing changes and
 //!   [`Written::Stale`] says what the current revision is.
 //! - Every write, a delete included, moves [`JobStore::version`] forward.
+//! - [`JobStore::changes`] since a version names every job written after it, with its
+//!   current revision then (`None`: deleted), and the version it read up to; or says it
+//!   cannot tell (`None`), never leaves a written job out.
 //! - The config file's jobs are recorded beside the runtime ones
 //!   ([`JobStore::record_config`], `crate::recorded`): the list of records follows
 //!   [`crate::recorded::next_records`], newest first.
@@ -72,6 +78,20 @@ pub enum Written {
     },
 }
 
+/// The jobs written after a version ([`JobStore::changes`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Changes {
+    /// The version these changes bring a reader to: every write up to it is in `jobs`.
+    pub version: u64,
+    /// Each job written after the version asked about, once, by name: its current
+    /// revision, `None` when it is deleted now.
+    pub jobs: Vec<(String, Option<Revision>)>,
+}
+
+/// How many writes back a store's change log reaches at least ([`JobStore::changes`]): a
+/// reader further behind reads the whole list.
+pub const CHANGE_LOG: u64 = 10_000;
+
 /// Runtime job definitions with their revisions.
 #[async_trait]
 pub trait JobStore: Send + Sync {
@@ -87,6 +107,24 @@ pub trait JobStore: Send + Sync {
     /// # Errors
     /// When the store cannot be read.
     async fn list(&self) -> Result<Vec<Revision>, StoreError>;
+
+    /// The jobs written after `since` (a [`JobStore::version`] read before), each with its
+    /// current revision; `None` when the store cannot tell (its change log does not reach
+    /// back to `since`, at least [`CHANGE_LOG`] writes): then read [`JobStore::list`].
+    ///
+    /// # Errors
+    /// When the store cannot be read.
+    async fn changes(&self, since: u64) -> Result<Option<Changes>, StoreError> {
+        let _ = since;
+        Ok(None)
+    }
+
+    /// A signal that moves after each write made through this store's process, for a
+    /// reader to wake at once; `None` (the default) when the store has none: its readers
+    /// poll [`JobStore::version`].
+    fn notices(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
 
     /// Every revision of `job`, oldest first; empty when it was never written.
     ///

@@ -1,7 +1,9 @@
 //! The config in force, published as an `Arc<Config>` on a `watch` channel that every part
 //! of a process follows (the producer, the consumer, both halves of a standalone): the
 //! config file, reloaded on SIGHUP, merged with the runtime jobs of the job store
-//! ([`crate::jobs`]), polled every [`POLL`].
+//! ([`crate::jobs`]): its version read every [`FOLLOW`] (at once when the store gives
+//! notice of a write), and when it moved only the jobs written since read
+//! ([`JobStore::changes`]), or all of them when the store cannot tell which.
 //!
 //! An invalid file is rejected with every problem logged, and the old config stays in
 //! force. The jobs a change retires are logged by name; a runtime job whose name a file
@@ -9,7 +11,7 @@
 //! here. Readers take a snapshot (`borrow().clone()`) per use and never hold a borrow
 //! across an await.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,9 +25,10 @@ use crate::jobs::{JobStore, Revision};
 use crate::names::JobName;
 use crate::recorded::Load;
 
-/// How often the job store is polled for changes: a runtime job change reaches every
-/// process within this plus a publish (the contract says 2 s).
-pub const POLL: Duration = Duration::from_millis(500);
+/// How often the job store's version is read (one small read: a Redis `GET`, an indexed
+/// SQLite `max`): a runtime job change reaches every process within this plus the read
+/// of the jobs written since and a merge (the contract says 2 s).
+pub const FOLLOW: Duration = Duration::from_millis(100);
 
 /// Reloads the config file each time a hangup arrives, and follows the job store.
 pub struct Reloader {
@@ -35,8 +38,8 @@ pub struct Reloader {
     /// The config file as last loaded (without runtime jobs).
     file: Arc<Config>,
     store: Option<Arc<dyn JobStore>>,
-    /// The store's version and jobs as last read.
-    seen: Option<(u64, Vec<Revision>)>,
+    /// The store's version and jobs (by name) as last read.
+    seen: Option<(u64, BTreeMap<String, Revision>)>,
     /// Runtime jobs seen in the store, then gone from it (deleted) since.
     deleted: BTreeSet<JobName>,
     /// The runtime jobs as resolved against `file`, by revision.
@@ -150,20 +153,56 @@ impl Reloader {
                 return false;
             }
         };
-        if self.seen.as_ref().is_some_and(|(v, _)| *v == version) {
-            return false;
+        let since = match &self.seen {
+            Some((v, _)) if *v == version => return false,
+            Some((v, _)) => Some(*v),
+            None => None,
+        };
+        // Only the jobs written since the version last read, when the store can tell.
+        let changes = match since {
+            Some(since) => match store.changes(since).await {
+                Ok(changes) => changes,
+                Err(err) => {
+                    warn!(error = %err, "cannot read the job store, keeping the runtime jobs as they were");
+                    return false;
+                }
+            },
+            None => None,
+        };
+        if let (Some(changes), Some((seen, jobs))) = (changes, self.seen.as_mut()) {
+            *seen = changes.version;
+            for (name, now) in changes.jobs {
+                match now {
+                    Some(rev) => {
+                        if let Ok(name) = JobName::new(&name) {
+                            self.deleted.remove(&name);
+                        }
+                        jobs.insert(name, rev);
+                    }
+                    None => {
+                        if jobs.remove(&name).is_some()
+                            && let Ok(name) = JobName::new(&name)
+                        {
+                            self.deleted.insert(name);
+                        }
+                    }
+                }
+            }
+            self.publish();
+            return true;
         }
         match store.list().await {
             Ok(jobs) => {
                 let now: BTreeSet<&str> = jobs.iter().map(|r| r.name.as_str()).collect();
                 if let Some((_, before)) = &self.seen {
-                    for gone in before.iter().filter(|r| !now.contains(r.name.as_str())) {
-                        if let Ok(name) = JobName::new(&gone.name) {
+                    for gone in before.keys().filter(|n| !now.contains(n.as_str())) {
+                        if let Ok(name) = JobName::new(gone) {
                             self.deleted.insert(name);
                         }
                     }
                 }
                 self.deleted.retain(|n| !now.contains(n.as_str()));
+                let jobs = jobs.into_iter().map(|r| (r.name.clone(), r)).collect();
                 self.seen = Some((version, jobs));
                 self.publish();
                 true
@@ -177,11 +216,15 @@ impl Reloader {
 
     /// Publishes the file's config merged with the runtime jobs last read.
     fn publish(&mut self) {
-        let runtime = self.seen.as_ref().map_or(&[][..], |(_, jobs)| &jobs[..]);
+        let runtime: Vec<&Revision> = self
+            .seen
+            .as_ref()
+            .map(|(_, jobs)| jobs.values().collect())
+            .unwrap_or_default();
         let config = if runtime.is_empty() && self.deleted.is_empty() {
             self.file.clone()
         } else {
-            let (config, merged) = self.file.with_runtime_cached(runtime, &mut self.cache);
+            let (config, merged) = self.file.with_runtime_cached(&runtime, &mut self.cache);
             for name in &merged.shadowed {
                 warn!(job = %name, "runtime job shadowed by the config file's job of the same name: the file's job runs; delete the runtime job or rename one of them");
             }
@@ -219,13 +262,21 @@ impl Reloader {
         self.tx.send_replace(config);
     }
 
-    /// Reloads on every hangup and polls the job store until `token` is cancelled or the
-    /// hangups end.
+    /// Reloads on every hangup and polls the job store (at once on its notice of a
+    /// write) until `token` is cancelled or the hangups end.
     pub async fn run(mut self, token: CancellationToken) {
-        let mut tick = tokio::time::interval(POLL);
+        let mut tick = tokio::time::interval(FOLLOW);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let polling = self.store.is_some();
+        let mut notices = self.store.as_ref().and_then(|s| s.notices());
         loop {
+            let mut closed = false;
+            let noticed = async {
+                match notices.as_mut() {
+                    Some(rx) => rx.changed().await.is_ok(),
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 biased;
                 () = token.cancelled() => return,
@@ -239,6 +290,16 @@ impl Reloader {
                 _ = tick.tick(), if polling => {
                     self.poll().await;
                 }
+                open = noticed => {
+                    if open {
+                        self.poll().await;
+                    } else {
+                        closed = true;
+                    }
+                }
+            }
+            if closed {
+                notices = None;
             }
         }
     }

@@ -6,11 +6,15 @@ use anyhow::Context as _;
 use cronq_shared::config::Config;
 use cronq_shared::jobs::current;
 use cronq_shared::names::JobName;
+use futures_util::StreamExt as _;
 
 use crate::cli::{Cli, JobApplyArgs, JobArg, JobGetArgs};
 use crate::ops::audit::operator;
 use crate::ops::runtime_job::{self, missing};
 use crate::settings::UsageError;
+
+/// How many jobs of one `cronq job apply` are written at a time.
+const WRITES_IN_FLIGHT: usize = 16;
 
 /// The config the target runs (`crate::ops::running`: runtime jobs resolve against it) and
 /// the target's stores.
@@ -30,13 +34,17 @@ pub async fn apply(cli: &Cli, args: &JobApplyArgs) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("while reading {}", args.file.display()))?;
     let jobs = config.runtime_jobs(&text, &args.file)?;
-    // `after` names jobs among the file's and the runtime ones these join.
-    let revisions = stores
-        .jobs
-        .list()
-        .await
-        .context("while listing the runtime jobs")?;
-    config.check_applied(&revisions, &jobs, &args.file)?;
+    // `after` names jobs among the file's and the runtime ones these join; without it no
+    // applied job can name a missing parent or close a cycle, and the store's jobs are not
+    // read.
+    if jobs.iter().any(|j| j.job.is_after()) {
+        let revisions = stores
+            .jobs
+            .list()
+            .await
+            .context("while listing the runtime jobs")?;
+        config.check_applied(&revisions, &jobs, &args.file)?;
+    }
     // Which handlers the live consumers offer; the config stands in when it is unknown.
     let beats = stores.registry.instances().await.ok();
     let refused = runtime_job::refusals(
@@ -50,10 +58,36 @@ pub async fn apply(cli: &Cli, args: &JobApplyArgs) -> anyhow::Result<()> {
         return Err(UsageError(format!("nothing applied:\n{}", refused.join("\n"))).into());
     }
     let by = operator();
-    for job in &jobs {
-        runtime_job::write(&stores, job, &by).await?;
+    // Several writes in flight (each a few store round trips), said in the file's order;
+    // the first failure stops the writes not yet started, and those in flight finish
+    // (their audit entries written) and are said before it.
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let mut written = futures_util::stream::iter(&jobs)
+        .map(|job| {
+            let (stores, by, failed) = (&stores, &by, &failed);
+            async move {
+                if failed.load(std::sync::atomic::Ordering::Relaxed) {
+                    return Ok(None);
+                }
+                let line = runtime_job::write(stores, job, by).await;
+                if line.is_err() {
+                    failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                line.map(Some)
+            }
+        })
+        .buffered(WRITES_IN_FLIGHT);
+    let mut first_error = None;
+    while let Some(line) = written.next().await {
+        match line {
+            Ok(Some(line)) => println!("{line}"),
+            Ok(None) => {}
+            Err(err) => {
+                first_error.get_or_insert(err);
+            }
+        }
     }
-    Ok(())
+    first_error.map_or(Ok(()), Err)
 }
 
 /// Prints a runtime job's current definition.

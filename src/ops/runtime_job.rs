@@ -54,24 +54,23 @@ pub fn refusals(
     refused
 }
 
-/// Writes `job` unless its spec is unchanged, prints what became of it and records it in
-/// the audit log.
+/// Writes `job` unless its spec is unchanged and records it in the audit log; returns the
+/// line that says what became of it.
 ///
 /// # Errors
 /// The store unreachable; the job changed meanwhile (recorded as refused).
-pub async fn write(stores: &Stores, job: &RuntimeJob, by: &str) -> anyhow::Result<()> {
+pub async fn write(stores: &Stores, job: &RuntimeJob, by: &str) -> anyhow::Result<String> {
     let store = &stores.jobs;
     let name = &job.job.name;
     let before = current(&**store, name)
         .await
         .with_context(|| format!("while reading job {:?}", name.as_str()))?;
     if before.as_ref().and_then(|r| r.spec.as_deref()) == Some(job.spec.as_str()) {
-        println!(
+        return Ok(format!(
             "job {:?} unchanged (revision {})",
             name.as_str(),
             before.map_or(0, |r| r.revision)
-        );
-        return Ok(());
+        ));
     }
     let expect = Expect::Revision(before.as_ref().map_or(0, |r| r.revision));
     let written = store
@@ -85,11 +84,11 @@ pub async fn write(stores: &Stores, job: &RuntimeJob, by: &str) -> anyhow::Resul
     };
     let old = before.as_ref().and_then(|r| r.spec.as_deref());
     let mut entry = entry(action, name, old, Some(&job.spec));
-    match written {
+    let line = match written {
         Written::Done(n) if before.is_none() => {
-            println!("created job {:?} (revision {n})", name.as_str());
+            format!("created job {:?} (revision {n})", name.as_str())
         }
-        Written::Done(n) => println!("updated job {:?} (revision {n})", name.as_str()),
+        Written::Done(n) => format!("updated job {:?} (revision {n})", name.as_str()),
         Written::Stale { current } => {
             let why = format!(
                 "job {:?} changed meanwhile (now revision {current}): nothing written for it; apply again",
@@ -99,9 +98,9 @@ pub async fn write(stores: &Stores, job: &RuntimeJob, by: &str) -> anyhow::Resul
             audit::record(&*stores.audit, entry).await;
             anyhow::bail!(why);
         }
-    }
+    };
     audit::record(&*stores.audit, entry).await;
-    Ok(())
+    Ok(line)
 }
 
 /// Deletes `name` from the job store, prints it and records it in the audit log.

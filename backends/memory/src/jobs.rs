@@ -1,13 +1,14 @@
 //! The job store in memory: each job's revisions in a list, behind one lock, so a write
-//! checks and appends in one step.
+//! checks and appends in one step; the names of the last writes as the change log, and a
+//! `watch` that wakes the readers of this process at each write.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use chrono::Utc;
 
-use cronq_shared::jobs::{Expect, JobStore, Revision, Written, next_revision};
+use cronq_shared::jobs::{CHANGE_LOG, Changes, Expect, JobStore, Revision, Written, next_revision};
 use cronq_shared::names::JobName;
 use cronq_shared::recorded::{ConfigRecord, next_records};
 use cronq_shared::store::StoreError;
@@ -16,14 +17,28 @@ use cronq_shared::store::StoreError;
 struct State {
     version: u64,
     jobs: BTreeMap<String, Vec<Revision>>,
+    /// The job of each of the last [`CHANGE_LOG`] writes: the last one's is that of
+    /// `version`.
+    log: VecDeque<String>,
     /// The recorded config loads, newest first.
     configs: Vec<ConfigRecord>,
 }
 
 /// Runtime jobs in this process's memory, shared by its clones.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct MemoryJobStore {
     state: Arc<Mutex<State>>,
+    /// The version, sent after each write.
+    written: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+impl Default for MemoryJobStore {
+    fn default() -> Self {
+        Self {
+            state: Arc::default(),
+            written: Arc::new(tokio::sync::watch::channel(0).0),
+        }
+    }
 }
 
 impl MemoryJobStore {
@@ -54,6 +69,31 @@ impl JobStore for MemoryJobStore {
             .collect())
     }
 
+    async fn changes(&self, since: u64) -> Result<Option<Changes>, StoreError> {
+        let state = self.state();
+        let first = state.version - state.log.len() as u64;
+        if since < first || since > state.version {
+            return Ok(None);
+        }
+        let skip = usize::try_from(since - first).unwrap_or(usize::MAX);
+        let names: BTreeSet<&String> = state.log.iter().skip(skip).collect();
+        let jobs = names
+            .into_iter()
+            .map(|name| {
+                let now = state.jobs.get(name).and_then(|h| h.last());
+                (name.clone(), now.filter(|r| r.spec.is_some()).cloned())
+            })
+            .collect();
+        Ok(Some(Changes {
+            version: state.version,
+            jobs,
+        }))
+    }
+
+    fn notices(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.written.subscribe())
+    }
+
     async fn history(&self, job: &JobName) -> Result<Vec<Revision>, StoreError> {
         Ok(self
             .state()
@@ -77,6 +117,11 @@ impl JobStore for MemoryJobStore {
                 let n = rev.revision;
                 history.push(rev);
                 state.version += 1;
+                state.log.push_back(job.as_str().to_owned());
+                if state.log.len() as u64 > CHANGE_LOG {
+                    state.log.pop_front();
+                }
+                self.written.send_replace(state.version);
                 Ok(Written::Done(n))
             }
             Err(stale) => Ok(stale),

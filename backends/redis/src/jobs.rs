@@ -1,6 +1,7 @@
 //! The job store in Redis: each job's revisions in a list, the current ones in a hash, a
-//! version counter; a write is one Lua script (`jobs/write.lua`), so its compare and its
-//! append are atomic.
+//! version counter, and the change log (the job of each of the last writes); a write is one
+//! Lua script (`jobs/write.lua`), so its compare, its append and its log entry are atomic,
+//! and the changes since a version are read in one script (`jobs/changes.lua`).
 
 use std::sync::Arc;
 
@@ -8,7 +9,7 @@ use async_trait::async_trait;
 use chrono::Utc;
 use redis::{AsyncCommands, Script};
 
-use cronq_shared::jobs::{Expect, JobStore, Revision, Written};
+use cronq_shared::jobs::{CHANGE_LOG, Changes, Expect, JobStore, Revision, Written};
 use cronq_shared::names::{JobName, Names};
 use cronq_shared::recorded::ConfigRecord;
 use cronq_shared::store::StoreError;
@@ -24,7 +25,9 @@ pub struct RedisJobStore {
     names: Names,
     current_key: String,
     version_key: String,
+    log_key: String,
     write: Arc<Script>,
+    changes: Arc<Script>,
     configs_key: String,
     newest_key: String,
     record_config: Arc<Script>,
@@ -45,8 +48,10 @@ impl RedisJobStore {
             conn,
             current_key: names.redis_key(&["jobs", "current"]),
             version_key: names.redis_key(&["jobs", "version"]),
+            log_key: names.redis_key(&["jobs", "log"]),
             names: names.clone(),
             write: Arc::new(Script::new(include_str!("jobs/write.lua"))),
+            changes: Arc::new(Script::new(include_str!("jobs/changes.lua"))),
             configs_key: names.redis_key(&["config", "loads"]),
             newest_key: names.redis_key(&["config", "newest"]),
             record_config: Arc::new(Script::new(include_str!("jobs/record_config.lua"))),
@@ -82,6 +87,35 @@ impl JobStore for RedisJobStore {
             .collect()
     }
 
+    async fn changes(&self, since: u64) -> Result<Option<Changes>, StoreError> {
+        let mut call = Call::new(&self.changes, 3);
+        call.key(&self.version_key)
+            .key(&self.log_key)
+            .key(&self.current_key)
+            .arg(since);
+        let raw: Vec<String> = call.query(&mut self.conn.clone()).await.map_err(command)?;
+        let corrupt = || StoreError::Corrupt {
+            key: self.log_key.clone(),
+            source: serde::de::Error::custom("not the answer of jobs/changes.lua"),
+        };
+        let (Some(version), Some(complete)) = (raw.first(), raw.get(1)) else {
+            return Err(corrupt());
+        };
+        let version: u64 = version.parse().map_err(|_| corrupt())?;
+        if complete != "1" {
+            return Ok(None);
+        }
+        let jobs = raw[2..]
+            .chunks(2)
+            .map(|pair| match pair {
+                [name, json] if json.is_empty() => Ok((name.clone(), None)),
+                [name, json] => Ok((name.clone(), Some(parse(&self.current_key, json)?))),
+                _ => Err(corrupt()),
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Some(Changes { version, jobs }))
+    }
+
     async fn history(&self, job: &JobName) -> Result<Vec<Revision>, StoreError> {
         let key = self.history_key(job);
         let mut conn = self.conn.clone();
@@ -100,16 +134,18 @@ impl JobStore for RedisJobStore {
             Expect::Any => -1,
             Expect::Revision(n) => i64::try_from(n).unwrap_or(i64::MAX),
         };
-        let mut call = Call::new(&self.write, 3);
+        let mut call = Call::new(&self.write, 4);
         call.key(self.history_key(job))
             .key(&self.current_key)
             .key(&self.version_key)
+            .key(&self.log_key)
             .arg(job.as_str())
             .arg(expected)
             .arg(if spec.is_some() { "1" } else { "0" })
             .arg(spec.unwrap_or(""))
             .arg(by)
-            .arg(Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
+            .arg(Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+            .arg(CHANGE_LOG);
         let (done, n): (i64, u64) = self.conn.write_script(&call).await.map_err(written)?;
         Ok(if done == 1 {
             Written::Done(n)

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use cronq_shared::jobs::{Expect, JobStore, Revision, Written, next_revision};
+use cronq_shared::jobs::{Changes, Expect, JobStore, Revision, Written, next_revision};
 use cronq_shared::names::JobName;
 use cronq_shared::recorded::ConfigRecord;
 use cronq_shared::store::StoreError;
@@ -81,6 +81,40 @@ impl JobStore for SqliteJobStore {
                     .query_map([], read_row)?
                     .collect::<Result<_, _>>()?;
                 Ok(rows.into_iter().map(revision).collect())
+            })
+            .await
+            .map_err(Failure::into_store)
+    }
+
+    async fn changes(&self, since: u64) -> Result<Option<Changes>, StoreError> {
+        let since = i64::try_from(since).unwrap_or(i64::MAX);
+        self.db
+            .run(move |conn| {
+                let version: i64 = conn
+                    .prepare_cached("SELECT coalesce(max(seq), 0) FROM job_revisions")?
+                    .query_row([], |r| r.get(0))?;
+                if since > version {
+                    return Ok(None);
+                }
+                // Every revision is kept: the log reaches back to any version.
+                let rows: Vec<Row> = conn
+                    .prepare_cached(
+                        "SELECT job, revision, spec, by_whom, at FROM job_revisions AS r
+                         WHERE job IN (SELECT job FROM job_revisions WHERE seq > ?1 AND seq <= ?2)
+                           AND revision = (SELECT max(revision) FROM job_revisions WHERE job = r.job)
+                         ORDER BY job",
+                    )?
+                    .query_map([since, version], read_row)?
+                    .collect::<Result<_, _>>()?;
+                let jobs = rows
+                    .into_iter()
+                    .map(revision)
+                    .map(|r| (r.name.clone(), Some(r).filter(|r| r.spec.is_some())))
+                    .collect();
+                Ok(Some(Changes {
+                    version: u64::try_from(version).unwrap_or(0),
+                    jobs,
+                }))
             })
             .await
             .map_err(Failure::into_store)

@@ -6,6 +6,7 @@
 //! Invariant: a runtime job names its handler and carries nothing else of it: a command
 //! line, a URL or a command's start fields are refused, so none travels through the store.
 
+use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
@@ -202,9 +203,9 @@ impl Config {
 
     /// [`Config::with_runtime`], taking from `cache` each job at the revision it resolved
     /// before, and keeping there what it resolves now (a deleted job leaves it).
-    pub fn with_runtime_cached(
+    pub fn with_runtime_cached<R: Borrow<Revision>>(
         &self,
-        revisions: &[Revision],
+        revisions: &[R],
         cache: &mut RuntimeCache,
     ) -> (Config, Merged) {
         let mut merged = Merged::default();
@@ -214,11 +215,12 @@ impl Config {
             return (config, merged);
         }
         let file: HashSet<&str> = self.jobs.iter().map(|j| j.name.as_str()).collect();
-        let listed: HashSet<&str> = revisions.iter().map(|r| r.name.as_str()).collect();
+        let listed: HashSet<&str> = revisions.iter().map(|r| r.borrow().name.as_str()).collect();
         cache
             .resolved
             .retain(|name, _| listed.contains(name.as_str()));
         for rev in revisions {
+            let rev = rev.borrow();
             let Some(spec) = &rev.spec else { continue };
             if file.contains(rev.name.as_str()) {
                 merged.shadowed.push(rev.name.clone());

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use cronq_shared::jobs::{Expect, JobStore, Written, current};
+use cronq_shared::jobs::{Changes, Expect, JobStore, Written, current};
 use cronq_shared::names::JobName;
 
 use crate::support::backends::{Backend, on_every_backend};
@@ -135,6 +135,52 @@ async fn job_store_suite(x: Arc<dyn JobStore>, y: Arc<dyn JobStore>) {
         .filter(|r| **r == Written::Stale { current: 5 })
         .count();
     assert_eq!((won, lost), (1, 7), "{results:?}");
+
+    // The change log: each job written after a version, once, at its current revision
+    // (`None`: deleted), and the version that brings a reader to.
+    let revisions = |c: &Changes| {
+        let mut got: Vec<(String, Option<u64>)> = c
+            .jobs
+            .iter()
+            .map(|(n, r)| (n.clone(), r.as_ref().map(|r| r.revision)))
+            .collect();
+        got.sort();
+        got
+    };
+    let all = y
+        .changes(v0)
+        .await
+        .unwrap()
+        .expect("a log back to the start");
+    assert_eq!(
+        revisions(&all),
+        [("a".to_owned(), Some(5)), ("b".to_owned(), Some(1))]
+    );
+    let v = x.version().await.unwrap();
+    assert_eq!(all.version, v);
+    let none = y.changes(v).await.unwrap().expect("a log back to now");
+    assert_eq!((none.version, none.jobs.len()), (v, 0));
+    let c = JobName::new("c").unwrap();
+    let c1 = "name = \"c\"\nschedule = \"@daily\"\nhandler = \"h\"\n";
+    x.write(&b, None, "alice", Expect::Any).await.unwrap();
+    x.write(&c, Some(c1), "d", Expect::Revision(0))
+        .await
+        .unwrap();
+    x.write(&c, Some(A1), "d", Expect::Revision(1))
+        .await
+        .unwrap();
+    let since = y.changes(v).await.unwrap().expect("a log back to v");
+    assert_eq!(
+        revisions(&since),
+        [("b".to_owned(), None), ("c".to_owned(), Some(2))]
+    );
+    assert_eq!(since.version, y.version().await.unwrap());
+    let c_now = since.jobs.iter().find(|(n, _)| n == "c").unwrap();
+    assert_eq!(c_now.1.as_ref().unwrap().spec.as_deref(), Some(A1));
+    assert!(
+        y.changes(since.version + 1_000).await.unwrap().is_none(),
+        "a version the store never had: read the whole list"
+    );
 }
 
 async fn futures_join_all<F: std::future::Future<Output = Written> + Send + 'static>(
