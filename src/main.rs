@@ -19,6 +19,23 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::Cli;
 
+/// jemalloc, not the system's malloc: the load of a large config frees most of what it
+/// allocates, and glibc's malloc kept tens of MiB of it for good in an idle producer
+/// (docs/benchmarks-notebook.md, "The producer at a million jobs: allocator, take-over on
+/// every core").
+#[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// Lets jemalloc's background thread return freed pages to the system on its decay
+/// schedule, even while the daemon allocates nothing (an idle producer).
+fn purge_in_background() {
+    #[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
+    if let Err(err) = tikv_jemalloc_ctl::background_thread::write(true) {
+        tracing::debug!(error = %err, "jemalloc: no background thread");
+    }
+}
+
 fn main() -> ExitCode {
     // lapin and redis both use rustls; pin one crypto provider so neither panics choosing.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
@@ -28,6 +45,7 @@ fn main() -> ExitCode {
     // Only the daemons publish and run occurrences: only they trace.
     let traces = match cli.command {
         cli::Command::Producer(_) | cli::Command::Consumer(_) | cli::Command::Standalone(_) => {
+            purge_in_background();
             telemetry::traces()
         }
         _ => telemetry::Traces::off(),

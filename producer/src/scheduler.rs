@@ -127,6 +127,7 @@ impl Scheduler {
         let now = Utc::now();
         let keep = config.longest_retention();
         let lease = Arc::clone(&self.lease);
+        let planning = Instant::now();
         let (mut lead, catchup, moved) = Leading::take_over(
             term.clone(),
             config,
@@ -134,6 +135,7 @@ impl Scheduler {
             paused.into_keys().collect(),
             now,
         );
+        let planned_in = planning.elapsed();
         // The term, from the instant its catch-up was planned at: the accounting judges
         // what no leader published by the same rule from the same instant.
         while_leading("record the term", leadership, epoch, token, || {
@@ -146,6 +148,7 @@ impl Scheduler {
             epoch,
             jobs = lead.jobs(),
             catchup = catchup.len(),
+            planned_ms = u64::try_from(planned_in.as_millis()).unwrap_or(u64::MAX),
             "taking over: publishing catch-up, then scheduling"
         );
         for chunk in catchup.chunks(PUBLISH_BATCH) {

@@ -96,6 +96,73 @@ fn entry(job: &Job, index: usize, at: DateTime<Utc>) -> Entry {
     }
 }
 
+/// A config of this many jobs or more is planned on every core at take-over
+/// ([`Leading::take_over`]); a smaller one on the caller's thread.
+const PLAN_ON_THREADS_FROM: usize = 16_384;
+
+/// What taking over plans for some of a config's jobs: their timer entries, the catch-up
+/// to publish first, and the cursors to write once it is confirmed.
+#[derive(Default)]
+struct Planned {
+    entries: Vec<Entry>,
+    batch: Vec<Outgoing>,
+    moved: Vec<Cursor>,
+}
+
+/// Plans the jobs `range` of `config` for a term of `epoch` taking over at `now`.
+fn plan(
+    config: &Config,
+    range: std::ops::Range<usize>,
+    cursors: &HashMap<JobName, DateTime<Utc>>,
+    paused: &HashSet<JobName>,
+    epoch: u64,
+    now: DateTime<Utc>,
+) -> Planned {
+    let mut planned = Planned {
+        entries: Vec::with_capacity(range.len()),
+        ..Planned::default()
+    };
+    for index in range {
+        let job = &config.jobs[index];
+        if job.is_after() {
+            // It never fires: its cursor marks when a leader first saw it, from which
+            // it follows its parents (`crate::chains`), and never moves.
+            if !cursors.contains_key(&job.name) {
+                let since = config.runtime_since.get(&job.name).copied();
+                planned.moved.push((job.name.clone(), since.unwrap_or(now)));
+            }
+            continue;
+        }
+        let plan = planner::take_over(
+            &job.schedule,
+            job.catchup,
+            job.catchup_window,
+            job.jitter,
+            // A runtime job no leader has committed a cursor for (its leader died
+            // between the apply and the commit) starts at its revision, not now.
+            cursors
+                .get(&job.name)
+                .or_else(|| config.runtime_since.get(&job.name))
+                .copied(),
+            now,
+        );
+        if !paused.contains(&job.name) {
+            for at in plan.catchup {
+                planned
+                    .batch
+                    .push(outgoing(job, at, Trigger::Catchup, epoch, now));
+            }
+        }
+        if plan.moved {
+            planned.moved.push((job.name.clone(), plan.cursor));
+        }
+        if let Some(next) = plan.next {
+            planned.entries.push(entry(job, index, next));
+        }
+    }
+    planned
+}
+
 /// The indices of `config`'s jobs, sorted by name.
 fn by_name(config: &Config) -> Vec<u32> {
     let mut order: Vec<u32> = (0..config.jobs.len()).map(slot).collect();
@@ -125,53 +192,48 @@ impl Leading {
         paused: HashSet<JobName>,
         now: DateTime<Utc>,
     ) -> (Self, Vec<Outgoing>, Vec<Cursor>) {
-        let mut entries = Vec::with_capacity(config.jobs.len());
-        let mut batch = Vec::new();
-        let mut moved = Vec::new();
-        for (index, job) in config.jobs.iter().enumerate() {
-            if job.is_after() {
-                // It never fires: its cursor marks when a leader first saw it, from which
-                // it follows its parents (`crate::chains`), and never moves.
-                if !cursors.contains_key(&job.name) {
-                    let since = config.runtime_since.get(&job.name).copied();
-                    moved.push((job.name.clone(), since.unwrap_or(now)));
+        let jobs = config.jobs.len();
+        let threads = if jobs < PLAN_ON_THREADS_FROM {
+            1
+        } else {
+            std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+        };
+        let planned = if threads <= 1 {
+            plan(&config, 0..jobs, cursors, &paused, term.epoch, now)
+        } else {
+            // Each job's plan is its own (its schedule, cursor and policies): contiguous
+            // ranges are planned on the machine's cores, then joined in file order, so the
+            // timer, the catch-up and the cursors are those of one pass.
+            let size = jobs.div_ceil(threads);
+            let (config, paused, epoch) = (&*config, &paused, term.epoch);
+            std::thread::scope(|scope| {
+                let parts: Vec<_> = (0..jobs)
+                    .step_by(size)
+                    .map(|from| {
+                        let range = from..(from + size).min(jobs);
+                        scope.spawn(move || plan(config, range, cursors, paused, epoch, now))
+                    })
+                    .collect();
+                let mut all = Planned::default();
+                all.entries.reserve_exact(jobs);
+                for part in parts {
+                    let part = part.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+                    all.entries.extend(part.entries);
+                    all.batch.extend(part.batch);
+                    all.moved.extend(part.moved);
                 }
-                continue;
-            }
-            let plan = planner::take_over(
-                &job.schedule,
-                job.catchup,
-                job.catchup_window,
-                job.jitter,
-                // A runtime job no leader has committed a cursor for (its leader died
-                // between the apply and the commit) starts at its revision, not now.
-                cursors
-                    .get(&job.name)
-                    .or_else(|| config.runtime_since.get(&job.name))
-                    .copied(),
-                now,
-            );
-            if !paused.contains(&job.name) {
-                for at in plan.catchup {
-                    batch.push(outgoing(job, at, Trigger::Catchup, term.epoch, now));
-                }
-            }
-            if plan.moved {
-                moved.push((job.name.clone(), plan.cursor));
-            }
-            if let Some(next) = plan.next {
-                entries.push(entry(job, index, next));
-            }
-        }
+                all
+            })
+        };
         let lead = Self {
             term,
             config,
             by_name: OnceLock::new(),
-            timer: Timer::from_entries(entries),
+            timer: Timer::from_entries(planned.entries),
             paused,
             uncommitted: Commit::default(),
         };
-        (lead, batch, moved)
+        (lead, planned.batch, planned.moved)
     }
 
     /// How many jobs the term schedules.
@@ -411,6 +473,43 @@ mod tests {
         assert!(catchup.is_empty(), "no cursor: nothing to catch up");
         assert_eq!(moved.len(), lead.jobs(), "every new job gets cursor = now");
         lead
+    }
+
+    #[test]
+    fn a_large_take_over_planned_on_threads_is_the_one_pass_plan() {
+        // Over the threshold, with catch-up (cursors an hour back), paused jobs, jobs
+        // that do not fire and jobs new to this term: the threads' plan, joined, is the
+        // plan of one pass over the file, in the same order.
+        let jobs = PLAN_ON_THREADS_FROM + 3_001;
+        let schedules = ["@every 10m", "0 * * * *", "*/7 * * * *", "0 0 29 2 *"];
+        let mut toml = String::new();
+        for i in 0..jobs {
+            let schedule = schedules[i % schedules.len()];
+            toml.push_str(&format!(
+                "[[job]]\nname = \"j{i}\"\nschedule = \"{schedule}\"\ncatchup = \"all\"\n"
+            ));
+        }
+        let config =
+            Arc::new(Config::from_toml(&toml, std::path::Path::new("t.toml")).expect("loads"));
+        let now = t("2026-11-30T10:00:00.5Z");
+        let cursors: HashMap<JobName, DateTime<Utc>> = (0..jobs)
+            .filter(|i| i % 3 != 0)
+            .map(|i| (job(&format!("j{i}")), t("2026-11-30T09:00:00Z")))
+            .collect();
+        let paused: HashSet<JobName> = (0..jobs)
+            .filter(|i| i % 5 == 0)
+            .map(|i| job(&format!("j{i}")))
+            .collect();
+        let one = plan(&config, 0..jobs, &cursors, &paused, 4, now);
+        let (lead, batch, moved) =
+            Leading::take_over(Term::new(4, "t"), config, &cursors, paused, now);
+        assert!(!one.batch.is_empty() && !one.moved.is_empty());
+        assert_eq!(
+            format!("{:?}", lead.timer),
+            format!("{:?}", Timer::from_entries(one.entries))
+        );
+        assert_eq!(format!("{batch:?}"), format!("{:?}", one.batch));
+        assert_eq!(moved, one.moved);
     }
 
     #[test]

@@ -18,7 +18,9 @@ use crate::service::{self, ProducerFleet};
 /// Runs until the root token is cancelled (SIGTERM/SIGINT), then releases leadership at
 /// once and returns.
 pub async fn run(cli: &Cli, args: &ProducerArgs, root: CancellationToken) -> anyhow::Result<()> {
+    let loading = std::time::Instant::now();
     let (config, text) = crate::settings::load_config_and_text(cli)?;
+    let loaded_ms = u64::try_from(loading.elapsed().as_millis()).unwrap_or(u64::MAX);
     let endpoints = crate::settings::endpoints(cli)?;
     for warning in &config.warnings {
         warn!(warning = %warning, "config warning");
@@ -41,6 +43,7 @@ pub async fn run(cli: &Cli, args: &ProducerArgs, root: CancellationToken) -> any
     info!(
         namespace = %names.namespace(),
         jobs = config.jobs.len(),
+        loaded_ms,
         instance_id = %instance,
         "producer configured"
     );

@@ -51,6 +51,10 @@ pub struct ScaleArgs {
     /// `next_after` calls per pattern.
     #[arg(long = "next-calls", default_value_t = 200_000)]
     pub next_calls: usize,
+    /// Measure the `cronq producer` process only: no load, timer or `next_after` in the
+    /// bench process (a plain TOML parse of ten million jobs alone takes tens of GB).
+    #[arg(long = "producer-only")]
+    pub producer_only: bool,
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -67,8 +71,12 @@ pub const TIMED: &[(&str, &str)] = &[
     ("0 9 29 2 *", "Asia/Shanghai"),
 ];
 
-/// How long the child producer may take to lead with all its jobs.
+/// How long the child producer may take to lead with all its jobs: this, and
+/// [`READY_PER_MILLION`] more per million jobs.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How much longer the child producer may take to lead per million jobs.
+const READY_PER_MILLION: Duration = Duration::from_secs(30);
 
 /// Runs the bench `runs` times; returns its figures.
 ///
@@ -159,58 +167,62 @@ pub async fn run(args: &ScaleArgs, runs: usize, cronq: &Path) -> anyhow::Result<
     std::fs::write(&small, mix.config_text(1).0)?;
     for run in 1..=runs {
         eprintln!("scale: {} jobs, run {run}/{runs}", args.jobs);
-        // In-process: load, timer, next_after.
-        let started = Instant::now();
-        let table: toml::Table = toml::from_str(&text).context("while parsing the scale TOML")?;
-        load.push_baseline(started.elapsed().as_secs_f64());
-        drop(table);
-        let started = Instant::now();
-        let config = Config::from_toml(&text, &big).context("while loading the scale config")?;
-        load.runs.push(started.elapsed().as_secs_f64());
-        let started = Instant::now();
-        let heap = build_timer(&config);
-        timer.runs.push(started.elapsed().as_secs_f64());
-        eprintln!(
-            "  load {:.2}s, timer {:.2}s ({} entries), bench RSS {:.0} MiB",
-            load.runs[run - 1],
-            timer.runs[run - 1],
-            heap.len(),
-            procfs::memory(None).map_or(0.0, |m| m.rss as f64 / 1048576.0)
-        );
-        distinct.runs.push(pairs as f64);
-        let calls = args.next_calls.min(config.jobs.len()).max(1);
-        let now = Utc::now();
-        let started = Instant::now();
-        let mut first: Option<chrono::DateTime<Utc>> = None;
-        for job in config.jobs.iter().take(calls) {
-            if let Some(next) = std::hint::black_box(job.schedule.next_after(now)) {
-                first = Some(first.map_or(next, |f| f.min(next)));
+        if !args.producer_only {
+            // In-process: load, timer, next_after.
+            let started = Instant::now();
+            let table: toml::Table =
+                toml::from_str(&text).context("while parsing the scale TOML")?;
+            load.push_baseline(started.elapsed().as_secs_f64());
+            drop(table);
+            let started = Instant::now();
+            let config =
+                Config::from_toml(&text, &big).context("while loading the scale config")?;
+            load.runs.push(started.elapsed().as_secs_f64());
+            let started = Instant::now();
+            let heap = build_timer(&config);
+            timer.runs.push(started.elapsed().as_secs_f64());
+            eprintln!(
+                "  load {:.2}s, timer {:.2}s ({} entries), bench RSS {:.0} MiB",
+                load.runs[run - 1],
+                timer.runs[run - 1],
+                heap.len(),
+                procfs::memory(None).map_or(0.0, |m| m.rss as f64 / 1048576.0)
+            );
+            distinct.runs.push(pairs as f64);
+            let calls = args.next_calls.min(config.jobs.len()).max(1);
+            let now = Utc::now();
+            let started = Instant::now();
+            let mut first: Option<chrono::DateTime<Utc>> = None;
+            for job in config.jobs.iter().take(calls) {
+                if let Some(next) = std::hint::black_box(job.schedule.next_after(now)) {
+                    first = Some(first.map_or(next, |f| f.min(next)));
+                }
             }
-        }
-        mixed
-            .runs
-            .push(started.elapsed().as_nanos() as f64 / calls as f64);
-        match first {
-            None => bail!("no loaded job has a next fire time"),
-            Some(at) if at <= now + TimeDelta::seconds(60) => {
-                bail!("a loaded job fires at {at}: the producer would not be idle")
+            mixed
+                .runs
+                .push(started.elapsed().as_nanos() as f64 / calls as f64);
+            match first {
+                None => bail!("no loaded job has a next fire time"),
+                Some(at) if at <= now + TimeDelta::seconds(60) => {
+                    bail!("a loaded job fires at {at}: the producer would not be idle")
+                }
+                Some(_) => {}
             }
-            Some(_) => {}
-        }
-        drop(heap);
-        drop(config);
-        for (figure, (pattern, tz)) in next.iter_mut().zip(TIMED) {
-            let (ours, theirs) = next_after_cost(pattern, tz, args.next_calls)?;
-            figure.runs.push(ours);
-            if let Some(theirs) = theirs {
-                figure.push_baseline(theirs);
+            drop(heap);
+            drop(config);
+            for (figure, (pattern, tz)) in next.iter_mut().zip(TIMED) {
+                let (ours, theirs) = next_after_cost(pattern, tz, args.next_calls)?;
+                figure.runs.push(ours);
+                if let Some(theirs) = theirs {
+                    figure.push_baseline(theirs);
+                }
             }
         }
         // The real binary.
         let env = BenchEnv::new()?;
         let measured = async {
-            let one = producer_process(&env, cronq, &small, args.idle).await?;
-            let many = producer_process(&env, cronq, &big, args.idle).await?;
+            let one = producer_process(&env, cronq, &small, args.idle, 1).await?;
+            let many = producer_process(&env, cronq, &big, args.idle, args.jobs).await?;
             anyhow::Ok((one, many))
         }
         .await;
@@ -239,7 +251,9 @@ pub async fn run(args: &ScaleArgs, runs: usize, cronq: &Path) -> anyhow::Result<
         let growth = (many.rss as f64 - one.rss as f64).max(0.0) / jobs;
         per_job.runs.push(growth);
         projected.runs.push(one.rss as f64 + growth * 1e6);
-        load_per_job.runs.push(load.runs[run - 1] / jobs);
+        if let Some(l) = load.runs.last() {
+            load_per_job.runs.push(l / jobs);
+        }
         if let Some(b) = load.baseline.as_ref().and_then(|b| b.runs.last()) {
             load_per_job.push_baseline(b / jobs);
         }
@@ -260,6 +274,8 @@ pub async fn run(args: &ScaleArgs, runs: usize, cronq: &Path) -> anyhow::Result<
     }
     figures.extend([cpu, mixed]);
     figures.extend(next);
+    // `--producer-only` measures nothing in the bench process.
+    figures.retain(|f| !f.runs.is_empty());
     Ok(figures)
 }
 
@@ -336,15 +352,18 @@ async fn producer_process(
     cronq: &Path,
     config: &Path,
     idle: Duration,
+    jobs: usize,
 ) -> anyhow::Result<ProcessFigures> {
+    let millions = u32::try_from(jobs.div_ceil(1_000_000)).unwrap_or(u32::MAX);
+    let timeout = READY_TIMEOUT + READY_PER_MILLION * millions;
     let started = Instant::now();
     let mut child = spawn_cronq(env, cronq, &["producer", "--config"], config, "info")?;
     let pid = child.id().context("the producer exited at once")?;
     let (rx, reader) = leading(&mut child)?;
     let outcome = async {
-        tokio::time::timeout(READY_TIMEOUT, rx)
+        tokio::time::timeout(timeout, rx)
             .await
-            .map_err(|_| anyhow::anyhow!("`cronq producer` did not lead within {READY_TIMEOUT:?}"))?
+            .map_err(|_| anyhow::anyhow!("`cronq producer` did not lead within {timeout:?}"))?
             .map_err(|_| anyhow::anyhow!("`cronq producer` exited before leading"))?;
         let ready = started.elapsed();
         // Let the take-over's writes settle, then watch it idle.
@@ -367,6 +386,19 @@ async fn producer_process(
     let tail = reader.await.unwrap_or_default();
     if outcome.is_err() {
         eprintln!("scale: producer stderr (first lines):\n{}", tail.join("\n"));
+    } else {
+        // Where the start went: the load, the election, the take-over's plan.
+        for line in tail.iter().filter(|l| {
+            [
+                "producer configured",
+                "joining leader election",
+                "taking over:",
+            ]
+            .iter()
+            .any(|m| l.contains(m))
+        }) {
+            eprintln!("    {line}");
+        }
     }
     outcome
 }
