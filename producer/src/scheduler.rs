@@ -233,6 +233,7 @@ impl Scheduler {
         };
         let due = lead.take_due(instant.max(Utc::now()));
         let (messages, cursors): (Vec<Option<Outgoing>>, Vec<Cursor>) = due.into_iter().unzip();
+        let published = messages.iter().flatten().count();
         let mut messages = messages.into_iter().flatten().peekable();
         let publish_at = instant + chrono::TimeDelta::milliseconds(1);
         let mut batches = Vec::new();
@@ -249,10 +250,18 @@ impl Scheduler {
         }
         let now = Utc::now();
         let (broker, leadership) = (&self.broker, &self.leadership);
-        futures_util::future::try_join_all(batches.into_iter().map(|(batch, spans)| async move {
-            publish_ready_confirmed(broker, &batch, now, leadership, epoch, token, spans).await
-        }))
+        let confirmed = futures_util::future::try_join_all(batches.into_iter().map(
+            |(batch, spans)| async move {
+                publish_ready_confirmed(broker, &batch, now, leadership, epoch, token, spans).await
+            },
+        ))
         .await?;
+        fired(
+            instant,
+            now,
+            confirmed.into_iter().flatten().max(),
+            published,
+        );
         lead.uncommitted.cursors.extend(cursors);
         self.commit(lead).await
     }
@@ -323,4 +332,23 @@ impl Scheduler {
             }
         }
     }
+}
+
+/// Logs (at debug) one fire: how many occurrences due at `instant` were `published`, how
+/// late their publishing started (`started`) and how late their last confirm came
+/// (`confirmed`): `cronq-bench herd` reads a herd's time from this line.
+fn fired(
+    instant: DateTime<Utc>,
+    started: DateTime<Utc>,
+    confirmed: Option<DateTime<Utc>>,
+    published: usize,
+) {
+    let ms = |t: DateTime<Utc>| (t - instant).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e3;
+    debug!(
+        instant = %instant.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        occurrences = published,
+        start_ms = ms(started),
+        last_confirm_ms = confirmed.map(ms),
+        "fired",
+    );
 }
