@@ -22,6 +22,9 @@
 //!   first publish against a SIGHUP reload of the same change.
 //! - [`pools`]: the drain rate of jobs in a pool (never full, and full) against the same
 //!   jobs with none, in the same run.
+//! - [`herd`]: 100,000 jobs due at the same instant in the real `cronq producer`: instant
+//!   to last confirm against the raw pipelined burst of the same messages, the next
+//!   seconds' lateness, and `/metrics` and dashboard probes during it.
 //! - [`barrier`]: the cost of `CRONQ_REDIS_MIN_REPLICAS` on the consumer's ledger writes
 //!   (needs Redis with replicas, e.g. through Sentinel; not part of `all`).
 //!
@@ -37,6 +40,7 @@ mod digest;
 mod env;
 mod failover;
 mod footprint;
+mod herd;
 mod lateness;
 mod pools;
 mod precision;
@@ -112,6 +116,8 @@ struct Cli {
     reconcile: reconcile::ReconcileArgs,
     #[command(flatten)]
     pools: pools::PoolsArgs,
+    #[command(flatten)]
+    herd: herd::HerdArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -134,6 +140,8 @@ enum Which {
     Reconcile,
     /// The drain rate of pooled jobs against unpooled ones.
     Pools,
+    /// Many jobs due at one instant: the producer's burst against the raw one.
+    Herd,
     /// The cost of CRONQ_REDIS_MIN_REPLICAS (needs replicas: not part of `all`).
     Barrier,
     /// Every benchmark above but `barrier`, in that order.
@@ -304,6 +312,15 @@ async fn run(mut cli: Cli) -> anyhow::Result<()> {
         match pools::run(&cli.pools, runs).await {
             Ok(f) => report.figures.extend(f),
             Err(e) => failures.push(format!("pools failed: {e:#}")),
+        }
+    }
+    if all || cli.which == Which::Herd {
+        report
+            .sizes
+            .insert("herd".into(), serde_json::to_value(&cli.herd)?);
+        match herd::run(&cli.herd, runs, &cronq).await {
+            Ok(f) => report.figures.extend(f),
+            Err(e) => failures.push(format!("herd failed: {e:#}")),
         }
     }
     if cli.which == Which::Barrier {

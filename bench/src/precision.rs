@@ -62,7 +62,7 @@ impl PrecisionArgs {
 }
 
 /// Serialises a duration as whole-ish seconds in the JSON report.
-mod humantime_secs {
+pub(crate) mod humantime_secs {
     pub(crate) fn serialize<S: serde::Serializer>(
         d: &std::time::Duration,
         s: S,
@@ -505,38 +505,12 @@ async fn burst_baseline(
             if shape == BurstShape::Cronq {
                 messages = cronq_messages(&config, second, keyring.as_deref())?;
             }
-            tokio::time::sleep(
-                (second - Utc::now()).to_std().unwrap_or_default() + Duration::from_millis(1),
-            )
-            .await;
-            let mut confirms = Vec::with_capacity(jobs);
-            for (body, properties) in &messages {
-                confirms.push(
-                    ch.basic_publish(
-                        exchange.as_str().into(),
-                        routing_key.as_str().into(),
-                        options,
-                        body,
-                        properties.clone(),
-                    )
-                    .await?,
-                );
-            }
-            let confirmed = join_all(confirms.into_iter().map(|c| async move {
-                let r = c.await;
-                (r, Utc::now())
-            }))
-            .await;
-            for (r, at) in confirmed {
-                match r? {
-                    lapin::Confirmation::Ack(None) => {}
-                    other => bail!("burst baseline publish not confirmed: {other:?}"),
-                }
-                out.push(Late {
-                    seconds: (at - second).to_std().unwrap_or_default().as_secs_f64(),
-                    due: second.timestamp(),
-                });
-            }
+            let route = Route {
+                exchange: &exchange,
+                routing_key: &routing_key,
+                options,
+            };
+            out.extend(burst_at(&ch, &route, &messages, second).await?);
         }
         anyhow::Ok(())
     }
@@ -547,8 +521,66 @@ async fn burst_baseline(
     outcome.map(|()| out)
 }
 
+/// Where a burst goes: the exchange and routing key, and the publish options.
+pub struct Route<'a> {
+    /// The exchange ("" for the default exchange).
+    pub exchange: &'a str,
+    /// The routing key (the queue, on the default exchange).
+    pub routing_key: &'a str,
+    /// `mandatory` as the producer publishes, or not.
+    pub options: lapin::options::BasicPublishOptions,
+}
+
+/// One burst: waits until 1 ms past `second` (as the producer's timer does), then
+/// publishes `messages` pipelined on the confirm channel `ch` and waits for every confirm;
+/// each message's lateness is taken when its confirm arrives.
+///
+/// # Errors
+/// When a publish fails or is not confirmed with a plain ack.
+pub async fn burst_at(
+    ch: &lapin::Channel,
+    route: &Route<'_>,
+    messages: &[(Vec<u8>, lapin::BasicProperties)],
+    second: chrono::DateTime<Utc>,
+) -> anyhow::Result<Vec<Late>> {
+    tokio::time::sleep(
+        (second - Utc::now()).to_std().unwrap_or_default() + Duration::from_millis(1),
+    )
+    .await;
+    let mut confirms = Vec::with_capacity(messages.len());
+    for (body, properties) in messages {
+        confirms.push(
+            ch.basic_publish(
+                route.exchange.into(),
+                route.routing_key.into(),
+                route.options,
+                body,
+                properties.clone(),
+            )
+            .await?,
+        );
+    }
+    let confirmed = join_all(confirms.into_iter().map(|c| async move {
+        let r = c.await;
+        (r, Utc::now())
+    }))
+    .await;
+    let mut out = Vec::with_capacity(messages.len());
+    for (r, at) in confirmed {
+        match r? {
+            lapin::Confirmation::Ack(None) => {}
+            other => bail!("burst baseline publish not confirmed: {other:?}"),
+        }
+        out.push(Late {
+            seconds: (at - second).to_std().unwrap_or_default().as_secs_f64(),
+            due: second.timestamp(),
+        });
+    }
+    Ok(out)
+}
+
 /// Every job's occurrence due at `second`, as the producer puts it on the wire.
-fn cronq_messages(
+pub fn cronq_messages(
     config: &Config,
     second: chrono::DateTime<Utc>,
     keyring: Option<&cronq_shared::signing::Keyring>,

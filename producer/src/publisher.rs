@@ -76,7 +76,8 @@ pub async fn publish_confirmed(
     let published = confirmed_while_leading(batch, leadership, epoch, token, || {
         broker.publish_timed(batch)
     })
-    .await;
+    .await
+    .map(drop);
     if let Some(spans) = spans {
         spans.end(&published);
     }
@@ -85,7 +86,8 @@ pub async fn publish_confirmed(
 
 /// As [`publish_confirmed`] for a batch made ready ahead ([`Broker::ready`]), each
 /// message published at `at`; its publish spans, if traced, were started when it was made
-/// ready (`Scheduler::fire`), and `spans` ends them.
+/// ready (`Scheduler::fire`), and `spans` ends them. Returns when its last confirm
+/// arrived (`None` for an empty batch).
 ///
 /// # Errors
 /// As [`publish_confirmed`].
@@ -100,28 +102,28 @@ pub async fn publish_ready_confirmed(
     epoch: u64,
     token: &CancellationToken,
     spans: Option<Publishing>,
-) -> Result<(), Abandoned> {
+) -> Result<Option<DateTime<Utc>>, Abandoned> {
     let published = confirmed_while_leading(ready.messages(), leadership, epoch, token, || {
         broker.publish_ready(ready, at)
     })
     .await;
     if let Some(spans) = spans {
-        spans.end(&published);
+        spans.end(&published.map(drop));
     }
     published
 }
 
 /// The loop of [`publish_confirmed`] and [`publish_ready_confirmed`]: `publish` sends
-/// `batch` and says when each confirm arrived.
+/// `batch` and says when each confirm arrived. Returns when the last one did.
 async fn confirmed_while_leading<'a>(
     batch: &[Outgoing],
     leadership: &watch::Receiver<Option<Leadership>>,
     epoch: u64,
     token: &CancellationToken,
     mut publish: impl FnMut() -> BoxFuture<'a, Result<Vec<DateTime<Utc>>, BrokerError>>,
-) -> Result<(), Abandoned> {
+) -> Result<Option<DateTime<Utc>>, Abandoned> {
     if batch.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let refused = |r: &Retrying<'_, BrokerError>| {
         metrics::counter!("cronq_publish_failures_total").increment(1);
@@ -142,7 +144,7 @@ async fn confirmed_while_leading<'a>(
     .await
     .inspect_err(|why| given_up(batch, *why))?;
     record(batch, &confirmed_at);
-    Ok(())
+    Ok(confirmed_at.iter().max().copied())
 }
 
 /// Logs a batch given up before the broker confirmed all of it: some of its messages may
