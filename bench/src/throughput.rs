@@ -11,7 +11,8 @@
 //! share the cores, so the bench also reports the CPU time each of them spent per drained
 //! occurrence (from `/proc`, when the services run on this machine): unlike the rates, CPU
 //! time per message barely moves when other work shares the machine, and it says where
-//! cronq's extra cost goes.
+//! cronq's extra cost goes. Both raw forms are measured so: each message acked with its own
+//! frame, and one ack with `multiple` per 32 deliveries (as cronq's coalescing settler does).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -105,6 +106,34 @@ pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figur
         "raw / cronq CPU per occurrence (the drain ratio on a CPU-bound machine)",
         Unit::Ratio,
     );
+    let mut cpu_coalesced = Figure::new(
+        "throughput",
+        "CPU per occurrence: coalesced raw loop",
+        Unit::Seconds,
+    )
+    .baseline(format!(
+        "{raw}, one ack with multiple per {COALESCED_ACKS} deliveries: consumers + RabbitMQ"
+    ));
+    let mut cpu_coalesced_share = Figure::new(
+        "throughput",
+        "cronq / coalesced raw CPU per occurrence",
+        Unit::Ratio,
+    )
+    .goal("<= 200%");
+    let mut coalesced_parts: Vec<Figure> = Part::ALL
+        .iter()
+        .map(|part| {
+            Figure::new(
+                "throughput",
+                format!(
+                    "CPU per occurrence drained: {} (vs acks coalesced)",
+                    part.label()
+                ),
+                Unit::Seconds,
+            )
+            .baseline(format!("{raw}, acks coalesced: same process"))
+        })
+        .collect();
     let mut apart = Figure::new(
         "throughput",
         "projected cronq / raw with RabbitMQ, Redis and consumers on their own cores",
@@ -162,6 +191,19 @@ pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figur
                 figure.runs.push(per(c, part));
                 figure.push_baseline(per(r, part));
             }
+            if let Some(rc) = &m.raw_coalesced_cpu {
+                cpu_coalesced
+                    .runs
+                    .push(c.total().as_secs_f64() / args.occurrences as f64);
+                cpu_coalesced.push_baseline(rc.total().as_secs_f64() / args.occurrences as f64);
+                cpu_coalesced_share
+                    .runs
+                    .push(ratio(c.total().as_secs_f64(), rc.total().as_secs_f64()));
+                for (figure, part) in coalesced_parts.iter_mut().zip(Part::ALL) {
+                    figure.runs.push(per(c, part));
+                    figure.push_baseline(per(rc, part));
+                }
+            }
         }
         publish.runs.push(m.cronq_publish);
         publish.push_baseline(m.raw_publish);
@@ -170,6 +212,10 @@ pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figur
     if !cpu.runs.is_empty() {
         figures.extend([cpu, cpu_share, apart]);
         figures.extend(parts);
+    }
+    if !cpu_coalesced.runs.is_empty() {
+        figures.extend([cpu_coalesced, cpu_coalesced_share]);
+        figures.extend(coalesced_parts);
     }
     figures.push(publish);
     Ok(figures)
@@ -185,6 +231,7 @@ struct Measured {
     /// CPU spent during each drain; `None` when RabbitMQ or Redis does not run here.
     cronq_cpu: Option<CpuUse>,
     raw_cpu: Option<CpuUse>,
+    raw_coalesced_cpu: Option<CpuUse>,
 }
 
 /// Whose CPU time is counted.
@@ -369,7 +416,7 @@ async fn measure(env: &BenchEnv, args: &ThroughputArgs) -> anyhow::Result<Measur
     // Baseline first, so cronq's Redis records do not exist yet while it runs.
     let services = local_services();
     let (raw_publish, raw_drain, raw_cpu) = raw_loop(env, &bodies, args, services, 1).await?;
-    let (_, raw_coalesced_drain, _) =
+    let (_, raw_coalesced_drain, raw_coalesced_cpu) =
         raw_loop(env, &bodies, args, services, COALESCED_ACKS).await?;
 
     let broker = AmqpBroker::connect(&env.endpoints.amqp_url, env.names())
@@ -425,6 +472,7 @@ async fn measure(env: &BenchEnv, args: &ThroughputArgs) -> anyhow::Result<Measur
         raw_coalesced_drain,
         cronq_cpu,
         raw_cpu,
+        raw_coalesced_cpu,
     })
 }
 
