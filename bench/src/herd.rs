@@ -729,14 +729,17 @@ impl Fired {
     }
 }
 
+/// The `fired` lines a producer logged so far.
+type FiredLog = Arc<Mutex<Vec<Fired>>>;
+
 /// Reads a producer's stderr: the receiver gets a value when it leads; the list gets its
 /// `fired` lines as they come.
 fn read_producer(
     child: &mut tokio::process::Child,
-) -> anyhow::Result<(oneshot::Receiver<()>, Arc<Mutex<Vec<Fired>>>)> {
+) -> anyhow::Result<(oneshot::Receiver<()>, FiredLog)> {
     let (tx, rx) = oneshot::channel();
     let stderr = child.stderr.take().context("no stderr pipe")?;
-    let fired: Arc<Mutex<Vec<Fired>>> = Arc::default();
+    let fired: FiredLog = Arc::default();
     let out = Arc::clone(&fired);
     tokio::spawn(async move {
         let mut tx = Some(tx);
