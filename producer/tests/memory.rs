@@ -168,11 +168,15 @@ fn check(jobs: usize, due: usize) -> (isize, cronq_shared::accounting::Report) {
     (allocated, report)
 }
 
-#[test]
-fn the_leaders_check_allocates_nothing_per_job_with_nothing_due() {
+/// Bytes a check allocates per job, from `measure` at 10,000 and 100,000 jobs of the mix
+/// with two due (each reported with its five gaps, and nothing else).
+fn per_job(
+    what: &str,
+    measure: fn(usize, usize) -> (isize, cronq_shared::accounting::Report),
+) -> isize {
     let (small, large) = (10_000, 100_000);
-    let (at_small, report_small) = check(small, 2);
-    let (at_large, report_large) = check(large, 2);
+    let (at_small, report_small) = measure(small, 2);
+    let (at_large, report_large) = measure(large, 2);
     // Only the jobs with gaps are reported: the two due ones, five gaps each.
     for report in [&report_small, &report_large] {
         let gaps: Vec<(&str, usize)> = report
@@ -185,9 +189,15 @@ fn the_leaders_check_allocates_nothing_per_job_with_nothing_due() {
     let more = isize::try_from(large - small).expect("fits");
     let per_job = (at_large - at_small) / more;
     eprintln!(
-        "the check allocated {at_small} B at {small} jobs, {at_large} B at {large} jobs: \
+        "{what} allocated {at_small} B at {small} jobs, {at_large} B at {large} jobs: \
          {per_job} B per job (budget {CHECK_BUDGET} B)"
     );
+    per_job
+}
+
+#[test]
+fn the_leaders_check_allocates_nothing_per_job_with_nothing_due() {
+    let per_job = per_job("the check", check);
     assert!(
         per_job <= CHECK_BUDGET,
         "the leader's check allocates {per_job} B per job with nothing due, over its budget \
@@ -266,23 +276,7 @@ fn steady_check(jobs: usize, due: usize) -> (isize, cronq_shared::accounting::Re
 
 #[test]
 fn the_leaders_steady_check_allocates_nothing_per_job_with_nothing_due() {
-    let (small, large) = (10_000, 100_000);
-    let (at_small, report_small) = steady_check(small, 2);
-    let (at_large, report_large) = steady_check(large, 2);
-    for report in [&report_small, &report_large] {
-        let gaps: Vec<(&str, usize)> = report
-            .accounts
-            .iter()
-            .map(|a| (a.job.as_str(), a.gaps.len()))
-            .collect();
-        assert_eq!(gaps, [("due0", 5), ("due1", 5)]);
-    }
-    let more = isize::try_from(large - small).expect("fits");
-    let per_job = (at_large - at_small) / more;
-    eprintln!(
-        "the steady check allocated {at_small} B at {small} jobs, {at_large} B at {large} \
-         jobs: {per_job} B per job (budget {CHECK_BUDGET} B)"
-    );
+    let per_job = per_job("the steady check", steady_check);
     assert!(
         per_job <= CHECK_BUDGET,
         "the leader's steady check allocates {per_job} B per job with nothing due, over its \

@@ -3,12 +3,13 @@
 //! cost of what changed since the last check rather than of the whole window.
 //!
 //! Owns: a copy of the run history's end, read once in full and then followed with
-//! [`RunLog::tail`] (only the runs appended since the last check are read), kept bounded:
-//! the newest [`Window::max_runs`] runs' start times (what a full read would list, so the
-//! oldest of them bounds the range as it does there) and, by key, the runs of the
-//! occurrences scheduled from the window's start on (a key is dropped once it leaves the
-//! window); and, per file job in force now, its next instant after the last check's end
-//! (so that only the jobs with an occurrence entering the window are walked).
+//! [`RunLog::tail`](crate::runlog::RunLog::tail) (only the runs appended since the last
+//! check are read), kept bounded: the newest [`Window::max_runs`] runs' start times (what a
+//! full read would list, so the oldest of them bounds the range as it does there) and, by
+//! key, the runs of the occurrences scheduled from the window's start on (a key is dropped
+//! once it leaves the window); and, per file job in force now, its next instant after the
+//! last check's end (so that only the jobs with an occurrence entering the window are
+//! walked).
 //!
 //! Invariant: each report equals the full one. A file job is accounted for again when an
 //! occurrence of it entered the window, a run of one of its keys was appended (or fell out
