@@ -13,21 +13,16 @@
 //! store fences it).
 
 use std::collections::HashSet;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use cronq_shared::broker::{Broker, Ready};
+use cronq_shared::broker::{Broker, Outgoing};
 use cronq_shared::config::Config;
 use cronq_shared::control::{Commit, Control, ControlError, Request};
 use cronq_shared::lease::{Lease, Term};
 use cronq_shared::names::JobName;
-use futures_util::StreamExt as _;
-use futures_util::stream::{FuturesOrdered, FuturesUnordered};
-use tokio::sync::{mpsc, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::watch;
 use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -43,8 +38,7 @@ use crate::traces::Publishing;
 
 /// How long before a fire instant the leader wakes to work out what is due and build its
 /// messages (for 10,000 jobs due together, tens of milliseconds), so that at the instant
-/// only the publishing is left; what a herd has not built by then is built while its first
-/// batches are in flight (`Scheduler::fire`).
+/// only the publishing is left.
 pub const PREPARE_AHEAD: Duration = Duration::from_millis(200);
 
 /// At most this many messages go into one confirmed publish (and one cursor commit), so a
@@ -166,9 +160,6 @@ impl Scheduler {
         let mut control_at = Instant::now();
         // A closed config channel (no reloader) would make `changed()` ready forever.
         let mut reloadable = true;
-        // The fires still publishing, oldest first: the loop goes on to the next instants
-        // meanwhile, and commits each fire's cursors once it and every older one are done.
-        let mut publishing: FuturesOrdered<InFlight> = FuturesOrdered::new();
         loop {
             // One timer for all jobs: sleep until shortly before the earliest fire (`fire`
             // prepares what is due, then waits for the instant itself).
@@ -183,16 +174,12 @@ impl Scheduler {
                 biased;
                 () = token.cancelled() => return Err(Abandoned::Cancelled),
                 () = lost(&mut leadership, epoch) => return Err(Abandoned::LostLeadership),
-                Some(done) = publishing.next(), if !publishing.is_empty() => {
-                    lead.uncommitted.cursors.extend(done?);
-                    self.commit(&mut lead).await?;
-                }
                 changed = self.config.changed(), if reloadable => match changed {
                     Ok(()) => self.apply_reload(&mut lead, token).await?,
                     Err(_) => reloadable = false,
                 },
                 () = sleep(fire_in.unwrap_or(Duration::from_secs(3600))), if fire_in.is_some() => {
-                    publishing.push_back(self.fire(&mut lead, token).await?);
+                    self.fire(&mut lead, token).await?;
                 }
                 () = sleep_until(control_at) => {
                     let waiting = self.poll_control(&mut lead, token).await?;
@@ -229,78 +216,57 @@ impl Scheduler {
 
     /// Publishes everything due at the timer's next fire instant, all batches in flight at
     /// once (the broker confirms a pipelined burst sooner than the same messages batch
-    /// after batch: the precision bench). Entered up to [`PREPARE_AHEAD`] before the
-    /// instant: what is due is worked out and its messages built for the wire first
-    /// ([`Broker::ready`]: encoded, with their properties), batch by batch, until the
-    /// instant (1 ms past it: wall clock and monotonic clock may disagree slightly); then
-    /// only stamping `published_at` (the instant the publishing starts, which the run
-    /// history's publish lateness is read from) and sending are left for what was built.
-    /// Nothing is published before its instant. A herd (many jobs due together) that takes
-    /// longer to build than [`PREPARE_AHEAD`] goes out as it is built: its first batches
-    /// are in flight while the rest is built.
-    ///
-    /// The publishing runs in a task of its own, so that a herd (seconds of confirms) does
-    /// not hold up the next instants: returned is that task, as the cursors it moves once
-    /// all its messages are confirmed; the loop commits them in the order of the fires.
-    /// Should one batch be abandoned, no cursor of that fire or a later one moves: the next
-    /// leader publishes the confirmed ones again, and the consumers' idempotency records
-    /// acknowledge those copies without running them.
+    /// after batch: the precision bench), then commits the cursors of them all. Entered up
+    /// to [`PREPARE_AHEAD`] before the instant: what is due is worked out and its messages
+    /// built for the wire first ([`Broker::ready`]: encoded, with their properties), then
+    /// it waits for the instant (1 ms past it: wall clock and monotonic clock may disagree
+    /// slightly), so that only stamping `published_at` (the instant the publishing starts,
+    /// which the run history's publish lateness is read from) and sending are left then;
+    /// nothing is published before its instant. Should one batch be abandoned, no cursor
+    /// moves: the next leader publishes the confirmed ones again, and the consumers'
+    /// idempotency records acknowledge those copies without running them.
     async fn fire(
         &mut self,
         lead: &mut Leading,
         token: &CancellationToken,
-    ) -> Result<InFlight, Abandoned> {
+    ) -> Result<(), Abandoned> {
         let epoch = lead.term.epoch;
         let Some(instant) = lead.timer.next_fire() else {
-            return Ok(Box::pin(std::future::ready(Ok(Vec::new()))));
+            return Ok(());
         };
-        let now = instant.max(Utc::now());
+        let due = lead.take_due(instant.max(Utc::now()));
+        let (messages, cursors): (Vec<Option<Outgoing>>, Vec<Cursor>) = due.into_iter().unzip();
+        let published = messages.iter().flatten().count();
+        let mut messages = messages.into_iter().flatten().peekable();
         let publish_at = instant + chrono::TimeDelta::milliseconds(1);
-        let mut fire = Fire {
-            now,
-            publish_at,
-            cursors: Vec::new(),
-            published: 0,
-        };
-        let mut ahead = Vec::new();
-        while Utc::now() < publish_at {
-            match fire.next_batch(&self.broker, lead) {
-                Some(batch) => ahead.push(batch),
-                None => break,
-            }
+        let mut batches = Vec::new();
+        while messages.peek().is_some() {
+            let mut batch: Vec<Outgoing> = messages.by_ref().take(PUBLISH_BATCH).collect();
+            // The traceparents go in before the bodies are built.
+            let spans = Publishing::start(&mut batch, Some(publish_at));
+            batches.push((self.broker.ready(batch), spans));
         }
         if let Ok(wait) = (publish_at - Utc::now()).to_std()
             && token.run_until_cancelled(sleep(wait)).await.is_none()
         {
             return Err(Abandoned::Cancelled);
         }
-        let started = Utc::now();
-        let (tx, rx) = mpsc::unbounded_channel();
-        for batch in ahead {
-            let _ = tx.send(batch);
-        }
-        let task = AbortOnDrop(tokio::spawn(publish_all(
-            Arc::clone(&self.broker),
-            self.leadership.clone(),
-            token.clone(),
-            epoch,
-            started,
-            rx,
-        )));
-        // What was not built by the instant is built now, each batch sent on as it is.
-        while let Some(batch) = fire.next_batch(&self.broker, lead) {
-            let _ = tx.send(batch);
-            tokio::task::yield_now().await;
-        }
-        drop(tx);
-        let Fire {
-            cursors, published, ..
-        } = fire;
-        Ok(Box::pin(async move {
-            let confirmed = task.finished().await?;
-            fired(instant, started, confirmed, published);
-            Ok(cursors)
-        }))
+        let now = Utc::now();
+        let (broker, leadership) = (&self.broker, &self.leadership);
+        let confirmed = futures_util::future::try_join_all(batches.into_iter().map(
+            |(batch, spans)| async move {
+                publish_ready_confirmed(broker, &batch, now, leadership, epoch, token, spans).await
+            },
+        ))
+        .await?;
+        fired(
+            instant,
+            now,
+            confirmed.into_iter().flatten().max(),
+            published,
+        );
+        lead.uncommitted.cursors.extend(cursors);
+        self.commit(lead).await
     }
 
     /// Reads pause flags and carries out pending requests that are due. Returns the
@@ -388,100 +354,4 @@ fn fired(
         last_confirm_ms = confirmed.map(ms),
         "fired",
     );
-}
-
-/// One fire being built: what is due at `now`, built for `publish_at`, batch by batch.
-struct Fire {
-    now: DateTime<Utc>,
-    publish_at: DateTime<Utc>,
-    /// The cursors of every occurrence taken so far (published or skipped).
-    cursors: Vec<Cursor>,
-    /// How many messages were built so far.
-    published: usize,
-}
-
-impl Fire {
-    /// The next batch of at most [`PUBLISH_BATCH`] messages due, made ready
-    /// ([`Broker::ready`]), with its publish spans; `None` once nothing more is due.
-    fn next_batch(
-        &mut self,
-        broker: &Arc<dyn Broker>,
-        lead: &mut Leading,
-    ) -> Option<(Ready, Option<Publishing>)> {
-        loop {
-            let due = lead.take_due_at_most(self.now, PUBLISH_BATCH);
-            if due.is_empty() {
-                return None;
-            }
-            let mut batch = Vec::with_capacity(due.len());
-            for (message, cursor) in due {
-                batch.extend(message);
-                self.cursors.push(cursor);
-            }
-            // All of them paused: nothing to send, look further.
-            if batch.is_empty() {
-                continue;
-            }
-            self.published += batch.len();
-            // The traceparents go in before the bodies are built.
-            let spans = Publishing::start(&mut batch, Some(self.publish_at));
-            return Some((broker.ready(batch), spans));
-        }
-    }
-}
-
-/// Publishes each batch `batches` brings as it comes, all in flight at once, each message
-/// published at `at`, until the sender is dropped and every batch is confirmed. Returns
-/// when the last confirm arrived.
-///
-/// # Errors
-/// [`Abandoned`] as soon as one batch is given up.
-async fn publish_all(
-    broker: Arc<dyn Broker>,
-    leadership: watch::Receiver<Option<Leadership>>,
-    token: CancellationToken,
-    epoch: u64,
-    at: DateTime<Utc>,
-    mut batches: mpsc::UnboundedReceiver<(Ready, Option<Publishing>)>,
-) -> Result<Option<DateTime<Utc>>, Abandoned> {
-    let (broker, leadership, token) = (&broker, &leadership, &token);
-    let mut publishing = FuturesUnordered::new();
-    let (mut open, mut last) = (true, None);
-    loop {
-        tokio::select! {
-            batch = batches.recv(), if open => match batch {
-                Some((ready, spans)) => publishing.push(async move {
-                    publish_ready_confirmed(broker, &ready, at, leadership, epoch, token, spans)
-                        .await
-                }),
-                None => open = false,
-            },
-            Some(done) = publishing.next(), if !publishing.is_empty() => last = last.max(done?),
-            else => return Ok(last),
-        }
-    }
-}
-
-/// A fire still publishing: the cursors it moves once all its messages are confirmed.
-type InFlight = Pin<Box<dyn Future<Output = Result<Vec<Cursor>, Abandoned>> + Send>>;
-
-/// A fire's publishing task, aborted when dropped (the term ended: the loop that would
-/// commit its cursors is gone, so it must not publish on).
-struct AbortOnDrop(JoinHandle<Result<Option<DateTime<Utc>>, Abandoned>>);
-
-impl AbortOnDrop {
-    /// What the task returned; its panic goes on to the caller.
-    async fn finished(mut self) -> Result<Option<DateTime<Utc>>, Abandoned> {
-        match (&mut self.0).await {
-            Ok(done) => done,
-            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
-            Err(_) => Err(Abandoned::Cancelled),
-        }
-    }
-}
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }

@@ -243,23 +243,15 @@ impl Leading {
 
     /// Pops everything due at `now` (several occurrences of one job when publishing was
     /// held up) and schedules each job's next occurrence.
-    #[cfg(test)]
     pub(crate) fn take_due(&mut self, now: DateTime<Utc>) -> Vec<Due> {
-        self.take_due_at_most(now, usize::MAX)
-    }
-
-    /// As [`Leading::take_due`], up to `limit` of them (fewer only when no more are due):
-    /// a herd of jobs due together is taken batch by batch.
-    pub(crate) fn take_due_at_most(&mut self, now: DateTime<Utc>, limit: usize) -> Vec<Due> {
         let mut due = Vec::new();
-        while due.len() < limit {
-            let popped = self.timer.pop_due_at_most(now, limit - due.len());
+        loop {
+            let popped = self.timer.pop_due(now);
             if popped.is_empty() {
-                break;
+                return due;
             }
             self.schedule_next(popped, now, &mut due);
         }
-        due
     }
 
     fn schedule_next(&mut self, popped: Vec<Entry>, now: DateTime<Utc>, due: &mut Vec<Due>) {

@@ -48,13 +48,8 @@ impl Timer {
 
     /// Removes and returns every entry due at `now`, earliest first.
     pub fn pop_due(&mut self, now: DateTime<Utc>) -> Vec<Entry> {
-        self.pop_due_at_most(now, usize::MAX)
-    }
-
-    /// Removes and returns up to `limit` entries due at `now`, earliest first.
-    pub fn pop_due_at_most(&mut self, now: DateTime<Utc>, limit: usize) -> Vec<Entry> {
         let mut due = Vec::new();
-        while due.len() < limit && self.heap.peek().is_some_and(|Reverse(e)| e.fire <= now) {
+        while self.heap.peek().is_some_and(|Reverse(e)| e.fire <= now) {
             if let Some(Reverse(e)) = self.heap.pop() {
                 due.push(e);
             }
@@ -104,9 +99,8 @@ mod tests {
             timer.next_fire(),
             Some("2026-11-30T10:00:01Z".parse().unwrap())
         );
-        let first = timer.pop_due_at_most("2026-11-30T10:00:02Z".parse().unwrap(), 1);
         let due = timer.pop_due("2026-11-30T10:00:02Z".parse().unwrap());
-        let jobs: Vec<_> = first.iter().chain(&due).map(|e| e.job).collect();
+        let jobs: Vec<_> = due.iter().map(|e| e.job).collect();
         assert_eq!(jobs, [0, 1]);
         assert_eq!(timer.len(), 1);
         timer.push(entry("2026-11-30T10:00:00Z", 3));
