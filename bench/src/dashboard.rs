@@ -272,25 +272,7 @@ async fn measure(
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .build()?;
-    // Ready once the first snapshot (next fire times of every job included) is read.
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        let ready = match http.get(format!("{base}/api/v1/fleet")).send().await {
-            Ok(r) => r
-                .json::<serde_json::Value>()
-                .await
-                .is_ok_and(|v| !v["taken_at"].is_null()),
-            Err(_) => false,
-        };
-        if ready {
-            break;
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the dashboard did not answer within 300 s"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_ready(&http, base, Duration::from_secs(300)).await?;
     eprintln!(
         "dashboard: ready {:.1}s after the start of the run",
         started.elapsed().as_secs_f64()
@@ -316,4 +298,35 @@ async fn measure(
     }
     out.push(Distribution::of(&samples).context("no samples")?);
     Ok(out)
+}
+
+/// Waits until the dashboard at `base` has read its first snapshot (next fire times of
+/// every job included), polling `/api/v1/fleet` every 200 ms for at most `within`.
+///
+/// # Errors
+/// When it has not within `within`.
+pub async fn wait_ready(
+    http: &reqwest::Client,
+    base: &str,
+    within: Duration,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + within;
+    loop {
+        let ready = match http.get(format!("{base}/api/v1/fleet")).send().await {
+            Ok(r) => r
+                .json::<serde_json::Value>()
+                .await
+                .is_ok_and(|v| !v["taken_at"].is_null()),
+            Err(_) => false,
+        };
+        if ready {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the dashboard did not answer within {} s",
+            within.as_secs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

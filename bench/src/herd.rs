@@ -677,23 +677,8 @@ async fn start_dashboard(
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()?;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        let ready = match http.get(format!("{base}/api/v1/fleet")).send().await {
-            Ok(r) => r
-                .json::<serde_json::Value>()
-                .await
-                .is_ok_and(|v| !v["taken_at"].is_null()),
-            Err(_) => false,
-        };
-        if ready {
-            return Ok((child, base));
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!("the dashboard did not answer within 120 s");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    crate::dashboard::wait_ready(&http, &base, Duration::from_secs(120)).await?;
+    Ok((child, base))
 }
 
 /// One `fired` line of the producer (`cronq_producer::scheduler`).
