@@ -247,6 +247,11 @@ impl Reloader {
             Arc::new(config)
         };
         let old = self.tx.borrow().clone();
+        if Arc::ptr_eq(&old, &config) {
+            // Nothing changed (the first poll of a store without runtime jobs): no reader
+            // is woken, and a million names are not compared.
+            return;
+        }
         let retired = old.retired(&config);
         for job in &retired {
             info!(job = %job, "job retired: no more occurrences are published for it");

@@ -58,8 +58,11 @@ pub struct Incremental {
     /// The file jobs in force (positions in the config's jobs) by their next instant
     /// after the last check's end.
     due: BTreeMap<DateTime<Utc>, Vec<u32>>,
-    /// Those positions, sorted by job name.
+    /// Those positions, sorted by job name once a check first needs it (`by_name_sorted`):
+    /// sorting a million names costs about a second, and an idle leader never needs it.
     by_name: Vec<u32>,
+    /// Whether `by_name` is sorted yet.
+    by_name_sorted: bool,
     /// The file jobs whose account may change with the time alone (positions).
     unsettled: Vec<usize>,
     /// Whether the last check accounted for every job.
@@ -213,18 +216,28 @@ impl Incremental {
         // The file jobs whose account may have changed: an occurrence entered the window,
         // a run of one of their keys came or went, or their last account was unsettled.
         let mut dirty: Vec<usize> = std::mem::take(&mut self.unsettled);
+        let mut shared = NextOf::default();
         while let Some(entry) = self.due.first_entry() {
             if *entry.key() > window.to {
                 break;
             }
             for i in entry.remove() {
                 dirty.push(i as usize);
-                if let Some(next) = config.jobs[i as usize].schedule.next_after(window.to) {
+                if let Some(next) = shared.next_after(&config.jobs[i as usize].schedule, window.to)
+                {
                     self.due.entry(next).or_default().push(i);
                 }
             }
         }
-        if !full {
+        if !full && !touched.is_empty() {
+            if !self.by_name_sorted {
+                self.by_name.sort_unstable_by(|a, b| {
+                    config.jobs[*a as usize]
+                        .name
+                        .cmp(&config.jobs[*b as usize].name)
+                });
+                self.by_name_sorted = true;
+            }
             for name in &touched {
                 if let Ok(at) = self
                     .by_name
@@ -233,6 +246,8 @@ impl Incremental {
                     dirty.push(self.by_name[at] as usize);
                 }
             }
+        }
+        if !full {
             dirty.sort_unstable();
             dirty.dedup();
         }
@@ -294,11 +309,11 @@ impl Incremental {
         }
     }
 
-    /// Indexes the file jobs in force of `config` by their next instant after `to`, and by
-    /// name.
+    /// Indexes the file jobs in force of `config` by their next instant after `to` (by
+    /// name when a check first needs it).
     fn index(&mut self, config: &Config, to: DateTime<Utc>) {
         self.due.clear();
-        let mut shared: HashMap<&Schedule, Option<DateTime<Utc>>> = HashMap::new();
+        let mut shared = NextOf::default();
         let mut positions = Vec::new();
         for (i, job) in config.jobs.iter().enumerate() {
             if config.runtime_since.contains_key(&job.name) || job.is_after() {
@@ -308,22 +323,31 @@ impl Incremental {
                 break;
             };
             positions.push(i);
-            let next = if job.schedule.is_shared() {
-                *shared
-                    .entry(&job.schedule)
-                    .or_insert_with(|| job.schedule.next_after(to))
-            } else {
-                job.schedule.next_after(to)
-            };
-            if let Some(next) = next {
+            if let Some(next) = shared.next_after(&job.schedule, to) {
                 self.due.entry(next).or_default().push(i);
             }
         }
-        positions.sort_unstable_by(|a, b| {
-            config.jobs[*a as usize]
-                .name
-                .cmp(&config.jobs[*b as usize].name)
-        });
         self.by_name = positions;
+        self.by_name_sorted = false;
+    }
+}
+
+/// Each schedule's next instant after one `to`, worked out once for a schedule several
+/// jobs share (a large config's jobs share a few thousand).
+#[derive(Default)]
+struct NextOf<'c> {
+    shared: HashMap<&'c Schedule, Option<DateTime<Utc>>>,
+}
+
+impl<'c> NextOf<'c> {
+    fn next_after(&mut self, schedule: &'c Schedule, to: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        if schedule.is_shared() {
+            *self
+                .shared
+                .entry(schedule)
+                .or_insert_with(|| schedule.next_after(to))
+        } else {
+            schedule.next_after(to)
+        }
     }
 }

@@ -12,7 +12,8 @@
 //!
 //! Invariant: a warning, never a problem; only `now` anchors the look-ahead.
 
-use std::collections::HashMap;
+// Counted once per job of a load: a fast hash (the keys are the config file's own).
+use foldhash::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -54,7 +55,7 @@ impl Herd {
             return;
         }
         let end = now + chrono::Duration::from_std(HORIZON).unwrap_or(chrono::Duration::MAX);
-        let mut by_second: HashMap<DateTime<Utc>, (usize, Vec<&Schedule>)> = HashMap::new();
+        let mut by_second: HashMap<DateTime<Utc>, (usize, Vec<&Schedule>)> = HashMap::default();
         for (schedule, n) in &self.by_schedule {
             if let Some(t) = schedule.next_after(now).filter(|t| *t <= end) {
                 let (count, schedules) = by_second.entry(t).or_default();

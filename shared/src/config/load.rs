@@ -78,9 +78,11 @@ pub(super) fn fast(
     path: &Path,
     now: DateTime<Utc>,
 ) -> Option<Result<Config, ConfigError>> {
-    let (raw, broken) = quick::parse(text)?;
-    let resolved = validate::resolve(raw, path, now);
-    (!broken.get()).then_some(resolved)
+    std::thread::scope(|scope| {
+        let (raw, broken) = quick::parse(text, scope)?;
+        let resolved = validate::resolve(raw, path, now);
+        (!broken.get()).then_some(resolved)
+    })
 }
 
 /// The careful path, resolved: the whole text as one document.

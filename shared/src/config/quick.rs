@@ -6,8 +6,9 @@
 //! reaches them. Most jobs of a large file are well formed: every field known, each of its
 //! type. Such a piece deserializes from the text in one pass into [`QuickJob`], without
 //! building a TOML table tree first and reading it again field by field. The pieces are
-//! read this way in batches spread over the machine's cores ([`read_ahead`]): each piece
-//! is independent of the others, and this read is most of a load's time. A piece that is
+//! read this way in batches by reader threads, ahead of the caller, which resolves each
+//! batch while the next ones are read ([`Reading`]): each piece is independent of the
+//! others, and this read and the caller's work are most of a load's time. A piece that is
 //! not well formed (an unknown field, a wrong type) is read by the careful path's reader
 //! of one job table (`raw::job`), which finds and words every problem; a piece that does
 //! not parse alone to exactly one job stops the jobs and raises the flag [`parse`]
@@ -20,6 +21,7 @@
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
+use std::sync::{Arc, mpsc};
 
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
@@ -32,14 +34,18 @@ use crate::names::JobName;
 /// there, and the text must be read the careful way.
 pub(super) type Broken = Rc<Cell<bool>>;
 
-/// The fast path's reading of `text`, jobs read as the caller iterates them, and the flag
-/// raised when a piece sent it back to the whole text (read it after the jobs); `None`
-/// when the file has no job, is laid out otherwise, or its head does not parse.
-pub(super) fn parse(text: &str) -> Option<(RawConfig<'_>, Broken)> {
+/// The fast path's reading of `text`, jobs read as the caller iterates them (on reader
+/// threads of `scope`, ahead of the caller), and the flag raised when a piece sent it back
+/// to the whole text (read it after the jobs); `None` when the file has no job, is laid out
+/// otherwise, or its head does not parse.
+pub(super) fn parse<'s, 't: 's>(
+    text: &'t str,
+    scope: &'s std::thread::Scope<'s, '_>,
+) -> Option<(RawConfig<'t>, Broken)> {
     let pieces = super::pieces::cut(text)?;
     let broken = Broken::default();
     let jobs = Jobs {
-        pieces: pieces.jobs.into_iter(),
+        reading: Reading::start(pieces.jobs, scope),
         ahead: Vec::new().into_iter(),
         ordinal: 0,
         broken: broken.clone(),
@@ -50,11 +56,11 @@ pub(super) fn parse(text: &str) -> Option<(RawConfig<'_>, Broken)> {
     ))
 }
 
-/// The `[[job]]` pieces of a cut file, each read when the caller gets to it (a batch at a
-/// time), so a large file never holds every job in two forms at once.
+/// The `[[job]]` pieces of a cut file, each read a batch ahead of the caller, so a large
+/// file never holds every job in two forms at once.
 struct Jobs<'t> {
-    /// The pieces not read yet, in file order.
-    pieces: std::vec::IntoIter<&'t str>,
+    /// The pieces, and their reads to come.
+    reading: Reading<'t>,
     /// The next pieces, each with its quick read when it was well formed.
     ahead: std::vec::IntoIter<(&'t str, Option<RawJob>)>,
     /// How many jobs were handed out.
@@ -66,11 +72,15 @@ struct Jobs<'t> {
 impl Iterator for Jobs<'_> {
     type Item = Section<RawJob>;
 
+    /// At most one job per piece left.
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.ahead.len() + self.reading.left();
+        (0, Some(left))
+    }
+
     fn next(&mut self) -> Option<Section<RawJob>> {
         if self.ahead.as_slice().is_empty() {
-            // The pieces handed out so far were one job each: the next one is job
-            // #ordinal + 1.
-            self.ahead = read_ahead(&mut self.pieces, self.ordinal + 1);
+            self.ahead = self.reading.next_batch();
         }
         let (piece, quick) = self.ahead.next()?;
         if let Some(job) = quick {
@@ -82,7 +92,7 @@ impl Iterator for Jobs<'_> {
         }
         let Some(item) = super::pieces::job_of(piece) else {
             self.broken.set(true);
-            self.pieces = Vec::new().into_iter();
+            self.reading.stop();
             self.ahead = Vec::new().into_iter();
             return None;
         };
@@ -179,57 +189,119 @@ fn http<'de, D: Deserializer<'de>>(value: D) -> Result<Option<RawHttp>, D::Error
         .map_err(D::Error::custom)
 }
 
-/// How many pieces [`read_ahead`] takes at a time: enough that starting its threads costs
-/// nothing next to reading them, few enough that the jobs read ahead of the caller take
+/// At most this many pieces make one batch: enough that handing a batch over costs
+/// nothing next to reading it, few enough that the jobs read ahead of the caller take
 /// little memory.
 const AHEAD: usize = 4096;
 
-/// Pieces below which one thread reads a batch alone (a small file starts no thread).
+/// At least this many pieces make one batch; a file of fewer pieces is read on the
+/// caller's thread (a small file starts no thread).
 const PER_THREAD: usize = 512;
 
 /// The machine's cores, asked once (on Linux the answer reads the cgroup's CPU quota
-/// files), not once per batch.
+/// files).
 static CORES: std::sync::LazyLock<usize> =
     std::sync::LazyLock::new(|| std::thread::available_parallelism().map_or(1, usize::from));
 
-/// Takes the next batch of `pieces`, the first of which is job #`first`, and reads each
-/// quickly, spread over the machine's cores; every piece comes back in order, with its
-/// job when it was well formed.
-fn read_ahead<'t>(
-    pieces: &mut std::vec::IntoIter<&'t str>,
-    first: usize,
-) -> std::vec::IntoIter<(&'t str, Option<RawJob>)> {
-    let batch: Vec<&str> = pieces.by_ref().take(AHEAD).collect();
-    let threads = (*CORES).min(batch.len() / PER_THREAD).max(1);
-    let jobs = if threads == 1 {
-        read_each(&batch, first)
-    } else {
-        let share = batch.len().div_ceil(threads);
-        std::thread::scope(|scope| {
-            let readers: Vec<_> = batch
-                .chunks(share)
-                .enumerate()
-                .map(|(k, chunk)| scope.spawn(move || read_each(chunk, first + k * share)))
-                .collect();
-            readers
-                .into_iter()
-                .flat_map(|reader| {
-                    reader
-                        .join()
-                        .unwrap_or_else(|p| std::panic::resume_unwind(p))
-                })
-                .collect()
-        })
-    };
-    batch.into_iter().zip(jobs).collect::<Vec<_>>().into_iter()
+/// The pieces of a cut file and their quick reads: made in batches by reader threads
+/// while the caller resolves the batch before (the caller's own work, a job at a time in
+/// file order, is then most of a load's time), or on the caller's thread for a small file
+/// or a machine of one core. A reader holds at most one batch read and not yet taken, so
+/// the reads ahead are bounded.
+struct Reading<'t> {
+    pieces: Arc<[&'t str]>,
+    /// Pieces per batch.
+    size: usize,
+    /// The next batch to hand out.
+    next: usize,
+    /// One channel per reader thread: batch `b` comes from `readers[b % readers.len()]`.
+    /// None: the batches are read on the caller's thread.
+    readers: Vec<mpsc::Receiver<Batch<'t>>>,
 }
 
-/// [`read`] of each piece, the first being job #`first`.
-fn read_each(pieces: &[&str], first: usize) -> Vec<Option<RawJob>> {
+impl<'t> Reading<'t> {
+    /// Starts the reader threads of `pieces` in `scope` (one fewer than the cores, the
+    /// caller's thread being busy with what they read).
+    fn start<'s>(pieces: Vec<&'t str>, scope: &'s std::thread::Scope<'s, '_>) -> Self
+    where
+        't: 's,
+    {
+        let pieces: Arc<[&'t str]> = pieces.into();
+        let threads = if pieces.len() < 2 * PER_THREAD {
+            0
+        } else {
+            CORES.saturating_sub(1)
+        };
+        let size = pieces
+            .len()
+            .div_ceil(2 * threads.max(1))
+            .clamp(PER_THREAD, AHEAD);
+        let batches = pieces.len().div_ceil(size);
+        let readers = (0..threads.min(batches))
+            .map(|r| {
+                let (tx, rx) = mpsc::sync_channel(1);
+                let pieces = pieces.clone();
+                scope.spawn(move || {
+                    for b in (r..batches).step_by(threads) {
+                        let from = b * size;
+                        let batch = &pieces[from..(from + size).min(pieces.len())];
+                        // The caller stopped taking batches: nothing more to read.
+                        if tx.send(read_each(batch, from + 1)).is_err() {
+                            return;
+                        }
+                    }
+                });
+                rx
+            })
+            .collect();
+        Self {
+            pieces,
+            size,
+            next: 0,
+            readers,
+        }
+    }
+
+    /// The next batch of pieces, each with its quick read; empty after the last.
+    fn next_batch(&mut self) -> std::vec::IntoIter<(&'t str, Option<RawJob>)> {
+        let from = self.next * self.size;
+        if from >= self.pieces.len() {
+            return Vec::new().into_iter();
+        }
+        let batch = &self.pieces[from..(from + self.size).min(self.pieces.len())];
+        let jobs = match self.readers.len() {
+            0 => read_each(batch, from + 1),
+            n => self.readers[self.next % n]
+                .recv()
+                // A reader that panicked: its batch is read here (the scope then passes
+                // the panic on).
+                .unwrap_or_else(|_| read_each(batch, from + 1)),
+        };
+        self.next += 1;
+        jobs.into_iter()
+    }
+
+    /// How many pieces are not handed out yet.
+    fn left(&self) -> usize {
+        self.pieces.len().saturating_sub(self.next * self.size)
+    }
+
+    /// Hands out no more batches, and lets the readers stop.
+    fn stop(&mut self) {
+        self.readers.clear();
+        self.pieces = Arc::new([]);
+    }
+}
+
+/// Pieces, each with its quick read when it was well formed.
+type Batch<'t> = Vec<(&'t str, Option<RawJob>)>;
+
+/// Each piece with its [`read`], the first being job #`first`.
+fn read_each<'t>(pieces: &[&'t str], first: usize) -> Batch<'t> {
     pieces
         .iter()
         .enumerate()
-        .map(|(i, piece)| read(piece, first + i))
+        .map(|(i, piece)| (*piece, read(piece, first + i)))
         .collect()
 }
 

@@ -6,8 +6,10 @@
 //! Invariant: sharing never changes a value: a job gets an `Arc` of a value equal to the
 //! one it resolved, so a config loads to equal jobs with or without it.
 
-use std::collections::HashSet;
 use std::sync::Arc;
+
+// Hashed once per job of a load: a fast hash (the values are the config file's own).
+use foldhash::HashSet;
 
 use super::{CommandHandler, Handler, Settings};
 

@@ -4,7 +4,7 @@
 //! Invariant: a problem is reported once, where the bad value is written: a bad value in
 //! `[defaults]` is reported under `[defaults]`, not again for every job that inherits it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,8 +67,13 @@ pub(crate) fn resolve(
 
     let pools = super::pools::resolve(raw.pools, &mut out);
 
-    let mut jobs = Vec::new();
-    let mut seen: HashMap<String, usize> = HashMap::new();
+    let sections = raw.jobs.into_sections();
+    // As many as the file has (the fast path's jobs: at most its pieces), so that a large
+    // file's jobs are not moved as their vector grows.
+    let expected = sections.size_hint().1.unwrap_or(0);
+    let mut jobs = Vec::with_capacity(expected);
+    // A fast hash: a million names are looked up as a large file loads.
+    let mut seen: foldhash::HashMap<String, usize> = foldhash::HashMapExt::with_capacity(expected);
     // One parsed schedule per distinct (text, zone): jobs share it (memory), and the parse
     // and never-fires check run once per distinct schedule (load time).
     let mut schedules = Interner::new(now);
@@ -79,7 +84,7 @@ pub(crate) fn resolve(
     // One copy of each distinct settings value and command, shared by the jobs (memory).
     let mut sharing = Sharing::default();
     let handlers = resolve_handlers(raw.handlers, &mut sharing, &mut out);
-    for section in raw.jobs.into_sections() {
+    for section in sections {
         let job = &section.value;
         if let Some(name) = job.own.name.as_deref() {
             if let Some(first) = seen.get(name) {

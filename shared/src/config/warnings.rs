@@ -8,7 +8,8 @@
 //! zone's DST transitions are found once per load, whatever the number of distinct
 //! pinned schedules in it.
 
-use std::collections::HashMap;
+// Looked up once per job of a load: a fast hash (the keys are the config file's own).
+use foldhash::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};

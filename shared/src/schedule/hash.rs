@@ -20,7 +20,8 @@ pub(super) fn resolve(text: &str, job: Option<&str>) -> Result<Option<String>, S
     use FieldKind::{DayOfMonth, DayOfWeek, Hour, Minute, Month, Second, Year};
 
     let text = text.trim();
-    if text.starts_with('@') {
+    // No `H` item without an `H` (most schedules: asked once per job as a config loads).
+    if text.starts_with('@') || !text.contains('H') {
         return Ok(None);
     }
     let parts: Vec<&str> = text.split_whitespace().collect();

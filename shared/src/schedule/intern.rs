@@ -3,7 +3,9 @@
 //! Invariant: every schedule an [`Interner`] hands out was parsed with the `now` it was
 //! created with, so a shared result is exactly what a fresh parse would have returned.
 
-use std::collections::HashMap;
+// Looked up once per job of a load: a fast hash (the keys are the config file's own).
+use foldhash::HashMap;
+use foldhash::HashMapExt as _;
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
