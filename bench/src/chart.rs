@@ -33,6 +33,7 @@ struct SavedFigure {
     bench: String,
     name: String,
     unit: Unit,
+    #[serde(deserialize_with = "values")]
     runs: Vec<f64>,
     baseline: Option<SavedBaseline>,
 }
@@ -40,7 +41,15 @@ struct SavedFigure {
 #[derive(Debug, Deserialize)]
 struct SavedBaseline {
     name: String,
+    #[serde(deserialize_with = "values")]
     runs: Vec<f64>,
+}
+
+/// A figure's values as saved: a run that measured nothing (NaN, such as no delivery in a
+/// window) is saved as `null`, and read back as NaN.
+fn values<'de, D: serde::Deserializer<'de>>(values: D) -> Result<Vec<f64>, D::Error> {
+    let saved: Vec<Option<f64>> = Deserialize::deserialize(values)?;
+    Ok(saved.into_iter().map(|v| v.unwrap_or(f64::NAN)).collect())
 }
 
 impl Saved {
@@ -508,6 +517,18 @@ mod tests {
             "{err:#}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_run_that_measured_nothing_reads_back_as_nan() {
+        let saved: SavedFigure = serde_json::from_value(serde_json::json!({
+            "bench": "herd", "name": "ticks", "unit": "seconds", "runs": [null, 0.5],
+            "baseline": {"name": "before", "runs": [0.01, null]}, "goal": null
+        }))
+        .unwrap();
+        assert!(saved.runs[0].is_nan() && saved.runs[1] == 0.5);
+        let baseline = saved.baseline.unwrap();
+        assert!(baseline.runs[0] == 0.01 && baseline.runs[1].is_nan());
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `runtime`: jobs created and changed at runtime at scale (default 100,000 runtime jobs).
 //!
-//! Per run, in a namespace of its own on the real RabbitMQ and Redis:
+//! Per run, in namespaces of its own on the real RabbitMQ and Redis (one per side):
 //! - `cronq job apply -f` of every job at once (one process, one file): applies per second;
 //! - the jobs API (`PUT /api/v1/jobs/NAME` of a `cronq dashboard`, 16 requests at a time)
 //!   changing [`HTTP_APPLIES`] of them: applies per second;
@@ -127,6 +127,9 @@ pub async fn run(args: &RuntimeArgs, runs: usize, cronq: &Path) -> anyhow::Resul
     .baseline("SIGHUP reload of the same change in the file, p99");
     for run in 0..runs {
         let env = BenchEnv::new()?;
+        // The file side in a namespace of its own: the config its producer records there
+        // would make the same names file jobs, which `cronq job apply` refuses.
+        let file_env = BenchEnv::new()?;
         let dir = std::env::temp_dir().join(format!("cronq-bench-{}", env.namespace()));
         std::fs::create_dir_all(&dir)?;
         // Alternate which side goes first, so neither always meets a warmer broker.
@@ -134,16 +137,17 @@ pub async fn run(args: &RuntimeArgs, runs: usize, cronq: &Path) -> anyhow::Resul
         let outcome = async {
             let mut file_side = None;
             if !runtime_first && !args.no_baseline {
-                file_side = Some(file_jobs(&env, &dir, args, cronq).await?);
+                file_side = Some(file_jobs(&file_env, &dir, args, cronq).await?);
             }
             let rt = runtime(&env, &dir, args, cronq).await?;
             if runtime_first && !args.no_baseline {
-                file_side = Some(file_jobs(&env, &dir, args, cronq).await?);
+                file_side = Some(file_jobs(&file_env, &dir, args, cronq).await?);
             }
             anyhow::Ok((rt, file_side))
         }
         .await;
         env.cleanup().await;
+        file_env.cleanup().await;
         let _ = std::fs::remove_dir_all(&dir);
         let (rt, file) = outcome?;
         bulk.runs.push(rt.bulk);
