@@ -53,7 +53,7 @@ impl JobDigest {
 
 impl std::fmt::Display for JobDigest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+        f.write_str(&hex(&self.0))
     }
 }
 
@@ -200,10 +200,14 @@ fn secret(s: &Secret) -> String {
     }
 }
 
+/// The first [`HEX`] lowercase hex digits of `bytes` (written once per job of a config: a
+/// table lookup, not the formatter's per byte).
 fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(HEX);
     for b in bytes.iter().take(HEX / 2) {
-        let _ = write!(out, "{b:02x}");
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
     }
     out
 }
@@ -315,5 +319,13 @@ mod tests {
         assert_eq!(JobDigest::parse(&text[1..]), None);
         assert_eq!(JobDigest::parse(&format!("{}g", &text[1..])), None);
         assert_eq!(std::mem::size_of::<(JobName, JobDigest)>(), 32);
+        // The digits are the formatter's `{:02x}` of each byte, as recorded digests are.
+        let bytes = [
+            0x00, 0x01, 0x0f, 0x10, 0x7f, 0x80, 0xab, 0xcd, 0xef, 0xff, 0x09, 0x90, 0x5a, 0xa5,
+            0x3c, 0xc3,
+        ];
+        let formatted: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(JobDigest(bytes).to_string(), formatted);
+        assert_eq!(hex(&[0xde, 0xad]), "dead");
     }
 }
