@@ -13,8 +13,8 @@ use tokio::sync::watch;
 
 use crate::support::backends::{Backend, on_every_backend};
 use crate::support::producer_process::{
-    LEASE, WAIT, advance, cursor, leader, mid_second, producer, stop_and_drain, tick_config,
-    wait_leader,
+    LEADER, LEASE, WAIT, advance, cursor, leader, mid_second, producer, stop_and_drain,
+    tick_config, wait_leader,
 };
 use crate::support::producers::{World, every_second};
 use crate::support::published::{assert_contiguous, keys, seconds_once};
@@ -80,6 +80,72 @@ async fn killed_leader_is_caught_up_completely_with_catchup_all() {
             seconds.values().any(|t| *t == Trigger::Catchup),
             "the new leader caught up the seconds of the outage: {:?}",
             keys(&msgs)
+        );
+    })
+    .await;
+}
+
+/// Quiet jobs beside the ticking ones in the large take-over: over the size a leader plans
+/// on every core (16,384) and over the size a config is read by reader threads.
+const LARGE: usize = 20_000;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_leader_of_a_large_config_is_caught_up_once_per_job() {
+    // Four ticking jobs share one parsed schedule and their cursors (one take-over plan
+    // for all), among 20,000 jobs that never fire in the test: the standby's take-over is
+    // planned on every core, from a config read by reader threads.
+    scoped("prod-kill-large", |env| async move {
+        env.track_queue("default");
+        let ticks = ["tick0", "tick1", "tick2", "tick3"];
+        let mut toml = String::from(LEADER);
+        for name in ticks {
+            toml.push_str(&format!(
+                "[[job]]\nname = \"{name}\"\nschedule = \"@every 1s\"\ncatchup = \"all\"\n"
+            ));
+        }
+        for i in 0..LARGE {
+            toml.push_str(&format!(
+                "[[job]]\nname = \"quiet{i}\"\nschedule = \"0 0 29 2 *\"\n"
+            ));
+        }
+        let config = env.write_config("cronq.toml", &toml);
+        let config = config.to_string_lossy();
+        let a = producer(&env, "a", &config);
+        let (epoch, pid) = wait_leader(&env, 0).await;
+        let b = producer(&env, "b", &config);
+        advance(&env, "tick0", 3).await;
+        mid_second().await;
+        env.signal(pid, Signal::SIGKILL);
+        let (next, _) = wait_leader(&env, epoch).await;
+        assert!(next > epoch);
+        eventually(WAIT, "the new leader to log its take-over", || async {
+            let log = if pid == a { env.log("b") } else { env.log("a") };
+            log.contains(&format!("jobs={}", LARGE + ticks.len()))
+                .then_some(())
+        })
+        .await;
+        advance(&env, "tick0", 3).await;
+        let msgs = stop_and_drain(&env, &[a, b]).await;
+        assert!(
+            msgs.iter().all(|m| m.job.as_str().starts_with("tick")),
+            "only the ticking jobs fired: {:?}",
+            keys(&msgs)
+        );
+        let mut per_job = Vec::new();
+        for name in ticks {
+            let seconds = seconds_once(&msgs, name);
+            assert_contiguous(&seconds, &msgs);
+            assert!(
+                seconds.values().any(|t| *t == Trigger::Catchup),
+                "{name}: the new leader caught up the seconds of the outage: {:?}",
+                keys(&msgs)
+            );
+            per_job.push(seconds.keys().copied().collect::<Vec<_>>());
+        }
+        // Planned alike, the four jobs' seconds are the same ones.
+        assert!(
+            per_job.windows(2).all(|w| w[0] == w[1]),
+            "the ticking jobs' seconds differ: {per_job:?}"
         );
     })
     .await;
