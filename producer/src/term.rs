@@ -16,6 +16,7 @@ use cronq_shared::control::{Commit, Request, RequestKind};
 use cronq_shared::lease::Term;
 use cronq_shared::message::Trigger;
 use cronq_shared::names::JobName;
+use cronq_shared::schedule::Alike;
 use tracing::{debug, info, warn};
 
 use crate::planner;
@@ -122,7 +123,7 @@ fn plan(
         entries: Vec::with_capacity(range.len()),
         ..Planned::default()
     };
-    let mut alike = Alike::default();
+    let mut alike = Alike::bounded(PLANS_KEPT);
     for index in range {
         let job = &config.jobs[index];
         if job.is_after() {
@@ -140,7 +141,26 @@ fn plan(
             .get(&job.name)
             .or_else(|| config.runtime_since.get(&job.name))
             .copied();
-        let plan = alike.take_over(job, cursor, now);
+        let plan = alike.get(
+            &job.schedule,
+            || PlanInputs {
+                schedule: &job.schedule,
+                catchup: job.catchup,
+                window: job.catchup_window,
+                jitter: job.jitter,
+                cursor,
+            },
+            || {
+                planner::take_over(
+                    &job.schedule,
+                    job.catchup,
+                    job.catchup_window,
+                    job.jitter,
+                    cursor,
+                    now,
+                )
+            },
+        );
         if !paused.contains(&job.name) {
             for at in plan.catchup {
                 planned
@@ -158,15 +178,8 @@ fn plan(
     planned
 }
 
-/// The take-over plans of jobs planned alike, worked out once: a large config's jobs
-/// share a few thousand schedules, and their cursors were mostly written at the same
-/// instants, while working out a next instant costs about a microsecond.
-#[derive(Default)]
-struct Alike<'c> {
-    plans: HashMap<PlanInputs<'c>, planner::Takeover>,
-}
-
-/// What a take-over plan depends on besides `now` (the same for every job of a plan).
+/// What a take-over plan depends on besides `now` (the same for every job of a plan): jobs
+/// alike in all of it share one plan ([`Alike`]).
 #[derive(PartialEq, Eq, Hash)]
 struct PlanInputs<'c> {
     schedule: &'c cronq_shared::schedule::Schedule,
@@ -176,48 +189,9 @@ struct PlanInputs<'c> {
     cursor: Option<DateTime<Utc>>,
 }
 
-impl<'c> Alike<'c> {
-    /// At most this many plans are kept: jobs whose cursors all differ are planned one by
-    /// one rather than held in a map as large as the config.
-    const KEPT: usize = 65_536;
-
-    /// [`planner::take_over`] of `job` from `cursor` at `now`.
-    fn take_over(
-        &mut self,
-        job: &'c Job,
-        cursor: Option<DateTime<Utc>>,
-        now: DateTime<Utc>,
-    ) -> planner::Takeover {
-        let plan = || {
-            planner::take_over(
-                &job.schedule,
-                job.catchup,
-                job.catchup_window,
-                job.jitter,
-                cursor,
-                now,
-            )
-        };
-        if !job.schedule.is_shared() {
-            return plan();
-        }
-        let inputs = PlanInputs {
-            schedule: &job.schedule,
-            catchup: job.catchup,
-            window: job.catchup_window,
-            jitter: job.jitter,
-            cursor,
-        };
-        if let Some(known) = self.plans.get(&inputs) {
-            return known.clone();
-        }
-        let planned = plan();
-        if self.plans.len() < Self::KEPT {
-            self.plans.insert(inputs, planned.clone());
-        }
-        planned
-    }
-}
+/// At most this many take-over plans are kept per planning thread: jobs whose cursors all
+/// differ are planned one by one rather than held in a map as large as the config.
+const PLANS_KEPT: usize = 65_536;
 
 /// The indices of `config`'s jobs, sorted by name.
 fn by_name(config: &Config) -> Vec<u32> {

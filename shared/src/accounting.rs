@@ -46,7 +46,7 @@ use crate::key::OccurrenceKey;
 use crate::lease::TermRecord;
 use crate::names::JobName;
 use crate::runlog::{Outcome, Run, RunLog};
-use crate::schedule::Schedule;
+use crate::schedule::{Alike, Schedule};
 use crate::store::StoreError;
 
 pub mod history;
@@ -730,7 +730,7 @@ pub(crate) async fn reconcile_in(
         paused_now,
         range: (from, window.to),
         terms: sources.terms,
-        quiet: std::cell::RefCell::new(HashMap::new()),
+        quiet: std::cell::RefCell::new(Alike::new()),
     };
     let no_letters = HashMap::new();
     let mut memo = HashMap::new();
@@ -809,7 +809,7 @@ struct Expecting<'a> {
     range: (DateTime<Utc>, DateTime<Utc>),
     terms: &'a [TermRecord],
     /// Whether a schedule shared by several jobs fires in the range, worked out once.
-    quiet: std::cell::RefCell<HashMap<Schedule, bool>>,
+    quiet: std::cell::RefCell<Alike<Schedule, bool>>,
 }
 
 impl Expecting<'_> {
@@ -903,19 +903,15 @@ impl Expecting<'_> {
     /// alike).
     fn is_quiet(&self, schedule: &Schedule) -> bool {
         let (from, to) = self.range;
-        let quiet = || {
-            schedule
-                .next_after(from - TimeDelta::nanoseconds(1))
-                .is_none_or(|at| at > to)
-        };
-        if !schedule.is_shared() {
-            return quiet();
-        }
-        *self
-            .quiet
-            .borrow_mut()
-            .entry(schedule.clone())
-            .or_insert_with(quiet)
+        self.quiet.borrow_mut().get(
+            schedule,
+            || schedule.clone(),
+            || {
+                schedule
+                    .next_after(from - TimeDelta::nanoseconds(1))
+                    .is_none_or(|at| at > to)
+            },
+        )
     }
 }
 

@@ -36,7 +36,7 @@ use crate::key::OccurrenceKey;
 use crate::lease::TermRecord;
 use crate::names::JobName;
 use crate::runlog::{Run, TailFrom};
-use crate::schedule::Schedule;
+use crate::schedule::{Alike, Schedule};
 use crate::store::StoreError;
 
 /// How many runs one read of the history's end asks for.
@@ -216,14 +216,15 @@ impl Incremental {
         // The file jobs whose account may have changed: an occurrence entered the window,
         // a run of one of their keys came or went, or their last account was unsettled.
         let mut dirty: Vec<usize> = std::mem::take(&mut self.unsettled);
-        let mut shared = NextOf::default();
+        let mut shared = Alike::new();
         while let Some(entry) = self.due.first_entry() {
             if *entry.key() > window.to {
                 break;
             }
             for i in entry.remove() {
                 dirty.push(i as usize);
-                if let Some(next) = shared.next_after(&config.jobs[i as usize].schedule, window.to)
+                if let Some(next) =
+                    next_after(&mut shared, &config.jobs[i as usize].schedule, window.to)
                 {
                     self.due.entry(next).or_default().push(i);
                 }
@@ -313,7 +314,7 @@ impl Incremental {
     /// name when a check first needs it).
     fn index(&mut self, config: &Config, to: DateTime<Utc>) {
         self.due.clear();
-        let mut shared = NextOf::default();
+        let mut shared = Alike::new();
         let mut positions = Vec::new();
         for (i, job) in config.jobs.iter().enumerate() {
             if config.runtime_since.contains_key(&job.name) || job.is_after() {
@@ -323,7 +324,7 @@ impl Incremental {
                 break;
             };
             positions.push(i);
-            if let Some(next) = shared.next_after(&job.schedule, to) {
+            if let Some(next) = next_after(&mut shared, &job.schedule, to) {
                 self.due.entry(next).or_default().push(i);
             }
         }
@@ -333,21 +334,11 @@ impl Incremental {
 }
 
 /// Each schedule's next instant after one `to`, worked out once for a schedule several
-/// jobs share (a large config's jobs share a few thousand).
-#[derive(Default)]
-struct NextOf<'c> {
-    shared: HashMap<&'c Schedule, Option<DateTime<Utc>>>,
-}
-
-impl<'c> NextOf<'c> {
-    fn next_after(&mut self, schedule: &'c Schedule, to: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        if schedule.is_shared() {
-            *self
-                .shared
-                .entry(schedule)
-                .or_insert_with(|| schedule.next_after(to))
-        } else {
-            schedule.next_after(to)
-        }
-    }
+/// jobs share.
+fn next_after<'c>(
+    alike: &mut Alike<&'c Schedule, Option<DateTime<Utc>>>,
+    schedule: &'c Schedule,
+    to: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    alike.get(schedule, || schedule, || schedule.next_after(to))
 }

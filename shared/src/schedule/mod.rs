@@ -24,6 +24,7 @@
 //! few thousand parsed expressions.
 
 mod after;
+mod alike;
 pub mod catchup;
 mod controls;
 mod dst;
@@ -44,6 +45,7 @@ use std::time::Duration;
 use chrono::{DateTime, Datelike as _, SubsecRound as _, Utc};
 use chrono_tz::Tz;
 
+pub use alike::Alike;
 pub use controls::Exclusions;
 pub use dst::{DstChange, DstWarning, TransitionCache};
 pub use error::ScheduleError;
