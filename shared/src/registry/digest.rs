@@ -53,7 +53,9 @@ impl JobDigest {
 
 impl std::fmt::Display for JobDigest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&hex(&self.0))
+        let digits = hex_digits(&self.0);
+        // ASCII digits only.
+        f.write_str(std::str::from_utf8(&digits).unwrap_or_default())
     }
 }
 
@@ -112,7 +114,7 @@ impl ConfigDigest {
             all.update(line.as_bytes());
         }
         Self {
-            overall: hex(&all.finalize()),
+            overall: String::from_utf8_lossy(&hex_digits(&all.finalize())).into_owned(),
             jobs: jobs.into(),
         }
     }
@@ -200,14 +202,14 @@ fn secret(s: &Secret) -> String {
     }
 }
 
-/// The first [`HEX`] lowercase hex digits of `bytes` (written once per job of a config: a
-/// table lookup, not the formatter's per byte).
-fn hex(bytes: &[u8]) -> String {
+/// The first [`HEX`] lowercase hex digits of `bytes`, as ASCII (written once per job of a
+/// config: a table lookup into an array, not the formatter per byte nor an allocation).
+fn hex_digits(bytes: &[u8]) -> [u8; HEX] {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(HEX);
-    for b in bytes.iter().take(HEX / 2) {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    let mut out = [b'0'; HEX];
+    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(b >> 4)];
+        pair[1] = DIGITS[usize::from(b & 0x0f)];
     }
     out
 }
@@ -326,6 +328,6 @@ mod tests {
         ];
         let formatted: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(JobDigest(bytes).to_string(), formatted);
-        assert_eq!(hex(&[0xde, 0xad]), "dead");
+        assert_eq!(&hex_digits(&[0xde, 0xad])[..4], b"dead");
     }
 }
