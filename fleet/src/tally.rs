@@ -103,6 +103,11 @@ impl Broker for CountingBroker {
         Ok(confirmed)
     }
 
+    fn apart(&self) -> Option<Arc<dyn Broker>> {
+        let apart = self.inner.apart()?;
+        Some(Arc::new(Self::new(apart, self.tally.clone())))
+    }
+
     async fn consume(
         &self,
         queues: &[QueueName],

@@ -5,26 +5,37 @@
 //! (a trigger `--at` a later instant waits in the store, and the next poll is then no
 //! later than that instant).
 //!
+//! A *herd* (more jobs due at one instant than one batch holds) is published in a task of
+//! its own, over the broker's connection for herds ([`Broker::apart`]), while the loop goes
+//! on to the next instants: the broker's flow control holds back a connection behind its
+//! backlog, so seconds of a herd's confirms neither wait the next ticks' publishing nor
+//! delay their confirms. At most one herd is in flight; a second one waits for the first.
+//!
 //! Owns: the loop around one term's state (`term`: job table, timer, pauses, uncommitted
-//! cursors). Everything is rebuilt from the control store on each new term, so a producer
-//! that lost and regained leadership trusts nothing it remembered. Invariant: a cursor is
-//! committed only after the occurrences up to it were confirmed published (or deliberately
-//! skipped: paused, or outside the catch-up policy), and only by the current term (the
-//! store fences it).
+//! cursors) and the term's herd in flight. Everything is rebuilt from the control store on
+//! each new term, so a producer that lost and regained leadership trusts nothing it
+//! remembered. Invariant: a cursor is committed only after the occurrences up to it were
+//! confirmed published (or deliberately skipped: paused, or outside the catch-up policy),
+//! and only by the current term (the store fences it): while a herd is in flight nothing is
+//! committed, so no later occurrence's cursor moves past a herd's unconfirmed one.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use cronq_shared::broker::{Broker, Outgoing};
+use cronq_shared::broker::{Broker, Ready};
 use cronq_shared::config::Config;
 use cronq_shared::control::{Commit, Control, ControlError, Request};
 use cronq_shared::lease::{Lease, Term};
 use cronq_shared::names::JobName;
-use tokio::sync::watch;
+use futures_util::StreamExt as _;
+use futures_util::stream::FuturesUnordered;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinError;
 use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 use tracing::{debug, info, warn};
 
 /// How often the leader reads pauses and requests at most: an operator's pause or trigger
@@ -41,13 +52,18 @@ use crate::traces::Publishing;
 /// only the publishing is left.
 pub const PREPARE_AHEAD: Duration = Duration::from_millis(200);
 
-/// At most this many messages go into one confirmed publish (and one cursor commit), so a
-/// million jobs firing together stream out in bounded batches.
+/// At most this many messages go into one confirmed publish, so a million jobs firing
+/// together stream out in bounded batches; a fire of more than one batch is a herd.
 pub const PUBLISH_BATCH: usize = 1_000;
 
 /// The leader's loop; idle (waiting for leadership) on a standby.
 pub struct Scheduler {
     broker: Arc<dyn Broker>,
+    /// Where herds are published: the broker's connection for herds, or `broker` itself
+    /// when it has none.
+    herds: Arc<dyn Broker>,
+    /// The herd of this term still publishing, if any.
+    herd: Option<Herd>,
     lease: Arc<dyn Lease>,
     control: Control,
     config: watch::Receiver<Arc<Config>>,
@@ -65,6 +81,8 @@ impl Scheduler {
         leadership: watch::Receiver<Option<Leadership>>,
     ) -> Self {
         Self {
+            herds: broker.apart().unwrap_or_else(|| Arc::clone(&broker)),
+            herd: None,
             broker,
             lease,
             control,
@@ -95,12 +113,15 @@ impl Scheduler {
         }
     }
 
-    /// Leads one term until it ends.
+    /// Leads one term until it ends; a herd of it still publishing is given up then (its
+    /// cursors were not committed: the next leader publishes it again).
     async fn lead(&mut self, term: Term, token: &CancellationToken) -> Abandoned {
-        match self.lead_inner(term, token).await {
+        let end = match self.lead_inner(term, token).await {
             Ok(never) => match never {},
             Err(end) => end,
-        }
+        };
+        self.herd = None;
+        end
     }
 
     async fn lead_inner(
@@ -117,6 +138,14 @@ impl Scheduler {
             broker.declare(&queues)
         })
         .await?;
+        if !Arc::ptr_eq(&self.herds, &self.broker) {
+            // Opens the connection for herds before the first one is due.
+            let herds = self.herds.clone();
+            while_leading("declare queues", leadership, epoch, token, || {
+                herds.declare(&queues)
+            })
+            .await?;
+        }
         let control = self.control.clone();
         let cursors = while_leading("read cursors", leadership, epoch, token, || {
             control.cursors()
@@ -174,6 +203,9 @@ impl Scheduler {
                 biased;
                 () = token.cancelled() => return Err(Abandoned::Cancelled),
                 () = lost(&mut leadership, epoch) => return Err(Abandoned::LostLeadership),
+                done = confirmed(&mut self.herd), if self.herd.is_some() => {
+                    self.herd_done(&mut lead, done).await?;
+                }
                 changed = self.config.changed(), if reloadable => match changed {
                     Ok(()) => self.apply_reload(&mut lead, token).await?,
                     Err(_) => reloadable = false,
@@ -214,17 +246,21 @@ impl Scheduler {
         self.commit(lead).await
     }
 
-    /// Publishes everything due at the timer's next fire instant, all batches in flight at
-    /// once (the broker confirms a pipelined burst sooner than the same messages batch
-    /// after batch: the precision bench), then commits the cursors of them all. Entered up
-    /// to [`PREPARE_AHEAD`] before the instant: what is due is worked out and its messages
-    /// built for the wire first ([`Broker::ready`]: encoded, with their properties), then
-    /// it waits for the instant (1 ms past it: wall clock and monotonic clock may disagree
-    /// slightly), so that only stamping `published_at` (the instant the publishing starts,
-    /// which the run history's publish lateness is read from) and sending are left then;
-    /// nothing is published before its instant. Should one batch be abandoned, no cursor
-    /// moves: the next leader publishes the confirmed ones again, and the consumers'
-    /// idempotency records acknowledge those copies without running them.
+    /// Publishes everything due at the timer's next fire instant. Entered up to
+    /// [`PREPARE_AHEAD`] before the instant: what is due is worked out and its messages
+    /// built for the wire first ([`Broker::ready`]: encoded, with their properties), batch
+    /// by batch, until the instant (1 ms past it: wall clock and monotonic clock may
+    /// disagree slightly); then only stamping `published_at` (the instant the publishing
+    /// starts, which the run history's publish lateness is read from) and sending are left
+    /// for what was built. Nothing is published before its instant.
+    ///
+    /// One batch at most is published here and confirmed before the loop goes on; its
+    /// cursors are committed then (or with the herd in flight, once it is done). A herd
+    /// goes to a task of its own ([`Herd`]), each batch sent as it is built, all in flight
+    /// at once (the broker confirms a pipelined burst sooner than the same messages batch
+    /// after batch: the precision bench). Should one batch be abandoned, no cursor moves:
+    /// the next leader publishes the confirmed ones again, and the consumers' idempotency
+    /// records acknowledge those copies without running them.
     async fn fire(
         &mut self,
         lead: &mut Leading,
@@ -234,38 +270,97 @@ impl Scheduler {
         let Some(instant) = lead.timer.next_fire() else {
             return Ok(());
         };
-        let due = lead.take_due(instant.max(Utc::now()));
-        let (messages, cursors): (Vec<Option<Outgoing>>, Vec<Cursor>) = due.into_iter().unzip();
-        let published = messages.iter().flatten().count();
-        let mut messages = messages.into_iter().flatten().peekable();
         let publish_at = instant + chrono::TimeDelta::milliseconds(1);
-        let mut batches = Vec::new();
-        while messages.peek().is_some() {
-            let mut batch: Vec<Outgoing> = messages.by_ref().take(PUBLISH_BATCH).collect();
-            // The traceparents go in before the bodies are built.
-            let spans = Publishing::start(&mut batch, Some(publish_at));
-            batches.push((self.broker.ready(batch), spans));
+        let mut fire = Fire {
+            now: instant.max(Utc::now()),
+            publish_at,
+            cursors: Vec::new(),
+            published: 0,
+            done: false,
+        };
+        let mut ahead = Vec::new();
+        while let Some(batch) = fire.next_batch(&self.broker, lead) {
+            ahead.push(batch);
+            if Utc::now() >= publish_at {
+                break;
+            }
         }
         if let Ok(wait) = (publish_at - Utc::now()).to_std()
             && token.run_until_cancelled(sleep(wait)).await.is_none()
         {
             return Err(Abandoned::Cancelled);
         }
-        let now = Utc::now();
-        let (broker, leadership) = (&self.broker, &self.leadership);
-        let confirmed = futures_util::future::try_join_all(batches.into_iter().map(
-            |(batch, spans)| async move {
-                publish_ready_confirmed(broker, &batch, now, leadership, epoch, token, spans).await
-            },
-        ))
-        .await?;
-        fired(
+        let started = Utc::now();
+        if fire.done && ahead.len() <= 1 {
+            let confirmed = match ahead.pop() {
+                Some((batch, spans)) => {
+                    publish_ready_confirmed(
+                        &self.broker,
+                        &batch,
+                        started,
+                        &self.leadership,
+                        epoch,
+                        token,
+                        spans,
+                    )
+                    .await?
+                }
+                None => None,
+            };
+            fired(instant, started, confirmed, fire.published);
+            lead.uncommitted.cursors.extend(fire.cursors);
+            return self.commit(lead).await;
+        }
+        // One herd in flight at a time: an earlier one is waited for first.
+        if let Some(herd) = self.herd.as_mut() {
+            let done = (&mut herd.task).await;
+            self.herd_done(lead, done).await?;
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        for batch in ahead {
+            let _ = tx.send(batch);
+        }
+        let task = AbortOnDropHandle::new(tokio::spawn(publish_herd(
+            Arc::clone(&self.herds),
+            self.leadership.clone(),
+            token.clone(),
+            epoch,
+            started,
+            rx,
+        )));
+        // What was not built by the instant is built now, each batch sent on as it is.
+        while let Some(batch) = fire.next_batch(&self.herds, lead) {
+            let _ = tx.send(batch);
+            tokio::task::yield_now().await;
+        }
+        self.herd = Some(Herd {
+            task,
             instant,
-            now,
-            confirmed.into_iter().flatten().max(),
-            published,
-        );
-        lead.uncommitted.cursors.extend(cursors);
+            started,
+            published: fire.published,
+            cursors: fire.cursors,
+        });
+        Ok(())
+    }
+
+    /// Ends the herd in flight once its publishing `done`: logs its fire, and commits its
+    /// cursors with those held back while it was in flight.
+    async fn herd_done(
+        &mut self,
+        lead: &mut Leading,
+        done: Result<Result<Option<DateTime<Utc>>, Abandoned>, JoinError>,
+    ) -> Result<(), Abandoned> {
+        let Some(herd) = self.herd.take() else {
+            return Ok(());
+        };
+        let confirmed = match done {
+            Ok(confirmed) => confirmed?,
+            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+            Err(_) => return Err(Abandoned::Cancelled),
+        };
+        fired(herd.instant, herd.started, confirmed, herd.published);
+        let held = std::mem::replace(&mut lead.uncommitted.cursors, herd.cursors);
+        lead.uncommitted.cursors.extend(held);
         self.commit(lead).await
     }
 
@@ -315,9 +410,10 @@ impl Scheduler {
     }
 
     /// Writes the uncommitted cursors and settlements (fenced). A store error keeps them
-    /// for the next try; a refused fence ends the term.
+    /// for the next try; a refused fence ends the term. With a herd in flight they are kept
+    /// until it is done.
     async fn commit(&self, lead: &mut Leading) -> Result<(), Abandoned> {
-        if lead.uncommitted.is_empty() {
+        if lead.uncommitted.is_empty() || self.herd.is_some() {
             return Ok(());
         }
         match self.control.commit(&lead.term, &lead.uncommitted).await {
@@ -354,4 +450,305 @@ fn fired(
         last_confirm_ms = confirmed.map(ms),
         "fired",
     );
+}
+
+/// A fire of more than one batch, publishing in a task of its own; its cursors are
+/// committed once all of it is confirmed.
+struct Herd {
+    /// The publishing: when its last confirm arrived. Dropping it (the term ended, and
+    /// with it the loop that would commit the cursors) stops the publishing.
+    task: AbortOnDropHandle<Result<Option<DateTime<Utc>>, Abandoned>>,
+    instant: DateTime<Utc>,
+    started: DateTime<Utc>,
+    published: usize,
+    cursors: Vec<Cursor>,
+}
+
+/// Resolves when the herd in flight is done publishing; pending while there is none.
+async fn confirmed(
+    herd: &mut Option<Herd>,
+) -> Result<Result<Option<DateTime<Utc>>, Abandoned>, JoinError> {
+    match herd {
+        Some(herd) => (&mut herd.task).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One fire being built: what is due at `now`, built for `publish_at`, batch by batch.
+struct Fire {
+    now: DateTime<Utc>,
+    publish_at: DateTime<Utc>,
+    /// The cursors of every occurrence taken so far (published or skipped).
+    cursors: Vec<Cursor>,
+    /// How many messages were built so far.
+    published: usize,
+    /// Whether nothing more is due.
+    done: bool,
+}
+
+impl Fire {
+    /// The next batch of at most [`PUBLISH_BATCH`] messages due, made ready by `broker`
+    /// ([`Broker::ready`]), with its publish spans; `None` once nothing more is due.
+    fn next_batch(
+        &mut self,
+        broker: &Arc<dyn Broker>,
+        lead: &mut Leading,
+    ) -> Option<(Ready, Option<Publishing>)> {
+        while !self.done {
+            let due = lead.take_due(self.now, PUBLISH_BATCH);
+            self.done = due.len() < PUBLISH_BATCH;
+            let mut batch = Vec::with_capacity(due.len());
+            for (message, cursor) in due {
+                batch.extend(message);
+                self.cursors.push(cursor);
+            }
+            // All of them paused: nothing to send, look further.
+            if batch.is_empty() {
+                continue;
+            }
+            self.published += batch.len();
+            // The traceparents go in before the bodies are built.
+            let spans = Publishing::start(&mut batch, Some(self.publish_at));
+            return Some((broker.ready(batch), spans));
+        }
+        None
+    }
+}
+
+/// Publishes each batch `batches` brings as it comes, all in flight at once, each message
+/// published at `at`, until the sender is dropped and every batch is confirmed. Returns
+/// when the last confirm arrived.
+///
+/// # Errors
+/// [`Abandoned`] as soon as one batch is given up.
+async fn publish_herd(
+    broker: Arc<dyn Broker>,
+    leadership: watch::Receiver<Option<Leadership>>,
+    token: CancellationToken,
+    epoch: u64,
+    at: DateTime<Utc>,
+    mut batches: mpsc::UnboundedReceiver<(Ready, Option<Publishing>)>,
+) -> Result<Option<DateTime<Utc>>, Abandoned> {
+    let (broker, leadership, token) = (&broker, &leadership, &token);
+    let mut publishing = FuturesUnordered::new();
+    let (mut open, mut last) = (true, None);
+    loop {
+        tokio::select! {
+            batch = batches.recv(), if open => match batch {
+                Some((ready, spans)) => publishing.push(async move {
+                    publish_ready_confirmed(broker, &ready, at, leadership, epoch, token, spans)
+                        .await
+                }),
+                None => open = false,
+            },
+            Some(done) = publishing.next(), if !publishing.is_empty() => last = last.max(done?),
+            else => return Ok(last),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::fmt::Write as _;
+    use std::path::Path;
+    use std::sync::Mutex;
+
+    use async_trait::async_trait;
+    use cronq_memory::{MemoryBroker, MemoryControl, MemoryLease};
+    use cronq_shared::broker::{BrokerError, DeadLetter, Delivery, Outgoing, Pick};
+    use cronq_shared::key::OccurrenceKey;
+    use cronq_shared::names::QueueName;
+
+    use super::*;
+
+    /// Jobs due together every other second: a herd of two batches and a half.
+    const HERD: usize = PUBLISH_BATCH * 5 / 2;
+
+    /// The memory broker, and what was confirmed published through it; on its connection
+    /// for herds ([`Broker::apart`]) each publish is `held` until `open` says so.
+    #[derive(Clone)]
+    struct Gated {
+        memory: MemoryBroker,
+        published: Arc<Mutex<Vec<OccurrenceKey>>>,
+        held: Arc<Mutex<Vec<OccurrenceKey>>>,
+        open: watch::Receiver<bool>,
+        herds: bool,
+    }
+
+    #[async_trait]
+    impl Broker for Gated {
+        async fn declare(&self, queues: &BTreeSet<QueueName>) -> Result<(), BrokerError> {
+            self.memory.declare(queues).await
+        }
+
+        async fn publish(&self, batch: &[Outgoing]) -> Result<(), BrokerError> {
+            if self.herds {
+                let keys = batch.iter().map(|o| o.occurrence.key.clone());
+                self.held.lock().unwrap().extend(keys);
+                let _ = self.open.clone().wait_for(|open| *open).await;
+            }
+            self.memory.publish(batch).await?;
+            let keys = batch.iter().map(|o| o.occurrence.key.clone());
+            self.published.lock().unwrap().extend(keys);
+            Ok(())
+        }
+
+        fn apart(&self) -> Option<Arc<dyn Broker>> {
+            Some(Arc::new(Self {
+                herds: true,
+                ..self.clone()
+            }))
+        }
+
+        async fn consume(
+            &self,
+            queues: &[QueueName],
+            prefetch: u16,
+            token: CancellationToken,
+        ) -> Result<mpsc::Receiver<Delivery>, BrokerError> {
+            self.memory.consume(queues, prefetch, token).await
+        }
+
+        async fn dead_letter(&self, letter: &DeadLetter) -> Result<(), BrokerError> {
+            self.memory.dead_letter(letter).await
+        }
+
+        async fn dead_letters(&self) -> Result<Vec<DeadLetter>, BrokerError> {
+            self.memory.dead_letters().await
+        }
+
+        async fn replay(
+            &self,
+            select: &(dyn for<'l> Fn(&'l DeadLetter) -> Pick + Send + Sync),
+        ) -> Result<usize, BrokerError> {
+            self.memory.replay(select).await
+        }
+    }
+
+    fn published_at(published: &Mutex<Vec<OccurrenceKey>>, job: &str) -> Vec<DateTime<Utc>> {
+        let published = published.lock().unwrap();
+        let mut at: Vec<_> = published
+            .iter()
+            .filter(|k| k.job().as_str() == job)
+            .filter_map(OccurrenceKey::scheduled_at)
+            .collect();
+        at.sort();
+        at
+    }
+
+    async fn eventually<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(found) = probe().await {
+                return found;
+            }
+            assert!(Instant::now() < deadline, "waited 15 s for {what}");
+            sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// A herd's publishing, held unconfirmed on its own connection, holds back neither the
+    /// next second's tick nor its publish; and no cursor moves past the herd's instant
+    /// until the whole herd is confirmed, then every one of its jobs is published once.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_herd_in_flight_delays_no_tick_and_holds_back_every_cursor() {
+        let mut text = String::from(
+            "[[job]]\nname = \"tick\"\nschedule = \"@every 1s\"\ncommand = [\"true\"]\n",
+        );
+        for i in 0..HERD {
+            let _ = write!(
+                text,
+                "[[job]]\nname = \"herd{i}\"\nschedule = \"@every 2s\"\ncommand = [\"true\"]\n"
+            );
+        }
+        let config = Arc::new(Config::from_toml(&text, Path::new("cronq.toml")).unwrap());
+        let (open_tx, open) = watch::channel(false);
+        let published = Arc::new(Mutex::new(Vec::new()));
+        let held = Arc::new(Mutex::new(Vec::new()));
+        let broker = Gated {
+            memory: MemoryBroker::new(),
+            published: Arc::clone(&published),
+            held: Arc::clone(&held),
+            open,
+            herds: false,
+        };
+        let lease = MemoryLease::new();
+        let control = Control::new(MemoryControl::new(&lease));
+        let term = lease
+            .acquire("test", Duration::from_secs(600))
+            .await
+            .unwrap()
+            .unwrap();
+        let (_leadership_tx, leadership) = watch::channel(Some(Leadership {
+            term,
+            valid_until: Instant::now() + Duration::from_secs(600),
+            since: Utc::now(),
+        }));
+        let (_config_tx, config_rx) = watch::channel(config);
+        let scheduler = Scheduler::new(
+            Arc::new(broker),
+            Arc::new(lease),
+            control.clone(),
+            config_rx,
+            leadership,
+        );
+        let token = CancellationToken::new();
+        let running = tokio::spawn(scheduler.run(token.clone()));
+
+        // The first herd is built and held, with the tick of its instant in it.
+        let herd_at = eventually("the first herd to be held", async || {
+            let held = held.lock().unwrap();
+            (held.len() == HERD + 1).then(|| held[0].scheduled_at().unwrap())
+        })
+        .await;
+        assert_eq!(published_at(&held, "tick"), [herd_at]);
+        // The next second's tick is published meanwhile, and its cursor stays behind the
+        // herd's instant: the herd's occurrence of it is not confirmed.
+        let next = herd_at + chrono::TimeDelta::seconds(1);
+        eventually("the next second's tick", async || {
+            published_at(&published, "tick")
+                .contains(&next)
+                .then_some(())
+        })
+        .await;
+        assert!(
+            published_at(&published, "herd0").is_empty(),
+            "the herd is held"
+        );
+        let cursors = control.cursors().await.unwrap();
+        for job in ["tick", "herd0"] {
+            let cursor = cursors.get(&JobName::new(job).unwrap());
+            assert!(
+                cursor.is_none_or(|c| *c < herd_at),
+                "{job}: its cursor {cursor:?} moved to the herd's instant {herd_at} unconfirmed"
+            );
+        }
+
+        open_tx.send_replace(true);
+        // Once it is confirmed, its cursors and the next second's move together.
+        eventually("the herd's cursors to be committed", async || {
+            let cursors = control.cursors().await.unwrap();
+            let herd = (0..HERD).all(|i| {
+                let job = JobName::new(format!("herd{i}")).unwrap();
+                cursors.get(&job).is_some_and(|at| *at >= herd_at)
+            });
+            let tick = cursors.get(&JobName::new("tick").unwrap());
+            (herd && tick.is_some_and(|at| *at >= next)).then_some(())
+        })
+        .await;
+        token.cancel();
+        running.await.unwrap();
+
+        // Every herd job published at the herd's instant once.
+        for i in 0..HERD {
+            let at = published_at(&published, &format!("herd{i}"));
+            assert_eq!(
+                at.iter().filter(|at| **at == herd_at).count(),
+                1,
+                "herd{i}: {at:?}"
+            );
+            assert_eq!(at.first(), Some(&herd_at), "herd{i}: {at:?}");
+        }
+    }
 }

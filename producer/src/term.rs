@@ -271,17 +271,19 @@ impl Leading {
         self.config.jobs.len()
     }
 
-    /// Pops everything due at `now` (several occurrences of one job when publishing was
-    /// held up) and schedules each job's next occurrence.
-    pub(crate) fn take_due(&mut self, now: DateTime<Utc>) -> Vec<Due> {
+    /// Pops up to `limit` occurrences due at `now` (several of one job when publishing was
+    /// held up), fewer only when no more are due, and schedules each job's next one: a
+    /// herd of jobs due together is taken batch by batch.
+    pub(crate) fn take_due(&mut self, now: DateTime<Utc>, limit: usize) -> Vec<Due> {
         let mut due = Vec::new();
-        loop {
-            let popped = self.timer.pop_due(now);
+        while due.len() < limit {
+            let popped = self.timer.pop_due(now, limit - due.len());
             if popped.is_empty() {
-                return due;
+                break;
             }
             self.schedule_next(popped, now, &mut due);
         }
+        due
     }
 
     fn schedule_next(&mut self, popped: Vec<Entry>, now: DateTime<Utc>, due: &mut Vec<Due>) {
@@ -603,7 +605,7 @@ mod tests {
         let now = t("2026-11-30T10:00:00.5Z");
         let mut lead = leading(config(&[("a", "@every 1s"), ("b", "@every 1s")]), now);
         lead.paused.insert(job("b"));
-        let due = lead.take_due(t("2026-11-30T10:00:02Z"));
+        let due = lead.take_due(t("2026-11-30T10:00:02Z"), usize::MAX);
         assert_eq!(due.len(), 4, "a and b at :01 and :02");
         for (message, (name, at)) in &due {
             match message {
@@ -651,7 +653,7 @@ mod tests {
             "changed and new jobs start from now"
         );
         assert!(lead.uncommitted.cursors.iter().all(|(_, at)| *at == later));
-        let due = lead.take_due(t("2026-11-30T10:00:12Z"));
+        let due = lead.take_due(t("2026-11-30T10:00:12Z"), usize::MAX);
         let fired = |name: &str| -> Vec<DateTime<Utc>> {
             due.iter()
                 .filter(|(_, (j, _))| j.as_str() == name)
@@ -665,7 +667,7 @@ mod tests {
             fired("change").is_empty(),
             "the old timing of a changed job is gone"
         );
-        let due = lead.take_due(t("2026-11-30T10:00:15Z"));
+        let due = lead.take_due(t("2026-11-30T10:00:15Z"), usize::MAX);
         assert!(
             due.iter()
                 .any(|(_, (j, at))| j.as_str() == "change" && *at == t("2026-11-30T10:00:15Z"))
@@ -689,7 +691,7 @@ mod tests {
             .map(|(j, _)| j.as_str())
             .collect();
         assert_eq!(written, ["b"], "only the changed job starts anew");
-        let due = lead.take_due(t("2026-11-30T10:00:12Z"));
+        let due = lead.take_due(t("2026-11-30T10:00:12Z"), usize::MAX);
         let count = |name: &str| due.iter().filter(|(_, (j, _))| j.as_str() == name).count();
         assert_eq!((count("a"), count("b"), count("c")), (12, 1, 12));
     }
@@ -753,7 +755,7 @@ mod tests {
             polled,
         );
         assert_eq!(lead.uncommitted.cursors, [(job("rt"), created)]);
-        let due = lead.take_due(polled);
+        let due = lead.take_due(polled, usize::MAX);
         let rt: Vec<DateTime<Utc>> = due
             .iter()
             .filter(|(_, (j, _))| j.as_str() == "rt")

@@ -46,10 +46,10 @@ impl Timer {
         self.heap.peek().map(|Reverse(e)| e.fire)
     }
 
-    /// Removes and returns every entry due at `now`, earliest first.
-    pub fn pop_due(&mut self, now: DateTime<Utc>) -> Vec<Entry> {
+    /// Removes and returns up to `limit` entries due at `now`, earliest first.
+    pub fn pop_due(&mut self, now: DateTime<Utc>, limit: usize) -> Vec<Entry> {
         let mut due = Vec::new();
-        while self.heap.peek().is_some_and(|Reverse(e)| e.fire <= now) {
+        while due.len() < limit && self.heap.peek().is_some_and(|Reverse(e)| e.fire <= now) {
             if let Some(Reverse(e)) = self.heap.pop() {
                 due.push(e);
             }
@@ -99,8 +99,9 @@ mod tests {
             timer.next_fire(),
             Some("2026-11-30T10:00:01Z".parse().unwrap())
         );
-        let due = timer.pop_due("2026-11-30T10:00:02Z".parse().unwrap());
-        let jobs: Vec<_> = due.iter().map(|e| e.job).collect();
+        let first = timer.pop_due("2026-11-30T10:00:02Z".parse().unwrap(), 1);
+        let due = timer.pop_due("2026-11-30T10:00:02Z".parse().unwrap(), usize::MAX);
+        let jobs: Vec<_> = first.iter().chain(&due).map(|e| e.job).collect();
         assert_eq!(jobs, [0, 1]);
         assert_eq!(timer.len(), 1);
         timer.push(entry("2026-11-30T10:00:00Z", 3));
@@ -115,7 +116,7 @@ mod tests {
             e.job != 2
         });
         let rest: Vec<_> = timer
-            .pop_due("2026-11-30T10:00:09Z".parse().unwrap())
+            .pop_due("2026-11-30T10:00:09Z".parse().unwrap(), usize::MAX)
             .iter()
             .map(|e| e.job)
             .collect();

@@ -23,7 +23,7 @@
 use std::any::Any;
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -420,6 +420,16 @@ pub trait Broker: Send + Sync + 'static {
         at: DateTime<Utc>,
     ) -> Result<Vec<DateTime<Utc>>, BrokerError> {
         self.publish_timed(&ready.stamped(at)).await
+    }
+
+    /// The same broker publishing over a connection of its own, if it has connections: for
+    /// a herd (many messages due at one instant), so that the broker's flow control, which
+    /// holds back a whole connection behind its backlog, does not hold back what this one
+    /// publishes meanwhile. It takes what this broker's [`Broker::ready`] built, and shares
+    /// its declarations and its [`Broker::close`]. By default (`None`) there is no other
+    /// connection to take: the caller publishes a herd here too.
+    fn apart(&self) -> Option<Arc<dyn Broker>> {
+        None
     }
 
     /// Subscribes to `queues` (declaring them) with at most `prefetch` unsettled

@@ -133,6 +133,8 @@ pub struct AmqpBroker {
     inner: Arc<Inner>,
     /// Seals every message published (`Outgoing::body`).
     keyring: Option<Arc<Keyring>>,
+    /// Whether this handle works on the connection of its own ([`Broker::apart`]).
+    apart: bool,
 }
 
 impl std::fmt::Debug for AmqpBroker {
@@ -159,6 +161,8 @@ struct Inner {
     closed: AtomicBool,
     names: Names,
     link: tokio::sync::Mutex<Slot>,
+    /// The connection [`Broker::apart`] publishes on, opened at its first use.
+    apart: tokio::sync::Mutex<Slot>,
     /// The delay queues this process has declared.
     delays: Mutex<HashSet<Duration>>,
     /// Logical queues known to exist (declared or checked).
@@ -252,11 +256,16 @@ impl AmqpBroker {
                     link: Some(Arc::new(link)),
                     next: at,
                 }),
+                apart: tokio::sync::Mutex::new(Slot {
+                    link: None,
+                    next: at,
+                }),
                 delays: Mutex::default(),
                 known: Mutex::default(),
                 tasks: Tasks::default(),
             }),
             keyring: None,
+            apart: false,
         })
     }
 
@@ -279,12 +288,14 @@ impl AmqpBroker {
         self.inner.closed.store(true, Ordering::Release);
         let close = async {
             self.inner.tasks.close().await;
-            let link = self.inner.link.lock().await.link.take();
-            if let Some(link) = link {
-                let _ = link
-                    .connection
-                    .close(200, ShortString::from("cronq closing"))
-                    .await;
+            for slot in [&self.inner.link, &self.inner.apart] {
+                let link = slot.lock().await.link.take();
+                if let Some(link) = link {
+                    let _ = link
+                        .connection
+                        .close(200, ShortString::from("cronq closing"))
+                        .await;
+                }
             }
         };
         if tokio::time::timeout(CLOSE_DEADLINE, close).await.is_err() {
@@ -295,10 +306,15 @@ impl AmqpBroker {
         }
     }
 
-    /// The current link, or a new one when it is gone (one attempt on each node, from the
-    /// one after the lost link's; callers back off).
+    /// The current link of this handle's connection, or a new one when it is gone (one
+    /// attempt on each node, from the one after the lost link's; callers back off).
     async fn link(&self) -> Result<Arc<Link>, Failure> {
-        let mut slot = self.inner.link.lock().await;
+        let slot = if self.apart {
+            &self.inner.apart
+        } else {
+            &self.inner.link
+        };
+        let mut slot = slot.lock().await;
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Failure::fatal(BrokerError::Closed));
         }
@@ -318,7 +334,11 @@ impl AmqpBroker {
                 transient: true,
             })?;
         let link = Arc::new(link);
-        tracing::info!(url = %nodes[at].redacted, "reconnected to the broker");
+        if self.apart {
+            tracing::info!(url = %nodes[at].redacted, "connected to the broker for herds");
+        } else {
+            tracing::info!(url = %nodes[at].redacted, "reconnected to the broker");
+        }
         *slot = Slot {
             link: Some(link.clone()),
             next: at,
@@ -700,6 +720,13 @@ impl Broker for AmqpBroker {
 
     async fn publish_timed(&self, batch: &[Outgoing]) -> Result<Vec<DateTime<Utc>>, BrokerError> {
         self.publish_built(batch, |i| self.prepare(&batch[i])).await
+    }
+
+    fn apart(&self) -> Option<Arc<dyn Broker>> {
+        Some(Arc::new(Self {
+            apart: true,
+            ..self.clone()
+        }))
     }
 
     fn ready(&self, messages: Vec<Outgoing>) -> Ready {
