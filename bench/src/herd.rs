@@ -122,6 +122,16 @@ pub async fn run(args: &HerdArgs, runs: usize, cronq: &Path) -> anyhow::Result<V
     )
     .baseline("same, in the 5 s before the herd")
     .goal("as before the herd");
+    let mut tick_fires = Figure::new(
+        "herd",
+        format!(
+            "`@every 1s` jobs: slowest publish (instant to last confirm, the producer's `fired` lines) in the {} s after the herd",
+            args.watch.as_secs()
+        ),
+        Unit::Seconds,
+    )
+    .baseline("same, in the 5 s before the herd")
+    .goal("as before the herd");
     let mut metrics_p99 = Figure::new(
         "herd",
         "producer `/metrics` latency p99 during the herd",
@@ -167,9 +177,11 @@ pub async fn run(args: &HerdArgs, runs: usize, cronq: &Path) -> anyhow::Result<V
             r.burst.last_delivery * 1e3,
         );
         eprintln!(
-            "  ticks: slowest delivery after the herd {:.1} ms, before {:.1} ms",
+            "  ticks: slowest delivery after the herd {:.1} ms, before {:.1} ms; slowest publish after the herd {:.1} ms, before {:.1} ms",
             r.cronq.ticks_after * 1e3,
-            r.cronq.ticks_before * 1e3
+            r.cronq.ticks_before * 1e3,
+            r.cronq.tick_fires_after * 1e3,
+            r.cronq.tick_fires_before * 1e3
         );
         for (what, d) in [
             ("/metrics before", r.cronq.metrics_before),
@@ -194,6 +206,8 @@ pub async fn run(args: &HerdArgs, runs: usize, cronq: &Path) -> anyhow::Result<V
         start.runs.extend(r.cronq.start);
         ticks.runs.push(r.cronq.ticks_after);
         ticks.push_baseline(r.cronq.ticks_before);
+        tick_fires.runs.push(r.cronq.tick_fires_after);
+        tick_fires.push_baseline(r.cronq.tick_fires_before);
         if let (Some(during), Some(before)) = (r.cronq.metrics_during, r.cronq.metrics_before) {
             metrics_p99.runs.push(during.p99);
             metrics_p99.push_baseline(before.p99);
@@ -214,6 +228,7 @@ pub async fn run(args: &HerdArgs, runs: usize, cronq: &Path) -> anyhow::Result<V
         delivered_times,
         start,
         ticks,
+        tick_fires,
         metrics_p99,
         metrics_max,
     ];
@@ -239,6 +254,9 @@ struct CronqSide {
     last_delivery: f64,
     ticks_after: f64,
     ticks_before: f64,
+    /// The ticks' own fires' last confirms (the producer's `fired` lines).
+    tick_fires_after: f64,
+    tick_fires_before: f64,
     metrics_before: Option<Distribution>,
     metrics_during: Option<Distribution>,
     dashboard_during: Option<Distribution>,
@@ -553,6 +571,12 @@ impl Sides<'_> {
         let herd_end = last_confirm.unwrap_or(last_delivery);
         let during_to = self.instant + TimeDelta::microseconds((herd_end * 1e6) as i64);
         let ticks = ticks_late(&seen);
+        // The ticks' fires: every fire but the herd's (whose instant holds ticks too).
+        let tick_fires: Vec<(DateTime<Utc>, f64)> = fires
+            .iter()
+            .filter(|f| f.instant != self.instant)
+            .map(|f| (f.instant, f.last_confirm_ms.unwrap_or(f64::NAN) / 1e3))
+            .collect();
         let metrics = metrics.lock().unwrap_or_else(PoisonError::into_inner);
         Ok(CronqSide {
             start: herd.map(Fired::start),
@@ -560,6 +584,8 @@ impl Sides<'_> {
             last_delivery,
             ticks_after: slowest(&ticks, after, after + watch),
             ticks_before: slowest(&ticks, self.instant - QUIET, self.instant),
+            tick_fires_after: slowest(&tick_fires, after, after + watch),
+            tick_fires_before: slowest(&tick_fires, self.instant - QUIET, self.instant),
             metrics_before: window(&metrics, self.instant - QUIET, self.instant),
             metrics_during: window(&metrics, self.instant, during_to),
             dashboard_during: self.dashboard_in(self.instant, during_to),
