@@ -8,23 +8,24 @@
 //! A *herd* (more jobs due at one instant than one batch holds) is published in a task of
 //! its own, over the broker's connection for herds ([`Broker::apart`]), while the loop goes
 //! on to the next instants: the broker's flow control holds back a connection behind its
-//! backlog, so seconds of a herd's confirms neither wait the next ticks' publishing nor
-//! delay their confirms. At most one herd is in flight; a second one waits for the first.
+//! backlog, so seconds of a herd's confirms hold up neither the next ticks' publishing nor
+//! their confirms. At most one herd is in flight; a second one waits for the first.
 //!
 //! Owns: the loop around one term's state (`term`: job table, timer, pauses, uncommitted
 //! cursors) and the term's herd in flight. Everything is rebuilt from the control store on
 //! each new term, so a producer that lost and regained leadership trusts nothing it
 //! remembered. Invariant: a cursor is committed only after the occurrences up to it were
 //! confirmed published (or deliberately skipped: paused, or outside the catch-up policy),
-//! and only by the current term (the store fences it): while a herd is in flight nothing is
-//! committed, so no later occurrence's cursor moves past a herd's unconfirmed one.
+//! and only by the current term (the store fences it): while a herd is in flight no cursor
+//! is committed (settled requests are), so no later occurrence's cursor moves past a
+//! herd's unconfirmed one.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use cronq_shared::broker::{Broker, Ready};
+use cronq_shared::broker::{Broker, Outgoing, Ready};
 use cronq_shared::config::Config;
 use cronq_shared::control::{Commit, Control, ControlError, Request};
 use cronq_shared::lease::{Lease, Term};
@@ -273,14 +274,13 @@ impl Scheduler {
         let publish_at = instant + chrono::TimeDelta::milliseconds(1);
         let mut fire = Fire {
             now: instant.max(Utc::now()),
-            publish_at,
             cursors: Vec::new(),
             published: 0,
             done: false,
         };
         let mut ahead = Vec::new();
-        while let Some(batch) = fire.next_batch(&self.broker, lead) {
-            ahead.push(batch);
+        while let Some(batch) = fire.next_batch(lead) {
+            ahead.push(made_ready(&self.broker, batch, publish_at));
             if Utc::now() >= publish_at {
                 break;
             }
@@ -317,21 +317,22 @@ impl Scheduler {
             self.herd_done(lead, done).await?;
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        for batch in ahead {
-            let _ = tx.send(batch);
+        for (batch, spans) in ahead {
+            let _ = tx.send(Batch::Ready(batch, spans));
         }
         let task = AbortOnDropHandle::new(tokio::spawn(publish_herd(
             Arc::clone(&self.herds),
             self.leadership.clone(),
             token.clone(),
             epoch,
-            started,
+            (publish_at, started),
             rx,
         )));
-        // What was not built by the instant is built now, each batch sent on as it is.
-        while let Some(batch) = fire.next_batch(&self.herds, lead) {
-            let _ = tx.send(batch);
-            tokio::task::yield_now().await;
+        // What was not taken by the instant is taken now, each batch sent on as it is, to
+        // be built for the wire by the herd's task: the loop is soon free for the next
+        // instants.
+        while let Some(batch) = fire.next_batch(lead) {
+            let _ = tx.send(Batch::Due(batch));
         }
         self.herd = Some(Herd {
             task,
@@ -410,10 +411,21 @@ impl Scheduler {
     }
 
     /// Writes the uncommitted cursors and settlements (fenced). A store error keeps them
-    /// for the next try; a refused fence ends the term. With a herd in flight they are kept
-    /// until it is done.
+    /// for the next try; a refused fence ends the term. With a herd in flight the cursors
+    /// are kept until it is done; the settlements are written (a request carried out is
+    /// not carried out again at the next poll).
     async fn commit(&self, lead: &mut Leading) -> Result<(), Abandoned> {
-        if lead.uncommitted.is_empty() || self.herd.is_some() {
+        let held = match self.herd {
+            Some(_) => std::mem::take(&mut lead.uncommitted.cursors),
+            None => Vec::new(),
+        };
+        let written = self.write(lead).await;
+        lead.uncommitted.cursors.extend(held);
+        written
+    }
+
+    async fn write(&self, lead: &mut Leading) -> Result<(), Abandoned> {
+        if lead.uncommitted.is_empty() {
             return Ok(());
         }
         match self.control.commit(&lead.term, &lead.uncommitted).await {
@@ -474,26 +486,21 @@ async fn confirmed(
     }
 }
 
-/// One fire being built: what is due at `now`, built for `publish_at`, batch by batch.
+/// One fire being taken: what is due at `now`, batch by batch.
 struct Fire {
     now: DateTime<Utc>,
-    publish_at: DateTime<Utc>,
     /// The cursors of every occurrence taken so far (published or skipped).
     cursors: Vec<Cursor>,
-    /// How many messages were built so far.
+    /// How many messages were taken so far.
     published: usize,
     /// Whether nothing more is due.
     done: bool,
 }
 
 impl Fire {
-    /// The next batch of at most [`PUBLISH_BATCH`] messages due, made ready by `broker`
-    /// ([`Broker::ready`]), with its publish spans; `None` once nothing more is due.
-    fn next_batch(
-        &mut self,
-        broker: &Arc<dyn Broker>,
-        lead: &mut Leading,
-    ) -> Option<(Ready, Option<Publishing>)> {
+    /// The next batch of at most [`PUBLISH_BATCH`] messages due; `None` once nothing more
+    /// is due.
+    fn next_batch(&mut self, lead: &mut Leading) -> Option<Vec<Outgoing>> {
         while !self.done {
             let due = lead.take_due(self.now, PUBLISH_BATCH);
             self.done = due.len() < PUBLISH_BATCH;
@@ -503,21 +510,37 @@ impl Fire {
                 self.cursors.push(cursor);
             }
             // All of them paused: nothing to send, look further.
-            if batch.is_empty() {
-                continue;
+            if !batch.is_empty() {
+                self.published += batch.len();
+                return Some(batch);
             }
-            self.published += batch.len();
-            // The traceparents go in before the bodies are built.
-            let spans = Publishing::start(&mut batch, Some(self.publish_at));
-            return Some((broker.ready(batch), spans));
         }
         None
     }
 }
 
+/// `batch` made ready by `broker` ([`Broker::ready`]) to be published at `publish_at`,
+/// with its publish spans.
+fn made_ready(
+    broker: &Arc<dyn Broker>,
+    mut batch: Vec<Outgoing>,
+    publish_at: DateTime<Utc>,
+) -> (Ready, Option<Publishing>) {
+    // The traceparents go in before the bodies are built.
+    let spans = Publishing::start(&mut batch, Some(publish_at));
+    (broker.ready(batch), spans)
+}
+
+/// A batch of a herd: made ready before its instant, or taken after it (made ready by the
+/// herd's task).
+enum Batch {
+    Ready(Ready, Option<Publishing>),
+    Due(Vec<Outgoing>),
+}
+
 /// Publishes each batch `batches` brings as it comes, all in flight at once, each message
-/// published at `at`, until the sender is dropped and every batch is confirmed. Returns
-/// when the last confirm arrived.
+/// published at `at` (planned at `publish_at`), until the sender is dropped and every
+/// batch is confirmed. Returns when the last confirm arrived.
 ///
 /// # Errors
 /// [`Abandoned`] as soon as one batch is given up.
@@ -526,21 +549,28 @@ async fn publish_herd(
     leadership: watch::Receiver<Option<Leadership>>,
     token: CancellationToken,
     epoch: u64,
-    at: DateTime<Utc>,
-    mut batches: mpsc::UnboundedReceiver<(Ready, Option<Publishing>)>,
+    (publish_at, at): (DateTime<Utc>, DateTime<Utc>),
+    mut batches: mpsc::UnboundedReceiver<Batch>,
 ) -> Result<Option<DateTime<Utc>>, Abandoned> {
     let (broker, leadership, token) = (&broker, &leadership, &token);
     let mut publishing = FuturesUnordered::new();
     let (mut open, mut last) = (true, None);
     loop {
         tokio::select! {
-            batch = batches.recv(), if open => match batch {
-                Some((ready, spans)) => publishing.push(async move {
+            batch = batches.recv(), if open => {
+                let (ready, spans) = match batch {
+                    Some(Batch::Ready(ready, spans)) => (ready, spans),
+                    Some(Batch::Due(batch)) => made_ready(broker, batch, publish_at),
+                    None => {
+                        open = false;
+                        continue;
+                    }
+                };
+                publishing.push(async move {
                     publish_ready_confirmed(broker, &ready, at, leadership, epoch, token, spans)
                         .await
-                }),
-                None => open = false,
-            },
+                });
+            }
             Some(done) = publishing.next(), if !publishing.is_empty() => last = last.max(done?),
             else => return Ok(last),
         }
@@ -562,7 +592,7 @@ mod tests {
 
     use super::*;
 
-    /// Jobs due together every other second: a herd of two batches and a half.
+    /// Jobs due together every fourth second: a herd of two batches and a half.
     const HERD: usize = PUBLISH_BATCH * 5 / 2;
 
     /// The memory broker, and what was confirmed published through it; on its connection
@@ -659,7 +689,7 @@ mod tests {
         for i in 0..HERD {
             let _ = write!(
                 text,
-                "[[job]]\nname = \"herd{i}\"\nschedule = \"@every 2s\"\ncommand = [\"true\"]\n"
+                "[[job]]\nname = \"herd{i}\"\nschedule = \"@every 4s\"\ncommand = [\"true\"]\n"
             );
         }
         let config = Arc::new(Config::from_toml(&text, Path::new("cronq.toml")).unwrap());
@@ -712,6 +742,21 @@ mod tests {
                 .then_some(())
         })
         .await;
+        // A trigger is carried out, and settled, once.
+        let tick = JobName::new("tick").unwrap();
+        let manual = control.request_trigger(&tick, None).await.unwrap();
+        eventually("the trigger to be settled", async || {
+            control.pending().await.unwrap().is_empty().then_some(())
+        })
+        .await;
+        sleep(CONTROL_POLL * 2).await;
+        let copies = published
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|k| **k == manual)
+            .count();
+        assert_eq!(copies, 1, "the trigger {manual} published {copies} times");
         assert!(
             published_at(&published, "herd0").is_empty(),
             "the herd is held"
