@@ -33,7 +33,6 @@ use chrono::{DateTime, DurationRound as _, TimeDelta, Timelike as _, Utc};
 use cronq_rabbitmq::AmqpBroker;
 use cronq_shared::broker::Broker as _;
 use cronq_shared::config::Config;
-use cronq_shared::names::QueueName;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -64,6 +63,10 @@ pub struct HerdArgs {
     #[arg(id = "herd_probe_every", long = "herd-probe-every", default_value = "50ms", value_parser = humantime::parse_duration)]
     #[serde(with = "crate::precision::humantime_secs")]
     pub probe_every: Duration,
+    /// The queue of the `@every 1s` jobs (default: the herd's): a queue of their own
+    /// tells the producer's part of their lateness from the shared queue's.
+    #[arg(id = "herd_ticks_queue", long = "herd-ticks-queue", default_value = QUEUE)]
+    pub ticks_queue: String,
     /// Run no `cronq dashboard` (and no dashboard probe).
     #[arg(id = "herd_no_dashboard", long = "herd-no-dashboard")]
     pub no_dashboard: bool,
@@ -270,9 +273,9 @@ struct BurstSide {
     dashboard_during: Option<Distribution>,
 }
 
-/// The config text: `jobs` herd jobs `h{i}` due at `instant` only (once a day), and
-/// `ticks` jobs `tick{i}` `@every 1s`, all in [`QUEUE`].
-fn config_text(jobs: usize, ticks: usize, instant: DateTime<Utc>) -> String {
+/// The config text: `jobs` herd jobs `h{i}` due at `instant` only (once a day), in
+/// [`QUEUE`], and `ticks` jobs `tick{i}` `@every 1s` in `ticks_queue`.
+fn config_text(jobs: usize, ticks: usize, ticks_queue: &str, instant: DateTime<Utc>) -> String {
     use std::fmt::Write as _;
     let schedule = format!(
         "{} {} {} * * *",
@@ -290,7 +293,7 @@ fn config_text(jobs: usize, ticks: usize, instant: DateTime<Utc>) -> String {
     for i in 0..ticks {
         let _ = writeln!(
             text,
-            "[[job]]\nname = \"{TICK}{i}\"\nschedule = \"@every 1s\"\nqueue = \"{QUEUE}\""
+            "[[job]]\nname = \"{TICK}{i}\"\nschedule = \"@every 1s\"\nqueue = \"{ticks_queue}\""
         );
     }
     text
@@ -334,28 +337,36 @@ async fn once(
         + TimeDelta::from_std(args.lead)?
         + TimeDelta::seconds(extra);
     let path = dir.join("herd.toml");
-    std::fs::write(&path, config_text(args.jobs, args.ticks, instant))
-        .context("while writing the herd config")?;
-    let herd = Config::from_toml(&config_text(args.jobs, 0, instant), Path::new("herd.toml"))
+    let text = config_text(args.jobs, args.ticks, &args.ticks_queue, instant);
+    std::fs::write(&path, &text).context("while writing the herd config")?;
+    let all = Config::from_toml(&text, Path::new("herd.toml"))
         .context("while building the herd config")?;
-    let queue = QueueName::new(QUEUE)?;
-    env.track_queue(&queue);
+    let herd = Config::from_toml(
+        &config_text(args.jobs, 0, QUEUE, instant),
+        Path::new("herd.toml"),
+    )
+    .context("while building the herd config")?;
+    let queues = all.queues();
+    for queue in &queues {
+        env.track_queue(queue);
+    }
     let names = env.names();
     let broker = AmqpBroker::connect(&env.endpoints.amqp_url, names.clone()).await?;
-    broker.declare(&herd.queues()).await?;
+    broker.declare(&queues).await?;
     broker.close().await;
 
     let token = CancellationToken::new();
     let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
     let observer = env.amqp().await?;
-    let observing = {
+    let mut observing = Vec::new();
+    for queue in &queues {
         let (ch, q, t, out) = (
             observer.create_channel().await?,
-            names.queue(&queue),
+            names.queue(queue),
             token.clone(),
             Arc::clone(&seen),
         );
-        tokio::spawn(async move {
+        observing.push(tokio::spawn(async move {
             crate::raw::observe(ch, &q, t, |body| {
                 let at = Utc::now();
                 let tick = tick(body);
@@ -364,8 +375,8 @@ async fn once(
                     .push((at, tick));
             })
             .await
-        })
-    };
+        }));
+    }
     let dashboard_probes: Arc<Mutex<Vec<Probe>>> = Arc::default();
     let mut dashboard = None;
     let outcome = async {
@@ -404,7 +415,9 @@ async fn once(
     if let Some(mut child) = dashboard {
         let _ = child.kill().await;
     }
-    let _ = observing.await;
+    for observing in observing {
+        let _ = observing.await;
+    }
     let _ = observer.close(200, "observer done".into()).await;
     let _ = std::fs::remove_dir_all(&dir);
     outcome
@@ -777,7 +790,7 @@ mod tests {
     fn the_config_has_the_herd_at_its_instant_and_the_ticks_every_second() {
         let instant: DateTime<Utc> = "2026-12-05T04:30:17Z".parse().unwrap();
         let config =
-            Config::from_toml(&config_text(3, 2, instant), Path::new("herd.toml")).unwrap();
+            Config::from_toml(&config_text(3, 2, QUEUE, instant), Path::new("herd.toml")).unwrap();
         assert_eq!(config.jobs.len(), 5);
         let before = instant - TimeDelta::seconds(1);
         for job in &config.jobs[..3] {
@@ -797,7 +810,7 @@ mod tests {
     fn tells_ticks_from_the_herd_by_their_bodies() {
         let instant: DateTime<Utc> = "2026-12-05T04:30:17Z".parse().unwrap();
         let config =
-            Config::from_toml(&config_text(1, 1, instant), Path::new("herd.toml")).unwrap();
+            Config::from_toml(&config_text(1, 1, QUEUE, instant), Path::new("herd.toml")).unwrap();
         let messages = crate::precision::cronq_messages(&config, instant, None).unwrap();
         let ticks: Vec<_> = messages.iter().map(|(body, _)| tick(body)).collect();
         assert_eq!(ticks, [None, Some(instant)]);

@@ -95,24 +95,12 @@ async fn a_killed_leader_of_a_large_config_is_caught_up_once_per_job() {
     // for all), among 20,000 jobs that never fire in the test: the standby's take-over is
     // planned on every core, from a config read by reader threads.
     scoped("prod-kill-large", |env| async move {
-        env.track_queue("default");
         let ticks = ["tick0", "tick1", "tick2", "tick3"];
-        let mut toml = String::from(LEADER);
-        for name in ticks {
-            toml.push_str(&format!(
-                "[[job]]\nname = \"{name}\"\nschedule = \"@every 1s\"\ncatchup = \"all\"\n"
-            ));
-        }
-        for i in 0..LARGE {
-            toml.push_str(&format!(
-                "[[job]]\nname = \"quiet{i}\"\nschedule = \"0 0 29 2 *\"\n"
-            ));
-        }
-        let config = env.write_config("cronq.toml", &toml);
-        let config = config.to_string_lossy();
-        let a = producer(&env, "a", &config);
-        let (epoch, pid) = wait_leader(&env, 0).await;
-        let b = producer(&env, "b", &config);
+        let jobs = ticks
+            .iter()
+            .map(|name| job(name, "@every 1s"))
+            .chain((0..LARGE).map(|i| job(&format!("quiet{i}"), "0 0 29 2 *")));
+        let (a, b, epoch, pid) = leader_and_standby(&env, jobs).await;
         advance(&env, "tick0", 3).await;
         mid_second().await;
         env.signal(pid, Signal::SIGKILL);
@@ -149,6 +137,124 @@ async fn a_killed_leader_of_a_large_config_is_caught_up_once_per_job() {
         );
     })
     .await;
+}
+
+/// Jobs due together every other second in the herd test: a herd of two batches.
+const HERD: usize = 1_500;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_killed_while_publishing_a_herd_loses_nothing_and_its_ticks_go_on() {
+    // 1,500 jobs `@every 2s` (a herd, published over the producer's connection for herds
+    // while the next seconds go on) beside a tick `@every 1s`; the leader is killed just
+    // after a herd's instant, while it publishes it.
+    scoped("prod-kill-herd", |env| async move {
+        let jobs = std::iter::once(job("tick", "@every 1s"))
+            .chain((0..HERD).map(|i| job(&format!("herd{i}"), "@every 2s")));
+        let (a, b, epoch, pid) = leader_and_standby(&env, jobs).await;
+        advance(&env, "herd0", 4).await;
+        let (killed, survivor) = if pid == a { ("a", "b") } else { ("b", "a") };
+        assert!(
+            env.log(killed)
+                .contains("connected to the broker for herds"),
+            "the leader opened its connection for herds:\n{}",
+            env.log(killed)
+        );
+        // Just after an even second: the herd of that instant is being published.
+        at_even_second_plus(30..80).await;
+        env.signal(pid, Signal::SIGKILL);
+        let (next, _) = wait_leader(&env, epoch).await;
+        assert!(next > epoch);
+        advance(&env, "herd0", 4).await;
+        // Stopped between herds (a stop in the middle of one leaves the rest of it to the
+        // next leader, which this test does not start).
+        at_even_second_plus(1_400..1_600).await;
+        let msgs = stop_and_drain(&env, &[a, b]).await;
+        assert!(
+            env.log(survivor)
+                .contains("connected to the broker for herds"),
+            "the new leader opened its connection for herds:\n{}",
+            env.log(survivor)
+        );
+        // Every second of each job once per term at most, none missing; a second of the
+        // killed term's may have been published again by the next one (its cursor had not
+        // moved: the consumers' idempotency records run it once).
+        let mut seconds: BTreeMap<&str, BTreeMap<i64, BTreeSet<u64>>> = BTreeMap::new();
+        for m in &msgs {
+            let terms = seconds
+                .entry(m.job.as_str())
+                .or_default()
+                .entry(m.scheduled_at.timestamp())
+                .or_default();
+            assert!(
+                terms.insert(m.epoch),
+                "{} published twice by term {}",
+                m.key,
+                m.epoch
+            );
+        }
+        assert_eq!(seconds.len(), HERD + 1, "every job published");
+        let herd: Vec<Vec<i64>> = (0..HERD)
+            .map(|i| {
+                seconds[format!("herd{i}").as_str()]
+                    .keys()
+                    .copied()
+                    .collect()
+            })
+            .collect();
+        for (i, at) in herd.iter().enumerate() {
+            assert!(
+                at.windows(2).all(|w| w[1] - w[0] == 2),
+                "herd{i}: a second missing in {at:?}"
+            );
+            assert_eq!(at, &herd[0], "herd{i} and herd0 differ");
+        }
+        let tick: Vec<i64> = seconds["tick"].keys().copied().collect();
+        assert!(
+            tick.windows(2).all(|w| w[1] - w[0] == 1),
+            "tick: a second missing in {tick:?}"
+        );
+        assert!(
+            herd[0].len() >= 6 && herd[0].iter().all(|s| tick.contains(s)),
+            "the herd's seconds {:?} are among the tick's {tick:?}",
+            herd[0]
+        );
+    })
+    .await;
+}
+
+/// A job `name` on `schedule`, catching up every occurrence missed.
+fn job(name: &str, schedule: &str) -> String {
+    format!("[[job]]\nname = \"{name}\"\nschedule = \"{schedule}\"\ncatchup = \"all\"\n")
+}
+
+/// Writes `cronq.toml` of [`LEADER`] and `jobs` (all in the queue `default`), starts the
+/// producer `a`, waits for it to lead, then starts `b`: their process ids, and the
+/// leader's epoch and process id.
+async fn leader_and_standby(
+    env: &TestEnv,
+    jobs: impl Iterator<Item = String>,
+) -> (u32, u32, u64, u32) {
+    env.track_queue("default");
+    let toml = std::iter::once(LEADER.to_owned())
+        .chain(jobs)
+        .collect::<String>();
+    let config = env.write_config("cronq.toml", &toml);
+    let config = config.to_string_lossy();
+    let a = producer(env, "a", &config);
+    let (epoch, pid) = wait_leader(env, 0).await;
+    let b = producer(env, "b", &config);
+    (a, b, epoch, pid)
+}
+
+/// Waits until the wall clock is `ms` milliseconds after an even second.
+async fn at_even_second_plus(ms: std::ops::Range<i64>) {
+    loop {
+        let now = chrono::Utc::now();
+        if ms.contains(&(now.timestamp() % 2 * 1_000 + i64::from(now.timestamp_subsec_millis()))) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
