@@ -214,7 +214,7 @@ async fn a_leader_killed_while_publishing_a_herd_loses_nothing_and_its_ticks_go_
             "tick: a second missing in {tick:?}"
         );
         assert!(
-            herd[0].len() >= 6 && herd[0].iter().all(|s| tick.contains(s)),
+            herd[0].len() >= 4 && herd[0].iter().all(|s| tick.contains(s)),
             "the herd's seconds {:?} are among the tick's {tick:?}",
             herd[0]
         );
