@@ -9,9 +9,10 @@ use std::time::Duration;
 use cronq_shared::ledger::{ExecutionLease, Heartbeat, Ledger};
 use cronq_shared::message::Occurrence;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
+
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::handler::{Capture, KILL_GRACE, Runner};
 use crate::outcome::{Exit, Stop};
@@ -19,15 +20,6 @@ use crate::outcome::{Exit, Stop};
 /// How long after asking a handler to stop it is aborted: the command handler's own
 /// SIGTERM → SIGKILL grace, plus slack.
 const ABORT_AFTER: Duration = Duration::from_secs(KILL_GRACE.as_secs() + 1);
-
-/// Aborts the handler task when the attempt is dropped (e.g. the consumer is torn down).
-struct AbortOnDrop(JoinHandle<Result<(), String>>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
 
 fn panic_message(err: tokio::task::JoinError) -> String {
     match err.try_into_panic() {
@@ -67,7 +59,8 @@ pub(crate) async fn supervise(
 ) -> Exit {
     let (job, key) = (occ.job.clone(), occ.key.clone());
     let token = CancellationToken::new();
-    let mut task = AbortOnDrop(tokio::spawn(runner.run(
+    // Aborted when the attempt is dropped (e.g. the consumer is torn down).
+    let mut task = AbortOnDropHandle::new(tokio::spawn(runner.run(
         occ,
         sup.lease.fence,
         sup.timeout,
@@ -104,10 +97,10 @@ pub(crate) async fn supervise(
     let joined = loop {
         tokio::select! {
             biased;
-            res = &mut task.0 => break res,
+            res = &mut task => break res,
             () = &mut kill, if stop.is_some() => {
-                task.0.abort();
-                break (&mut task.0).await;
+                task.abort();
+                break (&mut task).await;
             }
             () = &mut deadline, if stop.is_none() => {
                 request(&mut stop, Stop::Timeout(sup.timeout), kill.as_mut());

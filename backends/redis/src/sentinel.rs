@@ -29,6 +29,7 @@ use redis::{
     TlsMode, Value,
 };
 use tokio::sync::Notify;
+use tokio_util::task::AbortOnDropHandle;
 
 use cronq_shared::endpoints::Tls;
 
@@ -62,7 +63,8 @@ const SENTINEL_TIMEOUT: Duration = Duration::from_secs(1);
 /// of its `RedisConn`; the watch task stops when the last one is dropped.
 pub(crate) struct Follower {
     shared: Arc<Shared>,
-    _watch: AbortOnDrop,
+    /// The watch task, aborted when the follower is dropped: owned, never detached.
+    _watch: AbortOnDropHandle<()>,
 }
 
 /// What the connection's clones and the watch task share.
@@ -89,15 +91,6 @@ struct Master {
     /// `replicas.rs`; 0 without a watch). Read with `manager` under one lock, so a
     /// write never pairs a new master's count with the old master's connection.
     awaited: u32,
-}
-
-/// Aborts the watch task when the follower is dropped: the task is owned, never detached.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 impl Follower {
@@ -156,7 +149,7 @@ impl Follower {
         };
         Ok(Self {
             shared,
-            _watch: AbortOnDrop(tokio::spawn(watch.run())),
+            _watch: AbortOnDropHandle::new(tokio::spawn(watch.run())),
         })
     }
 
