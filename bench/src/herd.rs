@@ -33,6 +33,7 @@ use chrono::{DateTime, DurationRound as _, TimeDelta, Timelike as _, Utc};
 use cronq_rabbitmq::AmqpBroker;
 use cronq_shared::broker::Broker as _;
 use cronq_shared::config::Config;
+use cronq_shared::names::QueueName;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -337,16 +338,18 @@ async fn once(
         + TimeDelta::from_std(args.lead)?
         + TimeDelta::seconds(extra);
     let path = dir.join("herd.toml");
-    let text = config_text(args.jobs, args.ticks, &args.ticks_queue, instant);
-    std::fs::write(&path, &text).context("while writing the herd config")?;
-    let all = Config::from_toml(&text, Path::new("herd.toml"))
-        .context("while building the herd config")?;
+    std::fs::write(
+        &path,
+        config_text(args.jobs, args.ticks, &args.ticks_queue, instant),
+    )
+    .context("while writing the herd config")?;
     let herd = Config::from_toml(
         &config_text(args.jobs, 0, QUEUE, instant),
         Path::new("herd.toml"),
     )
     .context("while building the herd config")?;
-    let queues = all.queues();
+    let mut queues = herd.queues();
+    queues.insert(QueueName::new(&args.ticks_queue)?);
     for queue in &queues {
         env.track_queue(queue);
     }

@@ -132,21 +132,15 @@ impl Scheduler {
     ) -> Result<std::convert::Infallible, Abandoned> {
         let epoch = term.epoch;
         let config = self.config.borrow_and_update().clone();
-        let broker = self.broker.clone();
+        // Declared over the connection for herds, which this opens before the first herd
+        // is due (the declarations are the broker's, whichever connection makes them).
+        let herds = self.herds.clone();
         let queues = config.queues();
         let leadership = &self.leadership;
         while_leading("declare queues", leadership, epoch, token, || {
-            broker.declare(&queues)
+            herds.declare(&queues)
         })
         .await?;
-        if !Arc::ptr_eq(&self.herds, &self.broker) {
-            // Opens the connection for herds before the first one is due.
-            let herds = self.herds.clone();
-            while_leading("declare queues", leadership, epoch, token, || {
-                herds.declare(&queues)
-            })
-            .await?;
-        }
         let control = self.control.clone();
         let cursors = while_leading("read cursors", leadership, epoch, token, || {
             control.cursors()
@@ -312,8 +306,8 @@ impl Scheduler {
             return self.commit(lead).await;
         }
         // One herd in flight at a time: an earlier one is waited for first.
-        if let Some(herd) = self.herd.as_mut() {
-            let done = (&mut herd.task).await;
+        if self.herd.is_some() {
+            let done = confirmed(&mut self.herd).await;
             self.herd_done(lead, done).await?;
         }
         let (tx, rx) = mpsc::unbounded_channel();
