@@ -71,7 +71,7 @@ pub(super) async fn subscribe(
                 tasks: broker.tasks().clone(),
             });
             Ok(Subscription {
-                settler: Settler::spawn(broker.tasks(), Arc::clone(&guard)),
+                settler: Settler::spawn(broker.tasks(), prefetch, Arc::clone(&guard)),
                 guard,
                 consumers,
             })

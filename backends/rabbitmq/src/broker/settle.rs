@@ -5,7 +5,10 @@
 //! Why: a quorum queue turns every `basic.ack` frame into a settle command of its Raft log;
 //! one frame for a run of deliveries is one command for all of them, and it reopens the
 //! prefetch window in one step, so the next deliveries arrive together (and their claims
-//! reach the store together).
+//! reach the store together). A settled prefix shorter than half the channel's prefetch
+//! waits up to [`LINGER`] for the acks that follow it before its frame goes out: under
+//! load, one frame then covers half a window rather than the few deliveries of one
+//! claim's batch; a lone delivery is acked [`LINGER`] after its consumer acked it.
 //!
 //! Invariant: a delivery is acked only after its consumer acked it. RabbitMQ numbers the
 //! deliveries of a channel 1, 2, 3, … and an ack with `multiple` settles every delivery up
@@ -30,6 +33,12 @@ use super::tasks::Tasks;
 /// is sent on its own.
 const STRAGGLE: Duration = Duration::from_millis(100);
 
+/// How long a settled prefix shorter than half the prefetch waits for more acks before
+/// its frame goes out. Far below anything a consumer waits on (the broker's redelivery of
+/// an unacked message to a ledger that acks it as a duplicate costs more than the frame
+/// saved only when a consumer dies in it).
+const LINGER: Duration = Duration::from_millis(5);
+
 /// One delivery settled by its consumer.
 pub(super) struct Settlement {
     pub(super) tag: u64,
@@ -45,14 +54,19 @@ pub(super) struct Settlement {
 pub(super) struct Settler(mpsc::UnboundedSender<Settlement>);
 
 impl Settler {
-    /// A settler whose task runs among the broker's `tasks`. The task ends when every clone
-    /// of the settler is dropped, or when the broker closes, after sending what it holds
-    /// (acks beyond a gap each on its own); `keep` is held until then (the channel's guard,
-    /// which closes the channel when dropped).
-    pub(super) fn spawn<K: Send + 'static>(tasks: &Tasks, keep: K) -> Self {
+    /// A settler whose task runs among the broker's `tasks`, for a channel whose
+    /// consumers each have `prefetch`. The task ends when every clone of the settler is
+    /// dropped, or when the broker closes, after sending what it holds (acks beyond a gap
+    /// each on its own); `keep` is held until then (the channel's guard, which closes the
+    /// channel when dropped).
+    pub(super) fn spawn<K: Send + 'static>(tasks: &Tasks, prefetch: u16, keep: K) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
+        let pending = Pending {
+            frame: usize::from(prefetch / 2).max(1),
+            ..Pending::default()
+        };
         tasks.spawn_stoppable(|stop| async move {
-            Pending::default().run(rx, stop).await;
+            pending.run(rx, stop).await;
             drop(keep);
         });
         Self(tx)
@@ -73,22 +87,37 @@ enum Done {
     Sent,
 }
 
-/// The settler task's state: every tag up to `upto` is settled with the broker; `done`
-/// holds the settled tags above it.
+/// The settler task's state: every tag up to `upto` is settled by its consumer; `done`
+/// holds the settled tags above it. The acks of the prefix not yet sent are `held`.
 #[derive(Default)]
 struct Pending {
     upto: u64,
     done: BTreeMap<u64, Done>,
+    held: Option<Held>,
+    /// Acks a held prefix gathers before its frame goes out at once.
+    frame: usize,
+}
+
+/// The settled prefix's acks not sent yet: one frame, with `multiple`, up to `acker`'s tag.
+struct Held {
+    acker: lapin::Acker,
+    count: usize,
+    since: Instant,
 }
 
 impl Pending {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Settlement>, stop: CancellationToken) {
         loop {
             let straggler = self.oldest_ack().map(|since| since + STRAGGLE);
+            let lingered = self.held.as_ref().map(|h| h.since + LINGER);
             let next = tokio::select! {
                 biased;
                 () = stop.cancelled() => break,
                 next = rx.recv() => next,
+                () = sleep_until(lingered), if lingered.is_some() => {
+                    self.send_held().await;
+                    continue;
+                }
                 () = sleep_until(straggler), if straggler.is_some() => {
                     self.send_stragglers(Instant::now()).await;
                     continue;
@@ -101,14 +130,18 @@ impl Pending {
             while let Ok(more) = rx.try_recv() {
                 self.take(more).await;
             }
-            self.send_prefix().await;
+            self.hold_prefix();
+            if self.held.as_ref().is_some_and(|h| h.count >= self.frame) {
+                self.send_held().await;
+            }
         }
         // Stopping: send everything held, acks beyond a gap each on its own.
         rx.close();
         while let Ok(more) = rx.try_recv() {
             self.take(more).await;
         }
-        self.send_prefix().await;
+        self.hold_prefix();
+        self.send_held().await;
         self.send_stragglers(Instant::now() + STRAGGLE).await;
     }
 
@@ -132,20 +165,30 @@ impl Pending {
         }
     }
 
-    /// Acks the longest run of settled tags after `upto` with one frame.
-    async fn send_prefix(&mut self) {
-        let mut last_ack = None;
+    /// Moves the longest run of settled tags after `upto` into the prefix, its acks into
+    /// the held frame.
+    fn hold_prefix(&mut self) {
         while let Some(entry) = self.done.first_entry() {
             if *entry.key() != self.upto + 1 {
                 break;
             }
             self.upto += 1;
-            if let Done::Ack(acker, _) = entry.remove() {
-                last_ack = Some(acker);
+            if let Done::Ack(acker, since) = entry.remove() {
+                let held = self.held.get_or_insert(Held {
+                    acker: acker.clone(),
+                    count: 0,
+                    since,
+                });
+                held.acker = acker;
+                held.count += 1;
             }
         }
-        if let Some(acker) = last_ack {
-            send_ack(&acker, true).await;
+    }
+
+    /// Acks the held prefix with one frame.
+    async fn send_held(&mut self) {
+        if let Some(held) = self.held.take() {
+            send_ack(&held.acker, true).await;
         }
     }
 
