@@ -33,52 +33,18 @@
 --   | {"duplicate", state, attempt} | {"busy", holder key}
 --   | {"waiting", holder key [, woken key, woken queue, woken body]}
 --   | {"superseded", by key, or an operator's mark "cancelled by WHO"}
-local function claim(KEYS, ARGV, shared)
-  local now_s = server_now()
-  local now = tonumber(now_s)
+
+-- The gates of a claim of an exclusive or a pooled job (`claim`'s tables and instant):
+-- a reply when it does not run now (busy, waiting, superseded); nil when it runs, with
+-- the slots of its gates taken. Apart from `claim`, so that a claim of an `allow` job
+-- outside any pool makes none of the functions it defines.
+local function take_gates(KEYS, ARGV, shared, now, now_s, exclusive, pool)
   local key = ARGV[1]
   local attempt = ARGV[4]
   local lease = tonumber(ARGV[6])
-  local lease_until = tostring(now + lease)
+  local policy = ARGV[8]
   -- ns:occ: and ns:occbody:, as the batch sent them (the waiters of a gate).
   local prefix, body_prefix = shared.record, shared.body
-  -- One read of everything the checks need (a new key reads five nils).
-  local rec = redis.call('HMGET', KEYS[1], 'state', 'attempt', 'lease_until', 'next', 'token',
-    'fence', 'cancel')
-  local st = rec[1]
-  local takeover = 0
-  -- The fence of this very claim, granted by an earlier try: it keeps it.
-  local fence
-  -- ... and the cancel or replace mark set on it meanwhile.
-  local mark = ''
-  if st then
-    local rec_attempt = tonumber(rec[2] or '0')
-    local mine = st == 'running' and rec[5] == ARGV[5]
-    if mine then
-      fence = rec[6]
-      mark = rec[7] or ''
-    end
-    -- A terminal state is final (a dead-letter replay first makes a failed record
-    -- `retrying` again: admit_replay.lua).
-    if st ~= 'running' and st ~= 'retrying' and st ~= 'pending' and st ~= 'waiting' then
-      return {'duplicate', st, tostring(rec_attempt)}
-    end
-    if st == 'running' and not mine and tonumber(rec[3] or '0') > now then
-      return {'duplicate', st, tostring(rec_attempt)}
-    end
-    if tonumber(attempt) < tonumber(rec[4] or '0') then
-      return {'duplicate', st, tostring(rec_attempt)}
-    end
-    if (st == 'running' and not mine) or st == 'pending' then
-      -- An operator cancelled it while it ran, and its owner went away before stopping it
-      -- (lapsed, reaped or released): it ends cancelled rather than run again.
-      local mark = rec[7]
-      if mark and string.sub(mark, 1, 13) == 'cancelled by ' then
-        return {'superseded', mark}
-      end
-      takeover = 1
-    end
-  end
 
   -- Records this occurrence as waiting for a slot of `gate`: a waiter holds no slot, and
   -- is on one wait list only.
@@ -118,10 +84,6 @@ local function claim(KEYS, ARGV, shared)
       'outcome', 'cancelled', 'error', why})
   end
 
-  local policy = ARGV[8]
-  local exclusive = policy ~= 'allow'
-  local pool = ARGV[15] or ''
-  local gated = exclusive or pool ~= ''
   local sched = tonumber(ARGV[10])
 
   -- Takes a slot of `gate` (of `cap`) in scheduled order (queue, and every pool): nil when
@@ -258,14 +220,74 @@ local function claim(KEYS, ARGV, shared)
       return reply
     end
   end
-  if gated then
-    redis.call('ZREM', shared.wait .. ARGV[2], key)
-    if exclusive then
-      set_slot(shared.slots .. ARGV[2], key, ARGV[5], now + lease, now)
+  redis.call('ZREM', shared.wait .. ARGV[2], key)
+  if exclusive then
+    set_slot(shared.slots .. ARGV[2], key, ARGV[5], now + lease, now)
+  end
+  if pool ~= '' then
+    redis.call('ZREM', shared.wait .. 'pool:' .. pool, key)
+    set_slot(shared.slots .. 'pool:' .. pool, key, ARGV[5], now + lease, now)
+  end
+  return nil
+end
+
+local function claim(KEYS, ARGV, shared)
+  local now_s = server_now()
+  local now = server_ms()
+  local key = ARGV[1]
+  local attempt = ARGV[4]
+  -- The lease's expiry as text, made once per lease length in a script call (a number
+  -- turned into text is a sprintf).
+  local lease_until = shared.lease_until[ARGV[6]]
+  if not lease_until then
+    lease_until = tostring(now + tonumber(ARGV[6]))
+    shared.lease_until[ARGV[6]] = lease_until
+  end
+  -- One read of everything the checks need (a new key reads five nils).
+  local rec = redis.call('HMGET', KEYS[1], 'state', 'attempt', 'lease_until', 'next', 'token',
+    'fence', 'cancel')
+  local st = rec[1]
+  local takeover = '0'
+  -- The fence of this very claim, granted by an earlier try: it keeps it.
+  local fence
+  -- ... and the cancel or replace mark set on it meanwhile.
+  local mark = ''
+  if st then
+    local rec_attempt = tonumber(rec[2] or '0')
+    local mine = st == 'running' and rec[5] == ARGV[5]
+    if mine then
+      fence = rec[6]
+      mark = rec[7] or ''
     end
-    if pool ~= '' then
-      redis.call('ZREM', shared.wait .. 'pool:' .. pool, key)
-      set_slot(shared.slots .. 'pool:' .. pool, key, ARGV[5], now + lease, now)
+    -- A terminal state is final (a dead-letter replay first makes a failed record
+    -- `retrying` again: admit_replay.lua).
+    if st ~= 'running' and st ~= 'retrying' and st ~= 'pending' and st ~= 'waiting' then
+      return {'duplicate', st, tostring(rec_attempt)}
+    end
+    if st == 'running' and not mine and tonumber(rec[3] or '0') > now then
+      return {'duplicate', st, tostring(rec_attempt)}
+    end
+    if tonumber(attempt) < tonumber(rec[4] or '0') then
+      return {'duplicate', st, tostring(rec_attempt)}
+    end
+    if (st == 'running' and not mine) or st == 'pending' then
+      -- An operator cancelled it while it ran, and its owner went away before stopping it
+      -- (lapsed, reaped or released): it ends cancelled rather than run again.
+      local mark = rec[7]
+      if mark and string.sub(mark, 1, 13) == 'cancelled by ' then
+        return {'superseded', mark}
+      end
+      takeover = '1'
+    end
+  end
+
+  local exclusive = ARGV[8] ~= 'allow'
+  local pool = ARGV[15] or ''
+  local gated = exclusive or pool ~= ''
+  if gated then
+    local reply = take_gates(KEYS, ARGV, shared, now, now_s, exclusive, pool)
+    if reply then
+      return reply
     end
   end
   if not fence then
@@ -292,7 +314,7 @@ local function claim(KEYS, ARGV, shared)
   redis.call('PEXPIRE', KEYS[1], ARGV[7])
   redis.call('SET', KEYS[3], ARGV[9], 'PX', ARGV[7])
   redis.call('ZADD', KEYS[2], lease_until, key)
-  return {'claimed', tostring(takeover), fence}
+  return {'claimed', takeover, fence}
 end
 
 -- The batch. KEYS[1] is the lease zset, KEYS[2] the run history stream. ARGV begins with
@@ -306,7 +328,7 @@ end
 -- {"error", why} and leaves the others to run; any other error fails the whole call.
 -- Returns one reply per claim, in order.
 local shared = {record = ARGV[1], body = ARGV[2], slots = ARGV[3], wait = ARGV[4],
-  wake = tonumber(ARGV[5]), maxlen = ARGV[6], minid = ARGV[7]}
+  wake = tonumber(ARGV[5]), maxlen = ARGV[6], minid = ARGV[7], lease_until = {}}
 local replies = {}
 local at = 9
 while at <= #ARGV do

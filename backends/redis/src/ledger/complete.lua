@@ -40,7 +40,7 @@ local function complete(KEYS, ARGV, shared)
   -- Its slots are freed; the first gate with a free slot gives a waiter its turn (a second
   -- one's waiter gets it from its own claim, or from the reaper).
   local woken
-  local now = tonumber(now_s)
+  local now = server_ms()
   for _, g in ipairs(gates_of(rec[3], rec[4], rec[5], rec[6], rec[7])) do
     local slots = shared.slots .. g[1]
     if redis.call('HGET', slots, ARGV[1]) and slot_token(slots, ARGV[1], 0) == ARGV[3] then
@@ -61,7 +61,7 @@ local function complete(KEYS, ARGV, shared)
   if ARGV[7] ~= '' then
     redis.call('HSET', KEYS[1], 'next', ARGV[7])
     redis.call('SET', KEYS[4], ARGV[8], 'PX', ARGV[6])
-    redis.call('ZADD', KEYS[2], tonumber(now_s) + tonumber(ARGV[9]), ARGV[1])
+    redis.call('ZADD', KEYS[2], server_ms() + tonumber(ARGV[9]), ARGV[1])
   else
     redis.call('DEL', KEYS[4])
     redis.call('ZREM', KEYS[2], ARGV[1])
