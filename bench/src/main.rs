@@ -150,6 +150,12 @@ enum Which {
     Chart,
 }
 
+/// jemalloc, as the `cronq` binary allocates (src/main.rs): the in-process consumers and
+/// producers measured here are the ones a `cronq` process runs.
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     // lapin and redis both use rustls; pin one crypto provider so neither panics choosing.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
