@@ -180,7 +180,7 @@ broker_suite!(
 );
 
 /// An ack with nothing after it is not held for good: with the prefetch window full,
-/// acking the first delivery alone (RabbitMQ holds a settled prefix shorter than half the
+/// acking the first delivery alone (RabbitMQ holds a settled prefix shorter than the
 /// window for a few ms, waiting for the acks that follow it) lets a new message in.
 pub async fn a_lone_ack_reopens_the_window_suite<B: Broker>(broker: &B, q: &QueueName) {
     declare(broker, &[q]).await;

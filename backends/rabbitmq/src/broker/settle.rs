@@ -5,10 +5,11 @@
 //! Why: a quorum queue turns every `basic.ack` frame into a settle command of its Raft log;
 //! one frame for a run of deliveries is one command for all of them, and it reopens the
 //! prefetch window in one step, so the next deliveries arrive together (and their claims
-//! reach the store together). A settled prefix shorter than half the channel's prefetch
-//! waits up to [`LINGER`] for the acks that follow it before its frame goes out: under
-//! load, one frame then covers half a window rather than the few deliveries of one
-//! claim's batch; a lone delivery is acked [`LINGER`] after its consumer acked it.
+//! reach the store together). A settled prefix shorter than the channel's prefetch waits up
+//! to [`LINGER`] for the acks that follow it before its frame goes out: under load, one
+//! frame then covers a whole window, as a consumer that acks every `prefetch` deliveries
+//! does, rather than the few deliveries of one claim's batch; a lone delivery is acked
+//! [`LINGER`] after its consumer acked it.
 //!
 //! Invariant: a delivery is acked only after its consumer acked it. RabbitMQ numbers the
 //! deliveries of a channel 1, 2, 3, … and an ack with `multiple` settles every delivery up
@@ -33,7 +34,7 @@ use super::tasks::Tasks;
 /// is sent on its own.
 const STRAGGLE: Duration = Duration::from_millis(100);
 
-/// How long a settled prefix shorter than half the prefetch waits for more acks before
+/// How long a settled prefix shorter than the prefetch waits for more acks before
 /// its frame goes out. Far below anything a consumer waits on (the broker's redelivery of
 /// an unacked message to a ledger that acks it as a duplicate costs more than the frame
 /// saved only when a consumer dies in it).
@@ -62,7 +63,7 @@ impl Settler {
     pub(super) fn spawn<K: Send + 'static>(tasks: &Tasks, prefetch: u16, keep: K) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let pending = Pending {
-            frame: usize::from(prefetch / 2).max(1),
+            frame: usize::from(prefetch).max(1),
             ..Pending::default()
         };
         tasks.spawn_stoppable(|stop| async move {
