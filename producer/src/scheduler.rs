@@ -121,7 +121,13 @@ impl Scheduler {
             Ok(never) => match never {},
             Err(end) => end,
         };
-        self.herd = None;
+        if let Some(herd) = self.herd.take() {
+            warn!(
+                scheduled_at = %herd.instant,
+                jobs = herd.published,
+                "stopped leading while a herd was still publishing: its cursors were not committed, the next leader publishes it again (the consumers run each occurrence once)"
+            );
+        }
         end
     }
 

@@ -144,24 +144,35 @@ const HERD: usize = 1_500;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_leader_killed_while_publishing_a_herd_loses_nothing_and_its_ticks_go_on() {
-    // 1,500 jobs `@every 2s` (a herd, published over the producer's connection for herds
-    // while the next seconds go on) beside a tick `@every 1s`; the leader is killed just
-    // after a herd's instant, while it publishes it.
-    scoped("prod-kill-herd", |env| async move {
+    leader_stopped_while_publishing_a_herd("prod-kill-herd", Signal::SIGKILL).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_terminated_while_publishing_a_herd_loses_nothing_and_its_ticks_go_on() {
+    // A graceful stop (SIGTERM) in the middle of a herd: the herd's task is dropped with
+    // the term, its cursors were held back, and the next leader publishes what it missed.
+    leader_stopped_while_publishing_a_herd("prod-term-herd", Signal::SIGTERM).await;
+}
+
+/// 1,500 jobs `@every 2s` (a herd, published over the producer's connection for herds
+/// while the next seconds go on) beside a tick `@every 1s`; the leader gets `signal` just
+/// after a herd's instant, while it publishes it, and the standby takes over.
+async fn leader_stopped_while_publishing_a_herd(name: &'static str, signal: Signal) {
+    scoped(name, |env| async move {
         let jobs = std::iter::once(job("tick", "@every 1s"))
             .chain((0..HERD).map(|i| job(&format!("herd{i}"), "@every 2s")));
         let (a, b, epoch, pid) = leader_and_standby(&env, jobs).await;
         advance(&env, "herd0", 4).await;
-        let (killed, survivor) = if pid == a { ("a", "b") } else { ("b", "a") };
+        let (stopped, survivor) = if pid == a { ("a", "b") } else { ("b", "a") };
         assert!(
-            env.log(killed)
+            env.log(stopped)
                 .contains("connected to the broker for herds"),
             "the leader opened its connection for herds:\n{}",
-            env.log(killed)
+            env.log(stopped)
         );
         // Just after an even second: the herd of that instant is being published.
         at_even_second_plus(30..80).await;
-        env.signal(pid, Signal::SIGKILL);
+        env.signal(pid, signal);
         let (next, _) = wait_leader(&env, epoch).await;
         assert!(next > epoch);
         advance(&env, "herd0", 4).await;
@@ -169,6 +180,14 @@ async fn a_leader_killed_while_publishing_a_herd_loses_nothing_and_its_ticks_go_
         // next leader, which this test does not start).
         at_even_second_plus(1_400..1_600).await;
         let msgs = stop_and_drain(&env, &[a, b]).await;
+        if signal == Signal::SIGTERM {
+            // Whether the herd was still publishing when the signal came depends on the
+            // machine's speed: said, not asserted; the guarantees below hold either way.
+            let mid_herd = env
+                .log(stopped)
+                .contains("stopped leading while a herd was still publishing");
+            eprintln!("{name}: the term ended in the middle of a herd: {mid_herd}");
+        }
         assert!(
             env.log(survivor)
                 .contains("connected to the broker for herds"),
@@ -176,7 +195,7 @@ async fn a_leader_killed_while_publishing_a_herd_loses_nothing_and_its_ticks_go_
             env.log(survivor)
         );
         // Every second of each job once per term at most, none missing; a second of the
-        // killed term's may have been published again by the next one (its cursor had not
+        // stopped term's may have been published again by the next one (its cursor had not
         // moved: the consumers' idempotency records run it once).
         let mut seconds: BTreeMap<&str, BTreeMap<i64, BTreeSet<u64>>> = BTreeMap::new();
         for m in &msgs {
