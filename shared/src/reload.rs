@@ -191,6 +191,13 @@ impl Reloader {
             self.publish();
             return true;
         }
+        if let Some(since) = since {
+            info!(
+                since,
+                version,
+                "the job store's change log does not reach back to the version last read: reading every runtime job"
+            );
+        }
         match store.list().await {
             Ok(jobs) => {
                 let now: BTreeSet<&str> = jobs.iter().map(|r| r.name.as_str()).collect();

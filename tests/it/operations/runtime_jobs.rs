@@ -6,6 +6,8 @@
 use std::time::{Duration, Instant};
 
 use chrono::{Timelike, Utc};
+use cronq_shared::jobs::CHANGE_LOG;
+use nix::sys::signal::Signal;
 
 use crate::support::backends::Backend;
 use crate::support::deployment::{Deployment, Running, appending_config};
@@ -203,4 +205,90 @@ async fn a_fleet_cancels_the_queued_occurrences_of_a_deleted_job() {
 async fn a_standalone_cancels_the_queued_occurrences_of_a_deleted_job() {
     queued_occurrences_of_a_deleted_job_are_cancelled(Backend::Sqlite, "rt-jobs-deleted-data")
         .await;
+}
+
+/// More writes than the job store's change log keeps ([`CHANGE_LOG`]) while every process
+/// of a fleet is stopped: each reads the whole list when it wakes, runs the job applied
+/// meanwhile and publishes no more of the one deleted meanwhile.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fleet_that_missed_more_writes_than_the_change_log_reads_every_job() {
+    scoped("rt-log-gap", |env: TestEnv| async move {
+        let running =
+            Running::start_ticking(Deployment::Fleet, &env, &appending_config(&env, LEADER, ""))
+                .await;
+        let job = |name: &str, schedule: &str| {
+            format!("[[job]]\nname = \"{name}\"\nschedule = \"{schedule}\"\nhandler = \"append\"\n")
+        };
+        let apply = |file: &str, toml: &str| {
+            let file = env.write_config(file, toml);
+            running.ok(&["job", "apply", "-f", &file.to_string_lossy()]);
+        };
+        apply("before.toml", &job("before", "@every 1s"));
+        running
+            .until_succeeded(
+                "before",
+                1,
+                Duration::from_secs(10),
+                "the job applied first to run",
+            )
+            .await;
+        for pid in running.pids() {
+            env.signal(pid, Signal::SIGSTOP);
+        }
+        // Jobs that never come due in this test, one write each, then the two that count.
+        let idle: String = (0..=CHANGE_LOG)
+            .map(|i| job(&format!("idle{i}"), "0 0 1 1 *"))
+            .collect();
+        apply("idle.toml", &idle);
+        apply("after.toml", &job("after", "@every 1s"));
+        running.ok(&["job", "delete", "before"]);
+        let resumed = Utc::now();
+        for pid in running.pids() {
+            env.signal(pid, Signal::SIGCONT);
+        }
+        running
+            .until_succeeded(
+                "after",
+                1,
+                Duration::from_secs(30),
+                "the job applied while every process was stopped to run",
+            )
+            .await;
+        // tick, the idle jobs and `after`: every job, not only the writes the log kept.
+        let every = 1 + CHANGE_LOG + 1 + 1;
+        for name in ["producer-1", "producer-2", "consumer-1", "consumer-2"] {
+            let log = env.log(name);
+            assert!(
+                log.contains("change log does not reach back"),
+                "{name} read the whole list:\n{log}"
+            );
+            let jobs = log
+                .lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .filter(|l| l["message"] == "jobs changed")
+                .last()
+                .and_then(|l| l["jobs"].as_u64());
+            assert_eq!(jobs, Some(every), "{name} took every job in");
+        }
+        let deleted = resumed + chrono::Duration::from_std(TAKES_EFFECT).unwrap();
+        running
+            .until_succeeded(
+                "after",
+                3,
+                Duration::from_secs(20),
+                "the job applied meanwhile to go on",
+            )
+            .await;
+        let late: Vec<String> = running
+            .published("before")
+            .into_iter()
+            .filter(|k| scheduled_at(k) > deleted)
+            .collect();
+        assert!(
+            late.is_empty(),
+            "published after the delete: {late:?}\n{}",
+            running.logs()
+        );
+    })
+    .await;
 }
