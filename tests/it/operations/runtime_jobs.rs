@@ -264,9 +264,9 @@ async fn a_fleet_that_missed_more_writes_than_the_change_log_reads_every_job() {
             );
             let jobs = log
                 .lines()
+                .rev()
                 .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-                .filter(|l| l["message"] == "jobs changed")
-                .last()
+                .find(|l| l["message"] == "jobs changed")
                 .and_then(|l| l["jobs"].as_u64());
             assert_eq!(jobs, Some(every), "{name} took every job in");
         }
