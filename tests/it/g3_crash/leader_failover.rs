@@ -212,33 +212,91 @@ async fn leader_stopped_while_publishing_a_herd(name: &'static str, signal: Sign
             );
         }
         assert_eq!(seconds.len(), HERD + 1, "every job published");
-        let herd: Vec<Vec<i64>> = (0..HERD)
-            .map(|i| {
-                seconds[format!("herd{i}").as_str()]
-                    .keys()
-                    .copied()
-                    .collect()
-            })
-            .collect();
-        for (i, at) in herd.iter().enumerate() {
-            assert!(
-                at.windows(2).all(|w| w[1] - w[0] == 2),
-                "herd{i}: a second missing in {at:?}"
-            );
-            assert_eq!(at, &herd[0], "herd{i} and herd0 differ");
-        }
+        let herd = herd_seconds(&msgs);
         let tick: Vec<i64> = seconds["tick"].keys().copied().collect();
         assert!(
             tick.windows(2).all(|w| w[1] - w[0] == 1),
             "tick: a second missing in {tick:?}"
         );
         assert!(
-            herd[0].len() >= 4 && herd[0].iter().all(|s| tick.contains(s)),
-            "the herd's seconds {:?} are among the tick's {tick:?}",
-            herd[0]
+            herd.len() >= 4 && herd.iter().all(|s| tick.contains(s)),
+            "the herd's seconds {herd:?} are among the tick's {tick:?}"
         );
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trigger_due_at_a_herds_instant_is_published_once_beside_it() {
+    // A trigger asked for the very instant of a herd (`--at`): the leader publishes it
+    // while the herd's cursors are held back, settles it once, and the herd loses nothing.
+    scoped("prod-trigger-herd", |env| async move {
+        let jobs = std::iter::once(job("manual", "0 0 1 1 *"))
+            .chain((0..HERD).map(|i| job(&format!("herd{i}"), "@every 2s")));
+        let (a, b, _, _) = leader_and_standby(&env, jobs).await;
+        advance(&env, "herd0", 2).await;
+        // An even second at least 3 s ahead: a herd's instant.
+        let soon = chrono::Utc::now().timestamp() + 3;
+        let at = soon + soon % 2;
+        let at_text = DateTime::from_timestamp(at, 0)
+            .unwrap()
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let out = env
+            .cronq()
+            .arg("--config")
+            .arg(env.dir.join("cronq.toml"))
+            .args(["trigger", "manual", "--at", &at_text])
+            .output()
+            .expect("cronq trigger");
+        assert!(out.status.success(), "cronq trigger: {out:?}");
+        let key = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        while chrono::Utc::now().timestamp() < at + 4 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        at_even_second_plus(1_400..1_600).await;
+        let msgs = stop_and_drain(&env, &[a, b]).await;
+        let manual: Vec<(String, i64, Trigger)> = msgs
+            .iter()
+            .filter(|m| m.job.as_str() == "manual")
+            .map(|m| (m.key.to_string(), m.scheduled_at.timestamp(), m.trigger))
+            .collect();
+        assert_eq!(
+            manual,
+            [(key, at, Trigger::Manual)],
+            "the trigger published once, at its instant"
+        );
+        let herd = herd_seconds(&msgs);
+        assert!(herd.contains(&at), "a herd was due with it: {herd:?}");
+    })
+    .await;
+}
+
+/// The seconds every herd job was published for: the same for each, none missing.
+fn herd_seconds(msgs: &[cronq_shared::message::Occurrence]) -> Vec<i64> {
+    let mut seconds: BTreeMap<&str, BTreeSet<i64>> = BTreeMap::new();
+    for m in msgs.iter().filter(|m| m.job.as_str().starts_with("herd")) {
+        seconds
+            .entry(m.job.as_str())
+            .or_default()
+            .insert(m.scheduled_at.timestamp());
+    }
+    assert_eq!(seconds.len(), HERD, "every herd job published");
+    let herd: Vec<Vec<i64>> = (0..HERD)
+        .map(|i| {
+            seconds[format!("herd{i}").as_str()]
+                .iter()
+                .copied()
+                .collect()
+        })
+        .collect();
+    for (i, at) in herd.iter().enumerate() {
+        assert!(
+            at.windows(2).all(|w| w[1] - w[0] == 2),
+            "herd{i}: a second missing in {at:?}"
+        );
+        assert_eq!(at, &herd[0], "herd{i} and herd0 differ");
+    }
+    herd.into_iter().next().unwrap_or_default()
 }
 
 /// A job `name` on `schedule`, catching up every occurrence missed.
