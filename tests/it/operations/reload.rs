@@ -40,9 +40,7 @@ async fn added_on_sighup(backend: Backend, test: &str) {
             argv(&["/bin/sh", "-c", &script])
         );
         std::fs::write(running.config_path(), after).unwrap();
-        for pid in running.pids() {
-            env.signal(pid, Signal::SIGHUP);
-        }
+        running.signal_all(Signal::SIGHUP);
         running
             .until_succeeded(
                 "added-live",

@@ -95,11 +95,7 @@ async fn apply_update_delete(backend: Backend, test: &str) {
             .until_succeeded("tick", 4, Duration::from_secs(20), "tick to go on")
             .await;
         tokio::time::sleep(Duration::from_secs(4)).await;
-        let late: Vec<String> = running
-            .published("live")
-            .into_iter()
-            .filter(|k| scheduled_at(k) > deleted)
-            .collect();
+        let late = running.published_after("live", deleted);
         assert!(late.is_empty(), "published after the delete: {late:?}\n{}", running.logs());
 
         let history = running.ok(&["job", "history", "live"]);
@@ -232,9 +228,7 @@ async fn a_fleet_that_missed_more_writes_than_the_change_log_reads_every_job() {
                 "the job applied first to run",
             )
             .await;
-        for pid in running.pids() {
-            env.signal(pid, Signal::SIGSTOP);
-        }
+        running.signal_all(Signal::SIGSTOP);
         // Jobs that never come due in this test, one write each, then the two that count.
         let idle: String = (0..=CHANGE_LOG)
             .map(|i| job(&format!("idle{i}"), "0 0 1 1 *"))
@@ -243,9 +237,7 @@ async fn a_fleet_that_missed_more_writes_than_the_change_log_reads_every_job() {
         apply("after.toml", &job("after", "@every 1s"));
         running.ok(&["job", "delete", "before"]);
         let resumed = Utc::now();
-        for pid in running.pids() {
-            env.signal(pid, Signal::SIGCONT);
-        }
+        running.signal_all(Signal::SIGCONT);
         running
             .until_succeeded(
                 "after",
@@ -279,11 +271,7 @@ async fn a_fleet_that_missed_more_writes_than_the_change_log_reads_every_job() {
                 "the job applied meanwhile to go on",
             )
             .await;
-        let late: Vec<String> = running
-            .published("before")
-            .into_iter()
-            .filter(|k| scheduled_at(k) > deleted)
-            .collect();
+        let late = running.published_after("before", deleted);
         assert!(
             late.is_empty(),
             "published after the delete: {late:?}\n{}",

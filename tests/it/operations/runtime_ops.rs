@@ -64,11 +64,7 @@ async fn operations_on_a_runtime_job(backend: Backend, test: &str) {
         assert!(out.starts_with("paused job \"rt\""), "{out}");
         let paused = Utc::now() + chrono::Duration::seconds(2);
         tokio::time::sleep(Duration::from_secs(5)).await;
-        let during: Vec<String> = running
-            .published("rt")
-            .into_iter()
-            .filter(|k| scheduled_at(k) > paused)
-            .collect();
+        let during = running.published_after("rt", paused);
         assert!(
             during.is_empty(),
             "published while paused: {during:?}\n{}",

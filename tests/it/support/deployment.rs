@@ -343,6 +343,21 @@ impl Running {
             .collect()
     }
 
+    /// Keys of `job` published so far for an instant after `after`.
+    pub fn published_after(&self, job: &str, after: chrono::DateTime<chrono::Utc>) -> Vec<String> {
+        self.published(job)
+            .into_iter()
+            .filter(|k| history::scheduled_at(k) > after)
+            .collect()
+    }
+
+    /// Sends `sig` to every process of the deployment.
+    pub fn signal_all(&self, sig: Signal) {
+        for pid in self.pids() {
+            self.env.signal(pid, sig);
+        }
+    }
+
     /// Waits up to `within` until `job` has `n` successful attempts in the history; on
     /// timeout the test fails with `what` and every process's last log lines.
     pub async fn until_succeeded(&self, job: &str, n: usize, within: Duration, what: &str) {
