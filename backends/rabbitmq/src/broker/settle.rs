@@ -175,13 +175,19 @@ impl Pending {
             }
             self.upto += 1;
             if let Done::Ack(acker, since) = entry.remove() {
-                let held = self.held.get_or_insert(Held {
-                    acker: acker.clone(),
-                    count: 0,
-                    since,
-                });
-                held.acker = acker;
-                held.count += 1;
+                match &mut self.held {
+                    Some(held) => {
+                        held.acker = acker;
+                        held.count += 1;
+                    }
+                    None => {
+                        self.held = Some(Held {
+                            acker,
+                            count: 1,
+                            since,
+                        });
+                    }
+                }
             }
         }
     }
