@@ -10,6 +10,7 @@ mod dlq_copies;
 mod dlq_scale;
 mod plan;
 mod producer_process;
+mod reconcile_outage;
 mod recorded;
 mod reload;
 mod runtime_failover;
