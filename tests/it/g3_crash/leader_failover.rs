@@ -13,8 +13,8 @@ use tokio::sync::watch;
 
 use crate::support::backends::{Backend, on_every_backend};
 use crate::support::producer_process::{
-    LEADER, LEASE, WAIT, advance, cursor, leader, mid_second, producer, stop_and_drain,
-    tick_config, wait_leader,
+    LEADER, LEASE, WAIT, advance, at_even_second_plus, cursor, herd_seconds, leader, mid_second,
+    producer, stop_and_drain, tick_config, wait_leader,
 };
 use crate::support::producers::{World, every_second};
 use crate::support::published::{assert_contiguous, keys, seconds_once};
@@ -212,7 +212,7 @@ async fn leader_stopped_while_publishing_a_herd(name: &'static str, signal: Sign
             );
         }
         assert_eq!(seconds.len(), HERD + 1, "every job published");
-        let herd = herd_seconds(&msgs);
+        let herd = herd_seconds(&msgs, HERD);
         let tick: Vec<i64> = seconds["tick"].keys().copied().collect();
         assert!(
             tick.windows(2).all(|w| w[1] - w[0] == 1),
@@ -265,38 +265,10 @@ async fn a_trigger_due_at_a_herds_instant_is_published_once_beside_it() {
             [(key, at, Trigger::Manual)],
             "the trigger published once, at its instant"
         );
-        let herd = herd_seconds(&msgs);
+        let herd = herd_seconds(&msgs, HERD);
         assert!(herd.contains(&at), "a herd was due with it: {herd:?}");
     })
     .await;
-}
-
-/// The seconds every herd job was published for: the same for each, none missing.
-fn herd_seconds(msgs: &[cronq_shared::message::Occurrence]) -> Vec<i64> {
-    let mut seconds: BTreeMap<&str, BTreeSet<i64>> = BTreeMap::new();
-    for m in msgs.iter().filter(|m| m.job.as_str().starts_with("herd")) {
-        seconds
-            .entry(m.job.as_str())
-            .or_default()
-            .insert(m.scheduled_at.timestamp());
-    }
-    assert_eq!(seconds.len(), HERD, "every herd job published");
-    let herd: Vec<Vec<i64>> = (0..HERD)
-        .map(|i| {
-            seconds[format!("herd{i}").as_str()]
-                .iter()
-                .copied()
-                .collect()
-        })
-        .collect();
-    for (i, at) in herd.iter().enumerate() {
-        assert!(
-            at.windows(2).all(|w| w[1] - w[0] == 2),
-            "herd{i}: a second missing in {at:?}"
-        );
-        assert_eq!(at, &herd[0], "herd{i} and herd0 differ");
-    }
-    herd.into_iter().next().unwrap_or_default()
 }
 
 /// A job `name` on `schedule`, catching up every occurrence missed.
@@ -321,17 +293,6 @@ async fn leader_and_standby(
     let (epoch, pid) = wait_leader(env, 0).await;
     let b = producer(env, "b", &config);
     (a, b, epoch, pid)
-}
-
-/// Waits until the wall clock is `ms` milliseconds after an even second.
-async fn at_even_second_plus(ms: std::ops::Range<i64>) {
-    loop {
-        let now = chrono::Utc::now();
-        if ms.contains(&(now.timestamp() % 2 * 1_000 + i64::from(now.timestamp_subsec_millis()))) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -357,5 +357,15 @@ pub fn connected_url(log: &str) -> Option<String> {
         .next_back()
 }
 
+/// The (redacted) URL of the broker node a producer's JSON log says its connection for
+/// herds went to last.
+pub fn herd_url(log: &str) -> Option<String> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["message"].as_str() == Some("connected to the broker for herds"))
+        .filter_map(|v| v["url"].as_str().map(str::to_owned))
+        .next_back()
+}
+
 /// How long a harness fault test may wait for one phase (a node's restart, a failover).
 pub const PHASE: Duration = Duration::from_secs(40);

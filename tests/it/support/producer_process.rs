@@ -2,6 +2,7 @@
 //! find the leader and a job's cursor in Redis, wait for the cursor to move, and stop them
 //! all and take what they published off the `default` queue.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use chrono::Utc;
@@ -10,7 +11,7 @@ use lapin::options::BasicGetOptions;
 use nix::sys::signal::Signal;
 use redis::AsyncCommands;
 
-use super::{TestEnv, eventually};
+use super::{TestEnv, amqp_url, eventually};
 
 /// A short leader lease, so that a standby takes over within seconds.
 pub const LEADER: &str = "[leader]\nlease = \"3s\"\nrenew_deadline = \"2s\"\nretry = \"500ms\"\n";
@@ -77,7 +78,14 @@ pub async fn advance(env: &TestEnv, job: &str, secs: i64) -> i64 {
 
 /// Takes every message off the namespace's `default` queue.
 pub async fn drain(env: &TestEnv) -> Vec<Occurrence> {
-    let conn = env.amqp().await;
+    drain_at(env, &amqp_url()).await
+}
+
+/// Takes every message off the namespace's `default` queue, through the broker at `url`.
+pub async fn drain_at(env: &TestEnv, url: &str) -> Vec<Occurrence> {
+    let conn = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
+        .await
+        .unwrap_or_else(|e| panic!("cannot reach RabbitMQ at {url}: {e}"));
     let ch = conn.create_channel().await.unwrap();
     let queue = format!("{}.q.default", env.namespace);
     let mut out = Vec::new();
@@ -104,6 +112,17 @@ pub async fn stop_and_drain(env: &TestEnv, pids: &[u32]) -> Vec<Occurrence> {
     drain(env).await
 }
 
+/// Waits until the wall clock is `ms` milliseconds after an even second.
+pub async fn at_even_second_plus(ms: std::ops::Range<i64>) {
+    loop {
+        let now = Utc::now();
+        if ms.contains(&(now.timestamp() % 2 * 1_000 + i64::from(now.timestamp_subsec_millis()))) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Waits until the wall clock is in the middle of a second, away from a publish.
 pub async fn mid_second() {
     loop {
@@ -113,4 +132,33 @@ pub async fn mid_second() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The seconds every herd job (named `herdN`, `herd` of them, `@every 2s`) was published
+/// for: the same for each, none missing.
+pub fn herd_seconds(msgs: &[Occurrence], herd: usize) -> Vec<i64> {
+    let mut seconds: BTreeMap<&str, BTreeSet<i64>> = BTreeMap::new();
+    for m in msgs.iter().filter(|m| m.job.as_str().starts_with("herd")) {
+        seconds
+            .entry(m.job.as_str())
+            .or_default()
+            .insert(m.scheduled_at.timestamp());
+    }
+    assert_eq!(seconds.len(), herd, "every herd job published");
+    let herd: Vec<Vec<i64>> = (0..herd)
+        .map(|i| {
+            seconds[format!("herd{i}").as_str()]
+                .iter()
+                .copied()
+                .collect()
+        })
+        .collect();
+    for (i, at) in herd.iter().enumerate() {
+        assert!(
+            at.windows(2).all(|w| w[1] - w[0] == 2),
+            "herd{i}: a second missing in {at:?}"
+        );
+        assert_eq!(at, &herd[0], "herd{i} and herd0 differ");
+    }
+    herd.into_iter().next().unwrap_or_default()
 }
