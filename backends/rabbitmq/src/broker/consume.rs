@@ -9,7 +9,6 @@
 //! through the channel's settler (`settle.rs`), which coalesces acks.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -143,42 +142,52 @@ pub(super) struct Subscription {
 /// Settles one AMQP delivery through its channel's [`Settler`]; requeues it when dropped
 /// unsettled.
 struct AmqpAcker {
-    acker: lapin::Acker,
+    /// Taken by the one settlement (or by the requeue of a drop): what the settler sends,
+    /// and the prefetch permit it gives back.
+    unsettled: Mutex<Option<Unsettled>>,
     tag: u64,
-    settled: AtomicBool,
-    permit: Mutex<Option<OwnedSemaphorePermit>>,
     settler: Settler,
 }
 
+/// What an unsettled delivery holds until it is settled.
+struct Unsettled {
+    acker: lapin::Acker,
+    permit: OwnedSemaphorePermit,
+}
+
 impl AmqpAcker {
+    /// What the delivery holds, if it was not settled yet; then it is.
+    fn take(&self) -> Option<Unsettled> {
+        self.unsettled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
     /// Hands the settlement to the settler. An ack returns at once (the settler sends it
     /// with the acks around it); a requeue returns once its frame went out.
     async fn settle(&self, op: &'static str, requeue: bool) -> Result<(), BrokerError> {
-        if self.settled.swap(true, Ordering::AcqRel) {
+        let Some(Unsettled { acker, permit }) = self.take() else {
             return Err(BrokerError::Protocol {
                 op,
                 source: "the delivery was already acked or requeued".into(),
             });
-        }
+        };
         let (sent, result) = if requeue {
             let (tx, rx) = oneshot::channel();
             (Some(tx), Some(rx))
         } else {
             (None, None)
         };
-        let handed = self.acker.usable()
+        // Moved to the settler, not cloned: a lapin acker holds its channel's handles.
+        let handed = acker.usable()
             && self.settler.send(Settlement {
                 tag: self.tag,
-                acker: self.acker.clone(),
+                acker,
                 requeue,
                 sent,
             });
-        drop(
-            self.permit
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take(),
-        );
+        drop(permit);
         if !handed {
             return Err(channel_gone(op));
         }
@@ -209,13 +218,16 @@ impl Acker for AmqpAcker {
 
 impl Drop for AmqpAcker {
     fn drop(&mut self) {
-        if self.settled.swap(true, Ordering::AcqRel) || !self.acker.usable() {
+        let Some(Unsettled { acker, .. }) = self.take() else {
+            return;
+        };
+        if !acker.usable() {
             return;
         }
         // A `Drop` cannot wait: the settler sends the requeue.
         self.settler.send(Settlement {
             tag: self.tag,
-            acker: self.acker.clone(),
+            acker,
             requeue: true,
             sent: None,
         });
@@ -351,10 +363,11 @@ impl<C: Connect> Feeder<C> {
                         body: d.data,
                         redelivered: d.redelivered,
                         acker: Box::new(AmqpAcker {
-                            acker: d.acker,
+                            unsettled: Mutex::new(Some(Unsettled {
+                                acker: d.acker,
+                                permit,
+                            })),
                             tag: d.delivery_tag,
-                            settled: AtomicBool::new(false),
-                            permit: Mutex::new(Some(permit)),
                             settler: settler.clone(),
                         }),
                     };
