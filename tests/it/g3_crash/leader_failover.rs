@@ -13,8 +13,8 @@ use tokio::sync::watch;
 
 use crate::support::backends::{Backend, on_every_backend};
 use crate::support::producer_process::{
-    LEADER, LEASE, WAIT, advance, at_even_second_plus, cursor, herd_seconds, leader, mid_second,
-    producer, stop_and_drain, tick_config, wait_leader,
+    LEADER, LEASE, WAIT, advance, assert_herd_beside_tick, at_even_second_plus, cursor,
+    herd_seconds, leader, mid_second, producer, stop_and_drain, tick_config, wait_leader,
 };
 use crate::support::producers::{World, every_second};
 use crate::support::published::{assert_contiguous, keys, seconds_once};
@@ -212,16 +212,7 @@ async fn leader_stopped_while_publishing_a_herd(name: &'static str, signal: Sign
             );
         }
         assert_eq!(seconds.len(), HERD + 1, "every job published");
-        let herd = herd_seconds(&msgs, HERD);
-        let tick: Vec<i64> = seconds["tick"].keys().copied().collect();
-        assert!(
-            tick.windows(2).all(|w| w[1] - w[0] == 1),
-            "tick: a second missing in {tick:?}"
-        );
-        assert!(
-            herd.len() >= 4 && herd.iter().all(|s| tick.contains(s)),
-            "the herd's seconds {herd:?} are among the tick's {tick:?}"
-        );
+        assert_herd_beside_tick(&msgs, HERD, 4);
     })
     .await;
 }

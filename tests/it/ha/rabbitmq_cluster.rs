@@ -14,7 +14,7 @@ use chrono::Utc;
 use super::{HaFleet, Redis, publish_pause};
 use crate::support::ha::{self, PHASE, herd_url};
 use crate::support::producer_process::{
-    LEADER, advance, at_even_second_plus, drain_at, herd_seconds, wait_leader,
+    LEADER, advance, assert_herd_beside_tick, at_even_second_plus, drain_at, wait_leader,
 };
 use crate::support::{scoped, until};
 
@@ -240,22 +240,7 @@ async fn a_herd_in_flight_when_its_node_is_killed_loses_nothing() {
             .nth(if node == 1 { 1 } else { 0 })
             .expect("a live node");
         let msgs = drain_at(&env, live).await;
-        let herd = herd_seconds(&msgs, HERD);
-        let mut tick: Vec<i64> = msgs
-            .iter()
-            .filter(|m| m.job.as_str() == "tick")
-            .map(|m| m.scheduled_at.timestamp())
-            .collect();
-        tick.sort_unstable();
-        tick.dedup();
-        assert!(
-            tick.windows(2).all(|w| w[1] - w[0] == 1),
-            "tick: a second missing in {tick:?}"
-        );
-        assert!(
-            herd.len() >= 5 && herd.iter().all(|s| tick.contains(s)),
-            "the herd's seconds {herd:?} are among the tick's {tick:?}"
-        );
+        assert_herd_beside_tick(&msgs, HERD, 5);
         ha.heal();
     })
     .await;

@@ -162,3 +162,25 @@ pub fn herd_seconds(msgs: &[Occurrence], herd: usize) -> Vec<i64> {
     }
     herd.into_iter().next().unwrap_or_default()
 }
+
+/// Asserts that the job `tick` (`@every 1s`) was published for every second from its first
+/// to its last, and that the herd's seconds ([`herd_seconds`], at least `at_least` of them)
+/// are among them.
+pub fn assert_herd_beside_tick(msgs: &[Occurrence], herd: usize, at_least: usize) {
+    let herd = herd_seconds(msgs, herd);
+    let tick: Vec<i64> = msgs
+        .iter()
+        .filter(|m| m.job.as_str() == "tick")
+        .map(|m| m.scheduled_at.timestamp())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert!(
+        tick.windows(2).all(|w| w[1] - w[0] == 1),
+        "tick: a second missing in {tick:?}"
+    );
+    assert!(
+        herd.len() >= at_least && herd.iter().all(|s| tick.contains(s)),
+        "the herd's seconds {herd:?} are among the tick's {tick:?}"
+    );
+}
