@@ -16,9 +16,9 @@ use cronq_shared::names::JobName;
 use cronq_shared::runlog::{Outcome, Run, RunLog};
 use cronq_shared::store::{StoreError, Unreplicated};
 
-use crate::support::eventually;
 use crate::support::ha::{FOLLOW_WITHIN, HaEnv, hgetall_on, scoped};
 use crate::support::occurrences::{LONG, claim, claimed, end};
+use crate::support::{eventually, until};
 
 /// The ledger and its run log under the test's namespace, on `conn`.
 fn ports(conn: &RedisConn, env: &HaEnv) -> (RedisLedger, RedisRunLog) {
@@ -710,6 +710,29 @@ async fn ha_each_write_is_on_a_replica_when_it_returns() {
         let replicas = env.ha.replica_ports();
         let (dead, alive) = (replicas[0], replicas[1]);
         env.ha.kill_redis(dead);
+        // Until the master has seen its replica go, it lists it in sync, and a connection
+        // that reads that list awaits both replicas until its next watch tick.
+        let master = env.ha.node(env.ha.master_port()).await;
+        until(
+            FOLLOW_WITHIN,
+            "the master to drop the killed replica",
+            || {
+                let mut master = master.clone();
+                async move {
+                    let info: String = redis::cmd("INFO")
+                        .arg("replication")
+                        .query_async(&mut master)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    if info.contains("connected_slaves:1\r\n") {
+                        Ok(())
+                    } else {
+                        Err(info)
+                    }
+                }
+            },
+        )
+        .await;
         let conn = cronq_redis::connect(&env.ha.sentinel_url)
             .await
             .unwrap()
