@@ -218,7 +218,13 @@ impl Acker for AmqpAcker {
 
 impl Drop for AmqpAcker {
     fn drop(&mut self) {
-        let Some(Unsettled { acker, .. }) = self.take() else {
+        // Dropped by its owner: no lock is needed to see whether it was settled.
+        let unsettled = self
+            .unsettled
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let Some(Unsettled { acker, .. }) = unsettled else {
             return;
         };
         if !acker.usable() {
