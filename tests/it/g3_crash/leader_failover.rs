@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use crate::support::backends::{Backend, on_every_backend};
 use crate::support::producer_process::{
     LEADER, LEASE, WAIT, advance, assert_herd_beside_tick, at_even_second_plus, cursor,
-    herd_seconds, leader, mid_second, producer, stop_and_drain, tick_config, wait_leader,
+    herd_seconds, job, leader, mid_second, producer, stop_and_drain, tick_config, wait_leader,
 };
 use crate::support::producers::{World, every_second};
 use crate::support::published::{assert_contiguous, keys, seconds_once};
@@ -260,11 +260,6 @@ async fn a_trigger_due_at_a_herds_instant_is_published_once_beside_it() {
         assert!(herd.contains(&at), "a herd was due with it: {herd:?}");
     })
     .await;
-}
-
-/// A job `name` on `schedule`, catching up every occurrence missed.
-fn job(name: &str, schedule: &str) -> String {
-    format!("[[job]]\nname = \"{name}\"\nschedule = \"{schedule}\"\ncatchup = \"all\"\n")
 }
 
 /// Writes `cronq.toml` of [`LEADER`] and `jobs` (all in the queue `default`), starts the

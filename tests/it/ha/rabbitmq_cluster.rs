@@ -14,7 +14,7 @@ use chrono::Utc;
 use super::{HaFleet, Redis, publish_pause};
 use crate::support::ha::{self, PHASE, herd_url};
 use crate::support::producer_process::{
-    LEADER, advance, assert_herd_beside_tick, at_even_second_plus, drain_at, wait_leader,
+    LEADER, advance, assert_herd_beside_tick, at_even_second_plus, drain_at, job, stop, wait_leader,
 };
 use crate::support::{scoped, until};
 
@@ -172,13 +172,8 @@ async fn a_herd_in_flight_when_its_node_is_killed_loses_nothing() {
         let first = ha.amqp_urls.split(',').next().expect("a node URL");
         env.clean_broker_too(first, None);
         env.track_queue("default");
-        let jobs: String = std::iter::once(("tick".to_owned(), "@every 1s"))
-            .chain((0..HERD).map(|i| (format!("herd{i}"), "@every 2s")))
-            .map(|(name, schedule)| {
-                format!(
-                    "[[job]]\nname = \"{name}\"\nschedule = \"{schedule}\"\ncatchup = \"all\"\n"
-                )
-            })
+        let jobs: String = std::iter::once(job("tick", "@every 1s"))
+            .chain((0..HERD).map(|i| job(&format!("herd{i}"), "@every 2s")))
             .collect();
         let config = env.write_config("cronq.toml", &format!("{LEADER}{jobs}"));
         let producer = |log: &str| {
@@ -228,12 +223,7 @@ async fn a_herd_in_flight_when_its_node_is_killed_loses_nothing() {
         ha.run(&["start-rabbit", &node.to_string()]);
         // Stopped between herds.
         at_even_second_plus(1_400..1_600).await;
-        for pid in [a, b] {
-            env.signal(pid, nix::sys::signal::Signal::SIGTERM);
-        }
-        for pid in [a, b] {
-            env.wait(pid, Duration::from_secs(10));
-        }
+        stop(&env, &[a, b]);
         let live = ha
             .amqp_urls
             .split(',')

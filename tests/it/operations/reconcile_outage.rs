@@ -112,7 +112,7 @@ async fn a_check_whose_history_failed_mid_read_starts_over(backend: Backend, env
     let now = Utc::now()
         .duration_trunc(TimeDelta::seconds(1))
         .expect("a second");
-    // One success of each second of the window but the last: one gap, never published.
+    // One success of each second of the window but its last ten: ten gaps, never published.
     let window = Window {
         from: now - TimeDelta::seconds(RUNS + 130),
         to: now - TimeDelta::seconds(120),

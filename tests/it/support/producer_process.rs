@@ -11,7 +11,7 @@ use lapin::options::BasicGetOptions;
 use nix::sys::signal::Signal;
 use redis::AsyncCommands;
 
-use super::{TestEnv, amqp_url, eventually};
+use super::{TestEnv, eventually};
 
 /// A short leader lease, so that a standby takes over within seconds.
 pub const LEADER: &str = "[leader]\nlease = \"3s\"\nrenew_deadline = \"2s\"\nretry = \"500ms\"\n";
@@ -78,7 +78,7 @@ pub async fn advance(env: &TestEnv, job: &str, secs: i64) -> i64 {
 
 /// Takes every message off the namespace's `default` queue.
 pub async fn drain(env: &TestEnv) -> Vec<Occurrence> {
-    drain_at(env, &amqp_url()).await
+    drain_over(env, env.amqp().await).await
 }
 
 /// Takes every message off the namespace's `default` queue, through the broker at `url`.
@@ -86,6 +86,10 @@ pub async fn drain_at(env: &TestEnv, url: &str) -> Vec<Occurrence> {
     let conn = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
         .await
         .unwrap_or_else(|e| panic!("cannot reach RabbitMQ at {url}: {e}"));
+    drain_over(env, conn).await
+}
+
+async fn drain_over(env: &TestEnv, conn: lapin::Connection) -> Vec<Occurrence> {
     let ch = conn.create_channel().await.unwrap();
     let queue = format!("{}.q.default", env.namespace);
     let mut out = Vec::new();
@@ -100,8 +104,8 @@ pub async fn drain_at(env: &TestEnv, url: &str) -> Vec<Occurrence> {
     out
 }
 
-/// Stops every producer gracefully and returns the queue's contents.
-pub async fn stop_and_drain(env: &TestEnv, pids: &[u32]) -> Vec<Occurrence> {
+/// Stops every producer gracefully (a frozen one is thawed first) and waits for each.
+pub fn stop(env: &TestEnv, pids: &[u32]) {
     for pid in pids {
         env.signal(*pid, Signal::SIGCONT);
         env.signal(*pid, Signal::SIGTERM);
@@ -109,7 +113,17 @@ pub async fn stop_and_drain(env: &TestEnv, pids: &[u32]) -> Vec<Occurrence> {
     for pid in pids {
         env.wait(*pid, Duration::from_secs(10));
     }
+}
+
+/// Stops every producer gracefully and returns the queue's contents.
+pub async fn stop_and_drain(env: &TestEnv, pids: &[u32]) -> Vec<Occurrence> {
+    stop(env, pids);
     drain(env).await
+}
+
+/// A job `name` on `schedule`, catching up every occurrence missed.
+pub fn job(name: &str, schedule: &str) -> String {
+    format!("[[job]]\nname = \"{name}\"\nschedule = \"{schedule}\"\ncatchup = \"all\"\n")
 }
 
 /// Waits until the wall clock is `ms` milliseconds after an even second.
