@@ -39,6 +39,7 @@ mod dashboard;
 mod digest;
 mod env;
 mod failover;
+mod floor;
 mod footprint;
 mod herd;
 mod lateness;

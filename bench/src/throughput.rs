@@ -134,6 +134,43 @@ pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figur
             .baseline(format!("{raw}, acks coalesced: same process"))
         })
         .collect();
+    let floor_name = "the ledger's floor (coalescing raw loop + the fewest Redis commands)";
+    let mut floor_drain = Figure::new(
+        "throughput",
+        format!(
+            "executed/s, {k} occurrences, {} consumers x {} (vs the ledger's floor)",
+            args.consumers, args.concurrency
+        ),
+        Unit::PerSecond,
+    )
+    .baseline(format!("ledger floor: {floor_name}: claimed+ended+acked/s"));
+    let mut cpu_floor = Figure::new(
+        "throughput",
+        format!("CPU per occurrence: {floor_name}"),
+        Unit::Seconds,
+    )
+    .baseline(format!("{raw}, acks coalesced: consumers + RabbitMQ"));
+    let mut cpu_floor_share = Figure::new(
+        "throughput",
+        "the ledger's floor / coalesced raw CPU per occurrence",
+        Unit::Ratio,
+    );
+    let mut cpu_over_floor = Figure::new(
+        "throughput",
+        "cronq / the ledger's floor CPU per occurrence",
+        Unit::Ratio,
+    );
+    let mut floor_parts: Vec<Figure> = Part::ALL
+        .iter()
+        .map(|part| {
+            Figure::new(
+                "throughput",
+                format!("CPU per occurrence, the ledger's floor: {}", part.label()),
+                Unit::Seconds,
+            )
+            .baseline(format!("{raw}, acks coalesced: same process"))
+        })
+        .collect();
     let mut apart = Figure::new(
         "throughput",
         "projected cronq / raw with RabbitMQ, Redis and consumers on their own cores",
@@ -203,7 +240,27 @@ pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figur
                     figure.runs.push(per(c, part));
                     figure.push_baseline(per(rc, part));
                 }
+                if let Some((_, Some(f))) = &m.floor {
+                    cpu_floor
+                        .runs
+                        .push(f.total().as_secs_f64() / args.occurrences as f64);
+                    cpu_floor.push_baseline(rc.total().as_secs_f64() / args.occurrences as f64);
+                    cpu_floor_share
+                        .runs
+                        .push(ratio(f.total().as_secs_f64(), rc.total().as_secs_f64()));
+                    cpu_over_floor
+                        .runs
+                        .push(ratio(c.total().as_secs_f64(), f.total().as_secs_f64()));
+                    for (figure, part) in floor_parts.iter_mut().zip(Part::ALL) {
+                        figure.runs.push(per(f, part));
+                        figure.push_baseline(per(rc, part));
+                    }
+                }
             }
+        }
+        if let Some((rate, _)) = m.floor {
+            floor_drain.runs.push(m.cronq_drain);
+            floor_drain.push_baseline(rate);
         }
         publish.runs.push(m.cronq_publish);
         publish.push_baseline(m.raw_publish);
@@ -216,6 +273,13 @@ pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figur
     if !cpu_coalesced.runs.is_empty() {
         figures.extend([cpu_coalesced, cpu_coalesced_share]);
         figures.extend(coalesced_parts);
+    }
+    if !floor_drain.runs.is_empty() {
+        figures.push(floor_drain);
+    }
+    if !cpu_floor.runs.is_empty() {
+        figures.extend([cpu_floor, cpu_floor_share, cpu_over_floor]);
+        figures.extend(floor_parts);
     }
     figures.push(publish);
     Ok(figures)
@@ -232,6 +296,8 @@ struct Measured {
     cronq_cpu: Option<CpuUse>,
     raw_cpu: Option<CpuUse>,
     raw_coalesced_cpu: Option<CpuUse>,
+    /// The ledger's floor: its drain rate and CPU (none with signed bodies).
+    floor: Option<(f64, Option<CpuUse>)>,
 }
 
 /// Whose CPU time is counted.
@@ -415,9 +481,17 @@ async fn measure(env: &BenchEnv, args: &ThroughputArgs) -> anyhow::Result<Measur
 
     // Baseline first, so cronq's Redis records do not exist yet while it runs.
     let services = local_services();
-    let (raw_publish, raw_drain, raw_cpu) = raw_loop(env, &bodies, args, services, 1).await?;
+    let (raw_publish, raw_drain, raw_cpu) =
+        raw_loop(env, &bodies, args, services, Drain::EachAcked).await?;
     let (_, raw_coalesced_drain, raw_coalesced_cpu) =
-        raw_loop(env, &bodies, args, services, COALESCED_ACKS).await?;
+        raw_loop(env, &bodies, args, services, Drain::Coalesced).await?;
+    // The floor reads plain occurrence bodies (a signed one wraps its occurrence).
+    let floor = if keyring.is_none() {
+        let (_, drain, cpu) = raw_loop(env, &bodies, args, services, Drain::Floor).await?;
+        Some((drain, cpu))
+    } else {
+        None
+    };
 
     let broker = AmqpBroker::connect(&env.endpoints.amqp_url, env.names())
         .await?
@@ -473,6 +547,7 @@ async fn measure(env: &BenchEnv, args: &ThroughputArgs) -> anyhow::Result<Measur
         cronq_cpu,
         raw_cpu,
         raw_coalesced_cpu,
+        floor,
     })
 }
 
@@ -493,18 +568,46 @@ async fn wait_for(count: &AtomicUsize, target: usize, who: &str) -> anyhow::Resu
     }
 }
 
+/// How a baseline drains its queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Drain {
+    /// Each delivery acked with a frame of its own.
+    EachAcked,
+    /// One ack with `multiple` per [`COALESCED_ACKS`] deliveries.
+    Coalesced,
+    /// [`Drain::Coalesced`], each batch claimed and ended in Redis first: the ledger's
+    /// floor ([`crate::floor`]).
+    Floor,
+}
+
+impl Drain {
+    fn ack_every(self) -> usize {
+        match self {
+            Self::EachAcked => 1,
+            Self::Coalesced | Self::Floor => COALESCED_ACKS,
+        }
+    }
+
+    /// The baseline queue's name in the namespace.
+    fn queue(self) -> String {
+        match self {
+            Self::Floor => "throughput-floor".to_owned(),
+            other => format!("throughput-acks-{}", other.ack_every()),
+        }
+    }
+}
+
 /// The raw broker loop: publish every body with pipelined confirms (batches of
-/// [`BATCH`]), then drain with as many manual-ack consumers as cronq has, each ack
-/// covering `ack_every` deliveries. Returns the publish rate, the drain rate and the CPU
-/// used while draining.
+/// [`BATCH`]), then drain with as many manual-ack consumers as cronq has, as `drain`
+/// says. Returns the publish rate, the drain rate and the CPU used while draining.
 async fn raw_loop(
     env: &BenchEnv,
     bodies: &[Vec<u8>],
     args: &ThroughputArgs,
     services: Option<(u32, u32)>,
-    ack_every: usize,
+    drain: Drain,
 ) -> anyhow::Result<(f64, f64, Option<CpuUse>)> {
-    let queue = env.raw_queue(&format!("throughput-acks-{ack_every}"));
+    let queue = env.raw_queue(&drain.queue());
     let conn = env.amqp().await?;
     let ch = crate::raw::confirm_channel(&conn).await?;
     crate::raw::declare_quorum(&ch, &queue).await?;
@@ -522,7 +625,15 @@ async fn raw_loop(
     }
     let started = Instant::now();
     let cpu_before = CpuUse::now(services);
-    for c in &conns {
+    let mut ledgers = Vec::new();
+    if drain == Drain::Floor {
+        for _ in &conns {
+            let prefix = env.names().redis_key(&["floor", ""]);
+            ledgers.push(crate::floor::Ledger::open(&env.endpoints.redis_url, prefix).await?);
+        }
+    }
+    let mut ledgers = ledgers.into_iter();
+    for (i, c) in conns.iter().enumerate() {
         let (ch, q, n, t) = (
             c.create_channel().await?,
             queue.clone(),
@@ -530,9 +641,29 @@ async fn raw_loop(
             token.clone(),
         );
         let (prefetch, target) = (args.concurrency, bodies.len());
-        tasks.spawn(async move {
-            crate::raw::consume_acking(ch, &q, prefetch, ack_every, n, target, t).await
-        });
+        match (drain, ledgers.next()) {
+            (Drain::Floor, Some(ledger)) => tasks.spawn(async move {
+                let consumer = format!("floor-{i}");
+                crate::floor::consume(
+                    ch,
+                    &q,
+                    prefetch,
+                    COALESCED_ACKS,
+                    ledger,
+                    consumer,
+                    n,
+                    target,
+                    t,
+                )
+                .await
+            }),
+            _ => {
+                let ack_every = drain.ack_every();
+                tasks.spawn(async move {
+                    crate::raw::consume_acking(ch, &q, prefetch, ack_every, n, target, t).await
+                })
+            }
+        };
     }
     let waited = wait_for(&count, bodies.len(), "raw consumers").await;
     let took = started.elapsed();
