@@ -15,6 +15,10 @@
 //! The message stays in the broker until its end (no body and no lease kept in Redis), and
 //! takeovers, retries, gates and waiters are left out: they are off the common path, and
 //! a floor leaves out what it can. A claim found taken is counted and acked, not run.
+//!
+//! `--floor` adds back, one step at a time, what cronq's ledger does on the same path, so
+//! that each step's price is measured in the same run (the steps of [`Form`]); the
+//! default is the floor itself.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -51,6 +55,108 @@ end
 return ended
 ";
 
+/// The forms of [`Form::Lua`] and after: one script call for a batch's claims, one for its
+/// ends. ARGV[1] the key prefix, ARGV[2] the retention (ms), ARGV[3] the form (`lua`,
+/// `hash`, `hash-body`), ARGV[4] now (ms); then per claim its key, job, token and body.
+/// Replies the fence of each claim, 0 for one found taken.
+const CLAIM_STEPS: &str = r"
+local p, ret, form, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local fences = {}
+for i = 5, #ARGV, 4 do
+  local key, job, token = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local rec = p .. 'occ:' .. key
+  local fence = 0
+  if form == 'lua' then
+    if redis.call('SET', rec, token, 'NX', 'PX', ret) then
+      fence = redis.call('INCR', p .. 'fence:' .. job)
+    end
+  elseif not redis.call('HMGET', rec, 'state', 'attempt', 'lease_until', 'next', 'token',
+      'fence', 'cancel')[1] then
+    fence = redis.call('INCR', p .. 'fence:' .. job)
+    redis.call('HSET', rec, 'fence', fence, 'state', 'running', 'attempt', '1', 'next', '1',
+      'token', token, 'job', job, 'queue', 'default', 'lease_until', now, 'sched', now,
+      'updated', now)
+    redis.call('PEXPIRE', rec, ret)
+    if form == 'hash-body' then
+      redis.call('SET', p .. 'occbody:' .. key, ARGV[i + 3], 'PX', ret)
+      redis.call('ZADD', p .. 'leases', now, key)
+    end
+  end
+  fences[#fences + 1] = fence
+end
+return fences
+";
+
+/// The ends of [`CLAIM_STEPS`]' claims: ARGV[1] to ARGV[4] as there, ARGV[5] the
+/// history's MAXLEN, ARGV[6] the consumer; then per end its key, job, token and publish
+/// instant. Replies 1 for each end recorded, 0 for one whose claim was lost.
+const END_STEPS: &str = r"
+local p, ret, form, now, maxlen, consumer = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local ended = {}
+for i = 7, #ARGV, 4 do
+  local key, job, token = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local rec = p .. 'occ:' .. key
+  local mine
+  if form == 'lua' then
+    mine = redis.call('GET', rec) == token
+    if mine then
+      redis.call('SET', rec, 'succeeded ' .. token, 'KEEPTTL')
+    end
+  else
+    local r = redis.call('HMGET', rec, 'state', 'token', 'exclusive', 'job', 'cap', 'pool',
+      'pool_cap')
+    mine = r[1] == 'running' and r[2] == token
+    if mine then
+      redis.call('HSET', rec, 'state', 'succeeded', 'updated', now)
+      if form == 'hash-body' then
+        redis.call('DEL', p .. 'occbody:' .. key)
+        redis.call('ZREM', p .. 'leases', key)
+      end
+      redis.call('PEXPIRE', rec, ret)
+    end
+  end
+  if mine then
+    redis.call('XADD', p .. 'runs', 'MAXLEN', '~', maxlen, '*', 'key', key, 'job', job,
+      'attempt', '1', 'consumer', consumer, 'started_at', now, 'duration_ms', '0',
+      'outcome', 'succeeded', 'error', '', 'published_at', ARGV[i + 3])
+    ended[#ended + 1] = 1
+  else
+    ended[#ended + 1] = 0
+  end
+end
+return ended
+";
+
+/// What the floor's ledger does per occurrence, from the floor itself to cronq's own
+/// commands (`backends/redis/src/ledger/claim.lua`, `complete.lua`) in the plainest scripts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Form {
+    /// The floor: the claim as two plain commands, the end in a script (see the module).
+    #[default]
+    Plain,
+    /// The claim in a script too: what a script call costs over plain commands.
+    Lua,
+    /// cronq's record: a hash read whole (7 fields) and written with its 12 fields and an
+    /// expiry at the claim, read again and written with its expiry at the end.
+    Hash,
+    /// [`Form::Hash`] and the message body and the lease entry a reaper needs, written at
+    /// the claim and removed at the end: cronq's 12 commands per occurrence.
+    HashBody,
+}
+
+impl Form {
+    /// Its name on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Plain => "plain",
+            Self::Lua => "lua",
+            Self::Hash => "hash",
+            Self::HashBody => "hash-body",
+        }
+    }
+}
+
 /// How long a record is kept (the bench config's `retention`).
 const RETENTION_MS: u64 = 3_600_000;
 
@@ -63,7 +169,10 @@ pub struct Ledger {
     conn: MultiplexedConnection,
     /// `ns:floor:`, before `occ:KEY`, `fence:JOB` and `runs`.
     prefix: String,
+    form: Form,
     end: Arc<Script>,
+    claim_steps: Arc<Script>,
+    end_steps: Arc<Script>,
 }
 
 /// The fields of a body the floor reads: the occurrence's key and job.
@@ -78,11 +187,12 @@ struct Ids<'a> {
 }
 
 impl Ledger {
-    /// A connection of its own to `url`, keys under `prefix` (`ns:floor:`).
+    /// A connection of its own to `url`, keys under `prefix` (`ns:floor:`), claims and ends
+    /// made as `form` says.
     ///
     /// # Errors
     /// When Redis cannot be reached.
-    pub async fn open(url: &str, prefix: String) -> anyhow::Result<Self> {
+    pub async fn open(url: &str, prefix: String, form: Form) -> anyhow::Result<Self> {
         let conn = redis::Client::open(url)
             .context("while reading the Redis URL")?
             .get_multiplexed_async_connection()
@@ -91,7 +201,10 @@ impl Ledger {
         Ok(Self {
             conn,
             prefix,
+            form,
             end: Arc::new(Script::new(END)),
+            claim_steps: Arc::new(Script::new(CLAIM_STEPS)),
+            end_steps: Arc::new(Script::new(END_STEPS)),
         })
     }
 
@@ -107,11 +220,14 @@ impl Ledger {
         for body in bodies {
             let id: Ids<'_> = serde_json::from_slice(body)
                 .context("the ledger floor reads unsigned occurrence bodies only")?;
-            ids.push(id);
+            ids.push((id, body));
+        }
+        if self.form != Form::Plain {
+            return self.run_steps(consumer, seq, &ids).await;
         }
         let mut claims = redis::pipe();
         let mut tokens = Vec::with_capacity(ids.len());
-        for id in &ids {
+        for (id, _) in &ids {
             *seq += 1;
             let token = format!("{consumer}:{seq}");
             claims
@@ -133,7 +249,7 @@ impl Ledger {
         let mut end = self.end.prepare_invoke();
         end.arg(HISTORY_MAXLEN).arg(consumer).arg(&started);
         let mut claimed = 0;
-        for (i, id) in ids.iter().enumerate() {
+        for (i, (id, _)) in ids.iter().enumerate() {
             if matches!(replies.get(2 * i), Some(Value::Nil) | None) {
                 continue;
             }
@@ -153,11 +269,76 @@ impl Ledger {
             .invoke_async(&mut self.conn)
             .await
             .context("while ending a batch")?;
-        if ended.iter().any(|e| *e != 1) {
-            bail!("the ledger floor lost a claim it held: nothing else ends its records");
-        }
+        lost_none(&ended)?;
         Ok(claimed)
     }
+
+    /// [`Ledger::run`] in the forms after [`Form::Plain`]: one script call for the claims,
+    /// one for the ends.
+    async fn run_steps(
+        &mut self,
+        consumer: &str,
+        seq: &mut u64,
+        ids: &[(Ids<'_>, &[u8])],
+    ) -> anyhow::Result<usize> {
+        let now = Utc::now().timestamp_millis();
+        let mut claims = self.claim_steps.prepare_invoke();
+        claims
+            .arg(&self.prefix)
+            .arg(RETENTION_MS)
+            .arg(self.form.as_str())
+            .arg(now);
+        let mut tokens = Vec::with_capacity(ids.len());
+        for (id, body) in ids {
+            *seq += 1;
+            let token = format!("{consumer}:{seq}");
+            claims
+                .arg(id.key.as_ref())
+                .arg(id.job.as_ref())
+                .arg(&token)
+                .arg(*body);
+            tokens.push(token);
+        }
+        let fences: Vec<i64> = claims
+            .invoke_async(&mut self.conn)
+            .await
+            .context("while claiming a batch")?;
+        let mut ends = self.end_steps.prepare_invoke();
+        ends.arg(&self.prefix)
+            .arg(RETENTION_MS)
+            .arg(self.form.as_str())
+            .arg(now)
+            .arg(HISTORY_MAXLEN)
+            .arg(consumer);
+        let mut claimed = 0;
+        for (((id, _), token), fence) in ids.iter().zip(&tokens).zip(&fences) {
+            if *fence != 0 {
+                claimed += 1;
+                ends.arg(id.key.as_ref())
+                    .arg(id.job.as_ref())
+                    .arg(token)
+                    .arg(id.published_at.as_ref());
+            }
+        }
+        if claimed == 0 {
+            return Ok(0);
+        }
+        let ended: Vec<i64> = ends
+            .invoke_async(&mut self.conn)
+            .await
+            .context("while ending a batch")?;
+        lost_none(&ended)?;
+        Ok(claimed)
+    }
+}
+
+/// Fails when an end found its claim lost: nothing else ends the floor's records, so it
+/// would be a fault of the floor's own.
+fn lost_none(ended: &[i64]) -> anyhow::Result<()> {
+    if ended.iter().any(|e| *e != 1) {
+        bail!("the ledger floor lost a claim it held: nothing else ends its records");
+    }
+    Ok(())
 }
 
 /// Consumes `queue` as [`crate::raw::consume_acking`] does with coalesced acks (one with
@@ -245,10 +426,16 @@ mod tests {
     /// and appends one history entry.
     #[tokio::test]
     async fn each_occurrence_runs_once_and_leaves_its_end_and_its_history_entry() {
+        for form in [Form::Plain, Form::Lua, Form::Hash, Form::HashBody] {
+            runs_once(form).await;
+        }
+    }
+
+    async fn runs_once(form: Form) {
         let url = std::env::var("CRONQ_REDIS_URL")
             .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-        let prefix = format!("bench-floor-test-{}:floor:", std::process::id());
-        let mut ledger = Ledger::open(&url, prefix.clone()).await.unwrap();
+        let prefix = format!("bench-floor-test-{}:{form:?}:floor:", std::process::id());
+        let mut ledger = Ledger::open(&url, prefix.clone(), form).await.unwrap();
         let bodies: Vec<Vec<u8>> = (0..3)
             .map(|i| {
                 format!(
@@ -266,8 +453,24 @@ mod tests {
         let again: Vec<&[u8]> = vec![&bodies[1], &bodies[2]];
         let second = ledger.run("c", &mut seq, again.into_iter()).await.unwrap();
         let mut conn = ledger.conn.clone();
-        let state: Option<String> = redis::cmd("GET")
-            .arg(format!("{prefix}occ:j@2020-01-01T00:00:01Z"))
+        let record = format!("{prefix}occ:j@2020-01-01T00:00:01Z");
+        let state: Option<String> = if form == Form::Plain || form == Form::Lua {
+            redis::cmd("GET")
+                .arg(&record)
+                .query_async(&mut conn)
+                .await
+                .unwrap()
+        } else {
+            redis::cmd("HGET")
+                .arg(&record)
+                .arg("state")
+                .query_async(&mut conn)
+                .await
+                .unwrap()
+        };
+        let left: usize = redis::cmd("EXISTS")
+            .arg(format!("{prefix}occbody:j@2020-01-01T00:00:01Z"))
+            .arg(format!("{prefix}leases"))
             .query_async(&mut conn)
             .await
             .unwrap();
@@ -291,9 +494,20 @@ mod tests {
             .query_async(&mut conn)
             .await
             .unwrap();
-        assert_eq!((first, second), (3, 0));
-        assert_eq!(state.as_deref(), Some("succeeded c:2"));
-        assert_eq!(history, 3);
-        assert_eq!(fence, 5, "one fence per claim tried");
+        assert_eq!((first, second), (3, 0), "{form:?}");
+        let ended = if form == Form::Plain || form == Form::Lua {
+            "succeeded c:2"
+        } else {
+            "succeeded"
+        };
+        assert_eq!(state.as_deref(), Some(ended), "{form:?}");
+        assert_eq!(
+            left, 0,
+            "{form:?}: an end removes the body and the lease entry"
+        );
+        assert_eq!(history, 3, "{form:?}");
+        // The plain claim takes a fence whether or not it wins; a script only when it does.
+        let fences = if form == Form::Plain { 5 } else { 3 };
+        assert_eq!(fence, fences, "{form:?}");
     }
 }

@@ -49,6 +49,10 @@ pub struct ThroughputArgs {
     /// Jobs the occurrences are spread over (overlap = allow).
     #[arg(id = "throughput_jobs", long = "throughput-jobs", default_value_t = 16)]
     pub jobs: usize,
+    /// What the ledger's floor does per occurrence: the floor itself, or cronq's ledger
+    /// added back a step at a time (see `bench/src/floor.rs`).
+    #[arg(long = "floor", value_enum, default_value_t)]
+    pub floor: crate::floor::Form,
 }
 
 /// Deliveries one ack covers in the coalescing raw loop (`multiple`), as a consumer that
@@ -134,7 +138,12 @@ pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figur
             .baseline(format!("{raw}, acks coalesced: same process"))
         })
         .collect();
-    let floor_name = "the ledger's floor (coalescing raw loop + the fewest Redis commands)";
+    let floor_name = match args.floor {
+        crate::floor::Form::Plain => {
+            "the ledger's floor (coalescing raw loop + the fewest Redis commands)".to_owned()
+        }
+        form => format!("the ledger's floor, --floor {}", form.as_str()),
+    };
     let mut floor_drain = Figure::new(
         "throughput",
         format!(
@@ -629,7 +638,8 @@ async fn raw_loop(
     if drain == Drain::Floor {
         for _ in &conns {
             let prefix = env.names().redis_key(&["floor", ""]);
-            ledgers.push(crate::floor::Ledger::open(&env.endpoints.redis_url, prefix).await?);
+            let url = &env.endpoints.redis_url;
+            ledgers.push(crate::floor::Ledger::open(url, prefix, args.floor).await?);
         }
     }
     let mut ledgers = ledgers.into_iter();
