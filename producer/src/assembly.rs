@@ -17,6 +17,7 @@ use cronq_shared::control::Control;
 use cronq_shared::jobs::JobStore;
 use cronq_shared::lease::Lease;
 use cronq_shared::ledger::Ledger;
+use cronq_shared::recorded::Load;
 use cronq_shared::registry::Registry;
 use cronq_shared::reload::Reloader;
 use cronq_shared::runlog::RunLog;
@@ -57,6 +58,8 @@ pub struct Assembly {
     pub producer: Producer,
     /// The config in force (the file, reloaded on SIGHUP, with the runtime jobs).
     pub config: watch::Receiver<Arc<Config>>,
+    /// Each load of the config file alone (without the runtime jobs), the first given.
+    pub loads: watch::Receiver<Option<Arc<Load>>>,
     /// The checks that work while the producer leads.
     pub checks: Checks,
 }
@@ -97,6 +100,7 @@ pub async fn assemble(
     let (reloader, config_rx) = Reloader::new(config, hangups);
     let mut reloader = reloader.with_text(text).with_store(ports.jobs.clone());
     reloader.poll().await;
+    let loads = reloader.loads();
     let counted: Arc<dyn Broker> = Arc::new(CountingBroker::new(ports.broker, tally.clone()));
     let producer = Producer::new(
         counted.clone(),
@@ -148,6 +152,7 @@ pub async fn assemble(
     Assembly {
         producer,
         config: config_rx,
+        loads,
         checks: Checks {
             chains,
             accounting,

@@ -2,11 +2,13 @@
 //! the operations commands use: Redis and RabbitMQ, or a standalone's data file (`--data`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
-use cronq_backends::Connect;
+use cronq_backends::{Connect, Stores};
 use cronq_shared::broker::bounded;
-use cronq_shared::config::DEFAULT_RETENTION;
+use cronq_shared::config::{Config, DEFAULT_RETENTION};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{Cli, DashboardArgs};
@@ -25,10 +27,12 @@ pub async fn run(cli: &Cli, args: &DashboardArgs, root: CancellationToken) -> an
         args.token.dashboard_token_file.as_deref(),
     )?;
     let target = crate::settings::target(cli)?;
-    // The config the target runs (`crate::ops::running`), as at the start.
-    let config = {
+    // The config the target runs (`crate::ops::running`), and the record it came from;
+    // followed below as the target records others.
+    let (config, recorded) = {
         let stores = lookup::stores(&target, DEFAULT_RETENTION).await?;
-        running::config_of(cli, &target, &stores).await?
+        let recorded = running::newest(&stores).await?.map(|r| r.digest);
+        (running::config_of(cli, &target, &stores).await?, recorded)
     };
     let deployment = lookup::open(&target, config.longest_retention(), Connect::Patient).await?;
     let config = Arc::new(config);
@@ -41,8 +45,64 @@ pub async fn run(cli: &Cli, args: &DashboardArgs, root: CancellationToken) -> an
             tracing::warn!(error = %anyhow::Error::new(err), "dashboard: cannot declare the queues; their depths show as unknown");
         }
     }
-    let source = Source::of(config, deployment, &target);
+    let (file, feed) = watch::channel(config);
+    let source = Source::of(feed, deployment, &target);
     super::signals::cancel_on_signal(root.clone()).context("while installing signal handlers")?;
-    let metrics = crate::admin::install_metrics(&source.config.metrics)?;
-    dashboard::serve(args.addr, source, access, metrics, root.child_token()).await
+    let metrics = crate::admin::install_metrics(&source.config().metrics)?;
+    let stores = source.stores.clone();
+    let following = follow_record(cli, &target, &stores, recorded, &file, root.child_token());
+    let served = dashboard::serve(args.addr, source, access, metrics, root.child_token());
+    tokio::pin!(served);
+    tokio::select! {
+        result = &mut served => return result,
+        () = following => {}
+    }
+    served.await
+}
+
+/// How often the dashboard reads whether its target recorded another config.
+const RECORD_EVERY: Duration = Duration::from_secs(5);
+
+/// Reads the target's newest recorded config every [`RECORD_EVERY`] and, when it is
+/// another than `seen` (its digest), sends the config the target runs now into `file`, as
+/// [`running::config_of`] reads it at the start; until `token` is cancelled. A record that
+/// does not read is logged and skipped: the dashboard keeps the config it shows.
+async fn follow_record(
+    cli: &Cli,
+    target: &Target,
+    stores: &Stores,
+    mut seen: Option<String>,
+    file: &watch::Sender<Arc<Config>>,
+    token: CancellationToken,
+) {
+    let mut every = tokio::time::interval(RECORD_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    every.tick().await;
+    loop {
+        tokio::select! {
+            () = token.cancelled() => return,
+            _ = every.tick() => {}
+        }
+        let digest = match running::newest(stores).await {
+            Ok(Some(record)) => record.digest,
+            Ok(None) => continue,
+            Err(err) => {
+                tracing::warn!(error = %format!("{err:#}"), "dashboard: cannot read the recorded config; showing the one it has");
+                continue;
+            }
+        };
+        if seen.as_deref() == Some(digest.as_str()) {
+            continue;
+        }
+        match running::config_of(cli, target, stores).await {
+            Ok(config) => {
+                tracing::info!(digest = %digest, jobs = config.jobs.len(), "dashboard: the target recorded another config; showing it");
+                file.send_replace(Arc::new(config));
+            }
+            Err(err) => {
+                tracing::warn!(digest = %digest, error = %format!("{err:#}"), "dashboard: the newest recorded config does not read; showing the one it has");
+            }
+        }
+        seen = Some(digest);
+    }
 }

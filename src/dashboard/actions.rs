@@ -74,7 +74,8 @@ impl IntoResponse for ApiError {
 /// 404 naming the config file and the likely job; 409 for a runtime job that does not
 /// resolve against the config; 503 when the job store cannot be read.
 pub async fn find(source: &Source, name: &str) -> Result<(Job, Option<Revision>), ApiError> {
-    if let Some(job) = source.config.job(name) {
+    let config = source.config();
+    if let Some(job) = config.job(name) {
         return Ok((job.clone(), None));
     }
     let not_found = |e: crate::settings::UsageError| ApiError {
@@ -82,32 +83,32 @@ pub async fn find(source: &Source, name: &str) -> Result<(Job, Option<Revision>)
         message: e.0,
     };
     let Ok(runtime) = JobName::new(name) else {
-        return Err(lookup::job(&source.config, name).err().map_or_else(
+        return Err(lookup::job(&config, name).err().map_or_else(
             || ApiError::bad_request(format!("no job {name:?}")),
             not_found,
         ));
     };
-    if source.config.runtime.jobs {
+    if config.runtime.jobs {
         let rev = within(current(&*source.stores.jobs, &runtime))
             .await
             .map_err(|e| ApiError::unavailable(format!("the job store: {e}")))?;
         if let Some(rev) = rev
             && let Some(spec) = &rev.spec
         {
-            return match source.config.runtime_job(spec) {
+            return match config.runtime_job(spec) {
                 Ok(job) => Ok((job, Some(rev))),
                 Err(problems) => Err(ApiError {
                     status: StatusCode::CONFLICT,
                     message: format!(
                         "runtime job {name:?} (revision {}) does not resolve against {}: {problems}",
                         rev.revision,
-                        source.config.path.display()
+                        config.path.display()
                     ),
                 }),
             };
         }
     }
-    match lookup::job(&source.config, name) {
+    match lookup::job(&config, name) {
         Ok(job) => Ok((job.clone(), None)),
         Err(e) => Err(not_found(e)),
     }

@@ -46,7 +46,7 @@ pub async fn fleet(State(app): State<Arc<App>>) -> Json<Value> {
         &snap,
         &app.source.place,
         app.access.is_read_only(),
-        app.source.config.jobs.len(),
+        app.source.config().jobs.len(),
         Utc::now(),
     );
     Json(sorted(&fleet))
@@ -181,7 +181,8 @@ pub async fn job(
         Err(e) => (Vec::new(), Some(e)),
     };
     // The file's jobs with the runtime ones, as the refresher last merged them.
-    let config = snap.view.as_ref().map_or(&app.source.config, |v| &v.config);
+    let file = app.source.config();
+    let config = snap.view.as_ref().map_or(&file, |v| &v.config);
     let children: Vec<&str> = config
         .children(job.name.as_str())
         .iter()

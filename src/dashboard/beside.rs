@@ -1,6 +1,6 @@
 //! The dashboard a process serves beside its own work (`cronq standalone
 //! --dashboard-addr`): its access is read before anything connects, and it shows the
-//! config of the start (a SIGHUP reload does not change it).
+//! config file as the process loaded it last (each SIGHUP reload, [`follow`]).
 //!
 //! Invariant: a dashboard beside a process is the same dashboard as `cronq dashboard`'s,
 //! on the same [`Source`]; if it fails, the process's work is stopped by its caller.
@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use cronq_backends::Deployment;
 use cronq_shared::config::Config;
+use cronq_shared::recorded::Load;
 use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::{Access, Source};
@@ -28,6 +30,9 @@ pub struct Shown {
     addr: SocketAddr,
     access: Access,
     source: Source,
+    /// The process's loads of the config file, and where the dashboard reads them.
+    loads: watch::Receiver<Option<Arc<Load>>>,
+    file: watch::Sender<Arc<Config>>,
 }
 
 impl Beside {
@@ -48,13 +53,26 @@ impl Beside {
         }))
     }
 
-    /// The dashboard showing `config` on `deployment`, the ports of `target`.
-    pub fn showing(self, config: &Config, deployment: Deployment, target: &Target) -> Shown {
-        let source = Source::of(Arc::new(config.clone()), deployment, target);
+    /// The dashboard showing the config file's config of each load `loads` sees (the first
+    /// load, `start` until there is one), on `deployment`, the ports of `target`.
+    pub fn showing(
+        self,
+        mut loads: watch::Receiver<Option<Arc<Load>>>,
+        start: &Arc<Config>,
+        deployment: Deployment,
+        target: &Target,
+    ) -> Shown {
+        let first = loads
+            .borrow_and_update()
+            .as_ref()
+            .map_or_else(|| start.clone(), |load| load.config.clone());
+        let (file, config) = watch::channel(first);
         Shown {
             addr: self.addr,
             access: self.access,
-            source,
+            source: Source::of(config, deployment, target),
+            loads,
+            file,
         }
     }
 }
@@ -69,7 +87,16 @@ impl Shown {
         metrics: PrometheusHandle,
         token: CancellationToken,
     ) -> anyhow::Result<()> {
-        super::serve(self.addr, self.source, self.access, metrics, token).await
+        let following = follow(self.loads, self.file, token.child_token());
+        let served = super::serve(self.addr, self.source, self.access, metrics, token);
+        tokio::pin!(served);
+        // The dashboard's end (its token, or a failure) ends the following too; the loads'
+        // end (the process's reloader stopped) leaves the dashboard on the last one.
+        tokio::select! {
+            result = &mut served => return result,
+            () = following => {}
+        }
+        served.await
     }
 }
 
@@ -85,5 +112,23 @@ pub async fn serve(
     match dashboard {
         Some(shown) => shown.serve(metrics, token).await,
         None => Ok(()),
+    }
+}
+
+/// Sends the config file's config of each load `loads` sees next (the process's reloads)
+/// into `file`, until `token` is cancelled or the loads end.
+async fn follow(
+    mut loads: watch::Receiver<Option<Arc<Load>>>,
+    file: watch::Sender<Arc<Config>>,
+    token: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            () = token.cancelled() => return,
+            changed = loads.changed() => if changed.is_err() { return },
+        }
+        if let Some(load) = loads.borrow_and_update().clone() {
+            file.send_replace(load.config.clone());
+        }
     }
 }

@@ -243,7 +243,7 @@ async fn with_plan(app: &App, fields: &Fields, outcome: &mut Outcome) {
             .ok()
             .flatten()
             .and_then(|rev| rev.spec)
-            .and_then(|spec| app.source.config.runtime_job(&spec).ok()),
+            .and_then(|spec| app.source.config().runtime_job(&spec).ok()),
         _ => None,
     };
     let now = Utc::now();
@@ -317,7 +317,7 @@ pub async fn edit(
             },
         )
     };
-    if app.source.config.job(&name).is_some() {
+    if app.source.config().job(&name).is_some() {
         return error_page(
             &app,
             &headers,
@@ -326,7 +326,7 @@ pub async fn edit(
                 status: StatusCode::CONFLICT,
                 message: format!(
                     "job {name:?} is defined in {}: read-only here, change it in the file",
-                    app.source.config.path.display()
+                    app.source.config().path.display()
                 ),
             },
         );
@@ -358,12 +358,12 @@ fn preview(app: &App, fields: &Fields) -> Outcome {
     if fields.new {
         if let Err(e) = JobName::new(&fields.name) {
             outcome.problems.field("name", e.to_string());
-        } else if app.source.config.job(&fields.name).is_some() {
+        } else if app.source.config().job(&fields.name).is_some() {
             outcome.problems.field(
                 "name",
                 format!(
                     "is a job of {}: choose another name",
-                    app.source.config.path.display()
+                    app.source.config().path.display()
                 ),
             );
         }
@@ -420,7 +420,11 @@ fn schedule_only(
     }
     table.insert("handler".into(), Value::String("preview".into()));
     let spec = toml::to_string(&table).ok()?;
-    let read = app.source.config.runtime_job_named("preview", &spec).ok()?;
+    let read = app
+        .source
+        .config()
+        .runtime_job_named("preview", &spec)
+        .ok()?;
     Some((
         read.job.timezone,
         actions::next_fires(&read.job, Utc::now(), 10),
@@ -629,7 +633,8 @@ fn form_page(
             }
         }
     };
-    let handlers: Vec<&str> = app.source.config.handlers.keys().map(|h| &**h).collect();
+    let config = app.source.config();
+    let handlers: Vec<&str> = config.handlers.keys().map(|h| &**h).collect();
     let handler = fields.key("handler");
     let chosen = handlers.contains(&handler);
     let title = if fields.new {

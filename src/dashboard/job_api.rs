@@ -45,13 +45,14 @@ fn name_of(text: &str) -> Result<JobName, ApiError> {
 }
 
 fn file_job(app: &App, name: &JobName) -> Result<(), ApiError> {
-    if app.source.config.job(name.as_str()).is_some() {
+    let config = app.source.config();
+    if config.job(name.as_str()).is_some() {
         return Err(error(
             StatusCode::CONFLICT,
             format!(
                 "job {:?} is a job of the config file {}: change it there (file jobs are read-only through the API)",
                 name.as_str(),
-                app.source.config.path.display()
+                config.path.display()
             ),
         ));
     }
@@ -118,7 +119,7 @@ pub async fn get(
     State(app): State<Arc<App>>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    if app.source.config.job(&name).is_some() {
+    if app.source.config().job(&name).is_some() {
         return super::api::job(State(app), Path(name))
             .await
             .map(IntoResponse::into_response);
@@ -253,7 +254,7 @@ impl From<ApiError> for Refused {
 pub fn check(app: &App, name: &str, spec: &str) -> Result<RuntimeJob, Refused> {
     let job = name_of(name)?;
     file_job(app, &job)?;
-    let config = &app.source.config;
+    let config = &app.source.config();
     if !config.runtime.jobs {
         return Err(error(
             StatusCode::CONFLICT,
@@ -296,7 +297,7 @@ pub async fn write(
             None
         }
     };
-    let config = &app.source.config;
+    let config = &app.source.config();
     if let Some(read) = &read
         && !change.allow_unknown_handler
     {

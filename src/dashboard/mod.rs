@@ -173,7 +173,7 @@ pub async fn serve(
         "dashboard listening"
     );
     let views = Arc::new(self::view::Views::new(
-        source.config.clone(),
+        source.config_feed(),
         source.stores.jobs.clone(),
     ));
     let (refresher, snapshot) = Refresher::new(source.clone(), views.clone());

@@ -167,22 +167,35 @@ impl Refresher {
     pub async fn run(self, token: CancellationToken) -> anyhow::Result<()> {
         let mut next = Arc::new(Vec::new());
         let mut comparer = Comparer::default();
-        let own: Reference = ConfigDigest::of_shared(self.source.config.clone()).await;
+        // The file config the fleet's instances are compared with, and its digest: made
+        // again when another file config comes in (a reload, a new recorded config).
+        let mut own: Option<(Arc<Config>, Reference)> = None;
         loop {
             let previous = self.tx.borrow().clone();
             let view = self.views.get().await;
+            if !own
+                .as_ref()
+                .is_some_and(|(file, _)| Arc::ptr_eq(file, &view.file))
+            {
+                // Every job's next fire time anew: the file's jobs are others.
+                next = Arc::new(Vec::new());
+                let digest = ConfigDigest::of_shared(view.file.clone()).await;
+                own = Some((view.file.clone(), digest));
+            }
             if !previous
                 .view
                 .as_ref()
                 .is_some_and(|v| Arc::ptr_eq(v, &view))
             {
                 // Other runtime jobs: the file's come first in every view and keep theirs.
-                next = runtime_moved(&view, &next, self.source.config.jobs.len());
+                next = runtime_moved(&view, &next, view.file.jobs.len());
             }
             next = next_fires(&view.config, next).await;
             let mut snapshot = refresh(&self.source, &previous, next.clone()).await;
             snapshot.view = Some(view.clone());
-            fleet(&self.source, &mut snapshot, &mut comparer, &own).await;
+            if let Some((_, reference)) = &own {
+                fleet(&self.source, &mut snapshot, &mut comparer, reference).await;
+            }
             let now = Utc::now();
             let hour_ago = now - chrono::TimeDelta::hours(1);
             let from = snapshot

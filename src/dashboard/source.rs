@@ -13,14 +13,15 @@ use cronq_shared::broker::{Broker, Depth};
 use cronq_shared::config::Config;
 use cronq_shared::names::QueueName;
 use cronq_shared::signing::Keyring;
+use tokio::sync::watch;
 
 use crate::settings::Target;
 
 /// Everything the dashboard works on.
 #[derive(Clone)]
 pub struct Source {
-    /// The config the jobs come from (the file given to the dashboard).
-    pub config: Arc<Config>,
+    /// The config file's config the jobs come from, as it is now ([`Source::config`]).
+    config: watch::Receiver<Arc<Config>>,
     /// The stores: control (pauses, requests), run log, lease, ledger.
     pub stores: Stores,
     /// The queue port, for the dead letters and the queues' depths.
@@ -50,9 +51,14 @@ pub struct QueueDepth {
 }
 
 impl Source {
-    /// The dashboard's source: `deployment`, the ports of `target`, showing `config` (also
-    /// `cronq standalone --dashboard-addr`).
-    pub fn of(config: Arc<Config>, deployment: Deployment, target: &Target) -> Self {
+    /// The dashboard's source: `deployment`, the ports of `target`, showing the config
+    /// file's config as `config` has it at each request: a standalone's reloads (`cronq
+    /// standalone --dashboard-addr`), the recorded config of the target (`cronq dashboard`).
+    pub fn of(
+        config: watch::Receiver<Arc<Config>>,
+        deployment: Deployment,
+        target: &Target,
+    ) -> Self {
         let Deployment { broker, stores } = deployment;
         let (keyring, runs_indexed, store_name, place) = match target {
             Target::Fleet(endpoints) => (
@@ -92,12 +98,24 @@ impl Source {
         }
     }
 
+    /// The config file's config as it is now, without the runtime jobs (the dashboard's
+    /// views merge them: `super::view`). A snapshot: another reload or record does not
+    /// change it.
+    pub fn config(&self) -> Arc<Config> {
+        self.config.borrow().clone()
+    }
+
+    /// A receiver of the config file's config, for a part that follows it.
+    pub fn config_feed(&self) -> watch::Receiver<Arc<Config>> {
+        self.config.clone()
+    }
+
     /// The depth of each logical queue of the config, then of the dead-letter queue.
     ///
     /// # Errors
     /// A message naming the queue's service when it cannot be read.
     pub async fn depths(&self) -> Result<(Vec<QueueDepth>, Option<u64>), String> {
-        let logical: Vec<QueueName> = self.config.queues().into_iter().collect();
+        let logical: Vec<QueueName> = self.config().queues().into_iter().collect();
         // Bounded like every other read: a broker that hangs would otherwise hold the whole
         // refresh (the store's reads too) until its connection gives up.
         let depths = super::read::within(self.broker.depths(&logical)).await?;

@@ -1,11 +1,12 @@
 //! The jobs the dashboard lists: the config file's, then the runtime jobs of the job store
 //! (`cronq_shared::jobs`) merged in as every producer and consumer merges them
 //! (`cronq_shared::reload`). The merged view is kept and rebuilt only when
-//! [`JobStore::version`] moved, so a listing of 100,000 jobs costs one version read, not a
-//! parse of every runtime job.
+//! [`JobStore::version`] moved or another file config came in (a reload, a new recorded
+//! config: [`super::Source::config`]), so a listing of 100,000 jobs costs one version read,
+//! not a parse of every runtime job.
 //!
-//! Invariant: a view's `by_name` and `revisions` describe its own `config`; a view is
-//! replaced whole, never changed in place.
+//! Invariant: a view's `by_name` and `revisions` describe its own `config`, built from its
+//! `file`; a view is replaced whole, never changed in place.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -13,6 +14,7 @@ use std::sync::{Arc, RwLock};
 use cronq_shared::config::{Config, RuntimeCache};
 use cronq_shared::jobs::JobStore;
 use cronq_shared::names::JobName;
+use tokio::sync::watch;
 
 use super::read::within;
 
@@ -28,6 +30,10 @@ pub struct Stamp {
 /// The file's jobs and the runtime jobs, at one version of the job store.
 #[derive(Debug)]
 pub struct View {
+    /// The file's config it was built from (its jobs come first in `config`).
+    pub file: Arc<Config>,
+    /// The jobs of `file` in name order.
+    file_by_name: Arc<Vec<usize>>,
     /// The file's config with the runtime jobs added after its own.
     pub config: Arc<Config>,
     /// Every index of `config.jobs`, in job name order ([`by_name`]).
@@ -40,9 +46,12 @@ pub struct View {
 
 impl View {
     fn of_file(file: Arc<Config>) -> Self {
+        let order = Arc::new(by_name(&file));
         Self {
-            by_name: by_name(&file),
-            config: file,
+            by_name: order.to_vec(),
+            file_by_name: order,
+            config: file.clone(),
+            file,
             runtime: HashMap::new(),
             version: None,
         }
@@ -87,31 +96,38 @@ fn merged_by_name(config: &Config, file_by_name: &[usize], file_len: usize) -> V
     out
 }
 
-/// The current [`View`], rebuilt when the job store's version moves.
+/// The current [`View`], rebuilt when the job store's version moves or the file's config
+/// is another.
 pub struct Views {
-    file: Arc<Config>,
-    /// The file's jobs in name order, merged with the runtime jobs' on each rebuild.
-    file_by_name: Arc<Vec<usize>>,
+    file: watch::Receiver<Arc<Config>>,
     store: Arc<dyn JobStore>,
     current: RwLock<Arc<View>>,
     rebuilding: tokio::sync::Mutex<()>,
-    /// The runtime jobs as resolved at their revisions: a change of one among thousands
-    /// resolves that one.
+    /// The runtime jobs as resolved at their revisions against the file of the current
+    /// view: a change of one among thousands resolves that one.
     cache: Arc<std::sync::Mutex<RuntimeCache>>,
 }
 
 impl Views {
-    /// The views of `file`'s jobs and of `store`'s runtime jobs.
-    pub fn new(file: Arc<Config>, store: Arc<dyn JobStore>) -> Self {
-        let first = Arc::new(View::of_file(file.clone()));
+    /// The views of the file's jobs, as `file` has them now, and of `store`'s runtime jobs.
+    pub fn new(file: watch::Receiver<Arc<Config>>, store: Arc<dyn JobStore>) -> Self {
+        let first = Arc::new(View::of_file(file.borrow().clone()));
         Self {
-            file_by_name: Arc::new(first.by_name.clone()),
             file,
             store,
             current: RwLock::new(first),
             rebuilding: tokio::sync::Mutex::new(()),
             cache: Arc::default(),
         }
+    }
+
+    fn replace(&self, view: View) -> Arc<View> {
+        let view = Arc::new(view);
+        *self
+            .current
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = view.clone();
+        view
     }
 
     fn last(&self) -> Arc<View> {
@@ -125,30 +141,43 @@ impl Views {
     /// moved, the kept one too when the store cannot be read (the snapshot reports the
     /// outage).
     pub async fn get(&self) -> Arc<View> {
-        if !self.file.runtime.jobs {
-            return self.last();
+        let file = self.file.borrow().clone();
+        let same_file = |view: &View| Arc::ptr_eq(&view.file, &file);
+        let last = self.last();
+        if !file.runtime.jobs {
+            if same_file(&last) && last.version.is_none() {
+                return last;
+            }
+            let _one = self.rebuilding.lock().await;
+            let built = tokio::task::spawn_blocking(move || View::of_file(file)).await;
+            return built.map_or(last, |view| self.replace(view));
         }
         let Ok(version) = within(self.store.version()).await else {
-            return self.last();
+            return last;
         };
-        if self.last().version == Some(version) {
-            return self.last();
+        if same_file(&last) && last.version == Some(version) {
+            return last;
         }
         let _one = self.rebuilding.lock().await;
         let last = self.last();
-        if last.version == Some(version) {
+        if same_file(&last) && last.version == Some(version) {
             return last;
         }
         let Ok(revisions) = within(self.store.list()).await else {
             return last;
         };
-        let file = self.file.clone();
-        let file_by_name = self.file_by_name.clone();
+        // Another file: its jobs' order is made anew, and the runtime jobs resolve anew
+        // against its defaults and handlers, as a reload does (`cronq_shared::reload`).
+        let kept_order = same_file(&last).then(|| last.file_by_name.clone());
         let cache = self.cache.clone();
         let built = tokio::task::spawn_blocking(move || {
             let mut cache = cache
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let file_by_name = kept_order.unwrap_or_else(|| {
+                *cache = RuntimeCache::default();
+                Arc::new(by_name(&file))
+            });
             let (config, _) = file.with_runtime_cached(&revisions, &mut cache);
             let runtime = revisions
                 .iter()
@@ -168,20 +197,14 @@ impl Views {
             View {
                 by_name: merged_by_name(&config, &file_by_name, file.jobs.len()),
                 config: Arc::new(config),
+                file,
+                file_by_name,
                 runtime,
                 version: Some(version),
             }
         })
         .await;
-        let Ok(view) = built else {
-            return last;
-        };
-        let view = Arc::new(view);
-        *self
-            .current
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = view.clone();
-        view
+        built.map_or(last, |view| self.replace(view))
     }
 }
 

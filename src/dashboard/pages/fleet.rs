@@ -32,7 +32,7 @@ pub async fn fleet(
         &snap,
         &app.source.place,
         app.access.is_read_only(),
-        app.source.config.jobs.len(),
+        app.source.config().jobs.len(),
         Utc::now(),
     );
     let main = html! {

@@ -49,7 +49,8 @@ pub async fn job(
     let runs = api::job_runs(&app, job).await;
     let zone = Some(job.timezone);
     // The file's jobs with the runtime ones, as the refresher last merged them.
-    let config = snap.view.as_ref().map_or(&app.source.config, |v| &v.config);
+    let file = app.source.config();
+    let config = snap.view.as_ref().map_or(&file, |v| &v.config);
     let next = actions::next_fires_in(config, job, Utc::now(), 10);
     let children = config.children(job.name.as_str());
     let action = |a: &str| format!("/ui/jobs/{}/{a}", job.name);
@@ -188,7 +189,7 @@ fn ownership(
                     }
                 }
             }
-            None => p #ownership.note { "Defined in " code { (app.source.config.path.display()) } ": read-only here (change it in the file, then reload)." }
+            None => p #ownership.note { "Defined in " code { (app.source.config().path.display()) } ": read-only here (change it in the file, then reload)." }
         }
     }
 }

@@ -85,7 +85,7 @@ pub async fn jobs(
     let main = html! {
         (notices(&snap, &flash))
         h1 { "Jobs" }
-        @if viewer.may(Role::Admin) && app.source.config.runtime.jobs {
+        @if viewer.may(Role::Admin) && app.source.config().runtime.jobs {
             p.actions { a #new-job .button href="/jobs/new" { "New job" } }
         }
         form.filters method="get" action="/jobs" {

@@ -11,6 +11,7 @@ mod browser;
 mod cancel;
 mod editor;
 mod fleet;
+mod follows;
 mod jobs_api;
 mod roles;
 
