@@ -149,6 +149,10 @@ impl Views {
                 return last;
             }
             let _one = self.rebuilding.lock().await;
+            let last = self.last();
+            if same_file(&last) && last.version.is_none() {
+                return last;
+            }
             let built = tokio::task::spawn_blocking(move || View::of_file(file)).await;
             return built.map_or(last, |view| self.replace(view));
         }
