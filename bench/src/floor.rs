@@ -28,8 +28,7 @@ use anyhow::{Context as _, bail};
 use chrono::{SecondsFormat, Utc};
 use futures_util::{FutureExt as _, StreamExt as _};
 use lapin::Channel;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
-use lapin::types::FieldTable;
+use lapin::options::BasicAckOptions;
 use redis::aio::MultiplexedConnection;
 use redis::{Script, Value};
 use tokio_util::sync::CancellationToken;
@@ -363,15 +362,7 @@ pub async fn consume(
     target: usize,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
-    ch.basic_qos(prefetch, BasicQosOptions::default()).await?;
-    let mut deliveries = ch
-        .basic_consume(
-            queue.into(),
-            "".into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await?;
+    let mut deliveries = crate::raw::subscribe(&ch, queue, prefetch).await?;
     let (mut batch, mut seq, mut unacked, mut pending) = (Vec::new(), 0_u64, 0, None);
     let (mut drained, mut batches) = (0_usize, 0_usize);
     loop {

@@ -15,7 +15,7 @@ use lapin::options::{
     ConfirmSelectOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, ShortString};
-use lapin::{BasicProperties, Channel, Confirmation, Connection};
+use lapin::{BasicProperties, Channel, Confirmation, Connection, Consumer};
 use tokio_util::sync::CancellationToken;
 
 /// Declares a durable quorum queue `name` (what cronq's job queues are too).
@@ -84,6 +84,23 @@ pub async fn publish_confirmed(
     Ok(())
 }
 
+/// Subscribes to `queue` with manual acks and prefetch `prefetch`.
+///
+/// # Errors
+/// When the broker refuses.
+pub async fn subscribe(ch: &Channel, queue: &str, prefetch: u16) -> anyhow::Result<Consumer> {
+    ch.basic_qos(prefetch, BasicQosOptions::default()).await?;
+    let consumer = ch
+        .basic_consume(
+            queue.into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    Ok(consumer)
+}
+
 /// Consumes `queue` with manual acks and prefetch `prefetch` until `count` reaches
 /// `target` (counting across every consumer sharing it) or `token` is cancelled. With
 /// `ack_every` 1 each delivery is acked alone; with more, one ack with `multiple` covers
@@ -101,15 +118,7 @@ pub async fn consume_acking(
     target: usize,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
-    ch.basic_qos(prefetch, BasicQosOptions::default()).await?;
-    let mut consumer = ch
-        .basic_consume(
-            queue.into(),
-            "".into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await?;
+    let mut consumer = subscribe(&ch, queue, prefetch).await?;
     let (coalesce, mut pending) = (ack_every > 1, None);
     let mut unacked = 0;
     loop {
