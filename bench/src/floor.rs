@@ -33,8 +33,8 @@ use redis::aio::MultiplexedConnection;
 use redis::{Script, Value};
 use tokio_util::sync::CancellationToken;
 
-/// The end of a batch: KEYS are the records, then the history stream last; ARGV[1] the
-/// history's MAXLEN, ARGV[2] the consumer, ARGV[3] the start instant, then per record its
+/// The end of a batch: KEYS are the records, then the history stream last; `ARGV[1]` the
+/// history's MAXLEN, `ARGV[2]` the consumer, `ARGV[3]` the start instant, then per record its
 /// key, job, token, end state, and publish instant.
 const END: &str = r"
 local stream = KEYS[#KEYS]
@@ -55,8 +55,8 @@ return ended
 ";
 
 /// The forms of [`Form::Lua`] and after: one script call for a batch's claims, one for its
-/// ends. ARGV[1] the key prefix, ARGV[2] the retention (ms), ARGV[3] the form (`lua`,
-/// `hash`, `hash-body`), ARGV[4] now (ms); then per claim its key, job, token and body.
+/// ends. `ARGV[1]` the key prefix, `ARGV[2]` the retention (ms), `ARGV[3]` the form (`lua`,
+/// `hash`, `hash-body`), `ARGV[4]` now (ms); then per claim its key, job, token and body.
 /// Replies the fence of each claim, 0 for one found taken.
 const CLAIM_STEPS: &str = r"
 local p, ret, form, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -86,8 +86,8 @@ end
 return fences
 ";
 
-/// The ends of [`CLAIM_STEPS`]' claims: ARGV[1] to ARGV[4] as there, ARGV[5] the
-/// history's MAXLEN, ARGV[6] the consumer; then per end its key, job, token and publish
+/// The ends of [`CLAIM_STEPS`]' claims: `ARGV[1]` to `ARGV[4]` as there, `ARGV[5]` the
+/// history's MAXLEN, `ARGV[6]` the consumer; then per end its key, job, token and publish
 /// instant. Replies 1 for each end recorded, 0 for one whose claim was lost.
 const END_STEPS: &str = r"
 local p, ret, form, now, maxlen, consumer = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
