@@ -137,9 +137,9 @@ impl Views {
             .clone()
     }
 
-    /// The view at the job store's current version: the kept one when the version has not
-    /// moved, the kept one too when the store cannot be read (the snapshot reports the
-    /// outage).
+    /// The view of the file's config as it is now at the job store's current version: the
+    /// kept one when neither moved, the kept one too when the store cannot be read (the
+    /// snapshot reports the outage; another file's view waits for the store).
     pub async fn get(&self) -> Arc<View> {
         let file = self.file.borrow().clone();
         let same_file = |view: &View| Arc::ptr_eq(&view.file, &file);
