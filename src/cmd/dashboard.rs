@@ -31,8 +31,9 @@ pub async fn run(cli: &Cli, args: &DashboardArgs, root: CancellationToken) -> an
     // followed below as the target records others.
     let (config, recorded) = {
         let stores = lookup::stores(&target, DEFAULT_RETENTION).await?;
-        let recorded = running::newest(&stores).await?.map(|r| r.digest);
-        (running::config_of(cli, &target, &stores).await?, recorded)
+        let record = running::newest(&stores).await?;
+        let recorded = record.as_ref().map(|r| r.digest.clone());
+        (running::config_from(cli, &target, record)?, recorded)
     };
     let deployment = lookup::open(&target, config.longest_retention(), Connect::Patient).await?;
     let config = Arc::new(config);
@@ -52,20 +53,15 @@ pub async fn run(cli: &Cli, args: &DashboardArgs, root: CancellationToken) -> an
     let stores = source.stores.clone();
     let following = follow_record(cli, &target, &stores, recorded, &file, root.child_token());
     let served = dashboard::serve(args.addr, source, access, metrics, root.child_token());
-    tokio::pin!(served);
-    tokio::select! {
-        result = &mut served => return result,
-        () = following => {}
-    }
-    served.await
+    dashboard::serve_following(served, following).await
 }
 
 /// How often the dashboard reads whether its target recorded another config.
 const RECORD_EVERY: Duration = Duration::from_secs(5);
 
 /// Reads the target's newest recorded config every [`RECORD_EVERY`] and, when it is
-/// another than `seen` (its digest), sends the config the target runs now into `file`, as
-/// [`running::config_of`] reads it at the start; until `token` is cancelled. A record that
+/// another than `seen` (its digest), sends the config the target runs by it into `file`,
+/// as [`running::config_from`] reads it at the start; until `token` is cancelled. A record that
 /// does not read is logged and skipped: the dashboard keeps the config it shows.
 async fn follow_record(
     cli: &Cli,
@@ -83,18 +79,19 @@ async fn follow_record(
             () = token.cancelled() => return,
             _ = every.tick() => {}
         }
-        let digest = match running::newest(stores).await {
-            Ok(Some(record)) => record.digest,
+        let record = match running::newest(stores).await {
+            Ok(Some(record)) => record,
             Ok(None) => continue,
             Err(err) => {
                 tracing::warn!(error = %format!("{err:#}"), "dashboard: cannot read the recorded config; showing the one it has");
                 continue;
             }
         };
-        if seen.as_deref() == Some(digest.as_str()) {
+        if seen.as_deref() == Some(record.digest.as_str()) {
             continue;
         }
-        match running::config_of(cli, target, stores).await {
+        let digest = record.digest.clone();
+        match running::config_from(cli, target, Some(record)) {
             Ok(config) => {
                 tracing::info!(digest = %digest, jobs = config.jobs.len(), "dashboard: the target recorded another config; showing it");
                 file.send_replace(Arc::new(config));

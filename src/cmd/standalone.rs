@@ -41,9 +41,7 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
     let (forwarder, hangups) = super::signals::install(&root)?;
     let metrics = admin::install_metrics(&config.metrics)?;
     let shown_metrics = metrics.clone();
-    // What a dashboard needs before the leader half's first load is there (a copy, dropped
-    // once that load is: only with a dashboard).
-    let asked = dashboard.map(|d| (d, deployment.clone(), Arc::new(config.clone())));
+    let asked = dashboard.map(|d| (d, deployment.clone()));
     let Deployment { broker, stores } = deployment;
 
     let instance = instance_id();
@@ -65,8 +63,10 @@ pub async fn run(cli: &Cli, args: &StandaloneArgs, root: CancellationToken) -> a
     let (copy, trailing) = (config.clone(), args.reconcile.trailing());
     let leader = assemble(copy, text, hangups, ports, &instance, &tally, trailing).await;
     // The dashboard shows the config file as the leader half loads it (each reload).
-    let dashboard = asked
-        .map(|(d, deployment, start)| d.showing(leader.loads.clone(), &start, deployment, &target));
+    let dashboard = asked.map(|(d, deployment)| {
+        let start = || Arc::new(config.clone());
+        d.showing(leader.loads.clone(), start, deployment, &target)
+    });
     let consumer = Consumer::new(config, broker, ledger, options)
         .following(leader.config.clone())
         .keep_outputs(Arc::clone(&stores.runlog), args.output.output_limit)

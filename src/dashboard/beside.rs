@@ -53,19 +53,20 @@ impl Beside {
         }))
     }
 
-    /// The dashboard showing the config file's config of each load `loads` sees (the first
-    /// load, `start` until there is one), on `deployment`, the ports of `target`.
+    /// The dashboard showing the config file's config of each load `loads` sees (the
+    /// process's start config, made by `start`, until there is one), on `deployment`, the
+    /// ports of `target`.
     pub fn showing(
         self,
         mut loads: watch::Receiver<Option<Arc<Load>>>,
-        start: &Arc<Config>,
+        start: impl FnOnce() -> Arc<Config>,
         deployment: Deployment,
         target: &Target,
     ) -> Shown {
         let first = loads
             .borrow_and_update()
             .as_ref()
-            .map_or_else(|| start.clone(), |load| load.config.clone());
+            .map_or_else(start, |load| load.config.clone());
         let (file, config) = watch::channel(first);
         Shown {
             addr: self.addr,
@@ -89,14 +90,7 @@ impl Shown {
     ) -> anyhow::Result<()> {
         let following = follow(self.loads, self.file, token.child_token());
         let served = super::serve(self.addr, self.source, self.access, metrics, token);
-        tokio::pin!(served);
-        // The dashboard's end (its token, or a failure) ends the following too; the loads'
-        // end (the process's reloader stopped) leaves the dashboard on the last one.
-        tokio::select! {
-            result = &mut served => return result,
-            () = following => {}
-        }
-        served.await
+        super::serve_following(served, following).await
     }
 }
 

@@ -317,7 +317,8 @@ pub async fn edit(
             },
         )
     };
-    if app.source.config().job(&name).is_some() {
+    let config = app.source.config();
+    if config.job(&name).is_some() {
         return error_page(
             &app,
             &headers,
@@ -326,7 +327,7 @@ pub async fn edit(
                 status: StatusCode::CONFLICT,
                 message: format!(
                     "job {name:?} is defined in {}: read-only here, change it in the file",
-                    app.source.config().path.display()
+                    config.path.display()
                 ),
             },
         );
@@ -355,16 +356,14 @@ pub async fn edit(
 /// The problems and the next fire times of `fields`, nothing written.
 fn preview(app: &App, fields: &Fields) -> Outcome {
     let mut outcome = Outcome::default();
+    let config = app.source.config();
     if fields.new {
         if let Err(e) = JobName::new(&fields.name) {
             outcome.problems.field("name", e.to_string());
-        } else if app.source.config().job(&fields.name).is_some() {
+        } else if config.job(&fields.name).is_some() {
             outcome.problems.field(
                 "name",
-                format!(
-                    "is a job of {}: choose another name",
-                    app.source.config().path.display()
-                ),
+                format!("is a job of {}: choose another name", config.path.display()),
             );
         }
     }

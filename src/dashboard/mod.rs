@@ -147,6 +147,24 @@ async fn secure_headers(mut response: axum::response::Response) -> axum::respons
     response
 }
 
+/// [`serve`] while `following` feeds the source its config: the dashboard's end (its
+/// token, or a failure) ends the following too; the following's end leaves the dashboard
+/// on the last config it was given.
+///
+/// # Errors
+/// As [`serve`].
+pub async fn serve_following(
+    served: impl Future<Output = anyhow::Result<()>>,
+    following: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    tokio::pin!(served);
+    tokio::select! {
+        result = &mut served => return result,
+        () = following => {}
+    }
+    served.await
+}
+
 /// Serves the dashboard on `addr` until `token` is cancelled, refreshing its snapshot of
 /// `source` meanwhile; `/metrics` renders `metrics`.
 ///

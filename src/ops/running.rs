@@ -83,7 +83,19 @@ pub async fn config_stores_and_queue(
 /// # Errors
 /// As [`config_and_stores`].
 pub async fn config_of(cli: &Cli, target: &Target, stores: &Stores) -> anyhow::Result<Config> {
-    let record = newest(stores).await?;
+    config_from(cli, target, newest(stores).await?)
+}
+
+/// The config `target` runs, from `record`, the newest it recorded (none: nothing
+/// recorded yet), and the file `--config` names.
+///
+/// # Errors
+/// As [`config_of`].
+pub fn config_from(
+    cli: &Cli,
+    target: &Target,
+    record: Option<ConfigRecord>,
+) -> anyhow::Result<Config> {
     let given = match cli.config.as_deref() {
         Some(path) => Some(cronq_shared::recorded::load_file(Path::new(path))?),
         None => None,
