@@ -124,20 +124,11 @@ pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figur
         Unit::Ratio,
     )
     .goal("<= 200%");
-    let mut coalesced_parts: Vec<Figure> = Part::ALL
-        .iter()
-        .map(|part| {
-            Figure::new(
-                "throughput",
-                format!(
-                    "CPU per occurrence drained: {} (vs acks coalesced)",
-                    part.label()
-                ),
-                Unit::Seconds,
-            )
-            .baseline(format!("{raw}, acks coalesced: same process"))
-        })
-        .collect();
+    let coalesced_same = format!("{raw}, acks coalesced: same process");
+    let mut coalesced_parts = Part::figures(
+        |part| format!("CPU per occurrence drained: {part} (vs acks coalesced)"),
+        &coalesced_same,
+    );
     let floor_name = match args.floor {
         crate::floor::Form::Plain => {
             "the ledger's floor (coalescing raw loop + the fewest Redis commands)".to_owned()
@@ -169,34 +160,20 @@ pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figur
         "cronq / the ledger's floor CPU per occurrence",
         Unit::Ratio,
     );
-    let mut floor_parts: Vec<Figure> = Part::ALL
-        .iter()
-        .map(|part| {
-            Figure::new(
-                "throughput",
-                format!("CPU per occurrence, the ledger's floor: {}", part.label()),
-                Unit::Seconds,
-            )
-            .baseline(format!("{raw}, acks coalesced: same process"))
-        })
-        .collect();
+    let mut floor_parts = Part::figures(
+        |part| format!("CPU per occurrence, the ledger's floor: {part}"),
+        &coalesced_same,
+    );
     let mut apart = Figure::new(
         "throughput",
         "projected cronq / raw with RabbitMQ, Redis and consumers on their own cores",
         Unit::Ratio,
     )
     .goal(">= 70%");
-    let mut parts: Vec<Figure> = Part::ALL
-        .iter()
-        .map(|part| {
-            Figure::new(
-                "throughput",
-                format!("CPU per occurrence drained: {}", part.label()),
-                Unit::Seconds,
-            )
-            .baseline(format!("{raw}: same process"))
-        })
-        .collect();
+    let mut parts = Part::figures(
+        |part| format!("CPU per occurrence drained: {part}"),
+        &format!("{raw}: same process"),
+    );
     let mut publish = Figure::new(
         "throughput",
         "published+confirmed/s (AmqpBroker, batches of 1,000)",
@@ -225,7 +202,6 @@ pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figur
             .runs
             .push(ratio(m.cronq_drain, m.raw_coalesced_drain));
         if let (Some(c), Some(r)) = (&m.cronq_cpu, &m.raw_cpu) {
-            let per = |cpu: &CpuUse, part| cpu.part(part).as_secs_f64() / args.occurrences as f64;
             cpu.runs
                 .push(c.total().as_secs_f64() / args.occurrences as f64);
             cpu.push_baseline(r.total().as_secs_f64() / args.occurrences as f64);
@@ -233,10 +209,7 @@ pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figur
                 .runs
                 .push(ratio(r.total().as_secs_f64(), c.total().as_secs_f64()));
             apart.runs.push(projected_apart(c, r));
-            for (figure, part) in parts.iter_mut().zip(Part::ALL) {
-                figure.runs.push(per(c, part));
-                figure.push_baseline(per(r, part));
-            }
+            Part::push(&mut parts, c, r, args.occurrences);
             if let Some(rc) = &m.raw_coalesced_cpu {
                 cpu_coalesced
                     .runs
@@ -245,10 +218,7 @@ pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figur
                 cpu_coalesced_share
                     .runs
                     .push(ratio(c.total().as_secs_f64(), rc.total().as_secs_f64()));
-                for (figure, part) in coalesced_parts.iter_mut().zip(Part::ALL) {
-                    figure.runs.push(per(c, part));
-                    figure.push_baseline(per(rc, part));
-                }
+                Part::push(&mut coalesced_parts, c, rc, args.occurrences);
                 if let Some((_, Some(f))) = &m.floor {
                     cpu_floor
                         .runs
@@ -260,10 +230,7 @@ pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figur
                     cpu_over_floor
                         .runs
                         .push(ratio(c.total().as_secs_f64(), f.total().as_secs_f64()));
-                    for (figure, part) in floor_parts.iter_mut().zip(Part::ALL) {
-                        figure.runs.push(per(f, part));
-                        figure.push_baseline(per(rc, part));
-                    }
+                    Part::push(&mut floor_parts, f, rc, args.occurrences);
                 }
             }
         }
@@ -328,6 +295,28 @@ impl Part {
             Self::Consumers => "the consumers' process",
             Self::Broker => "RabbitMQ",
             Self::Store => "Redis",
+        }
+    }
+
+    /// A figure of CPU per occurrence for each part, named by `name` from the part's
+    /// label, against `baseline`.
+    fn figures(name: impl Fn(&str) -> String, baseline: &str) -> Vec<Figure> {
+        Self::ALL
+            .iter()
+            .map(|part| {
+                Figure::new("throughput", name(part.label()), Unit::Seconds)
+                    .baseline(baseline.to_owned())
+            })
+            .collect()
+    }
+
+    /// Adds a run to each part's figure of [`Part::figures`]: `run`'s CPU per occurrence
+    /// of `occurrences`, against `baseline`'s.
+    fn push(figures: &mut [Figure], run: &CpuUse, baseline: &CpuUse, occurrences: usize) {
+        let per = |cpu: &CpuUse, part| cpu.part(part).as_secs_f64() / occurrences as f64;
+        for (figure, part) in figures.iter_mut().zip(Self::ALL) {
+            figure.runs.push(per(run, part));
+            figure.push_baseline(per(baseline, part));
         }
     }
 }
@@ -629,19 +618,18 @@ async fn raw_loop(
     let token = CancellationToken::new();
     let mut tasks = JoinSet::new();
     let mut conns = Vec::new();
+    // The floor's Redis connections, opened before the drain is timed, as the AMQP ones.
+    let mut ledgers = Vec::new();
     for _ in 0..args.consumers.max(1) {
         conns.push(env.amqp().await?);
-    }
-    let started = Instant::now();
-    let cpu_before = CpuUse::now(services);
-    let mut ledgers = Vec::new();
-    if drain == Drain::Floor {
-        for _ in &conns {
+        if drain == Drain::Floor {
             let prefix = env.names().redis_key(&["floor", ""]);
             let url = &env.endpoints.redis_url;
             ledgers.push(crate::floor::Ledger::open(url, prefix, args.floor).await?);
         }
     }
+    let started = Instant::now();
+    let cpu_before = CpuUse::now(services);
     let mut ledgers = ledgers.into_iter();
     for (i, c) in conns.iter().enumerate() {
         let (ch, q, n, t) = (
@@ -651,29 +639,19 @@ async fn raw_loop(
             token.clone(),
         );
         let (prefetch, target) = (args.concurrency, bodies.len());
-        match (drain, ledgers.next()) {
-            (Drain::Floor, Some(ledger)) => tasks.spawn(async move {
+        // A ledger for each connection with the floor, none for the other drains.
+        if let Some(ledger) = ledgers.next() {
+            tasks.spawn(async move {
                 let consumer = format!("floor-{i}");
-                crate::floor::consume(
-                    ch,
-                    &q,
-                    prefetch,
-                    COALESCED_ACKS,
-                    ledger,
-                    consumer,
-                    n,
-                    target,
-                    t,
-                )
-                .await
-            }),
-            _ => {
-                let ack_every = drain.ack_every();
-                tasks.spawn(async move {
-                    crate::raw::consume_acking(ch, &q, prefetch, ack_every, n, target, t).await
-                })
-            }
-        };
+                let acks = COALESCED_ACKS;
+                crate::floor::consume(ch, &q, prefetch, acks, ledger, consumer, n, target, t).await
+            });
+        } else {
+            let ack_every = drain.ack_every();
+            tasks.spawn(async move {
+                crate::raw::consume_acking(ch, &q, prefetch, ack_every, n, target, t).await
+            });
+        }
     }
     let waited = wait_for(&count, bodies.len(), "raw consumers").await;
     let took = started.elapsed();
