@@ -158,6 +158,14 @@ pub trait JobStore: Send + Sync {
     /// # Errors
     /// When the store cannot be read.
     async fn config_records(&self, limit: usize) -> Result<Vec<ConfigRecord>, StoreError>;
+
+    /// The digest of the newest recorded load ([`ConfigRecord::digest`]), without reading
+    /// the record (one may be megabytes): poll it, and read [`JobStore::config_records`]
+    /// when it moved. `None` when none was recorded.
+    ///
+    /// # Errors
+    /// When the store cannot be read.
+    async fn config_digest(&self) -> Result<Option<String>, StoreError>;
 }
 
 /// The current revision of `job`, if it exists.

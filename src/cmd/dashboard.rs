@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use cronq_backends::{Connect, Stores};
 use cronq_shared::broker::bounded;
 use cronq_shared::config::{Config, DEFAULT_RETENTION};
+use cronq_shared::recorded::ConfigRecord;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -59,10 +60,11 @@ pub async fn run(cli: &Cli, args: &DashboardArgs, root: CancellationToken) -> an
 /// How often the dashboard reads whether its target recorded another config.
 const RECORD_EVERY: Duration = Duration::from_secs(5);
 
-/// Reads the target's newest recorded config every [`RECORD_EVERY`] and, when it is
-/// another than `seen` (its digest), sends the config the target runs by it into `file`,
-/// as [`running::config_from`] reads it at the start; until `token` is cancelled. A record that
-/// does not read is logged and skipped: the dashboard keeps the config it shows.
+/// Reads the digest of the target's newest recorded config every [`RECORD_EVERY`] and,
+/// when it is another than `seen`, reads that record and sends the config the target runs
+/// by it into `file`, as [`running::config_from`] reads it at the start; until `token` is
+/// cancelled. A record that does not read is logged and skipped: the dashboard keeps the
+/// config it shows.
 async fn follow_record(
     cli: &Cli,
     target: &Target,
@@ -79,7 +81,7 @@ async fn follow_record(
             () = token.cancelled() => return,
             _ = every.tick() => {}
         }
-        let record = match running::newest(stores).await {
+        let record = match another_record(stores, seen.as_deref()).await {
             Ok(Some(record)) => record,
             Ok(None) => continue,
             Err(err) => {
@@ -87,9 +89,6 @@ async fn follow_record(
                 continue;
             }
         };
-        if seen.as_deref() == Some(record.digest.as_str()) {
-            continue;
-        }
         let digest = record.digest.clone();
         match running::config_from(cli, target, Some(record)) {
             Ok(config) => {
@@ -102,4 +101,24 @@ async fn follow_record(
         }
         seen = Some(digest);
     }
+}
+
+/// The newest record of `stores` when its digest is not `seen`; `None` when nothing was
+/// recorded or the newest is `seen`. Only the digest is read when it did not move: a record
+/// may be megabytes.
+async fn another_record(
+    stores: &Stores,
+    seen: Option<&str>,
+) -> anyhow::Result<Option<ConfigRecord>> {
+    let digest = stores
+        .jobs
+        .config_digest()
+        .await
+        .context("while reading the recorded config's digest")?;
+    if digest.is_none() || digest.as_deref() == seen {
+        return Ok(None);
+    }
+    Ok(running::newest(stores)
+        .await?
+        .filter(|record| Some(record.digest.as_str()) != seen))
 }

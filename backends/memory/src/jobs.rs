@@ -137,4 +137,8 @@ impl JobStore for MemoryJobStore {
     async fn config_records(&self, limit: usize) -> Result<Vec<ConfigRecord>, StoreError> {
         Ok(self.state().configs.iter().take(limit).cloned().collect())
     }
+
+    async fn config_digest(&self) -> Result<Option<String>, StoreError> {
+        Ok(self.state().configs.first().map(|r| r.digest.clone()))
+    }
 }

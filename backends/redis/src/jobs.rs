@@ -200,4 +200,10 @@ impl JobStore for RedisJobStore {
             .map(|json| parse(&self.configs_key, json))
             .collect()
     }
+
+    async fn config_digest(&self) -> Result<Option<String>, StoreError> {
+        // Kept beside the list by record_config.lua, in the same step as the list.
+        let mut conn = self.conn.clone();
+        conn.hget(&self.newest_key, "digest").await.map_err(command)
+    }
 }

@@ -221,6 +221,18 @@ impl JobStore for SqliteJobStore {
             .await
             .map_err(Failure::into_store)
     }
+
+    async fn config_digest(&self) -> Result<Option<String>, StoreError> {
+        self.db
+            .run(|conn| {
+                Ok(conn
+                    .prepare_cached("SELECT digest FROM config_loads ORDER BY seq DESC LIMIT 1")?
+                    .query_row([], |r| r.get(0))
+                    .optional()?)
+            })
+            .await
+            .map_err(Failure::into_store)
+    }
 }
 
 /// The table of recorded config loads, as errors name it.

@@ -203,7 +203,8 @@ async fn job_store(backend: Backend, env: TestEnv) {
 
 /// The recorded config loads: none at first; a load of the newest text replaces it and
 /// keeps its first load's time; another text goes first; at most `KEEP` stay; what one
-/// handle records the other reads, text and all.
+/// handle records the other reads, text and all; the newest's digest reads alone, as the
+/// newest record has it.
 async fn config_records_suite(x: Arc<dyn JobStore>, y: Arc<dyn JobStore>) {
     use chrono::{DateTime, Utc};
     use cronq_shared::recorded::{ConfigRecord, KEEP};
@@ -220,8 +221,11 @@ async fn config_records_suite(x: Arc<dyn JobStore>, y: Arc<dyn JobStore>) {
         ),
     };
     assert!(x.config_records(10).await.unwrap().is_empty());
+    assert_eq!(x.config_digest().await.unwrap(), None);
     x.record_config(&record("one", 1, "p1")).await.unwrap();
+    assert_eq!(y.config_digest().await.unwrap().as_deref(), Some("one"));
     y.record_config(&record("one", 5, "p2")).await.unwrap();
+    assert_eq!(x.config_digest().await.unwrap().as_deref(), Some("one"));
     let list = x.config_records(10).await.unwrap();
     assert_eq!(list.len(), 1, "{list:?}");
     assert_eq!(
@@ -234,6 +238,7 @@ async fn config_records_suite(x: Arc<dyn JobStore>, y: Arc<dyn JobStore>) {
     let digests = |l: Vec<ConfigRecord>| l.into_iter().map(|r| r.digest).collect::<Vec<_>>();
     assert_eq!(digests(x.config_records(10).await.unwrap()), ["two", "one"]);
     assert_eq!(digests(x.config_records(1).await.unwrap()), ["two"]);
+    assert_eq!(x.config_digest().await.unwrap().as_deref(), Some("two"));
     for i in 0..KEEP + 3 {
         x.record_config(&record(&format!("d{i}"), 10 + i as i64, "p1"))
             .await
@@ -242,6 +247,10 @@ async fn config_records_suite(x: Arc<dyn JobStore>, y: Arc<dyn JobStore>) {
     let list = y.config_records(100).await.unwrap();
     assert_eq!(list.len(), KEEP);
     assert_eq!(list[0].digest, format!("d{}", KEEP + 2));
+    assert_eq!(
+        x.config_digest().await.unwrap(),
+        Some(format!("d{}", KEEP + 2))
+    );
 }
 
 on_every_backend!(config_records, "config_records");
