@@ -19,9 +19,14 @@
 //! parents' times after a leader first saw the child (its cursor in the control store,
 //! written by the scheduler), so a new child does not run for the past.
 //!
-//! Not modelled: a pause of a child (it runs while paused; pause its parents), its jitter
-//! (it is published as soon as its parents succeeded), its `catchup` policy (every
-//! parent end inside the window is followed up).
+//! A paused child (`cronq pause`) runs as a paused scheduled job does: not at all, and not
+//! caught up once resumed. An occurrence of it that its parents' ends would start while it
+//! is paused is recorded `skipped` ([`JOB_PAUSED`]), so that a later leader reading the
+//! same ends again does not start it after the resume; a `skipped` record of it for a
+//! parent that a replay made succeed stays skipped while it is paused.
+//!
+//! Not modelled: a child's jitter (it is published as soon as its parents succeeded), its
+//! `catchup` policy (every parent end inside the window is followed up).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -30,7 +35,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use cronq_shared::broker::{Broker, Outgoing};
 use cronq_shared::config::{Config, Job};
-use cronq_shared::control::Control;
+use cronq_shared::control::{Control, ControlError};
 use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::{Ledger, PARENT_ENDED, Settle, State, parent_ended};
 use cronq_shared::message::Trigger;
@@ -50,6 +55,10 @@ const TICK: Duration = Duration::from_millis(200);
 
 /// Runs read per page of the history.
 const PAGE: usize = 1000;
+
+/// The reason recorded for an occurrence of a paused child: it ends `skipped`, and is not
+/// run once the job is resumed.
+pub const JOB_PAUSED: &str = "job paused";
 
 /// Where the leader's chains read and write.
 pub struct Sources {
@@ -281,6 +290,8 @@ impl Chains {
     ) -> Result<(), Failure> {
         let mut batch = Vec::new();
         let now = Utc::now();
+        // Read once for all the slots (each decided after its parents' ends were read).
+        let paused = self.sources.control.paused().await?;
         for (at, child) in slots {
             // A deposed leader stops deciding at once (its successor reads the history
             // again): no skip is recorded from a stale read beside its successor's run.
@@ -293,7 +304,10 @@ impl Chains {
             if term.graph.since.get(child).is_some_and(|since| at <= since) {
                 continue; // before a leader first saw the child
             }
-            match self.decide(job, *at, now).await? {
+            match self
+                .decide(job, *at, now, paused.contains_key(child))
+                .await?
+            {
                 Decision::Run => {
                     let mut occurrence =
                         planner::occurrence(job, *at, Trigger::Schedule, term.epoch, now);
@@ -325,13 +339,14 @@ impl Chains {
         Ok(())
     }
 
-    /// What becomes of `job`'s occurrence at `at`, from its parents' records; a skip is
-    /// recorded here, a run is left to the caller to publish.
+    /// What becomes of `job`'s occurrence at `at`, from its parents' records and whether
+    /// `job` is `paused`; a skip is recorded here, a run is left to the caller to publish.
     async fn decide(
         &self,
         job: &Job,
         at: DateTime<Utc>,
         now: DateTime<Utc>,
+        paused: bool,
     ) -> Result<Decision, StoreError> {
         let ledger = &self.sources.ledger;
         let mut all_succeeded = true;
@@ -340,7 +355,8 @@ impl Chains {
             match ledger.record(&key).await?.map(|r| r.state) {
                 Some(State::Succeeded) => {}
                 Some(state) if state.is_terminal() => {
-                    return self.skip(job, at, &key, state, now).await;
+                    let why = parent_ended(&key, state);
+                    return self.skip(job, at, why, now).await;
                 }
                 _ => all_succeeded = false,
             }
@@ -350,8 +366,13 @@ impl Chains {
         }
         let key = OccurrenceKey::scheduled(job.name.clone(), at);
         match ledger.record(&key).await? {
+            None if paused => self.skip(job, at, JOB_PAUSED.to_owned(), now).await,
             None => Ok(Decision::Run),
             Some(r) if r.state == State::Skipped && is_parent_skip(r.error.as_deref()) => {
+                if paused {
+                    debug!(key = %key, "its parents all succeeded after a replay, but it is paused: it stays skipped");
+                    return Ok(Decision::Done);
+                }
                 // A parent it was skipped for succeeded since (a replay): run it now.
                 ledger.admit_replay(&key).await?;
                 info!(key = %key, "its parents all succeeded after a replay: running it");
@@ -365,18 +386,16 @@ impl Chains {
         }
     }
 
-    /// Records `job`'s occurrence at `at` `skipped`, naming its parent `parent` that ended
-    /// `state`; nothing when it is recorded already.
+    /// Records `job`'s occurrence at `at` `skipped` for `why` (a parent that did not
+    /// succeed, or [`JOB_PAUSED`]); nothing when it is recorded already.
     async fn skip(
         &self,
         job: &Job,
         at: DateTime<Utc>,
-        parent: &OccurrenceKey,
-        state: State,
+        why: String,
         now: DateTime<Utc>,
     ) -> Result<Decision, StoreError> {
         let key = OccurrenceKey::scheduled(job.name.clone(), at);
-        let why = parent_ended(parent, state);
         let run = Run {
             key: key.clone(),
             job: job.name.clone(),
@@ -396,13 +415,17 @@ impl Chains {
                 job: job.name.clone(),
                 attempt: 1,
                 state: State::Skipped,
-                error: Some(why),
+                error: Some(why.clone()),
                 retention: job.retention,
                 run: Some(run),
             })
             .await?;
         if ended.recorded {
-            info!(key = %key, parent = %parent, %state, "skipped: a parent did not succeed");
+            if why == JOB_PAUSED {
+                info!(key = %key, "skipped: the job is paused");
+            } else {
+                info!(key = %key, reason = %why, "skipped: a parent did not succeed");
+            }
         }
         Ok(Decision::Skipped)
     }
@@ -455,6 +478,8 @@ enum Decision {
 enum Failure {
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Control(#[from] ControlError),
     #[error("the leadership ended while publishing")]
     Abandoned,
 }

@@ -826,3 +826,166 @@ async fn a_child_of_two_schedules_runs_at_their_common_times_after_both() {
     })
     .await;
 }
+
+/// A paused child does not run: while `cronq pause b` holds, each slot a succeeds for ends
+/// `skipped` for b (reason `job paused`) and b's command does not start; after `cronq
+/// resume b`, b runs again for new slots, and the paused ones are not caught up, on a
+/// fleet even by a new leader that reads the same ends again (`kill -9` of the leader
+/// after the resume).
+async fn a_paused_child_is_skipped_and_not_caught_up(kind: Deployment, env: TestEnv) {
+    use chrono::{TimeDelta, Utc};
+    use cronq_shared::runlog::Outcome;
+    let trace_path = env.dir.join("trace");
+    let traced = argv(&[
+        "/bin/sh",
+        "-c",
+        &crate::support::history::traced_script(&trace_path, "0"),
+    ]);
+    let toml = format!(
+        r#"{LEADER}
+[defaults]
+overlap = "allow"
+
+[[job]]
+name = "a"
+schedule = "@every 1s"
+command = {traced}
+
+[[job]]
+name = "b"
+after = ["a"]
+command = {traced}
+"#
+    );
+    let running = Running::start(kind, &env, &toml).await;
+    running
+        .until_succeeded("b", 1, Duration::from_secs(30), "b to run after a")
+        .await;
+    running.ok(&["pause", "b", "--note", "chains test"]);
+    let paused_at = Utc::now();
+    let paused_keys = |entries: &[Entry]| -> BTreeSet<String> {
+        entries
+            .iter()
+            .filter(|e| e.outcome == Outcome::Skipped && e.error.as_deref() == Some("job paused"))
+            .map(|e| e.key.clone())
+            .collect()
+    };
+    until(
+        Duration::from_secs(30),
+        "b skipped as paused for 3 slots",
+        || async {
+            let entries = running.entries("b").await;
+            if paused_keys(&entries).len() >= 3 {
+                Ok(())
+            } else {
+                Err(format!("{entries:?}\n{}", running.logs()))
+            }
+        },
+    )
+    .await;
+    running.ok(&["resume", "b"]);
+    let resumed_at = Utc::now();
+    let ran_after_resume = || async {
+        let entries = running.entries("b").await;
+        let n = entries
+            .iter()
+            .filter(|e| e.outcome == Outcome::Succeeded && scheduled_at(&e.key) > resumed_at)
+            .count();
+        if n >= 2 {
+            Ok(())
+        } else {
+            Err(format!("{entries:?}\n{}", running.logs()))
+        }
+    };
+    until(
+        Duration::from_secs(30),
+        "b to run again after the resume",
+        ran_after_resume,
+    )
+    .await;
+    if kind == Deployment::Fleet {
+        // A new leader reads the history from its lookback again, the paused slots' ends
+        // of a with it.
+        let (name, pid) = running.leader().expect("a leader");
+        env.signal(pid, nix::sys::signal::Signal::SIGKILL);
+        eprintln!("killed the leader {name} (pid {pid}) after the resume");
+        let killed_at = Utc::now();
+        until(
+            Duration::from_secs(30),
+            "b to run under the new leader",
+            || async {
+                let entries = running.entries("b").await;
+                let n = entries
+                    .iter()
+                    .filter(|e| e.outcome == Outcome::Succeeded && scheduled_at(&e.key) > killed_at)
+                    .count();
+                if n >= 2 {
+                    Ok(())
+                } else {
+                    Err(format!("{entries:?}\n{}", running.logs()))
+                }
+            },
+        )
+        .await;
+    }
+
+    let entries = running.entries("b").await;
+    let trace = Trace::read(&trace_path);
+    let paused = paused_keys(&entries);
+    let mut problems = Vec::new();
+    // Every slot of a well inside the pause (its end came after the pause was written,
+    // and before the resume) was skipped for b, and b never started for it.
+    let a_slots: BTreeSet<String> = running
+        .entries("a")
+        .await
+        .iter()
+        .filter(|e| e.outcome == Outcome::Succeeded)
+        .map(|e| e.key.clone())
+        .collect();
+    for a in &a_slots {
+        let at = scheduled_at(a);
+        if at <= paused_at + TimeDelta::seconds(1) || at >= resumed_at - TimeDelta::seconds(1) {
+            continue;
+        }
+        let b = format!("b@{}", a.strip_prefix("a@").expect("a key of a"));
+        if !paused.contains(&b) {
+            problems.push(format!("{b}: not skipped as paused"));
+        }
+    }
+    for b in &paused {
+        if trace.count(Mark::Start, b) != 0 {
+            problems.push(format!("{b}: skipped as paused, yet it started"));
+        }
+        let outcomes = terminal_outcomes(&entries, b);
+        if outcomes != ["skipped"] {
+            problems.push(format!("{b}: terminal outcomes {outcomes:?}"));
+        }
+    }
+    assert!(paused.len() >= 3, "{entries:?}");
+    assert!(
+        problems.is_empty(),
+        "{}\n{}\n{}",
+        problems.join("\n"),
+        trace.render(),
+        running.logs()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_child_on_a_fleet_is_skipped_and_not_caught_up_by_a_new_leader() {
+    scoped("chains_pause_fleet", |env| {
+        a_paused_child_is_skipped_and_not_caught_up(Deployment::Fleet, env)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_child_on_a_standalone_data_file_is_skipped_and_not_caught_up() {
+    scoped("chains_pause_standalone", |env| {
+        a_paused_child_is_skipped_and_not_caught_up(
+            Deployment::Standalone(crate::support::deployment::Data::File),
+            env,
+        )
+    })
+    .await;
+}
