@@ -203,6 +203,7 @@ async fn occurrence(ledger: &dyn Ledger, job: &JobName, i: usize) -> anyhow::Res
         recheck: Duration::from_secs(60),
         consumer: "bench".to_owned(),
         token: claim_token(),
+        held: false,
     };
     let ClaimOutcome::Claimed { lease, .. } = ledger.claim(&claim).await? else {
         anyhow::bail!("{key}: not claimed (a fresh key always is)");

@@ -282,6 +282,7 @@ async fn run_through_ledger(
             recheck: Duration::from_secs(60),
             consumer: "bench".to_owned(),
             token: cronq_shared::ledger::claim_token(),
+            held: false,
         };
         if let ClaimOutcome::Claimed { lease, .. } = ledger.claim(&claim).await? {
             *runs.entry(occ.key.to_string()).or_default() += 1;

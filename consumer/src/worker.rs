@@ -15,6 +15,12 @@
 //! 4. Claimed: the message body is stored in the claim, so the delivery is acked at once.
 //!    The broker's `consumer_timeout` can then never close the channel under a long job, and
 //!    the claim's lease (renewed by heartbeats) decides instead whether it must run again.
+//!    A claim the ledger granted held ([`ExecutionLease::held`]: an `allow` job outside any
+//!    pool, on Redis) stored no body: its delivery stays unacked while the attempt runs
+//!    (the broker redelivers it if this consumer dies, and the ledger keeps it then), and
+//!    is acked once the end is recorded, or once [`Ledger::keep`] kept the message after
+//!    [`KEEP_AFTER`] (a tenth of the lease at most) for a longer run; requeued when
+//!    neither happened ([`Held`]).
 //! 5. The outcome is recorded (fenced by the claim) before anything that follows it: the
 //!    retry message, the dead letter's ledger record, the release at shutdown. A follow-up
 //!    message is stored in the record, so the reaper republishes it if this consumer dies.
@@ -74,6 +80,11 @@ const JOB_DELETED: &str = "job deleted";
 /// How long a delivery whose settlement failed (the store unreachable) is held back after
 /// its requeue before this task ends, so a redelivery does not spin on a dead store.
 const SETTLE_PAUSE: Duration = Duration::from_millis(500);
+
+/// How long a held claim's attempt runs before its message is kept in the ledger and its
+/// delivery acked (a tenth of the lease when that is shorter): most runs end before, and
+/// cost the ledger no body; a long one never meets the broker's `consumer_timeout`.
+const KEEP_AFTER: Duration = Duration::from_secs(1);
 
 /// Everything a delivery's processing needs; shared by all tasks of a consumer.
 pub(crate) struct Worker {
@@ -250,9 +261,14 @@ impl Worker {
                 if takeover {
                     tracing::info!(job = %occ.job, key = %occ.key, attempt = occ.attempt, "running an occurrence whose previous owner stopped");
                 }
-                ack(&d, occ.job.as_str()).await;
-                drop(d);
-                self.execute(runner, occ, job, lease, abort).await;
+                let held = if lease.held {
+                    Some(Held { d, kept: false })
+                } else {
+                    ack(&d, occ.job.as_str()).await;
+                    drop(d);
+                    None
+                };
+                self.execute(runner, occ, job, lease, held, abort).await;
             }
         }
     }
@@ -352,6 +368,7 @@ impl Worker {
         occ: Occurrence,
         job: &Job,
         lease: ExecutionLease,
+        mut held: Option<Held>,
         abort: &CancellationToken,
     ) {
         let started_at = Utc::now();
@@ -377,7 +394,19 @@ impl Worker {
         };
         let capture = Arc::new(Capture::new(self.outputs.as_ref().map_or(0, |o| o.limit)));
         let span = Step::execute(&occ, &job.queue, &self.consumer_id);
-        let exit = supervise(runner, span.for_handler(&occ), sup, Arc::clone(&capture)).await;
+        let run = supervise(runner, span.for_handler(&occ), sup, Arc::clone(&capture));
+        let exit = match held.as_mut() {
+            None => run.await,
+            Some(held) => {
+                let keep = Keep {
+                    ledger: &*self.ledger,
+                    lease: &lease,
+                    lease_for: self.lease,
+                    retention: job.retention,
+                };
+                held.keep_while(run, &keep).await
+            }
+        };
         span.executed(&exit);
         let took = t0.elapsed();
         self.keep_output(&occ, &capture).await;
@@ -394,10 +423,13 @@ impl Worker {
         };
         let attempt = Attempted { started_at, took };
         let span = Step::end(&occ, &job.queue, &self.consumer_id);
-        let verdict = tokio::select! {
-            verdict = self.conclude(&occ, job, &lease, verdict, &attempt) => verdict,
+        let (verdict, recorded) = tokio::select! {
+            ended = self.conclude(&occ, job, &lease, verdict, &attempt) => ended,
             _ = keepalive => unreachable!("the keepalive loop never ends"),
         };
+        if let Some(held) = held {
+            held.settle(recorded, occ.job.as_str()).await;
+        }
         let outcome = verdict.outcome();
         span.ended(outcome);
         if verdict == Verdict::Succeeded {
@@ -424,8 +456,9 @@ impl Worker {
     }
 
     /// Records `verdict` (a failure once its dead letter is confirmed) with its run, then
-    /// sends the message that follows it. Returns the verdict as it stands: lost when it was
-    /// not recorded (fenced, given up, or the store stayed unreachable).
+    /// sends the message that follows it. Returns the verdict as it stands (lost when it was
+    /// not recorded: fenced, given up, or the store stayed unreachable), and whether it was
+    /// recorded.
     async fn conclude(
         &self,
         occ: &Occurrence,
@@ -433,7 +466,7 @@ impl Worker {
         lease: &ExecutionLease,
         verdict: Verdict,
         attempt: &Attempted,
-    ) -> Verdict {
+    ) -> (Verdict, bool) {
         let verdict = match verdict {
             Verdict::Failed { error } => self.dead_letter(occ, job, error).await,
             verdict => verdict,
@@ -445,7 +478,7 @@ impl Worker {
             if record.state.is_some() {
                 tracing::warn!(job = %occ.job, key = %occ.key, attempt = occ.attempt, "this consumer lost its claim: another consumer runs the occurrence again; outcome not recorded");
             }
-            return verdict.lost();
+            return (verdict.lost(), false);
         }
         if let Some(out) = follow
             && let Err(err) = publish(&*self.broker, out).await
@@ -456,7 +489,7 @@ impl Worker {
                 tracing::warn!(job = %occ.job, key = %occ.key, error = %err, "cannot republish an interrupted occurrence; the reaper does it later");
             }
         }
-        verdict
+        (verdict, true)
     }
 
     /// Dead-letters a failed occurrence before its end is recorded: a crash in between
@@ -516,4 +549,73 @@ impl Worker {
 struct Attempted {
     started_at: DateTime<Utc>,
     took: Duration,
+}
+
+/// What keeping a held claim's message needs ([`Held::keep_while`]).
+struct Keep<'a> {
+    ledger: &'a dyn Ledger,
+    lease: &'a ExecutionLease,
+    lease_for: Duration,
+    retention: Duration,
+}
+
+/// The delivery of a claim granted held ([`ExecutionLease::held`]), unacked while nothing
+/// in the ledger would bring its occurrence back if this consumer stopped.
+struct Held {
+    d: Delivery,
+    /// The ledger keeps the message ([`Ledger::keep`]), and the delivery was acked.
+    kept: bool,
+}
+
+impl Held {
+    /// Runs `run` to its end; once it has run [`KEEP_AFTER`] (a tenth of the lease at most),
+    /// keeps the message in the ledger and acks the delivery, tried again every tenth of
+    /// the lease while the store does not answer. A claim found lost is not kept: its end
+    /// is not recorded, and the delivery is requeued ([`Held::settle`]).
+    async fn keep_while<F: std::future::Future>(&mut self, run: F, keep: &Keep<'_>) -> F::Output {
+        tokio::pin!(run);
+        let pause = KEEP_AFTER.min(keep.lease_for / 10);
+        let d = &self.d;
+        let keeping = async {
+            tokio::time::sleep(pause).await;
+            loop {
+                match keep
+                    .ledger
+                    .keep(keep.lease, keep.lease_for, &d.body, keep.retention)
+                    .await
+                {
+                    Ok(ledger::Heartbeat::Lost) => return false,
+                    Ok(_) => return true,
+                    Err(err) => {
+                        tracing::warn!(job = %keep.lease.job, key = %keep.lease.key, error = %err, "cannot keep a running attempt's message in the idempotency store: its delivery stays unacked");
+                        tokio::time::sleep(pause).await;
+                    }
+                }
+            }
+        };
+        let kept = tokio::select! {
+            out = &mut run => return out,
+            kept = keeping => kept,
+        };
+        if kept {
+            ack(&self.d, keep.lease.job.as_str()).await;
+            self.kept = true;
+        }
+        run.await
+    }
+
+    /// After the end: acked once it is `recorded` (unless the message was kept and the
+    /// delivery acked then); else requeued, so that the broker delivers it again and the
+    /// ledger decides (a takeover once the lease lapsed, or the message kept for the
+    /// reaper).
+    async fn settle(self, recorded: bool, job: &str) {
+        if self.kept {
+            return;
+        }
+        if recorded {
+            ack(&self.d, job).await;
+        } else {
+            requeue(&self.d).await;
+        }
+    }
 }

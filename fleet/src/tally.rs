@@ -169,6 +169,16 @@ impl Ledger for CountingLedger {
         self.inner.heartbeat(lease, duration).await
     }
 
+    async fn keep(
+        &self,
+        lease: &ExecutionLease,
+        duration: Duration,
+        body: &[u8],
+        retention: Duration,
+    ) -> Result<Heartbeat, StoreError> {
+        self.inner.keep(lease, duration, body, retention).await
+    }
+
     async fn complete(&self, lease: &ExecutionLease, end: &End) -> Result<Ended, StoreError> {
         let ended = self.inner.complete(lease, end).await?;
         if ended.recorded && matches!(end.state, Some(State::Succeeded | State::Failed)) {

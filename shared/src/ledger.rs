@@ -196,6 +196,12 @@ pub struct Claim {
     /// tries of its claim, so that a try after one that was recorded unbeknown to the
     /// caller is granted again; never shared by two deliveries.
     pub token: String,
+    /// The caller can hold its delivery unacked while the attempt runs, until
+    /// [`Ledger::keep`] kept the message or the end was recorded: a store may then grant
+    /// a new claim without keeping `body` or listing the lease for a reaper (the broker
+    /// redelivers a message whose owner died), and says so ([`ExecutionLease::held`]).
+    /// Only an `allow` claim outside any pool may be held.
+    pub held: bool,
 }
 
 /// A claim's pool (`pool = "NAME"`, `[pools.NAME] size = N`).
@@ -235,6 +241,10 @@ pub struct ExecutionLease {
     /// The attempt's fencing token: greater than that of every earlier attempt of the job,
     /// fleet-wide (`CRONQ_FENCE`, `X-Cronq-Fence`, see docs/consumer.md).
     pub fence: u64,
+    /// The claim was granted held ([`Claim::held`]): the store keeps neither its message
+    /// nor a lease for a reaper until [`Ledger::keep`], so its owner acks its delivery only
+    /// once the message is kept or the end is recorded, and requeues it otherwise.
+    pub held: bool,
 }
 
 /// What [`Ledger::claim`] decided.
@@ -501,6 +511,21 @@ pub trait Ledger: Send + Sync + 'static {
         &self,
         lease: &ExecutionLease,
         duration: Duration,
+    ) -> Result<Heartbeat, StoreError>;
+
+    /// Keeps the message `body` of a held claim ([`ExecutionLease::held`]) with its record
+    /// for `retention`, and renews its lease for `duration` from now, listed for a reaper:
+    /// once kept, the owner may ack its delivery. Answers as [`Ledger::heartbeat`] does; a
+    /// store that keeps every claim's message only renews the lease.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store cannot be reached; nothing was kept.
+    async fn keep(
+        &self,
+        lease: &ExecutionLease,
+        duration: Duration,
+        body: &[u8],
+        retention: Duration,
     ) -> Result<Heartbeat, StoreError>;
 
     /// Ends the claim: records `end` (and appends `end.run` to the history), releases the

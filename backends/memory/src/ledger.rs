@@ -240,6 +240,17 @@ impl Ledger for MemoryLedger {
         self.step(|s| rules::heartbeat(s, lease, duration))
     }
 
+    async fn keep(
+        &self,
+        lease: &ExecutionLease,
+        duration: Duration,
+        _body: &[u8],
+        _retention: Duration,
+    ) -> Result<Heartbeat, StoreError> {
+        // Every claim's message is kept here: none is held.
+        self.heartbeat(lease, duration).await
+    }
+
     async fn complete(&self, lease: &ExecutionLease, end: &End) -> Result<Ended, StoreError> {
         self.step(|s| rules::complete(s, lease, end))
     }

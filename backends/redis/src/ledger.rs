@@ -193,6 +193,39 @@ impl RedisLedger {
         [self.record_prefix.as_str(), key].concat()
     }
 
+    /// Renews `lease` for `duration` (heartbeat.lua); with `keep`, keeps a held claim's
+    /// message for its retention too ([`Ledger::keep`]).
+    async fn renew(
+        &self,
+        lease: &ExecutionLease,
+        duration: Duration,
+        keep: Option<(&[u8], Duration)>,
+    ) -> Result<Heartbeat, StoreError> {
+        let key = lease.key.as_str();
+        let mut invocation = Call::new(&self.scripts.heartbeat, if keep.is_some() { 3 } else { 2 });
+        invocation.key(self.record_key(key)).key(&self.leases_key);
+        if keep.is_some() {
+            invocation.key(self.body_key(key));
+        }
+        invocation
+            .arg(key)
+            .arg(&lease.token)
+            .arg(millis(duration))
+            .arg(self.slots_prefix());
+        if let Some((body, retention)) = keep {
+            invocation.arg(body).arg(millis(retention));
+        }
+        // Guarded: a renewal a failover could lose would let the lease lapse early on the
+        // new master, and the reaper hand the occurrence out while it still runs.
+        let reply: Vec<String> = self.conn.write_script(&invocation).await.map_err(written)?;
+        match reply.as_slice() {
+            [tag] if tag == "held" => Ok(Heartbeat::Held),
+            [tag, by] if tag == "cancel" => Ok(Heartbeat::CancelRequested { by: by.clone() }),
+            [tag] if tag == "lost" => Ok(Heartbeat::Lost),
+            other => Err(unexpected(&other.join(" "))),
+        }
+    }
+
     fn body_key(&self, key: &str) -> String {
         [self.body_prefix.as_str(), key].concat()
     }
@@ -298,7 +331,11 @@ impl Ledger for RedisLedger {
                     .arg(token)
                     .arg(millis(claim.lease))
                     .arg(millis(claim.retention))
-                    .arg(overlap_arg(claim.overlap))
+                    .arg(if claim.held && !gated {
+                        "held"
+                    } else {
+                        overlap_arg(claim.overlap)
+                    })
                     .arg(&claim.body[..])
                     .arg(claim.scheduled_at.timestamp_millis());
                 if let Some(now) = &now {
@@ -319,15 +356,18 @@ impl Ledger for RedisLedger {
             return Err(unexpected("an empty reply"));
         };
         match (tag.as_slice(), rest) {
-            (b"claimed", [takeover, fence]) => Ok(ClaimOutcome::Claimed {
-                lease: ExecutionLease {
-                    key: claim.key.clone(),
-                    job: claim.job.clone(),
-                    token: token.clone(),
-                    fence: text(fence).parse().map_err(|_| unexpected(&text(fence)))?,
-                },
-                takeover: takeover.as_slice() == b"1",
-            }),
+            (b"claimed", [takeover, fence, held @ ..]) if held.len() <= 1 => {
+                Ok(ClaimOutcome::Claimed {
+                    lease: ExecutionLease {
+                        key: claim.key.clone(),
+                        job: claim.job.clone(),
+                        token: token.clone(),
+                        fence: text(fence).parse().map_err(|_| unexpected(&text(fence)))?,
+                        held: held == [b"1".to_vec()],
+                    },
+                    takeover: takeover.as_slice() == b"1",
+                })
+            }
             (b"duplicate", [state, attempt]) => {
                 let state = text(state);
                 Ok(ClaimOutcome::Duplicate {
@@ -352,24 +392,17 @@ impl Ledger for RedisLedger {
         lease: &ExecutionLease,
         duration: Duration,
     ) -> Result<Heartbeat, StoreError> {
-        let key = lease.key.as_str();
-        let mut invocation = Call::new(&self.scripts.heartbeat, 2);
-        invocation
-            .key(self.record_key(key))
-            .key(&self.leases_key)
-            .arg(key)
-            .arg(&lease.token)
-            .arg(millis(duration))
-            .arg(self.slots_prefix());
-        // Guarded: a renewal a failover could lose would let the lease lapse early on the
-        // new master, and the reaper hand the occurrence out while it still runs.
-        let reply: Vec<String> = self.conn.write_script(&invocation).await.map_err(written)?;
-        match reply.as_slice() {
-            [tag] if tag == "held" => Ok(Heartbeat::Held),
-            [tag, by] if tag == "cancel" => Ok(Heartbeat::CancelRequested { by: by.clone() }),
-            [tag] if tag == "lost" => Ok(Heartbeat::Lost),
-            other => Err(unexpected(&other.join(" "))),
-        }
+        self.renew(lease, duration, None).await
+    }
+
+    async fn keep(
+        &self,
+        lease: &ExecutionLease,
+        duration: Duration,
+        body: &[u8],
+        retention: Duration,
+    ) -> Result<Heartbeat, StoreError> {
+        self.renew(lease, duration, Some((body, retention))).await
     }
 
     async fn complete(&self, lease: &ExecutionLease, end: &End) -> Result<Ended, StoreError> {

@@ -548,6 +548,8 @@ pub fn claim<S: Records>(s: &mut S, claim: &Claim) -> Result<ClaimOutcome, S::Er
             job: claim.job.clone(),
             token,
             fence,
+            // These stores keep every claim's message: none is held.
+            held: false,
         },
         takeover,
     })

@@ -81,6 +81,17 @@ impl Ledger for SqliteLedger {
             .await
     }
 
+    async fn keep(
+        &self,
+        lease: &ExecutionLease,
+        duration: Duration,
+        _body: &[u8],
+        _retention: Duration,
+    ) -> Result<Heartbeat, StoreError> {
+        // Every claim's message is kept here: none is held.
+        self.heartbeat(lease, duration).await
+    }
+
     async fn complete(&self, lease: &ExecutionLease, end: &End) -> Result<Ended, StoreError> {
         let (lease, end) = (lease.clone(), end.clone());
         self.with(move |s| rules::complete(s, &lease, &end)).await

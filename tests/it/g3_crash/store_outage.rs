@@ -63,6 +63,16 @@ impl Ledger for Flaky {
         self.check()?;
         self.inner.heartbeat(l, d).await
     }
+    async fn keep(
+        &self,
+        l: &cronq_shared::ledger::ExecutionLease,
+        d: Duration,
+        body: &[u8],
+        retention: Duration,
+    ) -> Result<cronq_shared::ledger::Heartbeat, cronq_shared::store::StoreError> {
+        self.check()?;
+        self.inner.keep(l, d, body, retention).await
+    }
     async fn complete(
         &self,
         l: &cronq_shared::ledger::ExecutionLease,

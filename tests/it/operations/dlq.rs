@@ -71,6 +71,7 @@ fn claim_of(occ: &Occurrence, attempt: u32) -> Claim {
         recheck: Duration::from_secs(60),
         consumer: "test".to_owned(),
         token: cronq_shared::ledger::claim_token(),
+        held: false,
     }
 }
 

@@ -323,6 +323,147 @@ async fn lease(backend: Backend, env: TestEnv) {
     lease_suite(ports::ledger(backend, &env).await).await;
 }
 
+/// A held claim (its caller holds the delivery unacked): where the store grants it held
+/// (Redis), it keeps no message for a reaper until the message is kept: a lapsed held claim
+/// is not reaped (the broker redelivers its message, and the redelivery takes it over,
+/// not held); a
+/// redelivery while its lease lives keeps the message, and the reaper hands it out once
+/// the lease lapses; `keep` keeps it; its end leaves nothing to reap; a try of the same
+/// claim is granted held again. Where the store keeps every message, no claim is held and
+/// each is reaped as any other. Only an `allow` claim outside any pool is held.
+async fn held_suite(ledger: impl Ledger + Inspect) {
+    let short = Duration::from_millis(300);
+    let held = |i: u32, overlap: Overlap| Claim {
+        held: true,
+        ..claim("held", i, 1, overlap, short)
+    };
+    let lapse = || tokio::time::sleep(short * 2);
+    let reaped = || async { ledger.reap(10, LONG).await.unwrap() };
+
+    // Lapsed, nothing kept.
+    let c1 = held(1, Overlap::Allow);
+    let l1 = claimed(&ledger, &c1).await;
+    let holds = l1.held;
+    let again = claimed(&ledger, &c1).await;
+    assert_eq!(
+        (again.held, again.fence),
+        (holds, l1.fence),
+        "a try of the same claim is granted as it was"
+    );
+    lapse().await;
+    let orphans = reaped().await;
+    if holds {
+        assert!(
+            orphans.is_empty(),
+            "a held claim has no message to reap: {orphans:?}"
+        );
+        let redelivered = Claim {
+            token: claim_token(),
+            ..c1.clone()
+        };
+        match ledger.claim(&redelivered).await.unwrap() {
+            ClaimOutcome::Claimed { takeover, lease } => {
+                assert!(takeover);
+                assert!(
+                    !lease.held,
+                    "a takeover keeps its message, as any claim of a record"
+                );
+                let ended = ledger.complete(&lease, &end(State::Succeeded)).await;
+                assert!(ended.unwrap().recorded);
+            }
+            other => panic!("a lapsed held claim redelivered: {other:?}"),
+        }
+    } else {
+        assert_eq!(orphans.len(), 1, "{orphans:?}");
+        assert_eq!(orphans[0].body, c1.body);
+    }
+
+    // Delivered again while its lease lives: the message is kept, and reaped once lapsed.
+    let c2 = held(2, Overlap::Allow);
+    let l2 = claimed(&ledger, &c2).await;
+    let redelivered = Claim {
+        token: claim_token(),
+        ..c2.clone()
+    };
+    assert!(matches!(
+        ledger.claim(&redelivered).await.unwrap(),
+        ClaimOutcome::Duplicate {
+            state: State::Running,
+            attempt: 1
+        }
+    ));
+    assert!(reaped().await.is_empty(), "its lease lives");
+    lapse().await;
+    let orphans = reaped().await;
+    assert_eq!(orphans.len(), 1, "{orphans:?}");
+    assert_eq!(
+        (orphans[0].key.as_str(), &orphans[0].body),
+        (c2.key.as_str(), &c2.body)
+    );
+    assert_eq!(ledger.heartbeat(&l2, short).await.unwrap(), Heartbeat::Lost);
+
+    // Kept by its owner, then lapsed: reaped.
+    let c3 = held(3, Overlap::Allow);
+    let l3 = claimed(&ledger, &c3).await;
+    assert_eq!(
+        ledger.keep(&l3, short, &c3.body, LONG).await.unwrap(),
+        Heartbeat::Held
+    );
+    lapse().await;
+    let orphans = reaped().await;
+    assert_eq!(orphans.len(), 1, "{orphans:?}");
+    assert_eq!(orphans[0].body, c3.body);
+
+    // Ended: nothing to reap, and terminal.
+    let c4 = held(4, Overlap::Allow);
+    let l4 = claimed(&ledger, &c4).await;
+    assert_eq!(ledger.heartbeat(&l4, short).await.unwrap(), Heartbeat::Held);
+    assert!(
+        ledger
+            .complete(&l4, &end(State::Succeeded))
+            .await
+            .unwrap()
+            .recorded
+    );
+    lapse().await;
+    assert!(reaped().await.is_empty());
+    assert_eq!(
+        ledger.inspect(&c4.key).await.unwrap().state,
+        State::Succeeded
+    );
+
+    // Retried: the follow-up message is kept whatever the claim was.
+    let c5 = held(5, Overlap::Allow);
+    let l5 = claimed(&ledger, &c5).await;
+    let follow = FollowUp {
+        attempt: 2,
+        body: b"attempt 2".to_vec(),
+        within: Duration::from_millis(100),
+    };
+    let retrying = End {
+        state: Some(State::Retrying),
+        error: Some("boom".into()),
+        retention: LONG,
+        next: Some(follow),
+        run: None,
+    };
+    assert!(ledger.complete(&l5, &retrying).await.unwrap().recorded);
+    lapse().await;
+    let orphans = reaped().await;
+    assert_eq!(orphans.len(), 1, "{orphans:?}");
+    assert_eq!(orphans[0].body, b"attempt 2");
+
+    // Never held: a gated claim.
+    let c6 = held(6, Overlap::Skip);
+    assert!(!claimed(&ledger, &c6).await.held);
+}
+
+on_every_backend!(held, "ledger_held");
+
+async fn held(backend: Backend, env: TestEnv) {
+    held_suite(ports::ledger(backend, &env).await).await;
+}
+
 /// Settling without running; retention expiry.
 async fn settle_suite(ledger: impl Ledger + Inspect) {
     let occ = occurrence("set", 1);

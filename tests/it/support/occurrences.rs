@@ -68,6 +68,7 @@ pub fn claim(job: &str, i: u32, attempt: u32, overlap: Overlap, lease: Duration)
         recheck: LONG,
         consumer: "test".to_owned(),
         token: cronq_shared::ledger::claim_token(),
+        held: false,
     }
 }
 

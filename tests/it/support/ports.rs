@@ -323,6 +323,16 @@ impl<T: Ledger + ?Sized> Ledger for Port<T> {
         self.0.heartbeat(lease, duration).await
     }
 
+    async fn keep(
+        &self,
+        lease: &ledger::ExecutionLease,
+        duration: Duration,
+        body: &[u8],
+        retention: Duration,
+    ) -> Result<Heartbeat, StoreError> {
+        self.0.keep(lease, duration, body, retention).await
+    }
+
     async fn complete(
         &self,
         lease: &ledger::ExecutionLease,

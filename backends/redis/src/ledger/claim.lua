@@ -15,7 +15,11 @@
 -- ARGV[5] token, the caller's for every try of this claim: a record running under it was
 --         claimed by an earlier try (its answer lost, or short of replicas) and is granted
 --         again
--- ARGV[6] lease ms   ARGV[7] retention ms   ARGV[8] overlap (allow|skip|queue|replace)
+-- ARGV[6] lease ms   ARGV[7] retention ms   ARGV[8] overlap (allow|skip|queue|replace), or
+--         held: an allow claim outside any pool whose caller holds its delivery unacked
+--         (Claim::held), so that a new record keeps no body and no lease entry (`held` = 1)
+--         until heartbeat.lua keeps them or the end; the broker redelivers the message of
+--         an owner that died, and a redelivery of a held running claim keeps them then
 -- ARGV[9] message body   ARGV[10] scheduled time ms
 -- Only for a gated claim (overlap other than allow, or a pool):
 -- ARGV[11] ms until the reaper re-checks a waiting occurrence
@@ -29,7 +33,7 @@
 -- Numbers go to Redis as the strings they came in where they can: Lua turns a number back
 -- into text with sprintf, 2,000 to 3,000 instructions each (see docs/benchmarks-notebook.md,
 -- throughput step 2).
--- Returns {"claimed", takeover (0|1: taken over from an owner that stopped), fence}
+-- Returns {"claimed", takeover (0|1: taken over from an owner that stopped), fence [, "1": held]}
 --   | {"duplicate", state, attempt} | {"busy", holder key}
 --   | {"waiting", holder key [, woken key, woken queue, woken body]}
 --   | {"superseded", by key, or an operator's mark "cancelled by WHO"}
@@ -243,18 +247,20 @@ local function claim(KEYS, ARGV, shared)
     lease_until = tostring(now + tonumber(ARGV[6]))
     shared.lease_until[ARGV[6]] = lease_until
   end
-  -- One read of everything the checks need (a new key reads five nils).
+  -- One read of everything the checks need (a new key reads eight nils).
   local rec = redis.call('HMGET', KEYS[1], 'state', 'attempt', 'lease_until', 'next', 'token',
-    'fence', 'cancel')
+    'fence', 'cancel', 'held')
   local st = rec[1]
   local takeover = '0'
   -- The fence of this very claim, granted by an earlier try: it keeps it.
   local fence
   -- ... and the cancel or replace mark set on it meanwhile.
   local mark = ''
+  -- Running under this claim's token: granted by an earlier try of it.
+  local mine = false
   if st then
     local rec_attempt = tonumber(rec[2] or '0')
-    local mine = st == 'running' and rec[5] == ARGV[5]
+    mine = st == 'running' and rec[5] == ARGV[5]
     if mine then
       fence = rec[6]
       mark = rec[7] or ''
@@ -265,6 +271,14 @@ local function claim(KEYS, ARGV, shared)
       return {'duplicate', st, tostring(rec_attempt)}
     end
     if st == 'running' and not mine and tonumber(rec[3] or '0') > now then
+      if rec[8] == '1' and attempt == rec[2] then
+        -- The message of a held claim, delivered again while its lease lives: its owner's
+        -- delivery is gone (the owner died, or its channel closed). Kept here, with the
+        -- lease listed, so the reaper republishes it if the owner does not end it.
+        redis.call('SET', KEYS[3], ARGV[9], 'PX', ARGV[7])
+        redis.call('ZADD', KEYS[2], rec[3], key)
+        redis.call('HDEL', KEYS[1], 'held')
+      end
       return {'duplicate', st, tostring(rec_attempt)}
     end
     if tonumber(attempt) < tonumber(rec[4] or '0') then
@@ -281,7 +295,9 @@ local function claim(KEYS, ARGV, shared)
     end
   end
 
-  local exclusive = ARGV[8] ~= 'allow'
+  -- Held: a new record, or this very claim granted held by an earlier try.
+  local held = ARGV[8] == 'held' and (not st or (mine and rec[8] == '1'))
+  local exclusive = ARGV[8] ~= 'allow' and ARGV[8] ~= 'held'
   local pool = ARGV[15] or ''
   local gated = exclusive or pool ~= ''
   if gated then
@@ -303,15 +319,28 @@ local function claim(KEYS, ARGV, shared)
     -- A new record of an `allow` job outside any pool: no cancel request, not exclusive,
     -- no pool, which every script reads off absent fields as well (fields less to write
     -- and to keep).
-    redis.call('HSET', KEYS[1], 'fence', fence, 'state', 'running', 'attempt', attempt,
-      'next', attempt, 'token', ARGV[5], 'job', ARGV[2], 'queue', ARGV[3],
-      'lease_until', lease_until, 'sched', ARGV[10], 'updated', now_s)
+    if held then
+      redis.call('HSET', KEYS[1], 'fence', fence, 'state', 'running', 'attempt', attempt,
+        'next', attempt, 'token', ARGV[5], 'job', ARGV[2], 'queue', ARGV[3],
+        'lease_until', lease_until, 'sched', ARGV[10], 'updated', now_s, 'held', '1')
+    else
+      redis.call('HSET', KEYS[1], 'fence', fence, 'state', 'running', 'attempt', attempt,
+        'next', attempt, 'token', ARGV[5], 'job', ARGV[2], 'queue', ARGV[3],
+        'lease_until', lease_until, 'sched', ARGV[10], 'updated', now_s)
+    end
   end
   if st then
-    -- Only an earlier attempt can have left an error behind.
-    redis.call('HDEL', KEYS[1], 'error')
+    -- Only an earlier attempt can have left an error behind, or a held mark.
+    if held then
+      redis.call('HDEL', KEYS[1], 'error')
+    else
+      redis.call('HDEL', KEYS[1], 'error', 'held')
+    end
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[7])
+  if held then
+    return {'claimed', takeover, fence, '1'}
+  end
   redis.call('SET', KEYS[3], ARGV[9], 'PX', ARGV[7])
   redis.call('ZADD', KEYS[2], lease_until, key)
   return {'claimed', takeover, fence}

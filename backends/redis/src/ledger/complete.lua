@@ -25,7 +25,7 @@ local function complete(KEYS, ARGV, shared)
   local now_s = server_now()
   local has_run = #ARGV > 10
   local rec = redis.call('HMGET', KEYS[1], 'state', 'token', 'exclusive', 'job', 'cap', 'pool',
-    'pool_cap')
+    'pool_cap', 'held')
   if rec[1] == ARGV[4] and rec[2] == ARGV[3] then
     -- This very end, recorded by an earlier try of this claim (no end is 'running', and a
     -- give-up, '', is never a record's state).
@@ -58,11 +58,16 @@ local function complete(KEYS, ARGV, shared)
   else
     redis.call('HSET', KEYS[1], 'state', ARGV[4], 'updated', now_s)
   end
+  -- A held claim (claim.lua) has no body and no lease entry to remove.
+  local held = rec[8] == '1'
   if ARGV[7] ~= '' then
     redis.call('HSET', KEYS[1], 'next', ARGV[7])
+    if held then
+      redis.call('HDEL', KEYS[1], 'held')
+    end
     redis.call('SET', KEYS[4], ARGV[8], 'PX', ARGV[6])
     redis.call('ZADD', KEYS[2], server_ms() + tonumber(ARGV[9]), ARGV[1])
-  else
+  elseif not held then
     redis.call('DEL', KEYS[4])
     redis.call('ZREM', KEYS[2], ARGV[1])
   end
