@@ -1,6 +1,7 @@
 //! A job whose `cronq consumer` goes away mid-run runs again, once, elsewhere: after its
-//! execution lease when the consumer is killed (SIGKILL), at once when it is stopped
-//! (SIGTERM) and releases it.
+//! execution lease when the consumer is killed (SIGKILL), whether its claim was still held
+//! (its message only in the broker) or kept, at once when it is stopped (SIGTERM) and
+//! releases it.
 
 use std::time::Duration;
 
@@ -49,6 +50,73 @@ command = ["sh", "-c", "echo $CRONQ_ATTEMPT >> {}; sleep 3"]
         assert_eq!(done[0].consumer, "b");
         assert_eq!(done[0].attempt, 1, "same attempt, run again");
         assert_eq!(lines(&starts), 2, "started by a, then once by b");
+    })
+    .await;
+}
+
+/// Killed within the first second of the run (a tenth of its 5 s lease: 500 ms), while its
+/// claim is held: the ledger has no message of it, the broker has. The other consumer gets
+/// the message again, meets the live lease and keeps the message for the reaper; the
+/// occurrence runs there once the lease lapsed, once.
+#[tokio::test]
+async fn consumer_sigkill_while_its_claim_is_held_runs_once_elsewhere_after_the_lease() {
+    scoped("consumer_kill_held", |env| async move {
+        env.track_queue("default");
+        let starts = env.dir.join("starts");
+        let config = env.write_config(
+            "cronq.toml",
+            &format!(
+                r#"
+[[job]]
+name = "slow"
+schedule = "@every 1s"
+command = ["sh", "-c", "echo $CRONQ_ATTEMPT >> {}; sleep 3"]
+"#,
+                starts.display()
+            ),
+        );
+        let config = config.to_str().unwrap();
+        let a = env.spawn("a", &consumer_args(config, "a", "5s"));
+        started(&env, "a").await;
+        let occ = occurrence("slow", 1);
+        let record = env.names().redis_key(&["occ", occ.key.as_str()]);
+        publish(&env, occ).await;
+        eventually(WAIT, "consumer a to start the job", || async {
+            (lines(&starts) == 1).then_some(())
+        })
+        .await;
+        let mut redis = env.redis().await;
+        let held: Option<String> = redis::cmd("HGET")
+            .arg(&record)
+            .arg("held")
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        env.signal(a, Signal::SIGKILL);
+        assert_eq!(
+            held.as_deref(),
+            Some("1"),
+            "a's claim was held when a was killed"
+        );
+        env.spawn("b", &consumer_args(config, "b", "5s"));
+        started(&env, "b").await;
+        let done = eventually(WAIT, "a completed run", || async {
+            let r = runs(&env, "slow").await;
+            (!r.is_empty()).then_some(r)
+        })
+        .await;
+        assert_eq!(done.len(), 1, "{done:?}");
+        assert_eq!(done[0].outcome, Outcome::Succeeded);
+        assert_eq!(done[0].consumer, "b");
+        assert_eq!(done[0].attempt, 1, "same attempt, run again");
+        assert_eq!(lines(&starts), 2, "started by a, then once by b");
+        let held: Option<String> = redis::cmd("HGET")
+            .arg(&record)
+            .arg("held")
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        assert_eq!(held, None, "the ended record is not held");
     })
     .await;
 }

@@ -199,6 +199,11 @@ impl TestEnv {
         }
     }
 
+    /// The names of this test's namespace (its Redis keys, its queues).
+    pub fn names(&self) -> Names {
+        Names::new(&Namespace::new(&self.namespace).expect("test namespace"))
+    }
+
     /// A Redis connection.
     pub async fn redis(&self) -> redis::aio::MultiplexedConnection {
         let client = redis::Client::open(redis_url()).expect("redis url");
@@ -244,7 +249,7 @@ impl TestEnv {
         }
         let amqp = self.amqp().await;
         let ch = amqp.create_channel().await.expect("channel");
-        let names = Names::new(&Namespace::new(&self.namespace).expect("test namespace"));
+        let names = self.names();
         let queues: Vec<QueueName> = self
             .queues
             .lock()

@@ -24,7 +24,7 @@ use cronq_shared::lease::{Holder, Lease, LeaseError, Term, TermRecord};
 use cronq_shared::ledger::{
     self, Claim, ClaimOutcome, End, Ended, Heartbeat, Ledger, Orphan, Record, Settle, State,
 };
-use cronq_shared::names::{JobName, Names, Namespace, QueueName};
+use cronq_shared::names::{JobName, Names, QueueName};
 use cronq_shared::runlog::{DEFAULT_MAX_RUNS, Run, RunLog, RunOutput};
 use cronq_shared::signing::Keyring;
 use cronq_shared::store::StoreError;
@@ -268,7 +268,7 @@ pub async fn redis_lease(names: &Names) -> RedisLease {
 }
 
 fn names(env: &TestEnv) -> Names {
-    Names::new(&Namespace::new(&env.namespace).unwrap())
+    env.names()
 }
 
 #[async_trait]

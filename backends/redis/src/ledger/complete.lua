@@ -71,7 +71,12 @@ local function complete(KEYS, ARGV, shared)
     redis.call('DEL', KEYS[4])
     redis.call('ZREM', KEYS[2], ARGV[1])
   end
-  redis.call('PEXPIRE', KEYS[1], ARGV[6])
+  -- A held claim that ends was claimed about a second ago at most (a longer run is kept
+  -- and no longer held): its record keeps the expiry its claim set, the retention from
+  -- then, one command less.
+  if not held or ARGV[7] ~= '' then
+    redis.call('PEXPIRE', KEYS[1], ARGV[6])
+  end
   if has_run then
     append_run(KEYS[3], shared.maxlen, shared.minid, ARGV[1], ARGV[2], ARGV, 11)
   end
