@@ -55,7 +55,7 @@ command = ["sh", "-c", "echo $CRONQ_ATTEMPT >> {}; sleep 3"]
 }
 
 /// Killed within the first second of the run (a tenth of its 5 s lease: 500 ms), while its
-/// claim is held: the ledger has no message of it, the broker has. The other consumer gets
+/// claim is held (an `allow` job): the ledger has no message of it, the broker has. The other consumer gets
 /// the message again, meets the live lease and keeps the message for the reaper; the
 /// occurrence runs there once the lease lapsed, once.
 #[tokio::test]
@@ -70,6 +70,7 @@ async fn consumer_sigkill_while_its_claim_is_held_runs_once_elsewhere_after_the_
 [[job]]
 name = "slow"
 schedule = "@every 1s"
+overlap = "allow"
 command = ["sh", "-c", "echo $CRONQ_ATTEMPT >> {}; sleep 3"]
 "#,
                 starts.display()
