@@ -26,18 +26,16 @@ pub(crate) fn of(
     hold: Duration,
     consumer: &str,
 ) -> Claim {
-    let overlap = effective_overlap(job.overlap, occ.trigger);
-    let pool = pool_of(job);
     Claim {
         key: occ.key.clone(),
         job: occ.job.clone(),
         queue: job.queue.clone(),
         attempt: occ.attempt,
-        // The worker holds the delivery of a claim granted held (crate::worker).
-        held: overlap == Overlap::Allow && pool.is_none(),
-        overlap,
+        // The worker holds the delivery of a claim the store granted held (crate::worker).
+        held: true,
+        overlap: effective_overlap(job.overlap, occ.trigger),
         max_concurrent: job.max_concurrent.unwrap_or(1),
-        pool,
+        pool: pool_of(job),
         lease,
         retention: job.retention,
         body: body.to_vec(),

@@ -423,12 +423,14 @@ impl Worker {
         };
         let attempt = Attempted { started_at, took };
         let span = Step::end(&occ, &job.queue, &self.consumer_id);
-        let (verdict, recorded) = tokio::select! {
-            ended = self.conclude(&occ, job, &lease, verdict, &attempt) => ended,
+        let verdict = tokio::select! {
+            verdict = self.conclude(&occ, job, &lease, verdict, &attempt) => verdict,
             _ = keepalive => unreachable!("the keepalive loop never ends"),
         };
         if let Some(held) = held {
-            held.settle(recorded, occ.job.as_str()).await;
+            // A verdict that states nothing is one the ledger did not record (lost).
+            held.settle(verdict.state().is_some(), occ.job.as_str())
+                .await;
         }
         let outcome = verdict.outcome();
         span.ended(outcome);
@@ -456,9 +458,8 @@ impl Worker {
     }
 
     /// Records `verdict` (a failure once its dead letter is confirmed) with its run, then
-    /// sends the message that follows it. Returns the verdict as it stands (lost when it was
-    /// not recorded: fenced, given up, or the store stayed unreachable), and whether it was
-    /// recorded.
+    /// sends the message that follows it. Returns the verdict as it stands: lost when it was
+    /// not recorded (fenced, given up, or the store stayed unreachable).
     async fn conclude(
         &self,
         occ: &Occurrence,
@@ -466,7 +467,7 @@ impl Worker {
         lease: &ExecutionLease,
         verdict: Verdict,
         attempt: &Attempted,
-    ) -> (Verdict, bool) {
+    ) -> Verdict {
         let verdict = match verdict {
             Verdict::Failed { error } => self.dead_letter(occ, job, error).await,
             verdict => verdict,
@@ -478,7 +479,7 @@ impl Worker {
             if record.state.is_some() {
                 tracing::warn!(job = %occ.job, key = %occ.key, attempt = occ.attempt, "this consumer lost its claim: another consumer runs the occurrence again; outcome not recorded");
             }
-            return (verdict.lost(), false);
+            return verdict.lost();
         }
         if let Some(out) = follow
             && let Err(err) = publish(&*self.broker, out).await
@@ -489,7 +490,7 @@ impl Worker {
                 tracing::warn!(job = %occ.job, key = %occ.key, error = %err, "cannot republish an interrupted occurrence; the reaper does it later");
             }
         }
-        (verdict, true)
+        verdict
     }
 
     /// Dead-letters a failed occurrence before its end is recorded: a crash in between

@@ -200,7 +200,7 @@ pub struct Claim {
     /// [`Ledger::keep`] kept the message or the end was recorded: a store may then grant
     /// a new claim without keeping `body` or listing the lease for a reaper (the broker
     /// redelivers a message whose owner died), and says so ([`ExecutionLease::held`]).
-    /// Only an `allow` claim outside any pool may be held.
+    /// A store grants it to an `allow` claim outside any pool only.
     pub held: bool,
 }
 

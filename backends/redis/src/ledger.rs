@@ -363,7 +363,7 @@ impl Ledger for RedisLedger {
                         job: claim.job.clone(),
                         token: token.clone(),
                         fence: text(fence).parse().map_err(|_| unexpected(&text(fence)))?,
-                        held: held == [b"1".to_vec()],
+                        held: held.first().is_some_and(|h| h.as_slice() == b"1"),
                     },
                     takeover: takeover.as_slice() == b"1",
                 })

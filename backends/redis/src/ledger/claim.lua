@@ -319,23 +319,16 @@ local function claim(KEYS, ARGV, shared)
     -- A new record of an `allow` job outside any pool: no cancel request, not exclusive,
     -- no pool, which every script reads off absent fields as well (fields less to write
     -- and to keep).
-    if held then
-      redis.call('HSET', KEYS[1], 'fence', fence, 'state', 'running', 'attempt', attempt,
-        'next', attempt, 'token', ARGV[5], 'job', ARGV[2], 'queue', ARGV[3],
-        'lease_until', lease_until, 'sched', ARGV[10], 'updated', now_s, 'held', '1')
-    else
-      redis.call('HSET', KEYS[1], 'fence', fence, 'state', 'running', 'attempt', attempt,
-        'next', attempt, 'token', ARGV[5], 'job', ARGV[2], 'queue', ARGV[3],
-        'lease_until', lease_until, 'sched', ARGV[10], 'updated', now_s)
-    end
+    -- The last pair is the held mark, or `updated` once more (no field more to keep).
+    redis.call('HSET', KEYS[1], 'fence', fence, 'state', 'running', 'attempt', attempt,
+      'next', attempt, 'token', ARGV[5], 'job', ARGV[2], 'queue', ARGV[3],
+      'lease_until', lease_until, 'sched', ARGV[10], 'updated', now_s,
+      held and 'held' or 'updated', held and '1' or now_s)
   end
   if st then
-    -- Only an earlier attempt can have left an error behind, or a held mark.
-    if held then
-      redis.call('HDEL', KEYS[1], 'error')
-    else
-      redis.call('HDEL', KEYS[1], 'error', 'held')
-    end
+    -- Only an earlier attempt can have left an error behind, or a held mark (kept by a
+    -- claim granted held again: the last field named twice then).
+    redis.call('HDEL', KEYS[1], 'error', held and 'error' or 'held')
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[7])
   if held then
