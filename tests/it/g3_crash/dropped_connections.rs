@@ -1,6 +1,7 @@
 //! Dropped connections lose nothing: a leader whose RabbitMQ and Redis connections are
 //! closed publishes every second once; a broker that closes every connection, or cancels a
-//! subscription, loses no message.
+//! subscription, loses no message; a consumer whose connections are closed while it runs
+//! a held claim runs the job once and leaves nothing for the reaper.
 
 use std::collections::{BTreeSet, HashMap};
 use std::process::Command;
@@ -21,8 +22,9 @@ use crate::support::published::{assert_contiguous, keys, seconds_once};
 use crate::support::rabbitmq::{run, with_raw_channel};
 use crate::support::{TestEnv, amqp_url, eventually, scoped};
 
-/// Closes the AMQP connections of process `pid` (only this test's, not the whole broker's).
-fn close_amqp_connections_of(pid: u32) -> usize {
+/// RabbitMQ's names of the AMQP connections of process `pid` (only this test's, not the
+/// whole broker's).
+fn amqp_connections_of(pid: u32) -> Vec<String> {
     let ss = Command::new("ss")
         .args(["-tnpH", "( dport = :5672 )"])
         .output()
@@ -43,26 +45,51 @@ fn close_amqp_connections_of(pid: u32) -> usize {
         .args(["list_connections", "pid", "peer_port", "-q"])
         .output()
         .expect("run rabbitmqctl (is RabbitMQ installed locally?)");
-    let mut closed = 0;
-    for line in String::from_utf8_lossy(&list.stdout).lines() {
-        let mut cols = line.split('\t');
-        let (Some(conn), Some(port)) = (cols.next(), cols.next()) else {
-            continue;
-        };
-        if ports.iter().any(|p| p == port.trim()) {
-            let out = Command::new("rabbitmqctl")
-                .args(["close_connection", conn, "test: connection drop"])
-                .output()
-                .expect("run rabbitmqctl");
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            closed += 1;
-        }
-    }
-    closed
+    String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .filter_map(|line| {
+            let mut cols = line.split('\t');
+            let (conn, port) = (cols.next()?, cols.next()?);
+            ports
+                .iter()
+                .any(|p| p == port.trim())
+                .then(|| conn.to_owned())
+        })
+        .collect()
+}
+
+/// Closes the AMQP connection RabbitMQ names `conn`.
+fn close_amqp_connection(conn: &str) {
+    let out = Command::new("rabbitmqctl")
+        .args(["close_connection", conn, "test: connection drop"])
+        .output()
+        .expect("run rabbitmqctl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The messages of broker queue `queue`, ready and unacked, as RabbitMQ counts them.
+fn queue_messages(queue: &str) -> Option<u64> {
+    let list = Command::new("rabbitmqctl")
+        .args(["list_queues", "name", "messages", "-q"])
+        .output()
+        .expect("run rabbitmqctl");
+    String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .find_map(|line| {
+            let (name, n) = line.split_once('\t')?;
+            (name == queue).then(|| n.trim().parse().ok())?
+        })
+}
+
+/// Closes the AMQP connections of process `pid`; how many.
+fn close_amqp_connections_of(pid: u32) -> usize {
+    let conns = amqp_connections_of(pid);
+    conns.iter().for_each(|c| close_amqp_connection(c));
+    conns.len()
 }
 
 /// Kills the Redis connections of this namespace's producers (found by client name).
@@ -325,4 +352,115 @@ async fn survives_closed_connections_without_loss() {
     if let Err(err) = body {
         std::panic::resume_unwind(err.into_panic());
     }
+}
+
+/// A consumer's AMQP connections closed right after an `allow` job started, while its claim
+/// is held (its message only in the broker, the delivery unacked): the broker requeues the
+/// delivery and the consumer, reconnected, gets it again while the run it still has goes
+/// on. That run ends the occurrence: one start, one run, `succeeded`; and the ledger keeps
+/// no message and no lease for the reaper to hand out later (however the redelivery and the
+/// end interleaved: the redelivery keeping the message, or the end coming first).
+#[tokio::test]
+async fn a_consumer_s_connections_closed_while_its_claim_is_held_run_the_job_once() {
+    use cronq_shared::runlog::Outcome;
+
+    use crate::support::consumer_process::{consumer_args, lines, publish, runs, started};
+    use crate::support::occurrences::occurrence;
+
+    scoped("held_conn_closed", |env| async move {
+        env.track_queue("default");
+        let starts = env.dir.join("starts");
+        let config = env.write_config(
+            "cronq.toml",
+            &format!(
+                r#"
+[[job]]
+name = "slow"
+schedule = "@every 1s"
+overlap = "allow"
+command = ["sh", "-c", "echo $CRONQ_ATTEMPT >> {}; sleep 4"]
+"#,
+                starts.display()
+            ),
+        );
+        let config = config.to_str().unwrap();
+        let a = env.spawn("a", &consumer_args(config, "a", "20s"));
+        started(&env, "a").await;
+        // Named before the job starts: the first second of the run is its held window.
+        let conns = eventually(WAIT, "consumer a's AMQP connections", || async move {
+            let c = tokio::task::spawn_blocking(move || amqp_connections_of(a))
+                .await
+                .unwrap();
+            (!c.is_empty()).then_some(c)
+        })
+        .await;
+        let occ = occurrence("slow", 1);
+        let (record, body) = {
+            let names = env.names();
+            let key = occ.key.as_str();
+            (
+                names.redis_key(&["occ", key]),
+                names.redis_key(&["occbody", key]),
+            )
+        };
+        let leases = env.names().redis_key(&["leases"]);
+        publish(&env, occ).await;
+        eventually(WAIT, "consumer a to start the job", || async {
+            (lines(&starts) == 1).then_some(())
+        })
+        .await;
+        let mut redis = env.redis().await;
+        let held: Option<String> = redis::cmd("HGET")
+            .arg(&record)
+            .arg("held")
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        assert_eq!(
+            held.as_deref(),
+            Some("1"),
+            "a's claim is held when its connections close"
+        );
+        tokio::task::spawn_blocking(move || conns.iter().for_each(|c| close_amqp_connection(c)))
+            .await
+            .unwrap();
+        let done = eventually(WAIT, "the run", || async {
+            let r = runs(&env, "slow").await;
+            (!r.is_empty()).then_some(r)
+        })
+        .await;
+        assert_eq!(done.len(), 1, "{done:?}");
+        assert_eq!((done[0].outcome, done[0].attempt), (Outcome::Succeeded, 1));
+        // The requeued delivery is settled (acked as a duplicate), whenever it came back.
+        let queue = env
+            .names()
+            .queue(&cronq_shared::names::QueueName::new("default").unwrap());
+        eventually(
+            WAIT,
+            "the queue to hold no message, ready or unacked",
+            || {
+                let queue = queue.as_str().to_owned();
+                async move {
+                    tokio::task::spawn_blocking(move || queue_messages(&queue) == Some(0))
+                        .await
+                        .unwrap()
+                        .then_some(())
+                }
+            },
+        )
+        .await;
+        let kept: (bool, Option<f64>) = redis::pipe()
+            .exists(&body)
+            .zscore(&leases, occurrence("slow", 1).key.as_str())
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        assert_eq!(
+            kept,
+            (false, None),
+            "no message and no lease left for the reaper"
+        );
+        assert_eq!(lines(&starts), 1, "the job started once");
+    })
+    .await;
 }
