@@ -1,16 +1,18 @@
 //! A job whose `cronq consumer` goes away mid-run runs again, once, elsewhere: after its
 //! execution lease when the consumer is killed (SIGKILL), whether its claim was still held
-//! (its message only in the broker) or kept, at once when it is stopped (SIGTERM) and
-//! releases it.
+//! (its message only in the broker) or kept (its message in the ledger, its delivery
+//! acked), at once when it is stopped (SIGTERM) and releases it.
 
 use std::time::Duration;
 
+use cronq_shared::names::QueueName;
 use cronq_shared::runlog::Outcome;
+use lapin::options::QueueDeclareOptions;
 use nix::sys::signal::Signal;
 
 use crate::support::consumer_process::{WAIT, consumer_args, lines, publish, runs, started};
 use crate::support::occurrences::occurrence;
-use crate::support::{TestEnv, eventually, scoped};
+use crate::support::{TestEnv, amqp_url, eventually, scoped};
 
 /// The `held` field of `record`, as Redis has it.
 async fn held(env: &TestEnv, record: &str) -> Option<String> {
@@ -23,12 +25,47 @@ async fn held(env: &TestEnv, record: &str) -> Option<String> {
         .unwrap()
 }
 
+/// The messages of the logical queue `default` ready and its consumers, as RabbitMQ counts
+/// them.
+async fn default_queue(env: &TestEnv) -> (u32, u32) {
+    let conn = lapin::Connection::connect(&amqp_url(), Default::default())
+        .await
+        .unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    let name = env.names().queue(&QueueName::new("default").unwrap());
+    let q = ch
+        .queue_declare(
+            name.as_str().into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            },
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    let _ = conn.close(200, "done".into()).await;
+    (q.message_count(), q.consumer_count())
+}
+
+/// When consumer a is killed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kill {
+    /// As soon as the job started.
+    AtStart,
+    /// Once its held claim was kept: its message stored in the ledger, its lease listed
+    /// for the reaper, its delivery acked (an `allow` job's run past a tenth of the lease).
+    AfterKeep,
+}
+
 /// A 3 s job of `overlap`, started by consumer a (execution lease `lease`), which is killed
-/// at once (SIGKILL); consumer b, started then, runs it again once the lease lapsed, once,
-/// as the same attempt. An `allow` job's claim is held when a is killed (its message only in
-/// the broker: b meets the live lease and keeps the message for the reaper); another
-/// job's claim stored its message from the start.
-async fn sigkill_mid_job(env: TestEnv, overlap: &str, lease: &str) {
+/// (SIGKILL) as `kill` says; consumer b, started then, runs it again once the lease
+/// lapsed, once, as the same attempt. An `allow` job's claim is held when a is killed at
+/// the start (its message only in the broker: b meets the live lease and keeps the message
+/// for the reaper), and kept when a is killed after the keep (the broker has nothing to
+/// redeliver: the reaper republishes it); another job's claim stored its message from the
+/// start.
+async fn sigkill_mid_job(env: TestEnv, overlap: &str, lease: &str, kill: Kill) {
     env.track_queue("default");
     let starts = env.dir.join("starts");
     let config = env.write_config(
@@ -48,19 +85,57 @@ command = ["sh", "-c", "echo $CRONQ_ATTEMPT >> {}; sleep 3"]
     let a = env.spawn("a", &consumer_args(config, "a", lease));
     started(&env, "a").await;
     let occ = occurrence("slow", 1);
-    let record = env.names().redis_key(&["occ", occ.key.as_str()]);
+    let occ_key = occ.key.clone();
+    let record = env.names().redis_key(&["occ", occ_key.as_str()]);
     publish(&env, occ).await;
     eventually(WAIT, "consumer a to start the job", || async {
         (lines(&starts) == 1).then_some(())
     })
     .await;
+    if kill == Kill::AfterKeep {
+        eventually(WAIT, "a's held claim kept", || async {
+            held(&env, &record).await.is_none().then_some(())
+        })
+        .await;
+        // The ack follows the keep's reply (its frame within a few ms: the settler's
+        // linger). Still before a's first heartbeat (a third of the lease), so the lease
+        // the reaper reads is the one the keep listed.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
     let was_held = held(&env, &record).await;
     env.signal(a, Signal::SIGKILL);
     assert_eq!(
         was_held.as_deref(),
-        (overlap == "allow").then_some("1"),
+        (overlap == "allow" && kill == Kill::AtStart).then_some("1"),
         "a's claim held when a was killed"
     );
+    assert_eq!(lines(&starts), 1, "a was killed mid-run");
+    if kill == Kill::AfterKeep {
+        // Once RabbitMQ has seen a go, it would have put an unacked delivery back.
+        let (ready, _) = eventually(WAIT, "a's consumer gone from the queue", || async {
+            let counts = default_queue(&env).await;
+            (counts.1 == 0).then_some(counts)
+        })
+        .await;
+        assert_eq!(ready, 0, "a's delivery was acked once its claim was kept");
+        let mut redis = env.redis().await;
+        let body: bool = redis::cmd("EXISTS")
+            .arg(env.names().redis_key(&["occbody", occ_key.as_str()]))
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        assert!(body, "the kept claim's message is in the ledger");
+        let listed: Option<f64> = redis::cmd("ZSCORE")
+            .arg(env.names().redis_key(&["leases"]))
+            .arg(occ_key.as_str())
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        assert!(
+            listed.is_some(),
+            "the kept claim's lease is listed for the reaper"
+        );
+    }
     env.spawn("b", &consumer_args(config, "b", lease));
     started(&env, "b").await;
     let done = eventually(WAIT, "a completed run", || async {
@@ -82,7 +157,10 @@ command = ["sh", "-c", "echo $CRONQ_ATTEMPT >> {}; sleep 3"]
 
 #[tokio::test]
 async fn consumer_sigkill_mid_job_runs_once_elsewhere_after_the_lease() {
-    scoped("consumer_kill", |env| sigkill_mid_job(env, "skip", "2s")).await;
+    scoped("consumer_kill", |env| {
+        sigkill_mid_job(env, "skip", "2s", Kill::AtStart)
+    })
+    .await;
 }
 
 /// Killed within the first second of the run (a tenth of its 5 s lease: 500 ms), while its
@@ -90,7 +168,18 @@ async fn consumer_sigkill_mid_job_runs_once_elsewhere_after_the_lease() {
 #[tokio::test]
 async fn consumer_sigkill_while_its_claim_is_held_runs_once_elsewhere_after_the_lease() {
     scoped("consumer_kill_held", |env| {
-        sigkill_mid_job(env, "allow", "5s")
+        sigkill_mid_job(env, "allow", "5s", Kill::AtStart)
+    })
+    .await;
+}
+
+/// Killed after its held claim was kept (a tenth of its 6 s lease: 600 ms into the 3 s
+/// run) and before its first heartbeat (2 s): the broker has nothing to redeliver, the
+/// reaper republishes the kept message once the lease lapsed.
+#[tokio::test]
+async fn consumer_sigkill_after_its_held_claim_was_kept_runs_once_elsewhere_after_the_lease() {
+    scoped("consumer_kill_kept", |env| {
+        sigkill_mid_job(env, "allow", "6s", Kill::AfterKeep)
     })
     .await;
 }
