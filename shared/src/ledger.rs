@@ -571,15 +571,18 @@ pub trait Ledger: Send + Sync + 'static {
     /// Cancels an occurrence for an operator: a waiting, pending or retrying record becomes
     /// `cancelled` at once (appending its run as [`cancelled_by`] `cancel.who`), and so does
     /// a running one whose lease lapsed; a running one is asked to stop (its heartbeat
-    /// returns [`Heartbeat::CancelRequested`]). A terminal record is left alone. Any request
-    /// moves [`Ledger::cancels`] on.
+    /// returns [`Heartbeat::CancelRequested`]). A terminal record is left alone. A request
+    /// that concerns a running attempt (asked to stop, or ended under a lapsed lease while
+    /// its owner may still run it) moves [`Ledger::cancels`] on; any other leaves it.
     ///
     /// # Errors
     /// [`StoreError`] when the store cannot be reached; nothing changed.
     async fn cancel(&self, cancel: &Cancel) -> Result<Cancelled, StoreError>;
 
-    /// How many cancels were asked for so far (a counter that only grows): a consumer that
-    /// sees it move renews its claims at once, and so learns of a cancel within its poll.
+    /// How many cancels of running attempts were asked for so far (a counter that only
+    /// grows): a consumer that sees it move renews its claims at once, and so learns of a
+    /// cancel within its poll. A cancel of anything else (unknown, finished, waiting) makes
+    /// no attempt renew.
     ///
     /// # Errors
     /// [`StoreError`] when the store cannot be reached.

@@ -46,7 +46,7 @@ struct Maps {
     waits: HashMap<String, BTreeSet<(i64, String)>>,
     /// Job → the last fencing token issued to it; never dropped.
     fences: HashMap<String, u64>,
-    /// How many cancels were asked for.
+    /// How many cancels of running attempts were asked for.
     cancels: u64,
 }
 

@@ -133,7 +133,7 @@ pub trait Records {
     /// Moves `job`'s fence counter on by one and returns it (1 the first time). The counter
     /// outlives every record of the job: it is never reset.
     fn next_fence(&mut self, job: &str) -> Result<u64, Self::Error>;
-    /// Moves the count of cancel requests on by one (`Ledger::cancels`).
+    /// Moves the count of cancels of running attempts on by one (`Ledger::cancels`).
     fn count_cancel(&mut self) -> Result<(), Self::Error>;
 }
 
@@ -805,7 +805,6 @@ pub fn admit_replay<S: Records>(s: &mut S, key: &OccurrenceKey) -> Result<Option
 /// # Errors
 /// The storage's.
 pub fn cancel<S: Records>(s: &mut S, cancel: &Cancel) -> Result<Cancelled, S::Error> {
-    s.count_cancel()?;
     let key = cancel.key.to_string();
     let Some(mut rec) = live(s, &key)? else {
         return Ok(Cancelled::Unknown);
@@ -819,11 +818,16 @@ pub fn cancel<S: Records>(s: &mut S, cancel: &Cancel) -> Result<Cancelled, S::Er
         // Its owner reads the mark with its next heartbeat and records the end itself.
         rec.cancel = Some(why);
         s.put(&key, &rec)?;
+        s.count_cancel()?;
         return Ok(Cancelled::Stopping);
     }
     // Waiting, pending, retrying, or running under a lapsed lease (its owner is gone: a
     // late end of it is fenced, the token being cleared): it never starts again.
     let was = rec.state;
+    if was == State::Running {
+        // Its owner may still run it (cut off, not dead): it learns at once that it lost.
+        s.count_cancel()?;
+    }
     rec.state = State::Cancelled;
     rec.token.clear();
     rec.body = None;

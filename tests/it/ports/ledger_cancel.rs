@@ -2,7 +2,7 @@
 //! a running claim asked to stop through its heartbeat, a waiting, a retrying and a lapsed
 //! one recorded `cancelled` at once with their run, a finished one left alone, a request
 //! kept when the running claim is tried again under its own token, and the cancel count
-//! moving with every request.
+//! moving with every request that concerns a running attempt, and with no other.
 
 use std::time::Duration;
 
@@ -33,9 +33,10 @@ async fn cancel_suite(ledger: impl Ledger + Inspect, history: &dyn RunLog) {
         ledger.cancel(&by_ada("cx", 9)).await.unwrap(),
         Cancelled::Unknown
     );
-    assert!(
-        ledger.cancels().await.unwrap() > before,
-        "every request counts"
+    assert_eq!(
+        ledger.cancels().await.unwrap(),
+        before,
+        "no running attempt to tell"
     );
 
     // Running: asked to stop through its heartbeat, as a replacing occurrence asks.
@@ -51,6 +52,11 @@ async fn cancel_suite(ledger: impl Ledger + Inspect, history: &dyn RunLog) {
     assert_eq!(
         ledger.cancel(&by_ada("cx", 2)).await.unwrap(),
         Cancelled::Ended(State::Waiting)
+    );
+    assert_eq!(
+        ledger.cancels().await.unwrap(),
+        counted,
+        "a waiter runs nowhere"
     );
     let record = ledger.inspect(&waiter.key).await.unwrap();
     assert_eq!(record.state, State::Cancelled);
@@ -96,10 +102,12 @@ async fn cancel_suite(ledger: impl Ledger + Inspect, history: &dyn RunLog) {
             .unwrap()
             .recorded
     );
+    let counted = ledger.cancels().await.unwrap();
     assert_eq!(
         ledger.cancel(&by_ada("cx", 1)).await.unwrap(),
         Cancelled::Finished(State::Cancelled)
     );
+    assert_eq!(ledger.cancels().await.unwrap(), counted, "it ended already");
 
     // Retrying: its retry message finds it cancelled.
     let retried = claim("cx", 3, 1, Overlap::Allow, LONG);
@@ -116,6 +124,11 @@ async fn cancel_suite(ledger: impl Ledger + Inspect, history: &dyn RunLog) {
     assert_eq!(
         ledger.cancel(&by_ada("cx", 3)).await.unwrap(),
         Cancelled::Ended(State::Retrying)
+    );
+    assert_eq!(
+        ledger.cancels().await.unwrap(),
+        counted,
+        "no attempt of it runs"
     );
     assert!(matches!(
         ledger
@@ -136,14 +149,19 @@ async fn cancel_suite(ledger: impl Ledger + Inspect, history: &dyn RunLog) {
     // fenced.
     let short = claim("cx", 4, 1, Overlap::Allow, Duration::from_millis(200));
     let gone = claimed(&ledger, &short).await;
-    let cancelled = eventually(WAIT, "the lease to lapse", || async {
+    let (cancelled, counted) = eventually(WAIT, "the lease to lapse", || async {
+        let counted = ledger.cancels().await.unwrap();
         match ledger.cancel(&by_ada("cx", 4)).await.unwrap() {
             Cancelled::Stopping => None,
-            other => Some(other),
+            other => Some((other, counted)),
         }
     })
     .await;
     assert_eq!(cancelled, Cancelled::Ended(State::Running));
+    assert!(
+        ledger.cancels().await.unwrap() > counted,
+        "its owner may still run it"
+    );
     assert_eq!(
         ledger.heartbeat(&gone, LONG).await.unwrap(),
         Heartbeat::Lost

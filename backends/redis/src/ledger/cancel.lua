@@ -3,8 +3,10 @@
 -- time, wait list entry and slots go, its run is appended to the history, and when a slot of
 -- its gate is free the waiter whose turn it is is given it (the reaper publishes it). A running one
 -- under a live lease gets the reason as its cancel mark, which its heartbeat returns
--- (heartbeat.lua), so its owner stops it and records the end. Every call counts in the
--- cancel counter consumers poll. Prepended: clock.lua, history.lua, wait.lua.
+-- (heartbeat.lua), so its owner stops it and records the end. A cancel of a running
+-- attempt (asked to stop, or ended under a lapsed lease: its owner may still run it) moves
+-- the cancel counter consumers poll, so their running attempts renew at once; any other
+-- leaves it. Prepended: clock.lua, history.lua, wait.lua.
 -- KEYS[1] record hash   KEYS[2] lease zset   KEYS[3] run history stream   KEYS[4] message body
 -- KEYS[5] wait list key prefix (ns:jobwait:)   KEYS[6] slots key prefix (ns:slots:)
 -- KEYS[7] cancel counter (ns:cancels)   (the gates are read off the record)
@@ -14,7 +16,6 @@
 -- Returns {"unknown"} | {"finished", state} | {"stopping"} | {"ended", state before}
 local now_s = server_now()
 local now = tonumber(now_s)
-redis.call('INCR', KEYS[7])
 local rec = redis.call('HMGET', KEYS[1], 'state', 'attempt', 'lease_until', 'exclusive', 'job',
   'cap', 'pool', 'pool_cap', 'gate')
 local st = rec[1]
@@ -26,7 +27,11 @@ if st ~= 'running' and st ~= 'retrying' and st ~= 'pending' and st ~= 'waiting' 
 end
 if st == 'running' and tonumber(rec[3] or '0') > now then
   redis.call('HSET', KEYS[1], 'cancel', ARGV[3])
+  redis.call('INCR', KEYS[7])
   return {'stopping'}
+end
+if st == 'running' then
+  redis.call('INCR', KEYS[7])
 end
 redis.call('HSET', KEYS[1], 'state', 'cancelled', 'token', '', 'error', ARGV[3],
   'updated', now_s)

@@ -90,7 +90,7 @@ impl Store<'_> {
         Ok(())
     }
 
-    /// How many cancels were asked for (`Ledger::cancels`).
+    /// How many cancels of running attempts were asked for (`Ledger::cancels`).
     pub(super) fn cancels(&self) -> Result<u64, Failure> {
         Ok(self
             .conn
