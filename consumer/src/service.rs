@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use std::fmt::Display;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use cronq_shared::broker::{Broker, Delivery, bounded};
@@ -376,6 +377,7 @@ impl Consumer {
             outputs: self.outputs.clone(),
             jobs: self.jobs.clone(),
             running: self.running.clone(),
+            in_flight: AtomicUsize::new(0),
         }
     }
 

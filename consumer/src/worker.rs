@@ -18,9 +18,10 @@
 //!    A claim the ledger granted held ([`ExecutionLease::held`]: an `allow` job outside any
 //!    pool, on Redis) stored no body: its delivery stays unacked while the attempt runs
 //!    (the broker redelivers it if this consumer dies, and the ledger keeps it then), and
-//!    is acked once the end is recorded, or once [`Ledger::keep`] kept the message after
-//!    [`KEEP_AFTER`] (a tenth of the lease at most) for a longer run; requeued when
-//!    neither happened ([`Held`]).
+//!    is acked once the end is recorded, or once [`Ledger::keep`] kept the message for a
+//!    longer run: after [`KEEP_BUSY`] while other deliveries are in flight here (their
+//!    acks wait behind it), else after [`KEEP_AFTER`] (a tenth of the lease at most);
+//!    requeued when neither happened ([`Held`]).
 //! 5. The outcome is recorded (fenced by the claim) before anything that follows it: the
 //!    retry message, the dead letter's ledger record, the release at shutdown. A follow-up
 //!    message is stored in the record, so the reaper republishes it if this consumer dies.
@@ -35,6 +36,7 @@
 //! record types are named by path here (`ledger::End`, `ledger::Ended`, `ledger::Settle`).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -82,9 +84,18 @@ const JOB_DELETED: &str = "job deleted";
 const SETTLE_PAUSE: Duration = Duration::from_millis(500);
 
 /// How long a held claim's attempt runs before its message is kept in the ledger and its
-/// delivery acked (a tenth of the lease when that is shorter): most runs end before, and
-/// cost the ledger no body; a long one never meets the broker's `consumer_timeout`.
+/// delivery acked (a tenth of the lease when that is shorter), while no other delivery is
+/// in flight on this consumer: most runs end before, and cost the ledger no body; a long
+/// one never meets the broker's `consumer_timeout`.
 const KEEP_AFTER: Duration = Duration::from_secs(1);
+
+/// The same while other deliveries are in flight on this consumer: below the broker's
+/// wait for a delivery that holds up the acks of the ones after it (the RabbitMQ settler
+/// acks a channel's deliveries in order, with `multiple`, and sends an ack held up for
+/// 100 ms on its own: `backends/rabbitmq/src/broker/settle.rs`), so that a run of a few
+/// hundred ms does not turn the acks of every delivery behind it into a frame each. A
+/// run longer than this costs one `keep`, as every claim did before held claims.
+const KEEP_BUSY: Duration = Duration::from_millis(50);
 
 /// Everything a delivery's processing needs; shared by all tasks of a consumer.
 pub(crate) struct Worker {
@@ -116,6 +127,25 @@ pub(crate) struct Worker {
     /// The ledger's cancel count (`crate::cancels`): when it moves, running attempts renew
     /// their claims at once, and so learn of a cancel.
     pub(crate) cancels: watch::Receiver<u64>,
+    /// Deliveries being processed now ([`Worker::process`]): a held claim is kept sooner
+    /// while it is not alone ([`KEEP_BUSY`]).
+    pub(crate) in_flight: AtomicUsize,
+}
+
+/// One delivery counted in [`Worker::in_flight`] until dropped.
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl<'a> InFlight<'a> {
+    fn enter(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 async fn ack(d: &Delivery, job: &str) {
@@ -145,6 +175,7 @@ impl Worker {
         shutdown: CancellationToken,
     ) {
         let _permit = permit;
+        let _counted = InFlight::enter(&self.in_flight);
         if d.redelivered {
             telemetry::redelivery();
         }
@@ -403,6 +434,7 @@ impl Worker {
                     lease: &lease,
                     lease_for: self.lease,
                     retention: job.retention,
+                    in_flight: &self.in_flight,
                 };
                 held.keep_while(run, &keep).await
             }
@@ -558,6 +590,26 @@ struct Keep<'a> {
     lease: &'a ExecutionLease,
     lease_for: Duration,
     retention: Duration,
+    /// [`Worker::in_flight`]: this delivery is one of them.
+    in_flight: &'a AtomicUsize,
+}
+
+impl Keep<'_> {
+    /// Waits until the message should be kept: [`KEEP_BUSY`] into the run while other
+    /// deliveries are in flight here (looked at every [`KEEP_BUSY`]), else [`KEEP_AFTER`]
+    /// (a tenth of the lease at most).
+    async fn due(&self) {
+        let after = KEEP_AFTER.min(self.lease_for / 10);
+        let started = tokio::time::Instant::now();
+        loop {
+            let busy = self.in_flight.load(Ordering::Relaxed) > 1;
+            let left = after.saturating_sub(started.elapsed());
+            if (busy && started.elapsed() >= KEEP_BUSY.min(after)) || left.is_zero() {
+                return;
+            }
+            tokio::time::sleep(KEEP_BUSY.min(left)).await;
+        }
+    }
 }
 
 /// The delivery of a claim granted held ([`ExecutionLease::held`]), unacked while nothing
@@ -569,16 +621,16 @@ struct Held {
 }
 
 impl Held {
-    /// Runs `run` to its end; once it has run [`KEEP_AFTER`] (a tenth of the lease at most),
-    /// keeps the message in the ledger and acks the delivery, tried again every tenth of
-    /// the lease while the store does not answer. A claim found lost is not kept: its end
-    /// is not recorded, and the delivery is requeued ([`Held::settle`]).
+    /// Runs `run` to its end; once it has run long enough ([`Keep::due`]), keeps the
+    /// message in the ledger and acks the delivery, tried again every tenth of the lease
+    /// (a second at most) while the store does not answer. A claim found lost is not kept:
+    /// its end is not recorded, and the delivery is requeued ([`Held::settle`]).
     async fn keep_while<F: std::future::Future>(&mut self, run: F, keep: &Keep<'_>) -> F::Output {
         tokio::pin!(run);
         let pause = KEEP_AFTER.min(keep.lease_for / 10);
         let d = &self.d;
         let keeping = async {
-            tokio::time::sleep(pause).await;
+            keep.due().await;
             loop {
                 match keep
                     .ledger

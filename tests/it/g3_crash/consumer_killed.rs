@@ -1,7 +1,9 @@
 //! A job whose `cronq consumer` goes away mid-run runs again, once, elsewhere: after its
 //! execution lease when the consumer is killed (SIGKILL), whether its claim was still held
 //! (its message only in the broker) or kept (its message in the ledger, its delivery
-//! acked), at once when it is stopped (SIGTERM) and releases it.
+//! acked), at once when it is stopped (SIGTERM) and releases it. When a held claim is kept:
+//! after its first second while it runs alone on its consumer (the window the kills of a
+//! held claim land in), within its first tenth of a second while others run beside it.
 
 use std::time::Duration;
 
@@ -58,14 +60,9 @@ enum Kill {
     AfterKeep,
 }
 
-/// A 3 s job of `overlap`, started by consumer a (execution lease `lease`), which is killed
-/// (SIGKILL) as `kill` says; consumer b, started then, runs it again once the lease
-/// lapsed, once, as the same attempt. An `allow` job's claim is held when a is killed at
-/// the start (its message only in the broker: b meets the live lease and keeps the message
-/// for the reaper), and kept when a is killed after the keep (the broker has nothing to
-/// redeliver: the reaper republishes it); another job's claim stored its message from the
-/// start.
-async fn sigkill_mid_job(env: TestEnv, overlap: &str, lease: &str, kill: Kill) {
+/// The config of a job `slow` of `overlap` on the queue `default` (tracked), whose 3 s run
+/// appends its attempt to the file it returns beside the config.
+fn slow_job(env: &TestEnv, overlap: &str) -> (std::path::PathBuf, std::path::PathBuf) {
     env.track_queue("default");
     let starts = env.dir.join("starts");
     let config = env.write_config(
@@ -81,6 +78,18 @@ command = ["sh", "-c", "echo $CRONQ_ATTEMPT >> {}; sleep 3"]
             starts.display()
         ),
     );
+    (config, starts)
+}
+
+/// A 3 s job of `overlap`, started by consumer a (execution lease `lease`), which is killed
+/// (SIGKILL) as `kill` says; consumer b, started then, runs it again once the lease
+/// lapsed, once, as the same attempt. An `allow` job's claim is held when a is killed at
+/// the start (its message only in the broker: b meets the live lease and keeps the message
+/// for the reaper), and kept when a is killed after the keep (the broker has nothing to
+/// redeliver: the reaper republishes it); another job's claim stored its message from the
+/// start.
+async fn sigkill_mid_job(env: TestEnv, overlap: &str, lease: &str, kill: Kill) {
+    let (config, starts) = slow_job(&env, overlap);
     let config = config.to_str().unwrap();
     let a = env.spawn("a", &consumer_args(config, "a", lease));
     started(&env, "a").await;
@@ -241,6 +250,67 @@ command = ["sh", "-c", "echo x >> {0}; [ $(wc -l < {0}) -ge 2 ] || sleep 60"]
             outcomes,
             [("a", Outcome::Interrupted), ("b", Outcome::Succeeded)]
         );
+    })
+    .await;
+}
+
+/// Two 3 s runs of an `allow` job side by side on one consumer: each claim is granted held,
+/// and kept (its message stored, its delivery acked) within a tenth of a second of its
+/// start, not after the second a lone run is held for: the acks of the deliveries behind
+/// it must not wait for it. Both end once.
+#[tokio::test]
+async fn held_claims_running_side_by_side_are_kept_within_a_tenth_of_a_second() {
+    scoped("held_side_by_side", |env| async move {
+        let (config, starts) = slow_job(&env, "allow");
+        let config = config.to_str().unwrap();
+        let mut args = consumer_args(config, "a", "30s");
+        args.extend(["--concurrency", "4"]);
+        env.spawn("a", &args);
+        started(&env, "a").await;
+        let occs = [occurrence("slow", 1), occurrence("slow", 2)];
+        let records: Vec<String> = occs
+            .iter()
+            .map(|o| env.names().redis_key(&["occ", o.key.as_str()]))
+            .collect();
+        for occ in occs {
+            publish(&env, occ).await;
+        }
+        eventually(WAIT, "both runs started", || async {
+            (lines(&starts) == 2).then_some(())
+        })
+        .await;
+        // Alone, the later run would be held until a second after its start: at least
+        // 900 ms from here (this poll sees a start within 50 ms).
+        let seen = std::time::Instant::now();
+        let kept_by = Duration::from_millis(700);
+        loop {
+            let mut still = Vec::new();
+            for record in &records {
+                if let Some(h) = held(&env, record).await {
+                    still.push((record.clone(), h));
+                }
+            }
+            if still.is_empty() {
+                break;
+            }
+            assert!(
+                seen.elapsed() < kept_by,
+                "still held {kept_by:?} after both runs started: {still:?}\n{}",
+                env.log("a")
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let done = eventually(WAIT, "both runs ended", || async {
+            let r = runs(&env, "slow").await;
+            (r.len() == 2).then_some(r)
+        })
+        .await;
+        assert!(
+            done.iter()
+                .all(|r| r.outcome == Outcome::Succeeded && r.attempt == 1),
+            "{done:?}"
+        );
+        assert_eq!(lines(&starts), 2, "each started once");
     })
     .await;
 }
