@@ -147,6 +147,7 @@ async fn drain(env: &BenchEnv, args: &PoolsArgs, pool: Option<u32>) -> anyhow::R
         CONSUMERS,
         args.concurrency,
         &executed,
+        None,
     )
     .await?;
     let mut tasks = JoinSet::new();

@@ -53,6 +53,32 @@ pub struct ThroughputArgs {
     /// added back a step at a time (see `bench/src/floor.rs`).
     #[arg(long = "floor", value_enum, default_value_t)]
     pub floor: crate::floor::Form,
+    /// Every Nth run of cronq's handler takes `--slow-for` instead of returning at once
+    /// (0: none): a mixed workload, where the deliveries of slow runs stay unacked beside
+    /// the others (held claims). Its figures are reported under a bench of their own.
+    #[arg(long = "slow-every", default_value_t = 0)]
+    pub slow_every: usize,
+    /// How long a slow run of `--slow-every` takes.
+    #[arg(long = "slow-for", default_value = "300ms", value_parser = humantime::parse_duration)]
+    #[serde(with = "crate::precision::humantime_secs")]
+    pub slow_for: Duration,
+}
+
+impl ThroughputArgs {
+    /// The slow runs of a mixed workload: every how many runs, and how long.
+    fn slow(&self) -> Option<Slow> {
+        (self.slow_every > 0).then_some(Slow {
+            every: self.slow_every,
+            takes: self.slow_for,
+        })
+    }
+}
+
+/// Every `every`th run of the bench's handler takes `takes` ([`ThroughputArgs::slow_every`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Slow {
+    every: usize,
+    takes: Duration,
 }
 
 /// Deliveries one ack covers in the coalescing raw loop (`multiple`), as a consumer that
@@ -258,6 +284,17 @@ pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figur
         figures.extend(floor_parts);
     }
     figures.push(publish);
+    if let Some(slow) = args.slow() {
+        // Apart from the no-op runs' figures, in the kept reports and their charts.
+        let bench = format!(
+            "throughput, 1 in {} runs {}",
+            slow.every,
+            humantime::format_duration(slow.takes)
+        );
+        for figure in &mut figures {
+            figure.bench.clone_from(&bench);
+        }
+    }
     Ok(figures)
 }
 
@@ -409,6 +446,7 @@ pub(crate) async fn counting(
     count: usize,
     concurrency: u16,
     executed: &Arc<AtomicUsize>,
+    slow: Option<Slow>,
 ) -> anyhow::Result<Vec<Consumer>> {
     let mut consumers = Vec::new();
     for i in 0..count {
@@ -417,8 +455,14 @@ pub(crate) async fn counting(
         for job in &config.jobs {
             let executed = Arc::clone(executed);
             consumer.register(job.name.clone(), move |_occ, _token| {
-                executed.fetch_add(1, Ordering::Relaxed);
-                async { Ok::<(), String>(()) }
+                let n = executed.fetch_add(1, Ordering::Relaxed);
+                let takes = slow.filter(|s| n % s.every == 0).map(|s| s.takes);
+                async move {
+                    if let Some(takes) = takes {
+                        tokio::time::sleep(takes).await;
+                    }
+                    Ok::<(), String>(())
+                }
             });
         }
         consumers.push(consumer);
@@ -514,6 +558,7 @@ async fn measure(env: &BenchEnv, args: &ThroughputArgs) -> anyhow::Result<Measur
         args.consumers.max(1),
         args.concurrency,
         &executed,
+        args.slow(),
     )
     .await?;
     let mut tasks = JoinSet::new();
