@@ -456,7 +456,7 @@ pub(crate) async fn counting(
             let executed = Arc::clone(executed);
             consumer.register(job.name.clone(), move |_occ, _token| {
                 let n = executed.fetch_add(1, Ordering::Relaxed);
-                let takes = slow.filter(|s| n % s.every == 0).map(|s| s.takes);
+                let takes = slow.filter(|s| n.is_multiple_of(s.every)).map(|s| s.takes);
                 async move {
                     if let Some(takes) = takes {
                         tokio::time::sleep(takes).await;
