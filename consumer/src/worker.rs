@@ -595,11 +595,17 @@ struct Keep<'a> {
 }
 
 impl Keep<'_> {
+    /// [`KEEP_AFTER`], a tenth of the lease at most: when a lone run is kept, and how long
+    /// a keep the store did not answer waits before it is tried again.
+    fn after(&self) -> Duration {
+        KEEP_AFTER.min(self.lease_for / 10)
+    }
+
     /// Waits until the message should be kept: [`KEEP_BUSY`] into the run while other
-    /// deliveries are in flight here (looked at every [`KEEP_BUSY`]), else [`KEEP_AFTER`]
-    /// (a tenth of the lease at most).
+    /// deliveries are in flight here (looked at every [`KEEP_BUSY`]), else
+    /// [`Keep::after`].
     async fn due(&self) {
-        let after = KEEP_AFTER.min(self.lease_for / 10);
+        let after = self.after();
         let started = tokio::time::Instant::now();
         loop {
             let busy = self.in_flight.load(Ordering::Relaxed) > 1;
@@ -627,7 +633,7 @@ impl Held {
     /// its end is not recorded, and the delivery is requeued ([`Held::settle`]).
     async fn keep_while<F: std::future::Future>(&mut self, run: F, keep: &Keep<'_>) -> F::Output {
         tokio::pin!(run);
-        let pause = KEEP_AFTER.min(keep.lease_for / 10);
+        let pause = keep.after();
         let d = &self.d;
         let keeping = async {
             keep.due().await;

@@ -812,22 +812,22 @@ pub fn cancel<S: Records>(s: &mut S, cancel: &Cancel) -> Result<Cancelled, S::Er
     if rec.state.is_terminal() {
         return Ok(Cancelled::Finished(rec.state));
     }
+    if rec.state == State::Running {
+        // Its owner learns at once: asked to stop, or, under a lapsed lease (cut off, not
+        // dead), that it lost the claim.
+        s.count_cancel()?;
+    }
     let why = cancelled_by(&cancel.who);
     let now = s.now();
     if rec.state == State::Running && rec.lease_until > now {
         // Its owner reads the mark with its next heartbeat and records the end itself.
         rec.cancel = Some(why);
         s.put(&key, &rec)?;
-        s.count_cancel()?;
         return Ok(Cancelled::Stopping);
     }
     // Waiting, pending, retrying, or running under a lapsed lease (its owner is gone: a
     // late end of it is fenced, the token being cleared): it never starts again.
     let was = rec.state;
-    if was == State::Running {
-        // Its owner may still run it (cut off, not dead): it learns at once that it lost.
-        s.count_cancel()?;
-    }
     rec.state = State::Cancelled;
     rec.token.clear();
     rec.body = None;

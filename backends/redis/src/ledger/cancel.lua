@@ -25,13 +25,12 @@ end
 if st ~= 'running' and st ~= 'retrying' and st ~= 'pending' and st ~= 'waiting' then
   return {'finished', st}
 end
-if st == 'running' and tonumber(rec[3] or '0') > now then
-  redis.call('HSET', KEYS[1], 'cancel', ARGV[3])
-  redis.call('INCR', KEYS[7])
-  return {'stopping'}
-end
 if st == 'running' then
   redis.call('INCR', KEYS[7])
+end
+if st == 'running' and tonumber(rec[3] or '0') > now then
+  redis.call('HSET', KEYS[1], 'cancel', ARGV[3])
+  return {'stopping'}
 end
 redis.call('HSET', KEYS[1], 'state', 'cancelled', 'token', '', 'error', ARGV[3],
   'updated', now_s)
