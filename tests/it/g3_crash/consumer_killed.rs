@@ -7,14 +7,14 @@
 
 use std::time::Duration;
 
-use cronq_shared::names::QueueName;
 use cronq_shared::runlog::Outcome;
-use lapin::options::QueueDeclareOptions;
 use nix::sys::signal::Signal;
 
-use crate::support::consumer_process::{WAIT, consumer_args, lines, publish, runs, started};
+use crate::support::consumer_process::{
+    WAIT, consumer_args, first_runs, lines, publish, runs, slow_job, started,
+};
 use crate::support::occurrences::occurrence;
-use crate::support::{TestEnv, amqp_url, eventually, scoped};
+use crate::support::{TestEnv, eventually, rabbitmq, scoped};
 
 /// The `held` field of `record`, as Redis has it.
 async fn held(env: &TestEnv, record: &str) -> Option<String> {
@@ -27,29 +27,6 @@ async fn held(env: &TestEnv, record: &str) -> Option<String> {
         .unwrap()
 }
 
-/// The messages of the logical queue `default` ready and its consumers, as RabbitMQ counts
-/// them.
-async fn default_queue(env: &TestEnv) -> (u32, u32) {
-    let conn = lapin::Connection::connect(&amqp_url(), Default::default())
-        .await
-        .unwrap();
-    let ch = conn.create_channel().await.unwrap();
-    let name = env.names().queue(&QueueName::new("default").unwrap());
-    let q = ch
-        .queue_declare(
-            name.as_str().into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..QueueDeclareOptions::default()
-            },
-            Default::default(),
-        )
-        .await
-        .unwrap();
-    let _ = conn.close(200, "done".into()).await;
-    (q.message_count(), q.consumer_count())
-}
-
 /// When consumer a is killed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kill {
@@ -60,27 +37,6 @@ enum Kill {
     AfterKeep,
 }
 
-/// The config of a job `slow` of `overlap` on the queue `default` (tracked), whose 3 s run
-/// appends its attempt to the file it returns beside the config.
-fn slow_job(env: &TestEnv, overlap: &str) -> (std::path::PathBuf, std::path::PathBuf) {
-    env.track_queue("default");
-    let starts = env.dir.join("starts");
-    let config = env.write_config(
-        "cronq.toml",
-        &format!(
-            r#"
-[[job]]
-name = "slow"
-schedule = "@every 1s"
-overlap = "{overlap}"
-command = ["sh", "-c", "echo $CRONQ_ATTEMPT >> {}; sleep 3"]
-"#,
-            starts.display()
-        ),
-    );
-    (config, starts)
-}
-
 /// A 3 s job of `overlap`, started by consumer a (execution lease `lease`), which is killed
 /// (SIGKILL) as `kill` says; consumer b, started then, runs it again once the lease
 /// lapsed, once, as the same attempt. An `allow` job's claim is held when a is killed at
@@ -89,7 +45,7 @@ command = ["sh", "-c", "echo $CRONQ_ATTEMPT >> {}; sleep 3"]
 /// redeliver: the reaper republishes it); another job's claim stored its message from the
 /// start.
 async fn sigkill_mid_job(env: TestEnv, overlap: &str, lease: &str, kill: Kill) {
-    let (config, starts) = slow_job(&env, overlap);
+    let (config, starts) = slow_job(&env, overlap, 3);
     let config = config.to_str().unwrap();
     let a = env.spawn("a", &consumer_args(config, "a", lease));
     started(&env, "a").await;
@@ -122,7 +78,7 @@ async fn sigkill_mid_job(env: TestEnv, overlap: &str, lease: &str, kill: Kill) {
     if kill == Kill::AfterKeep {
         // Once RabbitMQ has seen a go, it would have put an unacked delivery back.
         let (ready, _) = eventually(WAIT, "a's consumer gone from the queue", || async {
-            let counts = default_queue(&env).await;
+            let counts = rabbitmq::queue_counts(&env.names(), "default").await;
             (counts.1 == 0).then_some(counts)
         })
         .await;
@@ -147,11 +103,7 @@ async fn sigkill_mid_job(env: TestEnv, overlap: &str, lease: &str, kill: Kill) {
     }
     env.spawn("b", &consumer_args(config, "b", lease));
     started(&env, "b").await;
-    let done = eventually(WAIT, "a completed run", || async {
-        let r = runs(&env, "slow").await;
-        (!r.is_empty()).then_some(r)
-    })
-    .await;
+    let done = first_runs(&env, "slow", "a completed run").await;
     assert_eq!(done.len(), 1, "{done:?}");
     assert_eq!(done[0].outcome, Outcome::Succeeded);
     assert_eq!(done[0].consumer, "b");
@@ -261,7 +213,7 @@ command = ["sh", "-c", "echo x >> {0}; [ $(wc -l < {0}) -ge 2 ] || sleep 60"]
 #[tokio::test]
 async fn held_claims_running_side_by_side_are_kept_within_a_tenth_of_a_second() {
     scoped("held_side_by_side", |env| async move {
-        let (config, starts) = slow_job(&env, "allow");
+        let (config, starts) = slow_job(&env, "allow", 3);
         let config = config.to_str().unwrap();
         let mut args = consumer_args(config, "a", "30s");
         args.extend(["--concurrency", "4"]);

@@ -364,25 +364,13 @@ async fn survives_closed_connections_without_loss() {
 async fn a_consumer_s_connections_closed_while_its_claim_is_held_run_the_job_once() {
     use cronq_shared::runlog::Outcome;
 
-    use crate::support::consumer_process::{consumer_args, lines, publish, runs, started};
+    use crate::support::consumer_process::{
+        consumer_args, first_runs, lines, publish, slow_job, started,
+    };
     use crate::support::occurrences::occurrence;
 
     scoped("held_conn_closed", |env| async move {
-        env.track_queue("default");
-        let starts = env.dir.join("starts");
-        let config = env.write_config(
-            "cronq.toml",
-            &format!(
-                r#"
-[[job]]
-name = "slow"
-schedule = "@every 1s"
-overlap = "allow"
-command = ["sh", "-c", "echo $CRONQ_ATTEMPT >> {}; sleep 4"]
-"#,
-                starts.display()
-            ),
-        );
+        let (config, starts) = slow_job(&env, "allow", 4);
         let config = config.to_str().unwrap();
         let a = env.spawn("a", &consumer_args(config, "a", "20s"));
         started(&env, "a").await;
@@ -424,11 +412,7 @@ command = ["sh", "-c", "echo $CRONQ_ATTEMPT >> {}; sleep 4"]
         tokio::task::spawn_blocking(move || conns.iter().for_each(|c| close_amqp_connection(c)))
             .await
             .unwrap();
-        let done = eventually(WAIT, "the run", || async {
-            let r = runs(&env, "slow").await;
-            (!r.is_empty()).then_some(r)
-        })
-        .await;
+        let done = first_runs(&env, "slow", "the run").await;
         assert_eq!(done.len(), 1, "{done:?}");
         assert_eq!((done[0].outcome, done[0].attempt), (Outcome::Succeeded, 1));
         // The requeued delivery is settled (acked as a duplicate), whenever it came back.

@@ -1,7 +1,7 @@
 //! `cronq consumer` processes under a test's namespace: their arguments, waiting for one
 //! to start, publishing an occurrence to them, and reading the runs they recorded.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cronq_rabbitmq::AmqpBroker;
@@ -44,6 +44,36 @@ pub async fn runs(env: &TestEnv, job: &str) -> Vec<Run> {
         .list(Some(&JobName::new(job).unwrap()), 100)
         .await
         .unwrap()
+}
+
+/// Waits for the first runs of `job` in the run log (`what` names the wait); newest first.
+pub async fn first_runs(env: &TestEnv, job: &str, what: &str) -> Vec<Run> {
+    eventually(WAIT, what, || async {
+        let r = runs(env, job).await;
+        (!r.is_empty()).then_some(r)
+    })
+    .await
+}
+
+/// The config of a job `slow` of `overlap` on the queue `default` (tracked), whose run
+/// appends its attempt to the file it returns beside the config, then sleeps `secs`.
+pub fn slow_job(env: &TestEnv, overlap: &str, secs: u32) -> (PathBuf, PathBuf) {
+    env.track_queue("default");
+    let starts = env.dir.join("starts");
+    let config = env.write_config(
+        "cronq.toml",
+        &format!(
+            r#"
+[[job]]
+name = "slow"
+schedule = "@every 1s"
+overlap = "{overlap}"
+command = ["sh", "-c", "echo $CRONQ_ATTEMPT >> {}; sleep {secs}"]
+"#,
+            starts.display()
+        ),
+    );
+    (config, starts)
 }
 
 /// How many lines the file at `path` has (0 if it does not exist).

@@ -209,7 +209,7 @@ impl Fleet {
                 let ch = conn.create_channel().await.unwrap();
                 let queue = self.names.queue(&queue);
                 eventually(WAIT, &format!("{n} consumers on {queue}"), || async {
-                    let q = passive(&ch, queue.as_str()).await;
+                    let q = super::rabbitmq::passive(&ch, queue.as_str()).await.unwrap();
                     (q.consumer_count() >= n).then_some(())
                 })
                 .await;
@@ -236,8 +236,9 @@ impl Fleet {
                     .await
                     .unwrap();
                 let ch = conn.create_channel().await.unwrap();
-                let count = passive(&ch, self.names.queue(&queue).as_str())
+                let count = super::rabbitmq::passive(&ch, self.names.queue(&queue).as_str())
                     .await
+                    .unwrap()
                     .message_count();
                 let _ = conn.close(200, "done".into()).await;
                 count
@@ -315,20 +316,6 @@ impl Fleet {
             broker.close().await;
         }
     }
-}
-
-/// A passive declare of the broker queue `queue` (its counts), on RabbitMQ.
-async fn passive(ch: &lapin::Channel, queue: &str) -> lapin::Queue {
-    ch.queue_declare(
-        queue.into(),
-        lapin::options::QueueDeclareOptions {
-            passive: true,
-            ..Default::default()
-        },
-        Default::default(),
-    )
-    .await
-    .unwrap()
 }
 
 /// What [`recording`] saw: `(key, start, end)` per run.

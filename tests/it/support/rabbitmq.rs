@@ -58,6 +58,32 @@ where
     .await
 }
 
+/// A passive declare of the broker queue `queue` (its counts).
+pub async fn passive(ch: &lapin::Channel, queue: &str) -> lapin::Result<lapin::Queue> {
+    ch.queue_declare(
+        queue.into(),
+        lapin::options::QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        },
+        Default::default(),
+    )
+    .await
+}
+
+/// The messages ready in the logical queue `queue` of `names`, and its consumers.
+pub async fn queue_counts(names: &Names, queue: &str) -> (u32, u32) {
+    let name = names.queue(&QueueName::new(queue).unwrap());
+    with_raw_channel(&format!("the counts of {name}"), |ch| {
+        let name = name.clone();
+        async move {
+            let q = passive(&ch, name.as_str()).await?;
+            Ok(Some((q.message_count(), q.consumer_count())))
+        }
+    })
+    .await
+}
+
 /// Puts `body` (not necessarily an occurrence) on the logical queue `queue` of `names`
 /// with a plain lapin publish, as a foreign publisher could; confirmed by the broker.
 pub async fn publish_raw(names: &Names, queue: &str, body: &[u8]) {
