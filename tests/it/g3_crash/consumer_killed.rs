@@ -3,8 +3,10 @@
 //! (its message only in the broker) or kept (its message in the ledger, its delivery
 //! acked), at once when it is stopped (SIGTERM) and releases it. When a held claim is kept:
 //! after its first second while it runs alone on its consumer (the window the kills of a
-//! held claim land in), within its first tenth of a second while others run beside it.
+//! held claim land in), within its first tenth of a second while others run beside it; a
+//! kill after either keep leaves the occurrence to the reaper.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use cronq_shared::runlog::Outcome;
@@ -25,6 +27,41 @@ async fn held(env: &TestEnv, record: &str) -> Option<String> {
         .query_async(&mut redis)
         .await
         .unwrap()
+}
+
+/// What a killed consumer's kept claims leave (checked once it is gone): RabbitMQ holds
+/// none of their deliveries (once it has seen the consumer go, it would have put an
+/// unacked one back), and the ledger holds each message with its lease listed for the
+/// reaper.
+async fn assert_acked_and_kept(env: &TestEnv, keys: &[&str]) {
+    let (ready, _) = eventually(WAIT, "the killed consumer gone from the queue", || async {
+        let counts = rabbitmq::queue_counts(&env.names(), "default").await;
+        (counts.1 == 0).then_some(counts)
+    })
+    .await;
+    assert_eq!(
+        ready, 0,
+        "the deliveries were acked once their claims were kept"
+    );
+    let mut redis = env.redis().await;
+    for key in keys {
+        let body: bool = redis::cmd("EXISTS")
+            .arg(env.names().redis_key(&["occbody", *key]))
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        assert!(body, "the kept claim's message is in the ledger: {key}");
+        let listed: Option<f64> = redis::cmd("ZSCORE")
+            .arg(env.names().redis_key(&["leases"]))
+            .arg(*key)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        assert!(
+            listed.is_some(),
+            "the kept claim's lease is listed for the reaper: {key}"
+        );
+    }
 }
 
 /// When consumer a is killed.
@@ -76,30 +113,7 @@ async fn sigkill_mid_job(env: TestEnv, overlap: &str, lease: &str, kill: Kill) {
     );
     assert_eq!(lines(&starts), 1, "a was killed mid-run");
     if kill == Kill::AfterKeep {
-        // Once RabbitMQ has seen a go, it would have put an unacked delivery back.
-        let (ready, _) = eventually(WAIT, "a's consumer gone from the queue", || async {
-            let counts = rabbitmq::queue_counts(&env.names(), "default").await;
-            (counts.1 == 0).then_some(counts)
-        })
-        .await;
-        assert_eq!(ready, 0, "a's delivery was acked once its claim was kept");
-        let mut redis = env.redis().await;
-        let body: bool = redis::cmd("EXISTS")
-            .arg(env.names().redis_key(&["occbody", occ_key.as_str()]))
-            .query_async(&mut redis)
-            .await
-            .unwrap();
-        assert!(body, "the kept claim's message is in the ledger");
-        let listed: Option<f64> = redis::cmd("ZSCORE")
-            .arg(env.names().redis_key(&["leases"]))
-            .arg(occ_key.as_str())
-            .query_async(&mut redis)
-            .await
-            .unwrap();
-        assert!(
-            listed.is_some(),
-            "the kept claim's lease is listed for the reaper"
-        );
+        assert_acked_and_kept(&env, &[occ_key.as_str()]).await;
     }
     env.spawn("b", &consumer_args(config, "b", lease));
     started(&env, "b").await;
@@ -206,6 +220,49 @@ command = ["sh", "-c", "echo x >> {0}; [ $(wc -l < {0}) -ge 2 ] || sleep 60"]
     .await;
 }
 
+/// Two 3 s runs of an `allow` job started side by side by consumer a (execution lease
+/// `lease`, 10 s or more, so that a lone run would be held for a whole second): waits until
+/// both held claims were kept, and asserts that it took under 700 ms from the later start
+/// (this poll sees a start within 50 ms), not the second a lone run is held for. Returns
+/// a's pid, the starts file, the config and the two occurrence keys.
+async fn kept_side_by_side(env: &TestEnv, lease: &str) -> (u32, PathBuf, PathBuf, [String; 2]) {
+    let (config, starts) = slow_job(env, "allow", 3);
+    let mut args = consumer_args(config.to_str().unwrap(), "a", lease);
+    args.extend(["--concurrency", "4"]);
+    let a = env.spawn("a", &args);
+    started(env, "a").await;
+    let occs = [occurrence("slow", 1), occurrence("slow", 2)];
+    let keys = occs.clone().map(|o| o.key.to_string());
+    for occ in occs {
+        publish(env, occ).await;
+    }
+    eventually(WAIT, "both runs started", || async {
+        (lines(&starts) == 2).then_some(())
+    })
+    .await;
+    let seen = std::time::Instant::now();
+    let kept_by = Duration::from_millis(700);
+    loop {
+        let mut still = Vec::new();
+        for key in &keys {
+            let record = env.names().redis_key(&["occ", key.as_str()]);
+            if let Some(h) = held(env, &record).await {
+                still.push((record, h));
+            }
+        }
+        if still.is_empty() {
+            break;
+        }
+        assert!(
+            seen.elapsed() < kept_by,
+            "still held {kept_by:?} after both runs started: {still:?}\n{}",
+            env.log("a")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (a, starts, config, keys)
+}
+
 /// Two 3 s runs of an `allow` job side by side on one consumer: each claim is granted held,
 /// and kept (its message stored, its delivery acked) within a tenth of a second of its
 /// start, not after the second a lone run is held for: the acks of the deliveries behind
@@ -213,45 +270,7 @@ command = ["sh", "-c", "echo x >> {0}; [ $(wc -l < {0}) -ge 2 ] || sleep 60"]
 #[tokio::test]
 async fn held_claims_running_side_by_side_are_kept_within_a_tenth_of_a_second() {
     scoped("held_side_by_side", |env| async move {
-        let (config, starts) = slow_job(&env, "allow", 3);
-        let config = config.to_str().unwrap();
-        let mut args = consumer_args(config, "a", "30s");
-        args.extend(["--concurrency", "4"]);
-        env.spawn("a", &args);
-        started(&env, "a").await;
-        let occs = [occurrence("slow", 1), occurrence("slow", 2)];
-        let records: Vec<String> = occs
-            .iter()
-            .map(|o| env.names().redis_key(&["occ", o.key.as_str()]))
-            .collect();
-        for occ in occs {
-            publish(&env, occ).await;
-        }
-        eventually(WAIT, "both runs started", || async {
-            (lines(&starts) == 2).then_some(())
-        })
-        .await;
-        // Alone, the later run would be held until a second after its start: at least
-        // 900 ms from here (this poll sees a start within 50 ms).
-        let seen = std::time::Instant::now();
-        let kept_by = Duration::from_millis(700);
-        loop {
-            let mut still = Vec::new();
-            for record in &records {
-                if let Some(h) = held(&env, record).await {
-                    still.push((record.clone(), h));
-                }
-            }
-            if still.is_empty() {
-                break;
-            }
-            assert!(
-                seen.elapsed() < kept_by,
-                "still held {kept_by:?} after both runs started: {still:?}\n{}",
-                env.log("a")
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let (_, starts, _, _) = kept_side_by_side(&env, "30s").await;
         let done = eventually(WAIT, "both runs ended", || async {
             let r = runs(&env, "slow").await;
             (r.len() == 2).then_some(r)
@@ -263,6 +282,45 @@ async fn held_claims_running_side_by_side_are_kept_within_a_tenth_of_a_second() 
             "{done:?}"
         );
         assert_eq!(lines(&starts), 2, "each started once");
+    })
+    .await;
+}
+
+/// The same two runs, kept because they ran side by side (within a tenth of a second of
+/// their start, where a lone run's claim is held for its first second: a tenth of the
+/// 10 s lease), then consumer a killed (SIGKILL) before its first heartbeat (a third of
+/// the lease): the broker has nothing to redeliver, and consumer b runs each once,
+/// through the reaper, once their leases lapsed, as the same attempt.
+#[tokio::test]
+async fn consumer_sigkill_after_claims_kept_side_by_side_runs_each_once_elsewhere() {
+    scoped("consumer_kill_kept_busy", |env| async move {
+        let (a, starts, config, keys) = kept_side_by_side(&env, "10s").await;
+        // The acks follow the keeps' replies (their frame within a few ms: the settler's
+        // linger); still far from a's first heartbeat (3.3 s), so the leases the reaper
+        // reads are those the keeps listed.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        env.signal(a, Signal::SIGKILL);
+        assert_eq!(lines(&starts), 2, "a was killed mid-run");
+        assert_acked_and_kept(&env, &[keys[0].as_str(), keys[1].as_str()]).await;
+        env.spawn("b", &consumer_args(config.to_str().unwrap(), "b", "10s"));
+        started(&env, "b").await;
+        let done = eventually(Duration::from_secs(40), "b to run both again", || async {
+            let r = runs(&env, "slow").await;
+            (r.len() >= 2).then_some(r)
+        })
+        .await;
+        assert_eq!(done.len(), 2, "{done:?}");
+        for run in &done {
+            assert_eq!(run.outcome, Outcome::Succeeded, "{done:?}");
+            assert_eq!(run.consumer, "b", "{done:?}");
+            assert_eq!(run.attempt, 1, "same attempt, run again: {done:?}");
+        }
+        let mut ran: Vec<&str> = done.iter().map(|r| r.key.as_str()).collect();
+        ran.sort_unstable();
+        let mut expected: Vec<&str> = keys.iter().map(String::as_str).collect();
+        expected.sort_unstable();
+        assert_eq!(ran, expected, "each occurrence ran once");
+        assert_eq!(lines(&starts), 4, "each started by a, then once by b");
     })
     .await;
 }
