@@ -247,20 +247,29 @@ async fn a_fleet_that_missed_more_writes_than_the_change_log_reads_every_job() {
             )
             .await;
         // tick, the idle jobs and `after`: every job, not only the writes the log kept.
+        // Each process in its own time: `after` ran once the leader took it in, and a
+        // standby may still be reading the whole list then.
         let every = 1 + CHANGE_LOG + 1 + 1;
         for name in ["producer-1", "producer-2", "consumer-1", "consumer-2"] {
+            let last_count = || {
+                env.log(name)
+                    .lines()
+                    .rev()
+                    .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                    .find(|l| l["message"] == "jobs changed")
+                    .and_then(|l| l["jobs"].as_u64())
+            };
+            eventually(
+                Duration::from_secs(30),
+                &format!("{name} to take every job in ({every} jobs)"),
+                || async { (last_count() == Some(every)).then_some(()) },
+            )
+            .await;
             let log = env.log(name);
             assert!(
                 log.contains("change log does not reach back"),
                 "{name} read the whole list:\n{log}"
             );
-            let jobs = log
-                .lines()
-                .rev()
-                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-                .find(|l| l["message"] == "jobs changed")
-                .and_then(|l| l["jobs"].as_u64());
-            assert_eq!(jobs, Some(every), "{name} took every job in");
         }
         let deleted = resumed + chrono::Duration::from_std(TAKES_EFFECT).unwrap();
         running
