@@ -27,6 +27,7 @@ use serde_json::{Value, json};
 use crate::support::deployment::{Deployment, LEADER, Options, Running};
 use crate::support::history;
 use crate::support::occurrences::occurrence;
+use crate::support::rabbitmq::passive;
 use crate::support::{TestEnv, amqp_url, data_file, eventually, scoped};
 
 /// The kinds of bad body, in the order they are sent.
@@ -218,15 +219,7 @@ async fn depth(queue: &str) -> u32 {
         .await
         .unwrap();
     let ch = conn.create_channel().await.unwrap();
-    let q = ch
-        .queue_declare(
-            queue.into(),
-            lapin::options::QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
+    let q = passive(&ch, queue)
         .await
         .unwrap_or_else(|e| panic!("queue {queue}: {e}"));
     let _ = conn.close(200, "done".into()).await;

@@ -18,7 +18,6 @@ use cronq_shared::config::Overlap;
 use cronq_shared::ledger::{Claim, ClaimOutcome, End, Ledger, State};
 use cronq_shared::message::{Occurrence, Trigger};
 use cronq_shared::names::{JobName, Names, Namespace, QueueName};
-use lapin::options::QueueDeclareOptions;
 use nix::sys::signal::Signal;
 
 use crate::support::backends::{Backend, on_every_backend};
@@ -27,6 +26,7 @@ use crate::support::inspect::Inspect;
 use crate::support::occurrences::occurrence;
 use crate::support::ports;
 use crate::support::producer_process::LEADER;
+use crate::support::rabbitmq::passive;
 use crate::support::{TestEnv, amqp_url, eventually, scoped};
 
 fn letter(occ: &Occurrence, reason: &str) -> DeadLetter {
@@ -361,8 +361,7 @@ async fn dlq_replay_interrupted_by_sigkill_and_run_again_runs_every_letter_once(
         let ch = conn.create_channel().await.unwrap();
         let q = format!("{}.q.default", env.namespace);
         eventually(WAIT, "the duplicate to be consumed", || async {
-            let passive = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
-            let depth = ch.queue_declare(q.as_str().into(), passive, Default::default()).await.unwrap().message_count();
+            let depth = passive(&ch, &q).await.unwrap().message_count();
             (depth == 0).then_some(())
         })
         .await;

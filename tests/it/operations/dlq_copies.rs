@@ -14,6 +14,7 @@ use nix::sys::signal::Signal;
 use crate::support::cli::{WAIT, json, ok, ran, start_consumer};
 use crate::support::occurrences::occurrence;
 use crate::support::producer_process::LEADER;
+use crate::support::rabbitmq::passive;
 use crate::support::{TestEnv, amqp_url, eventually, scoped};
 
 /// Puts a byte-identical copy (body and properties) of the dead-letter queue's first
@@ -58,16 +59,7 @@ async fn copy_first_letter(env: &TestEnv, names: &Names) {
 async fn depth(env: &TestEnv) -> u32 {
     let conn = env.amqp().await;
     let ch = conn.create_channel().await.unwrap();
-    let passive = lapin::options::QueueDeclareOptions {
-        passive: true,
-        ..Default::default()
-    };
-    let n = ch
-        .queue_declare(
-            format!("{}.q.default", env.namespace).as_str().into(),
-            passive,
-            Default::default(),
-        )
+    let n = passive(&ch, &format!("{}.q.default", env.namespace))
         .await
         .unwrap()
         .message_count();
