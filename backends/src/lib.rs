@@ -187,8 +187,12 @@ async fn fleet_broker(
     endpoints: &Endpoints,
     connect: Connect,
 ) -> Result<Arc<dyn Broker>, OpenError> {
-    let once = connect == Connect::Now;
-    let broker = amqp(endpoints, once).await.map_err(OpenError::Broker)?;
+    let how = if connect == Connect::Now {
+        Amqp::Once
+    } else {
+        Amqp::Patient
+    };
+    let broker = amqp(endpoints, how).await.map_err(OpenError::Broker)?;
     Ok(Arc::new(broker))
 }
 
@@ -223,7 +227,16 @@ impl std::fmt::Debug for Stores {
 /// # Errors
 /// [`BrokerError`] when RabbitMQ cannot be reached within the connect timeout.
 pub async fn broker(endpoints: &Endpoints) -> Result<AmqpBroker, BrokerError> {
-    amqp(endpoints, false).await
+    amqp(endpoints, Amqp::Patient).await
+}
+
+/// As [`broker`], for a process that only publishes (the producer): smaller frames, so
+/// smaller buffers on each of its connections ([`AmqpBroker::connect_publisher`]).
+///
+/// # Errors
+/// As [`broker`].
+pub async fn publisher(endpoints: &Endpoints) -> Result<AmqpBroker, BrokerError> {
+    amqp(endpoints, Amqp::Publisher).await
 }
 
 /// As [`broker`], for a one-shot command: a broker that refuses the connection (not
@@ -232,17 +245,27 @@ pub async fn broker(endpoints: &Endpoints) -> Result<AmqpBroker, BrokerError> {
 /// # Errors
 /// [`BrokerError`] when no node accepted a connection.
 pub async fn broker_now(endpoints: &Endpoints) -> Result<AmqpBroker, BrokerError> {
-    amqp(endpoints, true).await
+    amqp(endpoints, Amqp::Once).await
 }
 
-/// [`broker`], or with `once` [`broker_now`].
-async fn amqp(endpoints: &Endpoints, once: bool) -> Result<AmqpBroker, BrokerError> {
+/// How [`amqp`] connects.
+#[derive(Clone, Copy)]
+enum Amqp {
+    /// [`broker`].
+    Patient,
+    /// [`broker_now`].
+    Once,
+    /// [`publisher`].
+    Publisher,
+}
+
+async fn amqp(endpoints: &Endpoints, how: Amqp) -> Result<AmqpBroker, BrokerError> {
     let (urls, names, tls) = (&endpoints.amqp_url, endpoints.names(), &endpoints.tls);
     let replication = Replication::new(endpoints.amqp_quorum_size);
-    let broker = if once {
-        AmqpBroker::connect_once(urls, names, replication, tls).await
-    } else {
-        AmqpBroker::connect_with(urls, names, replication, tls).await
+    let broker = match how {
+        Amqp::Patient => AmqpBroker::connect_with(urls, names, replication, tls).await,
+        Amqp::Once => AmqpBroker::connect_once(urls, names, replication, tls).await,
+        Amqp::Publisher => AmqpBroker::connect_publisher(urls, names, replication, tls).await,
     };
     broker.map(|broker| broker.signing(endpoints.keyring.clone()))
 }

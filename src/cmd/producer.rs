@@ -36,7 +36,7 @@ pub async fn run(cli: &Cli, args: &ProducerArgs, root: CancellationToken) -> any
         .await
         .context("while connecting to Redis")?;
     let broker = Arc::new(
-        cronq_backends::broker(&endpoints)
+        cronq_backends::publisher(&endpoints)
             .await
             .context("while connecting to RabbitMQ")?,
     );

@@ -57,6 +57,7 @@ mod command_identity;
 mod dashboard;
 mod docs_links;
 mod fence_handlers;
+mod footprint;
 mod g1_once;
 mod g2_no_loss;
 mod g3_crash;

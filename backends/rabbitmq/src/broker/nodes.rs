@@ -23,6 +23,14 @@ use cronq_shared::redacted::Redacted;
 /// within about twice this, instead of the server's default 60 s.
 const HEARTBEAT_SECS: u16 = 10;
 
+/// The largest frame a process that only publishes asks for when the URL sets none
+/// ([`super::AmqpBroker::connect_publisher`]; the broker's own default is 128 KiB). lapin
+/// keeps two buffers of 32 frames for each connection, zero-filled when it opens: 8 MiB a
+/// connection at 128 KiB, 2 MiB at this. A body larger than a frame travels as several
+/// frames; a process that receives messages keeps the broker's size, since a message's
+/// headers must fit in one frame.
+pub(super) const PUBLISHER_FRAME_MAX: u32 = 32 * 1024;
+
 /// How long one node of a list may take to accept a connection before the next one is
 /// tried: a node cut off by a partition does not answer at all, and the others must not
 /// wait the whole [`CONNECT_TIMEOUT`] behind it.
@@ -80,7 +88,11 @@ pub(super) fn no_answer(redacted: &str, within: Duration) -> BrokerError {
 /// # Errors
 /// [`BrokerError::Connect`] naming the whole list, redacted, when an element is empty or
 /// not an AMQP URL.
-pub(super) fn parse(urls: &str, tls: &Tls) -> Result<Vec<Node>, BrokerError> {
+pub(super) fn parse(
+    urls: &str,
+    tls: &Tls,
+    frame_max: Option<u32>,
+) -> Result<Vec<Node>, BrokerError> {
     let config = tls_config(tls);
     let parts: Vec<&str> = urls.split(',').map(str::trim).collect();
     let bad = |i: usize| {
@@ -103,6 +115,9 @@ pub(super) fn parse(urls: &str, tls: &Tls) -> Result<Vec<Node>, BrokerError> {
         let mut uri: AMQPUri = part.parse().map_err(|_| bad(i))?;
         if uri.query.heartbeat.is_none() {
             uri.query.heartbeat = Some(HEARTBEAT_SECS);
+        }
+        if uri.query.frame_max.is_none() {
+            uri.query.frame_max = frame_max;
         }
         nodes.push(Node {
             uri,
@@ -165,7 +180,7 @@ pub(super) fn display(nodes: &[Node]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::parse;
+    use super::{PUBLISHER_FRAME_MAX, parse};
     use cronq_shared::endpoints::Tls;
 
     #[test]
@@ -173,6 +188,7 @@ mod tests {
         let nodes = parse(
             "amqp://a:secret1@h1:5672/%2f, amqp://b:secret2@h2:5673/%2f,amqps://c:secret3@h3/v",
             &Tls::default(),
+            None,
         )
         .unwrap();
         let mut shown: Vec<&str> = nodes.iter().map(|n| n.redacted.as_str()).collect();
@@ -186,6 +202,26 @@ mod tests {
             ]
         );
         assert!(nodes.iter().all(|n| n.uri.query.heartbeat == Some(10)));
+        assert!(nodes.iter().all(|n| n.uri.query.frame_max.is_none()));
+    }
+
+    #[test]
+    fn a_publisher_asks_for_small_frames_unless_the_url_sets_its_own() {
+        let nodes = parse(
+            "amqp://a:s@h1/%2f",
+            &Tls::default(),
+            Some(PUBLISHER_FRAME_MAX),
+        )
+        .unwrap();
+        assert_eq!(nodes[0].uri.query.frame_max, Some(32 * 1024));
+        let nodes = parse(
+            "amqp://a:s@h1/%2f?heartbeat=30&frame_max=131072",
+            &Tls::default(),
+            Some(PUBLISHER_FRAME_MAX),
+        )
+        .unwrap();
+        assert_eq!(nodes[0].uri.query.heartbeat, Some(30));
+        assert_eq!(nodes[0].uri.query.frame_max, Some(131_072));
     }
 
     #[test]
@@ -193,13 +229,16 @@ mod tests {
         let err = parse(
             "amqp://a:secret1@h1/%2f,,amqp://b:secret2@h2/%2f",
             &Tls::default(),
+            None,
         )
         .err()
         .unwrap();
         let text = format!("{err}: {}", std::error::Error::source(&err).unwrap());
         assert!(text.contains("URL 2 of the 3"), "{text}");
         assert!(!text.contains("secret"), "{text}");
-        let err = parse("http://x:secret@h", &Tls::default()).err().unwrap();
+        let err = parse("http://x:secret@h", &Tls::default(), None)
+            .err()
+            .unwrap();
         let text = format!("{err}: {}", std::error::Error::source(&err).unwrap());
         assert!(text.contains("not a valid AMQP URL: expected"), "{text}");
         assert!(!text.contains("secret"), "{text}");
@@ -209,7 +248,11 @@ mod tests {
     fn spreads_a_fleet_over_the_nodes() {
         let list = "amqp://h1/%2f,amqp://h2/%2f,amqp://h3/%2f";
         let firsts: std::collections::BTreeSet<String> = (0..200)
-            .map(|_| parse(list, &Tls::default()).unwrap()[0].redacted.clone())
+            .map(|_| {
+                parse(list, &Tls::default(), None).unwrap()[0]
+                    .redacted
+                    .clone()
+            })
             .collect();
         assert_eq!(firsts.len(), 3, "each node comes first for some process");
     }
