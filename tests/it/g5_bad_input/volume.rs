@@ -27,6 +27,7 @@ use serde_json::{Value, json};
 use crate::support::deployment::{Deployment, LEADER, Options, Running};
 use crate::support::history;
 use crate::support::occurrences::occurrence;
+use crate::support::procfs::kb_field;
 use crate::support::rabbitmq::passive;
 use crate::support::{TestEnv, amqp_url, data_file, eventually, scoped};
 
@@ -57,14 +58,7 @@ fn count() -> usize {
 
 /// The resident memory of process `pid`, in bytes (`VmRSS` of /proc/PID/status).
 fn rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e} (did the consumer die?)"));
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/PID/status");
-    kb * 1024
+    kb_field(pid, "status", "VmRSS:")
 }
 
 fn alive(pid: u32) -> bool {

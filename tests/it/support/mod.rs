@@ -29,6 +29,7 @@ pub mod nodes;
 pub mod occurrences;
 pub mod otlp;
 pub mod ports;
+pub mod procfs;
 pub mod producer_process;
 pub mod producers;
 pub mod proxy;
