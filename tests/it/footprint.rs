@@ -10,7 +10,9 @@
 //! frames since it only publishes (`AmqpBroker::connect_publisher`).
 
 use crate::support::procfs::kb_field;
-use crate::support::producer_process::{advance, stop, tick_config, wait_leader};
+use crate::support::producer_process::{
+    LEADER, advance, stop, stop_and_drain, tick_config, wait_leader,
+};
 use crate::support::scoped;
 
 /// The anonymous memory a leading producer of one job may hold. Measured at 4.5 MiB
@@ -44,6 +46,30 @@ async fn a_leading_producer_of_one_job_holds_its_memory_budget() {
             "a leading producer of one job: {:.1} MiB anonymous",
             held as f64 / 1048576.0
         );
+    })
+    .await;
+}
+
+/// The producer's smaller frames carry a message larger than a frame whole (G2): a
+/// payload of 96 KiB travels as several body frames and is published, and decoded, intact.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_larger_than_the_producers_frames_is_published_whole() {
+    scoped("footprint-big", |env| async move {
+        env.track_queue("default");
+        let blob = "x".repeat(96 * 1024);
+        let toml = format!(
+            "{LEADER}\n[[job]]\nname = \"tick\"\nschedule = \"@every 1s\"\ncatchup = \"none\"\npayload = {{ blob = \"{blob}\" }}\n"
+        );
+        let config = env.write_config("cronq.toml", &toml);
+        let config = config.to_string_lossy().into_owned();
+        let pid = env.spawn("producer", &["producer", "--config", &config]);
+        wait_leader(&env, 0).await;
+        advance(&env, "tick", 2).await;
+        let msgs = stop_and_drain(&env, &[pid]).await;
+        assert!(msgs.len() >= 2, "{} messages", msgs.len());
+        for m in &msgs {
+            assert_eq!(m.payload["blob"].as_str(), Some(blob.as_str()), "{}", m.key);
+        }
     })
     .await;
 }
