@@ -158,13 +158,22 @@ impl Scheduler {
         let keep = config.longest_retention();
         let lease = Arc::clone(&self.lease);
         let planning = Instant::now();
-        let (mut lead, catchup, moved) = Leading::take_over(
-            term.clone(),
-            config,
-            &cursors,
-            paused.into_keys().collect(),
-            now,
-        );
+        // Planning a million jobs keeps every core busy for seconds (`term`): done off the
+        // runtime's threads, so that the lease's renewals and the admin server go on
+        // meanwhile. The cursors (≈ 100 MB at a million jobs) are dropped there too.
+        let planned = tokio::task::spawn_blocking({
+            let (term, paused) = (term.clone(), paused.into_keys().collect());
+            move || Leading::take_over(term, config, &cursors, paused, now)
+        })
+        .await;
+        let (mut lead, catchup, moved) = match planned {
+            Ok(planned) => planned,
+            Err(err) => match err.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                // Only a runtime shutting down cancels a blocking task.
+                Err(_) => return Err(Abandoned::Cancelled),
+            },
+        };
         let planned_in = planning.elapsed();
         // The term, from the instant its catch-up was planned at: the accounting judges
         // what no leader published by the same rule from the same instant.
@@ -172,8 +181,6 @@ impl Scheduler {
             lease.begin(&term, now, keep)
         })
         .await?;
-        // A million cursors are ≈ 100 MB: not kept for the whole term.
-        drop(cursors);
         info!(
             epoch,
             jobs = lead.jobs(),
@@ -284,6 +291,10 @@ impl Scheduler {
             if Utc::now() >= publish_at {
                 break;
             }
+            // A herd's batches take up to PREPARE_AHEAD to build: the other tasks of this
+            // runtime thread (the admin server's requests, a herd still confirming) run
+            // between them rather than wait for the whole.
+            tokio::task::yield_now().await;
         }
         if let Ok(wait) = (publish_at - Utc::now()).to_std()
             && token.run_until_cancelled(sleep(wait)).await.is_none()
@@ -333,6 +344,9 @@ impl Scheduler {
         // instants.
         while let Some(batch) = fire.next_batch(lead) {
             let _ = tx.send(Batch::Due(batch));
+            // The herd's task (spawned onto this thread) publishes what is sent so far
+            // while the rest is taken, and the admin server answers meanwhile.
+            tokio::task::yield_now().await;
         }
         self.herd = Some(Herd {
             task,
@@ -583,6 +597,7 @@ mod tests {
     use std::fmt::Write as _;
     use std::path::Path;
     use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU64, Ordering};
 
     use async_trait::async_trait;
     use cronq_memory::{MemoryBroker, MemoryControl, MemoryLease};
@@ -595,6 +610,9 @@ mod tests {
     /// Jobs due together every fourth second: a herd of two batches and a half.
     const HERD: usize = PUBLISH_BATCH * 5 / 2;
 
+    /// A batch made ready: its instant, and the turns counted by then.
+    type Readied = (DateTime<Utc>, u64);
+
     /// The memory broker, and what was confirmed published through it; on its connection
     /// for herds ([`Broker::apart`]) each publish is `held` until `open` says so.
     #[derive(Clone)]
@@ -604,6 +622,24 @@ mod tests {
         held: Arc<Mutex<Vec<OccurrenceKey>>>,
         open: watch::Receiver<bool>,
         herds: bool,
+        /// Counted by a task of the test's that only counts and yields.
+        turns: Arc<AtomicU64>,
+        /// Per batch made ready on the main connection: its instant and the turns then.
+        readied: Arc<Mutex<Vec<Readied>>>,
+    }
+
+    impl Gated {
+        fn new(open: watch::Receiver<bool>) -> Self {
+            Self {
+                memory: MemoryBroker::new(),
+                published: Arc::default(),
+                held: Arc::default(),
+                open,
+                herds: false,
+                turns: Arc::default(),
+                readied: Arc::default(),
+            }
+        }
     }
 
     #[async_trait]
@@ -622,6 +658,18 @@ mod tests {
             let keys = batch.iter().map(|o| o.occurrence.key.clone());
             self.published.lock().unwrap().extend(keys);
             Ok(())
+        }
+
+        fn ready(&self, messages: Vec<Outgoing>) -> Ready {
+            if !self.herds
+                && let Some(at) = messages
+                    .first()
+                    .and_then(|m| m.occurrence.key.scheduled_at())
+            {
+                let turns = self.turns.load(Ordering::Relaxed);
+                self.readied.lock().unwrap().push((at, turns));
+            }
+            Broker::ready(&self.memory, messages)
         }
 
         fn apart(&self) -> Option<Arc<dyn Broker>> {
@@ -678,11 +726,17 @@ mod tests {
         }
     }
 
-    /// A herd's publishing, held unconfirmed on its own connection, holds back neither the
-    /// next second's tick nor its publish; and no cursor moves past the herd's instant
-    /// until the whole herd is confirmed, then every one of its jobs is published once.
-    #[tokio::test(flavor = "multi_thread")]
-    async fn a_herd_in_flight_delays_no_tick_and_holds_back_every_cursor() {
+    /// A running leader of the herd's config ([`HERD`] jobs `@every 4s` and a `tick`
+    /// `@every 1s`), on the memory lease and control store.
+    struct Leader {
+        control: Control,
+        token: CancellationToken,
+        running: tokio::task::JoinHandle<()>,
+        _leadership: watch::Sender<Option<Leadership>>,
+        _config: watch::Sender<Arc<Config>>,
+    }
+
+    async fn lead(broker: Gated) -> Leader {
         let mut text = String::from(
             "[[job]]\nname = \"tick\"\nschedule = \"@every 1s\"\ncommand = [\"true\"]\n",
         );
@@ -693,16 +747,6 @@ mod tests {
             );
         }
         let config = Arc::new(Config::from_toml(&text, Path::new("cronq.toml")).unwrap());
-        let (open_tx, open) = watch::channel(false);
-        let published = Arc::new(Mutex::new(Vec::new()));
-        let held = Arc::new(Mutex::new(Vec::new()));
-        let broker = Gated {
-            memory: MemoryBroker::new(),
-            published: Arc::clone(&published),
-            held: Arc::clone(&held),
-            open,
-            herds: false,
-        };
         let lease = MemoryLease::new();
         let control = Control::new(MemoryControl::new(&lease));
         let term = lease
@@ -710,12 +754,12 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
-        let (_leadership_tx, leadership) = watch::channel(Some(Leadership {
+        let (leadership_tx, leadership) = watch::channel(Some(Leadership {
             term,
             valid_until: Instant::now() + Duration::from_secs(600),
             since: Utc::now(),
         }));
-        let (_config_tx, config_rx) = watch::channel(config);
+        let (config_tx, config_rx) = watch::channel(config);
         let scheduler = Scheduler::new(
             Arc::new(broker),
             Arc::new(lease),
@@ -725,6 +769,68 @@ mod tests {
         );
         let token = CancellationToken::new();
         let running = tokio::spawn(scheduler.run(token.clone()));
+        Leader {
+            control,
+            token,
+            running,
+            _leadership: leadership_tx,
+            _config: config_tx,
+        }
+    }
+
+    /// A herd's batches are built ahead of its instant with the other tasks of the
+    /// runtime's thread run meanwhile (the admin server answers while a herd is built),
+    /// not once the whole herd is built. On one thread, so that only the leader's yield
+    /// lets the counting task run.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_herd_is_built_with_the_other_tasks_of_its_thread_run_meanwhile() {
+        let (_open_tx, open) = watch::channel(true);
+        let broker = Gated::new(open);
+        let (turns, readied) = (Arc::clone(&broker.turns), Arc::clone(&broker.readied));
+        let counting = tokio::spawn(async move {
+            loop {
+                turns.fetch_add(1, Ordering::Relaxed);
+                tokio::task::yield_now().await;
+            }
+        });
+        let leader = lead(broker).await;
+        // An instant whose three batches were all built ahead of it, by the leader's loop.
+        let turns = eventually("a herd built whole ahead of its instant", async || {
+            let readied = readied.lock().unwrap();
+            // The first fire may have come too soon after the take-over to be built whole.
+            let first = readied.first()?.0;
+            readied
+                .iter()
+                .filter(|(at, _)| *at > first)
+                .find_map(|(at, _)| {
+                    let herd: Vec<u64> = readied
+                        .iter()
+                        .filter(|(other, _)| other == at)
+                        .map(|(_, turns)| *turns)
+                        .collect();
+                    (herd.len() >= 3).then_some(herd)
+                })
+        })
+        .await;
+        assert!(
+            turns.first() < turns.last(),
+            "no other task ran while the herd was built: turns at each batch {turns:?}"
+        );
+        leader.token.cancel();
+        leader.running.await.unwrap();
+        counting.abort();
+    }
+
+    /// A herd's publishing, held unconfirmed on its own connection, holds back neither the
+    /// next second's tick nor its publish; and no cursor moves past the herd's instant
+    /// until the whole herd is confirmed, then every one of its jobs is published once.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_herd_in_flight_delays_no_tick_and_holds_back_every_cursor() {
+        let (open_tx, open) = watch::channel(false);
+        let broker = Gated::new(open);
+        let (published, held) = (Arc::clone(&broker.published), Arc::clone(&broker.held));
+        let leader = lead(broker).await;
+        let control = &leader.control;
 
         // The first herd is built and held, with the tick of its instant in it.
         let herd_at = eventually("the first herd to be held", async || {
@@ -782,8 +888,8 @@ mod tests {
             (herd && tick.is_some_and(|at| *at >= next)).then_some(())
         })
         .await;
-        token.cancel();
-        running.await.unwrap();
+        leader.token.cancel();
+        leader.running.await.unwrap();
 
         // Every herd job published at the herd's instant once.
         for i in 0..HERD {
