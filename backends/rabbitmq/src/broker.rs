@@ -171,6 +171,16 @@ struct Inner {
     tasks: Tasks,
 }
 
+/// How [`AmqpBroker::open`] connects, beyond where to.
+#[derive(Debug, Clone, Copy, Default)]
+struct Opening {
+    /// A refused connection (nothing listens on any node) ends the attempt at once
+    /// instead of being retried: for one-shot commands.
+    refusal_ends: bool,
+    /// The frame size asked for when the URL sets no `frame_max` (`None`: the broker's).
+    frame_max: Option<u32>,
+}
+
 impl AmqpBroker {
     /// Connects to RabbitMQ at `urls` (one URL, or the node URLs of a cluster separated by
     /// commas: the first live node of a random order), for the namespace of `names`,
@@ -195,7 +205,7 @@ impl AmqpBroker {
         replication: Replication,
         tls: &Tls,
     ) -> Result<Self, BrokerError> {
-        Self::open(urls, names, replication, tls, false, None).await
+        Self::open(urls, names, replication, tls, Opening::default()).await
     }
 
     /// As [`Self::connect_with`], for a process that only publishes and declares (the
@@ -212,8 +222,11 @@ impl AmqpBroker {
         replication: Replication,
         tls: &Tls,
     ) -> Result<Self, BrokerError> {
-        let frames = Some(nodes::PUBLISHER_FRAME_MAX);
-        Self::open(urls, names, replication, tls, false, frames).await
+        let opening = Opening {
+            frame_max: Some(nodes::PUBLISHER_FRAME_MAX),
+            ..Opening::default()
+        };
+        Self::open(urls, names, replication, tls, opening).await
     }
 
     /// As [`Self::connect_with`], for a one-shot command: when every node refuses the
@@ -228,20 +241,25 @@ impl AmqpBroker {
         replication: Replication,
         tls: &Tls,
     ) -> Result<Self, BrokerError> {
-        Self::open(urls, names, replication, tls, true, None).await
+        let opening = Opening {
+            refusal_ends: true,
+            ..Opening::default()
+        };
+        Self::open(urls, names, replication, tls, opening).await
     }
 
-    /// Connects, retrying with backoff within [`CONNECT_TIMEOUT`]; with `refusal_ends`, a
-    /// refused connection is not retried; `frame_max` is asked for when the URL sets none
-    /// (`None`: the broker's).
+    /// Connects, retrying with backoff within [`CONNECT_TIMEOUT`], as `opening` says.
     async fn open(
         urls: &str,
         names: Names,
         replication: Replication,
         tls: &Tls,
-        refusal_ends: bool,
-        frame_max: Option<u32>,
+        opening: Opening,
     ) -> Result<Self, BrokerError> {
+        let Opening {
+            refusal_ends,
+            frame_max,
+        } = opening;
         let nodes = nodes::parse(urls, tls, frame_max)?;
         let started = Instant::now();
         let opened = retry(
