@@ -733,6 +733,8 @@ mod tests {
         control: Control,
         token: CancellationToken,
         running: tokio::task::JoinHandle<()>,
+        /// Held for the test's whole life: dropped, the leadership channel closes and the
+        /// leader stops publishing (so bind the `Leader`, do not destructure it with `..`).
         _leadership: watch::Sender<Option<Leadership>>,
         _config: watch::Sender<Arc<Config>>,
     }

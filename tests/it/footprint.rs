@@ -11,7 +11,7 @@
 
 use crate::support::procfs::kb_field;
 use crate::support::producer_process::{
-    LEADER, advance, stop, stop_and_drain, tick_config, wait_leader,
+    LEADER, advance, producer, stop, stop_and_drain, tick_config, wait_leader,
 };
 use crate::support::scoped;
 
@@ -62,7 +62,7 @@ async fn a_message_larger_than_the_producers_frames_is_published_whole() {
         );
         let config = env.write_config("cronq.toml", &toml);
         let config = config.to_string_lossy().into_owned();
-        let pid = env.spawn("producer", &["producer", "--config", &config]);
+        let pid = producer(&env, "producer", &config);
         wait_leader(&env, 0).await;
         advance(&env, "tick", 2).await;
         let msgs = stop_and_drain(&env, &[pid]).await;
