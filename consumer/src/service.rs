@@ -574,12 +574,16 @@ impl Intake {
     /// subscribes to the queues it adds.
     async fn follow(&mut self) {
         let config = self.config.borrow_and_update().clone();
-        let old: BTreeSet<&str> = self.seen.jobs.iter().map(|j| j.name.as_str()).collect();
+        let mut known = vec![false; config.jobs.len()];
+        for at in self.seen.positions_in(&config).into_iter().flatten() {
+            known[at as usize] = true;
+        }
         let added: BTreeSet<&str> = config
             .jobs
             .iter()
-            .map(|j| j.name.as_str())
-            .filter(|n| !old.contains(n))
+            .zip(known)
+            .filter(|(_, known)| !known)
+            .map(|(j, _)| j.name.as_str())
             .collect();
         let wanted: BTreeSet<QueueName> = if self.options.queues.is_empty() {
             config.queues()

@@ -312,38 +312,21 @@ impl Leading {
     /// whose timing changed start from `now` (cursor written); removed jobs are dropped.
     pub(crate) fn reload(&mut self, config: Arc<Config>, now: DateTime<Utc>) {
         let old = Arc::clone(&self.config);
-        // A change of runtime jobs that adds and removes none (a schedule changed) leaves
-        // every job at its index: then no name is looked up, nor any order sorted.
+        // Where each old job is in the new config (`Config::positions_in`: names compared
+        // in place, only the few that moved looked up), and so whether it is there with the
+        // same timing.
+        let positions = old.positions_in(&config);
         let aligned = old.jobs.len() == config.jobs.len()
-            && old
-                .jobs
+            && positions
                 .iter()
-                .zip(&config.jobs)
-                .all(|(a, b)| a.name == b.name);
-        let order = if aligned {
-            None
-        } else {
-            Some(by_name(&config))
-        };
-        // Where each old job is in the new config, if it is there with the same timing.
-        let kept: Vec<Option<u32>> = match &order {
-            None => old
-                .jobs
-                .iter()
-                .zip(&config.jobs)
                 .enumerate()
-                .map(|(i, (a, b))| same_timing(a, b).then(|| slot(i)))
-                .collect(),
-            Some(order) => old
-                .jobs
-                .iter()
-                .map(|job| {
-                    find(&config, order, job.name.as_str())
-                        .filter(|i| same_timing(job, &config.jobs[*i]))
-                        .map(slot)
-                })
-                .collect(),
-        };
+                .all(|(i, at)| *at == Some(slot(i)));
+        let kept: Vec<Option<u32>> = old
+            .jobs
+            .iter()
+            .zip(&positions)
+            .map(|(job, at)| at.filter(|i| same_timing(job, &config.jobs[*i as usize])))
+            .collect();
         self.timer.retain_mut(|e| match kept[e.job as usize] {
             Some(i) => {
                 e.job = i;
@@ -351,24 +334,22 @@ impl Leading {
             }
             None => false,
         });
-        let mut scheduled = vec![false; config.jobs.len()];
+        let (mut scheduled, mut known) = (
+            vec![false; config.jobs.len()],
+            vec![false; config.jobs.len()],
+        );
         for i in kept.iter().flatten() {
             scheduled[*i as usize] = true;
         }
-        let old_order = match &order {
-            None => None,
-            Some(_) => Some(self.by_name.take().unwrap_or_else(|| by_name(&old))),
-        };
+        for i in positions.iter().flatten() {
+            known[*i as usize] = true;
+        }
         let (mut added, mut changed) = (0usize, 0usize);
         for (index, job) in config.jobs.iter().enumerate() {
             if scheduled[index] {
                 continue;
             }
-            let known = match &old_order {
-                None => true,
-                Some(old_order) => find(&old, old_order, job.name.as_str()).is_some(),
-            };
-            if known {
+            if known[index] {
                 changed += 1;
             } else {
                 added += 1;
@@ -384,9 +365,10 @@ impl Leading {
             jobs = config.jobs.len(),
             added, changed, removed, "leader applied reloaded config"
         );
-        // Aligned, the old order is the new one's (the same names at the same indices).
-        if let Some(order) = order {
-            self.by_name = OnceLock::from(order);
+        // Aligned, the old order is the new one's (the same names at the same indices);
+        // otherwise it is sorted again when a request first needs it.
+        if !aligned {
+            self.by_name = OnceLock::new();
         }
         self.config = config;
     }

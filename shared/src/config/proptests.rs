@@ -371,4 +371,48 @@ proptest! {
             }
         }
     }
+
+    /// Matching from both ends, then by name in between, finds each job where a lookup
+    /// of every name finds it: whatever was added, removed or moved.
+    #[test]
+    fn positions_in_are_where_each_name_is(
+        old in prop::sample::subsequence((0..24).collect::<Vec<u8>>(), 0..24).prop_shuffle(),
+        edits in prop::collection::vec((0..3u8, 0..24usize, 0..40u8), 0..4),
+        moved in any::<bool>(),
+    ) {
+        // The new list: the old one with a few jobs removed, added or (one) moved.
+        let mut new = old.clone();
+        for (kind, at, name) in edits {
+            let at = at.min(new.len());
+            match kind {
+                0 if at < new.len() => { new.remove(at); }
+                _ if !new.contains(&name) => new.insert(at, name),
+                _ => {}
+            }
+        }
+        if moved && new.len() > 1 {
+            let job = new.remove(0);
+            new.push(job);
+        }
+        let config = |names: &[u8]| {
+            let text: String = names
+                .iter()
+                .map(|n| format!("[[job]]\nname = \"j{n}\"\nschedule = \"@every 1s\"\n"))
+                .collect();
+            Config::from_toml(&text, Path::new("f.toml")).expect("valid")
+        };
+        let (before, after) = (config(&old), config(&new));
+        let looked_up: Vec<Option<u32>> = old
+            .iter()
+            .map(|n| new.iter().position(|m| m == n).map(|i| i as u32))
+            .collect();
+        prop_assert_eq!(before.positions_in(&after), looked_up);
+        let retired: Vec<String> = old
+            .iter()
+            .filter(|n| !new.contains(n))
+            .map(|n| format!("j{n}"))
+            .collect();
+        let named: Vec<String> = before.retired(&after).iter().map(|n| n.as_str().to_owned()).collect();
+        prop_assert_eq!(named, retired);
+    }
 }
