@@ -126,7 +126,7 @@ impl Reloader {
                 self.loads.send_replace(Some(Arc::new(load.lean())));
                 // The runtime jobs resolve anew against the new file's defaults and handlers.
                 self.cache = RuntimeCache::default();
-                self.publish();
+                self.publish().await;
                 true
             }
             Err(err) => {
@@ -188,7 +188,7 @@ impl Reloader {
                     }
                 }
             }
-            self.publish();
+            self.publish().await;
             return true;
         }
         if let Some(since) = since {
@@ -211,7 +211,7 @@ impl Reloader {
                 self.deleted.retain(|n| !now.contains(n.as_str()));
                 let jobs = jobs.into_iter().map(|r| (r.name.clone(), r)).collect();
                 self.seen = Some((version, jobs));
-                self.publish();
+                self.publish().await;
                 true
             }
             Err(err) => {
@@ -221,57 +221,31 @@ impl Reloader {
         }
     }
 
-    /// Publishes the file's config merged with the runtime jobs last read.
-    fn publish(&mut self) {
-        let runtime: Vec<&Revision> = self
-            .seen
-            .as_ref()
-            .map(|(_, jobs)| jobs.values().collect())
-            .unwrap_or_default();
-        let config = if runtime.is_empty() && self.deleted.is_empty() {
-            self.file.clone()
-        } else {
-            let (config, merged) = self.file.with_runtime_cached(&runtime, &mut self.cache);
-            for name in &merged.shadowed {
-                warn!(job = %name, "runtime job shadowed by the config file's job of the same name: the file's job runs; delete the runtime job or rename one of them");
-            }
-            for (name, problems) in &merged.invalid {
-                warn!(job = %name, error = %problems, "runtime job does not resolve against this config: it is left out here");
-            }
-            if merged.refused > 0 {
-                info!(
-                    jobs = merged.refused,
-                    "runtime jobs refused: the config says [runtime] jobs = false"
-                );
-            }
-            let mut config = config;
-            config.deleted = self
-                .deleted
-                .iter()
-                .filter(|n| config.job(n.as_str()).is_none())
-                .cloned()
-                .collect();
-            Arc::new(config)
+    /// Publishes the file's config merged with the runtime jobs last read. The merge and
+    /// the comparison with the config in force run on the blocking pool: at a million
+    /// runtime jobs they take about a second (`docs/runtime-jobs.md`), which must not hold
+    /// a runtime thread that ticks or deliveries need.
+    async fn publish(&mut self) {
+        let merging = Merging {
+            file: self.file.clone(),
+            old: self.tx.borrow().clone(),
+            seen: self.seen.take(),
+            deleted: std::mem::take(&mut self.deleted),
+            cache: std::mem::take(&mut self.cache),
         };
-        let old = self.tx.borrow().clone();
-        if Arc::ptr_eq(&old, &config) {
-            // Nothing changed (the first poll of a store without runtime jobs): no reader
-            // is woken, and a million names are not compared.
-            return;
+        let (merging, config) = match tokio::task::spawn_blocking(|| merging.merge()).await {
+            Ok(merged) => merged,
+            Err(err) => match err.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                // Only a runtime shutting down cancels a blocking task: the store is read
+                // whole again should this reloader go on.
+                Err(_) => return,
+            },
+        };
+        (self.seen, self.deleted, self.cache) = (merging.seen, merging.deleted, merging.cache);
+        if let Some(config) = config {
+            self.tx.send_replace(config);
         }
-        let retired = old.retired(&config);
-        for job in &retired {
-            info!(job = %job, "job retired: no more occurrences are published for it");
-        }
-        let added = config.jobs.len() + retired.len() - old.jobs.len();
-        if added > 0 || !retired.is_empty() {
-            info!(
-                jobs = config.jobs.len(),
-                retired = retired.len(),
-                "jobs changed"
-            );
-        }
-        self.tx.send_replace(config);
     }
 
     /// Reloads on every hangup and polls the job store (at once on its notice of a
@@ -314,5 +288,71 @@ impl Reloader {
                 notices = None;
             }
         }
+    }
+}
+
+/// What a merge of the runtime jobs reads and keeps, moved to the blocking pool and back.
+struct Merging {
+    file: Arc<Config>,
+    /// The config in force.
+    old: Arc<Config>,
+    seen: Option<(u64, BTreeMap<String, Revision>)>,
+    deleted: BTreeSet<JobName>,
+    cache: RuntimeCache,
+}
+
+impl Merging {
+    /// The file's config merged with the runtime jobs seen, logging what was left out and
+    /// what retired; `None` when it is the config in force.
+    fn merge(mut self) -> (Self, Option<Arc<Config>>) {
+        let runtime: Vec<&Revision> = self
+            .seen
+            .as_ref()
+            .map(|(_, jobs)| jobs.values().collect())
+            .unwrap_or_default();
+        let config = if runtime.is_empty() && self.deleted.is_empty() {
+            self.file.clone()
+        } else {
+            let (config, merged) = self.file.with_runtime_cached(&runtime, &mut self.cache);
+            for name in &merged.shadowed {
+                warn!(job = %name, "runtime job shadowed by the config file's job of the same name: the file's job runs; delete the runtime job or rename one of them");
+            }
+            for (name, problems) in &merged.invalid {
+                warn!(job = %name, error = %problems, "runtime job does not resolve against this config: it is left out here");
+            }
+            if merged.refused > 0 {
+                info!(
+                    jobs = merged.refused,
+                    "runtime jobs refused: the config says [runtime] jobs = false"
+                );
+            }
+            let mut config = config;
+            config.deleted = self
+                .deleted
+                .iter()
+                .filter(|n| config.job(n.as_str()).is_none())
+                .cloned()
+                .collect();
+            Arc::new(config)
+        };
+        drop(runtime);
+        if Arc::ptr_eq(&self.old, &config) {
+            // Nothing changed (the first poll of a store without runtime jobs): no reader
+            // is woken, and a million names are not compared.
+            return (self, None);
+        }
+        let retired = self.old.retired(&config);
+        for job in &retired {
+            info!(job = %job, "job retired: no more occurrences are published for it");
+        }
+        let added = config.jobs.len() + retired.len() - self.old.jobs.len();
+        if added > 0 || !retired.is_empty() {
+            info!(
+                jobs = config.jobs.len(),
+                retired = retired.len(),
+                "jobs changed"
+            );
+        }
+        (self, Some(config))
     }
 }

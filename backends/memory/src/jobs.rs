@@ -142,3 +142,59 @@ impl JobStore for MemoryJobStore {
         Ok(self.state().configs.first().map(|r| r.digest.clone()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use cronq_shared::config::Config;
+    use cronq_shared::reload::Reloader;
+
+    use super::*;
+
+    /// The reloader following this store: merging many runtime jobs into the config (about
+    /// a second at a million) leaves the runtime's thread to its other tasks meanwhile.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_merge_of_many_runtime_jobs_leaves_the_thread_to_its_other_tasks() {
+        const JOBS: usize = 20_000;
+        let store = MemoryJobStore::new();
+        for i in 0..JOBS {
+            let name = JobName::new(&format!("rt-{i}")).expect("a name");
+            let spec = format!("name = \"rt-{i}\"\nschedule = \"0 0 29 2 *\"\nhandler = \"h\"\n");
+            store
+                .write(&name, Some(&spec), "test", Expect::Any)
+                .await
+                .expect("written");
+        }
+        let file = Config::from_toml(
+            "[handlers.h]\ncommand = [\"true\"]\n",
+            std::path::Path::new("f.toml"),
+        )
+        .expect("valid");
+        let (_hangups, rx) = tokio::sync::mpsc::channel(1);
+        let (reloader, config) = Reloader::new(file, rx);
+        let mut reloader = reloader.with_store(Arc::new(store));
+        // Another task of this one thread: it counts its turns.
+        let turns = Arc::new(AtomicU64::new(0));
+        let counter = tokio::spawn({
+            let turns = Arc::clone(&turns);
+            async move {
+                loop {
+                    turns.fetch_add(1, Ordering::Relaxed);
+                    tokio::task::yield_now().await;
+                }
+            }
+        });
+        let before = turns.load(Ordering::Relaxed);
+        assert!(reloader.poll().await, "the runtime jobs are new");
+        let during = turns.load(Ordering::Relaxed) - before;
+        counter.abort();
+        assert_eq!(config.borrow().jobs.len(), JOBS, "every runtime job merged");
+        // Were the merge done on this thread, the counter would not have run at all: the
+        // store's reads never wait.
+        assert!(
+            during >= 10,
+            "the other task ran {during} times while {JOBS} runtime jobs were merged"
+        );
+    }
+}
