@@ -223,7 +223,7 @@ impl Reloader {
 
     /// Publishes the file's config merged with the runtime jobs last read. The merge and
     /// the comparison with the config in force run on the blocking pool: at a million
-    /// runtime jobs they take about a second (`docs/runtime-jobs.md`), which must not hold
+    /// runtime jobs they take over half a second (`docs/runtime-jobs.md`), which must not hold
     /// a runtime thread that ticks or deliveries need.
     async fn publish(&mut self) {
         let merging = Merging {

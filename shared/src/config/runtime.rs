@@ -7,10 +7,11 @@
 //! line, a URL or a command's start fields are refused, so none travels through the store.
 
 use std::borrow::Borrow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::Path;
 
 use chrono::Utc;
+use foldhash::HashMap;
 use toml::{Table, Value};
 
 use super::error::{ConfigError, Problem};
@@ -50,7 +51,7 @@ pub struct RuntimeCache {
 impl Default for RuntimeCache {
     fn default() -> Self {
         Self {
-            resolved: HashMap::new(),
+            resolved: HashMap::default(),
             schedules: Interner::new(Utc::now()),
             sharing: Sharing::default(),
         }
@@ -214,11 +215,16 @@ impl Config {
             merged.refused = revisions.len();
             return (config, merged);
         }
-        let file: HashSet<&str> = self.jobs.iter().map(|j| j.name.as_str()).collect();
-        let listed: HashSet<&str> = revisions.iter().map(|r| r.borrow().name.as_str()).collect();
+        // Hashed with foldhash, and the runtime jobs' start times put in order once at the
+        // end: at a million runtime jobs, SipHash and a million ordered inserts were most
+        // of a merge's second.
+        let file: foldhash::HashSet<&str> = self.jobs.iter().map(|j| j.name.as_str()).collect();
+        let listed: foldhash::HashSet<&str> =
+            revisions.iter().map(|r| r.borrow().name.as_str()).collect();
         cache
             .resolved
             .retain(|name, _| listed.contains(name.as_str()));
+        let mut since = Vec::with_capacity(revisions.len());
         for rev in revisions {
             let rev = rev.borrow();
             let Some(spec) = &rev.spec else { continue };
@@ -238,11 +244,17 @@ impl Config {
             };
             match job {
                 Ok(job) => {
-                    config.runtime_since.insert(job.name.clone(), rev.at);
+                    since.push((job.name.clone(), rev.at));
                     config.jobs.push(job);
                 }
                 Err(problems) => merged.invalid.push((rev.name.clone(), problems)),
             }
+        }
+        if config.runtime_since.is_empty() {
+            // Built from the list in one go (sorted first, as the store lists its jobs).
+            config.runtime_since = since.into_iter().collect();
+        } else {
+            config.runtime_since.extend(since);
         }
         // A runtime job's parents are looked up among all the jobs now merged.
         let (config, broken) = config.without_broken_chains();
