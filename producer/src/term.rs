@@ -657,6 +657,47 @@ mod tests {
     }
 
     #[test]
+    fn a_reload_that_moves_jobs_keeps_each_timer_with_its_job() {
+        // A job inserted near the start and one removed: every job after them is at
+        // another index, and each keeps its own timing.
+        let now = t("2026-11-30T10:00:00.5Z");
+        let mut lead = leading(
+            config(&[
+                ("a", "@every 1s"),
+                ("b", "@every 2s"),
+                ("c", "@every 1s"),
+                ("d", "@every 3s"),
+                ("e", "@every 4s"),
+            ]),
+            now,
+        );
+        lead.reload(
+            config(&[
+                ("a", "@every 1s"),
+                ("x", "@every 5s"),
+                ("b", "@every 2s"),
+                ("d", "@every 3s"),
+                ("e", "@every 4s"),
+            ]),
+            t("2026-11-30T10:00:00.6Z"),
+        );
+        let written: Vec<&str> = lead
+            .uncommitted
+            .cursors
+            .iter()
+            .map(|(j, _)| j.as_str())
+            .collect();
+        assert_eq!(written, ["x"], "only the new job starts from now");
+        let due = lead.take_due(t("2026-11-30T10:00:12Z"), usize::MAX);
+        let count = |name: &str| due.iter().filter(|(_, (j, _))| j.as_str() == name).count();
+        assert_eq!(
+            ["a", "x", "b", "c", "d", "e"].map(count),
+            [12, 2, 6, 0, 4, 3],
+            "each job at its own timing, the removed one at none"
+        );
+    }
+
+    #[test]
     fn a_reload_that_keeps_every_name_in_place_moves_only_the_changed_job() {
         let now = t("2026-11-30T10:00:00.5Z");
         let jobs = [("a", "@every 1s"), ("b", "0 0 29 2 *"), ("c", "@every 1s")];
