@@ -476,6 +476,15 @@ mod tests {
         JobName::new(name).unwrap()
     }
 
+    /// The jobs whose cursors the leader will write, in order.
+    fn cursors_written(lead: &Leading) -> Vec<&str> {
+        lead.uncommitted
+            .cursors
+            .iter()
+            .map(|(j, _)| j.as_str())
+            .collect()
+    }
+
     fn leading(config: Arc<Config>, now: DateTime<Utc>) -> Leading {
         let (lead, catchup, moved) = Leading::take_over(
             Term::new(4, "t"),
@@ -623,12 +632,7 @@ mod tests {
             ]),
             later,
         );
-        let written: Vec<&str> = lead
-            .uncommitted
-            .cursors
-            .iter()
-            .map(|(j, _)| j.as_str())
-            .collect();
+        let written = cursors_written(&lead);
         assert_eq!(
             written,
             ["change", "new"],
@@ -681,12 +685,7 @@ mod tests {
             ]),
             t("2026-11-30T10:00:00.6Z"),
         );
-        let written: Vec<&str> = lead
-            .uncommitted
-            .cursors
-            .iter()
-            .map(|(j, _)| j.as_str())
-            .collect();
+        let written = cursors_written(&lead);
         assert_eq!(written, ["x"], "only the new job starts from now");
         let due = lead.take_due(t("2026-11-30T10:00:12Z"), usize::MAX);
         let count = |name: &str| due.iter().filter(|(_, (j, _))| j.as_str() == name).count();
@@ -707,12 +706,7 @@ mod tests {
             config(&[("a", "@every 1s"), ("b", "@every 2s"), ("c", "@every 1s")]),
             later,
         );
-        let written: Vec<&str> = lead
-            .uncommitted
-            .cursors
-            .iter()
-            .map(|(j, _)| j.as_str())
-            .collect();
+        let written = cursors_written(&lead);
         assert_eq!(written, ["b"], "only the changed job starts anew");
         let due = lead.take_due(t("2026-11-30T10:00:12Z"), usize::MAX);
         let count = |name: &str| due.iter().filter(|(_, (j, _))| j.as_str() == name).count();

@@ -159,7 +159,7 @@ mod tests {
         const JOBS: usize = 20_000;
         let store = MemoryJobStore::new();
         for i in 0..JOBS {
-            let name = JobName::new(&format!("rt-{i}")).expect("a name");
+            let name = JobName::new(format!("rt-{i}")).expect("a name");
             let spec = format!("name = \"rt-{i}\"\nschedule = \"0 0 29 2 *\"\nhandler = \"h\"\n");
             store
                 .write(&name, Some(&spec), "test", Expect::Any)

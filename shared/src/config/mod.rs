@@ -50,7 +50,7 @@ mod proptests;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -351,7 +351,7 @@ impl Config {
             .count();
         let (old_end, new_end) = (old.len() - tail, new.len() - tail);
         let index = |i: usize| Some(u32::try_from(i).expect("a config has fewer than 2^32 jobs"));
-        let middle: HashMap<&str, usize> = new[head..new_end]
+        let middle: foldhash::HashMap<&str, usize> = new[head..new_end]
             .iter()
             .enumerate()
             .map(|(k, j)| (j.name.as_str(), head + k))

@@ -251,7 +251,8 @@ impl Config {
             }
         }
         if config.runtime_since.is_empty() {
-            // Built from the list in one go (sorted first, as the store lists its jobs).
+            // Built from the list in one go: one sort, a single pass when the jobs come in
+            // name order (as the reloader gives them), then no ordered insert at all.
             config.runtime_since = since.into_iter().collect();
         } else {
             config.runtime_since.extend(since);
