@@ -574,17 +574,9 @@ impl Intake {
     /// subscribes to the queues it adds.
     async fn follow(&mut self) {
         let config = self.config.borrow_and_update().clone();
-        let mut known = vec![false; config.jobs.len()];
-        for at in self.seen.positions_in(&config).into_iter().flatten() {
-            known[at as usize] = true;
-        }
-        let added: BTreeSet<&str> = config
-            .jobs
-            .iter()
-            .zip(known)
-            .filter(|(_, known)| !known)
-            .map(|(j, _)| j.name.as_str())
-            .collect();
+        // The jobs of the new config the last one lacked: what a reload from it retires.
+        let new_jobs = config.retired(&self.seen);
+        let added: BTreeSet<&str> = new_jobs.iter().map(JobName::as_str).collect();
         let wanted: BTreeSet<QueueName> = if self.options.queues.is_empty() {
             config.queues()
         } else {

@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use cronq_shared::blocking::off_runtime;
 use cronq_shared::broker::{Broker, Outgoing, Ready};
 use cronq_shared::config::Config;
 use cronq_shared::control::{Commit, Control, ControlError, Request};
@@ -162,18 +163,13 @@ impl Scheduler {
         // at ten million): done off the runtime's threads, so that the lease's renewals
         // and the admin server go on meanwhile. The cursors (≈ 100 MB at a million jobs)
         // are dropped there too.
-        let planned = tokio::task::spawn_blocking({
+        let planned = off_runtime({
             let (term, paused) = (term.clone(), paused.into_keys().collect());
             move || Leading::take_over(term, config, &cursors, paused, now)
         })
         .await;
-        let (mut lead, catchup, moved) = match planned {
-            Ok(planned) => planned,
-            Err(err) => match err.try_into_panic() {
-                Ok(panic) => std::panic::resume_unwind(panic),
-                // Only a runtime shutting down cancels a blocking task.
-                Err(_) => return Err(Abandoned::Cancelled),
-            },
+        let Some((mut lead, catchup, moved)) = planned else {
+            return Err(Abandoned::Cancelled);
         };
         let planned_in = planning.elapsed();
         // The term, from the instant its catch-up was planned at: the accounting judges

@@ -34,6 +34,7 @@
 
 pub mod accounting;
 pub mod audit;
+pub mod blocking;
 pub mod broker;
 pub mod causes;
 pub mod config;

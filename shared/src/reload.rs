@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+use crate::blocking::off_runtime;
 use crate::config::{Config, RuntimeCache};
 use crate::jobs::{JobStore, Revision};
 use crate::names::JobName;
@@ -233,14 +234,10 @@ impl Reloader {
             deleted: std::mem::take(&mut self.deleted),
             cache: std::mem::take(&mut self.cache),
         };
-        let (merging, config) = match tokio::task::spawn_blocking(|| merging.merge()).await {
-            Ok(merged) => merged,
-            Err(err) => match err.try_into_panic() {
-                Ok(panic) => std::panic::resume_unwind(panic),
-                // Only a runtime shutting down cancels a blocking task: the store is read
-                // whole again should this reloader go on.
-                Err(_) => return,
-            },
+        // Cancelled (the runtime shutting down): the store is read whole again should this
+        // reloader go on.
+        let Some((merging, config)) = off_runtime(|| merging.merge()).await else {
+            return;
         };
         (self.seen, self.deleted, self.cache) = (merging.seen, merging.deleted, merging.cache);
         if let Some(config) = config {
