@@ -19,6 +19,7 @@
 mod after;
 mod alert;
 mod bounds;
+mod by_name;
 mod calendars;
 mod error;
 mod handler;
@@ -108,6 +109,8 @@ pub struct Config {
     pub runtime_since: BTreeMap<JobName, chrono::DateTime<chrono::Utc>>,
     /// Legal but risky combinations, to log at startup and show in `cronq check`.
     pub warnings: Vec<Problem>,
+    /// Where each job is in `jobs`, by name ([`Config::job`]).
+    by_name: by_name::ByName,
 }
 
 /// `[leader]`: lease > renew_deadline > retry.
@@ -316,9 +319,10 @@ pub struct HttpHandler {
 }
 
 impl Config {
-    /// The job called `name`.
+    /// The job called `name`: a lookup by its hash once the config has more than a few
+    /// jobs (the index is built at the first lookup, once per config).
     pub fn job(&self, name: &str) -> Option<&Job> {
-        self.jobs.iter().find(|j| j.name.as_str() == name)
+        self.by_name.find(&self.jobs, name)
     }
 
     /// The names of the jobs of `self` that `new` no longer has: retired by a reload.

@@ -145,6 +145,7 @@ pub(crate) fn resolve(
         deleted: std::collections::BTreeSet::new(),
         runtime_since: std::collections::BTreeMap::new(),
         warnings: out.warnings,
+        by_name: super::by_name::ByName::default(),
     })
 }
 
