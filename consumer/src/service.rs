@@ -14,7 +14,7 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use cronq_shared::broker::{Broker, Delivery, bounded};
-use cronq_shared::config::Config;
+use cronq_shared::config::{Config, Job};
 use cronq_shared::jobs::JobStore;
 use cronq_shared::ledger::Ledger;
 use cronq_shared::message::Occurrence;
@@ -467,15 +467,11 @@ fn warn_unhandled(
     config: &Config,
     handlers: &Handlers,
     queues: &[QueueName],
-    added: Option<&BTreeSet<&str>>,
+    added: Option<&[JobName]>,
 ) {
-    for job in &config.jobs {
-        if !queues.contains(&job.queue)
-            || job.handler.is_some()
-            || handlers.serves(job)
-            || added.is_some_and(|a| !a.contains(job.name.as_str()))
-        {
-            continue;
+    let warn = |job: &Job| {
+        if !queues.contains(&job.queue) || job.handler.is_some() || handlers.serves(job) {
+            return;
         }
         match &job.handler_name {
             Some(name) => {
@@ -485,6 +481,15 @@ fn warn_unhandled(
                 tracing::warn!(job = %job.name, "job has no handler in the config and none is registered: its occurrences will be dead-lettered")
             }
         }
+    };
+    // The jobs a change added are looked up by name: one change among a million jobs does
+    // not go through all of them.
+    match added {
+        Some(added) => added
+            .iter()
+            .filter_map(|name| config.job(name.as_str()))
+            .for_each(warn),
+        None => config.jobs.iter().for_each(warn),
     }
 }
 
@@ -575,8 +580,7 @@ impl Intake {
     async fn follow(&mut self) {
         let config = self.config.borrow_and_update().clone();
         // The jobs of the new config the last one lacked: what a reload from it retires.
-        let new_jobs = config.retired(&self.seen);
-        let added: BTreeSet<&str> = new_jobs.iter().map(JobName::as_str).collect();
+        let added = config.retired(&self.seen);
         let wanted: BTreeSet<QueueName> = if self.options.queues.is_empty() {
             config.queues()
         } else {

@@ -6,9 +6,9 @@
 //! Invariant: a job once known stays runnable for the life of the consumer; the view only
 //! ever changes a job's definition to the newest one seen.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
+use cronq_shared::blocking::off_runtime;
 use cronq_shared::config::Config;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -35,7 +35,17 @@ pub(crate) fn follow(
                     }
                     let new = source.borrow_and_update().clone();
                     let old = tx.borrow().clone();
-                    tx.send_replace(keep_retired(&old, new));
+                    // Off the runtime's threads: at a million jobs, the view and its
+                    // lookup index take tens of milliseconds, which deliveries must not wait.
+                    let Some(view) = off_runtime(move || {
+                        let view = keep_retired(&old, new);
+                        view.index_names();
+                        view
+                    })
+                    .await else {
+                        return;
+                    };
+                    tx.send_replace(view);
                 }
             }
         }
@@ -43,14 +53,16 @@ pub(crate) fn follow(
     (rx, task)
 }
 
-/// `new`, with the jobs of `old` it no longer has appended.
+/// `new`, with the jobs of `old` it no longer has appended (matched by name, in place
+/// where the two lists agree: a change of a few jobs among a million costs no hash of
+/// every name).
 pub(crate) fn keep_retired(old: &Config, new: Arc<Config>) -> Arc<Config> {
-    let names: HashSet<&str> = new.jobs.iter().map(|j| j.name.as_str()).collect();
     let retired: Vec<_> = old
         .jobs
         .iter()
-        .filter(|j| !names.contains(j.name.as_str()))
-        .cloned()
+        .zip(old.positions_in(&new))
+        .filter(|(_, at)| at.is_none())
+        .map(|(job, _)| job.clone())
         .collect();
     if retired.is_empty() {
         return new;
@@ -84,5 +96,64 @@ mod tests {
         let names: Vec<&str> = view.jobs.iter().map(|j| j.name.as_str()).collect();
         assert_eq!(names, ["b", "c", "a"]);
         assert_eq!(view.job("b").unwrap().schedule.as_str(), "@every 5s");
+    }
+
+    #[test]
+    fn jobs_that_moved_are_not_retired_and_only_the_one_gone_is_kept() {
+        let names = |n: usize| -> Vec<String> { (0..n).map(|i| format!("j{i}")).collect() };
+        let old_names = names(100);
+        // One added first, one gone from the middle, two swapped near the end.
+        let mut new_names = old_names.clone();
+        new_names.remove(40);
+        new_names.swap(90, 95);
+        new_names.insert(0, "first".to_owned());
+        fn jobs(names: &[String]) -> Vec<(&str, &str)> {
+            names.iter().map(|n| (n.as_str(), "@every 1s")).collect()
+        }
+        let view = keep_retired(&config(&jobs(&old_names)), config(&jobs(&new_names)));
+        let got: Vec<&str> = view.jobs.iter().map(|j| j.name.as_str()).collect();
+        let mut want: Vec<&str> = new_names.iter().map(String::as_str).collect();
+        want.push("j40");
+        assert_eq!(got, want);
+        assert!(view.job("j40").is_some() && view.job("first").is_some());
+    }
+
+    /// A change among many jobs: the view and its lookup index (tens of milliseconds at a
+    /// million jobs) are made while the runtime's thread goes on with its other tasks.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_view_of_many_jobs_is_made_off_the_thread_of_the_deliveries() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        const JOBS: usize = 20_000;
+        let names: Vec<String> = (0..JOBS).map(|i| format!("j{i}")).collect();
+        let jobs: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "0 0 29 2 *")).collect();
+        let (source, rx) = watch::channel(config(&jobs));
+        let token = CancellationToken::new();
+        let (mut view, follower) = follow(rx, token.clone());
+        let follower = tokio::spawn(follower);
+        let turns = Arc::new(AtomicU64::new(0));
+        let counter = tokio::spawn({
+            let turns = Arc::clone(&turns);
+            async move {
+                loop {
+                    turns.fetch_add(1, Ordering::Relaxed);
+                    tokio::task::yield_now().await;
+                }
+            }
+        });
+        let before = turns.load(Ordering::Relaxed);
+        source.send_replace(config(&jobs[1..]));
+        view.changed().await.expect("the view follows");
+        let during = turns.load(Ordering::Relaxed) - before;
+        counter.abort();
+        token.cancel();
+        follower.await.expect("the follower ends");
+        let view = view.borrow().clone();
+        assert_eq!(view.jobs.len(), JOBS, "the job gone is kept");
+        assert!(view.job("j0").is_some() && view.job("j1").is_some());
+        // Were the view made on this thread, the counter would have run once or twice.
+        assert!(
+            during >= 10,
+            "the other task ran {during} times while the view of {JOBS} jobs was made"
+        );
     }
 }

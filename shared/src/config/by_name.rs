@@ -29,7 +29,7 @@ const SCANNED: usize = 32;
 #[derive(Default)]
 pub(super) struct ByName(OnceLock<Built>);
 
-struct Built {
+pub(super) struct Built {
     /// Where the list it was built from starts, and its length.
     of: (usize, usize),
     hasher: RandomState,
@@ -55,12 +55,19 @@ impl Built {
 }
 
 impl ByName {
+    /// The index of `jobs`, built now if not yet; `None` when a scan is as good.
+    pub(super) fn build(&self, jobs: &[Job]) -> Option<&Built> {
+        if jobs.len() <= SCANNED || u32::try_from(jobs.len()).is_err() {
+            return None;
+        }
+        Some(self.0.get_or_init(|| Built::new(jobs)))
+    }
+
     /// The job of `jobs` called `name`.
     pub(super) fn find<'a>(&self, jobs: &'a [Job], name: &str) -> Option<&'a Job> {
-        if jobs.len() <= SCANNED || u32::try_from(jobs.len()).is_err() {
+        let Some(built) = self.build(jobs) else {
             return scan(jobs, name);
-        }
-        let built = self.0.get_or_init(|| Built::new(jobs));
+        };
         let named = |at: &u32| {
             jobs.get(*at as usize)
                 .is_some_and(|j| j.name.as_str() == name)

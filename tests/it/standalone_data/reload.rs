@@ -21,7 +21,13 @@ fn append_handler(env: &TestEnv) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_job_added_on_sighup_runs_through_a_named_handler_and_is_not_dead_lettered() {
     scoped("sd-reload-added", |env: TestEnv| async move {
-        let before = [LEADER.to_owned(), job(&env, "tick", "@every 1s", "")].concat();
+        let before = [
+            LEADER.to_owned(),
+            job(&env, "tick", "@every 1s", ""),
+            // Served by no handler from the start: warned of at the start, not again.
+            "\n[[job]]\nname = \"old-unserved\"\nschedule = \"0 0 29 2 *\"\nhandler = \"nowhere\"\n".to_owned(),
+        ]
+        .concat();
         let file = DataFile::new(&env, &before);
         let s = file.start("standalone", &["--lease", "2s"]);
         file.leading(&s).await;
@@ -31,6 +37,8 @@ async fn a_job_added_on_sighup_runs_through_a_named_handler_and_is_not_dead_lett
             before,
             append_handler(&env),
             "\n[[job]]\nname = \"added-live\"\nschedule = \"@every 1s\"\nhandler = \"append\"\npayload = { region = \"eu\" }\n".to_owned(),
+            // Added too, served by no handler: the reload warns of it alone.
+            "\n[[job]]\nname = \"added-unserved\"\nschedule = \"0 0 29 2 *\"\nhandler = \"nowhere\"\n".to_owned(),
         ]
         .concat();
         file.rewrite_config(&after);
@@ -46,6 +54,19 @@ async fn a_job_added_on_sighup_runs_through_a_named_handler_and_is_not_dead_lett
                 file.logs()
             );
         }
+        let warned: Vec<String> = env
+            .log("standalone")
+            .lines()
+            .filter(|l| l.contains("neither defines") || l.contains("no handler in the config"))
+            .map(str::to_owned)
+            .collect();
+        assert!(
+            warned.len() == 2
+                && warned[0].contains("old-unserved")
+                && warned[1].contains("added-unserved"),
+            "one warning at the start and one at the reload, each of the jobs it brought that no handler serves: {warned:?}{}",
+            file.logs()
+        );
         let letters = file.json(&["dlq", "list", "--json"]);
         assert_eq!(
             letters["letters"].as_array().map(Vec::len),
