@@ -47,7 +47,7 @@ pub struct ThroughputArgs {
     #[arg(long = "concurrency", default_value_t = 32)]
     pub concurrency: u16,
     /// Jobs the occurrences are spread over (overlap = allow).
-    #[arg(id = "throughput_jobs", long = "throughput-jobs", default_value_t = 16)]
+    #[arg(id = "throughput_jobs", long = "throughput-jobs", default_value_t = JOBS)]
     pub jobs: usize,
     /// What the ledger's floor does per occurrence: the floor itself, or cronq's ledger
     /// added back a step at a time (see `bench/src/floor.rs`).
@@ -81,6 +81,9 @@ pub(crate) struct Slow {
     takes: Duration,
 }
 
+/// Jobs the occurrences are spread over unless told otherwise.
+const JOBS: usize = 16;
+
 /// Deliveries one ack covers in the coalescing raw loop (`multiple`), as a consumer that
 /// coalesces its acks does.
 const COALESCED_ACKS: usize = 32;
@@ -97,11 +100,18 @@ const STALL: Duration = Duration::from_secs(60);
 /// When a service is unreachable or a drain stalls.
 pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figure>> {
     let raw = "raw lapin, no cronq logic";
-    let k = crate::stats::format(args.occurrences as f64, Unit::Count);
+    let mut k = crate::stats::format(args.occurrences as f64, Unit::Count);
+    if args.jobs != JOBS {
+        // Another job count is another chart, not a point of the default's.
+        let jobs = crate::stats::format(args.jobs as f64, Unit::Count);
+        k = format!("{k} occurrences of {jobs} jobs,");
+    } else {
+        k.push_str(" occurrences,");
+    }
     let mut drain = Figure::new(
         "throughput",
         format!(
-            "executed/s, {k} occurrences, {} consumers x {}",
+            "executed/s, {k} {} consumers x {}",
             args.consumers, args.concurrency
         ),
         Unit::PerSecond,
@@ -111,7 +121,7 @@ pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figur
     let mut coalesced = Figure::new(
         "throughput",
         format!(
-            "executed/s, {k} occurrences, {} consumers x {} (vs acks coalesced)",
+            "executed/s, {k} {} consumers x {} (vs acks coalesced)",
             args.consumers, args.concurrency
         ),
         Unit::PerSecond,
@@ -164,7 +174,7 @@ pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figur
     let mut floor_drain = Figure::new(
         "throughput",
         format!(
-            "executed/s, {k} occurrences, {} consumers x {} (vs the ledger's floor)",
+            "executed/s, {k} {} consumers x {} (vs the ledger's floor)",
             args.consumers, args.concurrency
         ),
         Unit::PerSecond,
