@@ -100,14 +100,17 @@ const STALL: Duration = Duration::from_secs(60);
 /// When a service is unreachable or a drain stalls.
 pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figure>> {
     let raw = "raw lapin, no cronq logic";
-    let mut k = crate::stats::format(args.occurrences as f64, Unit::Count);
-    if args.jobs != JOBS {
-        // Another job count is another chart, not a point of the default's.
-        let jobs = crate::stats::format(args.jobs as f64, Unit::Count);
-        k = format!("{k} occurrences of {jobs} jobs,");
+    let occurrences = crate::stats::format(args.occurrences as f64, Unit::Count);
+    let jobs = crate::stats::format(args.jobs as f64, Unit::Count);
+    // Another job count is another chart, not a point of the default's.
+    let (k, of_jobs) = if args.jobs == JOBS {
+        (format!("{occurrences} occurrences,"), String::new())
     } else {
-        k.push_str(" occurrences,");
-    }
+        (
+            format!("{occurrences} occurrences of {jobs} jobs,"),
+            format!(", {jobs} jobs"),
+        )
+    };
     let mut drain = Figure::new(
         "throughput",
         format!(
@@ -212,7 +215,7 @@ pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figur
     );
     let mut publish = Figure::new(
         "throughput",
-        "published+confirmed/s (AmqpBroker, batches of 1,000)",
+        format!("published+confirmed/s (AmqpBroker, batches of 1,000{of_jobs})"),
         Unit::PerSecond,
     )
     .baseline(format!("{raw}: pipelined confirms"));
