@@ -27,6 +27,18 @@ fn on(env: &TestEnv, name: &str, schedule: &str) -> String {
     )
 }
 
+/// Jobs named `idle-N` that never fire (the 29th of February at midnight, next in years).
+fn idle(range: std::ops::Range<usize>) -> String {
+    range
+        .map(|i| {
+            format!(
+                "\n[[job]]\nname = \"idle-{i}\"\nschedule = \"0 0 29 2 *\"\ncommand = {}\n",
+                argv(&["/bin/true"])
+            )
+        })
+        .collect()
+}
+
 /// Every odd second, and every even one: a job's timer given to a job of the other
 /// schedule fires it off its own.
 const ODD: &str = "1-59/2 * * * * *";
@@ -111,13 +123,17 @@ fn ran_once_each(env: &TestEnv, job: &str) -> Vec<chrono::DateTime<chrono::Utc>>
 async fn a_fleet_reload_that_moves_jobs_keeps_each_at_its_own_schedule() {
     scoped("reload-fleet-moved", |env: TestEnv| async move {
         // After the reload `a` and `b` are one place further down (a job added first,
-        // `gone` removed between them and `c`), next to jobs of the other schedule.
+        // `gone` removed between them and `c`), next to jobs of the other schedule. Jobs
+        // that never fire around them make the config larger than `Config::job` scans, so
+        // each process finds the jobs of each config by its index.
         let before = [
             LEADER.to_owned(),
+            idle(0..20),
             on(&env, "a", EVEN),
             on(&env, "b", ODD),
             on(&env, "gone", EVEN),
             on(&env, "c", EVEN),
+            idle(20..40),
         ]
         .concat();
         let running = Running::start(Deployment::on(Backend::Real), &env, &before).await;
@@ -127,9 +143,11 @@ async fn a_fleet_reload_that_moves_jobs_keeps_each_at_its_own_schedule() {
         let after = [
             LEADER.to_owned(),
             on(&env, "inserted", ODD),
+            idle(0..20),
             on(&env, "a", EVEN),
             on(&env, "b", ODD),
             on(&env, "c", EVEN),
+            idle(20..40),
         ]
         .concat();
         std::fs::write(running.config_path(), after).unwrap();
