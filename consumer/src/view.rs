@@ -1,10 +1,14 @@
 //! The jobs a consumer runs: those of the config in force, plus every job a reload retired
 //! since the start, so that occurrences already queued for a retired job still run
 //! instead of being dead-lettered as unknown. A retired job that comes back takes its new
-//! definition.
+//! definition. A runtime job deleted from the job store is not kept: its queued
+//! occurrences end `cancelled` ("job deleted"), told by the store's history
+//! (`crate::worker`), so a consumer of short-lived runtime jobs does not hold every one it
+//! ever saw.
 //!
-//! Invariant: a job once known stays runnable for the life of the consumer; the view only
-//! ever changes a job's definition to the newest one seen.
+//! Invariant: a job once known stays runnable for the life of the consumer, unless it was
+//! deleted from the job store; the view only ever changes a job's definition to the
+//! newest one seen.
 
 use std::sync::Arc;
 
@@ -55,13 +59,13 @@ pub(crate) fn follow(
 
 /// `new`, with the jobs of `old` it no longer has appended (matched by name, in place
 /// where the two lists agree: a change of a few jobs among a million costs no hash of
-/// every name).
+/// every name), but those deleted from the job store.
 pub(crate) fn keep_retired(old: &Config, new: Arc<Config>) -> Arc<Config> {
     let retired: Vec<_> = old
         .jobs
         .iter()
         .zip(old.positions_in(&new))
-        .filter(|(_, at)| at.is_none())
+        .filter(|(job, at)| at.is_none() && !new.deleted.contains(&job.name))
         .map(|(job, _)| job.clone())
         .collect();
     if retired.is_empty() {
@@ -96,6 +100,25 @@ mod tests {
         let names: Vec<&str> = view.jobs.iter().map(|j| j.name.as_str()).collect();
         assert_eq!(names, ["b", "c", "a"]);
         assert_eq!(view.job("b").unwrap().schedule.as_str(), "@every 5s");
+    }
+
+    #[test]
+    fn a_runtime_job_deleted_from_the_store_is_not_kept() {
+        let old = config(&[
+            ("a", "@every 1s"),
+            ("gone", "@every 1s"),
+            ("dropped", "@every 1s"),
+        ]);
+        let mut new = Config::clone(&config(&[("a", "@every 1s")]));
+        new.deleted
+            .insert(cronq_shared::names::JobName::new("gone").unwrap());
+        let view = keep_retired(&old, Arc::new(new));
+        let names: Vec<&str> = view.jobs.iter().map(|j| j.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["a", "dropped"],
+            "a job a reload dropped is kept, a deleted one not"
+        );
     }
 
     #[test]

@@ -193,12 +193,6 @@ impl Worker {
         if let Some(missed) = claim::missed(occ, job) {
             return self.settle(&d, occ, job, missed, &shutdown).await;
         }
-        if config.deleted.contains(&job.name) {
-            let verdict = Verdict::Cancelled {
-                why: JOB_DELETED.to_owned(),
-            };
-            return self.settle(&d, occ, job, verdict, &shutdown).await;
-        }
         let claim = claim::of(occ, job, &d.body, self.lease, self.hold, &self.consumer_id);
         let span = Step::claim(occ, &job.queue, &self.consumer_id);
         let Some(claimed) = self.claim(&claim, &d, &shutdown).await else {
@@ -208,10 +202,10 @@ impl Worker {
         self.on_claim(claimed, d, admitted, &abort, &shutdown).await;
     }
 
-    /// An occurrence of a job this consumer does not know: of a runtime job deleted before
-    /// this consumer saw the delete (it started after it, or its poll went past the job's
-    /// whole life), as the job store's history says, it ends `cancelled` ("job deleted")
-    /// like one of a job deleted while it ran; anything else is dead-lettered as unknown.
+    /// An occurrence of a job this consumer does not know: of a runtime job deleted (while
+    /// this consumer ran: its view keeps no deleted job, `crate::view`; before it started;
+    /// or within one poll of the job's creation), as the job store's history says, it ends
+    /// `cancelled` ("job deleted"); anything else is dead-lettered as unknown.
     /// While the store cannot be read, the delivery is requeued.
     async fn unknown(
         &self,
