@@ -145,7 +145,6 @@ mod tests {
     /// million jobs) are made while the runtime's thread goes on with its other tasks.
     #[tokio::test(flavor = "current_thread")]
     async fn the_view_of_many_jobs_is_made_off_the_thread_of_the_deliveries() {
-        use std::sync::atomic::{AtomicU64, Ordering};
         const JOBS: usize = 20_000;
         let names: Vec<String> = (0..JOBS).map(|i| format!("j{i}")).collect();
         let jobs: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "0 0 29 2 *")).collect();
@@ -153,21 +152,12 @@ mod tests {
         let token = CancellationToken::new();
         let (mut view, follower) = follow(rx, token.clone());
         let follower = tokio::spawn(follower);
-        let turns = Arc::new(AtomicU64::new(0));
-        let counter = tokio::spawn({
-            let turns = Arc::clone(&turns);
-            async move {
-                loop {
-                    turns.fetch_add(1, Ordering::Relaxed);
-                    tokio::task::yield_now().await;
-                }
-            }
-        });
-        let before = turns.load(Ordering::Relaxed);
+        let counter = cronq_shared::blocking::TurnCounter::start();
+        let before = counter.turns();
         source.send_replace(config(&jobs[1..]));
         view.changed().await.expect("the view follows");
-        let during = turns.load(Ordering::Relaxed) - before;
-        counter.abort();
+        let during = counter.turns() - before;
+        drop(counter);
         token.cancel();
         follower.await.expect("the follower ends");
         let view = view.borrow().clone();

@@ -145,7 +145,6 @@ impl JobStore for MemoryJobStore {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicU64, Ordering};
 
     use cronq_shared::config::Config;
     use cronq_shared::reload::Reloader;
@@ -175,20 +174,11 @@ mod tests {
         let (reloader, config) = Reloader::new(file, rx);
         let mut reloader = reloader.with_store(Arc::new(store));
         // Another task of this one thread: it counts its turns.
-        let turns = Arc::new(AtomicU64::new(0));
-        let counter = tokio::spawn({
-            let turns = Arc::clone(&turns);
-            async move {
-                loop {
-                    turns.fetch_add(1, Ordering::Relaxed);
-                    tokio::task::yield_now().await;
-                }
-            }
-        });
-        let before = turns.load(Ordering::Relaxed);
+        let counter = cronq_shared::blocking::TurnCounter::start();
+        let before = counter.turns();
         assert!(reloader.poll().await, "the runtime jobs are new");
-        let during = turns.load(Ordering::Relaxed) - before;
-        counter.abort();
+        let during = counter.turns() - before;
+        drop(counter);
         assert_eq!(config.borrow().jobs.len(), JOBS, "every runtime job merged");
         // Were the merge done on this thread, the counter would not have run at all: the
         // store's reads never wait.
