@@ -27,8 +27,13 @@ pub(crate) fn follow(
     impl Future<Output = ()> + Send + 'static,
 ) {
     let first = source.borrow_and_update().clone();
-    let (tx, rx) = watch::channel(first);
+    let (tx, rx) = watch::channel(Arc::clone(&first));
     let task = async move {
+        // The first config's index too, before the first deliveries need it (one that
+        // comes sooner waits for this build rather than making its own).
+        if off_runtime(move || first.index_names()).await.is_none() {
+            return;
+        }
         loop {
             tokio::select! {
                 biased;

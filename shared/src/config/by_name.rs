@@ -1,16 +1,19 @@
 //! [`Config::job`](super::Config::job)'s index: where each job is in the config's list, by
 //! name, built at the first lookup of a config of more than a few jobs.
 //!
-//! A consumer looks its job up at every delivery, the leader's alerts at a run's end, a
-//! reload once for each runtime job deleted: a scan of the list costs about a millisecond
-//! at a million jobs, more than everything else a delivery costs. The index is 4 bytes a
-//! job and a hash of each name, built once per config (a reload makes a new config).
+//! A consumer looks its job up at every delivery, the leader at each request and each
+//! run its alerts read, a reload once for each runtime job deleted: a scan of the list
+//! took 7 ms at 100,000 jobs and 76 ms at a million on 2 cores (cold), far more than
+//! everything else a delivery costs. The index, a position of 4 bytes a job in a table of
+//! about twice as many slots, is built once per config (a reload makes a new config): 44
+//! ms at a million jobs.
 //!
 //! Invariant: a position found is checked against the job there, and a name not found is
 //! looked for by a scan unless the list still starts where, and is as long as, when the
 //! index was built. So a list that grows or shrinks after a lookup (`Config::jobs` is
 //! public: a merge pushes, a chain check retains) is still read right; one whose jobs are
-//! swapped or renamed in place after a lookup is not, and no code does that.
+//! swapped or renamed in place, or that shrinks and grows back to its length, after a
+//! lookup is not, and no code does that.
 
 use std::fmt;
 use std::hash::BuildHasher;
@@ -130,6 +133,24 @@ mod tests {
             assert!(config.job(&format!("j{jobs}")).is_none(), "{jobs} jobs");
             assert!(config.job("").is_none());
         }
+    }
+
+    #[test]
+    fn index_names_builds_the_index_of_a_config_of_more_than_a_few_jobs_only() {
+        let small = config(32);
+        small.index_names();
+        assert!(small.by_name.0.get().is_none(), "32 jobs are scanned");
+        let large = config(33);
+        assert!(
+            large.by_name.0.get().is_none(),
+            "not before it is asked for"
+        );
+        large.index_names();
+        assert_eq!(large.by_name.0.get().map(|b| b.table.len()), Some(33));
+        assert!(
+            large.clone().by_name.0.get().is_none(),
+            "a clone builds its own"
+        );
     }
 
     #[test]
