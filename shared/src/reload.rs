@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
@@ -31,6 +32,13 @@ use crate::recorded::Load;
 /// of the jobs written since and a merge (the contract says 2 s).
 pub const FOLLOW: Duration = Duration::from_millis(100);
 
+/// How long a deleted runtime job stays named in the configs published
+/// ([`Config::deleted`]): the readers of the config take each new one within a merge
+/// (well under a second), so a consumer's view has long dropped the job by then
+/// (`cronq_consumer`'s view), and a process that lives for months with short-lived runtime
+/// jobs does not carry every name it ever saw.
+pub const FORGET_DELETED: Duration = Duration::from_secs(600);
+
 /// Reloads the config file each time a hangup arrives, and follows the job store.
 pub struct Reloader {
     path: PathBuf,
@@ -41,8 +49,9 @@ pub struct Reloader {
     store: Option<Arc<dyn JobStore>>,
     /// The store's version and jobs (by name) as last read.
     seen: Option<(u64, BTreeMap<String, Revision>)>,
-    /// Runtime jobs seen in the store, then gone from it (deleted) since.
-    deleted: BTreeSet<JobName>,
+    /// Runtime jobs seen in the store, then gone from it (deleted) since, each with when
+    /// this reloader saw it go; forgotten [`FORGET_DELETED`] after.
+    deleted: BTreeMap<JobName, Instant>,
     /// The runtime jobs as resolved against `file`, by revision.
     cache: RuntimeCache,
     /// Each load of the file with its text, for a process that records it
@@ -66,7 +75,7 @@ impl Reloader {
             file,
             store: None,
             seen: None,
-            deleted: BTreeSet::new(),
+            deleted: BTreeMap::new(),
             cache: RuntimeCache::default(),
             loads: watch::channel(None).0,
         };
@@ -184,7 +193,7 @@ impl Reloader {
                         if jobs.remove(&name).is_some()
                             && let Ok(name) = JobName::new(&name)
                         {
-                            self.deleted.insert(name);
+                            self.deleted.insert(name, Instant::now());
                         }
                     }
                 }
@@ -205,11 +214,11 @@ impl Reloader {
                 if let Some((_, before)) = &self.seen {
                     for gone in before.keys().filter(|n| !now.contains(n.as_str())) {
                         if let Ok(name) = JobName::new(gone) {
-                            self.deleted.insert(name);
+                            self.deleted.insert(name, Instant::now());
                         }
                     }
                 }
-                self.deleted.retain(|n| !now.contains(n.as_str()));
+                self.deleted.retain(|n, _| !now.contains(n.as_str()));
                 let jobs = jobs.into_iter().map(|r| (r.name.clone(), r)).collect();
                 self.seen = Some((version, jobs));
                 self.publish().await;
@@ -227,11 +236,12 @@ impl Reloader {
     /// runtime jobs they take over half a second (`docs/runtime-jobs.md`), which must not hold
     /// a runtime thread that ticks or deliveries need.
     async fn publish(&mut self) {
+        self.deleted.retain(|_, at| at.elapsed() < FORGET_DELETED);
         let merging = Merging {
             file: self.file.clone(),
             old: self.tx.borrow().clone(),
             seen: self.seen.take(),
-            deleted: std::mem::take(&mut self.deleted),
+            deleted: self.deleted.keys().cloned().collect(),
             cache: std::mem::take(&mut self.cache),
         };
         // Cancelled (the runtime shutting down): the store is read whole again should this
@@ -239,7 +249,7 @@ impl Reloader {
         let Some((merging, config)) = off_runtime(|| merging.merge()).await else {
             return;
         };
-        (self.seen, self.deleted, self.cache) = (merging.seen, merging.deleted, merging.cache);
+        (self.seen, self.cache) = (merging.seen, merging.cache);
         if let Some(config) = config {
             self.tx.send_replace(config);
         }

@@ -146,10 +146,63 @@ impl JobStore for MemoryJobStore {
 #[cfg(test)]
 mod tests {
 
+    use std::time::Duration;
+
     use cronq_shared::config::Config;
-    use cronq_shared::reload::Reloader;
+    use cronq_shared::reload::{FORGET_DELETED, Reloader};
 
     use super::*;
+
+    /// A runtime job deleted from the store is named in the configs the reloader publishes
+    /// (what a consumer's view drops it by) for [`FORGET_DELETED`], then forgotten at the
+    /// next change.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_deleted_runtime_job_is_named_for_a_while_then_forgotten() {
+        let store = Arc::new(MemoryJobStore::new());
+        let write = async |name: &str, present: bool| {
+            let spec = format!("name = \"{name}\"\nschedule = \"0 0 29 2 *\"\nhandler = \"h\"\n");
+            let name = JobName::new(name).expect("a name");
+            store
+                .write(&name, present.then_some(spec.as_str()), "test", Expect::Any)
+                .await
+                .expect("written");
+        };
+        let file = Config::from_toml(
+            "[handlers.h]\ncommand = [\"true\"]\n",
+            std::path::Path::new("f.toml"),
+        )
+        .expect("valid");
+        let (_hangups, rx) = tokio::sync::mpsc::channel(1);
+        let (reloader, config) = Reloader::new(file, rx);
+        let mut reloader = reloader.with_store(Arc::clone(&store) as Arc<dyn JobStore>);
+        let deleted = || -> Vec<String> {
+            config
+                .borrow()
+                .deleted
+                .iter()
+                .map(|n| n.as_str().to_owned())
+                .collect()
+        };
+        write("gone", true).await;
+        write("kept", true).await;
+        assert!(reloader.poll().await);
+        write("gone", false).await;
+        assert!(reloader.poll().await);
+        assert_eq!(deleted(), ["gone"]);
+        assert!(config.borrow().job("gone").is_none());
+        tokio::time::advance(FORGET_DELETED - Duration::from_secs(1)).await;
+        write("next", true).await;
+        assert!(reloader.poll().await);
+        assert_eq!(deleted(), ["gone"], "named until FORGET_DELETED is over");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        write("later", true).await;
+        assert!(reloader.poll().await);
+        assert!(
+            deleted().is_empty(),
+            "forgotten at the first change after it"
+        );
+        assert!(config.borrow().job("kept").is_some() && config.borrow().job("later").is_some());
+    }
 
     /// The reloader following this store: merging many runtime jobs into the config (about
     /// a second at a million) leaves the runtime's thread to its other tasks meanwhile.

@@ -99,9 +99,10 @@ pub struct Config {
     /// Every job, in file order, names unique (then the runtime jobs merged in, see
     /// [`Config::with_runtime`]).
     pub jobs: Vec<Job>,
-    /// Runtime jobs deleted from the job store while this process ran: a consumer's view of
-    /// its jobs keeps none of them, and their queued occurrences end `cancelled` ("job
-    /// deleted") instead of running. Empty in a file's config.
+    /// Runtime jobs deleted from the job store while this process ran, in the last
+    /// [`FORGET_DELETED`](crate::reload::FORGET_DELETED): a consumer's view of its jobs
+    /// keeps none of them, and their queued occurrences end `cancelled` ("job deleted")
+    /// instead of running. Empty in a file's config.
     pub deleted: BTreeSet<JobName>,
     /// When each runtime job's current revision was written (a file job has none): a new
     /// or changed runtime job's occurrences start there, also when the leader learns of it
