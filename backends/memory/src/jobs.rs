@@ -150,23 +150,23 @@ mod tests {
 
     use cronq_shared::config::Config;
     use cronq_shared::reload::{FORGET_DELETED, Reloader};
+    use tokio::sync::watch;
 
     use super::*;
 
-    /// A runtime job deleted from the store is named in the configs the reloader publishes
-    /// (what a consumer's view drops it by) for [`FORGET_DELETED`], then forgotten at the
-    /// next change.
-    #[tokio::test(flavor = "current_thread", start_paused = true)]
-    async fn a_deleted_runtime_job_is_named_for_a_while_then_forgotten() {
-        let store = Arc::new(MemoryJobStore::new());
-        let write = async |name: &str, present: bool| {
-            let spec = format!("name = \"{name}\"\nschedule = \"0 0 29 2 *\"\nhandler = \"h\"\n");
-            let name = JobName::new(name).expect("a name");
-            store
-                .write(&name, present.then_some(spec.as_str()), "test", Expect::Any)
-                .await
-                .expect("written");
-        };
+    /// Writes the runtime job `name` (one that never fires, run by the handler `h`), or
+    /// deletes it.
+    async fn write(store: &MemoryJobStore, name: &str, present: bool) {
+        let spec = format!("name = \"{name}\"\nschedule = \"0 0 29 2 *\"\nhandler = \"h\"\n");
+        let name = JobName::new(name).expect("a name");
+        store
+            .write(&name, present.then_some(spec.as_str()), "test", Expect::Any)
+            .await
+            .expect("written");
+    }
+
+    /// A reloader following `store`, of a file that defines the handler `h`.
+    fn reloader(store: Arc<MemoryJobStore>) -> (Reloader, watch::Receiver<Arc<Config>>) {
         let file = Config::from_toml(
             "[handlers.h]\ncommand = [\"true\"]\n",
             std::path::Path::new("f.toml"),
@@ -174,7 +174,16 @@ mod tests {
         .expect("valid");
         let (_hangups, rx) = tokio::sync::mpsc::channel(1);
         let (reloader, config) = Reloader::new(file, rx);
-        let mut reloader = reloader.with_store(Arc::clone(&store) as Arc<dyn JobStore>);
+        (reloader.with_store(store), config)
+    }
+
+    /// A runtime job deleted from the store is named in the configs the reloader publishes
+    /// (what a consumer's view drops it by) for [`FORGET_DELETED`], then forgotten at the
+    /// next change.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_deleted_runtime_job_is_named_for_a_while_then_forgotten() {
+        let store = Arc::new(MemoryJobStore::new());
+        let (mut reloader, config) = reloader(Arc::clone(&store));
         let deleted = || -> Vec<String> {
             config
                 .borrow()
@@ -183,19 +192,19 @@ mod tests {
                 .map(|n| n.as_str().to_owned())
                 .collect()
         };
-        write("gone", true).await;
-        write("kept", true).await;
+        write(&store, "gone", true).await;
+        write(&store, "kept", true).await;
         assert!(reloader.poll().await);
-        write("gone", false).await;
+        write(&store, "gone", false).await;
         assert!(reloader.poll().await);
         assert_eq!(deleted(), ["gone"]);
         assert!(config.borrow().job("gone").is_none());
         tokio::time::advance(FORGET_DELETED - Duration::from_secs(1)).await;
-        write("next", true).await;
+        write(&store, "next", true).await;
         assert!(reloader.poll().await);
         assert_eq!(deleted(), ["gone"], "named until FORGET_DELETED is over");
         tokio::time::advance(Duration::from_secs(2)).await;
-        write("later", true).await;
+        write(&store, "later", true).await;
         assert!(reloader.poll().await);
         assert!(
             deleted().is_empty(),
@@ -209,23 +218,11 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn a_merge_of_many_runtime_jobs_leaves_the_thread_to_its_other_tasks() {
         const JOBS: usize = 20_000;
-        let store = MemoryJobStore::new();
+        let store = Arc::new(MemoryJobStore::new());
         for i in 0..JOBS {
-            let name = JobName::new(format!("rt-{i}")).expect("a name");
-            let spec = format!("name = \"rt-{i}\"\nschedule = \"0 0 29 2 *\"\nhandler = \"h\"\n");
-            store
-                .write(&name, Some(&spec), "test", Expect::Any)
-                .await
-                .expect("written");
+            write(&store, &format!("rt-{i}"), true).await;
         }
-        let file = Config::from_toml(
-            "[handlers.h]\ncommand = [\"true\"]\n",
-            std::path::Path::new("f.toml"),
-        )
-        .expect("valid");
-        let (_hangups, rx) = tokio::sync::mpsc::channel(1);
-        let (reloader, config) = Reloader::new(file, rx);
-        let mut reloader = reloader.with_store(Arc::new(store));
+        let (mut reloader, config) = reloader(store);
         // Another task of this one thread: it counts its turns.
         let counter = cronq_shared::blocking::TurnCounter::start();
         let before = counter.turns();
