@@ -334,10 +334,14 @@ impl Merging {
                 );
             }
             let mut config = config;
+            // A deleted name is never a runtime job seen (the polls take it out of `deleted`
+            // when the store has it again), so only a file job can have it: looked up in the
+            // file's config, whose index lasts from one merge to the next, not in the merged
+            // one, whose index would be built again at every merge.
             config.deleted = self
                 .deleted
                 .iter()
-                .filter(|n| config.job(n.as_str()).is_none())
+                .filter(|n| self.file.job(n.as_str()).is_none())
                 .cloned()
                 .collect();
             Arc::new(config)
