@@ -162,7 +162,25 @@ async fn a_fleet_reload_that_moves_jobs_keeps_each_at_its_own_schedule() {
                 "the added job to run",
             )
             .await;
+        // A manual trigger of a job behind the moved ones: the leader finds it by name in
+        // the reloaded config (its index), and it runs once.
+        let key = running.ok(&["trigger", "idle-35"]).trim().to_owned();
+        running
+            .until_succeeded(
+                "idle-35",
+                1,
+                Duration::from_secs(20),
+                "the triggered job to run",
+            )
+            .await;
         let logs = running.logs();
+        let triggered: Vec<String> = running
+            .entries("idle-35")
+            .await
+            .into_iter()
+            .map(|e| e.key.to_string())
+            .collect();
+        assert_eq!(triggered, [key], "the trigger ran once\n{logs}");
         for job in ["a", "b", "c", "inserted"] {
             let bad: Vec<_> = running
                 .entries(job)
