@@ -50,10 +50,13 @@ fn main() -> ExitCode {
         }
         _ => telemetry::Traces::off(),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    // A consumer's deliveries are hand-offs between tasks, cheapest on one thread
+    // (`cronq_consumer::DEFAULT_THREADS`); the other commands take one per core.
+    if let cli::Command::Consumer(args) = &cli.command {
+        builder.worker_threads(usize::from(args.threads));
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(err) => {
             eprintln!("cronq: cannot start the async runtime: {err}");

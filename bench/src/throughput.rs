@@ -62,6 +62,10 @@ pub struct ThroughputArgs {
     #[arg(long = "slow-for", default_value = "300ms", value_parser = humantime::parse_duration)]
     #[serde(with = "crate::precision::humantime_secs")]
     pub slow_for: Duration,
+    /// Worker threads of the runtime every drain of this bench runs on, cronq's and its
+    /// baselines': by default those of `cronq consumer` (`--threads`).
+    #[arg(long = "throughput-threads", default_value_t = cronq_consumer::DEFAULT_THREADS, value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: u16,
 }
 
 impl ThroughputArgs {
@@ -99,6 +103,22 @@ const STALL: Duration = Duration::from_secs(60);
 /// # Errors
 /// When a service is unreachable or a drain stalls.
 pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figure>> {
+    // On a runtime shaped as `cronq consumer`'s: the consumers measured here are its, and
+    // the baselines share it, like for like.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(usize::from(args.threads))
+        .enable_all()
+        .build()
+        .context("while starting the throughput bench's runtime")?;
+    let owned = args.clone();
+    let ran = runtime
+        .spawn(async move { run_here(&owned, runs).await })
+        .await;
+    runtime.shutdown_background();
+    ran.context("the throughput bench's task failed")?
+}
+
+async fn run_here(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figure>> {
     let raw = "raw lapin, no cronq logic";
     let occurrences = crate::stats::format(args.occurrences as f64, Unit::Count);
     let jobs = crate::stats::format(args.jobs as f64, Unit::Count);
@@ -111,10 +131,16 @@ pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figur
             format!(", {jobs} jobs"),
         )
     };
+    // So is another runtime than `cronq consumer`'s.
+    let on = if args.threads == cronq_consumer::DEFAULT_THREADS {
+        String::new()
+    } else {
+        format!(" on {} threads", args.threads)
+    };
     let mut drain = Figure::new(
         "throughput",
         format!(
-            "executed/s, {k} {} consumers x {}",
+            "executed/s, {k} {} consumers x {}{on}",
             args.consumers, args.concurrency
         ),
         Unit::PerSecond,
@@ -124,7 +150,7 @@ pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figur
     let mut coalesced = Figure::new(
         "throughput",
         format!(
-            "executed/s, {k} {} consumers x {} (vs acks coalesced)",
+            "executed/s, {k} {} consumers x {}{on} (vs acks coalesced)",
             args.consumers, args.concurrency
         ),
         Unit::PerSecond,
@@ -177,7 +203,7 @@ pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figur
     let mut floor_drain = Figure::new(
         "throughput",
         format!(
-            "executed/s, {k} {} consumers x {} (vs the ledger's floor)",
+            "executed/s, {k} {} consumers x {}{on} (vs the ledger's floor)",
             args.consumers, args.concurrency
         ),
         Unit::PerSecond,

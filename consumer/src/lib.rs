@@ -65,4 +65,4 @@ pub use context::Context;
 pub use error::Error;
 pub use handler::identity::{CommandProblem, check_commands};
 pub use handler::rust::{HandlerError, HandlerFuture, Handlers, JobHandler};
-pub use service::{Consumer, DEFAULT_LEASE, Options, default_consumer_id};
+pub use service::{Consumer, DEFAULT_LEASE, DEFAULT_THREADS, Options, default_consumer_id};

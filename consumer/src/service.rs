@@ -39,6 +39,18 @@ use crate::worker::Worker;
 /// taken for dead, and the occurrence runs again (README, guarantee G3).
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
+/// The async runtime's worker threads `cronq consumer` runs on unless told otherwise
+/// (`--threads`): one. A delivery's work is a chain of hand-offs between tasks (the
+/// subscription, the claim's batch, the handler, the end, the ack); on one thread each is a
+/// queue operation, on several each may wake a parked thread (a futex call and a task
+/// switch). In the throughput drain of `docs/benchmarks.md` that cost the consumers' process
+/// a third of its CPU per occurrence. Nothing the binary runs computes on these threads: a
+/// command handler is a child process, an http one a request, and what is slow (a large
+/// config's view, SQLite) goes to the blocking pool. A program embedding this library runs
+/// it on its own runtime: Rust handlers that compute or block want more than one thread, so
+/// that the lease renewals are not held up behind them.
+pub const DEFAULT_THREADS: u16 = 1;
+
 /// How long stopped attempts get to release their claims after the grace period.
 const RELEASE_WAIT: Duration = Duration::from_secs(KILL_GRACE.as_secs() * 2 + 10);
 
@@ -326,6 +338,7 @@ impl Consumer {
         tracing::info!(
             queues = %queues.iter().map(QueueName::as_str).collect::<Vec<_>>().join(","),
             concurrency,
+            threads = tokio::runtime::Handle::current().metrics().num_workers(),
             lease_ms = lease.as_millis() as u64,
             instance_id = %self.options.consumer_id,
             "consumer started"

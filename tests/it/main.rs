@@ -16,6 +16,7 @@
 //! - `chains`: jobs that run after other jobs (`after`), a chain through a replay and a
 //!   leader `kill -9`;
 //! - `handlers`, `queues`: how a consumer runs a job, and which queues it serves;
+//!   `consumer_threads`: the runtime threads `cronq consumer` runs on (`--threads`);
 //!   `fence_handlers`: the fencing token each kind of handler gets;
 //! - `dashboard`: the web dashboard's API through a real `cronq dashboard` (on the
 //!   services and on a data file) and its pages in headless Chromium; its Fleet page over
@@ -54,6 +55,7 @@ mod alerts;
 mod chains;
 mod chaos;
 mod command_identity;
+mod consumer_threads;
 mod dashboard;
 mod docs_links;
 mod fence_handlers;
