@@ -394,10 +394,11 @@ pub struct ConsumerArgs {
     /// How many attempts run at once (also the AMQP prefetch).
     #[arg(long, default_value_t = 4)]
     pub concurrency: u16,
-    /// The async runtime's worker threads. One is the cheapest per occurrence; raise it
-    /// only when one core is not enough for this consumer's own work (docs/consumer.md).
-    #[arg(long, default_value_t = cronq_consumer::DEFAULT_THREADS, value_parser = clap::value_parser!(u16).range(1..))]
-    pub threads: u16,
+    /// The async runtime's worker threads [default: 1, or tokio's TOKIO_WORKER_THREADS
+    /// when set]. One is the cheapest per occurrence; raise it only when one core is not
+    /// enough for this consumer's own work (docs/consumer.md).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: Option<u16>,
     /// How long running attempts may finish after SIGTERM.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pub grace: Duration,

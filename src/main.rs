@@ -52,9 +52,17 @@ fn main() -> ExitCode {
     };
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     // A consumer's deliveries are hand-offs between tasks, cheapest on one thread
-    // (`cronq_consumer::DEFAULT_THREADS`); the other commands take one per core.
+    // (`cronq_consumer::DEFAULT_THREADS`); the other commands take one per core. Without
+    // `--threads`, tokio's own TOKIO_WORKER_THREADS still rules where it is set.
     if let cli::Command::Consumer(args) = &cli.command {
-        builder.worker_threads(usize::from(args.threads));
+        let threads = args.threads.or_else(|| {
+            std::env::var_os("TOKIO_WORKER_THREADS")
+                .is_none()
+                .then_some(cronq_consumer::DEFAULT_THREADS)
+        });
+        if let Some(threads) = threads {
+            builder.worker_threads(usize::from(threads));
+        }
     }
     let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,

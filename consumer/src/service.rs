@@ -40,7 +40,7 @@ use crate::worker::Worker;
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
 /// The async runtime's worker threads `cronq consumer` runs on unless told otherwise
-/// (`--threads`): one. A delivery's work is a chain of hand-offs between tasks (the
+/// (`--threads`, or tokio's `TOKIO_WORKER_THREADS`): one. A delivery's work is a chain of hand-offs between tasks (the
 /// subscription, the claim's batch, the handler, the end, the ack); on one thread each is a
 /// queue operation, on several each may wake a parked thread (a futex call and a task
 /// switch). In the throughput drain of `docs/benchmarks.md` that cost the consumers' process

@@ -1,6 +1,7 @@
-//! The runtime `cronq consumer` runs on: one worker thread unless `--threads` says
-//! otherwise (`cronq_consumer::DEFAULT_THREADS`). On one thread, runs that outlast several
-//! heartbeats keep their claims beside runs that end at once: each occurrence runs once.
+//! The runtime `cronq consumer` runs on: one worker thread unless `--threads` (or, without
+//! it, tokio's `TOKIO_WORKER_THREADS`) says otherwise (`cronq_consumer::DEFAULT_THREADS`).
+//! On one thread, runs that outlast several heartbeats keep their claims beside runs that
+//! end at once: each occurrence runs once.
 
 use std::time::Duration;
 
@@ -101,6 +102,18 @@ async fn a_consumer_runs_on_the_threads_it_is_given_and_refuses_none() {
             env.log("c").contains("threads=3"),
             "not on 3 threads:\n{}",
             env.log("c")
+        );
+        // Without the flag, tokio's own variable is still read.
+        let mut tokio_set = env.cronq();
+        tokio_set
+            .args(consumer_args(&config, "d", "1s"))
+            .env("TOKIO_WORKER_THREADS", "2");
+        env.spawn_command("d", tokio_set);
+        started(&env, "d").await;
+        assert!(
+            env.log("d").contains("threads=2"),
+            "not on TOKIO_WORKER_THREADS:\n{}",
+            env.log("d")
         );
         publish(&env, occurrence("nap", 0)).await;
         let done = eventually(WAIT, "the nap to end", || async {
