@@ -103,8 +103,19 @@ pub async fn serve(
 }
 
 async fn render_metrics(State(state): State<AdminState>) -> String {
-    state.metrics.run_upkeep();
-    state.metrics.render()
+    render(state.metrics).await
+}
+
+/// The Prometheus text of every series, made on the blocking pool: at many jobs it takes
+/// long enough to hold up a runtime thread, and a consumer runs on one (its deliveries and
+/// its lease renewals would wait for the scrape). Empty when the runtime is shutting down.
+async fn render(metrics: PrometheusHandle) -> String {
+    cronq_shared::blocking::off_runtime(move || {
+        metrics.run_upkeep();
+        metrics.render()
+    })
+    .await
+    .unwrap_or_default()
 }
 
 async fn readyz(State(state): State<AdminState>) -> (StatusCode, String) {
@@ -139,4 +150,39 @@ pub async fn probe(url: &str) -> anyhow::Result<()> {
     let status = resp.status();
     anyhow::ensure!(status.is_success(), "GET {url} answered {status}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use cronq_shared::blocking::TurnCounter;
+    use metrics_exporter_prometheus::PrometheusBuilder;
+
+    /// Series enough for a scrape to take several milliseconds.
+    const SERIES: usize = 50_000;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_scrape_of_many_series_leaves_the_runtime_thread_to_its_other_tasks() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            for i in 0..SERIES {
+                metrics::counter!("t_total", "job" => format!("j{i}")).increment(1);
+            }
+        });
+        let counter = TurnCounter::start();
+        tokio::task::yield_now().await;
+        let before = counter.turns();
+        let text = super::render(handle).await;
+        let during = counter.turns() - before;
+        assert!(
+            text.contains(&format!("t_total{{job=\"j{}\"}} 1", SERIES - 1)),
+            "{}",
+            &text[..text.len().min(500)]
+        );
+        // Rendered on this thread, the counter would not have run at all meanwhile.
+        assert!(
+            during >= 10,
+            "the other task ran {during} times while {SERIES} series were rendered"
+        );
+    }
 }
