@@ -43,6 +43,17 @@ command = ["sh", "-c", "echo $CRONQ_KEY >> {starts}"]
     (config.to_str().unwrap().to_owned(), starts)
 }
 
+/// Waits for the consumer logging to `log` to start, and asserts that its start line
+/// names `threads` runtime threads.
+async fn started_on(env: &TestEnv, log: &str, threads: usize) {
+    started(env, log).await;
+    let text = env.log(log);
+    assert!(
+        text.contains(&format!("threads={threads}")),
+        "{log} is not on {threads} threads:\n{text}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_on_its_one_thread_keeps_long_runs_claimed_beside_short_ones() {
     scoped("c-threads-one", |env| async move {
@@ -50,12 +61,7 @@ async fn a_consumer_on_its_one_thread_keeps_long_runs_claimed_beside_short_ones(
         let mut args = consumer_args(&config, "c", "1s");
         args.extend(["--concurrency", "4"]);
         env.spawn("c", &args);
-        started(&env, "c").await;
-        assert!(
-            env.log("c").contains("threads=1"),
-            "not on one thread:\n{}",
-            env.log("c")
-        );
+        started_on(&env, "c", 1).await;
         for i in 0..NAPS {
             publish(&env, occurrence("nap", i)).await;
         }
@@ -97,24 +103,14 @@ async fn a_consumer_runs_on_the_threads_it_is_given_and_refuses_none() {
         let mut args = consumer_args(&config, "c", "1s");
         args.extend(["--threads", "3"]);
         env.spawn("c", &args);
-        started(&env, "c").await;
-        assert!(
-            env.log("c").contains("threads=3"),
-            "not on 3 threads:\n{}",
-            env.log("c")
-        );
+        started_on(&env, "c", 3).await;
         // Without the flag, tokio's own variable is still read.
         let mut tokio_set = env.cronq();
         tokio_set
             .args(consumer_args(&config, "d", "1s"))
             .env("TOKIO_WORKER_THREADS", "2");
         env.spawn_command("d", tokio_set);
-        started(&env, "d").await;
-        assert!(
-            env.log("d").contains("threads=2"),
-            "not on TOKIO_WORKER_THREADS:\n{}",
-            env.log("d")
-        );
+        started_on(&env, "d", 2).await;
         publish(&env, occurrence("nap", 0)).await;
         let done = eventually(WAIT, "the nap to end", || async {
             let r = runs(&env, "nap").await;
