@@ -12,9 +12,9 @@ use crate::support::occurrences::occurrence;
 use crate::support::{TestEnv, eventually, scoped};
 
 /// Runs of 2 s under a 1 s lease (renewed every third of it) and runs that end at once,
-/// four at a time.
-const NAPS: u32 = 4;
-const BLINKS: u32 = 8;
+/// eight at a time.
+const NAPS: u32 = 8;
+const BLINKS: u32 = 16;
 
 /// A config of `nap` (appends its key to `starts`, sleeps 2 s) and `blink` (appends it,
 /// ends), runs of each side by side, on the tracked queue `default`.
@@ -59,7 +59,7 @@ async fn a_consumer_on_its_one_thread_keeps_long_runs_claimed_beside_short_ones(
     scoped("c-threads-one", |env| async move {
         let (config, starts) = config(&env);
         let mut args = consumer_args(&config, "c", "1s");
-        args.extend(["--concurrency", "4"]);
+        args.extend(["--concurrency", "8"]);
         env.spawn("c", &args);
         started_on(&env, "c", 1).await;
         for i in 0..NAPS {
