@@ -40,15 +40,16 @@ use crate::worker::Worker;
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
 /// The async runtime's worker threads `cronq consumer` runs on unless told otherwise
-/// (`--threads`, or tokio's `TOKIO_WORKER_THREADS`): one. A delivery's work is a chain of hand-offs between tasks (the
-/// subscription, the claim's batch, the handler, the end, the ack); on one thread each is a
-/// queue operation, on several each may wake a parked thread (a futex call and a task
-/// switch). In the throughput drain of `docs/benchmarks.md` that cost the consumers' process
-/// a third of its CPU per occurrence. Nothing the binary runs computes on these threads: a
-/// command handler is a child process, an http one a request, and what is slow (a large
-/// config's view, SQLite) goes to the blocking pool. A program embedding this library runs
-/// it on its own runtime: Rust handlers that compute or block want more than one thread, so
-/// that the lease renewals are not held up behind them.
+/// (`--threads`, or tokio's `TOKIO_WORKER_THREADS`): one. A delivery's work is a chain of
+/// hand-offs between tasks (the subscription, the claim's batch, the handler, the end, the
+/// ack); on one thread each is a queue operation, on several each may wake a parked thread
+/// (a futex call and a task switch). In the throughput drain of `docs/benchmarks.md` that
+/// cost the consumers' process a third of its CPU per occurrence. Nothing the binary runs
+/// computes on that thread: a command handler is a child process, an http one a request,
+/// and what is slow (a large config's view of its jobs, a scrape of `/metrics`) goes to
+/// the blocking pool. A program embedding this library runs it on its own runtime: Rust
+/// handlers that compute or block want more than one thread, so that the lease renewals
+/// are not held up behind them.
 pub const DEFAULT_THREADS: u16 = 1;
 
 /// How long stopped attempts get to release their claims after the grace period.
