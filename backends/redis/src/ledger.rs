@@ -355,19 +355,29 @@ impl Ledger for RedisLedger {
         let Some((tag, rest)) = reply.split_first() else {
             return Err(unexpected("an empty reply"));
         };
+        let claimed = |fence: &[u8], held: bool, takeover: bool| {
+            Ok(ClaimOutcome::Claimed {
+                lease: ExecutionLease {
+                    key: claim.key.clone(),
+                    job: claim.job.clone(),
+                    token: token.clone(),
+                    fence: text(fence).parse().map_err(|_| unexpected(&text(fence)))?,
+                    held,
+                },
+                takeover,
+            })
+        };
         match (tag.as_slice(), rest) {
-            (b"claimed", [takeover, fence, held @ ..]) if held.len() <= 1 => {
-                Ok(ClaimOutcome::Claimed {
-                    lease: ExecutionLease {
-                        key: claim.key.clone(),
-                        job: claim.job.clone(),
-                        token: token.clone(),
-                        fence: text(fence).parse().map_err(|_| unexpected(&text(fence)))?,
-                        held: held.first().is_some_and(|h| h.as_slice() == b"1"),
-                    },
-                    takeover: takeover.as_slice() == b"1",
-                })
+            // The most common reply: a new record granted held, its fence alone (batch.rs
+            // reads the script's integer as its digits).
+            (fence, []) if fence.first().is_some_and(u8::is_ascii_digit) => {
+                claimed(fence, true, false)
             }
+            (b"claimed", [takeover, fence, held @ ..]) if held.len() <= 1 => claimed(
+                fence,
+                held.first().is_some_and(|h| h.as_slice() == b"1"),
+                takeover.as_slice() == b"1",
+            ),
             (b"duplicate", [state, attempt]) => {
                 let state = text(state);
                 Ok(ClaimOutcome::Duplicate {

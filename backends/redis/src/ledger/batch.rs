@@ -141,10 +141,12 @@ impl Batcher {
 }
 
 /// One call's reply: the script's fields, or the error it answered for this call alone.
-/// A reply of one field comes as that field alone (`batch.lua`).
+/// A reply of one field comes as that field alone (`batch.lua`); an integer (a claim's
+/// fence, `claim.lua`) as one field of its digits.
 fn one(reply: Value) -> Reply {
     let fields: Vec<Vec<u8>> = match reply {
         Value::BulkString(field) => vec![field],
+        Value::Int(n) => vec![n.to_string().into_bytes()],
         reply => redis::from_redis_value(reply).map_err(|e| command(e.into()))?,
     };
     match fields.as_slice() {

@@ -34,6 +34,7 @@
 -- into text with sprintf, 2,000 to 3,000 instructions each (see docs/benchmarks-notebook.md,
 -- throughput step 2).
 -- Returns {"claimed", takeover (0|1: taken over from an owner that stopped), fence [, "1": held]}
+--   | fence, an integer: a new record granted held (not taken over)
 --   | {"duplicate", state, attempt} | {"busy", holder key}
 --   | {"waiting", holder key [, woken key, woken queue, woken body]}
 --   | {"superseded", by key, or an operator's mark "cancelled by WHO"}
@@ -306,8 +307,10 @@ local function claim(KEYS, ARGV, shared)
       return reply
     end
   end
+  -- A new fence stays a number: Redis turns a number argument into text itself, far
+  -- cheaper than Lua's tostring.
   if not fence then
-    fence = tostring(redis.call('INCR', KEYS[7]))
+    fence = redis.call('INCR', KEYS[7])
   end
   if st or gated then
     redis.call('HSET', KEYS[1], 'fence', fence, 'state', 'running', 'attempt', attempt, 'next', attempt,
@@ -332,11 +335,15 @@ local function claim(KEYS, ARGV, shared)
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[7])
   if held then
-    return {'claimed', takeover, fence, '1'}
+    if not st then
+      -- The most common reply, a new record granted held: its fence alone, an integer.
+      return fence
+    end
+    return {'claimed', takeover, tostring(fence), '1'}
   end
   redis.call('SET', KEYS[3], ARGV[9], 'PX', ARGV[7])
   redis.call('ZADD', KEYS[2], lease_until, key)
-  return {'claimed', takeover, fence}
+  return {'claimed', takeover, tostring(fence)}
 end
 
 -- The batch. KEYS[1] is the lease zset, KEYS[2] the run history stream. ARGV begins with
@@ -352,13 +359,14 @@ end
 local shared = {record = ARGV[1], body = ARGV[2], slots = ARGV[3], wait = ARGV[4],
   wake = tonumber(ARGV[5]), maxlen = ARGV[6], minid = ARGV[7], lease_until = {}}
 local replies = {}
+-- One table of keys for every claim (`claim` only reads it), refilled for each.
+local keys = {false, KEYS[1], false, false, false, KEYS[2], false}
 local at = 9
 while at <= #ARGV do
   local first = at + 1
   local last = at + tonumber(ARGV[at])
   local key, job = ARGV[first], ARGV[first + 1]
-  local keys = {ARGV[1] .. key, KEYS[1], ARGV[2] .. key}
-  keys[6], keys[7] = KEYS[2], ARGV[8] .. job
+  keys[1], keys[3], keys[7] = ARGV[1] .. key, ARGV[2] .. key, ARGV[8] .. job
   local reply, err = run_one(claim, keys, {unpack(ARGV, first, last)}, shared)
   if not reply then
     return redis.error_reply(err)

@@ -99,12 +99,14 @@ local shared = {record = ARGV[1], body = ARGV[2], slots = ARGV[3], wait = ARGV[4
   wake = tonumber(ARGV[5]), maxlen = ARGV[6],
   minid = ARGV[7]}
 local replies = {}
+-- One table of keys for every end (`complete` only reads it), refilled for each.
+local keys = {false, KEYS[1], KEYS[2], false}
 local at = 8
 while at <= #ARGV do
   local first = at + 1
   local last = at + tonumber(ARGV[at])
   local key = ARGV[first]
-  local keys = {ARGV[1] .. key, KEYS[1], KEYS[2], ARGV[2] .. key}
+  keys[1], keys[4] = ARGV[1] .. key, ARGV[2] .. key
   local reply, err = run_one(complete, keys, {unpack(ARGV, first, last)}, shared)
   if not reply then
     return redis.error_reply(err)
