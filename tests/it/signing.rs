@@ -149,10 +149,12 @@ fn all_settled(published: &[String], entries: Vec<Entry>) -> Option<Vec<Entry>> 
         .then_some(entries)
 }
 
-/// Every tick between the first and last published ran exactly once.
+/// Every tick between the first and last published ran exactly once. Only that window is
+/// judged (`history::window`): a producer stopped with an instant's publish in flight
+/// gives it up unconfirmed, and the broker may have it all the same.
 fn assert_ticks_once(published: &[String], entries: &[Entry], logs: &str) {
-    let expected = history::ticks("tick", published, 1);
-    let problems = history::problems(&expected, entries);
+    let published = published.iter().cloned().collect();
+    let problems = history::window("tick", &published, 1, entries).problems();
     assert!(problems.is_empty(), "{problems:#?}\n{logs}");
 }
 

@@ -138,6 +138,17 @@ pub struct Event {
     pub kind: &'static str,
 }
 
+/// The [`Event`] kind of a cut or stalled `link` of a member of `role`, if it can make a
+/// consumer run an attempt again: a consumer without Redis past its lease stops its
+/// attempts, and they run again elsewhere; without RabbitMQ, a member's deliveries (or
+/// confirms) come back.
+fn cut_event(role: &str, link: Link) -> Option<&'static str> {
+    match link {
+        Link::Redis => (role == "consumer").then_some("partition"),
+        Link::Amqp => Some("connections"),
+    }
+}
+
 /// A member's own proxies to the local Redis and RabbitMQ, and their URLs.
 struct Links {
     redis: (Proxy, String),
@@ -335,6 +346,15 @@ impl Fleet {
                 Pending::Cont(i) => {
                     self.env.signal(self.members[i].pid, Signal::SIGCONT);
                     self.members[i].frozen = false;
+                    // The freeze's end is a fault time too: a consumer frozen between a
+                    // claim and its handler's start runs it on waking, long after the
+                    // reaper handed the occurrence to another consumer.
+                    if self.members[i].role == "consumer" {
+                        self.events.push(Event {
+                            at: Utc::now(),
+                            kind: "freeze",
+                        });
+                    }
                 }
                 Pending::Resume(job) => {
                     let out = self.cli(&["resume", &job]);
@@ -356,6 +376,13 @@ impl Fleet {
                     }
                     m.partitioned = false;
                     eprintln!("chaos: {}'s {link:?} link restored", m.name);
+                    // The end of the cut is a fault time, as its start.
+                    if let Some(kind) = cut_event(m.role, link) {
+                        self.events.push(Event {
+                            at: Utc::now(),
+                            kind,
+                        });
+                    }
                 }
                 Pending::Revive(n) => {
                     let ha = self.ha.as_ref().expect("a harness fault");
@@ -595,13 +622,7 @@ impl Fleet {
                     proxy.stall();
                 }
                 m.partitioned = true;
-                // A consumer without Redis past its lease stops its attempts: they run again
-                // elsewhere. Without RabbitMQ its deliveries come back to the queue.
-                let kind = match link {
-                    Link::Redis => "partition",
-                    Link::Amqp => "connections",
-                };
-                if role == "consumer" || link == Link::Amqp {
+                if let Some(kind) = cut_event(role, link) {
                     self.events.push(Event {
                         at: Utc::now(),
                         kind,
