@@ -243,6 +243,14 @@ pub struct Fleet {
 }
 
 impl Fleet {
+    /// Notes a fault that can make a consumer run an attempt again, as of now.
+    fn happened(&mut self, kind: &'static str) {
+        self.events.push(Event {
+            at: Utc::now(),
+            kind,
+        });
+    }
+
     /// Starts 3 producers and 3 consumers on `config`, on the harness `ha` if given (else
     /// each through proxies of its own).
     pub async fn start(env: &TestEnv, config: &Path, ha: Option<Ha>) -> Self {
@@ -350,10 +358,7 @@ impl Fleet {
                     // claim and its handler's start runs it on waking, long after the
                     // reaper handed the occurrence to another consumer.
                     if self.members[i].role == "consumer" {
-                        self.events.push(Event {
-                            at: Utc::now(),
-                            kind: "freeze",
-                        });
+                        self.happened("freeze");
                     }
                 }
                 Pending::Resume(job) => {
@@ -378,10 +383,7 @@ impl Fleet {
                     eprintln!("chaos: {}'s {link:?} link restored", m.name);
                     // The end of the cut is a fault time, as its start.
                     if let Some(kind) = cut_event(m.role, link) {
-                        self.events.push(Event {
-                            at: Utc::now(),
-                            kind,
-                        });
+                        self.happened(kind);
                     }
                 }
                 Pending::Revive(n) => {
@@ -396,20 +398,14 @@ impl Fleet {
                     ha.heal();
                     self.rabbit_down = None;
                     self.redis_busy = false;
-                    self.events.push(Event {
-                        at: Utc::now(),
-                        kind: "connections",
-                    });
+                    self.happened("connections");
                     eprintln!("chaos: RabbitMQ node {n} back in the cluster");
                 }
                 Pending::StartApp(n) => {
                     let ha = self.ha.as_ref().expect("a harness fault");
                     ha.ctl(n, &["start_app"]);
                     self.rabbit_down = None;
-                    self.events.push(Event {
-                        at: Utc::now(),
-                        kind: "connections",
-                    });
+                    self.happened("connections");
                     eprintln!("chaos: RabbitMQ node {n} started again");
                 }
                 Pending::StartRedis(port) => {
@@ -486,10 +482,7 @@ impl Fleet {
                 self.env.wait(pid, Duration::from_secs(5));
                 self.members[i].up = false;
                 if role == "consumer" {
-                    self.events.push(Event {
-                        at: Utc::now(),
-                        kind: "kill",
-                    });
+                    self.happened("kill");
                 }
                 let back = Duration::from_millis(rng.random_range(500..4000));
                 self.pending
@@ -508,10 +501,7 @@ impl Fleet {
                 self.env.signal(self.members[i].pid, Signal::SIGSTOP);
                 self.members[i].frozen = true;
                 if role == "consumer" {
-                    self.events.push(Event {
-                        at: Utc::now(),
-                        kind: "freeze",
-                    });
+                    self.happened("freeze");
                 }
                 let back = Duration::from_millis(rng.random_range(range));
                 self.pending.push((Instant::now() + back, Pending::Cont(i)));
@@ -536,10 +526,7 @@ impl Fleet {
                         })
                         .sum(),
                 };
-                self.events.push(Event {
-                    at: Utc::now(),
-                    kind: "connections",
-                });
+                self.happened("connections");
                 format!("{closed} connections")
             }
             Fault::KillRedisClients => {
@@ -554,10 +541,7 @@ impl Fleet {
                     }
                 };
                 let killed = kill_redis_clients(&mut conn, &ours).await;
-                self.events.push(Event {
-                    at: Utc::now(),
-                    kind: "connections",
-                });
+                self.happened("connections");
                 format!("{killed} clients")
             }
             Fault::Reload => {
@@ -622,14 +606,11 @@ impl Fleet {
                     proxy.stall();
                 }
                 m.partitioned = true;
+                let name = m.name.clone();
                 if let Some(kind) = cut_event(role, link) {
-                    self.events.push(Event {
-                        at: Utc::now(),
-                        kind,
-                    });
+                    self.happened(kind);
                 }
                 let back = Duration::from_millis(rng.random_range(1000..8000));
-                let name = m.name.clone();
                 self.pending
                     .push((Instant::now() + back, Pending::Restore(i, link)));
                 format!("{name} for {back:?}")
@@ -684,10 +665,7 @@ impl Fleet {
                 // Healing brings every node back, Redis's too: no Redis fault meanwhile.
                 self.rabbit_down = Some(n);
                 self.redis_busy = true;
-                self.events.push(Event {
-                    at: Utc::now(),
-                    kind: "connections",
-                });
+                self.happened("connections");
                 let back = Duration::from_millis(rng.random_range(8000..20000));
                 self.pending
                     .push((Instant::now() + back, Pending::HealPartition(n)));
@@ -709,10 +687,7 @@ impl Fleet {
                 let port = ha.master_port();
                 ha.kill_redis(port);
                 self.redis_busy = true;
-                self.events.push(Event {
-                    at: Utc::now(),
-                    kind: "connections",
-                });
+                self.happened("connections");
                 // Sentinel promotes a replica in about 3.3 s; the old master comes back as
                 // a replica of the new one.
                 let back = Duration::from_millis(rng.random_range(8000..15000));
@@ -727,10 +702,7 @@ impl Fleet {
                 let from = ha.master_port();
                 ha.failover().await;
                 self.redis_busy = true;
-                self.events.push(Event {
-                    at: Utc::now(),
-                    kind: "connections",
-                });
+                self.happened("connections");
                 // The old master is demoted about 10 s later.
                 self.pending.push((
                     Instant::now() + Duration::from_secs(15),
@@ -764,10 +736,7 @@ impl Fleet {
     /// `back` due 5-15 s later to return it; returns how much later.
     fn node_down(&mut self, n: usize, back: Pending, rng: &mut impl Rng) -> Duration {
         self.rabbit_down = Some(n);
-        self.events.push(Event {
-            at: Utc::now(),
-            kind: "connections",
-        });
+        self.happened("connections");
         let after = Duration::from_millis(rng.random_range(5000..15000));
         self.pending.push((Instant::now() + after, back));
         after
