@@ -271,6 +271,11 @@ fn text(field: &[u8]) -> String {
     String::from_utf8_lossy(field).into_owned()
 }
 
+/// A reply field's digits as a number, read in place.
+fn number<T: std::str::FromStr>(field: &[u8]) -> Option<T> {
+    std::str::from_utf8(field).ok()?.parse().ok()
+}
+
 /// Appends the history arguments of `run` (bounds, then its field values in
 /// [`runlog::FIELDS`] order) to an invocation of settle.lua; none when there is no run.
 fn history_args(invocation: &mut Call<'_>, history: &RedisRunLog, run: Option<&Run>) {
@@ -361,7 +366,7 @@ impl Ledger for RedisLedger {
                     key: claim.key.clone(),
                     job: claim.job.clone(),
                     token: token.clone(),
-                    fence: text(fence).parse().map_err(|_| unexpected(&text(fence)))?,
+                    fence: number(fence).ok_or_else(|| unexpected(&text(fence)))?,
                     held,
                 },
                 takeover,
@@ -382,7 +387,7 @@ impl Ledger for RedisLedger {
                 let state = text(state);
                 Ok(ClaimOutcome::Duplicate {
                     state: State::parse(&state).ok_or_else(|| unexpected(&state))?,
-                    attempt: text(attempt).parse().unwrap_or(0),
+                    attempt: number(attempt).unwrap_or(0),
                 })
             }
             (b"busy", [holder]) => Ok(ClaimOutcome::Busy {

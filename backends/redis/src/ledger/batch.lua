@@ -7,8 +7,8 @@
 -- would be of a call of its own, so that the connection sees it: a READONLY moves it to
 -- the new master (sentinel.rs). redis.call raises an error reply's text: "CODE message".
 -- A reply of one field goes back as that field alone, not as a table of one: the most
--- common replies ({"claimed"}, {"1"}) cost the client a value to read instead of two; a
--- reply that is not a table (claim.lua's integer) goes back as it is.
+-- common end ({"1"}) costs the client a value to read instead of two; a reply that is not
+-- a table (the fence of claim.lua's most common claim) goes back as it is.
 local function run_one(fn, keys, args, shared)
   local ok, reply = pcall(fn, keys, args, shared)
   if ok then
