@@ -2,14 +2,19 @@
 //! it forwards every connection to its target until [`Proxy::cut`], which drops every open
 //! connection and closes each new one at once (the client reads EOF before any byte), or
 //! [`Proxy::stall`], which keeps every connection open but passes no byte either way (a
-//! service that hangs); [`Proxy::restore`] drops the stalled connections and lets new ones
-//! through again. The service itself never stops, so the other tests using it see nothing.
+//! service that hangs), or [`Proxy::hold_replies`], which passes the client's bytes to the
+//! service but holds back the service's answers (a request that arrives, and whose answer
+//! comes late); [`Proxy::restore`] drops the stalled connections, hands over the answers
+//! held back, and lets new connections through again. The service itself never stops, so
+//! the other tests using it see nothing.
 //! [`Proxy::upstream_ports`] names the proxy's own connections to the service, so a test
 //! can close them at the service's end (`CLIENT KILL`, `rabbitmqctl close_connection`).
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -54,6 +59,8 @@ enum Mode {
     Cut,
     /// Holds them open, passing nothing.
     Stalled,
+    /// Forwards the client's bytes, holds back the service's.
+    RepliesHeld,
 }
 
 /// A running proxy; dropping it ends it and every connection through it.
@@ -89,7 +96,7 @@ impl Proxy {
                         Mode::Stalled => {
                             tokio::spawn(hold(vec![client], mode.subscribe()));
                         }
-                        Mode::Open => {
+                        Mode::Open | Mode::RepliesHeld => {
                             tokio::spawn(forward(
                                 client,
                                 target.clone(),
@@ -137,7 +144,14 @@ impl Proxy {
         self.mode.send_replace(Mode::Stalled);
     }
 
-    /// Drops the stalled connections and lets new ones through again.
+    /// Passes what clients send to the service, but none of its answers until
+    /// [`Proxy::restore`], which hands them over.
+    pub fn hold_replies(&self) {
+        self.mode.send_replace(Mode::RepliesHeld);
+    }
+
+    /// Drops the stalled connections, hands over the answers held back, and lets new
+    /// connections through again.
     pub fn restore(&self) {
         self.mode.send_replace(Mode::Open);
     }
@@ -151,14 +165,15 @@ impl Drop for Proxy {
 }
 
 /// Copies both ways between `client` and `target` until either side closes or the proxy
-/// leaves [`Mode::Open`]; both sockets are dropped then, or held while it stalls.
+/// cuts or stalls; both sockets are dropped then, or held while it stalls. While the
+/// proxy holds replies, what the target sends waits (in the sockets' buffers).
 async fn forward(
-    mut client: TcpStream,
+    client: TcpStream,
     target: String,
     mut mode: watch::Receiver<Mode>,
     ports: Arc<Mutex<BTreeSet<u16>>>,
 ) {
-    let Ok(mut upstream) = TcpStream::connect(&target).await else {
+    let Ok(upstream) = TcpStream::connect(&target).await else {
         return;
     };
     let port = upstream.local_addr().map(|a| a.port()).ok();
@@ -173,19 +188,49 @@ async fn forward(
         }
     };
     set(true);
+    let (mut client_rx, mut client_tx) = client.into_split();
+    let (mut upstream_rx, mut upstream_tx) = upstream.into_split();
+    let broken = |m: &Mode| matches!(m, Mode::Cut | Mode::Stalled);
     tokio::select! {
-        _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {
+        () = pump(&mut client_rx, &mut upstream_tx, None) => {
             set(false);
             return;
         }
-        _ = mode.wait_for(|m| *m != Mode::Open) => {}
+        () = pump(&mut upstream_rx, &mut client_tx, Some(mode.clone())) => {
+            set(false);
+            return;
+        }
+        _ = mode.wait_for(broken) => {}
     }
     set(false);
-    hold(vec![client, upstream], mode).await;
+    hold((client_rx, client_tx, upstream_rx, upstream_tx), mode).await;
+}
+
+/// Copies `from` to `to` until either closes; with `held`, each chunk waits until the proxy
+/// forwards again.
+async fn pump(
+    from: &mut OwnedReadHalf,
+    to: &mut OwnedWriteHalf,
+    held: Option<watch::Receiver<Mode>>,
+) {
+    let mut held = held;
+    let mut buf = vec![0; 16 * 1024];
+    loop {
+        let Ok(n @ 1..) = from.read(&mut buf).await else {
+            return;
+        };
+        if let Some(mode) = held.as_mut() {
+            // Cut or stalled meanwhile: the caller drops or holds the sockets.
+            let _ = mode.wait_for(|m| *m == Mode::Open).await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
 }
 
 /// Keeps `sockets` open, reading nothing, while the proxy stalls.
-async fn hold(sockets: Vec<TcpStream>, mut mode: watch::Receiver<Mode>) {
+async fn hold<S>(sockets: S, mut mode: watch::Receiver<Mode>) {
     let _ = mode.wait_for(|m| *m != Mode::Stalled).await;
     drop(sockets);
 }
