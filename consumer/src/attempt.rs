@@ -2,6 +2,11 @@
 //! as a `JoinError`), while this loop renews the claim's lease, enforces the job's timeout,
 //! and stops the handler when the claim is lost, a replacing occurrence or an operator's
 //! cancel asks (a cancel is read at once: `crate::cancels`), or the shutdown grace is over.
+//!
+//! The lease runs from when the claim was sent. A claim answered a heartbeat period or more
+//! after that (a stalled link to the store, a process frozen between its claim and its
+//! start) is renewed before its handler starts: its lease may have lapsed meanwhile and the
+//! reaper handed the occurrence to another consumer, which then runs it alone.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,6 +41,8 @@ fn panic_message(err: tokio::task::JoinError) -> String {
 pub(crate) struct Supervision<'a> {
     pub(crate) ledger: &'a dyn Ledger,
     pub(crate) lease: &'a ExecutionLease,
+    /// When the lease was last renewed: when the claim that granted it was sent.
+    pub(crate) renewed: Instant,
     /// Execution lease length.
     pub(crate) lease_for: Duration,
     /// Heartbeat period: a third of the lease, shorter for a job that a newer occurrence
@@ -50,6 +57,31 @@ pub(crate) struct Supervision<'a> {
     pub(crate) cancels: watch::Receiver<u64>,
 }
 
+/// Renews the lease of a claim answered late, before its handler starts: the instant it
+/// was renewed, or why the attempt must not start (its claim lost or taken over, a newer
+/// occurrence or an operator's cancel asking it to stop). While the store does not answer,
+/// the attempt starts if the lease has not run out by this process's clock.
+async fn renew_late(sup: &Supervision<'_>) -> Result<Instant, Stop> {
+    let (job, key, late) = (&sup.lease.job, &sup.lease.key, sup.renewed.elapsed());
+    let not_started = |why: Stop| {
+        tracing::info!(job = %job, key = %key, late_ms = late.as_millis() as u64, reason = ?why, "not starting an attempt whose claim was answered late");
+        why
+    };
+    match sup.ledger.heartbeat(sup.lease, sup.lease_for).await {
+        Ok(Heartbeat::Held) => Ok(Instant::now()),
+        Ok(Heartbeat::CancelRequested { by }) => Err(not_started(Stop::Replaced { by })),
+        Ok(Heartbeat::Lost) => Err(not_started(Stop::Lost)),
+        Err(err) => {
+            tracing::warn!(job = %job, key = %key, error = %err, "cannot renew the execution lease of a claim answered late");
+            if sup.renewed.elapsed() >= sup.lease_for {
+                Err(not_started(Stop::Lost))
+            } else {
+                Ok(sup.renewed)
+            }
+        }
+    }
+}
+
 /// Runs `runner` for `occ` to its end.
 pub(crate) async fn supervise(
     runner: Runner,
@@ -58,6 +90,14 @@ pub(crate) async fn supervise(
     capture: Arc<Capture>,
 ) -> Exit {
     let (job, key) = (occ.job.clone(), occ.key.clone());
+    let every = sup.beat.max(Duration::from_millis(50));
+    let mut renewed = sup.renewed;
+    if renewed.elapsed() >= every {
+        match renew_late(&sup).await {
+            Ok(at) => renewed = at,
+            Err(why) => return Exit::Stopped(why, None),
+        }
+    }
     let token = CancellationToken::new();
     // Aborted when the attempt is dropped (e.g. the consumer is torn down).
     let mut task = AbortOnDropHandle::new(tokio::spawn(runner.run(
@@ -67,10 +107,8 @@ pub(crate) async fn supervise(
         token.clone(),
         capture,
     )));
-    let every = sup.beat.max(Duration::from_millis(50));
-    let mut beat = tokio::time::interval_at(Instant::now() + every, every);
+    let mut beat = tokio::time::interval_at(renewed + every, every);
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut renewed = Instant::now();
     let deadline = tokio::time::sleep(sup.timeout);
     tokio::pin!(deadline);
     // Re-armed when a stop is requested; disabled until then.

@@ -195,11 +195,12 @@ impl Worker {
         }
         let claim = claim::of(occ, job, &d.body, self.lease, self.hold, &self.consumer_id);
         let span = Step::claim(occ, &job.queue, &self.consumer_id);
-        let Some(claimed) = self.claim(&claim, &d, &shutdown).await else {
+        let Some((claimed, sent)) = self.claim(&claim, &d, &shutdown).await else {
             return;
         };
         span.claimed(&claimed, &mut admitted.occ);
-        self.on_claim(claimed, d, admitted, &abort, &shutdown).await;
+        self.on_claim(claimed, sent, d, admitted, &abort, &shutdown)
+            .await;
     }
 
     /// An occurrence of a job this consumer does not know: of a runtime job deleted (while
@@ -247,10 +248,12 @@ impl Worker {
         }
     }
 
-    /// Acts on what the claim decided: run it, or settle, or leave it waiting.
+    /// Acts on what the claim decided: run it, or settle, or leave it waiting. `sent` is
+    /// when the claim that was answered was sent: a granted lease runs from then.
     async fn on_claim(
         &self,
         claimed: ClaimOutcome,
+        sent: tokio::time::Instant,
         d: Delivery,
         admitted: Admitted<'_, Runner>,
         abort: &CancellationToken,
@@ -293,29 +296,35 @@ impl Worker {
                     drop(d);
                     None
                 };
-                self.execute(runner, occ, job, lease, held, abort).await;
+                let granted = Granted { lease, sent };
+                self.execute(runner, occ, job, granted, held, abort).await;
             }
         }
     }
 
     /// Claims, retrying while the store is unreachable. While it is, nothing runs and
     /// nothing is acked: the delivery is held unacked (requeueing would spend the queue's
-    /// delivery limit). `None` when shutdown came first (the delivery was requeued).
+    /// delivery limit). With the outcome, when the try that was answered was sent; `None`
+    /// when shutdown came first (the delivery was requeued).
     async fn claim(
         &self,
         claim: &Claim,
         d: &Delivery,
         shutdown: &CancellationToken,
-    ) -> Option<ClaimOutcome> {
+    ) -> Option<(ClaimOutcome, tokio::time::Instant)> {
+        let mut sent = tokio::time::Instant::now();
         let claimed = retry(
             CLAIM_RETRY,
             shutdown,
-            || self.ledger.claim(claim),
+            || {
+                sent = tokio::time::Instant::now();
+                self.ledger.claim(claim)
+            },
             |r| tracing::warn!(job = %claim.job, key = %claim.key, error = %r.error, "cannot reach the idempotency store: holding the delivery unacked, nothing runs until it is back"),
         )
         .await;
         match claimed {
-            Ok(outcome) => Some(outcome),
+            Ok(outcome) => Some((outcome, sent)),
             Err(_) => {
                 requeue(d).await;
                 None
@@ -392,10 +401,11 @@ impl Worker {
         runner: Runner,
         occ: Occurrence,
         job: &Job,
-        lease: ExecutionLease,
+        granted: Granted,
         mut held: Option<Held>,
         abort: &CancellationToken,
     ) {
+        let Granted { lease, sent } = granted;
         let started_at = Utc::now();
         let t0 = Instant::now();
         let _listed = job
@@ -411,6 +421,7 @@ impl Worker {
         let sup = Supervision {
             ledger: &*self.ledger,
             lease: &lease,
+            renewed: sent,
             lease_for: self.lease,
             beat,
             timeout: job.timeout,
@@ -576,6 +587,12 @@ impl Worker {
 struct Attempted {
     started_at: DateTime<Utc>,
     took: Duration,
+}
+
+/// A claim granted: its lease, and when the claim was sent (the lease runs from then).
+struct Granted {
+    lease: ExecutionLease,
+    sent: tokio::time::Instant,
 }
 
 /// What keeping a held claim's message needs ([`Held::keep_while`]).

@@ -4,4 +4,5 @@
 mod duplicates;
 mod every_second;
 mod fence;
+mod late_claim;
 mod long_job;
