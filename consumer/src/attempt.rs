@@ -67,8 +67,9 @@ async fn renew_late(sup: &Supervision<'_>) -> Result<Instant, Stop> {
         tracing::info!(job = %job, key = %key, late_ms = late.as_millis() as u64, reason = ?why, "not starting an attempt whose claim was answered late");
         why
     };
+    let sent = Instant::now();
     match sup.ledger.heartbeat(sup.lease, sup.lease_for).await {
-        Ok(Heartbeat::Held) => Ok(Instant::now()),
+        Ok(Heartbeat::Held) => Ok(sent),
         Ok(Heartbeat::CancelRequested { by }) => Err(not_started(Stop::Replaced { by })),
         Ok(Heartbeat::Lost) => Err(not_started(Stop::Lost)),
         Err(err) => {
@@ -151,10 +152,12 @@ pub(crate) async fn supervise(
                 Ok(()) => beat.reset_immediately(),
                 Err(_) => watching = false,
             },
-            _ = beat.tick() => match sup.ledger.heartbeat(sup.lease, sup.lease_for).await {
-                Ok(Heartbeat::Held) => renewed = Instant::now(),
+            sent = beat.tick() => match sup.ledger.heartbeat(sup.lease, sup.lease_for).await {
+                // A renewal counts from its tick, no later than it was sent (as the lease
+                // counts from when its claim was sent).
+                Ok(Heartbeat::Held) => renewed = sent,
                 Ok(Heartbeat::CancelRequested { by }) => {
-                    renewed = Instant::now();
+                    renewed = sent;
                     request(&mut stop, Stop::Replaced { by }, kill.as_mut());
                 }
                 Ok(Heartbeat::Lost) => request(&mut stop, Stop::Lost, kill.as_mut()),
