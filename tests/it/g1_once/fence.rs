@@ -8,11 +8,12 @@
 use std::path::Path;
 use std::time::Duration;
 
-use cronq_shared::runlog::Outcome;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::support::consumer_process::{WAIT, consumer_args, publish, runs, started};
+use crate::support::consumer_process::{
+    WAIT, assert_taken_over, consumer_args, publish, runs, started,
+};
 use crate::support::occurrences::occurrence;
 use crate::support::{eventually, scoped};
 
@@ -141,26 +142,7 @@ command = ["true"]
             r.iter().any(|r| r.consumer == "a").then_some(r)
         })
         .await;
-        let outcomes: Vec<_> = done
-            .iter()
-            .map(|r| (r.consumer.as_str(), r.outcome))
-            .collect();
-        assert!(
-            outcomes.contains(&("b", Outcome::Succeeded)),
-            "{outcomes:?}"
-        );
-        assert_eq!(
-            done.iter()
-                .filter(|r| r.outcome == Outcome::Succeeded)
-                .count(),
-            1,
-            "{outcomes:?}"
-        );
-        assert!(
-            outcomes.contains(&("a", Outcome::Lost)),
-            "{outcomes:?}\n{}",
-            env.log("a")
-        );
+        assert_taken_over(&done, "a", "b", &env.log("a"));
     })
     .await;
 }

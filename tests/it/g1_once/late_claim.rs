@@ -15,7 +15,9 @@ use std::time::Duration;
 use cronq_shared::runlog::{Outcome, Run};
 use redis::AsyncCommands;
 
-use crate::support::consumer_process::{WAIT, consumer_args, publish, runs, started};
+use crate::support::consumer_process::{
+    WAIT, assert_taken_over, consumer_args, publish, runs, started,
+};
 use crate::support::occurrences::occurrence;
 use crate::support::proxy::{Link, Proxy};
 use crate::support::{TestEnv, eventually, scoped};
@@ -133,22 +135,7 @@ async fn a_claim_answered_after_its_lease_was_taken_over_does_not_start() {
         // A late start of a would have noted its own, smaller fence before its end.
         assert_eq!(starts(&log), vec![by_b], "{}", env.log("a"));
         assert!(env.log("a").contains(NOT_STARTED), "{}", env.log("a"));
-        let outcomes: Vec<_> = done
-            .iter()
-            .map(|r| (r.consumer.as_str(), r.outcome))
-            .collect();
-        assert!(
-            outcomes.contains(&("b", Outcome::Succeeded)),
-            "{outcomes:?}"
-        );
-        assert!(outcomes.contains(&("a", Outcome::Lost)), "{outcomes:?}");
-        assert_eq!(
-            done.iter()
-                .filter(|r| r.outcome == Outcome::Succeeded)
-                .count(),
-            1,
-            "{outcomes:?}"
-        );
+        assert_taken_over(&done, "a", "b", &env.log("a"));
     })
     .await;
 }

@@ -9,7 +9,7 @@ use cronq_redis::RedisRunLog;
 use cronq_shared::broker::{Broker, Outgoing};
 use cronq_shared::message::Occurrence;
 use cronq_shared::names::{JobName, Names, Namespace, QueueName};
-use cronq_shared::runlog::{Run, RunLog};
+use cronq_shared::runlog::{Outcome, Run, RunLog};
 
 use super::{TestEnv, amqp_url, eventually, redis_url};
 
@@ -53,6 +53,29 @@ pub async fn first_runs(env: &TestEnv, job: &str, what: &str) -> Vec<Run> {
         (!r.is_empty()).then_some(r)
     })
     .await
+}
+
+/// Asserts that the runs of one occurrence, `done`, are those of a claim taken over: a
+/// success by `taker`, the attempt of `owner` recorded as lost, and no other success
+/// (`context` is shown with a failure).
+pub fn assert_taken_over(done: &[Run], owner: &str, taker: &str, context: &str) {
+    let outcomes: Vec<_> = done
+        .iter()
+        .map(|r| (r.consumer.as_str(), r.outcome))
+        .collect();
+    assert!(
+        outcomes.contains(&(taker, Outcome::Succeeded)),
+        "{outcomes:?}"
+    );
+    let successes = done
+        .iter()
+        .filter(|r| r.outcome == Outcome::Succeeded)
+        .count();
+    assert_eq!(successes, 1, "{outcomes:?}");
+    assert!(
+        outcomes.contains(&(owner, Outcome::Lost)),
+        "{outcomes:?}\n{context}"
+    );
 }
 
 /// The config of a job `slow` of `overlap` on the queue `default` (tracked), whose run
