@@ -1,6 +1,6 @@
 //! `capture`: the cost of keeping each run's output. Occurrences of command jobs (a shell
-//! that prints a line to stdout and one to stderr) drained by 2 in-process consumers with
-//! the output kept (`keep_outputs`, the default of `cronq consumer`), against the same
+//! that prints a line to stdout and one to stderr) drained by 2 in-process consumers (on a
+//! runtime shaped as `cronq consumer`'s, as `throughput` does) with the output kept (`keep_outputs`, the default of `cronq consumer`), against the same
 //! drain with nothing kept (the baseline), in the same run, alternating which side goes
 //! first. Each side runs in a namespace of its own on the real RabbitMQ and Redis; the
 //! drain ends when the run history holds every occurrence's run. Besides the rates, the
@@ -55,6 +55,15 @@ const STALL: Duration = Duration::from_secs(60);
 /// # Errors
 /// When a service is unreachable or a drain stalls.
 pub async fn run(args: &CaptureArgs, runs: usize) -> anyhow::Result<Vec<Figure>> {
+    let owned = args.clone();
+    throughput::on_consumer_runtime("capture", cronq_consumer::DEFAULT_THREADS, async move {
+        run_here(&owned, runs).await
+    })
+    .await
+}
+
+/// [`run`], on the runtime it starts.
+async fn run_here(args: &CaptureArgs, runs: usize) -> anyhow::Result<Vec<Figure>> {
     let mut kept = Figure::new(
         "capture",
         format!(

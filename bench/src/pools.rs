@@ -1,5 +1,6 @@
 //! `pools`: the cost of a pool. The same backlog of occurrences (16 jobs, a no-op Rust
-//! handler, overlap `allow`) drained by 2 in-process consumers, as `throughput` does, once
+//! handler, overlap `allow`) drained by 2 in-process consumers on a runtime shaped as
+//! `cronq consumer`'s, as `throughput` does, once
 //! with no pool (the baseline) and once with every job in one `[pools.NAME]`, in the same
 //! run, alternating which side goes first, each in a namespace of its own on the real
 //! RabbitMQ and Redis. Two pooled sides: a pool as large as the consumers' concurrency
@@ -61,6 +62,15 @@ const STALL: Duration = Duration::from_secs(60);
 /// # Errors
 /// When a service is unreachable or a drain stalls.
 pub async fn run(args: &PoolsArgs, runs: usize) -> anyhow::Result<Vec<Figure>> {
+    let owned = args.clone();
+    throughput::on_consumer_runtime("pools", cronq_consumer::DEFAULT_THREADS, async move {
+        run_here(&owned, runs).await
+    })
+    .await
+}
+
+/// [`run`], on the runtime it starts.
+async fn run_here(args: &PoolsArgs, runs: usize) -> anyhow::Result<Vec<Figure>> {
     let in_flight = u32::from(args.concurrency) * CONSUMERS as u32;
     let k = args.occurrences;
     let shape = format!(

@@ -103,19 +103,32 @@ const STALL: Duration = Duration::from_secs(60);
 /// # Errors
 /// When a service is unreachable or a drain stalls.
 pub async fn run(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figure>> {
-    // On a runtime shaped as `cronq consumer`'s: the consumers measured here are its, and
-    // the baselines share it, like for like.
+    // The baselines share the consumers' runtime, like for like.
+    let owned = args.clone();
+    on_consumer_runtime("throughput", args.threads, async move {
+        run_here(&owned, runs).await
+    })
+    .await
+}
+
+/// Runs `work`, the bench `bench`, on a runtime of its own shaped as `cronq consumer`'s
+/// (`threads` workers: the consumers measured are its), and waits for it.
+///
+/// # Errors
+/// When the runtime does not start, or `work` fails or panics.
+pub async fn on_consumer_runtime<T: Send + 'static>(
+    bench: &str,
+    threads: u16,
+    work: impl Future<Output = anyhow::Result<T>> + Send + 'static,
+) -> anyhow::Result<T> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(usize::from(args.threads))
+        .worker_threads(usize::from(threads))
         .enable_all()
         .build()
-        .context("while starting the throughput bench's runtime")?;
-    let owned = args.clone();
-    let ran = runtime
-        .spawn(async move { run_here(&owned, runs).await })
-        .await;
+        .with_context(|| format!("while starting the {bench} bench's runtime"))?;
+    let ran = runtime.spawn(work).await;
     runtime.shutdown_background();
-    ran.context("the throughput bench's task failed")?
+    ran.with_context(|| format!("the {bench} bench's task failed"))?
 }
 
 async fn run_here(args: &ThroughputArgs, runs: usize) -> anyhow::Result<Vec<Figure>> {
