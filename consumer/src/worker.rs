@@ -15,6 +15,9 @@
 //! 4. Claimed: the message body is stored in the claim, so the delivery is acked at once.
 //!    The broker's `consumer_timeout` can then never close the channel under a long job, and
 //!    the claim's lease (renewed by heartbeats) decides instead whether it must run again.
+//!    The lease runs from when the claim was sent: one answered late is renewed before its
+//!    handler starts, and not started when another consumer took it over meanwhile
+//!    (`crate::attempt`).
 //!    A claim the ledger granted held ([`ExecutionLease::held`]: an `allow` job outside any
 //!    pool, on Redis) stored no body: its delivery stays unacked while the attempt runs
 //!    (the broker redelivers it if this consumer dies, and the ledger keeps it then), and

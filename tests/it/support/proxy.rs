@@ -211,9 +211,8 @@ async fn forward(
 async fn pump(
     from: &mut OwnedReadHalf,
     to: &mut OwnedWriteHalf,
-    held: Option<watch::Receiver<Mode>>,
+    mut held: Option<watch::Receiver<Mode>>,
 ) {
-    let mut held = held;
     let mut buf = vec![0; 16 * 1024];
     loop {
         let Ok(n @ 1..) = from.read(&mut buf).await else {
