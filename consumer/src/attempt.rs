@@ -57,28 +57,21 @@ pub(crate) struct Supervision<'a> {
     pub(crate) cancels: watch::Receiver<u64>,
 }
 
-/// Renews the lease of a claim answered late, before its handler starts: the instant it
-/// was renewed, or why the attempt must not start (its claim lost or taken over, a newer
-/// occurrence or an operator's cancel asking it to stop). While the store does not answer,
-/// the attempt starts if the lease has not run out by this process's clock.
-async fn renew_late(sup: &Supervision<'_>) -> Result<Instant, Stop> {
-    let (job, key, late) = (&sup.lease.job, &sup.lease.key, sup.renewed.elapsed());
-    let not_started = |why: Stop| {
-        tracing::info!(job = %job, key = %key, late_ms = late.as_millis() as u64, reason = ?why, "not starting an attempt whose claim was answered late");
-        why
-    };
-    let sent = Instant::now();
+/// Renews the lease last renewed at `renewed`, with a renewal `sent` now or at its tick
+/// (no later than it is sent): when the lease now counts from, and why the attempt must
+/// stop, if it must (its claim lost or taken over, a newer occurrence or an operator's
+/// cancel asking it to). While the store does not answer, the attempt goes on until the
+/// lease has run out by this process's clock.
+async fn renew(sup: &Supervision<'_>, sent: Instant, renewed: Instant) -> (Instant, Option<Stop>) {
     match sup.ledger.heartbeat(sup.lease, sup.lease_for).await {
-        Ok(Heartbeat::Held) => Ok(sent),
-        Ok(Heartbeat::CancelRequested { by }) => Err(not_started(Stop::Replaced { by })),
-        Ok(Heartbeat::Lost) => Err(not_started(Stop::Lost)),
+        Ok(Heartbeat::Held) => (sent, None),
+        Ok(Heartbeat::CancelRequested { by }) => (sent, Some(Stop::Replaced { by })),
+        Ok(Heartbeat::Lost) => (renewed, Some(Stop::Lost)),
         Err(err) => {
-            tracing::warn!(job = %job, key = %key, error = %err, "cannot renew the execution lease of a claim answered late");
-            if sup.renewed.elapsed() >= sup.lease_for {
-                Err(not_started(Stop::Lost))
-            } else {
-                Ok(sup.renewed)
-            }
+            let (job, key) = (&sup.lease.job, &sup.lease.key);
+            tracing::warn!(job = %job, key = %key, error = %err, "cannot renew the execution lease");
+            let lapsed = renewed.elapsed() >= sup.lease_for;
+            (renewed, lapsed.then_some(Stop::Lost))
         }
     }
 }
@@ -94,10 +87,13 @@ pub(crate) async fn supervise(
     let every = sup.beat.max(Duration::from_millis(50));
     let mut renewed = sup.renewed;
     if renewed.elapsed() >= every {
-        match renew_late(&sup).await {
-            Ok(at) => renewed = at,
-            Err(why) => return Exit::Stopped(why, None),
+        let late = renewed.elapsed();
+        let (at, stop) = renew(&sup, Instant::now(), renewed).await;
+        if let Some(why) = stop {
+            tracing::info!(job = %job, key = %key, late_ms = late.as_millis() as u64, reason = ?why, "not starting an attempt whose claim was answered late");
+            return Exit::Stopped(why, None);
         }
+        renewed = at;
     }
     let token = CancellationToken::new();
     // Aborted when the attempt is dropped (e.g. the consumer is torn down).
@@ -152,22 +148,13 @@ pub(crate) async fn supervise(
                 Ok(()) => beat.reset_immediately(),
                 Err(_) => watching = false,
             },
-            sent = beat.tick() => match sup.ledger.heartbeat(sup.lease, sup.lease_for).await {
-                // A renewal counts from its tick, no later than it was sent (as the lease
-                // counts from when its claim was sent).
-                Ok(Heartbeat::Held) => renewed = sent,
-                Ok(Heartbeat::CancelRequested { by }) => {
-                    renewed = sent;
-                    request(&mut stop, Stop::Replaced { by }, kill.as_mut());
+            sent = beat.tick() => {
+                let (at, why) = renew(&sup, sent, renewed).await;
+                renewed = at;
+                if let Some(why) = why {
+                    request(&mut stop, why, kill.as_mut());
                 }
-                Ok(Heartbeat::Lost) => request(&mut stop, Stop::Lost, kill.as_mut()),
-                Err(err) => {
-                    tracing::warn!(job = %job, key = %key, error = %err, "cannot renew the execution lease");
-                    if renewed.elapsed() >= sup.lease_for {
-                        request(&mut stop, Stop::Lost, kill.as_mut());
-                    }
-                }
-            },
+            }
         }
     };
     match (joined, stop) {
