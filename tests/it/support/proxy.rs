@@ -192,11 +192,11 @@ async fn forward(
     let (mut upstream_rx, mut upstream_tx) = upstream.into_split();
     let broken = |m: &Mode| matches!(m, Mode::Cut | Mode::Stalled);
     tokio::select! {
-        () = pump(&mut client_rx, &mut upstream_tx, None) => {
+        _ = tokio::io::copy(&mut client_rx, &mut upstream_tx) => {
             set(false);
             return;
         }
-        () = pump(&mut upstream_rx, &mut client_tx, Some(mode.clone())) => {
+        () = replies(&mut upstream_rx, &mut client_tx, mode.clone()) => {
             set(false);
             return;
         }
@@ -206,22 +206,20 @@ async fn forward(
     hold((client_rx, client_tx, upstream_rx, upstream_tx), mode).await;
 }
 
-/// Copies `from` to `to` until either closes; with `held`, each chunk waits until the proxy
-/// forwards again.
-async fn pump(
+/// Copies the target's replies `from` to the client `to` until either closes, each chunk
+/// waiting until the proxy forwards again.
+async fn replies(
     from: &mut OwnedReadHalf,
     to: &mut OwnedWriteHalf,
-    mut held: Option<watch::Receiver<Mode>>,
+    mut mode: watch::Receiver<Mode>,
 ) {
     let mut buf = vec![0; 16 * 1024];
     loop {
         let Ok(n @ 1..) = from.read(&mut buf).await else {
             return;
         };
-        if let Some(mode) = held.as_mut() {
-            // Cut or stalled meanwhile: the caller drops or holds the sockets.
-            let _ = mode.wait_for(|m| *m == Mode::Open).await;
-        }
+        // Cut or stalled meanwhile: the caller drops or holds the sockets.
+        let _ = mode.wait_for(|m| *m == Mode::Open).await;
         if to.write_all(&buf[..n]).await.is_err() {
             return;
         }
