@@ -7,6 +7,13 @@
 //! after that (a stalled link to the store, a process frozen between its claim and its
 //! start) is renewed before its handler starts: its lease may have lapsed meanwhile and the
 //! reaper handed the occurrence to another consumer, which then runs it alone.
+//!
+//! The handler runs only while the lease holds by this process's clock. A renewal that
+//! fails is tried again a twelfth of the lease later, not a period later, so that a short
+//! outage of the store costs no attempt; a renewal still unanswered when the lease runs
+//! out (a link that stalled: its packets dropped, not refused) stops the handler then, not
+//! when the store's client gives up on the call, seconds later, while the reaper may
+//! already have handed the occurrence to another consumer.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,21 +64,28 @@ pub(crate) struct Supervision<'a> {
     pub(crate) cancels: watch::Receiver<u64>,
 }
 
-/// Renews the lease last renewed at `renewed`, with a renewal `sent` now or at its tick
-/// (no later than it is sent): when the lease now counts from, and why the attempt must
-/// stop, if it must (its claim lost or taken over, a newer occurrence or an operator's
-/// cancel asking it to). While the store does not answer, the attempt goes on until the
-/// lease has run out by this process's clock.
-async fn renew(sup: &Supervision<'_>, sent: Instant, renewed: Instant) -> (Instant, Option<Stop>) {
+/// What a renewal of the lease found.
+enum Renewal {
+    /// The lease is held, now counted from when the renewal was sent; with why the attempt
+    /// must stop when a newer occurrence or an operator's cancel asks it to.
+    Held(Option<Stop>),
+    /// The claim, or a slot it held, belongs to someone else now.
+    Lost,
+    /// The store did not answer (the error is logged): the lease still counts from the
+    /// last renewal that was answered.
+    Unanswered,
+}
+
+/// Renews the lease of the attempt `sup` supervises.
+async fn renew(sup: &Supervision<'_>) -> Renewal {
     match sup.ledger.heartbeat(sup.lease, sup.lease_for).await {
-        Ok(Heartbeat::Held) => (sent, None),
-        Ok(Heartbeat::CancelRequested { by }) => (sent, Some(Stop::Replaced { by })),
-        Ok(Heartbeat::Lost) => (renewed, Some(Stop::Lost)),
+        Ok(Heartbeat::Held) => Renewal::Held(None),
+        Ok(Heartbeat::CancelRequested { by }) => Renewal::Held(Some(Stop::Replaced { by })),
+        Ok(Heartbeat::Lost) => Renewal::Lost,
         Err(err) => {
             let (job, key) = (&sup.lease.job, &sup.lease.key);
             tracing::warn!(job = %job, key = %key, error = %err, "cannot renew the execution lease");
-            let lapsed = renewed.elapsed() >= sup.lease_for;
-            (renewed, lapsed.then_some(Stop::Lost))
+            Renewal::Unanswered
         }
     }
 }
@@ -88,13 +102,25 @@ pub(crate) async fn supervise(
     let mut renewed = sup.renewed;
     if renewed.elapsed() >= every {
         let late = renewed.elapsed();
-        let (at, stop) = renew(&sup, Instant::now(), renewed).await;
+        let sent = Instant::now();
+        // The handler has not started: waiting for the answer runs nothing past the lease.
+        let stop = match renew(&sup).await {
+            Renewal::Held(why) => {
+                renewed = sent;
+                why
+            }
+            Renewal::Lost => Some(Stop::Lost),
+            // Started only while the lease holds by this process's clock.
+            Renewal::Unanswered => (renewed.elapsed() >= sup.lease_for).then_some(Stop::Lost),
+        };
         if let Some(why) = stop {
             tracing::info!(job = %job, key = %key, late_ms = late.as_millis() as u64, reason = ?why, "not starting an attempt whose claim was answered late");
             return Exit::Stopped(why, None);
         }
-        renewed = at;
     }
+    // A failed renewal is tried again a twelfth of the lease later (a quarter of the usual
+    // period; at most a period), so that a store back within the lease renews it in time.
+    let retry = (sup.lease_for / 12).clamp(Duration::from_millis(50), every);
     let token = CancellationToken::new();
     // Aborted when the attempt is dropped (e.g. the consumer is torn down).
     let mut task = AbortOnDropHandle::new(tokio::spawn(runner.run(
@@ -148,11 +174,30 @@ pub(crate) async fn supervise(
                 Ok(()) => beat.reset_immediately(),
                 Err(_) => watching = false,
             },
-            sent = beat.tick() => {
-                let (at, why) = renew(&sup, sent, renewed).await;
-                renewed = at;
-                if let Some(why) = why {
-                    request(&mut stop, why, kill.as_mut());
+            // A lost claim is not renewed: nothing may be recorded for its attempt.
+            sent = beat.tick(), if stop != Some(Stop::Lost) => {
+                // Past the lease's end the reaper may hand the occurrence to another
+                // consumer: a renewal not answered by then stops the handler, and one due
+                // after it is not sent.
+                let lapses = renewed + sup.lease_for;
+                let renewal = if sent < lapses {
+                    tokio::time::timeout_at(lapses, renew(&sup)).await.ok()
+                } else {
+                    None
+                };
+                match renewal {
+                    Some(Renewal::Held(why)) => {
+                        renewed = sent;
+                        if let Some(why) = why {
+                            request(&mut stop, why, kill.as_mut());
+                        }
+                    }
+                    Some(Renewal::Lost) => request(&mut stop, Stop::Lost, kill.as_mut()),
+                    Some(Renewal::Unanswered) => beat.reset_after(retry),
+                    None => {
+                        tracing::warn!(job = %job, key = %key, lease_ms = sup.lease_for.as_millis() as u64, "the execution lease ran out before a renewal was answered");
+                        request(&mut stop, Stop::Lost, kill.as_mut());
+                    }
                 }
             }
         }

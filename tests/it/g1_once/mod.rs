@@ -6,3 +6,4 @@ mod every_second;
 mod fence;
 mod late_claim;
 mod long_job;
+mod stalled_renewal;

@@ -1,0 +1,176 @@
+//! A link to Redis that stalls (its packets dropped, not refused) while a handler runs,
+//! through real processes: consumer a reaches Redis through a proxy the test stalls.
+//! Stalled past the lease, a stops its handler when the lease runs out by its own clock,
+//! not when the stalled renewal's call gives up, seconds later, while consumer b, to which
+//! the reaper hands the occurrence, runs it. Stalled for less than the lease, a renews it
+//! once the link is back and runs it once; b never does.
+//!
+//! Routing as in `late_claim`: a serves the queue `default`, where the test publishes; the
+//! job's own queue is `slow`, which only b serves, and where the reaper republishes.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use cronq_shared::runlog::Outcome;
+
+use crate::support::consumer_process::{
+    WAIT, assert_taken_over, consumer_args, publish, runs, started,
+};
+use crate::support::occurrences::occurrence;
+use crate::support::proxy::{Link, Proxy};
+use crate::support::{TestEnv, eventually, scoped};
+
+/// Both consumers' execution lease: a heartbeat every 667 ms.
+const LEASE: &str = "2s";
+/// [`LEASE`] in milliseconds.
+const LEASE_MS: i64 = 2000;
+/// What a's log says when its lease runs out with a renewal unanswered.
+const RAN_OUT: &str = "the execution lease ran out before a renewal was answered";
+
+/// The config: `long` (on `slow`, overlap `skip`: its claim keeps the message for the
+/// reaper) notes `FENCE` at each start, then runs 4 s; `other` only gives a its queue
+/// `default`.
+fn config(env: &TestEnv) -> (PathBuf, PathBuf) {
+    env.track_queue("default");
+    env.track_queue("slow");
+    let starts = env.dir.join("starts");
+    let config = env.write_config(
+        "cronq.toml",
+        &format!(
+            r#"
+[[job]]
+name = "long"
+schedule = "0 0 1 1 *"
+queue = "slow"
+overlap = "skip"
+max_attempts = 1
+command = ["sh", "-c", "echo $CRONQ_FENCE >> {}; sleep 4"]
+
+[[job]]
+name = "other"
+schedule = "0 0 1 1 *"
+command = ["true"]
+"#,
+            starts.display()
+        ),
+    );
+    (config, starts)
+}
+
+/// The fences noted by the starts of `long`.
+fn starts(path: &Path) -> Vec<u64> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// When a's JSON log says it stopped `long`'s attempt as lost.
+fn stopped_as_lost(log: &str) -> Option<DateTime<Utc>> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|l| l["message"] == "stopping attempt" && l["reason"] == "Lost")
+        .and_then(|l| DateTime::parse_from_rfc3339(l["timestamp"].as_str()?).ok())
+        .map(|t| t.with_timezone(&Utc))
+}
+
+/// Starts a (serving `default`, its Redis link through a proxy it returns, logging JSON)
+/// and b (serving `slow`); publishes `long`'s occurrence; once a's handler has noted its
+/// start in `log` and run a second (past its first heartbeat), stalls a's link. Returns
+/// the proxy and when it stalled.
+async fn stalled_while_running(env: &TestEnv, config: &Path, log: &Path) -> (Proxy, DateTime<Utc>) {
+    let config = config.to_str().unwrap();
+    let (proxy, through) = Proxy::before(Link::Redis).await;
+    let mut a = env.cronq();
+    a.env(Link::Redis.var(), &through)
+        .args(["--log-format", "json"])
+        .args(consumer_args(config, "a", LEASE))
+        .args(["--queues", "default"]);
+    env.spawn_command("a", a);
+    let mut b_args = consumer_args(config, "b", LEASE);
+    b_args.extend(["--queues", "slow"]);
+    env.spawn("b", &b_args);
+    started(env, "a").await;
+    started(env, "b").await;
+    publish(env, occurrence("long", 1)).await;
+    eventually(WAIT, "a to start the occurrence", || async {
+        (!starts(log).is_empty()).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    proxy.stall();
+    (proxy, Utc::now())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_link_stalled_past_the_lease_stops_the_handler_when_the_lease_runs_out() {
+    scoped("stalled_renewal_long", |env| async move {
+        let (config, log) = config(&env);
+        let (proxy, stalled) = stalled_while_running(&env, &config, &log).await;
+        let stopped = eventually(WAIT, "a to stop its attempt as lost", || async {
+            stopped_as_lost(&env.log("a"))
+        })
+        .await;
+        proxy.restore();
+        // The last renewal answered was sent at most a heartbeat before the stall, so the
+        // lease ran out 1.33 to 2 s after it. Stalled, the renewal's call gives up after
+        // the client's 3 s response timeout: a stop counted from there is 3 s or more.
+        let after = (stopped - stalled).num_milliseconds();
+        assert!(
+            (1000..=LEASE_MS + 600).contains(&after),
+            "a stopped its handler {after} ms after the stall (lease {LEASE_MS} ms)\n{}",
+            env.log("a")
+        );
+        assert!(env.log("a").contains(RAN_OUT), "{}", env.log("a"));
+        eprintln!("a stopped its handler {after} ms after its link to Redis stalled");
+        let done = eventually(WAIT, "b's success and a's lost attempt", || async {
+            let r = runs(&env, "long").await;
+            (r.len() == 2).then_some(r)
+        })
+        .await;
+        assert_taken_over(&done, "a", "b", &env.log("a"));
+        let fences = starts(&log);
+        assert!(
+            fences.len() == 2 && fences[0] < fences[1],
+            "a's start, then b's with a greater fence: {fences:?}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_link_stalled_for_less_than_the_lease_keeps_the_attempt() {
+    scoped("stalled_renewal_short", |env| async move {
+        let (config, log) = config(&env);
+        let (proxy, _) = stalled_while_running(&env, &config, &log).await;
+        // 800 ms: the renewal sent meanwhile fails as the link comes back (its connection
+        // dropped), and the one tried a sixth of a second later renews the lease, which ran
+        // until 1.33 to 2 s after the stall.
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        proxy.restore();
+        eventually(WAIT, "a's run of the occurrence", || async {
+            let r = runs(&env, "long").await;
+            (!r.is_empty()).then_some(())
+        })
+        .await;
+        // Time for b's reaper (every second) to hand the occurrence out again, were its
+        // lease left to lapse.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let outcomes: Vec<_> = runs(&env, "long")
+            .await
+            .iter()
+            .map(|r| (r.consumer.clone(), r.outcome))
+            .collect();
+        assert_eq!(
+            outcomes,
+            vec![("a".to_owned(), Outcome::Succeeded)],
+            "{}",
+            env.log("a")
+        );
+        assert_eq!(starts(&log).len(), 1, "{}", env.log("b"));
+        assert!(stopped_as_lost(&env.log("a")).is_none(), "{}", env.log("a"));
+    })
+    .await;
+}
