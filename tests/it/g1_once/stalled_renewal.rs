@@ -3,7 +3,9 @@
 //! Stalled past the lease, a stops its handler when the lease runs out by its own clock,
 //! not when the stalled renewal's call gives up, seconds later, while consumer b, to which
 //! the reaper hands the occurrence, runs it. Stalled for less than the lease, a renews it
-//! once the link is back and runs it once; b never does.
+//! once the link is back and runs it once; b never does. A renewal answered late, then the
+//! link stalled: the lease counts from when that renewal was sent, not from its answer
+//! nor from the renewal before it.
 //!
 //! Routing as in `late_claim`: a serves the queue `default`, where the test publishes; the
 //! job's own queue is `slow`, which only b serves, and where the reaper republishes.
@@ -25,13 +27,16 @@ use crate::support::{TestEnv, eventually, scoped};
 const LEASE: &str = "2s";
 /// [`LEASE`] in milliseconds.
 const LEASE_MS: i64 = 2000;
+/// The lease of the late answer's test: a heartbeat every second.
+const LONG_LEASE: &str = "3s";
 /// What a's log says when its lease runs out with a renewal unanswered.
 const RAN_OUT: &str = "the execution lease ran out before a renewal was answered";
 
 /// The config: `long` (on `slow`, overlap `skip`: its claim keeps the message for the
-/// reaper) notes `FENCE` at each start, then runs 4 s; `other` only gives a its queue
+/// reaper) notes `FENCE` at each start; its first start then runs `secs`, a later one
+/// (b's, after the reaper handed it out) ends at once. `other` only gives a its queue
 /// `default`.
-fn config(env: &TestEnv) -> (PathBuf, PathBuf) {
+fn config(env: &TestEnv, secs: u32) -> (PathBuf, PathBuf) {
     env.track_queue("default");
     env.track_queue("slow");
     let starts = env.dir.join("starts");
@@ -45,14 +50,14 @@ schedule = "0 0 1 1 *"
 queue = "slow"
 overlap = "skip"
 max_attempts = 1
-command = ["sh", "-c", "echo $CRONQ_FENCE >> {}; sleep 4"]
+command = ["sh", "-c", "echo $CRONQ_FENCE >> {0}; [ $(wc -l < {0}) -gt 1 ] || sleep {secs}"]
 
 [[job]]
 name = "other"
 schedule = "0 0 1 1 *"
 command = ["true"]
 "#,
-            starts.display()
+            starts.display(),
         ),
     );
     (config, starts)
@@ -77,19 +82,18 @@ fn stopped_as_lost(log: &str) -> Option<DateTime<Utc>> {
 }
 
 /// Starts a (serving `default`, its Redis link through a proxy it returns, logging JSON)
-/// and b (serving `slow`); publishes `long`'s occurrence; once a's handler has noted its
-/// start in `log` and run a second (past its first heartbeat), stalls a's link. Returns
-/// the proxy and when it stalled.
-async fn stalled_while_running(env: &TestEnv, config: &Path, log: &Path) -> (Proxy, DateTime<Utc>) {
+/// and b (serving `slow`), each with `lease`; publishes `long`'s occurrence; returns once
+/// a's handler has noted its start in `log`.
+async fn running_on_a(env: &TestEnv, config: &Path, log: &Path, lease: &str) -> Proxy {
     let config = config.to_str().unwrap();
     let (proxy, through) = Proxy::before(Link::Redis).await;
     let mut a = env.cronq();
     a.env(Link::Redis.var(), &through)
         .args(["--log-format", "json"])
-        .args(consumer_args(config, "a", LEASE))
+        .args(consumer_args(config, "a", lease))
         .args(["--queues", "default"]);
     env.spawn_command("a", a);
-    let mut b_args = consumer_args(config, "b", LEASE);
+    let mut b_args = consumer_args(config, "b", lease);
     b_args.extend(["--queues", "slow"]);
     env.spawn("b", &b_args);
     started(env, "a").await;
@@ -99,6 +103,13 @@ async fn stalled_while_running(env: &TestEnv, config: &Path, log: &Path) -> (Pro
         (!starts(log).is_empty()).then_some(())
     })
     .await;
+    proxy
+}
+
+/// [`running_on_a`] with [`LEASE`], then a's link stalled once its handler has run a
+/// second (past its first heartbeat): the proxy, and when it stalled.
+async fn stalled_while_running(env: &TestEnv, config: &Path, log: &Path) -> (Proxy, DateTime<Utc>) {
+    let proxy = running_on_a(env, config, log, LEASE).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     proxy.stall();
     (proxy, Utc::now())
@@ -107,7 +118,7 @@ async fn stalled_while_running(env: &TestEnv, config: &Path, log: &Path) -> (Pro
 #[tokio::test(flavor = "multi_thread")]
 async fn a_link_stalled_past_the_lease_stops_the_handler_when_the_lease_runs_out() {
     scoped("stalled_renewal_long", |env| async move {
-        let (config, log) = config(&env);
+        let (config, log) = config(&env, 4);
         let (proxy, stalled) = stalled_while_running(&env, &config, &log).await;
         let stopped = eventually(WAIT, "a to stop its attempt as lost", || async {
             stopped_as_lost(&env.log("a"))
@@ -143,7 +154,7 @@ async fn a_link_stalled_past_the_lease_stops_the_handler_when_the_lease_runs_out
 #[tokio::test(flavor = "multi_thread")]
 async fn a_link_stalled_for_less_than_the_lease_keeps_the_attempt() {
     scoped("stalled_renewal_short", |env| async move {
-        let (config, log) = config(&env);
+        let (config, log) = config(&env, 4);
         let (proxy, _) = stalled_while_running(&env, &config, &log).await;
         // 800 ms: the renewal sent meanwhile fails as the link comes back (its connection
         // dropped), and the one tried a sixth of a second later renews the lease, which ran
@@ -171,6 +182,46 @@ async fn a_link_stalled_for_less_than_the_lease_keeps_the_attempt() {
         );
         assert_eq!(starts(&log).len(), 1, "{}", env.log("b"));
         assert!(stopped_as_lost(&env.log("a")).is_none(), "{}", env.log("a"));
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_renewal_answered_late_counts_from_when_it_was_sent() {
+    scoped("stalled_renewal_late", |env| async move {
+        let (config, log) = config(&env, 9);
+        let proxy = running_on_a(&env, &config, &log, LONG_LEASE).await;
+        // Past a's first heartbeat (1 s after its claim), before its second (2 s): that one
+        // reaches Redis, and its answer is held 1.8 s. Then it is handed over, and nothing a
+        // sends reaches Redis any more.
+        tokio::time::sleep(Duration::from_millis(1300)).await;
+        proxy.hold_replies();
+        let held = Utc::now();
+        tokio::time::sleep(Duration::from_millis(1800)).await;
+        proxy.hold_requests();
+        let stopped = eventually(WAIT, "a to stop its attempt as lost", || async {
+            stopped_as_lost(&env.log("a"))
+        })
+        .await;
+        proxy.restore();
+        // The renewal answered late was sent about 0.7 s after the hold, so its lease ran
+        // out 3.7 s after it. Counted from its answer (1.8 s after the hold), the lease
+        // would have run out 4.8 s after it; counted from the renewal before (about 0.3 s
+        // before the hold), 2.7 s.
+        let after = (stopped - held).num_milliseconds();
+        assert!(
+            (3000..=4250).contains(&after),
+            "a stopped its handler {after} ms after its answers were held (lease 3 s)\n{}",
+            env.log("a")
+        );
+        assert!(env.log("a").contains(RAN_OUT), "{}", env.log("a"));
+        eprintln!("a stopped its handler {after} ms after its answers were held");
+        let done = eventually(WAIT, "b's success and a's lost attempt", || async {
+            let r = runs(&env, "long").await;
+            (r.len() == 2).then_some(r)
+        })
+        .await;
+        assert_taken_over(&done, "a", "b", &env.log("a"));
     })
     .await;
 }

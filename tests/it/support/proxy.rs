@@ -4,8 +4,9 @@
 //! [`Proxy::stall`], which keeps every connection open but passes no byte either way (a
 //! service that hangs), or [`Proxy::hold_replies`], which passes the client's bytes to the
 //! service but holds back the service's answers (a request that arrives, and whose answer
-//! comes late); [`Proxy::restore`] drops the stalled connections, hands over the answers
-//! held back, and lets new connections through again. The service itself never stops, so
+//! comes late), or [`Proxy::hold_requests`], which hands over the answers (those held back
+//! too) but holds back what clients send; [`Proxy::restore`] drops the stalled connections,
+//! hands over what was held back, and lets new connections through again. The service itself never stops, so
 //! the other tests using it see nothing.
 //! [`Proxy::upstream_ports`] names the proxy's own connections to the service, so a test
 //! can close them at the service's end (`CLIENT KILL`, `rabbitmqctl close_connection`).
@@ -61,6 +62,20 @@ enum Mode {
     Stalled,
     /// Forwards the client's bytes, holds back the service's.
     RepliesHeld,
+    /// Forwards the service's bytes, holds back the client's.
+    RequestsHeld,
+}
+
+impl Mode {
+    /// Whether a client's bytes pass now.
+    fn passes_requests(self) -> bool {
+        matches!(self, Self::Open | Self::RepliesHeld)
+    }
+
+    /// Whether the service's bytes pass now.
+    fn passes_replies(self) -> bool {
+        matches!(self, Self::Open | Self::RequestsHeld)
+    }
 }
 
 /// A running proxy; dropping it ends it and every connection through it.
@@ -96,7 +111,7 @@ impl Proxy {
                         Mode::Stalled => {
                             tokio::spawn(hold(vec![client], mode.subscribe()));
                         }
-                        Mode::Open | Mode::RepliesHeld => {
+                        Mode::Open | Mode::RepliesHeld | Mode::RequestsHeld => {
                             tokio::spawn(forward(
                                 client,
                                 target.clone(),
@@ -150,7 +165,13 @@ impl Proxy {
         self.mode.send_replace(Mode::RepliesHeld);
     }
 
-    /// Drops the stalled connections, hands over the answers held back, and lets new
+    /// Hands over the answers held back and every answer after them, but passes none of
+    /// what clients send until [`Proxy::restore`], which sends it on.
+    pub fn hold_requests(&self) {
+        self.mode.send_replace(Mode::RequestsHeld);
+    }
+
+    /// Drops the stalled connections, hands over what was held back, and lets new
     /// connections through again.
     pub fn restore(&self) {
         self.mode.send_replace(Mode::Open);
@@ -166,7 +187,7 @@ impl Drop for Proxy {
 
 /// Copies both ways between `client` and `target` until either side closes or the proxy
 /// cuts or stalls; both sockets are dropped then, or held while it stalls. While the
-/// proxy holds replies, what the target sends waits (in the sockets' buffers).
+/// proxy holds replies or requests, what that side sends waits (in the sockets' buffers).
 async fn forward(
     client: TcpStream,
     target: String,
@@ -192,11 +213,11 @@ async fn forward(
     let (mut upstream_rx, mut upstream_tx) = upstream.into_split();
     let broken = |m: &Mode| matches!(m, Mode::Cut | Mode::Stalled);
     tokio::select! {
-        _ = tokio::io::copy(&mut client_rx, &mut upstream_tx) => {
+        () = pump(&mut client_rx, &mut upstream_tx, mode.clone(), Mode::passes_requests) => {
             set(false);
             return;
         }
-        () = replies(&mut upstream_rx, &mut client_tx, mode.clone()) => {
+        () = pump(&mut upstream_rx, &mut client_tx, mode.clone(), Mode::passes_replies) => {
             set(false);
             return;
         }
@@ -206,12 +227,13 @@ async fn forward(
     hold((client_rx, client_tx, upstream_rx, upstream_tx), mode).await;
 }
 
-/// Copies the target's replies `from` to the client `to` until either closes, each chunk
-/// waiting until the proxy forwards again.
-async fn replies(
+/// Copies `from` to `to` until either closes, each chunk waiting until the proxy's mode
+/// `passes` it.
+async fn pump(
     from: &mut OwnedReadHalf,
     to: &mut OwnedWriteHalf,
     mut mode: watch::Receiver<Mode>,
+    passes: fn(Mode) -> bool,
 ) {
     let mut buf = vec![0; 16 * 1024];
     loop {
@@ -219,7 +241,7 @@ async fn replies(
             return;
         };
         // Cut or stalled meanwhile: the caller drops or holds the sockets.
-        let _ = mode.wait_for(|m| *m == Mode::Open).await;
+        let _ = mode.wait_for(|m| passes(*m)).await;
         if to.write_all(&buf[..n]).await.is_err() {
             return;
         }
