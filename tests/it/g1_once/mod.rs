@@ -6,4 +6,5 @@ mod every_second;
 mod fence;
 mod late_claim;
 mod long_job;
+mod routed;
 mod stalled_renewal;

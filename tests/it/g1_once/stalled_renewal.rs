@@ -7,20 +7,18 @@
 //! link stalled: the lease counts from when that renewal was sent, not from its answer
 //! nor from the renewal before it.
 //!
-//! Routing as in `late_claim`: a serves the queue `default`, where the test publishes; the
-//! job's own queue is `slow`, which only b serves, and where the reaper republishes.
+//! a serves the queue `default`, where the test publishes; b the job's own queue, where the
+//! reaper republishes (`routed`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use cronq_shared::runlog::Outcome;
 
-use crate::support::consumer_process::{
-    WAIT, assert_taken_over, consumer_args, publish, runs, started,
-};
+use super::routed::{self, fences};
+use crate::support::consumer_process::{WAIT, assert_taken_over, publish, runs};
 use crate::support::occurrences::occurrence;
-use crate::support::proxy::{Link, Proxy};
+use crate::support::proxy::Proxy;
 use crate::support::{TestEnv, eventually, scoped};
 
 /// Both consumers' execution lease: a heartbeat every 667 ms.
@@ -32,44 +30,11 @@ const LONG_LEASE: &str = "3s";
 /// What a's log says when its lease runs out with a renewal unanswered.
 const RAN_OUT: &str = "the execution lease ran out before a renewal was answered";
 
-/// The config: `long` (on `slow`, overlap `skip`: its claim keeps the message for the
-/// reaper) notes `FENCE` at each start; its first start then runs `secs`, a later one
-/// (b's, after the reaper handed it out) ends at once. `other` only gives a its queue
-/// `default`.
+/// [`routed::config`] of `long`: its first start runs `secs`, a later one (b's, after the
+/// reaper handed it out) ends at once.
 fn config(env: &TestEnv, secs: u32) -> (PathBuf, PathBuf) {
-    env.track_queue("default");
-    env.track_queue("slow");
-    let starts = env.dir.join("starts");
-    let config = env.write_config(
-        "cronq.toml",
-        &format!(
-            r#"
-[[job]]
-name = "long"
-schedule = "0 0 1 1 *"
-queue = "slow"
-overlap = "skip"
-max_attempts = 1
-command = ["sh", "-c", "echo $CRONQ_FENCE >> {0}; [ $(wc -l < {0}) -gt 1 ] || sleep {secs}"]
-
-[[job]]
-name = "other"
-schedule = "0 0 1 1 *"
-command = ["true"]
-"#,
-            starts.display(),
-        ),
-    );
-    (config, starts)
-}
-
-/// The fences noted by the starts of `long`.
-fn starts(path: &Path) -> Vec<u64> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
+    let then = format!("[ $(wc -l < {{starts}}) -gt 1 ] || sleep {secs}");
+    routed::config(env, "long", &then)
 }
 
 /// When a's JSON log says it stopped `long`'s attempt as lost.
@@ -81,26 +46,13 @@ fn stopped_as_lost(log: &str) -> Option<DateTime<Utc>> {
         .map(|t| t.with_timezone(&Utc))
 }
 
-/// Starts a (serving `default`, its Redis link through a proxy it returns, logging JSON)
-/// and b (serving `slow`), each with `lease`; publishes `long`'s occurrence; returns once
-/// a's handler has noted its start in `log`.
+/// [`routed::start`] with `lease`; publishes `long`'s occurrence; returns once a's handler
+/// has noted its start in `log`.
 async fn running_on_a(env: &TestEnv, config: &Path, log: &Path, lease: &str) -> Proxy {
-    let config = config.to_str().unwrap();
-    let (proxy, through) = Proxy::before(Link::Redis).await;
-    let mut a = env.cronq();
-    a.env(Link::Redis.var(), &through)
-        .args(["--log-format", "json"])
-        .args(consumer_args(config, "a", lease))
-        .args(["--queues", "default"]);
-    env.spawn_command("a", a);
-    let mut b_args = consumer_args(config, "b", lease);
-    b_args.extend(["--queues", "slow"]);
-    env.spawn("b", &b_args);
-    started(env, "a").await;
-    started(env, "b").await;
+    let proxy = routed::start(env, config, lease).await;
     publish(env, occurrence("long", 1)).await;
     eventually(WAIT, "a to start the occurrence", || async {
-        (!starts(log).is_empty()).then_some(())
+        (!fences(log).is_empty()).then_some(())
     })
     .await;
     proxy
@@ -142,7 +94,7 @@ async fn a_link_stalled_past_the_lease_stops_the_handler_when_the_lease_runs_out
         })
         .await;
         assert_taken_over(&done, "a", "b", &env.log("a"));
-        let fences = starts(&log);
+        let fences = fences(&log);
         assert!(
             fences.len() == 2 && fences[0] < fences[1],
             "a's start, then b's with a greater fence: {fences:?}"
@@ -169,18 +121,7 @@ async fn a_link_stalled_for_less_than_the_lease_keeps_the_attempt() {
         // Time for b's reaper (every second) to hand the occurrence out again, were its
         // lease left to lapse.
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        let outcomes: Vec<_> = runs(&env, "long")
-            .await
-            .iter()
-            .map(|r| (r.consumer.clone(), r.outcome))
-            .collect();
-        assert_eq!(
-            outcomes,
-            vec![("a".to_owned(), Outcome::Succeeded)],
-            "{}",
-            env.log("a")
-        );
-        assert_eq!(starts(&log).len(), 1, "{}", env.log("b"));
+        routed::assert_ran_once_on_a(&env, &runs(&env, "long").await, fences(&log).len());
         assert!(stopped_as_lost(&env.log("a")).is_none(), "{}", env.log("a"));
     })
     .await;
