@@ -10,6 +10,7 @@
 //! a serves the queue `default`, where the test publishes; b the job's own queue, where the
 //! reaper republishes (`routed`).
 
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -46,6 +47,36 @@ fn stopped_as_lost(log: &str) -> Option<DateTime<Utc>> {
         .map(|t| t.with_timezone(&Utc))
 }
 
+/// Waits until a stops its attempt as lost, which it must have done `within` these many
+/// milliseconds `since` the fault, its lease run out with a renewal unanswered; then, the
+/// proxy restored, that b's run was the one success and a's attempt is listed as lost.
+async fn stopped_when_the_lease_ran_out(
+    env: &TestEnv,
+    proxy: &Proxy,
+    since: DateTime<Utc>,
+    within: RangeInclusive<i64>,
+) {
+    let stopped = eventually(WAIT, "a to stop its attempt as lost", || async {
+        stopped_as_lost(&env.log("a"))
+    })
+    .await;
+    proxy.restore();
+    let after = (stopped - since).num_milliseconds();
+    assert!(
+        within.contains(&after),
+        "a stopped its handler {after} ms after the fault, not within {within:?} ms\n{}",
+        env.log("a")
+    );
+    assert!(env.log("a").contains(RAN_OUT), "{}", env.log("a"));
+    eprintln!("a stopped its handler {after} ms after the fault");
+    let done = eventually(WAIT, "b's success and a's lost attempt", || async {
+        let r = runs(env, "long").await;
+        (r.len() == 2).then_some(r)
+    })
+    .await;
+    assert_taken_over(&done, "a", "b", &env.log("a"));
+}
+
 /// [`routed::start`] with `lease`; publishes `long`'s occurrence; returns once a's handler
 /// has noted its start in `log`.
 async fn running_on_a(env: &TestEnv, config: &Path, log: &Path, lease: &str) -> Proxy {
@@ -72,28 +103,10 @@ async fn a_link_stalled_past_the_lease_stops_the_handler_when_the_lease_runs_out
     scoped("stalled_renewal_long", |env| async move {
         let (config, log) = config(&env, 4);
         let (proxy, stalled) = stalled_while_running(&env, &config, &log).await;
-        let stopped = eventually(WAIT, "a to stop its attempt as lost", || async {
-            stopped_as_lost(&env.log("a"))
-        })
-        .await;
-        proxy.restore();
         // The last renewal answered was sent at most a heartbeat before the stall, so the
         // lease ran out 1.33 to 2 s after it. Stalled, the renewal's call gives up after
         // the client's 3 s response timeout: a stop counted from there is 3 s or more.
-        let after = (stopped - stalled).num_milliseconds();
-        assert!(
-            (1000..=LEASE_MS + 600).contains(&after),
-            "a stopped its handler {after} ms after the stall (lease {LEASE_MS} ms)\n{}",
-            env.log("a")
-        );
-        assert!(env.log("a").contains(RAN_OUT), "{}", env.log("a"));
-        eprintln!("a stopped its handler {after} ms after its link to Redis stalled");
-        let done = eventually(WAIT, "b's success and a's lost attempt", || async {
-            let r = runs(&env, "long").await;
-            (r.len() == 2).then_some(r)
-        })
-        .await;
-        assert_taken_over(&done, "a", "b", &env.log("a"));
+        stopped_when_the_lease_ran_out(&env, &proxy, stalled, 1000..=LEASE_MS + 600).await;
         let fences = fences(&log);
         assert!(
             fences.len() == 2 && fences[0] < fences[1],
@@ -140,29 +153,11 @@ async fn a_renewal_answered_late_counts_from_when_it_was_sent() {
         let held = Utc::now();
         tokio::time::sleep(Duration::from_millis(1800)).await;
         proxy.hold_requests();
-        let stopped = eventually(WAIT, "a to stop its attempt as lost", || async {
-            stopped_as_lost(&env.log("a"))
-        })
-        .await;
-        proxy.restore();
-        // The renewal answered late was sent about 0.7 s after the hold, so its lease ran
-        // out 3.7 s after it. Counted from its answer (1.8 s after the hold), the lease
-        // would have run out 4.8 s after it; counted from the renewal before (about 0.3 s
-        // before the hold), 2.7 s.
-        let after = (stopped - held).num_milliseconds();
-        assert!(
-            (3000..=4250).contains(&after),
-            "a stopped its handler {after} ms after its answers were held (lease 3 s)\n{}",
-            env.log("a")
-        );
-        assert!(env.log("a").contains(RAN_OUT), "{}", env.log("a"));
-        eprintln!("a stopped its handler {after} ms after its answers were held");
-        let done = eventually(WAIT, "b's success and a's lost attempt", || async {
-            let r = runs(&env, "long").await;
-            (r.len() == 2).then_some(r)
-        })
-        .await;
-        assert_taken_over(&done, "a", "b", &env.log("a"));
+        // The renewal answered late was sent 0 to 1 s after the hold (0.7 s: a's
+        // heartbeats fall 1 and 2 s after its claim), so its lease ran out 3 to 4 s after
+        // it. Counted from its answer (1.8 s after the hold), the lease would have run out
+        // 4.8 s after it; counted from the renewal before, 2 to 3 s.
+        stopped_when_the_lease_ran_out(&env, &proxy, held, 3000..=4250).await;
     })
     .await;
 }
