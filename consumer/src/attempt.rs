@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use cronq_shared::ledger::{ExecutionLease, Heartbeat, Ledger};
 use cronq_shared::message::Occurrence;
+use cronq_shared::store::StoreError;
 use tokio::sync::watch;
 
 use tokio::time::Instant;
@@ -71,9 +72,9 @@ enum Renewal {
     Held(Option<Stop>),
     /// The claim, or a slot it held, belongs to someone else now.
     Lost,
-    /// The store did not answer (the error is logged): the lease still counts from the
-    /// last renewal that was answered.
-    Unanswered,
+    /// The store did not answer: the lease still counts from the last renewal that was
+    /// answered.
+    Unanswered(StoreError),
 }
 
 /// Renews the lease of the attempt `sup` supervises.
@@ -82,11 +83,25 @@ async fn renew(sup: &Supervision<'_>) -> Renewal {
         Ok(Heartbeat::Held) => Renewal::Held(None),
         Ok(Heartbeat::CancelRequested { by }) => Renewal::Held(Some(Stop::Replaced { by })),
         Ok(Heartbeat::Lost) => Renewal::Lost,
-        Err(err) => {
-            let (job, key) = (&sup.lease.job, &sup.lease.key);
-            tracing::warn!(job = %job, key = %key, error = %err, "cannot renew the execution lease");
-            Renewal::Unanswered
-        }
+        Err(err) => Renewal::Unanswered(err),
+    }
+}
+
+/// Logs a renewal the store did not answer: at warn, but at debug when a warning was logged
+/// less than `every` ago (`warned`), so that the quicker retries of an outage log no more
+/// warnings than the heartbeats did.
+fn unanswered(
+    sup: &Supervision<'_>,
+    err: &StoreError,
+    warned: &mut Option<Instant>,
+    every: Duration,
+) {
+    let (job, key) = (&sup.lease.job, &sup.lease.key);
+    if warned.is_some_and(|at| at.elapsed() < every) {
+        tracing::debug!(job = %job, key = %key, error = %err, "cannot renew the execution lease");
+    } else {
+        tracing::warn!(job = %job, key = %key, error = %err, "cannot renew the execution lease");
+        *warned = Some(Instant::now());
     }
 }
 
@@ -100,6 +115,8 @@ pub(crate) async fn supervise(
     let (job, key) = (occ.job.clone(), occ.key.clone());
     let every = sup.beat.max(Duration::from_millis(50));
     let mut renewed = sup.renewed;
+    // When a renewal the store did not answer was last logged at warn.
+    let mut warned = None;
     if renewed.elapsed() >= every {
         let late = renewed.elapsed();
         let sent = Instant::now();
@@ -111,7 +128,10 @@ pub(crate) async fn supervise(
             }
             Renewal::Lost => Some(Stop::Lost),
             // Started only while the lease holds by this process's clock.
-            Renewal::Unanswered => (renewed.elapsed() >= sup.lease_for).then_some(Stop::Lost),
+            Renewal::Unanswered(err) => {
+                unanswered(&sup, &err, &mut warned, every);
+                (renewed.elapsed() >= sup.lease_for).then_some(Stop::Lost)
+            }
         };
         if let Some(why) = stop {
             tracing::info!(job = %job, key = %key, late_ms = late.as_millis() as u64, reason = ?why, "not starting an attempt whose claim was answered late");
@@ -193,7 +213,10 @@ pub(crate) async fn supervise(
                         }
                     }
                     Some(Renewal::Lost) => request(&mut stop, Stop::Lost, kill.as_mut()),
-                    Some(Renewal::Unanswered) => beat.reset_after(retry),
+                    Some(Renewal::Unanswered(err)) => {
+                        unanswered(&sup, &err, &mut warned, every);
+                        beat.reset_after(retry);
+                    }
                     None => {
                         tracing::warn!(job = %job, key = %key, lease_ms = sup.lease_for.as_millis() as u64, "the execution lease ran out before a renewal was answered");
                         request(&mut stop, Stop::Lost, kill.as_mut());
