@@ -6,8 +6,8 @@
 //! service but holds back the service's answers (a request that arrives, and whose answer
 //! comes late), or [`Proxy::hold_requests`], which hands over the answers (those held back
 //! too) but holds back what clients send; [`Proxy::restore`] drops the stalled connections,
-//! hands over what was held back, and lets new connections through again. The service itself never stops, so
-//! the other tests using it see nothing.
+//! hands over what was held back, and lets new connections through again. The service
+//! itself never stops, so the other tests using it see nothing.
 //! [`Proxy::upstream_ports`] names the proxy's own connections to the service, so a test
 //! can close them at the service's end (`CLIENT KILL`, `rabbitmqctl close_connection`).
 
