@@ -7,9 +7,9 @@ use std::time::Duration;
 use cronq_shared::runlog::Outcome;
 
 use crate::support::consumer_process::{WAIT, consumer_args, lines, publish, runs, started};
-use crate::support::free_addr;
 use crate::support::occurrences::occurrence;
 use crate::support::{eventually, scoped};
+use crate::support::{free_addr, metrics_page};
 
 /// Sets a RabbitMQ application setting now and restores it when dropped, even on panic.
 struct BrokerSetting {
@@ -121,12 +121,7 @@ command = ["sh", "-c", "echo start >> {}; sleep 9"]
             "channel trouble:\n{log}"
         );
         // The broker never redelivered it (a closed channel would have), nothing was a dup.
-        let metrics = reqwest::get(format!("http://{admin}/metrics"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let metrics = metrics_page(&admin).await.unwrap();
         assert!(
             metrics.contains(r#"cronq_attempts_total{job="long",outcome="succeeded"} 1"#),
             "{metrics}"

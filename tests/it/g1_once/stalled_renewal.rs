@@ -18,6 +18,7 @@ use chrono::{DateTime, Utc};
 
 use super::routed::{self, fences};
 use crate::support::consumer_process::{WAIT, assert_taken_over, publish, runs};
+use crate::support::json_log;
 use crate::support::occurrences::occurrence;
 use crate::support::proxy::Proxy;
 use crate::support::{TestEnv, eventually, scoped};
@@ -40,11 +41,10 @@ fn config(env: &TestEnv, secs: u32) -> (PathBuf, PathBuf) {
 
 /// When a's JSON log says it stopped `long`'s attempt as lost.
 fn stopped_as_lost(log: &str) -> Option<DateTime<Utc>> {
-    log.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|l| l["message"] == "stopping attempt" && l["reason"] == "Lost")
-        .and_then(|l| DateTime::parse_from_rfc3339(l["timestamp"].as_str()?).ok())
-        .map(|t| t.with_timezone(&Utc))
+    json_log::lines_of(log, "stopping attempt")
+        .iter()
+        .find(|l| l["reason"] == "Lost")
+        .map(json_log::timestamp)
 }
 
 /// Waits until a stops its attempt as lost, which it must have done `within` these many

@@ -22,6 +22,7 @@ use chrono::{DateTime, Utc};
 
 use crate::support::deployment::{Deployment, Options, Running};
 use crate::support::history::{self, Window};
+use crate::support::json_log::{lines_of, timestamp};
 use crate::support::proxy::{Link, Proxy};
 use crate::support::{TestEnv, scoped, until};
 
@@ -69,23 +70,6 @@ fn options(env_of: Vec<(String, &'static str, String)>) -> Options {
         env_of,
         ..Options::default()
     }
-}
-
-/// Lines of a JSON log whose `message` is `message`.
-fn lines_of(log: &str, message: &str) -> Vec<serde_json::Value> {
-    log.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|l| l.get("message").and_then(|m| m.as_str()) == Some(message))
-        .collect()
-}
-
-fn timestamp(line: &serde_json::Value) -> DateTime<Utc> {
-    let t = line["timestamp"]
-        .as_str()
-        .expect("a timestamp on every line");
-    DateTime::parse_from_rfc3339(t)
-        .expect("an RFC 3339 timestamp")
-        .with_timezone(&Utc)
 }
 
 /// The keys whose attempt had started and not ended at `at`, by a consumer's JSON log.

@@ -252,10 +252,8 @@ async fn a_fleet_that_missed_more_writes_than_the_change_log_reads_every_job() {
         let every = 1 + CHANGE_LOG + 1 + 1;
         for name in ["producer-1", "producer-2", "consumer-1", "consumer-2"] {
             let last_count = || {
-                env.log(name)
-                    .lines()
+                crate::support::json_log::lines(&env.log(name))
                     .rev()
-                    .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
                     .find(|l| l["message"] == "jobs changed")
                     .and_then(|l| l["jobs"].as_u64())
             };

@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use crate::support::backends::Backend;
 use crate::support::deployment::{Deployment, LEADER, Running, argv};
-use crate::support::{TestEnv, ports, scoped};
+use crate::support::{TestEnv, metrics_page, ports, scoped};
 
 fn config() -> String {
     let job = |name: &str, catchup: &str| {
@@ -249,12 +249,7 @@ async fn suite(backend: Backend, signal: Signal, env: TestEnv) {
     let inside = before.alive + TimeDelta::seconds(20);
     let page = loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let page = reqwest::get(format!("http://{admin}/metrics"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let page = metrics_page(&admin).await.unwrap();
         if !unaccounted(&page) || Utc::now() > inside {
             break page;
         }

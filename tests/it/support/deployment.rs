@@ -452,12 +452,7 @@ impl Running {
     pub async fn metrics(&self) -> Option<String> {
         let mut text = String::new();
         for admin in self.admin.iter().chain(&self.producer_admins) {
-            let page = reqwest::get(format!("http://{admin}/metrics"))
-                .await
-                .ok()?
-                .text()
-                .await
-                .ok()?;
+            let page = super::metrics_page(admin).await.ok()?;
             text.push_str(&page);
         }
         (!text.is_empty()).then_some(text)

@@ -346,8 +346,7 @@ pub const FOLLOW_WITHIN: Duration = Duration::from_secs(15);
 /// The (redacted) URL of the broker node a process's JSON log says it is connected to now:
 /// its last `connected to the broker` or `reconnected to the broker` line.
 pub fn connected_url(log: &str) -> Option<String> {
-    log.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+    super::json_log::lines(log)
         .filter(|v| {
             v["message"]
                 .as_str()
@@ -360,8 +359,7 @@ pub fn connected_url(log: &str) -> Option<String> {
 /// The (redacted) URL of the broker node a producer's JSON log says its connection for
 /// herds went to last.
 pub fn herd_url(log: &str) -> Option<String> {
-    log.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+    super::json_log::lines(log)
         .filter(|v| v["message"].as_str() == Some("connected to the broker for herds"))
         .filter_map(|v| v["url"].as_str().map(str::to_owned))
         .next_back()

@@ -53,12 +53,6 @@ pub fn from_runs(runs: &[Run]) -> Vec<Entry> {
         .collect()
 }
 
-fn json_lines(log: &str) -> impl Iterator<Item = serde_json::Value> + '_ {
-    // A line being written while we read is cut short: skip it, it is read next time.
-    log.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-}
-
 fn field<'a>(line: &'a serde_json::Value, name: &str) -> Option<&'a str> {
     line.get(name).and_then(serde_json::Value::as_str)
 }
@@ -67,7 +61,7 @@ fn field<'a>(line: &'a serde_json::Value, name: &str) -> Option<&'a str> {
 /// logs each attempt at debug by default): `attempt succeeded`, and every line about a key
 /// that names an `outcome` (an attempt that did not succeed, an occurrence not run).
 pub fn from_json_log(log: &str, job: &str) -> Vec<Entry> {
-    json_lines(log)
+    super::json_log::lines(log)
         .filter(|l| field(l, "job") == Some(job))
         .filter_map(|l| {
             let key = field(&l, "key")?.to_owned();
@@ -100,7 +94,7 @@ pub fn from_json_log(log: &str, job: &str) -> Vec<Entry> {
 
 /// Keys of `job` a producer logged as published (`cronq_producer::publisher=debug`).
 pub fn published(log: &str, job: &str) -> BTreeSet<String> {
-    json_lines(log)
+    super::json_log::lines(log)
         .filter(|l| field(l, "message") == Some("published occurrence"))
         .filter(|l| field(l, "job") == Some(job))
         .filter_map(|l| field(&l, "key").map(str::to_owned))
@@ -118,7 +112,7 @@ pub struct Published {
 
 /// Every occurrence of `job` a producer logged as published, in the order of the log.
 pub fn published_lines(log: &str, job: &str) -> Vec<Published> {
-    json_lines(log)
+    super::json_log::lines(log)
         .filter(|l| field(l, "message") == Some("published occurrence"))
         .filter(|l| field(l, "job") == Some(job))
         .filter_map(|l| {

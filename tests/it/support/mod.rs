@@ -25,6 +25,7 @@ pub mod fleet;
 pub mod ha;
 pub mod history;
 pub mod inspect;
+pub mod json_log;
 pub mod nodes;
 pub mod occurrences;
 pub mod otlp;
@@ -371,6 +372,14 @@ where
             Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
         }
     }
+}
+
+/// The `/metrics` page of the admin server at `admin` (`HOST:PORT`).
+pub async fn metrics_page(admin: &str) -> reqwest::Result<String> {
+    reqwest::get(format!("http://{admin}/metrics"))
+        .await?
+        .text()
+        .await
 }
 
 /// A loopback address with a port that was free a moment ago.
