@@ -10,10 +10,11 @@
 //!
 //! The handler runs only while the lease holds by this process's clock. A renewal that
 //! fails is tried again a twelfth of the lease later, not a period later, so that a short
-//! outage of the store costs no attempt; a renewal still unanswered when the lease runs
-//! out (a link that stalled: its packets dropped, not refused) stops the handler then, not
-//! when the store's client gives up on the call, seconds later, while the reaper may
-//! already have handed the occurrence to another consumer.
+//! outage of the store costs no attempt, and never later than the lease's end, where the
+//! handler is stopped. A renewal still unanswered when the lease runs out (a link that
+//! stalled: its packets dropped, not refused) stops the handler then, not when the store's
+//! client gives up on the call, seconds later, while the reaper may already have handed
+//! the occurrence to another consumer.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -139,7 +140,8 @@ pub(crate) async fn supervise(
         }
     }
     // A failed renewal is tried again a twelfth of the lease later (a quarter of the usual
-    // period; at most a period), so that a store back within the lease renews it in time.
+    // period; at most a period), so that a store back within the lease renews it in time;
+    // at the lease's end at the latest.
     let retry = (sup.lease_for / 12).clamp(Duration::from_millis(50), every);
     let token = CancellationToken::new();
     // Aborted when the attempt is dropped (e.g. the consumer is torn down).
@@ -215,7 +217,9 @@ pub(crate) async fn supervise(
                     Some(Renewal::Lost) => request(&mut stop, Stop::Lost, kill.as_mut()),
                     Some(Renewal::Unanswered(err)) => {
                         unanswered(&sup, &err, &mut warned, every);
-                        beat.reset_after(retry);
+                        // Never past the lease's end: the tick there sends nothing and
+                        // stops the handler, not a retry later.
+                        beat.reset_at((Instant::now() + retry).min(lapses));
                     }
                     None => {
                         tracing::warn!(job = %job, key = %key, lease_ms = sup.lease_for.as_millis() as u64, "the execution lease ran out before a renewal was answered");
@@ -234,5 +238,299 @@ pub(crate) async fn supervise(
             Exit::Stopped(why, Some(panic_message(err)))
         }
         (Err(err), _) => Exit::Panicked(panic_message(err)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use cronq_shared::key::OccurrenceKey;
+    use cronq_shared::ledger::{
+        Cancel, Cancelled, Claim, ClaimOutcome, End, Ended, GateUse, Orphan, Record, Settle, State,
+    };
+    use tracing_subscriber::layer::{Context, SubscriberExt};
+
+    use super::*;
+
+    /// How the ledger answers one renewal: after `after`, held or refused.
+    #[derive(Clone)]
+    struct Answer {
+        after: Duration,
+        held: Option<Heartbeat>,
+    }
+
+    const HELD: Answer = Answer {
+        after: Duration::ZERO,
+        held: Some(Heartbeat::Held),
+    };
+    const LOST: Answer = Answer {
+        after: Duration::ZERO,
+        held: Some(Heartbeat::Lost),
+    };
+
+    /// Refused after `after`: the store unreachable.
+    fn refused(after: Duration) -> Answer {
+        Answer { after, held: None }
+    }
+
+    /// A ledger whose renewals answer as scripted (the last answer over and over), and
+    /// which notes when each was sent. Nothing but renewals reaches it from `supervise`.
+    struct Scripted {
+        answers: Mutex<VecDeque<Answer>>,
+        sent: Mutex<Vec<Instant>>,
+    }
+
+    impl Scripted {
+        fn new(answers: &[Answer]) -> Self {
+            Self {
+                answers: Mutex::new(answers.iter().cloned().collect()),
+                sent: Mutex::default(),
+            }
+        }
+
+        fn sent(&self) -> Vec<Instant> {
+            self.sent.lock().unwrap().clone()
+        }
+    }
+
+    fn unused<T>() -> Result<T, StoreError> {
+        unreachable!("supervise only renews")
+    }
+
+    #[async_trait::async_trait]
+    impl Ledger for Scripted {
+        async fn claim(&self, _: &Claim) -> Result<ClaimOutcome, StoreError> {
+            unused()
+        }
+        async fn heartbeat(
+            &self,
+            _: &ExecutionLease,
+            _: Duration,
+        ) -> Result<Heartbeat, StoreError> {
+            self.sent.lock().unwrap().push(Instant::now());
+            let answer = {
+                let mut answers = self.answers.lock().unwrap();
+                if answers.len() > 1 {
+                    answers.pop_front()
+                } else {
+                    answers.front().cloned()
+                }
+            }
+            .expect("an answer scripted");
+            tokio::time::sleep(answer.after).await;
+            answer.held.ok_or_else(|| StoreError::Unreachable {
+                store: "Redis",
+                url: "redis://test".into(),
+                hint: "a test refuses it",
+                source: None,
+            })
+        }
+        async fn keep(
+            &self,
+            _: &ExecutionLease,
+            _: Duration,
+            _: &[u8],
+            _: Duration,
+        ) -> Result<Heartbeat, StoreError> {
+            unused()
+        }
+        async fn complete(&self, _: &ExecutionLease, _: &End) -> Result<Ended, StoreError> {
+            unused()
+        }
+        async fn settle(&self, _: &Settle) -> Result<Ended, StoreError> {
+            unused()
+        }
+        async fn reap(&self, _: usize, _: Duration) -> Result<Vec<Orphan>, StoreError> {
+            unused()
+        }
+        async fn admit_replay(&self, _: &OccurrenceKey) -> Result<Option<State>, StoreError> {
+            unused()
+        }
+        async fn cancel(&self, _: &Cancel) -> Result<Cancelled, StoreError> {
+            unused()
+        }
+        async fn cancels(&self) -> Result<u64, StoreError> {
+            unused()
+        }
+        async fn gates(&self, _: &[String]) -> Result<Vec<GateUse>, StoreError> {
+            unused()
+        }
+        async fn record(&self, _: &OccurrenceKey) -> Result<Option<Record>, StoreError> {
+            unused()
+        }
+    }
+
+    /// What a handler saw: when it was asked to stop.
+    #[derive(Default)]
+    struct Seen {
+        stopped: Mutex<Option<Instant>>,
+    }
+
+    /// A Rust handler that runs until asked to stop, notes when, then takes `linger` more
+    /// (a handler slow to stop).
+    fn handler(seen: &Arc<Seen>, linger: Duration) -> Runner {
+        let seen = Arc::clone(seen);
+        let run = move |_occ: Occurrence, token: CancellationToken| {
+            let seen = Arc::clone(&seen);
+            async move {
+                token.cancelled().await;
+                *seen.stopped.lock().unwrap() = Some(Instant::now());
+                tokio::time::sleep(linger).await;
+                Ok::<(), String>(())
+            }
+        };
+        Runner::Rust(Arc::new(run))
+    }
+
+    /// Supervises a handler (see [`handler`]) under a lease of `lease` renewed now, against
+    /// `ledger`: its exit, and when it started.
+    async fn supervised(ledger: &Scripted, lease: Duration, handler: Runner) -> (Exit, Instant) {
+        let occ = crate::sample::occurrence("report");
+        let claimed = ExecutionLease {
+            key: occ.key.clone(),
+            job: occ.job.clone(),
+            token: "t".to_owned(),
+            fence: 1,
+            held: false,
+        };
+        let abort = CancellationToken::new();
+        let (_cancelled, cancels) = watch::channel(0);
+        let start = Instant::now();
+        let sup = Supervision {
+            ledger,
+            lease: &claimed,
+            renewed: start,
+            lease_for: lease,
+            beat: lease / 3,
+            timeout: Duration::from_secs(3600),
+            abort: &abort,
+            cancels,
+        };
+        let capture = Arc::new(Capture::new(0));
+        (supervise(handler, occ, sup, capture).await, start)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_refused_just_before_the_lease_ends_stops_the_handler_at_its_end() {
+        // Lease 12 s: renewals every 4 s, tried again 1 s after a refusal. The first
+        // renews it until 16 s; the second, sent at 8 s, is refused 7.6 s later, 0.4 s
+        // before that end: tried again a second later, it would stop the handler 0.6 s
+        // past the lease, while the reaper may hand the occurrence out.
+        let ledger = Scripted::new(&[HELD, refused(Duration::from_millis(7600))]);
+        let seen = Arc::new(Seen::default());
+        let (exit, start) = supervised(
+            &ledger,
+            Duration::from_secs(12),
+            handler(&seen, Duration::ZERO),
+        )
+        .await;
+        assert!(matches!(exit, Exit::Stopped(Stop::Lost, None)), "{exit:?}");
+        let stopped = seen
+            .stopped
+            .lock()
+            .unwrap()
+            .expect("the handler was asked to stop");
+        let at = stopped - start;
+        assert!(
+            at >= Duration::from_secs(16) && at < Duration::from_millis(16_050),
+            "stopped {at:?} after the claim, not at the lease's end (16 s)"
+        );
+        let sent: Vec<Duration> = ledger.sent().iter().map(|t| *t - start).collect();
+        assert_eq!(sent, [Duration::from_secs(4), Duration::from_secs(8)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_claim_is_not_renewed_while_its_handler_stops() {
+        // Lease 3 s: renewals every second. The first finds the claim lost; the handler
+        // takes 2.5 s to stop, over two more periods.
+        let ledger = Scripted::new(&[LOST]);
+        let seen = Arc::new(Seen::default());
+        let linger = Duration::from_millis(2500);
+        let (exit, start) =
+            supervised(&ledger, Duration::from_secs(3), handler(&seen, linger)).await;
+        assert!(matches!(exit, Exit::Stopped(Stop::Lost, None)), "{exit:?}");
+        let stopped = seen
+            .stopped
+            .lock()
+            .unwrap()
+            .expect("the handler was asked to stop");
+        assert_eq!(stopped - start, Duration::from_secs(1));
+        let sent: Vec<Duration> = ledger.sent().iter().map(|t| *t - start).collect();
+        assert_eq!(
+            sent,
+            [Duration::from_secs(1)],
+            "renewals sent after the claim was lost"
+        );
+        assert_eq!(Instant::now() - start, Duration::from_millis(3500));
+    }
+
+    /// Counts the warnings and the debug events with `message`.
+    struct Count {
+        message: &'static str,
+        warn: Arc<AtomicUsize>,
+        debug: Arc<AtomicUsize>,
+    }
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Count {
+        fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+            struct Message(Option<String>);
+            impl tracing::field::Visit for Message {
+                fn record_debug(&mut self, field: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                    if field.name() == "message" {
+                        self.0 = Some(format!("{v:?}"));
+                    }
+                }
+            }
+            let mut message = Message(None);
+            event.record(&mut message);
+            if message.0.as_deref() != Some(self.message) {
+                return;
+            }
+            let level = *event.metadata().level();
+            if level == tracing::Level::WARN {
+                self.warn.fetch_add(1, Ordering::SeqCst);
+            } else if level == tracing::Level::DEBUG {
+                self.debug.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_outage_warns_once_a_period_and_tries_between_at_debug() {
+        // Lease 12 s, renewals every 4 s, every one refused at once: tried at 4, 5, … 11 s,
+        // and the handler stopped at 12 s. Warned at 4 and 8 s only.
+        let (warn, debug) = (Arc::default(), Arc::default());
+        let count = Count {
+            message: "cannot renew the execution lease",
+            warn: Arc::clone(&warn),
+            debug: Arc::clone(&debug),
+        };
+        let _logging = tracing::subscriber::set_default(tracing_subscriber::registry().with(count));
+        let ledger = Scripted::new(&[refused(Duration::ZERO)]);
+        let seen = Arc::new(Seen::default());
+        let (exit, start) = supervised(
+            &ledger,
+            Duration::from_secs(12),
+            handler(&seen, Duration::ZERO),
+        )
+        .await;
+        assert!(matches!(exit, Exit::Stopped(Stop::Lost, None)), "{exit:?}");
+        let sent: Vec<u64> = ledger
+            .sent()
+            .iter()
+            .map(|t| (*t - start).as_secs())
+            .collect();
+        assert_eq!(sent, [4, 5, 6, 7, 8, 9, 10, 11]);
+        assert_eq!(
+            seen.stopped.lock().unwrap().map(|t| t - start),
+            Some(Duration::from_secs(12))
+        );
+        assert_eq!(
+            (warn.load(Ordering::SeqCst), debug.load(Ordering::SeqCst)),
+            (2, 6)
+        );
     }
 }
