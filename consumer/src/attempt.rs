@@ -363,31 +363,30 @@ mod tests {
         }
     }
 
-    /// What a handler saw: when it was asked to stop.
-    #[derive(Default)]
-    struct Seen {
-        stopped: Mutex<Option<Instant>>,
+    /// What [`supervised`] saw, as offsets from the claim: the renewals sent, and when the
+    /// handler was asked to stop.
+    struct Supervised {
+        exit: Exit,
+        sent: Vec<Duration>,
+        stopped: Option<Duration>,
+        /// When the attempt ended.
+        ended: Duration,
     }
 
-    /// A Rust handler that runs until asked to stop, notes when, then takes `linger` more
-    /// (a handler slow to stop).
-    fn handler(seen: &Arc<Seen>, linger: Duration) -> Runner {
-        let seen = Arc::clone(seen);
+    /// Supervises a Rust handler that runs until asked to stop, then takes `linger` more
+    /// (a handler slow to stop), under a lease of `lease` renewed now, against `ledger`.
+    async fn supervised(ledger: &Scripted, lease: Duration, linger: Duration) -> Supervised {
+        let stopped = Arc::new(Mutex::new(None));
+        let seen = Arc::clone(&stopped);
         let run = move |_occ: Occurrence, token: CancellationToken| {
             let seen = Arc::clone(&seen);
             async move {
                 token.cancelled().await;
-                *seen.stopped.lock().unwrap() = Some(Instant::now());
+                *seen.lock().unwrap() = Some(Instant::now());
                 tokio::time::sleep(linger).await;
                 Ok::<(), String>(())
             }
         };
-        Runner::Rust(Arc::new(run))
-    }
-
-    /// Supervises a handler (see [`handler`]) under a lease of `lease` renewed now, against
-    /// `ledger`: its exit, and when it started.
-    async fn supervised(ledger: &Scripted, lease: Duration, handler: Runner) -> (Exit, Instant) {
         let occ = crate::sample::occurrence("report");
         let claimed = ExecutionLease {
             key: occ.key.clone(),
@@ -410,7 +409,18 @@ mod tests {
             cancels,
         };
         let capture = Arc::new(Capture::new(0));
-        (supervise(handler, occ, sup, capture).await, start)
+        let exit = supervise(Runner::Rust(Arc::new(run)), occ, sup, capture).await;
+        let stopped = *stopped.lock().unwrap();
+        Supervised {
+            exit,
+            sent: ledger.sent().iter().map(|t| *t - start).collect(),
+            stopped: stopped.map(|t| t - start),
+            ended: Instant::now() - start,
+        }
+    }
+
+    fn secs(s: &[u64]) -> Vec<Duration> {
+        s.iter().copied().map(Duration::from_secs).collect()
     }
 
     #[tokio::test(start_paused = true)]
@@ -420,26 +430,18 @@ mod tests {
         // before that end: tried again a second later, it would stop the handler 0.6 s
         // past the lease, while the reaper may hand the occurrence out.
         let ledger = Scripted::new(&[HELD, refused(Duration::from_millis(7600))]);
-        let seen = Arc::new(Seen::default());
-        let (exit, start) = supervised(
-            &ledger,
-            Duration::from_secs(12),
-            handler(&seen, Duration::ZERO),
-        )
-        .await;
-        assert!(matches!(exit, Exit::Stopped(Stop::Lost, None)), "{exit:?}");
-        let stopped = seen
-            .stopped
-            .lock()
-            .unwrap()
-            .expect("the handler was asked to stop");
-        let at = stopped - start;
+        let s = supervised(&ledger, Duration::from_secs(12), Duration::ZERO).await;
+        assert!(
+            matches!(s.exit, Exit::Stopped(Stop::Lost, None)),
+            "{:?}",
+            s.exit
+        );
+        let at = s.stopped.expect("the handler was asked to stop");
         assert!(
             at >= Duration::from_secs(16) && at < Duration::from_millis(16_050),
             "stopped {at:?} after the claim, not at the lease's end (16 s)"
         );
-        let sent: Vec<Duration> = ledger.sent().iter().map(|t| *t - start).collect();
-        assert_eq!(sent, [Duration::from_secs(4), Duration::from_secs(8)]);
+        assert_eq!(s.sent, secs(&[4, 8]));
     }
 
     #[tokio::test(start_paused = true)]
@@ -447,24 +449,15 @@ mod tests {
         // Lease 3 s: renewals every second. The first finds the claim lost; the handler
         // takes 2.5 s to stop, over two more periods.
         let ledger = Scripted::new(&[LOST]);
-        let seen = Arc::new(Seen::default());
-        let linger = Duration::from_millis(2500);
-        let (exit, start) =
-            supervised(&ledger, Duration::from_secs(3), handler(&seen, linger)).await;
-        assert!(matches!(exit, Exit::Stopped(Stop::Lost, None)), "{exit:?}");
-        let stopped = seen
-            .stopped
-            .lock()
-            .unwrap()
-            .expect("the handler was asked to stop");
-        assert_eq!(stopped - start, Duration::from_secs(1));
-        let sent: Vec<Duration> = ledger.sent().iter().map(|t| *t - start).collect();
-        assert_eq!(
-            sent,
-            [Duration::from_secs(1)],
-            "renewals sent after the claim was lost"
+        let s = supervised(&ledger, Duration::from_secs(3), Duration::from_millis(2500)).await;
+        assert!(
+            matches!(s.exit, Exit::Stopped(Stop::Lost, None)),
+            "{:?}",
+            s.exit
         );
-        assert_eq!(Instant::now() - start, Duration::from_millis(3500));
+        assert_eq!(s.stopped, Some(Duration::from_secs(1)));
+        assert_eq!(s.sent, secs(&[1]), "renewals sent after the claim was lost");
+        assert_eq!(s.ended, Duration::from_millis(3500));
     }
 
     /// Counts the warnings and the debug events with `message`.
@@ -510,24 +503,14 @@ mod tests {
         };
         let _logging = tracing::subscriber::set_default(tracing_subscriber::registry().with(count));
         let ledger = Scripted::new(&[refused(Duration::ZERO)]);
-        let seen = Arc::new(Seen::default());
-        let (exit, start) = supervised(
-            &ledger,
-            Duration::from_secs(12),
-            handler(&seen, Duration::ZERO),
-        )
-        .await;
-        assert!(matches!(exit, Exit::Stopped(Stop::Lost, None)), "{exit:?}");
-        let sent: Vec<u64> = ledger
-            .sent()
-            .iter()
-            .map(|t| (*t - start).as_secs())
-            .collect();
-        assert_eq!(sent, [4, 5, 6, 7, 8, 9, 10, 11]);
-        assert_eq!(
-            seen.stopped.lock().unwrap().map(|t| t - start),
-            Some(Duration::from_secs(12))
+        let s = supervised(&ledger, Duration::from_secs(12), Duration::ZERO).await;
+        assert!(
+            matches!(s.exit, Exit::Stopped(Stop::Lost, None)),
+            "{:?}",
+            s.exit
         );
+        assert_eq!(s.sent, secs(&[4, 5, 6, 7, 8, 9, 10, 11]));
+        assert_eq!(s.stopped, Some(Duration::from_secs(12)));
         assert_eq!(
             (warn.load(Ordering::SeqCst), debug.load(Ordering::SeqCst)),
             (2, 6)
