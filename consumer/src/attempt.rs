@@ -128,12 +128,15 @@ pub(crate) async fn supervise(
                 why
             }
             Renewal::Lost => Some(Stop::Lost),
-            // Started only while the lease holds by this process's clock.
             Renewal::Unanswered(err) => {
                 unanswered(&sup, &err, &mut warned, every);
-                (renewed.elapsed() >= sup.lease_for).then_some(Stop::Lost)
+                None
             }
         };
+        // Started only while the lease holds by this process's clock: not when the store
+        // did not answer and the claim's lease ran out meanwhile, nor when the renewal was
+        // answered after the lease it renewed ran out (counted from when it was sent).
+        let stop = stop.or_else(|| (renewed.elapsed() >= sup.lease_for).then_some(Stop::Lost));
         if let Some(why) = stop {
             tracing::info!(job = %job, key = %key, late_ms = late.as_millis() as u64, reason = ?why, "not starting an attempt whose claim was answered late");
             return Exit::Stopped(why, None);
@@ -363,10 +366,12 @@ mod tests {
         }
     }
 
-    /// What [`supervised`] saw, as offsets from the claim: the renewals sent, and when the
-    /// handler was asked to stop.
+    /// What [`supervised`] saw, as offsets from when it began: the renewals sent, and when
+    /// the handler was asked to stop.
     struct Supervised {
         exit: Exit,
+        /// The handler started.
+        started: bool,
         sent: Vec<Duration>,
         stopped: Option<Duration>,
         /// When the attempt ended.
@@ -374,13 +379,25 @@ mod tests {
     }
 
     /// Supervises a Rust handler that runs until asked to stop, then takes `linger` more
-    /// (a handler slow to stop), under a lease of `lease` renewed now, against `ledger`.
+    /// (a handler slow to stop), under a lease of `lease` claimed now, against `ledger`.
     async fn supervised(ledger: &Scripted, lease: Duration, linger: Duration) -> Supervised {
+        supervised_late(ledger, lease, linger, Duration::ZERO).await
+    }
+
+    /// [`supervised`], of a claim sent `late` ago.
+    async fn supervised_late(
+        ledger: &Scripted,
+        lease: Duration,
+        linger: Duration,
+        late: Duration,
+    ) -> Supervised {
+        let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let stopped = Arc::new(Mutex::new(None));
-        let seen = Arc::clone(&stopped);
+        let (ran, seen) = (Arc::clone(&started), Arc::clone(&stopped));
         let run = move |_occ: Occurrence, token: CancellationToken| {
-            let seen = Arc::clone(&seen);
+            let (ran, seen) = (Arc::clone(&ran), Arc::clone(&seen));
             async move {
+                ran.store(true, Ordering::SeqCst);
                 token.cancelled().await;
                 *seen.lock().unwrap() = Some(Instant::now());
                 tokio::time::sleep(linger).await;
@@ -401,7 +418,7 @@ mod tests {
         let sup = Supervision {
             ledger,
             lease: &claimed,
-            renewed: start,
+            renewed: start - late,
             lease_for: lease,
             beat: lease / 3,
             timeout: Duration::from_secs(3600),
@@ -413,6 +430,7 @@ mod tests {
         let stopped = *stopped.lock().unwrap();
         Supervised {
             exit,
+            started: started.load(Ordering::SeqCst),
             sent: ledger.sent().iter().map(|t| *t - start).collect(),
             stopped: stopped.map(|t| t - start),
             ended: Instant::now() - start,
@@ -458,6 +476,48 @@ mod tests {
         assert_eq!(s.stopped, Some(Duration::from_secs(1)));
         assert_eq!(s.sent, secs(&[1]), "renewals sent after the claim was lost");
         assert_eq!(s.ended, Duration::from_millis(3500));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_claim_whose_renewal_is_answered_past_the_lease_does_not_start() {
+        // Lease 2 s, the claim answered a second after it was sent: renewed before the
+        // handler starts. That renewal is answered 2.5 s after it was sent, past the lease
+        // it renewed: the handler would be stopped at its first tick, so it never starts.
+        let late = Answer {
+            after: Duration::from_millis(2500),
+            held: Some(Heartbeat::Held),
+        };
+        let ledger = Scripted::new(&[late]);
+        let s = supervised_late(
+            &ledger,
+            Duration::from_secs(2),
+            Duration::ZERO,
+            Duration::from_secs(1),
+        )
+        .await;
+        assert!(
+            matches!(s.exit, Exit::Stopped(Stop::Lost, None)),
+            "{:?}",
+            s.exit
+        );
+        assert!(!s.started, "the handler started past its lease");
+        assert_eq!(s.sent, secs(&[0]));
+
+        // Answered within the lease: it starts.
+        let ledger = Scripted::new(&[HELD, LOST]);
+        let s = supervised_late(
+            &ledger,
+            Duration::from_secs(2),
+            Duration::ZERO,
+            Duration::from_secs(1),
+        )
+        .await;
+        assert!(s.started);
+        assert!(
+            matches!(s.exit, Exit::Stopped(Stop::Lost, None)),
+            "{:?}",
+            s.exit
+        );
     }
 
     /// Counts the warnings and the debug events with `message`.
