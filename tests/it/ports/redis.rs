@@ -152,31 +152,46 @@ async fn ledger_redis_reaps_a_claim_stored_by_an_older_consumer() {
 
 /// Claims and ends made together go to Redis in one script call (`ledger/batch.rs`), and
 /// each is answered as if it had been alone: a duplicate within the same call is a
-/// duplicate, and a call that Redis refuses (its record key holds a string) fails alone
-/// while the others of its call are granted and recorded.
+/// duplicate, and a call that Redis refuses (its record key holds a string, or its job's
+/// fence counter a hash) fails alone while the others of its call are granted and recorded.
+/// The claims are held, as a consumer's of an `allow` job are: the most common claim,
+/// which `claim.lua` makes without its framing.
 #[tokio::test]
 async fn ledger_redis_calls_made_together_answer_each_alone() {
     scoped("ledger_redis_calls_together", |env| async move {
         let (ledger, mut conn, names) = ledger_and_keys(&env).await;
-        let bad = claim("together", 99, 1, Overlap::Allow, LONG);
+        let claim = |job: &str, i| Claim {
+            held: true,
+            ..claim(job, i, 1, Overlap::Allow, LONG)
+        };
+        let bad = claim("together", 99);
         let () = redis::cmd("SET")
             .arg(names.redis_key(&["occ", &bad.key.to_string()]))
             .arg("not a record")
             .query_async(&mut conn)
             .await
             .unwrap();
-        let good: Vec<_> = (1..=16)
-            .map(|i| claim("together", i, 1, Overlap::Allow, LONG))
-            .collect();
-        let twice = claim("together", 1, 1, Overlap::Allow, LONG);
+        let fenceless = claim("fenceless", 1);
+        let () = redis::cmd("HSET")
+            .arg(names.redis_key(&["fence", "fenceless"]))
+            .arg("not")
+            .arg("a counter")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let good: Vec<_> = (1..=16).map(|i| claim("together", i)).collect();
+        let twice = claim("together", 1);
 
         // Polled in one task: every claim joins the batch the first one opened.
-        let answers = futures_util::future::join_all(
-            good.iter().chain([&twice, &bad]).map(|c| ledger.claim(c)),
+        let mut answers = futures_util::future::join_all(
+            good.iter()
+                .chain([&twice, &bad, &fenceless])
+                .map(|c| ledger.claim(c)),
         )
         .await;
-        let (bad_answer, answers) = answers.split_last().unwrap();
-        assert!(bad_answer.is_err(), "{bad_answer:?}");
+        for refused in answers.split_off(17) {
+            assert!(refused.is_err(), "{refused:?}");
+        }
         let granted: Vec<_> = answers
             .iter()
             .filter_map(|a| match a.as_ref().unwrap() {

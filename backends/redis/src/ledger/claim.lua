@@ -236,18 +236,37 @@ local function take_gates(KEYS, ARGV, shared, now, now_s, exclusive, pool)
   return nil
 end
 
+-- The expiry of a lease of `ms` (text) from now, as text: made once per lease length in a
+-- script call (a number turned into text is a sprintf).
+local lease_ends = {}
+local function lease_end(ms)
+  local at = lease_ends[ms]
+  if not at then
+    at = tostring(server_ms() + tonumber(ms))
+    lease_ends[ms] = at
+  end
+  return at
+end
+
+-- A new record of an `allow` job outside any pool: no cancel request, not exclusive, no
+-- pool, which every script reads off absent fields as well (fields less to write and to
+-- keep). `held`: the claim was granted held (its mark, else `updated` once more: no field
+-- more to keep). `ARGV` is the claim's own, from `at` on.
+local function new_record(record, fence, ARGV, at, held)
+  local attempt, now_s = ARGV[at + 3], server_now()
+  redis.call('HSET', record, 'fence', fence, 'state', 'running', 'attempt', attempt,
+    'next', attempt, 'token', ARGV[at + 4], 'job', ARGV[at + 1], 'queue', ARGV[at + 2],
+    'lease_until', lease_end(ARGV[at + 5]), 'sched', ARGV[at + 9], 'updated', now_s,
+    held and 'held' or 'updated', held and '1' or now_s)
+  redis.call('PEXPIRE', record, ARGV[at + 6])
+end
+
 local function claim(KEYS, ARGV, shared)
   local now_s = server_now()
   local now = server_ms()
   local key = ARGV[1]
   local attempt = ARGV[4]
-  -- The lease's expiry as text, made once per lease length in a script call (a number
-  -- turned into text is a sprintf).
-  local lease_until = shared.lease_until[ARGV[6]]
-  if not lease_until then
-    lease_until = tostring(now + tonumber(ARGV[6]))
-    shared.lease_until[ARGV[6]] = lease_until
-  end
+  local lease_until = lease_end(ARGV[6])
   -- One read of everything the checks need (a new key reads eight nils).
   local rec = redis.call('HMGET', KEYS[1], 'state', 'attempt', 'lease_until', 'next', 'token',
     'fence', 'cancel', 'held')
@@ -312,28 +331,21 @@ local function claim(KEYS, ARGV, shared)
   if not fence then
     fence = redis.call('INCR', KEYS[7])
   end
-  if st or gated then
+  if not (st or gated) then
+    new_record(KEYS[1], fence, ARGV, 1, held)
+  else
     redis.call('HSET', KEYS[1], 'fence', fence, 'state', 'running', 'attempt', attempt, 'next', attempt,
       'token', ARGV[5], 'job', ARGV[2], 'queue', ARGV[3],
       'lease_until', lease_until, 'cancel', mark, 'exclusive', exclusive and '1' or '0',
       'cap', ARGV[14] or '1', 'pool', pool, 'pool_cap', ARGV[16] or '0', 'gate', ARGV[2],
       'sched', ARGV[10], 'updated', now_s)
-  else
-    -- A new record of an `allow` job outside any pool: no cancel request, not exclusive,
-    -- no pool, which every script reads off absent fields as well (fields less to write
-    -- and to keep).
-    -- The last pair is the held mark, or `updated` once more (no field more to keep).
-    redis.call('HSET', KEYS[1], 'fence', fence, 'state', 'running', 'attempt', attempt,
-      'next', attempt, 'token', ARGV[5], 'job', ARGV[2], 'queue', ARGV[3],
-      'lease_until', lease_until, 'sched', ARGV[10], 'updated', now_s,
-      held and 'held' or 'updated', held and '1' or now_s)
+    if st then
+      -- Only an earlier attempt can have left an error behind, or a held mark (kept by a
+      -- claim granted held again: the last field named twice then).
+      redis.call('HDEL', KEYS[1], 'error', held and 'error' or 'held')
+    end
+    redis.call('PEXPIRE', KEYS[1], ARGV[7])
   end
-  if st then
-    -- Only an earlier attempt can have left an error behind, or a held mark (kept by a
-    -- claim granted held again: the last field named twice then).
-    redis.call('HDEL', KEYS[1], 'error', held and 'error' or 'held')
-  end
-  redis.call('PEXPIRE', KEYS[1], ARGV[7])
   if held then
     if not st then
       -- The most common reply, a new record granted held: its fence alone, an integer.
@@ -357,7 +369,7 @@ end
 -- {"error", why} and leaves the others to run; any other error fails the whole call.
 -- Returns one reply per claim, in order.
 local shared = {record = ARGV[1], body = ARGV[2], slots = ARGV[3], wait = ARGV[4],
-  wake = tonumber(ARGV[5]), maxlen = ARGV[6], minid = ARGV[7], lease_until = {}}
+  wake = tonumber(ARGV[5]), maxlen = ARGV[6], minid = ARGV[7]}
 local replies = {}
 -- One table of keys for every claim (`claim` only reads it), refilled for each.
 local keys = {false, KEYS[1], false, false, false, KEYS[2], false}
@@ -367,11 +379,21 @@ while at <= #ARGV do
   local last = at + tonumber(ARGV[at])
   local key, job = ARGV[first], ARGV[first + 1]
   keys[1], keys[3], keys[7] = ARGV[1] .. key, ARGV[2] .. key, ARGV[8] .. job
-  local reply, err = run_one(claim, keys, {unpack(ARGV, first, last)}, shared)
-  if not reply then
-    return redis.error_reply(err)
+  -- The most common claim, made here as `claim` makes it but without its framing (a call,
+  -- a table of its arguments, a pcall: about a µs): a new record granted held. A fence
+  -- counter that is not a number leaves the claim to `claim`, which answers its error.
+  local fence = ARGV[first + 7] == 'held' and redis.call('EXISTS', keys[1]) == 0
+    and redis.pcall('INCR', keys[7])
+  if type(fence) == 'number' then
+    new_record(keys[1], fence, ARGV, first, true)
+    replies[#replies + 1] = fence
+  else
+    local reply, err = run_one(claim, keys, {unpack(ARGV, first, last)}, shared)
+    if not reply then
+      return redis.error_reply(err)
+    end
+    replies[#replies + 1] = reply
   end
-  replies[#replies + 1] = reply
   at = last + 1
 end
 return replies
