@@ -487,37 +487,24 @@ mod tests {
             after: Duration::from_millis(2500),
             held: Some(Heartbeat::Held),
         };
-        let ledger = Scripted::new(&[late]);
-        let s = supervised_late(
-            &ledger,
-            Duration::from_secs(2),
-            Duration::ZERO,
-            Duration::from_secs(1),
-        )
-        .await;
-        assert!(
-            matches!(s.exit, Exit::Stopped(Stop::Lost, None)),
-            "{:?}",
-            s.exit
-        );
-        assert!(!s.started, "the handler started past its lease");
-        assert_eq!(s.sent, secs(&[0]));
-
-        // Answered within the lease: it starts.
-        let ledger = Scripted::new(&[HELD, LOST]);
-        let s = supervised_late(
-            &ledger,
-            Duration::from_secs(2),
-            Duration::ZERO,
-            Duration::from_secs(1),
-        )
-        .await;
-        assert!(s.started);
-        assert!(
-            matches!(s.exit, Exit::Stopped(Stop::Lost, None)),
-            "{:?}",
-            s.exit
-        );
+        // Answered within the lease, it starts (and stops at its first tick, lost).
+        for (answers, starts) in [(vec![late], false), (vec![HELD, LOST], true)] {
+            let ledger = Scripted::new(&answers);
+            let s = supervised_late(
+                &ledger,
+                Duration::from_secs(2),
+                Duration::ZERO,
+                Duration::from_secs(1),
+            )
+            .await;
+            assert!(
+                matches!(s.exit, Exit::Stopped(Stop::Lost, None)),
+                "{:?}",
+                s.exit
+            );
+            assert_eq!(s.started, starts, "started, answered within the lease");
+            assert_eq!(s.sent[0], Duration::ZERO);
+        }
     }
 
     /// Counts the warnings and the debug events with `message`.
