@@ -5,7 +5,7 @@
 //! answered; the occurrence then runs again, once (G1, G3). Held for less than the lease,
 //! the attempt is kept and runs once.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use chrono::Utc;
@@ -55,45 +55,42 @@ async fn lock_for(path: &Path, hold: Duration) -> i64 {
     .expect("the locking thread")
 }
 
-/// Starts a standalone on `file` and triggers `slow`; returns its key once its command has
-/// run for a second (past its first renewal).
-async fn running(file: &DataFile, trace: &Path) -> String {
+/// The test's data file with [`config`], a standalone started on it, and `slow`
+/// triggered: the file, its trace and the occurrence's key, once its command has run for a
+/// second (past its first renewal).
+async fn running(env: &TestEnv) -> (DataFile, PathBuf, String) {
+    let trace = env.dir.join("trace");
+    let file = DataFile::new(env, &config(&trace));
     let standalone = file.start("standalone", &["--lease", LEASE]);
     file.leading(&standalone).await;
     let key = file.ok(&["trigger", "slow"]).trim().to_owned();
     eventually(Duration::from_secs(10), "the attempt to start", || async {
-        Trace::read(trace).first(Mark::Start, &key)
+        Trace::read(&trace).first(Mark::Start, &key)
     })
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    key
+    (file, trace, key)
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_data_file_locked_past_the_lease_stops_the_handler_when_the_lease_runs_out() {
     scoped("sd-locked-long", |env: TestEnv| async move {
-        let trace = env.dir.join("trace");
-        let file = DataFile::new(&env, &config(&trace));
-        let key = running(&file, &trace).await;
+        let (file, trace, key) = running(&env).await;
         // 3.5 s: past the lease, within the file's busy timeout (5 s), so that the renewal
         // waiting for the lock is answered once it is released.
         let locked = lock_for(&file.path, Duration::from_millis(3500)).await;
         let t = Trace::read(&trace);
-        let term = t
-            .events
-            .iter()
-            .find(|e| e.mark == Mark::Term && e.key == key)
-            .unwrap_or_else(|| {
-                panic!(
-                    "the handler was not stopped while the file was locked:\n{}{}",
-                    t.render(),
-                    file.logs()
-                )
-            });
+        let term = t.first(Mark::Term, &key).unwrap_or_else(|| {
+            panic!(
+                "the handler was not stopped while the file was locked:\n{}{}",
+                t.render(),
+                file.logs()
+            )
+        });
         // The last renewal answered was sent at most a heartbeat before the lock, so the
         // lease ran out 1.33 to 2 s after it; a stop when the renewal is answered comes
         // 3.5 s after it.
-        let after = term.ms - locked;
+        let after = term - locked;
         assert!(
             (1000..=2600).contains(&after),
             "the handler was stopped {after} ms after the lock, not when its lease ran out:\n{}{}",
@@ -118,9 +115,7 @@ async fn a_data_file_locked_past_the_lease_stops_the_handler_when_the_lease_runs
 #[tokio::test(flavor = "multi_thread")]
 async fn a_data_file_locked_for_less_than_the_lease_keeps_the_attempt() {
     scoped("sd-locked-short", |env: TestEnv| async move {
-        let trace = env.dir.join("trace");
-        let file = DataFile::new(&env, &config(&trace));
-        let key = running(&file, &trace).await;
+        let (file, trace, key) = running(&env).await;
         // 0.8 s: the renewal waiting for the lock is answered once it is released, within
         // the lease (which ran until 1.33 to 2 s after the lock).
         lock_for(&file.path, Duration::from_millis(800)).await;
