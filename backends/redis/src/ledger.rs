@@ -31,7 +31,7 @@ use cronq_shared::ledger::{
     Heartbeat, Ledger, Orphan, Record, Republish, Settle, State, WAKE_RECHECK, cancelled_by,
 };
 use cronq_shared::names::Names;
-use cronq_shared::runlog::Run;
+use cronq_shared::runlog::{Outcome, Run, lost_error};
 use cronq_shared::store::StoreError;
 
 use crate::args::millis;
@@ -107,9 +107,9 @@ impl RedisLedger {
         let body_prefix = names.redis_key(&["occbody", ""]);
         // What every call of a batch of claims or ends shares (claim.lua, complete.lua):
         // the lease zset and the history stream, then the key prefixes, how long a woken
-        // waiter has, and the history's bounds as of the batch; claims also the fence
-        // counters' key prefix.
-        let shared = |fences: Option<String>| {
+        // waiter has, and the history's bounds as of the batch; then, for claims, the
+        // fence counters' key prefix, for ends the error of a run without one as lost.
+        let shared = |last: String| {
             let prefixes = [
                 record_prefix.clone(),
                 body_prefix.clone(),
@@ -124,20 +124,20 @@ impl RedisLedger {
                     call.arg(prefix);
                 }
                 let (max_runs, min_id) = history.bounds();
-                call.arg(millis(WAKE_RECHECK)).arg(max_runs).arg(min_id);
-                if let Some(fences) = &fences {
-                    call.arg(fences);
-                }
+                call.arg(millis(WAKE_RECHECK))
+                    .arg(max_runs)
+                    .arg(min_id)
+                    .arg(&last);
                 call.into_cmd()
             }) as Arc<batch::Start>
         };
         let claims = Arc::new(Batcher::new(
             batched(include_str!("ledger/claim.lua")),
-            shared(Some(names.redis_key(&["fence", ""]))),
+            shared(names.redis_key(&["fence", ""])),
         ));
         let completes = Arc::new(Batcher::new(
             batched(include_str!("ledger/complete.lua")),
-            shared(None),
+            shared(lost_error(None)),
         ));
         Self {
             cancels_key: names.redis_key(&["cancels"]),
@@ -289,6 +289,20 @@ fn history_args(invocation: &mut Call<'_>, history: &RedisRunLog, run: Option<&R
     }
 }
 
+/// The run of `end` when it is the success of a held claim, with that run and nothing
+/// else (no error, no follow-up): the end `complete.lua` makes from fewer arguments.
+fn held_success<'a>(lease: &ExecutionLease, end: &'a End) -> Option<&'a Run> {
+    let run = end.run.as_ref()?;
+    let plain = end.state == Some(State::Succeeded)
+        && end.error.is_none()
+        && end.next.is_none()
+        && run.outcome == Outcome::Succeeded
+        && run.error.is_none()
+        && run.key == lease.key
+        && run.job == lease.job;
+    (lease.held && plain).then_some(run)
+}
+
 fn overlap_arg(overlap: cronq_shared::config::Overlap) -> &'static str {
     use cronq_shared::config::Overlap;
     match overlap {
@@ -422,6 +436,27 @@ impl Ledger for RedisLedger {
 
     async fn complete(&self, lease: &ExecutionLease, end: &End) -> Result<Ended, StoreError> {
         let key = lease.key.as_str();
+        if let Some(run) = held_success(lease, end) {
+            // complete.lua's most common end: "h", the number of its arguments, then its
+            // arguments (the run's values after its key and job last).
+            let values = runlog::values_after_job(run);
+            let reply = self
+                .scripts
+                .completes
+                .call(&self.conn, |cmd| {
+                    cmd.arg("h")
+                        .arg(4 + values.len())
+                        .arg(key)
+                        .arg(lease.job.as_str())
+                        .arg(&lease.token)
+                        .arg(millis(end.retention));
+                    for value in &values {
+                        cmd.arg(value);
+                    }
+                })
+                .await?;
+            return ended(&reply);
+        }
         let (next, body, within) = match &end.next {
             Some(f) => (f.attempt.to_string(), f.body.clone(), millis(f.within)),
             None => (String::new(), Vec::new(), 1),

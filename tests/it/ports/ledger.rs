@@ -19,6 +19,25 @@ use crate::support::{TestEnv, eventually};
 
 const WAIT: Duration = Duration::from_secs(10);
 
+/// The end of `c`'s attempt as its consumer records a success: with its run.
+fn success(c: &Claim) -> End {
+    let run = Run {
+        key: c.key.clone(),
+        job: c.job.clone(),
+        attempt: c.attempt,
+        consumer: "test".into(),
+        started_at: chrono::Utc::now(),
+        duration: Duration::from_millis(3),
+        outcome: Outcome::Succeeded,
+        error: None,
+        published_at: Some(chrono::Utc::now()),
+    };
+    End {
+        run: Some(run),
+        ..end(State::Succeeded)
+    }
+}
+
 /// Claim, duplicate while running, complete, duplicate when terminal; fencing.
 async fn idempotency_suite(ledger: impl Ledger + Inspect) {
     let c = claim("idem", 1, 1, Overlap::Allow, LONG);
@@ -114,21 +133,7 @@ async fn retried_suite(ledger: impl Ledger + Inspect, history: &dyn RunLog) {
             ..
         }
     ));
-    let run = Run {
-        key: c.key.clone(),
-        job: c.job.clone(),
-        attempt: 1,
-        consumer: "test".into(),
-        started_at: chrono::Utc::now(),
-        duration: Duration::from_millis(3),
-        outcome: Outcome::Succeeded,
-        error: None,
-        published_at: Some(chrono::Utc::now()),
-    };
-    let done = End {
-        run: Some(run),
-        ..end(State::Succeeded)
-    };
+    let done = success(&c);
     assert!(ledger.complete(&lease, &done).await.unwrap().recorded);
     assert!(
         ledger.complete(&lease, &done).await.unwrap().recorded,
@@ -414,23 +419,29 @@ async fn held_suite(ledger: impl Ledger + Inspect) {
     assert_eq!(orphans.len(), 1, "{orphans:?}");
     assert_eq!(orphans[0].body, c3.body);
 
-    // Ended: nothing to reap, and terminal.
+    // Ended, held or kept (its success with its run, the end Redis makes from fewer
+    // arguments while the claim is held, and as any other once kept): nothing to reap, and
+    // terminal.
     let c4 = held(4, Overlap::Allow);
     let l4 = claimed(&ledger, &c4).await;
     assert_eq!(ledger.heartbeat(&l4, short).await.unwrap(), Heartbeat::Held);
-    assert!(
-        ledger
-            .complete(&l4, &end(State::Succeeded))
-            .await
-            .unwrap()
-            .recorded
+    let c7 = held(7, Overlap::Allow);
+    let l7 = claimed(&ledger, &c7).await;
+    assert_eq!(
+        ledger.keep(&l7, short, &c7.body, LONG).await.unwrap(),
+        Heartbeat::Held
     );
+    for (c, l) in [(&c4, &l4), (&c7, &l7)] {
+        assert!(ledger.complete(l, &success(c)).await.unwrap().recorded);
+    }
     lapse().await;
     assert!(reaped().await.is_empty());
-    assert_eq!(
-        ledger.inspect(&c4.key).await.unwrap().state,
-        State::Succeeded
-    );
+    for c in [&c4, &c7] {
+        assert_eq!(
+            ledger.inspect(&c.key).await.unwrap().state,
+            State::Succeeded
+        );
+    }
 
     // Retried: the follow-up message is kept whatever the claim was.
     let c5 = held(5, Overlap::Allow);

@@ -6,8 +6,11 @@ use std::time::Duration;
 
 use cronq_redis::RedisLedger;
 use cronq_shared::config::Overlap;
-use cronq_shared::ledger::{Claim, ClaimOutcome, End, FollowUp, Ledger, State, claim_token};
+use cronq_shared::ledger::{
+    Claim, ClaimOutcome, End, ExecutionLease, FollowUp, Ledger, State, claim_token,
+};
 use cronq_shared::names::{Names, Namespace};
+use cronq_shared::runlog::{Outcome, Run};
 
 use crate::support::occurrences::{LONG, claim, claimed, end};
 use crate::support::ports::redis_ledger;
@@ -212,20 +215,62 @@ async fn ledger_redis_calls_made_together_answer_each_alone() {
             answers[16]
         );
 
-        let succeeded = end(State::Succeeded);
-        let ends = futures_util::future::join_all(
-            granted
-                .iter()
-                .map(|lease| ledger.complete(lease, &succeeded)),
-        )
-        .await;
-        for ended in &ends {
-            assert!(ended.as_ref().unwrap().recorded, "{ends:?}");
-        }
+        // Their ends in one call too: half of them successes with their runs (a held claim's
+        // end, which `complete.lua` makes from fewer arguments), half without, after a
+        // success of the first claim under another token (fenced: appended as lost), and
+        // with a success whose record key holds a string.
+        let with_run = |lease: &ExecutionLease| End {
+            run: Some(Run {
+                key: lease.key.clone(),
+                job: lease.job.clone(),
+                attempt: 1,
+                consumer: "test".into(),
+                started_at: chrono::Utc::now(),
+                duration: Duration::from_millis(3),
+                outcome: Outcome::Succeeded,
+                error: None,
+                published_at: None,
+            }),
+            ..end(State::Succeeded)
+        };
+        let stranger = ExecutionLease {
+            token: claim_token(),
+            ..granted[0].clone()
+        };
+        let refused = ExecutionLease {
+            key: bad.key.clone(),
+            ..granted[0].clone()
+        };
+        let mut ends: Vec<_> = granted
+            .iter()
+            .enumerate()
+            .map(|(i, lease)| {
+                let end = if i % 2 == 0 {
+                    with_run(lease)
+                } else {
+                    end(State::Succeeded)
+                };
+                (lease, end)
+            })
+            .collect();
+        ends.insert(0, (&stranger, with_run(&stranger)));
+        ends.push((&refused, with_run(&refused)));
+        let mut ended =
+            futures_util::future::join_all(ends.iter().map(|(l, e)| ledger.complete(l, e))).await;
+        assert!(ended.pop().unwrap().is_err(), "{ended:?}");
+        let recorded: Vec<_> = ended.iter().map(|e| e.as_ref().unwrap().recorded).collect();
+        assert!(!recorded[0], "fenced: {recorded:?}");
+        assert!(recorded[1..].iter().all(|r| *r), "{recorded:?}");
         for c in &good {
             let record = ledger.record(&c.key).await.unwrap().unwrap();
             assert_eq!(record.state, State::Succeeded, "{}", c.key);
         }
+        let runs: usize = redis::cmd("XLEN")
+            .arg(names.redis_key(&["runs"]))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(runs, 8 + 1, "the runs given, and the fenced one as lost");
     })
     .await;
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use cronq_shared::config::Overlap;
-use cronq_shared::ledger::{End, ExecutionLease, Heartbeat, Ledger, Settle, State};
+use cronq_shared::ledger::{Claim, End, ExecutionLease, Heartbeat, Ledger, Settle, State};
 use cronq_shared::names::JobName;
 use cronq_shared::runlog::{Outcome, Run, RunLog, RunOutput, TailFrom};
 
@@ -174,9 +174,15 @@ async fn list(backend: Backend, env: TestEnv) {
 
 /// The ledger is the one writer of the history: the run of an ended or settled record
 /// reaches it in the same step; a fenced or given-up completion changes no record but
-/// appends its run as `lost`; a refused settle appends nothing.
-async fn history_suite(ledger: impl Ledger + Inspect, log: &dyn RunLog) {
-    let c = claim("hist", 1, 1, Overlap::Allow, LONG);
+/// appends its run as `lost`; a refused settle appends nothing. With `held`, the claims
+/// ask to be held (granted so on Redis, whose script ends a held claim's success from
+/// fewer arguments: `complete.lua`), and the history reads the same.
+async fn history_suite(ledger: impl Ledger + Inspect, log: &dyn RunLog, held: bool) {
+    let claim = |i: u32| Claim {
+        held,
+        ..claim("hist", i, 1, Overlap::Allow, LONG)
+    };
+    let c = claim(1);
     let lease = claimed(&ledger, &c).await;
     let stranger = ExecutionLease {
         token: "not-the-owner".into(),
@@ -202,26 +208,56 @@ async fn history_suite(ledger: impl Ledger + Inspect, log: &dyn RunLog) {
     assert_eq!(runs[0].outcome, Outcome::Lost);
     assert_eq!(runs[0].error.as_deref(), Some("lost the claim after: boom"));
     assert_eq!(runs[0].consumer, "c1");
-    let succeeded = run("hist", 1, Outcome::Succeeded);
+    let succeeded = Run {
+        published_at: Some(Utc::now()),
+        ..run("hist", 1, Outcome::Succeeded)
+    };
     let done = End {
         run: Some(succeeded.clone()),
         ..end(State::Succeeded)
     };
+    assert!(!ledger.complete(&stranger, &done).await.unwrap().recorded);
+    let runs = log.list(None, 10).await.unwrap();
+    assert_eq!(runs.len(), 2, "a fenced success, as lost: {runs:?}");
+    assert_eq!(runs[0].outcome, Outcome::Lost);
+    assert_eq!(
+        runs[0].error.as_deref(),
+        Some("lost the claim: the lease lapsed and another consumer took over")
+    );
+    assert_eq!(
+        ledger.inspect(&c.key).await.unwrap().state,
+        State::Running,
+        "fenced: the record is unchanged"
+    );
     assert!(ledger.complete(&lease, &done).await.unwrap().recorded);
     let runs = log.list(None, 10).await.unwrap();
-    assert_eq!(runs.len(), 2, "one run per end: {runs:?}");
-    assert_eq!(runs[0].key, succeeded.key, "newest first");
-    assert_eq!(runs[0].outcome, Outcome::Succeeded);
-    assert_eq!(runs[0].consumer, "c1");
-    assert_eq!(runs[0].duration, Duration::from_millis(1500));
-    assert_eq!(runs[0].error, None);
+    assert_eq!(runs.len(), 3, "one run per end: {runs:?}");
+    let listed = &runs[0];
+    assert_eq!(listed.key, succeeded.key, "newest first");
+    assert_eq!(
+        (
+            listed.outcome,
+            &listed.consumer,
+            listed.duration,
+            &listed.error
+        ),
+        (
+            Outcome::Succeeded,
+            &succeeded.consumer,
+            succeeded.duration,
+            &None
+        )
+    );
+    let ms = |at: Option<chrono::DateTime<Utc>>| at.map(|at| at.timestamp_millis());
+    assert_eq!(ms(Some(listed.started_at)), ms(Some(succeeded.started_at)));
+    assert_eq!(ms(listed.published_at), ms(succeeded.published_at));
     assert!(
         ledger.complete(&lease, &done).await.unwrap().recorded,
         "the same end tried again (its answer was lost): recorded already"
     );
     assert_eq!(
         log.list(None, 10).await.unwrap().len(),
-        2,
+        3,
         "and not appended twice"
     );
     assert!(
@@ -235,12 +271,12 @@ async fn history_suite(ledger: impl Ledger + Inspect, log: &dyn RunLog) {
         "an ended claim is fenced too"
     );
     let runs = log.list(None, 10).await.unwrap();
-    assert_eq!(runs.len(), 3, "{runs:?}");
+    assert_eq!(runs.len(), 4, "{runs:?}");
     assert_eq!(runs[0].outcome, Outcome::Lost);
     assert_eq!(runs[0].error.as_deref(), Some("lost the claim after: boom"));
 
     // Given up by its owner (no state): the record stays running, its lease lapses.
-    let kept = claim("hist", 3, 1, Overlap::Allow, LONG);
+    let kept = claim(3);
     let kept_lease = claimed(&ledger, &kept).await;
     let given_up = End {
         state: None,
@@ -266,7 +302,7 @@ async fn history_suite(ledger: impl Ledger + Inspect, log: &dyn RunLog) {
         "given up: the claim is still the owner's until its lease lapses"
     );
     let runs = log.list(None, 10).await.unwrap();
-    assert_eq!(runs.len(), 4, "{runs:?}");
+    assert_eq!(runs.len(), 5, "{runs:?}");
     assert_eq!(runs[0].key, kept.key);
     assert_eq!(runs[0].outcome, Outcome::Lost);
     assert_eq!(runs[0].error.as_deref(), Some("lost the claim after: boom"));
@@ -287,7 +323,7 @@ async fn history_suite(ledger: impl Ledger + Inspect, log: &dyn RunLog) {
         "already settled"
     );
     let runs = log.list(None, 10).await.unwrap();
-    assert_eq!(runs.len(), 5, "a refused settle adds no run: {runs:?}");
+    assert_eq!(runs.len(), 6, "a refused settle adds no run: {runs:?}");
     assert_eq!(runs[0].key, missed.key, "newest first");
     assert_eq!(runs[0].outcome, Outcome::Missed);
     assert_eq!(runs[0].error.as_deref(), Some("boom"));
@@ -297,5 +333,12 @@ on_every_backend!(history, "ledger_history");
 
 async fn history(backend: Backend, env: TestEnv) {
     let (ledger, log) = ports::ledger_with_log(backend, &env).await;
-    history_suite(ledger, &*log).await;
+    history_suite(ledger, &*log, false).await;
+}
+
+on_every_backend!(history_held, "ledger_history_held");
+
+async fn history_held(backend: Backend, env: TestEnv) {
+    let (ledger, log) = ports::ledger_with_log(backend, &env).await;
+    history_suite(ledger, &*log, true).await;
 }

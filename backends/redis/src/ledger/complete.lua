@@ -90,24 +90,53 @@ end
 -- what every end of the batch shares, as claim.lua's batch does: ARGV[1] the record key
 -- prefix, ARGV[2] the body key prefix, ARGV[3] the slots key prefix, ARGV[4] the wait
 -- list key prefix, ARGV[5] ms a woken waiter has to claim its turn, ARGV[6] history
--- MAXLEN, ARGV[7] history MINID. Then the ends one after the other, each as the number of
--- its arguments, then its arguments (its ARGV above); its keys are made here from its key
--- and the prefixes, the gates' slots and wait lists by the end itself. An end whose
--- key holds another type answers {"error", why} and leaves the others to run; any other
--- error fails the whole call. Returns one reply per end, in order.
+-- MAXLEN, ARGV[7] history MINID, ARGV[8] the error of a run without one as lost (see
+-- Run::lost). Then the ends one after the other, each as the number of its arguments,
+-- then its arguments (its ARGV above); its keys are made here from its key and the
+-- prefixes, the gates' slots and wait lists by the end itself. An end whose key holds
+-- another type answers {"error", why} and leaves the others to run; any other error fails
+-- the whole call. Returns one reply per end, in order.
+--
+-- The most common end, a held claim's success with its run, comes as "h", then the number
+-- of its arguments, then: key, job, token, retention ms, then the run's field values after
+-- its key and job (history.lua; outcome succeeded, no error). While the record is the
+-- running held claim of that token, it is made here as `complete` makes it, without its
+-- framing (a call, a table of its arguments, a pcall) and from fewer arguments: its state,
+-- its history entry, nothing else (a held claim has no gate, body or lease entry, and
+-- keeps the expiry its claim set). Anything else (the end tried again, fenced, a claim
+-- kept since, a key of another type) goes to `complete` as the end it stands for.
 local shared = {record = ARGV[1], body = ARGV[2], slots = ARGV[3], wait = ARGV[4],
   wake = tonumber(ARGV[5]), maxlen = ARGV[6],
   minid = ARGV[7]}
+local lost = ARGV[8]
 local replies = {}
 -- One table of keys for every end (`complete` only reads it), refilled for each.
 local keys = {false, KEYS[1], KEYS[2], false}
-local at = 8
+local at = 9
 while at <= #ARGV do
+  local held = ARGV[at] == 'h'
+  if held then
+    at = at + 1
+  end
   local first = at + 1
   local last = at + tonumber(ARGV[at])
   local key = ARGV[first]
   keys[1], keys[4] = ARGV[1] .. key, ARGV[2] .. key
-  local reply, err = run_one(complete, keys, {unpack(ARGV, first, last)}, shared)
+  local reply, err
+  if held then
+    local job, token = ARGV[first + 1], ARGV[first + 2]
+    local rec = redis.pcall('HMGET', keys[1], 'state', 'token', 'held')
+    if rec[1] == 'running' and rec[2] == token and rec[3] == '1' then
+      redis.call('HSET', keys[1], 'state', 'succeeded', 'updated', server_now())
+      append_run(KEYS[2], shared.maxlen, shared.minid, key, job, ARGV, first + 4)
+      reply = '1'
+    else
+      reply, err = run_one(complete, keys, {key, job, token, 'succeeded', '', ARGV[first + 3],
+        '', '', '1', lost, unpack(ARGV, first + 4, last)}, shared)
+    end
+  else
+    reply, err = run_one(complete, keys, {unpack(ARGV, first, last)}, shared)
+  end
   if not reply then
     return redis.error_reply(err)
   end
