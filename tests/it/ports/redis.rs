@@ -271,6 +271,19 @@ async fn ledger_redis_calls_made_together_answer_each_alone() {
             .await
             .unwrap();
         assert_eq!(runs, 8 + 1, "the runs given, and the fenced one as lost");
+        // Each entry is its own run's, whatever follows it in the call: none was given a
+        // time of publication.
+        let entries: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+            .arg(names.redis_key(&["runs"]))
+            .arg("-")
+            .arg("+")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        for entry in &entries.ids {
+            assert!(!entry.map.contains_key("published_at"), "{:?}", entry.map);
+            assert_eq!(entry.get::<String>("consumer").as_deref(), Some("test"));
+        }
     })
     .await;
 }

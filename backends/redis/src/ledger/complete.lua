@@ -33,7 +33,8 @@ local function complete(KEYS, ARGV, shared)
   end
   if ARGV[4] == '' or rec[1] ~= 'running' or rec[2] ~= ARGV[3] then
     if has_run then
-      append_run(KEYS[3], shared.maxlen, shared.minid, ARGV[1], ARGV[2], ARGV, 11, ARGV[10])
+      append_run(KEYS[3], shared.maxlen, shared.minid, ARGV[1], ARGV[2], ARGV, 11, #ARGV,
+        ARGV[10])
     end
     return {'0'}
   end
@@ -78,7 +79,7 @@ local function complete(KEYS, ARGV, shared)
     redis.call('PEXPIRE', KEYS[1], ARGV[6])
   end
   if has_run then
-    append_run(KEYS[3], shared.maxlen, shared.minid, ARGV[1], ARGV[2], ARGV, 11)
+    append_run(KEYS[3], shared.maxlen, shared.minid, ARGV[1], ARGV[2], ARGV, 11, #ARGV)
   end
   if woken then
     return {'1', woken[1], woken[2], woken[3]}
@@ -128,7 +129,7 @@ while at <= #ARGV do
     local rec = redis.pcall('HMGET', keys[1], 'state', 'token', 'held')
     if rec[1] == 'running' and rec[2] == token and rec[3] == '1' then
       redis.call('HSET', keys[1], 'state', 'succeeded', 'updated', server_now())
-      append_run(KEYS[2], shared.maxlen, shared.minid, key, job, ARGV, first + 4)
+      append_run(KEYS[2], shared.maxlen, shared.minid, key, job, ARGV, first + 4, last)
       reply = '1'
     else
       reply, err = run_one(complete, keys, {key, job, token, 'succeeded', '', ARGV[first + 3],

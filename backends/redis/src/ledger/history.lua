@@ -20,18 +20,19 @@ local function append_fields(stream, maxlen, minid, fields)
 end
 
 -- Appends the run of occurrence `key` of `job` whose other field values are in `argv`
--- (the script's ARGV, or a call's own in a batch) from index `first` on, named in the
--- order of runlog::FIELDS after key and job: attempt, consumer, started_at, duration_ms,
--- outcome, error [, published_at] (the names are this script's constants, so the caller
--- sends the values alone); with `lost_error`, as the same run lost: outcome 'lost' and
--- that error (the caller computes it, see Run::lost).
-local function append_run(stream, maxlen, minid, key, job, argv, first, lost_error)
+-- (the script's ARGV, or a call's own in a batch) from index `first` to `last`, named in
+-- the order of runlog::FIELDS after key and job: attempt, consumer, started_at,
+-- duration_ms, outcome, error [, published_at] (the names are this script's constants, so
+-- the caller sends the values alone); with `lost_error`, as the same run lost: outcome
+-- 'lost' and that error (the caller computes it, see Run::lost).
+local function append_run(stream, maxlen, minid, key, job, argv, first, last, lost_error)
   local ARGV, a = argv, first
   local outcome, err = ARGV[a + 4], ARGV[a + 5]
   if lost_error then
     outcome, err = 'lost', lost_error
   end
-  local published_at = ARGV[a + 6]
+  -- Past `last`, ARGV holds the next call of a batch, not this run's.
+  local published_at = a + 6 <= last and ARGV[a + 6] or nil
   local id
   if published_at then
     id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*',

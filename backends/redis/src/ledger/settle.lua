@@ -59,7 +59,7 @@ redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[6] .. gate, ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
 if #ARGV > 11 then
-  append_run(KEYS[3], ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV, 14)
+  append_run(KEYS[3], ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV, 14, #ARGV)
 end
 local free = cap - #slot_holders(KEYS[5] .. gate, now, '')
 local woken = wake(KEYS[6] .. gate, gate, KEYS[2], ARGV[7], ARGV[8], now, tonumber(ARGV[9]),
