@@ -47,6 +47,20 @@ async fn runs_of_late(env: &TestEnv) -> Vec<Run> {
     all
 }
 
+/// Waits for a's run of `late`'s occurrence, then long enough for b's reaper (every half
+/// lease, a second at most here) to hand it out again were its claim still listed as
+/// running, and asserts that it ran once, on a, which started it (`log`: the starts).
+async fn ran_once_on_a(env: &TestEnv, log: &Path) {
+    eventually(WAIT, "a's run of the occurrence", || async {
+        let r = runs_of_late(env).await;
+        (!r.is_empty()).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    routed::assert_ran_once_on_a(env, &runs_of_late(env).await, starts(log).len());
+    assert!(!env.log("a").contains(NOT_STARTED), "{}", env.log("a"));
+}
+
 /// [`routed::start`] with `lease`; publishes `late`'s occurrence with a's answers held, and
 /// returns once its claim is in Redis.
 async fn claimed_with_answer_held(env: &TestEnv, config: &Path, lease: &str) -> Proxy {
@@ -110,16 +124,7 @@ async fn a_claim_answered_late_within_its_lease_is_renewed_and_runs_once() {
         let proxy = claimed_with_answer_held(&env, &config, "2s").await;
         tokio::time::sleep(Duration::from_secs(1)).await;
         proxy.restore();
-        eventually(WAIT, "a's run of the occurrence", || async {
-            let r = runs_of_late(&env).await;
-            (!r.is_empty()).then_some(())
-        })
-        .await;
-        // Time for b's reaper (every second) to hand the occurrence out again, were its
-        // claim still listed as running.
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        routed::assert_ran_once_on_a(&env, &runs_of_late(&env).await, starts(&log).len());
-        assert!(!env.log("a").contains(NOT_STARTED), "{}", env.log("a"));
+        ran_once_on_a(&env, &log).await;
     })
     .await;
 }
@@ -173,18 +178,8 @@ async fn a_late_claim_whose_renewal_is_answered_within_its_lease_runs_once() {
         let (config, log) = routed::config(&env, "late", "true");
         // The renewal is answered about 0.8 s after it was sent, within the 1.5 s lease.
         let _proxy = renewal_answered_late(&env, &config, Duration::from_millis(600)).await;
-        eventually(WAIT, "a's run of the occurrence", || async {
-            let r = runs_of_late(&env).await;
-            (!r.is_empty()).then_some(())
-        })
-        .await;
-        // Time for b's reaper to hand the occurrence out again, were its claim still
-        // listed as running.
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        routed::assert_ran_once_on_a(&env, &runs_of_late(&env).await, starts(&log).len());
-        let a_log = env.log("a");
-        assert!(!a_log.contains(NOT_STARTED), "{a_log}");
-        assert!(!a_log.contains(UNANSWERED), "{a_log}");
+        ran_once_on_a(&env, &log).await;
+        assert!(!env.log("a").contains(UNANSWERED), "{}", env.log("a"));
     })
     .await;
 }
