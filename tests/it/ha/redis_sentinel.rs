@@ -17,7 +17,7 @@ use cronq_shared::runlog::{Outcome, Run, RunLog};
 use cronq_shared::store::{StoreError, Unreplicated};
 
 use crate::support::ha::{FOLLOW_WITHIN, HaEnv, hgetall_on, scoped};
-use crate::support::occurrences::{LONG, claim, claimed, end};
+use crate::support::occurrences::{LONG, claim, claimed, end, run_of};
 use crate::support::{eventually, until};
 
 /// The ledger and its run log under the test's namespace, on `conn`.
@@ -35,21 +35,6 @@ fn addr(port: u16) -> String {
 
 fn port_of(addr: &str) -> u16 {
     addr.rsplit(':').next().unwrap().parse().unwrap()
-}
-
-/// A run of attempt 1 of `key` that succeeded, for the history.
-fn run_of(c: &cronq_shared::ledger::Claim) -> Run {
-    Run {
-        key: c.key.clone(),
-        job: c.job.clone(),
-        attempt: c.attempt,
-        consumer: "test".to_owned(),
-        started_at: Utc::now(),
-        duration: Duration::from_millis(5),
-        outcome: Outcome::Succeeded,
-        error: None,
-        published_at: Some(Utc::now()),
-    }
 }
 
 /// Every store works through a Sentinel URL, on the node the sentinels name master.

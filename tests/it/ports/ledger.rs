@@ -9,11 +9,11 @@ use cronq_shared::ledger::{
     Claim, ClaimOutcome, End, ExecutionLease, FollowUp, Heartbeat, Ledger, Settle, State,
     claim_token,
 };
-use cronq_shared::runlog::{Outcome, Run, RunLog};
+use cronq_shared::runlog::{Outcome, RunLog};
 
 use crate::support::backends::{Backend, on_every_backend};
 use crate::support::inspect::Inspect;
-use crate::support::occurrences::{LONG, claim, claimed, end, occurrence};
+use crate::support::occurrences::{LONG, claim, claimed, end, occurrence, run_of};
 use crate::support::ports::{self};
 use crate::support::{TestEnv, eventually};
 
@@ -21,19 +21,8 @@ const WAIT: Duration = Duration::from_secs(10);
 
 /// The end of `c`'s attempt as its consumer records a success: with its run.
 fn success(c: &Claim) -> End {
-    let run = Run {
-        key: c.key.clone(),
-        job: c.job.clone(),
-        attempt: c.attempt,
-        consumer: "test".into(),
-        started_at: chrono::Utc::now(),
-        duration: Duration::from_millis(3),
-        outcome: Outcome::Succeeded,
-        error: None,
-        published_at: Some(chrono::Utc::now()),
-    };
     End {
-        run: Some(run),
+        run: Some(run_of(c)),
         ..end(State::Succeeded)
     }
 }

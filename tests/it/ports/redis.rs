@@ -10,9 +10,9 @@ use cronq_shared::ledger::{
     Claim, ClaimOutcome, End, ExecutionLease, FollowUp, Ledger, State, claim_token,
 };
 use cronq_shared::names::{Names, Namespace};
-use cronq_shared::runlog::{Outcome, Run};
+use cronq_shared::runlog::Run;
 
-use crate::support::occurrences::{LONG, claim, claimed, end};
+use crate::support::occurrences::{LONG, claim, claimed, end, run_of};
 use crate::support::ports::redis_ledger;
 use crate::support::{TestEnv, eventually, redis_url, scoped};
 
@@ -219,17 +219,10 @@ async fn ledger_redis_calls_made_together_answer_each_alone() {
         // end, which `complete.lua` makes from fewer arguments), half without, after a
         // success of the first claim under another token (fenced: appended as lost), and
         // with a success whose record key holds a string.
-        let with_run = |lease: &ExecutionLease| End {
+        let with_run = |c: &Claim| End {
             run: Some(Run {
-                key: lease.key.clone(),
-                job: lease.job.clone(),
-                attempt: 1,
-                consumer: "test".into(),
-                started_at: chrono::Utc::now(),
-                duration: Duration::from_millis(3),
-                outcome: Outcome::Succeeded,
-                error: None,
                 published_at: None,
+                ..run_of(c)
             }),
             ..end(State::Succeeded)
         };
@@ -243,18 +236,19 @@ async fn ledger_redis_calls_made_together_answer_each_alone() {
         };
         let mut ends: Vec<_> = granted
             .iter()
+            .zip(&good)
             .enumerate()
-            .map(|(i, lease)| {
+            .map(|(i, (lease, c))| {
                 let end = if i % 2 == 0 {
-                    with_run(lease)
+                    with_run(c)
                 } else {
                     end(State::Succeeded)
                 };
                 (lease, end)
             })
             .collect();
-        ends.insert(0, (&stranger, with_run(&stranger)));
-        ends.push((&refused, with_run(&refused)));
+        ends.insert(0, (&stranger, with_run(&good[0])));
+        ends.push((&refused, with_run(&bad)));
         let mut ended =
             futures_util::future::join_all(ends.iter().map(|(l, e)| ledger.complete(l, e))).await;
         assert!(ended.pop().unwrap().is_err(), "{ended:?}");

@@ -1,5 +1,5 @@
 //! Test occurrences and what is made of them: occurrence `i` of a job (scheduled `i`
-//! seconds after a fixed instant), its publish, and its ledger claim and end.
+//! seconds after a fixed instant), its publish, and its ledger claim, end and run.
 
 use std::time::Duration;
 
@@ -10,6 +10,7 @@ use cronq_shared::key::OccurrenceKey;
 use cronq_shared::ledger::{Claim, ClaimOutcome, End, ExecutionLease, Ledger, State};
 use cronq_shared::message::{Occurrence, Trigger};
 use cronq_shared::names::{JobName, QueueName};
+use cronq_shared::runlog::{Outcome, Run};
 
 /// The logical queue `name`.
 pub fn queue(name: &str) -> QueueName {
@@ -80,6 +81,21 @@ pub fn end(state: State) -> End {
         retention: LONG,
         next: None,
         run: None,
+    }
+}
+
+/// The run of `c`'s attempt as its consumer records a success, for the history.
+pub fn run_of(c: &Claim) -> Run {
+    Run {
+        key: c.key.clone(),
+        job: c.job.clone(),
+        attempt: c.attempt,
+        consumer: "test".to_owned(),
+        started_at: Utc::now(),
+        duration: Duration::from_millis(5),
+        outcome: Outcome::Succeeded,
+        error: None,
+        published_at: Some(Utc::now()),
     }
 }
 
