@@ -71,6 +71,8 @@ struct Scripts {
     settle: Script,
     reap: Script,
     admit_replay: Script,
+    /// A record as HGETALL would answer it, whatever its form (read.lua).
+    read: Script,
     cancel: Script,
     gates: Script,
 }
@@ -94,11 +96,15 @@ impl RedisLedger {
                     include_str!("ledger/clock.lua"),
                     include_str!("ledger/history.lua"),
                     include_str!("ledger/wait.lua"),
+                    include_str!("ledger/record.lua"),
                     script,
                 ]
                 .concat(),
             )
         };
+        // The reader of records (ledger/record.lua) alone, in front of a script.
+        let with_record =
+            |script: &str| Script::new(&[include_str!("ledger/record.lua"), script].concat());
         // A batched script (ledger/batch.rs) also runs each of its calls through run_one.
         let batched =
             |script: &str| with_history(&[include_str!("ledger/batch.lua"), script].concat());
@@ -151,6 +157,7 @@ impl RedisLedger {
                 heartbeat: Script::new(
                     &[
                         include_str!("ledger/wait.lua"),
+                        include_str!("ledger/record.lua"),
                         include_str!("ledger/heartbeat.lua"),
                     ]
                     .concat(),
@@ -158,7 +165,8 @@ impl RedisLedger {
                 completes,
                 settle: with_history(include_str!("ledger/settle.lua")),
                 reap: Script::new(include_str!("ledger/reap.lua")),
-                admit_replay: Script::new(include_str!("ledger/admit_replay.lua")),
+                admit_replay: with_record(include_str!("ledger/admit_replay.lua")),
+                read: with_record(include_str!("ledger/read.lua")),
                 cancel: with_history(include_str!("ledger/cancel.lua")),
                 gates: Script::new(include_str!("ledger/gates.lua")),
             },
@@ -171,9 +179,10 @@ impl RedisLedger {
     /// # Errors
     /// [`StoreError`] when Redis cannot be reached or the record is unreadable.
     pub async fn record(&self, key: &OccurrenceKey) -> Result<Option<Record>, StoreError> {
-        let fields: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
-            .arg(self.record_key(key.as_str()))
-            .query_async(&mut self.conn.clone())
+        let mut invocation = Call::new(&self.scripts.read, 1);
+        invocation.key(self.record_key(key.as_str()));
+        let fields: std::collections::HashMap<String, String> = invocation
+            .query(&mut self.conn.clone())
             .await
             .map_err(command)?;
         let Some(state) = fields.get("state") else {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use cronq_redis::RedisLedger;
 use cronq_shared::config::Overlap;
 use cronq_shared::ledger::{
-    Claim, ClaimOutcome, End, ExecutionLease, FollowUp, Ledger, State, claim_token,
+    Claim, ClaimOutcome, End, ExecutionLease, FollowUp, Heartbeat, Ledger, State, claim_token,
 };
 use cronq_shared::names::{Names, Namespace};
 use cronq_shared::runlog::Run;
@@ -337,6 +337,156 @@ async fn ledger_redis_a_claim_given_up_in_its_batch_lapses_to_the_reaper() {
             ClaimOutcome::Claimed { takeover, .. } => assert!(takeover),
             other => panic!("the reaped occurrence is not claimable: {other:?}"),
         }
+    })
+    .await;
+}
+
+/// A held claim's new record is one string (`ledger/record.lua`), and its success keeps it
+/// one. Every other script reads it as the hash it stands for, made a hash first with the
+/// expiry it has: a second delivery of its message, a renewal, an end other than the held
+/// success. Each answers as it would have on the hash.
+#[tokio::test]
+async fn ledger_redis_a_held_record_is_one_string_read_as_its_hash() {
+    scoped("ledger_redis_held_string", |env| async move {
+        let (ledger, conn, names) = ledger_and_keys(&env).await;
+        let held = |i| Claim {
+            held: true,
+            ..claim("held-string", i, 1, Overlap::Allow, LONG)
+        };
+        let query = |cmd: &str, c: &Claim| {
+            let mut conn = conn.clone();
+            let mut cmd = redis::cmd(cmd);
+            cmd.arg(names.redis_key(&["occ", &c.key.to_string()]));
+            async move { cmd.query_async::<redis::Value>(&mut conn).await.unwrap() }
+        };
+        let kind = |c: &Claim| {
+            let answer = query("TYPE", c);
+            async move {
+                match answer.await {
+                    redis::Value::SimpleString(kind) => kind,
+                    other => panic!("TYPE answered {other:?}"),
+                }
+            }
+        };
+        let expiry = |c: &Claim| {
+            let answer = query("PTTL", c);
+            async move {
+                match answer.await {
+                    redis::Value::Int(ms) => ms,
+                    other => panic!("PTTL answered {other:?}"),
+                }
+            }
+        };
+        let runs = || {
+            let mut conn = conn.clone();
+            let key = names.redis_key(&["runs"]);
+            async move {
+                redis::cmd("XLEN")
+                    .arg(key)
+                    .query_async::<usize>(&mut conn)
+                    .await
+                    .unwrap()
+            }
+        };
+        let succeeded = |c: &Claim| End {
+            run: Some(run_of(c)),
+            ..end(State::Succeeded)
+        };
+        let retention = i64::try_from(LONG.as_millis()).unwrap();
+
+        // Claimed and ended by its success: a string throughout.
+        let ended = held(1);
+        let lease = claimed(&ledger, &ended).await;
+        assert!(lease.held);
+        assert_eq!(kind(&ended).await, "string");
+        let record = ledger.record(&ended.key).await.unwrap().unwrap();
+        assert_eq!((record.state, record.attempt), (State::Running, 1));
+        assert!(
+            ledger
+                .complete(&lease, &succeeded(&ended))
+                .await
+                .unwrap()
+                .recorded
+        );
+        assert_eq!(kind(&ended).await, "string");
+        let record = ledger.record(&ended.key).await.unwrap().unwrap();
+        assert_eq!(
+            (record.state, record.attempt, record.error),
+            (State::Succeeded, 1, None)
+        );
+        let left = expiry(&ended).await;
+        assert!(0 < left && left <= retention, "{left} ms");
+        // The same end again: recorded, nothing appended (through `complete`, on the hash).
+        assert!(
+            ledger
+                .complete(&lease, &succeeded(&ended))
+                .await
+                .unwrap()
+                .recorded
+        );
+        assert_eq!(runs().await, 1);
+        assert_eq!(kind(&ended).await, "hash");
+        // Its message delivered again: a duplicate of its success, the expiry kept.
+        let again = Claim {
+            token: claim_token(),
+            ..ended.clone()
+        };
+        match ledger.claim(&again).await.unwrap() {
+            ClaimOutcome::Duplicate {
+                state: State::Succeeded,
+                ..
+            } => {}
+            other => panic!("a second delivery of a success: {other:?}"),
+        }
+        let kept = expiry(&ended).await;
+        assert!(0 < kept && kept <= left, "{kept} ms, {left} ms before");
+
+        // Renewed before its end: the hash of the fields the string stood for, its lease
+        // renewed; its end then goes the general way, as any end of a hash.
+        let renewed = held(2);
+        let lease = claimed(&ledger, &renewed).await;
+        let before: String = redis::from_redis_value(query("GET", &renewed).await).unwrap();
+        let before: Vec<&str> = before.split('\n').collect();
+        assert_eq!(before.len(), 9, "{before:?}");
+        assert_eq!(
+            ledger.heartbeat(&lease, LONG).await.unwrap(),
+            Heartbeat::Held
+        );
+        assert_eq!(kind(&renewed).await, "hash");
+        let left = expiry(&renewed).await;
+        assert!(0 < left && left <= retention, "{left} ms");
+        let fields: std::collections::HashMap<String, String> =
+            redis::from_redis_value(query("HGETALL", &renewed).await).unwrap();
+        let field = |name: &str| fields.get(name).map(String::as_str);
+        assert_eq!(fields.len(), 11, "{fields:?}");
+        assert_eq!(field("state"), Some("running"));
+        assert_eq!(field("updated"), Some(before[1]));
+        assert_eq!(field("fence"), Some(lease.fence.to_string().as_str()));
+        assert_eq!(field("attempt"), Some("1"));
+        assert_eq!(field("next"), Some("1"));
+        assert_eq!(field("job"), Some("held-string"));
+        assert_eq!(field("queue"), Some("default"));
+        assert_eq!(
+            field("sched"),
+            Some(renewed.scheduled_at.timestamp_millis().to_string().as_str())
+        );
+        assert_eq!(field("token"), Some(lease.token.as_str()));
+        assert_eq!(field("held"), Some("1"));
+        let renewed_until: i64 = field("lease_until").unwrap().parse().unwrap();
+        assert!(
+            renewed_until >= before[6].parse::<i64>().unwrap(),
+            "{renewed_until} against {before:?}"
+        );
+        assert!(
+            ledger
+                .complete(&lease, &succeeded(&renewed))
+                .await
+                .unwrap()
+                .recorded
+        );
+        let record = ledger.record(&renewed.key).await.unwrap().unwrap();
+        assert_eq!(record.state, State::Succeeded);
+        assert_eq!(runs().await, 2);
     })
     .await;
 }

@@ -6,8 +6,8 @@
 -- (heartbeat.lua), so its owner stops it and records the end. A cancel of a running
 -- attempt (asked to stop, or ended under a lapsed lease: its owner may still run it) moves
 -- the cancel counter consumers poll, so their running attempts renew at once; any other
--- leaves it. Prepended: clock.lua, history.lua, wait.lua.
--- KEYS[1] record hash   KEYS[2] lease zset   KEYS[3] run history stream   KEYS[4] message body
+-- leaves it. Prepended: clock.lua, history.lua, wait.lua, record.lua.
+-- KEYS[1] record (record.lua)   KEYS[2] lease zset   KEYS[3] run history stream   KEYS[4] message body
 -- KEYS[5] wait list key prefix (ns:jobwait:)   KEYS[6] slots key prefix (ns:slots:)
 -- KEYS[7] cancel counter (ns:cancels)   (the gates are read off the record)
 -- ARGV[1] key   ARGV[2] job   ARGV[3] reason ("cancelled by WHO")   ARGV[4] who
@@ -16,7 +16,7 @@
 -- Returns {"unknown"} | {"finished", state} | {"stopping"} | {"ended", state before}
 local now_s = server_now()
 local now = tonumber(now_s)
-local rec = redis.call('HMGET', KEYS[1], 'state', 'attempt', 'lease_until', 'exclusive', 'job',
+local rec = read_record(KEYS[1], 'state', 'attempt', 'lease_until', 'exclusive', 'job',
   'cap', 'pool', 'pool_cap', 'gate')
 local st = rec[1]
 if not st then

@@ -1,8 +1,9 @@
 -- Claims occurrence keys, each for one attempt, atomically with the overlap rules of its
 -- job: any number of claims in one call, each as if it had been a call of its own, in
--- order (see the batch at the end). Prepended: clock.lua, history.lua, wait.lua, batch.lua.
+-- order (see the batch at the end). Prepended: clock.lua, history.lua, wait.lua, record.lua,
+-- batch.lua.
 -- One claim, `claim(KEYS, ARGV, shared)` (its own tables, which shadow the script's):
--- KEYS[1] record hash    (ns:occ:KEY)
+-- KEYS[1] record         (ns:occ:KEY, record.lua)
 -- KEYS[2] lease zset     (ns:leases)      member KEY, score = lease expiry or due time (ms,
 --                        server time)
 -- KEYS[3] message body   (ns:occbody:KEY) kept apart, so that the record stays a small
@@ -17,9 +18,10 @@
 --         again
 -- ARGV[6] lease ms   ARGV[7] retention ms   ARGV[8] overlap (allow|skip|queue|replace), or
 --         held: an allow claim outside any pool whose caller holds its delivery unacked
---         (Claim::held), so that a new record keeps no body and no lease entry (`held` = 1)
---         until heartbeat.lua keeps them or the end; the broker redelivers the message of
---         an owner that died, and a redelivery of a held running claim keeps them then
+--         (Claim::held), so that a new record keeps no body and no lease entry (`held` = 1;
+--         the string of record.lua) until heartbeat.lua keeps them or the end; the broker
+--         redelivers the message of an owner that died, and a redelivery of a held running
+--         claim keeps them then
 -- ARGV[9] message body   ARGV[10] scheduled time ms
 -- Only for a gated claim (overlap other than allow, or a pool):
 -- ARGV[11] ms until the reaper re-checks a waiting occurrence
@@ -250,14 +252,18 @@ end
 
 -- A new record of an `allow` job outside any pool: no cancel request, not exclusive, no
 -- pool, which every script reads off absent fields as well (fields less to write and to
--- keep). `held`: the claim was granted held (its mark, else `updated` once more: no field
--- more to keep). `ARGV` is the claim's own, from `at` on.
+-- keep). `held`: the claim was granted held, and the record is the string record.lua
+-- describes (one command, not two). `ARGV` is the claim's own, from `at` on.
 local function new_record(record, fence, ARGV, at, held)
   local attempt, now_s = ARGV[at + 3], server_now()
+  if held then
+    redis.call('SET', record, held_value('running', now_s, fence, attempt, ARGV[at + 1],
+      ARGV[at + 2], lease_end(ARGV[at + 5]), ARGV[at + 9], ARGV[at + 4]), 'PX', ARGV[at + 6])
+    return
+  end
   redis.call('HSET', record, 'fence', fence, 'state', 'running', 'attempt', attempt,
     'next', attempt, 'token', ARGV[at + 4], 'job', ARGV[at + 1], 'queue', ARGV[at + 2],
-    'lease_until', lease_end(ARGV[at + 5]), 'sched', ARGV[at + 9], 'updated', now_s,
-    held and 'held' or 'updated', held and '1' or now_s)
+    'lease_until', lease_end(ARGV[at + 5]), 'sched', ARGV[at + 9], 'updated', now_s)
   redis.call('PEXPIRE', record, ARGV[at + 6])
 end
 
@@ -268,7 +274,7 @@ local function claim(KEYS, ARGV, shared)
   local attempt = ARGV[4]
   local lease_until = lease_end(ARGV[6])
   -- One read of everything the checks need (a new key reads eight nils).
-  local rec = redis.call('HMGET', KEYS[1], 'state', 'attempt', 'lease_until', 'next', 'token',
+  local rec = read_record(KEYS[1], 'state', 'attempt', 'lease_until', 'next', 'token',
     'fence', 'cancel', 'held')
   local st = rec[1]
   local takeover = '0'

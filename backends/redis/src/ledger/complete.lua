@@ -7,8 +7,10 @@
 -- nothing. With run fields, the attempt's run is appended to the history in the same step:
 -- as given when the end is recorded, as lost (the same fields, outcome `lost` and ARGV[10]
 -- as its error) when it is not. The slots it holds are freed (wait.lua) and the waiter
--- whose turn it is, if any, is given its turn. Prepended: clock.lua, history.lua, wait.lua, batch.lua.
--- KEYS[1] record hash   KEYS[2] lease zset   KEYS[3] run history stream   KEYS[4] message body
+-- whose turn it is, if any, is given its turn. Prepended: clock.lua, history.lua, wait.lua,
+-- record.lua, batch.lua.
+-- KEYS[1] record (record.lua)   KEYS[2] lease zset   KEYS[3] run history stream
+-- KEYS[4] message body
 -- ARGV[1] key   ARGV[2] job   ARGV[3] token   ARGV[4] state ('' = give the claim up)
 -- ARGV[5] error ('' = none)   ARGV[6] retention ms
 -- ARGV[7] next attempt allowed to claim ('' when the state is terminal)
@@ -24,7 +26,7 @@
 local function complete(KEYS, ARGV, shared)
   local now_s = server_now()
   local has_run = #ARGV > 10
-  local rec = redis.call('HMGET', KEYS[1], 'state', 'token', 'exclusive', 'job', 'cap', 'pool',
+  local rec = read_record(KEYS[1], 'state', 'token', 'exclusive', 'job', 'cap', 'pool',
     'pool_cap', 'held')
   if rec[1] == ARGV[4] and rec[2] == ARGV[3] then
     -- This very end, recorded by an earlier try of this claim (no end is 'running', and a
@@ -101,11 +103,12 @@ end
 -- The most common end, a held claim's success with its run, comes as "h", then the number
 -- of its arguments, then: key, job, token, retention ms, then the run's field values after
 -- its key and job (history.lua; outcome succeeded, no error). While the record is the
--- running held claim of that token, it is made here as `complete` makes it, without its
--- framing (a call, a table of its arguments, a pcall) and from fewer arguments: its state,
--- its history entry, nothing else (a held claim has no gate, body or lease entry, and
--- keeps the expiry its claim set). Anything else (the end tried again, fenced, a claim
--- kept since, a key of another type) goes to `complete` as the end it stands for.
+-- held string record (record.lua) of that token, running, it is made here as `complete`
+-- makes it, without its framing (a call, a table of its arguments, a pcall) and from fewer
+-- arguments: its state and update time in the string, its history entry, nothing else (a
+-- held claim has no gate, body or lease entry, and keeps the expiry its claim set).
+-- Anything else (the end tried again, fenced, a claim kept or renewed since, which made it
+-- a hash, a key of another type) goes to `complete` as the end it stands for.
 local shared = {record = ARGV[1], body = ARGV[2], slots = ARGV[3], wait = ARGV[4],
   wake = tonumber(ARGV[5]), maxlen = ARGV[6],
   minid = ARGV[7]}
@@ -126,9 +129,15 @@ while at <= #ARGV do
   local reply, err
   if held then
     local job, token = ARGV[first + 1], ARGV[first + 2]
-    local rec = redis.pcall('HMGET', keys[1], 'state', 'token', 'held')
-    if rec[1] == 'running' and rec[2] == token and rec[3] == '1' then
-      redis.call('HSET', keys[1], 'state', 'succeeded', 'updated', server_now())
+    -- A held string record (record.lua) running under this token: `running`, its update
+    -- time, and after the last newline the token.
+    local value = redis.pcall('GET', keys[1])
+    local rest = type(value) == 'string' and string.sub(value, 1, 8) == 'running\n'
+      and string.sub(value, -#token - 1) == '\n' .. token
+      and string.find(value, '\n', 9, true)
+    if rest then
+      redis.call('SET', keys[1], 'succeeded\n' .. server_now() .. string.sub(value, rest),
+        'KEEPTTL')
       append_run(KEYS[2], shared.maxlen, shared.minid, key, job, ARGV, first + 4, last)
       reply = '1'
     else

@@ -22,7 +22,12 @@ for i = 5, #ARGV do
   table.sort(running)
   local waiting, next = 0, {}
   for _, k in ipairs(redis.call('ZRANGE', ARGV[3] .. gate, 0, -1)) do
-    local r = redis.call('HMGET', ARGV[1] .. k, 'state', 'gate', 'job')
+    -- (pcall: a held string record, record.lua, is not waiting, as a record of another
+    -- state is not)
+    local r = redis.pcall('HMGET', ARGV[1] .. k, 'state', 'gate', 'job')
+    if r.err then
+      r = {}
+    end
     local on = r[2]
     if not on or on == '' then
       on = r[3]

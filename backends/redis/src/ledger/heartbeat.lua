@@ -1,8 +1,8 @@
 -- Renews the execution lease of a claim, and the slots it holds (its job's gate if
 -- exclusive, its pool's if pooled); with a body, keeps the message of a held claim
 -- (claim.lua) and lists its lease for the reaper. A held claim's lease is not listed
--- otherwise: the reaper would find no body to republish. Prepended: wait.lua.
--- KEYS[1] record hash   KEYS[2] lease zset   KEYS[3] message body (with ARGV[5])
+-- otherwise: the reaper would find no body to republish. Prepended: wait.lua, record.lua.
+-- KEYS[1] record (record.lua)   KEYS[2] lease zset   KEYS[3] message body (with ARGV[5])
 -- ARGV[1] key   ARGV[2] token   ARGV[3] lease ms   ARGV[4] slots key prefix (ns:slots:)
 -- ARGV[5] the message body to keep, ARGV[6] for how many ms (both or neither)
 -- Returns {"held"} | {"cancel", replacing key} (a newer occurrence asked this one to stop;
@@ -10,7 +10,7 @@
 -- held, belongs to someone else now)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local rec = redis.call('HMGET', KEYS[1], 'state', 'token', 'exclusive', 'cancel', 'job', 'cap',
+local rec = read_record(KEYS[1], 'state', 'token', 'exclusive', 'cancel', 'job', 'cap',
   'pool', 'pool_cap', 'held')
 if rec[1] ~= 'running' or rec[2] ~= ARGV[2] then
   return {'lost'}

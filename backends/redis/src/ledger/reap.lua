@@ -20,22 +20,27 @@ local why = {running = 'lapsed', retrying = 'retry', pending = 'released', waiti
 local out = {}
 for _, key in ipairs(due) do
   local rec = ARGV[1] .. key
-  local st = redis.call('HGET', rec, 'state')
+  -- (pcall: a held string record, record.lua, has no body and no lease entry of its own; one
+  -- found here is a stale entry, removed as any other without a body)
+  local r = redis.pcall('HMGET', rec, 'state', 'lease_until', 'attempt', 'queue', 'body')
+  if r.err then
+    r = {}
+  end
+  local st = r[1]
   -- A claim made by a consumer before the body moved to its own key kept it in the record:
   -- read it there too, so a rolling upgrade loses nothing.
-  local body = redis.call('GET', ARGV[4] .. key) or redis.call('HGET', rec, 'body')
+  local body = redis.call('GET', ARGV[4] .. key) or r[5]
   if st and why[st] and body then
-    local lease_until = tonumber(redis.call('HGET', rec, 'lease_until') or '0')
+    local lease_until = tonumber(r[2] or '0')
     if st == 'running' and lease_until > now then
       redis.call('ZADD', KEYS[1], lease_until, key)
     else
       if st == 'running' then
-        redis.call('HSET', rec, 'next', redis.call('HGET', rec, 'attempt'),
-          'state', 'pending', 'token', '', 'updated', now)
+        redis.call('HSET', rec, 'next', r[3], 'state', 'pending', 'token', '', 'updated', now)
       end
       redis.call('ZADD', KEYS[1], now + hold, key)
       table.insert(out, key)
-      table.insert(out, redis.call('HGET', rec, 'queue') or '')
+      table.insert(out, r[4] or '')
       table.insert(out, body)
       table.insert(out, why[st])
     end

@@ -3,8 +3,8 @@
 -- message is a stale attempt. With run fields, the run is appended to the history in the
 -- same step. A waiting occurrence leaves its gate's wait list; when a slot of that gate (of
 -- its job's, for any other) is free, the waiter whose turn it is is given it.
--- Prepended: clock.lua, history.lua, wait.lua.
--- KEYS[1] record hash   KEYS[2] lease zset   KEYS[3] run history stream   KEYS[4] message body
+-- Prepended: clock.lua, history.lua, wait.lua, record.lua.
+-- KEYS[1] record (record.lua)   KEYS[2] lease zset   KEYS[3] run history stream   KEYS[4] message body
 -- KEYS[5] slots key prefix (ns:slots:, a prefix: the gate is read off the record)
 -- KEYS[6] wait list key prefix (ns:jobwait:)
 -- ARGV[1] key   ARGV[2] job   ARGV[3] attempt   ARGV[4] state   ARGV[5] error ('' = none)
@@ -16,7 +16,7 @@
 local now_s = server_now()
 local now = tonumber(now_s)
 local attempt = tonumber(ARGV[3])
-local rec = redis.call('HMGET', KEYS[1], 'state', 'attempt', 'lease_until', 'next', 'gate',
+local rec = read_record(KEYS[1], 'state', 'attempt', 'lease_until', 'next', 'gate',
   'exclusive', 'cap', 'pool_cap', 'job')
 local st = rec[1]
 if st then

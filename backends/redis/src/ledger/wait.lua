@@ -65,7 +65,12 @@ local function wait_ends(wait, gate, rec_prefix, body_prefix, last, n)
       break
     end
     local k = found[1]
-    local r = redis.call('HMGET', rec_prefix .. k, 'state', 'gate', 'job')
+    -- (pcall: a held string record, record.lua, is not waiting, as a record of another
+    -- state is not)
+    local r = redis.pcall('HMGET', rec_prefix .. k, 'state', 'gate', 'job')
+    if r.err then
+      r = {}
+    end
     local on = r[2]
     if not on or on == '' then
       on = r[3]
