@@ -179,12 +179,7 @@ impl RedisLedger {
     /// # Errors
     /// [`StoreError`] when Redis cannot be reached or the record is unreadable.
     pub async fn record(&self, key: &OccurrenceKey) -> Result<Option<Record>, StoreError> {
-        let mut invocation = Call::new(&self.scripts.read, 1);
-        invocation.key(self.record_key(key.as_str()));
-        let fields: std::collections::HashMap<String, String> = invocation
-            .query(&mut self.conn.clone())
-            .await
-            .map_err(command)?;
+        let fields = self.fields(key).await?;
         let Some(state) = fields.get("state") else {
             return Ok(None);
         };
@@ -196,6 +191,24 @@ impl RedisLedger {
                 .unwrap_or(0),
             error: fields.get("error").cloned(),
         }))
+    }
+
+    /// A key's record as the fields of its hash (empty when there is none), whichever of
+    /// its two forms Redis keeps it in (`ledger/record.lua`), left as it is; for tests and
+    /// inspection.
+    ///
+    /// # Errors
+    /// [`StoreError`] when Redis cannot be reached or the key holds no record.
+    pub async fn fields(
+        &self,
+        key: &OccurrenceKey,
+    ) -> Result<std::collections::HashMap<String, String>, StoreError> {
+        let mut invocation = Call::new(&self.scripts.read, 1);
+        invocation.key(self.record_key(key.as_str()));
+        invocation
+            .query(&mut self.conn.clone())
+            .await
+            .map_err(command)
     }
 
     fn record_key(&self, key: &str) -> String {

@@ -9,6 +9,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use cronq_redis::RedisLedger;
+use cronq_shared::key::OccurrenceKey;
 use cronq_shared::runlog::Outcome;
 use nix::sys::signal::Signal;
 
@@ -16,17 +18,12 @@ use crate::support::consumer_process::{
     WAIT, consumer_args, first_runs, lines, publish, runs, slow_job, started,
 };
 use crate::support::occurrences::occurrence;
+use crate::support::ports::redis_ledger;
 use crate::support::{TestEnv, eventually, rabbitmq, scoped};
 
-/// The `held` field of `record`, as Redis has it.
-async fn held(env: &TestEnv, record: &str) -> Option<String> {
-    let mut redis = env.redis().await;
-    redis::cmd("HGET")
-        .arg(record)
-        .arg("held")
-        .query_async(&mut redis)
-        .await
-        .unwrap()
+/// The `held` field of the record of `key`, as Redis has it.
+async fn held(ledger: &RedisLedger, key: &OccurrenceKey) -> Option<String> {
+    ledger.fields(key).await.unwrap().remove("held")
 }
 
 /// What a killed consumer's kept claims leave (checked once it is gone): RabbitMQ holds
@@ -88,7 +85,7 @@ async fn sigkill_mid_job(env: TestEnv, overlap: &str, lease: &str, kill: Kill) {
     started(&env, "a").await;
     let occ = occurrence("slow", 1);
     let occ_key = occ.key.clone();
-    let record = env.names().redis_key(&["occ", occ_key.as_str()]);
+    let ledger = redis_ledger(&env).await;
     publish(&env, occ).await;
     eventually(WAIT, "consumer a to start the job", || async {
         (lines(&starts) == 1).then_some(())
@@ -96,7 +93,7 @@ async fn sigkill_mid_job(env: TestEnv, overlap: &str, lease: &str, kill: Kill) {
     .await;
     if kill == Kill::AfterKeep {
         eventually(WAIT, "a's held claim kept", || async {
-            held(&env, &record).await.is_none().then_some(())
+            held(&ledger, &occ_key).await.is_none().then_some(())
         })
         .await;
         // The ack follows the keep's reply (its frame within a few ms: the settler's
@@ -104,7 +101,7 @@ async fn sigkill_mid_job(env: TestEnv, overlap: &str, lease: &str, kill: Kill) {
         // the reaper reads is the one the keep listed.
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    let was_held = held(&env, &record).await;
+    let was_held = held(&ledger, &occ_key).await;
     env.signal(a, Signal::SIGKILL);
     assert_eq!(
         was_held.as_deref(),
@@ -124,7 +121,7 @@ async fn sigkill_mid_job(env: TestEnv, overlap: &str, lease: &str, kill: Kill) {
     assert_eq!(done[0].attempt, 1, "same attempt, run again");
     assert_eq!(lines(&starts), 2, "started by a, then once by b");
     assert_eq!(
-        held(&env, &record).await,
+        held(&ledger, &occ_key).await,
         None,
         "the ended record is not held"
     );
@@ -233,6 +230,8 @@ async fn kept_side_by_side(env: &TestEnv, lease: &str) -> (u32, PathBuf, PathBuf
     started(env, "a").await;
     let occs = [occurrence("slow", 1), occurrence("slow", 2)];
     let keys = occs.clone().map(|o| o.key.to_string());
+    let occ_keys = occs.clone().map(|o| o.key);
+    let ledger = redis_ledger(env).await;
     for occ in occs {
         publish(env, occ).await;
     }
@@ -244,10 +243,9 @@ async fn kept_side_by_side(env: &TestEnv, lease: &str) -> (u32, PathBuf, PathBuf
     let kept_by = Duration::from_millis(700);
     loop {
         let mut still = Vec::new();
-        for key in &keys {
-            let record = env.names().redis_key(&["occ", key.as_str()]);
-            if let Some(h) = held(env, &record).await {
-                still.push((record, h));
+        for key in &occ_keys {
+            if let Some(h) = held(&ledger, key).await {
+                still.push((key, h));
             }
         }
         if still.is_empty() {

@@ -383,14 +383,10 @@ async fn a_consumer_s_connections_closed_while_its_claim_is_held_run_the_job_onc
         })
         .await;
         let occ = occurrence("slow", 1);
-        let (record, body) = {
-            let names = env.names();
-            let key = occ.key.as_str();
-            (
-                names.redis_key(&["occ", key]),
-                names.redis_key(&["occbody", key]),
-            )
-        };
+        let (key, body) = (
+            occ.key.clone(),
+            env.names().redis_key(&["occbody", occ.key.as_str()]),
+        );
         let leases = env.names().redis_key(&["leases"]);
         publish(&env, occ).await;
         eventually(WAIT, "consumer a to start the job", || async {
@@ -398,14 +394,13 @@ async fn a_consumer_s_connections_closed_while_its_claim_is_held_run_the_job_onc
         })
         .await;
         let mut redis = env.redis().await;
-        let held: Option<String> = redis::cmd("HGET")
-            .arg(&record)
-            .arg("held")
-            .query_async(&mut redis)
+        let mut record = crate::support::ports::redis_ledger(&env)
+            .await
+            .fields(&key)
             .await
             .unwrap();
         assert_eq!(
-            held.as_deref(),
+            record.remove("held").as_deref(),
             Some("1"),
             "a's claim is held when its connections close"
         );
