@@ -7,7 +7,8 @@ use std::time::Duration;
 use cronq_redis::RedisLedger;
 use cronq_shared::config::Overlap;
 use cronq_shared::ledger::{
-    Claim, ClaimOutcome, End, ExecutionLease, FollowUp, Heartbeat, Ledger, State, claim_token,
+    Cancel, Cancelled, Claim, ClaimOutcome, End, ExecutionLease, FollowUp, Heartbeat, Ledger,
+    Settle, State, cancelled_by, claim_token,
 };
 use cronq_shared::names::{Names, Namespace};
 use cronq_shared::runlog::Run;
@@ -343,8 +344,8 @@ async fn ledger_redis_a_claim_given_up_in_its_batch_lapses_to_the_reaper() {
 
 /// A held claim's new record is one string (`ledger/record.lua`), and its success keeps it
 /// one. Every other script reads it as the hash it stands for, made a hash first with the
-/// expiry it has: a second delivery of its message, a renewal, an end other than the held
-/// success. Each answers as it would have on the hash.
+/// expiry it has: a replay, a second delivery of its message, a renewal, an end other than
+/// the held success, a settle, an operator's cancel. Each answers as it would have on the hash.
 #[tokio::test]
 async fn ledger_redis_a_held_record_is_one_string_read_as_its_hash() {
     scoped("ledger_redis_held_string", |env| async move {
@@ -416,7 +417,13 @@ async fn ledger_redis_a_held_record_is_one_string_read_as_its_hash() {
         );
         let left = expiry(&ended).await;
         assert!(0 < left && left <= retention, "{left} ms");
-        // The same end again: recorded, nothing appended (through `complete`, on the hash).
+        // A replay of a success is refused (G1), read off the string.
+        assert_eq!(
+            ledger.admit_replay(&ended.key).await.unwrap(),
+            Some(State::Succeeded)
+        );
+        assert_eq!(kind(&ended).await, "hash");
+        // The same end again: recorded, nothing appended.
         assert!(
             ledger
                 .complete(&lease, &succeeded(&ended))
@@ -425,7 +432,6 @@ async fn ledger_redis_a_held_record_is_one_string_read_as_its_hash() {
                 .recorded
         );
         assert_eq!(runs().await, 1);
-        assert_eq!(kind(&ended).await, "hash");
         // Its message delivered again: a duplicate of its success, the expiry kept.
         let again = Claim {
             token: claim_token(),
@@ -487,6 +493,34 @@ async fn ledger_redis_a_held_record_is_one_string_read_as_its_hash() {
         let record = ledger.record(&renewed.key).await.unwrap().unwrap();
         assert_eq!(record.state, State::Succeeded);
         assert_eq!(runs().await, 2);
+
+        // Settled as missed while it runs under a live lease: left as it is.
+        let cancelled = held(3);
+        let lease = claimed(&ledger, &cancelled).await;
+        let missed = Settle {
+            key: cancelled.key.clone(),
+            job: cancelled.job.clone(),
+            attempt: 1,
+            state: State::Missed,
+            error: None,
+            retention: LONG,
+            run: None,
+        };
+        assert!(!ledger.settle(&missed).await.unwrap().recorded);
+        assert_eq!(kind(&cancelled).await, "hash");
+        let record = ledger.record(&cancelled.key).await.unwrap().unwrap();
+        assert_eq!(record.state, State::Running);
+        // Cancelled by an operator while it runs: asked to stop, which its renewal tells.
+        let cancel = Cancel {
+            key: cancelled.key.clone(),
+            who: "ops".into(),
+        };
+        assert_eq!(ledger.cancel(&cancel).await.unwrap(), Cancelled::Stopping);
+        assert_eq!(kind(&cancelled).await, "hash");
+        assert!(matches!(
+            ledger.heartbeat(&lease, LONG).await.unwrap(),
+            Heartbeat::CancelRequested { by } if by == cancelled_by("ops")
+        ));
     })
     .await;
 }
