@@ -358,10 +358,9 @@ impl Ledger for RedisLedger {
         });
         // The claim goes to Redis in a batch (ledger/batch.rs), as its arguments alone: the
         // script makes its keys from its key and job (claim.lua).
-        let reply = self
-            .scripts
-            .claims
-            .call(&self.conn, |cmd| {
+        let now = now.as_ref();
+        let send = |with_body: bool| {
+            self.scripts.claims.call(&self.conn, move |cmd| {
                 cmd.arg(if gated { 16 } else { 10 })
                     .arg(key)
                     .arg(claim.job.as_str())
@@ -375,9 +374,9 @@ impl Ledger for RedisLedger {
                     } else {
                         overlap_arg(claim.overlap)
                     })
-                    .arg(&claim.body[..])
+                    .arg(if with_body { &claim.body[..] } else { b"" })
                     .arg(claim.scheduled_at.timestamp_millis());
-                if let Some(now) = &now {
+                if let Some(now) = now {
                     let (pool, size) = claim
                         .pool
                         .as_ref()
@@ -390,7 +389,15 @@ impl Ledger for RedisLedger {
                         .arg(size);
                 }
             })
-            .await?;
+        };
+        // A held claim goes without its message, which a new record does not keep (the most
+        // common claim); one that meets a record still open is answered `body`, nothing
+        // changed, and goes again with it.
+        let held = claim.held && !gated;
+        let mut reply = send(!held).await?;
+        if held && matches!(reply.as_slice(), [tag] if tag.as_slice() == b"body") {
+            reply = send(true).await?;
+        }
         let Some((tag, rest)) = reply.split_first() else {
             return Err(unexpected("an empty reply"));
         };
