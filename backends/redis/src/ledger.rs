@@ -358,9 +358,10 @@ impl Ledger for RedisLedger {
         });
         // The claim goes to Redis in a batch (ledger/batch.rs), as its arguments alone: the
         // script makes its keys from its key and job (claim.lua).
-        let now = now.as_ref();
-        let send = |with_body: bool| {
-            self.scripts.claims.call(&self.conn, move |cmd| {
+        let reply = self
+            .scripts
+            .claims
+            .call(&self.conn, |cmd| {
                 cmd.arg(if gated { 16 } else { 10 })
                     .arg(key)
                     .arg(claim.job.as_str())
@@ -374,9 +375,9 @@ impl Ledger for RedisLedger {
                     } else {
                         overlap_arg(claim.overlap)
                     })
-                    .arg(if with_body { &claim.body[..] } else { b"" })
+                    .arg(&claim.body[..])
                     .arg(claim.scheduled_at.timestamp_millis());
-                if let Some(now) = now {
+                if let Some(now) = &now {
                     let (pool, size) = claim
                         .pool
                         .as_ref()
@@ -389,15 +390,7 @@ impl Ledger for RedisLedger {
                         .arg(size);
                 }
             })
-        };
-        // A held claim goes without its message, which a new record does not keep (the most
-        // common claim); one that meets a record still open is answered `body`, nothing
-        // changed, and goes again with it.
-        let held = claim.held && !gated;
-        let mut reply = send(!held).await?;
-        if held && matches!(reply.as_slice(), [tag] if tag.as_slice() == b"body") {
-            reply = send(true).await?;
-        }
+            .await?;
         let Some((tag, rest)) = reply.split_first() else {
             return Err(unexpected("an empty reply"));
         };

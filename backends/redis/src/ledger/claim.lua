@@ -22,8 +22,7 @@
 --         the string of record.lua) until heartbeat.lua keeps them or the end; the broker
 --         redelivers the message of an owner that died, and a redelivery of a held running
 --         claim keeps them then
--- ARGV[9] message body; '' for a held claim's first try (see `claim`)
--- ARGV[10] scheduled time ms
+-- ARGV[9] message body   ARGV[10] scheduled time ms
 -- Only for a gated claim (overlap other than allow, or a pool):
 -- ARGV[11] ms until the reaper re-checks a waiting occurrence
 -- ARGV[12] consumer id   ARGV[13] now, RFC 3339 (history entries; replace only)
@@ -38,7 +37,6 @@
 -- throughput step 2).
 -- Returns {"claimed", takeover (0|1: taken over from an owner that stopped), fence [, "1": held]}
 --   | fence, an integer: a new record granted held (not taken over)
---   | "body": a held claim without its message met an open record; nothing changed
 --   | {"duplicate", state, attempt} | {"busy", holder key}
 --   | {"waiting", holder key [, woken key, woken queue, woken body]}
 --   | {"superseded", by key, or an operator's mark "cancelled by WHO"}
@@ -279,13 +277,6 @@ local function claim(KEYS, ARGV, shared)
   local rec = read_record(KEYS[1], 'state', 'attempt', 'lease_until', 'next', 'token',
     'fence', 'cancel', 'held')
   local st = rec[1]
-  -- A held claim sent without its message (RedisLedger::claim), which a new record does
-  -- not keep, meets a record still open, which may keep it or take it over: it is asked
-  -- for again with its message, nothing changed.
-  if ARGV[9] == '' and (st == 'running' or st == 'retrying' or st == 'pending'
-      or st == 'waiting') then
-    return 'body'
-  end
   local takeover = '0'
   -- The fence of this very claim, granted by an earlier try: it keeps it.
   local fence
