@@ -342,6 +342,20 @@ async fn ledger_redis_a_claim_given_up_in_its_batch_lapses_to_the_reaper() {
     .await;
 }
 
+/// Command `cmd` on the record of `c`, answered as a `T`.
+async fn on_record<T: redis::FromRedisValue>(
+    conn: &cronq_redis::RedisConn,
+    names: &Names,
+    cmd: &str,
+    c: &Claim,
+) -> T {
+    redis::cmd(cmd)
+        .arg(names.redis_key(&["occ", &c.key.to_string()]))
+        .query_async(&mut conn.clone())
+        .await
+        .unwrap()
+}
+
 /// A held claim's new record is one string (`ledger/record.lua`), and its success keeps it
 /// one. Every other script reads it as the hash it stands for, made a hash first with the
 /// expiry it has: a replay, a second delivery of its message, a renewal, an end other than
@@ -354,30 +368,8 @@ async fn ledger_redis_a_held_record_is_one_string_read_as_its_hash() {
             held: true,
             ..claim("held-string", i, 1, Overlap::Allow, LONG)
         };
-        let query = |cmd: &str, c: &Claim| {
-            let mut conn = conn.clone();
-            let mut cmd = redis::cmd(cmd);
-            cmd.arg(names.redis_key(&["occ", &c.key.to_string()]));
-            async move { cmd.query_async::<redis::Value>(&mut conn).await.unwrap() }
-        };
-        let kind = |c: &Claim| {
-            let answer = query("TYPE", c);
-            async move {
-                match answer.await {
-                    redis::Value::SimpleString(kind) => kind,
-                    other => panic!("TYPE answered {other:?}"),
-                }
-            }
-        };
-        let expiry = |c: &Claim| {
-            let answer = query("PTTL", c);
-            async move {
-                match answer.await {
-                    redis::Value::Int(ms) => ms,
-                    other => panic!("PTTL answered {other:?}"),
-                }
-            }
-        };
+        let kind = |c| on_record::<String>(&conn, &names, "TYPE", c);
+        let expiry = |c| on_record::<i64>(&conn, &names, "PTTL", c);
         let runs = || {
             let mut conn = conn.clone();
             let key = names.redis_key(&["runs"]);
@@ -451,7 +443,7 @@ async fn ledger_redis_a_held_record_is_one_string_read_as_its_hash() {
         // renewed; its end then goes the general way, as any end of a hash.
         let renewed = held(2);
         let lease = claimed(&ledger, &renewed).await;
-        let before: String = redis::from_redis_value(query("GET", &renewed).await).unwrap();
+        let before: String = on_record(&conn, &names, "GET", &renewed).await;
         let before: Vec<&str> = before.split('\n').collect();
         assert_eq!(before.len(), 9, "{before:?}");
         assert_eq!(
@@ -462,7 +454,7 @@ async fn ledger_redis_a_held_record_is_one_string_read_as_its_hash() {
         let left = expiry(&renewed).await;
         assert!(0 < left && left <= retention, "{left} ms");
         let fields: std::collections::HashMap<String, String> =
-            redis::from_redis_value(query("HGETALL", &renewed).await).unwrap();
+            on_record(&conn, &names, "HGETALL", &renewed).await;
         let field = |name: &str| fields.get(name).map(String::as_str);
         assert_eq!(fields.len(), 11, "{fields:?}");
         assert_eq!(field("state"), Some("running"));
