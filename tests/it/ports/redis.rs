@@ -381,9 +381,14 @@ async fn ledger_redis_a_held_record_is_one_string_read_as_its_hash() {
                     .unwrap()
             }
         };
-        let succeeded = |c: &Claim| End {
-            run: Some(run_of(c)),
-            ..end(State::Succeeded)
+        // Ends `lease` of `c` with its success and its run: recorded?
+        let succeed = |lease: &ExecutionLease, c: &Claim| {
+            let (ledger, lease) = (&ledger, lease.clone());
+            let end = End {
+                run: Some(run_of(c)),
+                ..end(State::Succeeded)
+            };
+            async move { ledger.complete(&lease, &end).await.unwrap().recorded }
         };
         let retention = i64::try_from(LONG.as_millis()).unwrap();
 
@@ -394,13 +399,7 @@ async fn ledger_redis_a_held_record_is_one_string_read_as_its_hash() {
         assert_eq!(kind(&ended).await, "string");
         let record = ledger.record(&ended.key).await.unwrap().unwrap();
         assert_eq!((record.state, record.attempt), (State::Running, 1));
-        assert!(
-            ledger
-                .complete(&lease, &succeeded(&ended))
-                .await
-                .unwrap()
-                .recorded
-        );
+        assert!(succeed(&lease, &ended).await);
         assert_eq!(kind(&ended).await, "string");
         let record = ledger.record(&ended.key).await.unwrap().unwrap();
         assert_eq!(
@@ -416,13 +415,7 @@ async fn ledger_redis_a_held_record_is_one_string_read_as_its_hash() {
         );
         assert_eq!(kind(&ended).await, "hash");
         // The same end again: recorded, nothing appended.
-        assert!(
-            ledger
-                .complete(&lease, &succeeded(&ended))
-                .await
-                .unwrap()
-                .recorded
-        );
+        assert!(succeed(&lease, &ended).await);
         assert_eq!(runs().await, 1);
         // Its message delivered again: a duplicate of its success, the expiry kept.
         let again = Claim {
@@ -475,13 +468,7 @@ async fn ledger_redis_a_held_record_is_one_string_read_as_its_hash() {
             renewed_until >= before[6].parse::<i64>().unwrap(),
             "{renewed_until} against {before:?}"
         );
-        assert!(
-            ledger
-                .complete(&lease, &succeeded(&renewed))
-                .await
-                .unwrap()
-                .recorded
-        );
+        assert!(succeed(&lease, &renewed).await);
         let record = ledger.record(&renewed.key).await.unwrap().unwrap();
         assert_eq!(record.state, State::Succeeded);
         assert_eq!(runs().await, 2);
