@@ -95,8 +95,8 @@ impl RedisLedger {
                 &[
                     include_str!("ledger/clock.lua"),
                     include_str!("ledger/history.lua"),
-                    include_str!("ledger/wait.lua"),
                     include_str!("ledger/record.lua"),
+                    include_str!("ledger/wait.lua"),
                     script,
                 ]
                 .concat(),
@@ -156,19 +156,19 @@ impl RedisLedger {
                 claims,
                 heartbeat: Script::new(
                     &[
-                        include_str!("ledger/wait.lua"),
                         include_str!("ledger/record.lua"),
+                        include_str!("ledger/wait.lua"),
                         include_str!("ledger/heartbeat.lua"),
                     ]
                     .concat(),
                 ),
                 completes,
                 settle: with_history(include_str!("ledger/settle.lua")),
-                reap: Script::new(include_str!("ledger/reap.lua")),
+                reap: with_record(include_str!("ledger/reap.lua")),
                 admit_replay: with_record(include_str!("ledger/admit_replay.lua")),
                 read: with_record(include_str!("ledger/read.lua")),
                 cancel: with_history(include_str!("ledger/cancel.lua")),
-                gates: Script::new(include_str!("ledger/gates.lua")),
+                gates: with_record(include_str!("ledger/gates.lua")),
             },
             leases_key,
         }
@@ -198,7 +198,8 @@ impl RedisLedger {
     /// inspection.
     ///
     /// # Errors
-    /// [`StoreError`] when Redis cannot be reached or the key holds no record.
+    /// [`StoreError`] when Redis cannot be reached or the key holds something other than a
+    /// record.
     pub async fn fields(
         &self,
         key: &OccurrenceKey,

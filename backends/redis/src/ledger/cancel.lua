@@ -6,7 +6,7 @@
 -- (heartbeat.lua), so its owner stops it and records the end. A cancel of a running
 -- attempt (asked to stop, or ended under a lapsed lease: its owner may still run it) moves
 -- the cancel counter consumers poll, so their running attempts renew at once; any other
--- leaves it. Prepended: clock.lua, history.lua, wait.lua, record.lua.
+-- leaves it. Prepended: clock.lua, history.lua, record.lua, wait.lua.
 -- KEYS[1] record (record.lua)   KEYS[2] lease zset   KEYS[3] run history stream   KEYS[4] message body
 -- KEYS[5] wait list key prefix (ns:jobwait:)   KEYS[6] slots key prefix (ns:slots:)
 -- KEYS[7] cancel counter (ns:cancels)   (the gates are read off the record)

@@ -1,6 +1,6 @@
 -- Claims occurrence keys, each for one attempt, atomically with the overlap rules of its
 -- job: any number of claims in one call, each as if it had been a call of its own, in
--- order (see the batch at the end). Prepended: clock.lua, history.lua, wait.lua, record.lua,
+-- order (see the batch at the end). Prepended: clock.lua, history.lua, record.lua, wait.lua,
 -- batch.lua.
 -- One claim, `claim(KEYS, ARGV, shared)` (its own tables, which shadow the script's):
 -- KEYS[1] record         (ns:occ:KEY, record.lua)

@@ -7,8 +7,8 @@
 -- nothing. With run fields, the attempt's run is appended to the history in the same step:
 -- as given when the end is recorded, as lost (the same fields, outcome `lost` and ARGV[10]
 -- as its error) when it is not. The slots it holds are freed (wait.lua) and the waiter
--- whose turn it is, if any, is given its turn. Prepended: clock.lua, history.lua, wait.lua,
--- record.lua, batch.lua.
+-- whose turn it is, if any, is given its turn. Prepended: clock.lua, history.lua, record.lua,
+-- wait.lua, batch.lua.
 -- KEYS[1] record (record.lua)   KEYS[2] lease zset   KEYS[3] run history stream
 -- KEYS[4] message body
 -- ARGV[1] key   ARGV[2] job   ARGV[3] token   ARGV[4] state ('' = give the claim up)
@@ -129,15 +129,7 @@ while at <= #ARGV do
   local reply, err
   if held then
     local job, token = ARGV[first + 1], ARGV[first + 2]
-    -- A held string record (record.lua) running under this token: `running`, its update
-    -- time, and after the last newline the token.
-    local value = redis.pcall('GET', keys[1])
-    local rest = type(value) == 'string' and string.sub(value, 1, 8) == 'running\n'
-      and string.sub(value, -#token - 1) == '\n' .. token
-      and string.find(value, '\n', 9, true)
-    if rest then
-      redis.call('SET', keys[1], 'succeeded\n' .. server_now() .. string.sub(value, rest),
-        'KEEPTTL')
+    if end_held(keys[1], token, 'succeeded', server_now()) then
       append_run(KEYS[2], shared.maxlen, shared.minid, key, job, ARGV, first + 4, last)
       reply = '1'
     else

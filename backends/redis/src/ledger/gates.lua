@@ -1,6 +1,7 @@
 -- How gates are used now (`Ledger::gates`), read only: for each gate, the keys running in
 -- its live slots (a slot with a token: a woken waiter's has none), how many occurrences
--- wait on it, and the first ones in the order they will run (see wait.lua).
+-- wait on it, and the first ones in the order they will run (see wait.lua). Prepended:
+-- record.lua.
 -- ARGV[1] record key prefix (ns:occ:)   ARGV[2] slots key prefix (ns:slots:)
 -- ARGV[3] wait list key prefix (ns:jobwait:)   ARGV[4] how many waiting keys to list
 -- ARGV[5..] the gates
@@ -22,12 +23,7 @@ for i = 5, #ARGV do
   table.sort(running)
   local waiting, next = 0, {}
   for _, k in ipairs(redis.call('ZRANGE', ARGV[3] .. gate, 0, -1)) do
-    -- (pcall: a held string record, record.lua, is not waiting, as a record of another
-    -- state is not)
-    local r = redis.pcall('HMGET', ARGV[1] .. k, 'state', 'gate', 'job')
-    if r.err then
-      r = {}
-    end
+    local r = hash_fields(ARGV[1] .. k, 'state', 'gate', 'job')
     local on = r[2]
     if not on or on == '' then
       on = r[3]

@@ -1,7 +1,7 @@
 -- Renews the execution lease of a claim, and the slots it holds (its job's gate if
 -- exclusive, its pool's if pooled); with a body, keeps the message of a held claim
 -- (claim.lua) and lists its lease for the reaper. A held claim's lease is not listed
--- otherwise: the reaper would find no body to republish. Prepended: wait.lua, record.lua.
+-- otherwise: the reaper would find no body to republish. Prepended: record.lua, wait.lua.
 -- KEYS[1] record (record.lua)   KEYS[2] lease zset   KEYS[3] message body (with ARGV[5])
 -- ARGV[1] key   ARGV[2] token   ARGV[3] lease ms   ARGV[4] slots key prefix (ns:slots:)
 -- ARGV[5] the message body to keep, ARGV[6] for how many ms (both or neither)

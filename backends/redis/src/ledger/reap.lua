@@ -10,7 +10,7 @@
 -- ARGV[1] record key prefix (ns:occ:)   ARGV[2] max entries   ARGV[3] hold ms
 -- ARGV[4] message body key prefix (ns:occbody:)
 -- Returns a flat list {key1, queue1, body1, why1, key2, …} for the caller to republish.
--- Record keys are derived from zset members, so this script assumes a single Redis node
+-- Prepended: record.lua. Record keys are derived from zset members, so this script assumes a single Redis node
 -- (no cluster), as the rest of cronq does.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -20,12 +20,7 @@ local why = {running = 'lapsed', retrying = 'retry', pending = 'released', waiti
 local out = {}
 for _, key in ipairs(due) do
   local rec = ARGV[1] .. key
-  -- (pcall: a held string record, record.lua, has no body and no lease entry of its own; one
-  -- found here is a stale entry, removed as any other without a body)
-  local r = redis.pcall('HMGET', rec, 'state', 'lease_until', 'attempt', 'queue', 'body')
-  if r.err then
-    r = {}
-  end
+  local r = hash_fields(rec, 'state', 'lease_until', 'attempt', 'queue', 'body')
   local st = r[1]
   -- A claim made by a consumer before the body moved to its own key kept it in the record:
   -- read it there too, so a rolling upgrade loses nothing.

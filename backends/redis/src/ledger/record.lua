@@ -1,5 +1,6 @@
 -- Prepended to every script that reads an occurrence record (ns:occ:KEY): claim.lua,
--- complete.lua, settle.lua, cancel.lua, heartbeat.lua, admit_replay.lua, read.lua.
+-- complete.lua, settle.lua, cancel.lua, heartbeat.lua, admit_replay.lua, reap.lua,
+-- gates.lua and read.lua; before wait.lua, whose wait lists read records too.
 --
 -- A record is a hash, but for one form: a new record granted held (claim.lua's most
 -- common claim, an `allow` job outside any pool) is a string, its fields joined by
@@ -39,12 +40,12 @@ local function held_fields(value)
   return fields
 end
 
--- The record at `key` as the fields and values of its hash (HGETALL's reply): the hash's
--- own for a hash, the fields a held string stands for, an empty table when there is none.
--- A string that is not a held record raises WRONGTYPE, as a hash command would.
-local function record_hash(key)
+-- The fields and values (HGETALL's form) of the hash the held string at `key` stands for;
+-- nil when `key` holds no string (a hash, or nothing). A string that is not a held record
+-- raises WRONGTYPE, as a hash command would.
+local function held_hash(key)
   if redis.call('TYPE', key).ok ~= 'string' then
-    return redis.call('HGETALL', key)
+    return nil
   end
   local f = held_fields(redis.call('GET', key))
   if not f then
@@ -62,8 +63,8 @@ local function read_record(key, ...)
   if not rec.err then
     return rec
   end
-  if redis.call('TYPE', key).ok == 'string' then
-    local fields = record_hash(key)
+  local fields = held_hash(key)
+  if fields then
     local ttl = redis.call('PTTL', key)
     redis.call('DEL', key)
     redis.call('HSET', key, unpack(fields))
@@ -72,4 +73,31 @@ local function read_record(key, ...)
     end
   end
   return redis.call('HMGET', key, ...)
+end
+
+-- HMGET of the record at `key` for a reader whose records never are held strings (the
+-- reaper's have lease entries, the wait lists' and gates' are gated): a key of another
+-- type reads as no record, so that a stale entry can never fail its script.
+local function hash_fields(key, ...)
+  local rec = redis.pcall('HMGET', key, ...)
+  if rec.err then
+    return {}
+  end
+  return rec
+end
+
+-- Ends the held string at `key` in `state` at `now` (its state and updated rewritten, its
+-- expiry kept) while it runs under `token`; false, changing nothing, when the record is
+-- anything else (ended, another token's, a hash, a key of another type).
+local function end_held(key, token, state, now)
+  local value = redis.pcall('GET', key)
+  -- `running`, its update time, and after the last newline the token.
+  local rest = type(value) == 'string' and string.sub(value, 1, 8) == 'running\n'
+    and string.sub(value, -#token - 1) == '\n' .. token
+    and string.find(value, '\n', 9, true)
+  if not rest then
+    return false
+  end
+  redis.call('SET', key, state .. '\n' .. now .. string.sub(value, rest), 'KEEPTTL')
+  return true
 end

@@ -3,7 +3,7 @@
 -- message is a stale attempt. With run fields, the run is appended to the history in the
 -- same step. A waiting occurrence leaves its gate's wait list; when a slot of that gate (of
 -- its job's, for any other) is free, the waiter whose turn it is is given it.
--- Prepended: clock.lua, history.lua, wait.lua, record.lua.
+-- Prepended: clock.lua, history.lua, record.lua, wait.lua.
 -- KEYS[1] record (record.lua)   KEYS[2] lease zset   KEYS[3] run history stream   KEYS[4] message body
 -- KEYS[5] slots key prefix (ns:slots:, a prefix: the gate is read off the record)
 -- KEYS[6] wait list key prefix (ns:jobwait:)

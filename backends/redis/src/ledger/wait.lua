@@ -1,4 +1,5 @@
--- Prepended to claim.lua, complete.lua, settle.lua, cancel.lua and heartbeat.lua: gates,
+-- Prepended to claim.lua, complete.lua, settle.lua, cancel.lua and heartbeat.lua, after
+-- record.lua: gates,
 -- their slots and their wait lists (the rules in full: cronq_ledger_rules).
 -- A gate is an exclusive job's (named after the job) or a pool's ("pool:NAME"). Its slots
 -- are a hash (ns:slots:GATE), one field per holding occurrence key, valued "UNTIL|TOKEN"
@@ -65,12 +66,7 @@ local function wait_ends(wait, gate, rec_prefix, body_prefix, last, n)
       break
     end
     local k = found[1]
-    -- (pcall: a held string record, record.lua, is not waiting, as a record of another
-    -- state is not)
-    local r = redis.pcall('HMGET', rec_prefix .. k, 'state', 'gate', 'job')
-    if r.err then
-      r = {}
-    end
+    local r = hash_fields(rec_prefix .. k, 'state', 'gate', 'job')
     local on = r[2]
     if not on or on == '' then
       on = r[3]
