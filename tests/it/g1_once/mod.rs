@@ -5,6 +5,7 @@ mod duplicates;
 mod every_second;
 mod fence;
 mod late_claim;
+mod late_copy;
 mod long_job;
 mod routed;
 mod stalled_renewal;

@@ -365,8 +365,48 @@ async fn dlq_replay_interrupted_by_sigkill_and_run_again_runs_every_letter_once(
             (depth == 0).then_some(())
         })
         .await;
-        let _ = conn.close(200, "done".into()).await;
         assert_eq!(counts(&ran(&env, "flaky"))[&key], 1);
+
+        // The same for a key whose first attempt succeeded while its claim was held: its
+        // record is then the one string of a held claim (backends/redis/src/ledger/record.lua),
+        // which the replay's admission makes the hash it stands for before reading it.
+        let first_time = occurrence("flaky", N + 1);
+        let key = first_time.key.to_string();
+        let outgoing = Outgoing {
+            queue: queue.clone(),
+            occurrence: first_time.clone(),
+            delay: Duration::ZERO,
+        };
+        amqp.publish(&[outgoing]).await.unwrap();
+        let ledger = ports::redis_ledger(&env).await;
+        eventually(WAIT, "the new occurrence to succeed", || async {
+            let state = ledger.inspect(&first_time.key).await.map(|r| r.state);
+            (state == Some(State::Succeeded)).then_some(())
+        })
+        .await;
+        let mut redis = env.redis().await;
+        let record = env.names().redis_key(&["occ", &key]);
+        let mut record_type = async || -> String {
+            redis::cmd("TYPE")
+                .arg(&record)
+                .query_async(&mut redis)
+                .await
+                .unwrap()
+        };
+        assert_eq!(record_type().await, "string", "ended as a held claim");
+        amqp.dead_letter(&letter(&first_time, "failed")).await.unwrap();
+        let out = ok(&env, &["dlq", "replay", "--key", &key, "--config", cfg]);
+        assert!(out.contains("already succeeded"), "{out}");
+        assert_eq!(record_type().await, "hash", "read as its hash");
+        let state = ledger.inspect(&first_time.key).await.map(|r| r.state);
+        assert_eq!(state, Some(State::Succeeded));
+        eventually(WAIT, "the duplicate to be consumed", || async {
+            let depth = passive(&ch, &q).await.unwrap().message_count();
+            (depth == 0).then_some(())
+        })
+        .await;
+        let _ = conn.close(200, "done".into()).await;
+        assert_eq!(counts(&ran(&env, "flaky"))[&key], 1, "ran once");
         amqp.close().await;
     })
     .await;
