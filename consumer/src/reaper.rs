@@ -57,7 +57,7 @@ impl Reaper {
                     }
                 }
                 Err(err) => {
-                    tracing::warn!(error = %err, "reaper cannot reach the idempotency store, retrying");
+                    tracing::warn!(error = %err, "the reaper's call to the idempotency store failed, retrying");
                 }
             }
         }

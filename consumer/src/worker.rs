@@ -323,7 +323,7 @@ impl Worker {
                 sent = tokio::time::Instant::now();
                 self.ledger.claim(claim)
             },
-            |r| tracing::warn!(job = %claim.job, key = %claim.key, error = %r.error, "cannot reach the idempotency store: holding the delivery unacked, nothing runs until it is back"),
+            |r| tracing::warn!(job = %claim.job, key = %claim.key, error = %r.error, "the idempotency store did not take the claim (unreachable, or refused: see the error): holding the delivery unacked and trying again; nothing runs until it does"),
         )
         .await;
         match claimed {
@@ -390,7 +390,7 @@ impl Worker {
                 ack(d, occ.job.as_str()).await;
             }
             Err(err) => {
-                tracing::warn!(job = %occ.job, key = %occ.key, error = %err, "cannot reach the idempotency store: requeueing");
+                tracing::warn!(job = %occ.job, key = %occ.key, error = %err, "the idempotency store did not take the settlement (unreachable, or refused: see the error): requeueing");
                 requeue(d).await;
                 shutdown
                     .run_until_cancelled(tokio::time::sleep(SETTLE_PAUSE))

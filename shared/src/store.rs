@@ -62,8 +62,9 @@ pub enum StoreError {
         #[source]
         source: Source,
     },
-    /// A command failed.
-    #[error("{store} command failed")]
+    /// A command failed. Its text ends with its cause's (the store's own error: a log field
+    /// shows the error alone), which chains of causes print once (`crate::causes`).
+    #[error("{store} command failed: {source}")]
     Command {
         /// Which store.
         store: &'static str,

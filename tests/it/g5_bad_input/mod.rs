@@ -4,6 +4,7 @@
 
 mod config;
 mod messages;
+mod record_type;
 mod redis_cluster;
 mod settings;
 mod volume;

@@ -150,11 +150,22 @@ fn one(reply: Value) -> Reply {
         reply => redis::from_redis_value(reply).map_err(|e| command(e.into()))?,
     };
     match fields.as_slice() {
-        [tag, why] if tag.as_slice() == b"error" => {
-            Err(refused(String::from_utf8_lossy(why).into_owned()))
-        }
+        [tag, why] if tag.as_slice() == b"error" => Err(refused(wrong_type(
+            String::from_utf8_lossy(why).into_owned(),
+        ))),
         _ => Ok(fields),
     }
+}
+
+/// The only error a call answers alone is `WRONGTYPE` (`batch.lua`): its key holds
+/// something this build does not read as a record. Said with what it likely is and what
+/// to do.
+fn wrong_type(why: String) -> String {
+    format!(
+        "{why} (the occurrence's record is a key this cronq cannot read: one written by a \
+         newer cronq, whose consumers must all be upgraded together (docs/operations.md, \
+         \"Upgrading\"), or a key cronq did not write)"
+    )
 }
 
 fn refused(why: String) -> StoreError {
