@@ -14,7 +14,7 @@ use crate::support::consumer_process::{
     WAIT, consumer_args, first_runs, lines, publish, slow_job, started,
 };
 use crate::support::occurrences::occurrence;
-use crate::support::{rabbitmq, scoped};
+use crate::support::{eventually, rabbitmq, scoped};
 
 #[tokio::test]
 async fn a_record_of_the_wrong_type_holds_its_delivery_runs_nothing_and_gives_it_back() {
@@ -72,8 +72,13 @@ async fn a_record_of_the_wrong_type_holds_its_delivery_runs_nothing_and_gives_it
             "a stopped:\n{}",
             env.log("a")
         );
-        let (ready, _) = rabbitmq::queue_counts(&env.names(), "default").await;
-        assert_eq!(ready, 1, "given back to the queue as a stopped");
+        // Given back once a stopped; looked for until then, as the broker may count it a
+        // moment after the process is gone.
+        eventually(WAIT, "the delivery given back to the queue", || async {
+            let (ready, _) = rabbitmq::queue_counts(&env.names(), "default").await;
+            (ready == 1).then_some(())
+        })
+        .await;
         assert_eq!(lines(&starts), 0, "nothing ran");
 
         let () = redis::cmd("DEL")
