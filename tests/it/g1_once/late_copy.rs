@@ -15,17 +15,8 @@ use crate::support::consumer_process::{
     WAIT, consumer_args, lines, publish, runs, slow_job, started,
 };
 use crate::support::occurrences::occurrence;
-use crate::support::ports::redis_ledger;
-use crate::support::{TestEnv, eventually, rabbitmq, scoped};
-
-/// The Redis type of the record of occurrence `key`.
-async fn record_type(env: &TestEnv, key: &str) -> String {
-    redis::cmd("TYPE")
-        .arg(env.names().redis_key(&["occ", key]))
-        .query_async(&mut env.redis().await)
-        .await
-        .unwrap()
-}
+use crate::support::ports::{record_type, redis_ledger};
+use crate::support::{eventually, rabbitmq, scoped};
 
 /// Waits, looking every 5 ms, until the file at `starts` has `n` lines.
 async fn until_lines(starts: &std::path::Path, n: usize) {

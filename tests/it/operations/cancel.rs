@@ -280,24 +280,12 @@ async fn cancel_on_redis_of_a_held_claim_makes_its_string_record_a_hash_and_stop
         let ledger = ports::redis_ledger(&env).await;
         let consumer = Pid::from_raw(i32::try_from(running.consumers()[0]).unwrap());
         let mut redis = env.redis().await;
-        let record_type = |key: &str| {
-            let record = env.names().redis_key(&["occ", key]);
-            let mut redis = redis.clone();
-            async move {
-                redis::cmd("TYPE")
-                    .arg(&record)
-                    .query_async::<String>(&mut redis)
-                    .await
-                    .unwrap()
-            }
-        };
-
         let mut missed = Vec::new();
         let (key, pgid) = loop {
             let key = trigger(&running, &env);
             let pgid = start_of(&env, &key).await;
             kill(consumer, Signal::SIGSTOP).unwrap();
-            if record_type(&key).await == "string" {
+            if ports::record_type(&env, &key).await == "string" {
                 break (key, pgid);
             }
             // Kept already: let it go, cancel it as any run, and try again.
@@ -321,7 +309,7 @@ async fn cancel_on_redis_of_a_held_claim_makes_its_string_record_a_hash_and_stop
         );
         assert_eq!(held.get("held").map(String::as_str), Some("1"), "{held:?}");
         assert_eq!(
-            record_type(&key).await,
+            ports::record_type(&env, &key).await,
             "string",
             "reading it changes nothing"
         );
@@ -332,7 +320,7 @@ async fn cancel_on_redis_of_a_held_claim_makes_its_string_record_a_hash_and_stop
         assert_eq!(answer["result"], "stopping", "{answer}");
         assert_eq!(answer["state"], "running", "{answer}");
 
-        assert_eq!(record_type(&key).await, "hash");
+        assert_eq!(ports::record_type(&env, &key).await, "hash");
         let mut converted = ledger.fields(&occ).await.unwrap();
         let mark = converted.remove("cancel").unwrap_or_default();
         assert!(

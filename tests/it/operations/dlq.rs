@@ -384,20 +384,11 @@ async fn dlq_replay_interrupted_by_sigkill_and_run_again_runs_every_letter_once(
             (state == Some(State::Succeeded)).then_some(())
         })
         .await;
-        let mut redis = env.redis().await;
-        let record = env.names().redis_key(&["occ", &key]);
-        let mut record_type = async || -> String {
-            redis::cmd("TYPE")
-                .arg(&record)
-                .query_async(&mut redis)
-                .await
-                .unwrap()
-        };
-        assert_eq!(record_type().await, "string", "ended as a held claim");
+        assert_eq!(ports::record_type(&env, &key).await, "string", "ended as a held claim");
         amqp.dead_letter(&letter(&first_time, "failed")).await.unwrap();
         let out = ok(&env, &["dlq", "replay", "--key", &key, "--config", cfg]);
         assert!(out.contains("already succeeded"), "{out}");
-        assert_eq!(record_type().await, "hash", "read as its hash");
+        assert_eq!(ports::record_type(&env, &key).await, "hash", "read as its hash");
         let state = ledger.inspect(&first_time.key).await.map(|r| r.state);
         assert_eq!(state, Some(State::Succeeded));
         eventually(WAIT, "the duplicate to be consumed", || async {

@@ -262,6 +262,17 @@ pub async fn redis_ledger(env: &TestEnv) -> RedisLedger {
     redis_ports(env).await.0
 }
 
+/// The Redis type of the record of occurrence `key` under the test's namespace (`string`
+/// for a held claim's, `hash` for any other, `none`): which form
+/// `backends/redis/src/ledger/record.lua` keeps it in.
+pub async fn record_type(env: &TestEnv, key: &str) -> String {
+    redis::cmd("TYPE")
+        .arg(env.names().redis_key(&["occ", key]))
+        .query_async(&mut env.redis().await)
+        .await
+        .unwrap()
+}
+
 /// A handle on the Redis leader lease of `names`, on a connection of its own.
 pub async fn redis_lease(names: &Names) -> RedisLease {
     RedisLease::new(cronq_redis::connect(&redis_url()).await.unwrap(), names)
