@@ -10,8 +10,8 @@
 -- ARGV[1] record key prefix (ns:occ:)   ARGV[2] max entries   ARGV[3] hold ms
 -- ARGV[4] message body key prefix (ns:occbody:)
 -- Returns a flat list {key1, queue1, body1, why1, key2, …} for the caller to republish.
--- Prepended: record.lua. Record keys are derived from zset members, so this script assumes a single Redis node
--- (no cluster), as the rest of cronq does.
+-- Prepended: record.lua. Record keys are derived from zset members, so this script
+-- assumes a single Redis node (no cluster), as the rest of cronq does.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local hold = tonumber(ARGV[3])

@@ -1,6 +1,6 @@
 -- Prepended to claim.lua, complete.lua, settle.lua, cancel.lua and heartbeat.lua, after
--- record.lua: gates,
--- their slots and their wait lists (the rules in full: cronq_ledger_rules).
+-- record.lua: gates, their slots and their wait lists (the rules in full:
+-- cronq_ledger_rules).
 -- A gate is an exclusive job's (named after the job) or a pool's ("pool:NAME"). Its slots
 -- are a hash (ns:slots:GATE), one field per holding occurrence key, valued "UNTIL|TOKEN"
 -- (UNTIL in ms, server time); a slot whose UNTIL has passed is free, and removed when met.
