@@ -623,6 +623,10 @@ mod tests {
         turns: Arc<AtomicU64>,
         /// Per batch made ready on the main connection: its instant and the turns then.
         readied: Arc<Mutex<Vec<Readied>>>,
+        /// The same for the batches the herd's task made ready (taken after the instant).
+        readied_late: Arc<Mutex<Vec<Readied>>>,
+        /// How long making a batch ready on the main connection takes (the thread held).
+        slow: Duration,
     }
 
     impl Gated {
@@ -635,6 +639,8 @@ mod tests {
                 herds: false,
                 turns: Arc::default(),
                 readied: Arc::default(),
+                readied_late: Arc::default(),
+                slow: Duration::ZERO,
             }
         }
     }
@@ -658,13 +664,18 @@ mod tests {
         }
 
         fn ready(&self, messages: Vec<Outgoing>) -> Ready {
-            if !self.herds
-                && let Some(at) = messages
-                    .first()
-                    .and_then(|m| m.occurrence.key.scheduled_at())
+            if let Some(at) = messages
+                .first()
+                .and_then(|m| m.occurrence.key.scheduled_at())
             {
                 let turns = self.turns.load(Ordering::Relaxed);
-                self.readied.lock().unwrap().push((at, turns));
+                let readied = if self.herds {
+                    &self.readied_late
+                } else {
+                    std::thread::sleep(self.slow);
+                    &self.readied
+                };
+                readied.lock().unwrap().push((at, turns));
             }
             Broker::ready(&self.memory, messages)
         }
@@ -814,6 +825,52 @@ mod tests {
         assert!(
             turns.first() < turns.last(),
             "no other task ran while the herd was built: turns at each batch {turns:?}"
+        );
+        leader.token.cancel();
+        leader.running.await.unwrap();
+        counting.abort();
+    }
+
+    /// The batches of a herd not built by its instant are taken one at a time, with the
+    /// other tasks of the runtime's thread run between them (the herd's own task, which
+    /// builds and publishes each as it comes, and the admin server), not all taken before
+    /// any of them goes out. Building a batch ahead takes longer than the leader wakes
+    /// before the instant ([`PREPARE_AHEAD`]), so one batch at most is built ahead and the
+    /// others are taken after the instant. On one thread, so that only the leader's yield
+    /// lets the others run.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_herd_taken_after_its_instant_lets_the_other_tasks_of_its_thread_run() {
+        let (_open_tx, open) = watch::channel(true);
+        let broker = Gated {
+            slow: PREPARE_AHEAD + Duration::from_millis(50),
+            ..Gated::new(open)
+        };
+        let (turns, late) = (Arc::clone(&broker.turns), Arc::clone(&broker.readied_late));
+        let counting = tokio::spawn(async move {
+            loop {
+                turns.fetch_add(1, Ordering::Relaxed);
+                tokio::task::yield_now().await;
+            }
+        });
+        let leader = lead(broker).await;
+        // An instant of which the herd's task built two batches or more.
+        let turns = eventually("a herd's batches built after its instant", async || {
+            let late = late.lock().unwrap();
+            let mut instants: Vec<_> = late.iter().map(|(at, _)| *at).collect();
+            instants.dedup();
+            instants.into_iter().find_map(|at| {
+                let herd: Vec<u64> = late
+                    .iter()
+                    .filter(|(other, _)| *other == at)
+                    .map(|(_, turns)| *turns)
+                    .collect();
+                (herd.len() >= 2).then_some(herd)
+            })
+        })
+        .await;
+        assert!(
+            turns.first() < turns.last(),
+            "no other task ran while the herd's batches were taken: turns at each batch {turns:?}"
         );
         leader.token.cancel();
         leader.running.await.unwrap();
