@@ -145,11 +145,8 @@ impl JobStore for MemoryJobStore {
 
 #[cfg(test)]
 mod tests {
-
-    use std::time::Duration;
-
     use cronq_shared::config::Config;
-    use cronq_shared::reload::{FORGET_DELETED, Reloader};
+    use cronq_shared::reload::Reloader;
     use tokio::sync::watch;
 
     use super::*;
@@ -175,42 +172,6 @@ mod tests {
         let (_hangups, rx) = tokio::sync::mpsc::channel(1);
         let (reloader, config) = Reloader::new(file, rx);
         (reloader.with_store(store), config)
-    }
-
-    /// A runtime job deleted from the store is named in the configs the reloader publishes
-    /// (what a consumer's view drops it by) for [`FORGET_DELETED`], then forgotten at the
-    /// next change.
-    #[tokio::test(flavor = "current_thread", start_paused = true)]
-    async fn a_deleted_runtime_job_is_named_for_a_while_then_forgotten() {
-        let store = Arc::new(MemoryJobStore::new());
-        let (mut reloader, config) = reloader(Arc::clone(&store));
-        let deleted = || -> Vec<String> {
-            config
-                .borrow()
-                .deleted
-                .iter()
-                .map(|n| n.as_str().to_owned())
-                .collect()
-        };
-        write(&store, "gone", true).await;
-        write(&store, "kept", true).await;
-        assert!(reloader.poll().await);
-        write(&store, "gone", false).await;
-        assert!(reloader.poll().await);
-        assert_eq!(deleted(), ["gone"]);
-        assert!(config.borrow().job("gone").is_none());
-        tokio::time::advance(FORGET_DELETED - Duration::from_secs(1)).await;
-        write(&store, "next", true).await;
-        assert!(reloader.poll().await);
-        assert_eq!(deleted(), ["gone"], "named until FORGET_DELETED is over");
-        tokio::time::advance(Duration::from_secs(2)).await;
-        write(&store, "later", true).await;
-        assert!(reloader.poll().await);
-        assert!(
-            deleted().is_empty(),
-            "forgotten at the first change after it"
-        );
-        assert!(config.borrow().job("kept").is_some() && config.borrow().job("later").is_some());
     }
 
     /// The reloader following this store: merging many runtime jobs into the config (about

@@ -14,4 +14,5 @@ mod ledger_overlap;
 mod rabbitmq;
 mod redis;
 mod registry;
+mod reload;
 mod runlog;
