@@ -610,6 +610,42 @@ mod tests {
     /// A batch made ready: its instant, and the turns counted by then.
     type Readied = (DateTime<Utc>, u64);
 
+    /// The turns counted by each batch of the instant `at` made ready, in order.
+    fn turns_at(readied: &[Readied], at: DateTime<Utc>) -> Vec<u64> {
+        readied
+            .iter()
+            .filter(|(other, _)| *other == at)
+            .map(|(_, turns)| *turns)
+            .collect()
+    }
+
+    /// Asserts that the counting task ran between the first and the last batch (`turns`
+    /// counted at each) while `what`, then stops the leader and the count.
+    async fn others_ran(
+        turns: &[u64],
+        what: &str,
+        leader: Leader,
+        counting: tokio::task::JoinHandle<()>,
+    ) {
+        assert!(
+            turns.first() < turns.last(),
+            "no other task ran while {what}: turns at each batch {turns:?}"
+        );
+        leader.token.cancel();
+        leader.running.await.unwrap();
+        counting.abort();
+    }
+
+    /// A task of the test's thread that only counts its turns in `turns` and yields.
+    fn count_turns(turns: Arc<AtomicU64>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            loop {
+                turns.fetch_add(1, Ordering::Relaxed);
+                tokio::task::yield_now().await;
+            }
+        })
+    }
+
     /// The memory broker, and what was confirmed published through it; on its connection
     /// for herds ([`Broker::apart`]) each publish is `held` until `open` says so.
     #[derive(Clone)]
@@ -797,12 +833,7 @@ mod tests {
         let (_open_tx, open) = watch::channel(true);
         let broker = Gated::new(open);
         let (turns, readied) = (Arc::clone(&broker.turns), Arc::clone(&broker.readied));
-        let counting = tokio::spawn(async move {
-            loop {
-                turns.fetch_add(1, Ordering::Relaxed);
-                tokio::task::yield_now().await;
-            }
-        });
+        let counting = count_turns(turns);
         let leader = lead(broker).await;
         // An instant whose three batches were all built ahead of it, by the leader's loop.
         let turns = eventually("a herd built whole ahead of its instant", async || {
@@ -813,22 +844,12 @@ mod tests {
                 .iter()
                 .filter(|(at, _)| *at > first)
                 .find_map(|(at, _)| {
-                    let herd: Vec<u64> = readied
-                        .iter()
-                        .filter(|(other, _)| other == at)
-                        .map(|(_, turns)| *turns)
-                        .collect();
+                    let herd = turns_at(&readied, *at);
                     (herd.len() >= 3).then_some(herd)
                 })
         })
         .await;
-        assert!(
-            turns.first() < turns.last(),
-            "no other task ran while the herd was built: turns at each batch {turns:?}"
-        );
-        leader.token.cancel();
-        leader.running.await.unwrap();
-        counting.abort();
+        others_ran(&turns, "the herd was built", leader, counting).await;
     }
 
     /// The batches of a herd not built by its instant are taken one at a time, with the
@@ -846,12 +867,7 @@ mod tests {
             ..Gated::new(open)
         };
         let (turns, late) = (Arc::clone(&broker.turns), Arc::clone(&broker.readied_late));
-        let counting = tokio::spawn(async move {
-            loop {
-                turns.fetch_add(1, Ordering::Relaxed);
-                tokio::task::yield_now().await;
-            }
-        });
+        let counting = count_turns(turns);
         let leader = lead(broker).await;
         // An instant of which the herd's task built two batches or more.
         let turns = eventually("a herd's batches built after its instant", async || {
@@ -859,22 +875,12 @@ mod tests {
             let mut instants: Vec<_> = late.iter().map(|(at, _)| *at).collect();
             instants.dedup();
             instants.into_iter().find_map(|at| {
-                let herd: Vec<u64> = late
-                    .iter()
-                    .filter(|(other, _)| *other == at)
-                    .map(|(_, turns)| *turns)
-                    .collect();
+                let herd = turns_at(&late, at);
                 (herd.len() >= 2).then_some(herd)
             })
         })
         .await;
-        assert!(
-            turns.first() < turns.last(),
-            "no other task ran while the herd's batches were taken: turns at each batch {turns:?}"
-        );
-        leader.token.cancel();
-        leader.running.await.unwrap();
-        counting.abort();
+        others_ran(&turns, "the herd's batches were taken", leader, counting).await;
     }
 
     /// A herd's publishing, held unconfirmed on its own connection, holds back neither the

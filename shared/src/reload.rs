@@ -367,3 +367,41 @@ impl Merging {
         (self, Some(config))
     }
 }
+
+/// Built for other crates' tests only (the `test-support` feature): a reloader following a
+/// job store, and runtime jobs written to it.
+#[cfg(feature = "test-support")]
+pub mod testing {
+    use std::sync::Arc;
+
+    use tokio::sync::watch;
+
+    use super::Reloader;
+    use crate::config::Config;
+    use crate::jobs::{Expect, JobStore};
+    use crate::names::JobName;
+
+    /// Writes the runtime job `name` (one that never fires, run by the handler `h`), or
+    /// deletes it.
+    pub async fn write(store: &dyn JobStore, name: &str, present: bool) {
+        let spec = format!("name = \"{name}\"\nschedule = \"0 0 29 2 *\"\nhandler = \"h\"\n");
+        let name = JobName::new(name).expect("a name");
+        store
+            .write(&name, present.then_some(spec.as_str()), "test", Expect::Any)
+            .await
+            .expect("written");
+    }
+
+    /// A reloader following `store`, of a file that defines the handler `h`, and the
+    /// configs it publishes.
+    pub fn following(store: Arc<dyn JobStore>) -> (Reloader, watch::Receiver<Arc<Config>>) {
+        let file = Config::from_toml(
+            "[handlers.h]\ncommand = [\"true\"]\n",
+            std::path::Path::new("f.toml"),
+        )
+        .expect("valid");
+        let (_hangups, rx) = tokio::sync::mpsc::channel(1);
+        let (reloader, config) = Reloader::new(file, rx);
+        (reloader.with_store(store), config)
+    }
+}

@@ -145,34 +145,9 @@ impl JobStore for MemoryJobStore {
 
 #[cfg(test)]
 mod tests {
-    use cronq_shared::config::Config;
-    use cronq_shared::reload::Reloader;
-    use tokio::sync::watch;
+    use cronq_shared::reload::testing::{following, write};
 
     use super::*;
-
-    /// Writes the runtime job `name` (one that never fires, run by the handler `h`), or
-    /// deletes it.
-    async fn write(store: &MemoryJobStore, name: &str, present: bool) {
-        let spec = format!("name = \"{name}\"\nschedule = \"0 0 29 2 *\"\nhandler = \"h\"\n");
-        let name = JobName::new(name).expect("a name");
-        store
-            .write(&name, present.then_some(spec.as_str()), "test", Expect::Any)
-            .await
-            .expect("written");
-    }
-
-    /// A reloader following `store`, of a file that defines the handler `h`.
-    fn reloader(store: Arc<MemoryJobStore>) -> (Reloader, watch::Receiver<Arc<Config>>) {
-        let file = Config::from_toml(
-            "[handlers.h]\ncommand = [\"true\"]\n",
-            std::path::Path::new("f.toml"),
-        )
-        .expect("valid");
-        let (_hangups, rx) = tokio::sync::mpsc::channel(1);
-        let (reloader, config) = Reloader::new(file, rx);
-        (reloader.with_store(store), config)
-    }
 
     /// The reloader following this store: merging many runtime jobs into the config (about
     /// a second at a million) leaves the runtime's thread to its other tasks meanwhile.
@@ -181,9 +156,9 @@ mod tests {
         const JOBS: usize = 20_000;
         let store = Arc::new(MemoryJobStore::new());
         for i in 0..JOBS {
-            write(&store, &format!("rt-{i}"), true).await;
+            write(&*store, &format!("rt-{i}"), true).await;
         }
-        let (mut reloader, config) = reloader(store);
+        let (mut reloader, config) = following(store);
         // Another task of this one thread: it counts its turns.
         let counter = cronq_shared::blocking::TurnCounter::start();
         let before = counter.turns();

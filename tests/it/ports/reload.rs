@@ -7,24 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cronq_shared::config::Config;
-use cronq_shared::jobs::{Expect, JobStore};
-use cronq_shared::names::JobName;
-use cronq_shared::reload::{FORGET_DELETED, Reloader};
+use cronq_shared::reload::FORGET_DELETED;
+use cronq_shared::reload::testing::{following, write};
 use tokio::sync::watch;
 
 use crate::support::backends::{Backend, on_every_backend};
 use crate::support::{TestEnv, ports};
-
-/// Writes the runtime job `name` (one that never fires, run by the handler `h`), or
-/// deletes it.
-async fn write(store: &dyn JobStore, name: &str, present: bool) {
-    let spec = format!("name = \"{name}\"\nschedule = \"0 0 29 2 *\"\nhandler = \"h\"\n");
-    let name = JobName::new(name).expect("a name");
-    store
-        .write(&name, present.then_some(spec.as_str()), "test", Expect::Any)
-        .await
-        .expect("written");
-}
 
 /// The runtime jobs the reloader's config names deleted.
 fn deleted(config: &watch::Receiver<Arc<Config>>) -> Vec<String> {
@@ -49,14 +37,7 @@ on_every_backend!(deleted_jobs_named_then_forgotten, "reload_deleted");
 
 async fn deleted_jobs_named_then_forgotten(backend: Backend, env: TestEnv) {
     let (writer, followed) = ports::job_stores(backend, &env).await;
-    let file = Config::from_toml(
-        "[handlers.h]\ncommand = [\"true\"]\n",
-        std::path::Path::new("f.toml"),
-    )
-    .expect("valid");
-    let (_hangups, rx) = tokio::sync::mpsc::channel(1);
-    let (reloader, config) = Reloader::new(file, rx);
-    let mut reloader = reloader.with_store(followed);
+    let (mut reloader, config) = following(followed);
 
     write(&*writer, "gone", true).await;
     write(&*writer, "kept", true).await;
