@@ -253,18 +253,24 @@ end
 -- A new record of an `allow` job outside any pool: no cancel request, not exclusive, no
 -- pool, which every script reads off absent fields as well (fields less to write and to
 -- keep). `held`: the claim was granted held, and the record is the string record.lua
--- describes (one command, not two). `ARGV` is the claim's own, from `at` on.
-local function new_record(record, fence, ARGV, at, held)
+-- describes (one command, not two); with `nx`, written only where no key is (`SET … NX`).
+-- Returns whether it was written. `ARGV` is the claim's own, from `at` on.
+local function new_record(record, fence, ARGV, at, held, nx)
   local attempt, now_s = ARGV[at + 3], server_now()
   if held then
-    redis.call('SET', record, held_value('running', now_s, fence, attempt, ARGV[at + 1],
-      ARGV[at + 2], lease_end(ARGV[at + 5]), ARGV[at + 9], ARGV[at + 4]), 'PX', ARGV[at + 6])
-    return
+    local value = held_value('running', now_s, fence, attempt, ARGV[at + 1], ARGV[at + 2],
+      lease_end(ARGV[at + 5]), ARGV[at + 9], ARGV[at + 4])
+    if nx then
+      return redis.call('SET', record, value, 'NX', 'PX', ARGV[at + 6]) ~= false
+    end
+    redis.call('SET', record, value, 'PX', ARGV[at + 6])
+    return true
   end
   redis.call('HSET', record, 'fence', fence, 'state', 'running', 'attempt', attempt,
     'next', attempt, 'token', ARGV[at + 4], 'job', ARGV[at + 1], 'queue', ARGV[at + 2],
     'lease_until', lease_end(ARGV[at + 5]), 'sched', ARGV[at + 9], 'updated', now_s)
   redis.call('PEXPIRE', record, ARGV[at + 6])
+  return true
 end
 
 local function claim(KEYS, ARGV, shared)
@@ -386,12 +392,13 @@ while at <= #ARGV do
   local key, job = ARGV[first], ARGV[first + 1]
   keys[1], keys[3], keys[7] = ARGV[1] .. key, ARGV[2] .. key, ARGV[8] .. job
   -- The most common claim, made here as `claim` makes it but without its framing (a call,
-  -- a table of its arguments, a pcall: about a µs): a new record granted held. A fence
-  -- counter that is not a number leaves the claim to `claim`, which answers its error.
-  local fence = ARGV[first + 7] == 'held' and redis.call('EXISTS', keys[1]) == 0
-    and redis.pcall('INCR', keys[7])
-  if type(fence) == 'number' then
-    new_record(keys[1], fence, ARGV, first, true)
+  -- a table of its arguments, a pcall: about a µs): a new record granted held, its fence
+  -- taken first (the record holds it) and the record written only where there is none
+  -- (`SET … NX`, one command in place of an `EXISTS` before it). A key found there leaves
+  -- the claim to `claim`, with the fence taken skipped: a job's fences grow, with gaps. A
+  -- fence counter that is not a number leaves it to `claim` too, which answers its error.
+  local fence = ARGV[first + 7] == 'held' and redis.pcall('INCR', keys[7])
+  if type(fence) == 'number' and new_record(keys[1], fence, ARGV, first, true, true) then
     replies[#replies + 1] = fence
   else
     local reply, err = run_one(claim, keys, {unpack(ARGV, first, last)}, shared)
