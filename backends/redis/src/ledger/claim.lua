@@ -250,27 +250,28 @@ local function lease_end(ms)
   return at
 end
 
+-- The value of a new held record (the string record.lua describes), running under the
+-- claim's token with `fence`. `ARGV` is the claim's own, from `at` on.
+local function held_record(fence, ARGV, at)
+  return held_value('running', server_now(), fence, ARGV[at + 3], ARGV[at + 1],
+    ARGV[at + 2], lease_end(ARGV[at + 5]), ARGV[at + 9], ARGV[at + 4])
+end
+
 -- A new record of an `allow` job outside any pool: no cancel request, not exclusive, no
 -- pool, which every script reads off absent fields as well (fields less to write and to
--- keep). `held`: the claim was granted held, and the record is the string record.lua
--- describes (one command, not two); with `nx`, written only where no key is (`SET … NX`).
--- Returns whether it was written. `ARGV` is the claim's own, from `at` on.
-local function new_record(record, fence, ARGV, at, held, nx)
-  local attempt, now_s = ARGV[at + 3], server_now()
+-- keep). `held`: the claim was granted held, and the record is the string of
+-- `held_record` (one command, not two). `ARGV` is the claim's own, from `at` on.
+local function new_record(record, fence, ARGV, at, held)
   if held then
-    local value = held_value('running', now_s, fence, attempt, ARGV[at + 1], ARGV[at + 2],
-      lease_end(ARGV[at + 5]), ARGV[at + 9], ARGV[at + 4])
-    if nx then
-      return redis.call('SET', record, value, 'NX', 'PX', ARGV[at + 6]) ~= false
-    end
-    redis.call('SET', record, value, 'PX', ARGV[at + 6])
-    return true
+    redis.call('SET', record, held_record(fence, ARGV, at), 'PX', ARGV[at + 6])
+    return
   end
+  local attempt = ARGV[at + 3]
   redis.call('HSET', record, 'fence', fence, 'state', 'running', 'attempt', attempt,
     'next', attempt, 'token', ARGV[at + 4], 'job', ARGV[at + 1], 'queue', ARGV[at + 2],
-    'lease_until', lease_end(ARGV[at + 5]), 'sched', ARGV[at + 9], 'updated', now_s)
+    'lease_until', lease_end(ARGV[at + 5]), 'sched', ARGV[at + 9],
+    'updated', server_now())
   redis.call('PEXPIRE', record, ARGV[at + 6])
-  return true
 end
 
 local function claim(KEYS, ARGV, shared)
@@ -398,7 +399,9 @@ while at <= #ARGV do
   -- the claim to `claim`, with the fence taken skipped: a job's fences grow, with gaps. A
   -- fence counter that is not a number leaves it to `claim` too, which answers its error.
   local fence = ARGV[first + 7] == 'held' and redis.pcall('INCR', keys[7])
-  if type(fence) == 'number' and new_record(keys[1], fence, ARGV, first, true, true) then
+  if type(fence) == 'number'
+    and redis.call('SET', keys[1], held_record(fence, ARGV, first), 'NX', 'PX',
+      ARGV[first + 6]) then
     replies[#replies + 1] = fence
   else
     local reply, err = run_one(claim, keys, {unpack(ARGV, first, last)}, shared)
