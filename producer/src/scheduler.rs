@@ -610,13 +610,20 @@ mod tests {
     /// A batch made ready: its instant, and the turns counted by then.
     type Readied = (DateTime<Utc>, u64);
 
-    /// The turns counted by each batch of the instant `at` made ready, in order.
-    fn turns_at(readied: &[Readied], at: DateTime<Utc>) -> Vec<u64> {
+    /// The turns counted at each batch made ready of the first instant after `after` of
+    /// which `batches` or more were.
+    fn herd_turns(readied: &[Readied], after: DateTime<Utc>, batches: usize) -> Option<Vec<u64>> {
         readied
             .iter()
-            .filter(|(other, _)| *other == at)
-            .map(|(_, turns)| *turns)
-            .collect()
+            .filter(|(at, _)| *at > after)
+            .find_map(|(at, _)| {
+                let herd: Vec<u64> = readied
+                    .iter()
+                    .filter(|(other, _)| other == at)
+                    .map(|(_, turns)| *turns)
+                    .collect();
+                (herd.len() >= batches).then_some(herd)
+            })
     }
 
     /// Asserts that the counting task ran between the first and the last batch (`turns`
@@ -839,14 +846,7 @@ mod tests {
         let turns = eventually("a herd built whole ahead of its instant", async || {
             let readied = readied.lock().unwrap();
             // The first fire may have come too soon after the take-over to be built whole.
-            let first = readied.first()?.0;
-            readied
-                .iter()
-                .filter(|(at, _)| *at > first)
-                .find_map(|(at, _)| {
-                    let herd = turns_at(&readied, *at);
-                    (herd.len() >= 3).then_some(herd)
-                })
+            herd_turns(&readied, readied.first()?.0, 3)
         })
         .await;
         others_ran(&turns, "the herd was built", leader, counting).await;
@@ -871,13 +871,7 @@ mod tests {
         let leader = lead(broker).await;
         // An instant of which the herd's task built two batches or more.
         let turns = eventually("a herd's batches built after its instant", async || {
-            let late = late.lock().unwrap();
-            let mut instants: Vec<_> = late.iter().map(|(at, _)| *at).collect();
-            instants.dedup();
-            instants.into_iter().find_map(|at| {
-                let herd = turns_at(&late, at);
-                (herd.len() >= 2).then_some(herd)
-            })
+            herd_turns(&late.lock().unwrap(), DateTime::<Utc>::MIN_UTC, 2)
         })
         .await;
         others_ran(&turns, "the herd's batches were taken", leader, counting).await;
