@@ -362,6 +362,9 @@ async fn held_suite(ledger: impl Ledger + Inspect) {
                     !lease.held,
                     "a takeover keeps its message, as any claim of a record"
                 );
+                // Its fence too is greater, though the tries before it took fences they
+                // never used (claim.lua's most common claim takes one before it looks).
+                assert!(lease.fence > l1.fence, "{lease:?} after {l1:?}");
                 let ended = ledger.complete(&lease, &end(State::Succeeded)).await;
                 assert!(ended.unwrap().recorded);
             }
